@@ -1,0 +1,251 @@
+/*
+ * spindle.h — the public API of libspindle, a CPU inference engine for
+ * large language models (Hugging Face / MLX safetensors, GGUF).
+ *
+ * Conventions
+ *  - Every handle is opaque and created/destroyed by a matching pair of calls
+ *    (spindle_X_load / spindle_X_free). Free functions accept NULL.
+ *  - Every fallible call returns a spindle_status and, when it is not
+ *    SPINDLE_OK, fills the caller's spindle_error with one line of text naming
+ *    what is wrong (file, tensor, key...). `err` may be NULL.
+ *  - Library code never exits or aborts the process.
+ *  - Memory handed to the caller (token arrays, strings) is released with
+ *    spindle_free().
+ *  - A handle is not thread-safe unless stated; one model may be shared by
+ *    several sequences used from one thread at a time.
+ */
+#ifndef SPINDLE_H
+#define SPINDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPINDLE_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum spindle_status {
+    SPINDLE_OK = 0,
+    SPINDLE_ERR_ARGUMENT,     /* the caller passed something invalid */
+    SPINDLE_ERR_IO,           /* a file is missing or unreadable */
+    SPINDLE_ERR_FORMAT,       /* a file is malformed (header, JSON, shapes) */
+    SPINDLE_ERR_UNSUPPORTED,  /* valid input that Spindle does not handle */
+    SPINDLE_ERR_MEMORY,       /* an allocation failed */
+    SPINDLE_ERR_LIMIT,        /* a size, recursion or context limit was hit */
+    SPINDLE_ERR_TEMPLATE,     /* a chat template failed to parse or render */
+    SPINDLE_ERR_INTERNAL
+} spindle_status;
+
+typedef struct spindle_error {
+    spindle_status status;
+    char message[512];
+} spindle_error;
+
+/* Human-readable name of a status ("format error", ...). */
+const char *spindle_status_name(spindle_status status);
+
+/* Release memory returned by the library (token arrays, strings). */
+void spindle_free(void *ptr);
+
+/* ------------------------------------------------------------------ models */
+
+typedef struct spindle_model spindle_model;
+
+typedef struct spindle_load_options {
+    int n_threads;        /* worker threads for compute; <= 0: all cores */
+    int max_context;      /* 0: the model's own context length */
+} spindle_load_options;
+
+/* `path` is a model directory (config.json + safetensors) or a Hugging Face
+ * repo id ("org/name") found in the local HF cache. */
+spindle_status spindle_model_load(const char *path,
+                                  const spindle_load_options *options,
+                                  spindle_model **out, spindle_error *err);
+void spindle_model_free(spindle_model *model);
+
+/* Directory the model was resolved to (a snapshot dir for repo ids). */
+const char *spindle_model_dir(const spindle_model *model);
+int spindle_model_vocab_size(const spindle_model *model);
+int spindle_model_context_length(const spindle_model *model);
+/* End-of-sequence ids from generation_config.json / config.json. */
+int spindle_model_eos_ids(const spindle_model *model, const int32_t **ids);
+
+/* A JSON description of the parsed config, tensor dtypes, quantization,
+ * parameter count and bytes (what `spindle info` prints). */
+spindle_status spindle_model_describe(const spindle_model *model, char **json,
+                                      spindle_error *err);
+
+/* --------------------------------------------------------------- sequences */
+
+/* A sequence owns the KV cache of one conversation with a model. */
+typedef struct spindle_seq spindle_seq;
+
+spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
+                               spindle_error *err);
+void spindle_seq_free(spindle_seq *seq);
+/* Number of tokens whose keys/values are cached. */
+int spindle_seq_length(const spindle_seq *seq);
+/* Roll the cache back to its first `length` tokens (length <= current). */
+spindle_status spindle_seq_truncate(spindle_seq *seq, int length,
+                                    spindle_error *err);
+
+/* ----------------------------------------------------------------- forward */
+
+typedef enum spindle_logits_mode {
+    SPINDLE_LOGITS_NONE = 0,  /* only fill the cache (prefill chunks) */
+    SPINDLE_LOGITS_LAST,      /* logits of the last new token */
+    SPINDLE_LOGITS_ALL        /* logits of every new token (verification) */
+} spindle_logits_mode;
+
+/* One sequence's share of a batched forward pass: its new tokens are
+ * appended at positions seq_length .. seq_length + n_tokens - 1. */
+typedef struct spindle_batch_entry {
+    spindle_seq *seq;
+    const int32_t *tokens;
+    int n_tokens;
+    spindle_logits_mode logits_mode;
+    /* Caller-owned; vocab floats for LAST, n_tokens * vocab for ALL. */
+    float *logits;
+} spindle_batch_entry;
+
+/* Run the model over every entry in one pass; all entries must belong to
+ * `model` and name distinct sequences. On error no cache is extended. */
+spindle_status spindle_forward(spindle_model *model,
+                               spindle_batch_entry *entries, int n_entries,
+                               spindle_error *err);
+
+/* ----------------------------------------------------------------- sampling */
+
+typedef struct spindle_sampler_params {
+    float temperature;     /* 0: greedy (argmax) */
+    int top_k;             /* 0: off */
+    float top_p;           /* 0 or 1: off */
+    float min_p;           /* 0: off */
+    int min_tokens_to_keep;/* for min_p; default 1 */
+    uint64_t seed;         /* same seed -> same tokens */
+} spindle_sampler_params;
+
+/* The defaults of mlx_lm.generate: greedy. */
+spindle_sampler_params spindle_sampler_defaults(void);
+
+typedef struct spindle_sampler spindle_sampler;
+
+spindle_status spindle_sampler_new(const spindle_sampler_params *params,
+                                   spindle_sampler **out, spindle_error *err);
+void spindle_sampler_free(spindle_sampler *sampler);
+/* Choose a token from raw logits. `logits` is used as scratch (clobbered).
+ * If `logprob` is not NULL it receives log-softmax(logits)[token] before the
+ * sampler's own transforms, as mlx-lm reports it. */
+spindle_status spindle_sampler_sample(spindle_sampler *sampler, float *logits,
+                                      int n_vocab, int32_t *token,
+                                      float *logprob, spindle_error *err);
+
+/* --------------------------------------------------------------- generation */
+
+typedef struct spindle_gen_params {
+    int max_tokens;           /* generated tokens at most */
+    int prefill_chunk;        /* prompt tokens per forward pass; 0: 512 */
+    spindle_sampler_params sampler;
+    bool ignore_eos;
+} spindle_gen_params;
+
+spindle_gen_params spindle_gen_defaults(void);
+
+typedef struct spindle_gen_stats {
+    int prompt_tokens;
+    int generated_tokens;
+    double prefill_seconds;
+    double decode_seconds;
+    double prefill_tps;
+    double decode_tps;
+    int64_t peak_rss_bytes;
+    const char *stop_reason;  /* "eos", "length", "callback" */
+} spindle_gen_stats;
+
+/* Called with each generated token; return false to stop. */
+typedef bool (*spindle_token_callback)(int32_t token, void *user);
+
+/* Prefill `prompt` (in chunks) into `seq`, then decode until EOS or
+ * max_tokens. The generated ids go to `*tokens` (free with spindle_free).
+ * If `prompt_logits` is not NULL it receives the logits of the last prompt
+ * position (vocab floats). */
+spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
+                                const int32_t *prompt, int n_prompt,
+                                const spindle_gen_params *params,
+                                spindle_token_callback callback, void *user,
+                                int32_t **tokens, int *n_tokens,
+                                float *prompt_logits, spindle_gen_stats *stats,
+                                spindle_error *err);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+typedef struct spindle_tokenizer spindle_tokenizer;
+
+/* `path`: a directory holding tokenizer.json (+ tokenizer_config.json,
+ * optionally chat_template.jinja), or a model directory / repo id. */
+spindle_status spindle_tokenizer_load(const char *path,
+                                      spindle_tokenizer **out,
+                                      spindle_error *err);
+void spindle_tokenizer_free(spindle_tokenizer *tok);
+
+/* Encode UTF-8 text. add_special: add BOS/EOS etc. per the post-processor
+ * (HF `add_special_tokens=True`). */
+spindle_status spindle_tokenizer_encode(const spindle_tokenizer *tok,
+                                        const char *text, size_t len,
+                                        bool add_special, int32_t **ids,
+                                        size_t *n_ids, spindle_error *err);
+/* Decode ids to UTF-8 text (NUL-terminated). */
+spindle_status spindle_tokenizer_decode(const spindle_tokenizer *tok,
+                                        const int32_t *ids, size_t n_ids,
+                                        bool skip_special, char **text,
+                                        size_t *len, spindle_error *err);
+int spindle_tokenizer_vocab_size(const spindle_tokenizer *tok);
+/* -1 when the tokenizer has none. */
+int32_t spindle_tokenizer_bos_id(const spindle_tokenizer *tok);
+int32_t spindle_tokenizer_eos_id(const spindle_tokenizer *tok);
+/* The text of a token id (raw vocabulary form), or NULL. */
+const char *spindle_tokenizer_id_to_token(const spindle_tokenizer *tok,
+                                          int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time, receive the text that is
+ * now final. Pieces never split a UTF-8 sequence and concatenate to exactly
+ * the full decode. */
+typedef struct spindle_detokenizer spindle_detokenizer;
+
+spindle_status spindle_detokenizer_new(const spindle_tokenizer *tok,
+                                       bool skip_special,
+                                       spindle_detokenizer **out,
+                                       spindle_error *err);
+void spindle_detokenizer_free(spindle_detokenizer *detok);
+/* `*piece` (NUL-terminated, possibly empty) stays valid until the next call. */
+spindle_status spindle_detokenizer_push(spindle_detokenizer *detok,
+                                        int32_t id, const char **piece,
+                                        spindle_error *err);
+/* Text still held back at the end of the stream. */
+spindle_status spindle_detokenizer_flush(spindle_detokenizer *detok,
+                                         const char **piece,
+                                         spindle_error *err);
+
+/* ------------------------------------------------------------ chat template */
+
+/* Render the tokenizer's chat template. JSON arguments are UTF-8 JSON text:
+ * messages (array), tools (array or NULL), extra_vars (object of extra
+ * template variables such as {"enable_thinking": false}, or NULL).
+ * `template_name` selects one of several named templates (NULL: default). */
+spindle_status spindle_chat_render(const spindle_tokenizer *tok,
+                                   const char *messages_json,
+                                   const char *tools_json,
+                                   bool add_generation_prompt,
+                                   const char *extra_vars_json,
+                                   const char *template_name, char **out,
+                                   spindle_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPINDLE_H */

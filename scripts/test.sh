@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The project's test command (README): installs what the tests need, builds
+# a release and a sanitizer (ASan + UBSan) configuration, and runs the C unit
+# tests (ctest) and the Python parity suites (pytest) against each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+
+scripts/setup.sh
+
+run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
+  local dir=$1 flags=$2
+  echo "== building $dir ($flags)"
+  cmake -S . -B "$dir" $flags >/dev/null
+  cmake --build "$dir" -j "$JOBS" 2>&1 | grep -E "error|warning" || true
+  cmake --build "$dir" -j "$JOBS" >/dev/null
+  echo "== C unit tests ($dir)"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
+  echo "== Python suites ($dir)"
+  SPINDLE_BUILD="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
+    .venv/bin/python -m pytest -q -p no:cacheprovider ${@:3}
+}
+
+run_suite build "-DCMAKE_BUILD_TYPE=Release" tests
+
+if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
+  # The sanitizer build runs the same C tests and the Python suites that
+  # drive the binary; ASan's leak checker is on.
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
+    tests -m "not slow"
+fi

@@ -1,0 +1,318 @@
+/* Parsing of config.json and generation_config.json. */
+#include "artifacts/config.h"
+#include "base/error.h"
+#include "base/mapped_file.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const cJSON *get(const sp_model_config *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg->json, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+int sp_config_int(const sp_model_config *cfg, const char *key, int dflt) {
+    const cJSON *v = get(cfg, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        fabs(v->valuedouble) > 2e9)
+        return dflt;
+    return (int)v->valuedouble;
+}
+
+double sp_config_num(const sp_model_config *cfg, const char *key,
+                     double dflt) {
+    const cJSON *v = get(cfg, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+bool sp_config_bool(const sp_model_config *cfg, const char *key, bool dflt) {
+    const cJSON *v = get(cfg, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+/* Required positive integer with a sanity bound, so that later allocations
+ * sized by it cannot be absurd. */
+static spindle_status need_int(const sp_model_config *cfg, const char *path,
+                               const char *key, int max, int *out,
+                               spindle_error *err) {
+    const cJSON *v = get(cfg, key);
+    if (!v)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing '%s'", path, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < 1 || v->valuedouble > max)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s' must be an integer in [1, %d]", path, key,
+                       max);
+    *out = (int)v->valuedouble;
+    return SPINDLE_OK;
+}
+
+static void add_eos(sp_model_config *cfg, const cJSON *v) {
+    if (cJSON_IsArray(v)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) add_eos(cfg, e);
+        return;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2e9)
+        return;
+    int32_t id = (int32_t)v->valuedouble;
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_ids[i] == id) return;
+    if (cfg->n_eos < SP_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = id;
+}
+
+static sp_dtype parse_dtype_name(const char *s) {
+    if (!s) return SP_DTYPE_F32;
+    if (!strcmp(s, "bfloat16")) return SP_DTYPE_BF16;
+    if (!strcmp(s, "float16") || !strcmp(s, "half")) return SP_DTYPE_F16;
+    return SP_DTYPE_F32;
+}
+
+static spindle_status parse_rope(sp_model_config *cfg, const char *path,
+                                 spindle_error *err) {
+    sp_rope_config *r = &cfg->rope;
+    memset(r, 0, sizeof *r);
+    r->type = SP_ROPE_DEFAULT;
+    r->theta = sp_config_num(cfg, "rope_theta", 10000.0);
+    r->factor = 1.0;
+    double partial = sp_config_num(cfg, "partial_rotary_factor", 1.0);
+    r->rotary_dim = (int)(cfg->head_dim * partial);
+    if (r->rotary_dim < 2 || r->rotary_dim > cfg->head_dim ||
+        r->rotary_dim % 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: partial_rotary_factor gives an invalid rotary "
+                       "dimension %d", path, r->rotary_dim);
+    r->original_max_position = cfg->max_position;
+
+    const cJSON *rs = get(cfg, "rope_scaling");
+    if (!rs) return SPINDLE_OK;
+    if (!cJSON_IsObject(rs))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: 'rope_scaling' must be an object", path);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *type = cJSON_IsString(t) ? t->valuestring : "default";
+#define RS_NUM(key, dflt)                                                     \
+    (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, key))                \
+         ? cJSON_GetObjectItemCaseSensitive(rs, key)->valuedouble             \
+         : (dflt))
+    r->factor = RS_NUM("factor", 1.0);
+    if (!strcmp(type, "default")) {
+        r->type = SP_ROPE_DEFAULT;
+    } else if (!strcmp(type, "linear")) {
+        r->type = SP_ROPE_LINEAR;
+    } else if (!strcmp(type, "llama3")) {
+        r->type = SP_ROPE_LLAMA3;
+        r->low_freq_factor = RS_NUM("low_freq_factor", 1.0);
+        r->high_freq_factor = RS_NUM("high_freq_factor", 4.0);
+        r->original_max_position =
+            (int)RS_NUM("original_max_position_embeddings", 8192);
+    } else if (!strcmp(type, "yarn")) {
+        r->type = SP_ROPE_YARN;
+        r->beta_fast = RS_NUM("beta_fast", 32.0);
+        r->beta_slow = RS_NUM("beta_slow", 1.0);
+        r->mscale = RS_NUM("mscale", 1.0);
+        r->mscale_all_dim = RS_NUM("mscale_all_dim", 0.0);
+        r->attention_factor = RS_NUM("attention_factor", 0.0);
+        r->original_max_position = (int)RS_NUM(
+            "original_max_position_embeddings", cfg->max_position);
+    } else {
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: rope_scaling type '%s' is not supported "
+                       "(supported: default, linear, llama3, yarn)",
+                       path, type);
+    }
+#undef RS_NUM
+    if (!(r->factor > 0) || !isfinite(r->factor))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: rope_scaling factor must be positive", path);
+    return SPINDLE_OK;
+}
+
+static spindle_status parse_quantization(sp_model_config *cfg,
+                                         const char *path,
+                                         spindle_error *err) {
+    const cJSON *q = get(cfg, "quantization");
+    if (!q) {
+        /* Legacy MLX checkpoints carry the same block under this name; other
+         * quantizers (GPTQ, AWQ...) use it with a quant_method we lack. */
+        const cJSON *qc = get(cfg, "quantization_config");
+        if (qc && cJSON_GetObjectItemCaseSensitive(qc, "quant_method"))
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s: quantization_config with quant_method is not "
+                           "supported (only MLX affine quantization)", path);
+        q = qc;
+    }
+    if (!q) return SPINDLE_OK;
+    if (!cJSON_IsObject(q))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: 'quantization' must be an object", path);
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode");
+    if (mode && !(cJSON_IsString(mode) && !strcmp(mode->valuestring, "affine")))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: quantization mode '%s' is not supported (only "
+                       "affine)", path,
+                       cJSON_IsString(mode) ? mode->valuestring : "?");
+    const cJSON *bits = cJSON_GetObjectItemCaseSensitive(q, "bits");
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
+    if (!cJSON_IsNumber(bits) || !cJSON_IsNumber(gs))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: 'quantization' needs numeric 'bits' and "
+                       "'group_size'", path);
+    cfg->quantized = true;
+    cfg->quant_bits = (int)bits->valuedouble;
+    cfg->quant_group_size = (int)gs->valuedouble;
+    return SPINDLE_OK;
+}
+
+sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
+                                   const char *module_path, int *bits,
+                                   int *group_size) {
+    *bits = cfg->quant_bits;
+    *group_size = cfg->quant_group_size;
+    const cJSON *q = get(cfg, "quantization");
+    if (!q) q = get(cfg, "quantization_config");
+    const cJSON *m = q ? cJSON_GetObjectItemCaseSensitive(q, module_path) : NULL;
+    if (!m) return SP_QUANT_INFER;
+    if (cJSON_IsFalse(m)) return SP_QUANT_FLOAT;
+    if (cJSON_IsObject(m)) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "bits");
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(m, "group_size");
+        if (cJSON_IsNumber(b)) *bits = (int)b->valuedouble;
+        if (cJSON_IsNumber(g)) *group_size = (int)g->valuedouble;
+        return SP_QUANT_EXPLICIT;
+    }
+    return SP_QUANT_INFER;
+}
+
+/* Multimodal configs nest the language model's settings in text_config;
+ * use them over the outer keys so the rest of the engine sees one object. */
+static cJSON *effective_config(const cJSON *root) {
+    cJSON *eff = cJSON_Duplicate(root, 1);
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (!eff || !cJSON_IsObject(tc)) return eff;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, tc) {
+        cJSON *copy = cJSON_Duplicate(item, 1);
+        if (!copy) { cJSON_Delete(eff); return NULL; }
+        if (cJSON_GetObjectItemCaseSensitive(eff, item->string))
+            cJSON_ReplaceItemInObjectCaseSensitive(eff, item->string, copy);
+        else
+            cJSON_AddItemToObject(eff, item->string, copy);
+    }
+    return eff;
+}
+
+static spindle_status load_json(const char *path, cJSON **out,
+                                spindle_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    spindle_status st = sp_read_text_file(path, &text, &len, err);
+    if (st) return st;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!j) {
+        size_t off = end ? (size_t)(end - text) : 0;
+        free(text);
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: invalid JSON near byte %zu", path, off);
+    }
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    *out = j;
+    return SPINDLE_OK;
+}
+
+static spindle_status parse_fields(sp_model_config *cfg, const char *path,
+                                   spindle_error *err) {
+    const cJSON *mt = get(cfg, "model_type");
+    if (!cJSON_IsString(mt))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing 'model_type'",
+                       path);
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt->valuestring);
+
+    spindle_status st;
+    if ((st = need_int(cfg, path, "hidden_size", 1 << 20, &cfg->hidden_size, err)) ||
+        (st = need_int(cfg, path, "num_hidden_layers", 4096, &cfg->n_layers, err)) ||
+        (st = need_int(cfg, path, "intermediate_size", 1 << 22, &cfg->intermediate_size, err)) ||
+        (st = need_int(cfg, path, "num_attention_heads", 4096, &cfg->n_heads, err)) ||
+        (st = need_int(cfg, path, "vocab_size", 1 << 24, &cfg->vocab_size, err)))
+        return st;
+    cfg->n_kv_heads = cfg->n_heads;
+    if (get(cfg, "num_key_value_heads") &&
+        (st = need_int(cfg, path, "num_key_value_heads", 4096, &cfg->n_kv_heads, err)))
+        return st;
+    if (cfg->n_heads % cfg->n_kv_heads)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: num_attention_heads (%d) is not a multiple of "
+                       "num_key_value_heads (%d)", path, cfg->n_heads,
+                       cfg->n_kv_heads);
+    cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+    if (get(cfg, "head_dim") &&
+        (st = need_int(cfg, path, "head_dim", 1 << 14, &cfg->head_dim, err)))
+        return st;
+    if (cfg->head_dim % 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: head_dim %d is odd",
+                       path, cfg->head_dim);
+    cfg->max_position = sp_config_int(cfg, "max_position_embeddings", 0);
+    cfg->rms_norm_eps = (float)sp_config_num(cfg, "rms_norm_eps", 1e-6);
+    cfg->rope_traditional = sp_config_bool(cfg, "rope_traditional", false);
+    const cJSON *tie = get(cfg, "tie_word_embeddings");
+    cfg->tie_word_embeddings = cJSON_IsBool(tie) ? cJSON_IsTrue(tie) : -1;
+    cfg->attention_bias = sp_config_bool(cfg, "attention_bias", false);
+    cfg->mlp_bias = sp_config_bool(cfg, "mlp_bias", false);
+    const cJSON *dt = get(cfg, "torch_dtype");
+    if (!dt) dt = get(cfg, "dtype");
+    cfg->torch_dtype = parse_dtype_name(cJSON_IsString(dt) ? dt->valuestring : NULL);
+    cfg->bos_id = sp_config_int(cfg, "bos_token_id", -1);
+    add_eos(cfg, get(cfg, "eos_token_id"));
+    if ((st = parse_rope(cfg, path, err))) return st;
+    return parse_quantization(cfg, path, err);
+}
+
+spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
+                              spindle_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    char *path = sp_path_join(dir, "config.json");
+    if (!path) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!sp_file_exists(path)) {
+        spindle_status st = sp_fail(err, SPINDLE_ERR_IO,
+                                    "%s: no config.json in this directory", dir);
+        free(path);
+        return st;
+    }
+    spindle_status st = load_json(path, &cfg->root, err);
+    if (!st) {
+        cfg->json = effective_config(cfg->root);
+        st = cfg->json ? parse_fields(cfg, path, err)
+                       : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    free(path);
+    if (st) { sp_config_free(cfg); return st; }
+
+    /* generation_config.json's eos ids are the ones generation stops on. */
+    char *gpath = sp_path_join(dir, "generation_config.json");
+    if (gpath && sp_file_exists(gpath)) {
+        cJSON *gen = NULL;
+        st = load_json(gpath, &gen, err);
+        if (!st) {
+            add_eos(cfg, cJSON_GetObjectItemCaseSensitive(gen, "eos_token_id"));
+            cJSON_Delete(gen);
+        }
+    }
+    free(gpath);
+    if (st) sp_config_free(cfg);
+    return st;
+}
+
+void sp_config_free(sp_model_config *cfg) {
+    if (!cfg) return;
+    cJSON_Delete(cfg->json);
+    cJSON_Delete(cfg->root);
+    cfg->json = cfg->root = NULL;
+}

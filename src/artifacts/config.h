@@ -1,0 +1,76 @@
+/* config.json / generation_config.json of a Hugging Face model directory,
+ * parsed into the fields the engine uses. Architecture-specific keys stay
+ * reachable through `json` for the family files in models/. */
+#ifndef SP_ARTIFACTS_CONFIG_H
+#define SP_ARTIFACTS_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "spindle.h"
+#include "compute/ops.h"
+#include "compute/tensor.h"
+
+#define SP_MAX_EOS 16
+
+typedef struct sp_model_config {
+    char model_type[64];
+    int hidden_size;
+    int n_layers;
+    int intermediate_size;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int vocab_size;
+    int max_position;           /* max_position_embeddings, 0 if absent */
+    float rms_norm_eps;
+    sp_rope_config rope;
+    bool rope_traditional;      /* mlx-lm: interleaved pairs instead of halves */
+    int tie_word_embeddings;    /* 1, 0, or -1 when config.json is silent */
+    bool attention_bias;
+    bool mlp_bias;
+    sp_dtype torch_dtype;       /* F32 when absent */
+    int32_t eos_ids[SP_MAX_EOS];
+    int n_eos;
+    int32_t bos_id;             /* -1 if absent */
+
+    /* "quantization" (or "quantization_config") block of MLX checkpoints. */
+    bool quantized;
+    int quant_bits;
+    int quant_group_size;
+
+    /* The effective config object (text_config of multimodal configs merged
+     * over the outer object); owned. */
+    cJSON *json;
+    cJSON *root;                /* the whole config.json; owned */
+} sp_model_config;
+
+/* Per-module quantization as mlx-lm decides it when loading. */
+typedef enum sp_quant_rule {
+    SP_QUANT_FLOAT,         /* the config says the module stays float */
+    SP_QUANT_EXPLICIT,      /* the config gives bits/group_size for it */
+    SP_QUANT_INFER          /* infer from tensor shapes if .scales exist */
+} sp_quant_rule;
+
+sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
+                                   const char *module_path, int *bits,
+                                   int *group_size);
+
+/* Parse dir/config.json (and dir/generation_config.json when present). */
+spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
+                              spindle_error *err);
+void sp_config_free(sp_model_config *cfg);
+
+/* Typed getters on cfg->json with defaults; they never fail. */
+int sp_config_int(const sp_model_config *cfg, const char *key, int dflt);
+double sp_config_num(const sp_model_config *cfg, const char *key, double dflt);
+bool sp_config_bool(const sp_model_config *cfg, const char *key, bool dflt);
+
+/* Resolve a model argument: an existing directory, or a Hugging Face repo id
+ * ("org/name") in the local HF cache (HF_HUB_CACHE, else HF_HOME/hub, else
+ * ~/.cache/huggingface/hub: models--org--name/snapshots/<refs/main>).
+ * Returns a malloc'd directory path. */
+spindle_status sp_resolve_model_path(const char *arg, char **dir,
+                                     spindle_error *err);
+
+#endif

@@ -1,0 +1,86 @@
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sp_arg_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "spindle: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+bool sp_arg_int(const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "spindle: %s expects an integer in [%ld, %ld], got '%s'\n",
+                opt, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool sp_arg_float(const char *opt, const char *s, double lo, double hi,
+                  double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "spindle: %s expects a number in [%g, %g], got '%s'\n",
+                opt, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool sp_arg_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-') {
+        fprintf(stderr, "spindle: %s expects a non-negative integer, got '%s'\n",
+                opt, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) { fprintf(stderr, "spindle: out of memory\n"); return false; }
+    int count = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 0 || x > INT32_MAX ||
+            (*end && *end != ',')) {
+            fprintf(stderr, "spindle: %s expects comma-separated token ids, "
+                            "got '%s'\n", opt, s);
+            free(v);
+            return false;
+        }
+        v[count++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (count == 0) {
+        fprintf(stderr, "spindle: %s is empty\n", opt);
+        free(v);
+        return false;
+    }
+    *ids = v;
+    *n = count;
+    return true;
+}

@@ -1,0 +1,18 @@
+/* Small option-parsing helpers shared by the subcommands: strict number
+ * parsing with one-line errors, so a typo never becomes a silent default. */
+#ifndef SP_CLI_ARGS_H
+#define SP_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The value of option argv[*i] (advancing *i), or NULL with a message. */
+const char *sp_arg_value(int argc, char **argv, int *i);
+bool sp_arg_int(const char *opt, const char *s, long lo, long hi, long *out);
+bool sp_arg_float(const char *opt, const char *s, double lo, double hi,
+                  double *out);
+bool sp_arg_u64(const char *opt, const char *s, uint64_t *out);
+/* "1,2,3" → malloc'd ids. */
+bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
+
+#endif

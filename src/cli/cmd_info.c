@@ -1,0 +1,39 @@
+/* spindle info: the parsed configuration, weight types and sizes. */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "spindle.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sp_cmd_info(int argc, char **argv) {
+    const char *model_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(model_path = sp_arg_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--json")) {
+            /* The description is JSON already; accepted for symmetry. */
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            puts("usage: spindle info -m MODEL");
+            return 0;
+        } else {
+            fprintf(stderr, "spindle info: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "spindle info: -m MODEL is required\n");
+        return 2;
+    }
+    spindle_error err = {0};
+    spindle_model *model = NULL;
+    spindle_load_options lo = {.n_threads = 1};
+    char *json = NULL;
+    spindle_status st = spindle_model_load(model_path, &lo, &model, &err);
+    if (!st) st = spindle_model_describe(model, &json, &err);
+    if (st) fprintf(stderr, "spindle: %s\n", err.message);
+    else puts(json);
+    spindle_free(json);
+    spindle_model_free(model);
+    return st ? 1 : 0;
+}

@@ -1,0 +1,201 @@
+/* spindle run: load a model, generate from a prompt, report statistics. */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "spindle.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *run_usage =
+    "usage: spindle run -m MODEL --prompt-tokens 1,2,3 [options]\n"
+    "  -m, --model PATH        model directory or Hugging Face repo id\n"
+    "  --prompt-tokens IDS     prompt as comma-separated token ids\n"
+    "  -n, --max-tokens N      tokens to generate (default 256)\n"
+    "  --temp T                temperature (default 0: greedy)\n"
+    "  --top-k K, --top-p P, --min-p P, --seed S   sampling\n"
+    "  -t, --threads N         compute threads (default: all cores)\n"
+    "  --ctx N                 context limit (default: the model's)\n"
+    "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
+    "  --ignore-eos            do not stop at end-of-sequence tokens\n"
+    "  --json                  print one JSON object with tokens and stats\n"
+    "  --dump-logits FILE      write the last prompt position's logits (.npy)\n";
+
+typedef struct run_options {
+    const char *model;
+    int32_t *prompt;
+    int n_prompt;
+    int threads;
+    int ctx;
+    bool json;
+    const char *dump_logits;
+    spindle_gen_params gen;
+} run_options;
+
+static int parse(int argc, char **argv, run_options *o) {
+    o->gen = spindle_gen_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n;
+        double x;
+#define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(run_usage, stdout);
+            return 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VALUE(); o->model = v;
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            VALUE();
+            free(o->prompt);
+            if (!sp_arg_id_list(a, v, &o->prompt, &o->n_prompt)) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
+            o->gen.max_tokens = (int)n;
+        } else if (!strcmp(a, "--temp")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1e4, &x)) return 2;
+            o->gen.sampler.temperature = (float)x;
+        } else if (!strcmp(a, "--top-k")) {
+            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
+            o->gen.sampler.top_k = (int)n;
+        } else if (!strcmp(a, "--top-p")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
+            o->gen.sampler.top_p = (float)x;
+        } else if (!strcmp(a, "--min-p")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
+            o->gen.sampler.min_p = (float)x;
+        } else if (!strcmp(a, "--seed")) {
+            VALUE(); if (!sp_arg_u64(a, v, &o->gen.sampler.seed)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 1024, &n)) return 2;
+            o->threads = (int)n;
+        } else if (!strcmp(a, "--ctx")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
+            o->ctx = (int)n;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 1 << 20, &n)) return 2;
+            o->gen.prefill_chunk = (int)n;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            o->gen.ignore_eos = true;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--dump-logits")) {
+            VALUE(); o->dump_logits = v;
+        } else {
+            fprintf(stderr, "spindle run: unknown option '%s'\n%s", a, run_usage);
+            return 2;
+        }
+#undef VALUE
+    }
+    if (!o->model) {
+        fprintf(stderr, "spindle run: -m MODEL is required\n");
+        return 2;
+    }
+    if (!o->prompt) {
+        fprintf(stderr, "spindle run: a prompt is required (--prompt-tokens)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* A 1-D float32 .npy file, as numpy.save writes it. */
+static bool write_npy(const char *path, const float *x, int n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    char header[128];
+    int len = snprintf(header, sizeof header,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }",
+                       n);
+    int total = 10 + len + 1;
+    int pad = (64 - total % 64) % 64;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    unsigned short hl = (unsigned short)(len + pad + 1);
+    unsigned char hl_le[2] = {(unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
+    fwrite(hl_le, 1, 2, f);
+    fwrite(header, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    fwrite(x, sizeof(float), (size_t)n, f);   /* x86-64 and arm64 are little-endian */
+    return fclose(f) == 0;
+}
+
+static bool print_token(int32_t token, void *user) {
+    (void)user;
+    printf("%d ", token);
+    fflush(stdout);
+    return true;
+}
+
+static void print_json(const run_options *o, const int32_t *toks, int n,
+                       const spindle_gen_stats *s) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *p = cJSON_AddArrayToObject(root, "prompt_tokens");
+    for (int i = 0; i < o->n_prompt; i++)
+        cJSON_AddItemToArray(p, cJSON_CreateNumber(o->prompt[i]));
+    cJSON *t = cJSON_AddArrayToObject(root, "tokens");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(toks[i]));
+    cJSON *st = cJSON_AddObjectToObject(root, "stats");
+    cJSON_AddNumberToObject(st, "prompt_tokens", s->prompt_tokens);
+    cJSON_AddNumberToObject(st, "generated_tokens", s->generated_tokens);
+    cJSON_AddNumberToObject(st, "prefill_seconds", s->prefill_seconds);
+    cJSON_AddNumberToObject(st, "decode_seconds", s->decode_seconds);
+    cJSON_AddNumberToObject(st, "prefill_tps", s->prefill_tps);
+    cJSON_AddNumberToObject(st, "decode_tps", s->decode_tps);
+    cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
+    cJSON_AddStringToObject(st, "stop_reason", s->stop_reason);
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) puts(text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+int sp_cmd_run(int argc, char **argv) {
+    run_options o;
+    memset(&o, 0, sizeof o);
+    int rc = parse(argc, argv, &o);
+    if (rc) { free(o.prompt); return rc == 1 ? 0 : rc; }
+
+    spindle_error err = {0};
+    spindle_model *model = NULL;
+    spindle_seq *seq = NULL;
+    int32_t *toks = NULL;
+    int n = 0;
+    float *logits = NULL;
+    spindle_gen_stats stats;
+    spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx};
+
+    spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    if (!st) st = spindle_seq_new(model, &seq, &err);
+    if (!st && o.dump_logits) {
+        logits = malloc((size_t)spindle_model_vocab_size(model) * sizeof(float));
+        if (!logits) { st = SPINDLE_ERR_MEMORY; snprintf(err.message, sizeof err.message, "out of memory"); }
+    }
+    if (!st)
+        st = spindle_generate(model, seq, o.prompt, o.n_prompt, &o.gen,
+                              o.json ? NULL : print_token, NULL, &toks, &n,
+                              logits, &stats, &err);
+    if (!st && o.dump_logits &&
+        !write_npy(o.dump_logits, logits, spindle_model_vocab_size(model))) {
+        st = SPINDLE_ERR_IO;
+        snprintf(err.message, sizeof err.message, "%s: cannot write", o.dump_logits);
+    }
+    if (st) {
+        fprintf(stderr, "spindle: %s\n", err.message);
+    } else if (o.json) {
+        print_json(&o, toks, n, &stats);
+    } else {
+        printf("\n");
+        fprintf(stderr,
+                "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
+                "| peak RSS %.1f MiB | stop: %s\n",
+                stats.prompt_tokens, stats.prefill_tps, stats.generated_tokens,
+                stats.decode_tps, stats.peak_rss_bytes / 1048576.0,
+                stats.stop_reason);
+    }
+    free(logits);
+    spindle_free(toks);
+    spindle_seq_free(seq);
+    spindle_model_free(model);
+    free(o.prompt);
+    return st ? 1 : 0;
+}

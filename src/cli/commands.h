@@ -1,0 +1,12 @@
+/* The `spindle` subcommands. Each takes the arguments after its own name
+ * (argv[0] is the subcommand) and returns the process exit status. */
+#ifndef SP_CLI_COMMANDS_H
+#define SP_CLI_COMMANDS_H
+
+int sp_cmd_run(int argc, char **argv);
+int sp_cmd_info(int argc, char **argv);
+int sp_cmd_tokenize(int argc, char **argv);
+int sp_cmd_detokenize(int argc, char **argv);
+int sp_cmd_template(int argc, char **argv);
+
+#endif

@@ -1,0 +1,48 @@
+/* spindle — command-line front end over libspindle. */
+#include "cli/commands.h"
+#include "spindle.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"run", sp_cmd_run, "generate tokens from a prompt"},
+    {"info", sp_cmd_info, "print a model's configuration and weights"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "spindle %s — LLM inference on the CPU\n\n"
+                 "usage: spindle <command> [options]\n\ncommands:\n",
+            SPINDLE_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n'spindle <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("spindle %s\n", SPINDLE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "spindle: unknown command '%s' (see 'spindle --help')\n",
+            argv[1]);
+    return 2;
+}

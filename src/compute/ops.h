@@ -1,0 +1,97 @@
+/* Element-wise and per-row operations of the transformer blocks. All work on
+ * f32 activations. */
+#ifndef SP_COMPUTE_OPS_H
+#define SP_COMPUTE_OPS_H
+
+#include <stdint.h>
+#include "compute/threadpool.h"
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * (weight_offset + w[i]).
+ * w may be NULL (no scale). weight_offset is 0 for Llama/Qwen and 1 for
+ * Gemma's (1 + w) norms. out may alias x. */
+void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
+                float weight_offset);
+
+/* gate[i] = silu(gate[i]) * up[i] */
+void sp_silu_mul(float *gate, const float *up, int n);
+/* gate[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU) */
+void sp_gelu_tanh_mul(float *gate, const float *up, int n);
+
+/* In-place numerically stable softmax. */
+void sp_softmax(float *x, int n);
+/* In-place log-softmax. */
+void sp_log_softmax(float *x, int n);
+
+/* ---- rotary position embedding (Hugging Face rotate-half convention) ---- */
+
+typedef enum sp_rope_type {
+    SP_ROPE_DEFAULT = 0,
+    SP_ROPE_LINEAR,
+    SP_ROPE_LLAMA3,
+    SP_ROPE_YARN
+} sp_rope_type;
+
+typedef struct sp_rope_config {
+    sp_rope_type type;
+    int rotary_dim;        /* dimensions rotated (head_dim unless partial) */
+    double theta;          /* rope_theta */
+    double factor;         /* linear / llama3 / yarn scaling factor */
+    /* llama3 */
+    double low_freq_factor, high_freq_factor;
+    int original_max_position;
+    /* yarn */
+    double beta_fast, beta_slow;
+    double mscale, mscale_all_dim; /* 0 when absent */
+    double attention_factor;       /* 0 when absent: derived */
+} sp_rope_config;
+
+typedef struct sp_rope {
+    int rotary_dim;
+    float *inv_freq;       /* rotary_dim / 2 entries, owned */
+    float attn_scale;      /* multiplies cos and sin (yarn), 1 otherwise */
+} sp_rope;
+
+/* Compute inv_freq for the scaling type exactly as transformers'
+ * ROPE_INIT_FUNCTIONS do. Returns 0 on success, -1 on allocation failure. */
+int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg);
+void sp_rope_free(sp_rope *rope);
+
+/* Rotate `n_heads` heads of `head_dim` floats (contiguous) at position pos:
+ * pairs (i, i + rotary_dim/2) for i < rotary_dim/2; dims >= rotary_dim are
+ * untouched. */
+void sp_rope_apply(const sp_rope *rope, float *x, int n_heads, int head_dim,
+                   int pos);
+
+/* ---- attention over a KV cache ---- */
+
+/* Keys and values of one layer of one sequence:
+ * k[h * head_stride + pos * head_dim + d], same for v, h < n_kv_heads. */
+typedef struct sp_kv_view {
+    const float *k;
+    const float *v;
+    int64_t head_stride;
+} sp_kv_view;
+
+/* Causal grouped-query attention for n_q consecutive query tokens of one
+ * sequence, at positions first_pos .. first_pos + n_q - 1, whose keys and
+ * values are already in the cache. q and out: [n_q][n_heads * head_dim].
+ * Query head h reads KV head h / (n_heads / n_kv_heads). Token at position p
+ * attends to positions max(0, p - window + 1) .. p (window <= 0: no limit).
+ * scores = scale * q.k (+ softcap if > 0: cap * tanh(s / cap)). */
+typedef struct sp_attention_args {
+    const float *q;
+    float *out;
+    int n_q;
+    int first_pos;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    sp_kv_view kv;
+    float scale;
+    int window;
+    float softcap;
+} sp_attention_args;
+
+void sp_attention(sp_pool *pool, const sp_attention_args *args);
+
+#endif

@@ -1,0 +1,95 @@
+/* Element types and the weight-matrix descriptor that every kernel takes.
+ *
+ * A weight matrix is a view: it points into mmapped file data and owns
+ * nothing. Quantized formats stay packed; kernels decode them on the fly. */
+#ifndef SP_COMPUTE_TENSOR_H
+#define SP_COMPUTE_TENSOR_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Element type of a plain (unquantized) tensor. */
+typedef enum sp_dtype {
+    SP_DTYPE_F32 = 0,
+    SP_DTYPE_F16,
+    SP_DTYPE_BF16,
+    SP_DTYPE_F64,
+    SP_DTYPE_I8,
+    SP_DTYPE_U8,
+    SP_DTYPE_I16,
+    SP_DTYPE_U16,
+    SP_DTYPE_I32,
+    SP_DTYPE_U32,
+    SP_DTYPE_I64,
+    SP_DTYPE_U64,
+    SP_DTYPE_BOOL,
+    SP_DTYPE_COUNT
+} sp_dtype;
+
+size_t sp_dtype_size(sp_dtype t);
+const char *sp_dtype_name(sp_dtype t);
+
+/* How a weight matrix is stored. */
+typedef enum sp_wtype {
+    SP_W_F32 = 0,
+    SP_W_F16,
+    SP_W_BF16,
+    /* MLX affine quantization: each row holds `cols` codes of `bits` bits
+     * packed little-endian into uint32 words (a bit stream for 3/5/6 bits);
+     * every `group_size` consecutive codes share a scale s and bias b, and
+     * w = s * q + b. scales/biases are [rows][cols / group_size]. */
+    SP_W_AFFINE
+} sp_wtype;
+
+typedef struct sp_weight {
+    sp_wtype type;
+    int64_t rows;          /* output features */
+    int64_t cols;          /* input features */
+    const void *data;      /* row-major rows x cols (packed for AFFINE) */
+    /* SP_W_AFFINE only */
+    int bits;              /* 2, 3, 4, 5, 6 or 8 */
+    int group_size;        /* 32, 64 or 128 */
+    sp_dtype qparam_dtype; /* F32, F16 or BF16: type of scales and biases */
+    const void *scales;
+    const void *biases;
+} sp_weight;
+
+/* Bytes of one packed AFFINE row: cols * bits / 8 (cols is a multiple of 32
+ * for every supported group size). */
+static inline size_t sp_affine_row_bytes(const sp_weight *w) {
+    return (size_t)w->cols * (size_t)w->bits / 8;
+}
+
+/* Bytes the weight occupies (data + scales + biases). */
+size_t sp_weight_nbytes(const sp_weight *w);
+
+/* Exact IEEE conversions (round-to-nearest-even on the way down). */
+static inline float sp_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t sp_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float sp_f16_to_f32(uint16_t h);
+uint16_t sp_f32_to_f16(float f);
+
+/* Read element i of a float-typed buffer (F32, F16 or BF16) as f32. */
+static inline float sp_load_float(const void *p, sp_dtype t, size_t i) {
+    switch (t) {
+    case SP_DTYPE_F16: return sp_f16_to_f32(((const uint16_t *)p)[i]);
+    case SP_DTYPE_BF16: return sp_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+#endif

@@ -1,0 +1,21 @@
+/* Internal view of a loaded tokenizer, for the chat-template module and the
+ * CLI. The public encode/decode API is in spindle.h. */
+#ifndef SP_INPUT_TOKENIZER_H
+#define SP_INPUT_TOKENIZER_H
+
+#include "spindle.h"
+
+/* The chat template named `name` (NULL: the default one) from
+ * tokenizer_config.json's "chat_template" (a string, or a list of
+ * {"name", "template"}), or from chat_template.jinja beside it.
+ * NULL when the tokenizer has none. Owned by the tokenizer. */
+const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
+                                       const char *name);
+
+/* A string setting of tokenizer_config.json such as "bos_token",
+ * "eos_token", "pad_token", "unk_token" (given either as a string or as an
+ * {"content": ...} object). NULL when absent or null. */
+const char *sp_tokenizer_config_string(const spindle_tokenizer *tok,
+                                       const char *key);
+
+#endif

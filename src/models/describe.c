@@ -1,0 +1,98 @@
+/* spindle_model_describe: what `spindle info` prints, as JSON. */
+#include "models/model.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tally {
+    int64_t params;
+    int64_t bytes;
+    int counts[8];          /* per sp_wtype */
+    char quant[16][24];     /* distinct "4-bit g64" labels */
+    int n_quant;
+} tally;
+
+static void count_weight(tally *t, const sp_weight *w) {
+    t->params += w->rows * w->cols;
+    t->bytes += (int64_t)sp_weight_nbytes(w);
+    t->counts[w->type]++;
+    if (w->type != SP_W_AFFINE) return;
+    char label[24];
+    snprintf(label, sizeof label, "%d-bit g%d", w->bits, w->group_size);
+    for (int i = 0; i < t->n_quant; i++)
+        if (!strcmp(t->quant[i], label)) return;
+    if (t->n_quant < 16) strcpy(t->quant[t->n_quant++], label);
+}
+
+static void count_linear(tally *t, const sp_linear *l, int64_t *vec) {
+    if (l->w.rows == 0) return;   /* absent in this architecture */
+    count_weight(t, &l->w);
+    if (l->bias) *vec += l->w.rows;
+}
+
+static const char *wtype_name(int t) {
+    static const char *names[] = {"F32", "F16", "BF16", "MLX affine"};
+    return t >= 0 && t < 4 ? names[t] : "?";
+}
+
+spindle_status spindle_model_describe(const spindle_model *m, char **json,
+                                      spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    tally t = {0};
+    int64_t vec = 0;   /* elements of small float vectors (norms, biases) */
+    count_weight(&t, &m->embed);
+    if (!m->tied) count_linear(&t, &m->lm_head, &vec);
+    vec += c->hidden_size;
+    for (int l = 0; l < c->n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        const sp_linear *lin[] = {&L->q, &L->k, &L->v, &L->o,
+                                  &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof lin / sizeof *lin; i++)
+            count_linear(&t, lin[i], &vec);
+        vec += 2 * c->hidden_size;
+        if (L->q_norm) vec += 2 * c->head_dim;
+    }
+    t.params += vec;
+    t.bytes += vec * (int64_t)sp_dtype_size(c->torch_dtype);
+
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    cJSON_AddStringToObject(o, "path", m->dir);
+    cJSON_AddStringToObject(o, "model_type", c->model_type);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "context_length", m->max_context);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(o, "rope_theta", c->rope.theta);
+    static const char *rope_names[] = {"default", "linear", "llama3", "yarn"};
+    cJSON_AddStringToObject(o, "rope_scaling", rope_names[c->rope.type]);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", m->tied);
+    cJSON_AddStringToObject(o, "torch_dtype", sp_dtype_name(c->torch_dtype));
+    cJSON *eos = cJSON_AddArrayToObject(o, "eos_token_ids");
+    for (int i = 0; eos && i < c->n_eos; i++)
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_ids[i]));
+    cJSON *types = cJSON_AddObjectToObject(o, "weight_types");
+    for (int i = 0; types && i < 4; i++)
+        if (t.counts[i]) cJSON_AddNumberToObject(types, wtype_name(i), t.counts[i]);
+    if (c->quantized) {
+        cJSON *q = cJSON_AddObjectToObject(o, "quantization");
+        cJSON_AddNumberToObject(q, "bits", c->quant_bits);
+        cJSON_AddNumberToObject(q, "group_size", c->quant_group_size);
+        cJSON *used = cJSON_AddArrayToObject(q, "used");
+        for (int i = 0; used && i < t.n_quant; i++)
+            cJSON_AddItemToArray(used, cJSON_CreateString(t.quant[i]));
+    }
+    cJSON_AddNumberToObject(o, "parameters", (double)t.params);
+    cJSON_AddNumberToObject(o, "bytes", (double)t.bytes);
+    cJSON_AddNumberToObject(o, "tensors", (double)sp_tensor_set_count(m->tensors));
+    *json = cJSON_Print(o);
+    cJSON_Delete(o);
+    return *json ? SPINDLE_OK : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+}

@@ -1,0 +1,14 @@
+/* Llama family (Llama 2/3/3.1/3.2, Mistral-style configs, SmolLM).
+ * Pre-norm decoder, SwiGLU MLP, grouped-query attention, RoPE with the
+ * default/linear/llama3/yarn scalings. attention_bias puts a bias on all four
+ * attention projections, as in transformers' LlamaAttention. */
+#include "models/blocks.h"
+
+static spindle_status llama_load(spindle_model *m, spindle_error *err) {
+    sp_decoder_options opt = {.qkv_bias = m->cfg.attention_bias,
+                              .o_bias = m->cfg.attention_bias};
+    return sp_bind_decoder_layers(m, &opt, err);
+}
+
+const sp_arch sp_arch_llama = {"llama", llama_load, sp_prenorm_decoder_layer};
+const sp_arch sp_arch_mistral = {"mistral", llama_load, sp_prenorm_decoder_layer};

@@ -1,0 +1,210 @@
+/* Loading a model and running the batched forward pass. */
+#include "models/model.h"
+#include "models/blocks.h"
+#include "base/error.h"
+#include "compute/matmul.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ load */
+
+static spindle_status init_rope(spindle_model *m, spindle_error *err) {
+    if (m->cfg.rope_traditional)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: rope_traditional (interleaved RoPE) is not "
+                       "supported", m->dir);
+    if (sp_rope_init(&m->rope, &m->cfg.rope) != 0)
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+spindle_status spindle_model_load(const char *path,
+                                  const spindle_load_options *options,
+                                  spindle_model **out, spindle_error *err) {
+    sp_error_clear(err);
+    if (!out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "out is NULL");
+    *out = NULL;
+    spindle_model *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    spindle_status st = sp_resolve_model_path(path, &m->dir, err);
+    if (!st) st = sp_config_load(m->dir, &m->cfg, err);
+    if (!st) {
+        m->arch = sp_find_arch(m->cfg.model_type);
+        if (!m->arch)
+            st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                         "%s/config.json: model_type '%s' is not supported "
+                         "(supported: %s)", m->dir, m->cfg.model_type,
+                         sp_supported_archs());
+    }
+    if (!st) st = sp_safetensors_open_dir(m->dir, &m->tensors, err);
+    if (!st) {
+        m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+        if (!m->layers) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    if (!st) {
+        m->embed_scale = 1.0f;
+        m->max_context = m->cfg.max_position;
+        if (options && options->max_context > 0)
+            m->max_context = options->max_context;
+        st = init_rope(m, err);
+    }
+    if (!st) st = sp_bind_embeddings_and_head(m, err);
+    if (!st) st = m->arch->load(m, err);
+    if (!st) {
+        m->pool = sp_pool_create(options ? options->n_threads : 0);
+        if (!m->pool)
+            st = sp_fail(err, SPINDLE_ERR_MEMORY, "cannot start threads");
+    }
+    if (st) {
+        spindle_model_free(m);
+        return st;
+    }
+    *out = m;
+    return SPINDLE_OK;
+}
+
+void spindle_model_free(spindle_model *m) {
+    if (!m) return;
+    sp_forward_free(m->fwd);
+    sp_pool_destroy(m->pool);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    sp_rope_free(&m->rope);
+    sp_rope_free(&m->rope_local);
+    sp_tensor_set_free(m->tensors);
+    sp_config_free(&m->cfg);
+    free(m->dir);
+    free(m);
+}
+
+const char *spindle_model_dir(const spindle_model *m) { return m->dir; }
+int spindle_model_vocab_size(const spindle_model *m) { return m->cfg.vocab_size; }
+int spindle_model_context_length(const spindle_model *m) { return m->max_context; }
+
+int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
+    if (ids) *ids = m->cfg.eos_ids;
+    return m->cfg.n_eos;
+}
+
+/* ------------------------------------------------------------- sequences */
+
+spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
+                               spindle_error *err) {
+    if (!model || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    spindle_seq *s = calloc(1, sizeof *s);
+    if (!s) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    s->model = model;
+    spindle_status st = sp_kv_init(&s->cache, model->cfg.n_layers,
+                                   model->cfg.n_kv_heads, model->cfg.head_dim,
+                                   model->max_context, err);
+    if (st) { free(s); return st; }
+    *out = s;
+    return SPINDLE_OK;
+}
+
+void spindle_seq_free(spindle_seq *s) {
+    if (!s) return;
+    sp_kv_free(&s->cache);
+    free(s);
+}
+
+int spindle_seq_length(const spindle_seq *s) { return s->cache.length; }
+
+spindle_status spindle_seq_truncate(spindle_seq *s, int length,
+                                    spindle_error *err) {
+    if (length < 0 || length > s->cache.length)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "cannot truncate a sequence of %d tokens to %d",
+                       s->cache.length, length);
+    s->cache.length = length;
+    return SPINDLE_OK;
+}
+
+/* --------------------------------------------------------------- forward */
+
+static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
+                                  int n, int *rows, spindle_error *err) {
+    *rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (!e[i].seq || e[i].seq->model != m)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "batch entry %d: sequence of another model", i);
+        if (e[i].n_tokens < 1 || !e[i].tokens)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "batch entry %d: no tokens", i);
+        if (e[i].logits_mode != SPINDLE_LOGITS_NONE && !e[i].logits)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "batch entry %d: no logits buffer", i);
+        for (int j = 0; j < i; j++)
+            if (e[j].seq == e[i].seq)
+                return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                               "batch entries %d and %d share a sequence", j, i);
+        for (int t = 0; t < e[i].n_tokens; t++)
+            if (e[i].tokens[t] < 0 || e[i].tokens[t] >= m->cfg.vocab_size)
+                return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                               "token id %d is outside the vocabulary (%d)",
+                               e[i].tokens[t], m->cfg.vocab_size);
+        if (e[i].n_tokens > (1 << 24) - *rows)
+            return sp_fail(err, SPINDLE_ERR_LIMIT, "batch too large");
+        *rows += e[i].n_tokens;
+    }
+    return SPINDLE_OK;
+}
+
+/* Final norm and lm_head for the rows whose logits were asked for. */
+static void compute_logits(spindle_model *m, sp_forward *f,
+                           spindle_batch_entry *e, int n) {
+    int d = m->cfg.hidden_size;
+    sp_forward one = *f;
+    for (int i = 0; i < n; i++) {
+        if (e[i].logits_mode == SPINDLE_LOGITS_NONE) continue;
+        int first = f->seqs[i].first_row, count = f->seqs[i].n_rows;
+        if (e[i].logits_mode == SPINDLE_LOGITS_LAST) {
+            first += count - 1;
+            count = 1;
+        }
+        one.n_rows = count;
+        sp_norm_rows(&one, f->x + (size_t)first * d, m->final_norm, f->xn);
+        sp_linear_forward(&one, &m->lm_head, f->xn, e[i].logits);
+    }
+}
+
+spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
+                               int n, spindle_error *err) {
+    sp_error_clear(err);
+    if (!m || !e || n < 1)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "empty batch");
+    int rows;
+    spindle_status st = check_batch(m, e, n, &rows, err);
+    if (!st) st = sp_forward_reserve(&m->fwd, m, rows, n, err);
+    for (int i = 0; i < n && !st; i++)
+        st = sp_kv_reserve(&e[i].seq->cache,
+                           e[i].seq->cache.length + e[i].n_tokens, err);
+    if (st) return st;
+
+    sp_forward *f = m->fwd;
+    f->n_rows = rows;
+    f->n_seqs = n;
+    int d = m->cfg.hidden_size, row = 0;
+    for (int i = 0; i < n; i++) {
+        sp_forward_seq *s = &f->seqs[i];
+        s->cache = &e[i].seq->cache;
+        s->first_row = row;
+        s->n_rows = e[i].n_tokens;
+        s->first_pos = s->cache->length;
+        for (int t = 0; t < e[i].n_tokens; t++, row++) {
+            f->pos[row] = s->first_pos + t;
+            float *x = f->x + (size_t)row * d;
+            sp_weight_row(&m->embed, e[i].tokens[t], x);
+            if (m->embed_scale != 1.0f)
+                for (int j = 0; j < d; j++) x[j] *= m->embed_scale;
+        }
+    }
+    for (int l = 0; l < m->cfg.n_layers; l++) m->arch->layer(f, l);
+    compute_logits(m, f, e, n);
+    for (int i = 0; i < n; i++) e[i].seq->cache.length += e[i].n_tokens;
+    return SPINDLE_OK;
+}

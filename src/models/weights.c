@@ -1,0 +1,209 @@
+/* Binding tensors from the safetensors set to the model's weight views,
+ * with the shape and quantization checks that make a bad file fail at load
+ * with a message naming the tensor, instead of producing garbage later. */
+#include "models/model.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sp_tensor_info *find(spindle_model *m, const char *name) {
+    return sp_tensor_set_find(m->tensors, name);
+}
+
+static spindle_status missing(spindle_model *m, const char *name,
+                              spindle_error *err) {
+    return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing tensor '%s'", m->dir,
+                   name);
+}
+
+static bool is_float(sp_dtype t) {
+    return t == SP_DTYPE_F32 || t == SP_DTYPE_F16 || t == SP_DTYPE_BF16;
+}
+
+static void shape_text(const sp_tensor_info *t, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld",
+                                 (long long)t->shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+static spindle_status expect_shape(const sp_tensor_info *t, int64_t a,
+                                   int64_t b, spindle_error *err) {
+    bool ok = (b < 0) ? (t->ndim == 1 && t->shape[0] == a)
+                      : (t->ndim == 2 && t->shape[0] == a && t->shape[1] == b);
+    if (ok) return SPINDLE_OK;
+    char got[128];
+    shape_text(t, got, sizeof got);
+    if (b < 0)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' has shape %s, expected [%lld]",
+                       t->file, t->name, got, (long long)a);
+    return sp_fail(err, SPINDLE_ERR_FORMAT,
+                   "%s: tensor '%s' has shape %s, expected [%lld, %lld]",
+                   t->file, t->name, got, (long long)a, (long long)b);
+}
+
+static spindle_status track(spindle_model *m, float *p, spindle_error *err) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        float **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) { free(p); return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory"); }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
+                                  int64_t n, const float **out,
+                                  spindle_error *err) {
+    *out = NULL;
+    const sp_tensor_info *t = find(m, name);
+    if (!t) return SPINDLE_OK;
+    spindle_status st = expect_shape(t, n, -1, err);
+    if (st) return st;
+    if (!is_float(t->dtype))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' has dtype %s, expected a float type",
+                       t->file, name, sp_dtype_name(t->dtype));
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, (size_t)i);
+    if ((st = track(m, v, err))) return st;
+    *out = v;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
+                              const float **out, spindle_error *err) {
+    spindle_status st = sp_bind_vector_opt(m, name, n, out, err);
+    if (!st && !*out) return missing(m, name, err);
+    return st;
+}
+
+static bool valid_bits(int b) {
+    return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8;
+}
+
+/* MLX affine: <prefix>.weight U32 [rows, cols*bits/32], .scales and .biases
+ * [rows, cols/group_size] in one float type. */
+static spindle_status bind_affine(spindle_model *m, const char *prefix,
+                                  const sp_tensor_info *w,
+                                  const sp_tensor_info *scales, int bits,
+                                  int group, bool explicit_params,
+                                  int64_t rows, int64_t cols, sp_weight *out,
+                                  spindle_error *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.biases", prefix);
+    const sp_tensor_info *biases = find(m, name);
+    if (!biases) return missing(m, name, err);
+    if (w->dtype != SP_DTYPE_U32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: quantized tensor '%s' has dtype %s, expected U32",
+                       w->file, w->name, sp_dtype_name(w->dtype));
+    if (!explicit_params) {
+        /* mlx-lm infers the packing of a module from its shapes. */
+        if (scales->ndim == 2 && scales->shape[1] > 0 && w->ndim == 2 &&
+            cols > 0) {
+            group = (int)(cols / scales->shape[1]);
+            bits = (int)(w->shape[1] * 32 / cols);
+        }
+    }
+    if (!valid_bits(bits) || !(group == 32 || group == 64 || group == 128))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor '%s': %d-bit quantization with group size "
+                       "%d is not supported (bits 2,3,4,5,6,8; groups "
+                       "32,64,128)", w->file, w->name, bits, group);
+    if (cols % group)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s': %lld input features are not a "
+                       "multiple of the group size %d", w->file, w->name,
+                       (long long)cols, group);
+    spindle_status st;
+    if ((st = expect_shape(w, rows, cols * bits / 32, err)) ||
+        (st = expect_shape(scales, rows, cols / group, err)) ||
+        (st = expect_shape(biases, rows, cols / group, err)))
+        return st;
+    if (!is_float(scales->dtype) || scales->dtype != biases->dtype)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s': scales and biases must share one "
+                       "float dtype", scales->file, scales->name);
+    *out = (sp_weight){.type = SP_W_AFFINE, .rows = rows, .cols = cols,
+                       .data = w->data, .bits = bits, .group_size = group,
+                       .qparam_dtype = scales->dtype, .scales = scales->data,
+                       .biases = biases->data};
+    return SPINDLE_OK;
+}
+
+static spindle_status bind_matrix(spindle_model *m, const char *prefix,
+                                  int64_t rows, int64_t cols, sp_weight *out,
+                                  spindle_error *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const sp_tensor_info *w = find(m, name);
+    if (!w) return missing(m, name, err);
+
+    int bits, group;
+    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, prefix, &bits, &group);
+    snprintf(name, sizeof name, "%s.scales", prefix);
+    const sp_tensor_info *scales = find(m, name);
+    if (rule != SP_QUANT_FLOAT && scales)
+        return bind_affine(m, prefix, w, scales, bits, group,
+                           rule == SP_QUANT_EXPLICIT, rows, cols, out, err);
+
+    spindle_status st = expect_shape(w, rows, cols, err);
+    if (st) return st;
+    sp_wtype type;
+    switch (w->dtype) {
+    case SP_DTYPE_F32: type = SP_W_F32; break;
+    case SP_DTYPE_F16: type = SP_W_F16; break;
+    case SP_DTYPE_BF16: type = SP_W_BF16; break;
+    default:
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor '%s' has dtype %s, which is not a weight "
+                       "type Spindle reads (F32, F16, BF16, MLX affine U32)",
+                       w->file, w->name, sp_dtype_name(w->dtype));
+    }
+    *out = (sp_weight){.type = type, .rows = rows, .cols = cols,
+                       .data = w->data};
+    return SPINDLE_OK;
+}
+
+spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
+                              int64_t rows, int64_t cols, bool need_bias,
+                              sp_linear *out, spindle_error *err) {
+    memset(out, 0, sizeof *out);
+    spindle_status st = bind_matrix(m, prefix, rows, cols, &out->w, err);
+    if (st) return st;
+    char name[300];
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    st = need_bias ? sp_bind_vector(m, name, rows, &out->bias, err)
+                   : sp_bind_vector_opt(m, name, rows, &out->bias, err);
+    return st;
+}
+
+spindle_status sp_bind_embeddings_and_head(spindle_model *m,
+                                           spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    spindle_status st = bind_matrix(m, "model.embed_tokens", c->vocab_size,
+                                    c->hidden_size, &m->embed, err);
+    if (st) return st;
+    if ((st = sp_bind_vector(m, "model.norm.weight", c->hidden_size,
+                             &m->final_norm, err)))
+        return st;
+    /* Configs silent on tying are decided by the files themselves. */
+    m->tied = c->tie_word_embeddings == 1 ||
+              (c->tie_word_embeddings == -1 &&
+               !find(m, "lm_head.weight"));
+    if (m->tied) {
+        m->lm_head.w = m->embed;
+        m->lm_head.bias = NULL;
+        return SPINDLE_OK;
+    }
+    return sp_bind_linear(m, "lm_head", c->vocab_size, c->hidden_size, false,
+                          &m->lm_head, err);
+}
