@@ -17,7 +17,7 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   echo "== C unit tests ($dir)"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
   echo "== Python suites ($dir)"
-  SPINDLE_BUILD="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
+  SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
     .venv/bin/python -m pytest -q -p no:cacheprovider ${@:3}
 }
 

@@ -91,8 +91,9 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
     if (!cJSON_IsObject(rs))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: 'rope_scaling' must be an object", path);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-    if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    /* mlx-lm reads "type" before "rope_type". */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     const char *type = cJSON_IsString(t) ? t->valuestring : "default";
 #define RS_NUM(key, dflt)                                                     \
     (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, key))                \
@@ -115,9 +116,11 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
         r->beta_slow = RS_NUM("beta_slow", 1.0);
         r->mscale = RS_NUM("mscale", 1.0);
         r->mscale_all_dim = RS_NUM("mscale_all_dim", 0.0);
-        r->attention_factor = RS_NUM("attention_factor", 0.0);
-        r->original_max_position = (int)RS_NUM(
-            "original_max_position_embeddings", cfg->max_position);
+        /* mlx-lm (the parity reference) derives the attention factor from
+         * mscale/mscale_all_dim and ignores an explicit attention_factor. */
+        r->attention_factor = 0.0;
+        r->original_max_position =
+            (int)RS_NUM("original_max_position_embeddings", 4096);
     } else {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_scaling type '%s' is not supported "

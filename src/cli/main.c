@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"run", sp_cmd_run, "generate tokens from a prompt"},
     {"info", sp_cmd_info, "print a model's configuration and weights"},
+    {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
 };
 
 static void usage(FILE *out) {

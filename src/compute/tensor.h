@@ -83,13 +83,18 @@ static inline uint16_t sp_f32_to_bf16(float f) {
 float sp_f16_to_f32(uint16_t h);
 uint16_t sp_f32_to_f16(float f);
 
-/* Read element i of a float-typed buffer (F32, F16 or BF16) as f32. */
+/* Read element i of a float-typed buffer (F32, F16 or BF16) as f32. The
+ * buffer may sit unaligned inside a mapped file, hence the memcpy loads. */
 static inline float sp_load_float(const void *p, sp_dtype t, size_t i) {
-    switch (t) {
-    case SP_DTYPE_F16: return sp_f16_to_f32(((const uint16_t *)p)[i]);
-    case SP_DTYPE_BF16: return sp_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
+    const unsigned char *b = (const unsigned char *)p;
+    if (t == SP_DTYPE_F16 || t == SP_DTYPE_BF16) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        return t == SP_DTYPE_F16 ? sp_f16_to_f32(h) : sp_bf16_to_f32(h);
     }
+    float f;
+    memcpy(&f, b + 4 * i, 4);
+    return f;
 }
 
 #endif

@@ -1,0 +1,94 @@
+/* Element-wise and per-row kernels: RMSNorm, gated activations, softmax.
+ *
+ * Precise libm functions (expf, tanhf) are used throughout; fast
+ * approximations can come later behind the same signatures once parity is
+ * measured. Reductions keep SP_LANES independent partial sums so that the
+ * compiler can vectorize them without -ffast-math (a strict left-to-right
+ * float sum is a dependency chain it must not reorder). */
+#include "compute/ops.h"
+
+#include <math.h>
+
+#define SP_LANES 8
+
+/* Sum of squares in f32, like mlx's rms_norm which accumulates in float32.
+ * The lane split only changes the summation order (closer to mlx's tree
+ * reduction than a serial sum would be). */
+static float sum_squares_f32(const float *x, int n) {
+    float acc[SP_LANES] = {0};
+    int i = 0;
+    for (; i + SP_LANES <= n; i += SP_LANES)
+        for (int l = 0; l < SP_LANES; l++) acc[l] += x[i + l] * x[i + l];
+    float s = 0.0f;
+    for (int l = 0; l < SP_LANES; l++) s += acc[l];
+    for (; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
+                float weight_offset) {
+    if (n <= 0) return;
+    /* All reads of x for the statistic happen before any write, so out may
+     * alias x; the second loop reads x[i] before writing out[i]. */
+    float inv = 1.0f / sqrtf(sum_squares_f32(x, n) / (float)n + eps);
+    if (w) {
+        for (int i = 0; i < n; i++)
+            out[i] = x[i] * inv * (weight_offset + w[i]);
+    } else {
+        /* NULL weight means no scale at all, whatever the offset. */
+        for (int i = 0; i < n; i++) out[i] = x[i] * inv;
+    }
+}
+
+void sp_silu_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        /* expf(-g) overflows to inf for g < -88: g / inf = -0, the limit. */
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void sp_gelu_tanh_mul(float *gate, const float *up, int n) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        float t = tanhf(k * (g + 0.044715f * g * g * g));
+        gate[i] = 0.5f * g * (1.0f + t) * up[i];
+    }
+}
+
+static float max_f32(const float *x, int n) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+/* The normalizer sums up to a vocabulary's worth of terms (~1e5): it is
+ * accumulated in double so that log-probabilities used for sampling and
+ * scoring do not drift with vocabulary size. */
+void sp_softmax(float *x, int n) {
+    if (n <= 0) return;
+    float m = max_f32(x, n);
+    /* All entries -inf (or a +inf/NaN present): the result is undefined, and
+     * x - m yields NaN everywhere, as in the reference frameworks. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        float e = expf(x[i] - m);
+        x[i] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_log_softmax(float *x, int n) {
+    if (n <= 0) return;
+    float m = max_f32(x, n);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += expf(x[i] - m);
+    /* Subtract m first: with large logits m + log(sum) would round away
+     * the small log(sum). -inf entries stay -inf. */
+    float ls = (float)log(sum);
+    for (int i = 0; i < n; i++) x[i] = (x[i] - m) - ls;
+}

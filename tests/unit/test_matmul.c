@@ -1,0 +1,433 @@
+/* Matrix products for every weight storage type against a reference written
+ * here: weights are generated from known values (float bits built from sign,
+ * exponent and mantissa; affine codes packed by an independent bit-by-bit
+ * packer), decoded with ldexp-based formulas and multiplied in double.
+ *
+ * Tolerance: |y - y_ref| <= 1e-5 * sqrt(cols) * sum_c |w_rc| |x_tc| (for
+ * affine weights |w| is taken as |s q| + |b|, the size of the terms that are
+ * rounded while dequantizing). f32 accumulation over cols terms has a typical
+ * relative error of a few 2^-24 * sqrt(cols); 1e-5 leaves a wide margin
+ * while any wrong code, scale, group or row shows up as an O(1) error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/matmul.h"
+
+/* ------------------------------------------------------------ generators */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float rng_unit(void) { /* [-1, 1) */
+    return (float)((double)rng_u32() / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* Random finite f16 / bf16 bit patterns with exponents near 1.0. */
+static uint16_t rng_f16_bits(int exp_lo, int exp_hi) {
+    uint32_t sign = rng_u32() & 1u;
+    uint32_t e = (uint32_t)(exp_lo + (int)(rng_u32() % (uint32_t)(exp_hi - exp_lo + 1)));
+    return (uint16_t)((sign << 15) | (e << 10) | (rng_u32() & 0x3ffu));
+}
+
+static uint16_t rng_bf16_bits(int exp_lo, int exp_hi) {
+    uint32_t sign = rng_u32() & 1u;
+    uint32_t e = (uint32_t)(exp_lo + (int)(rng_u32() % (uint32_t)(exp_hi - exp_lo + 1)));
+    return (uint16_t)((sign << 15) | (e << 7) | (rng_u32() & 0x7fu));
+}
+
+/* --------------------------------------------------- independent decoders */
+
+static float ref_f16(uint16_t h) {
+    const int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) { /* inf / NaN: IEEE widening keeps the payload */
+        uint32_t u = ((uint32_t)sign << 31) | 0x7f800000u | ((uint32_t)m << 13);
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (float)(sign ? -v : v);
+}
+
+static float ref_bf16(uint16_t h) {
+    const int sign = h >> 15, e = (h >> 7) & 255, m = h & 127;
+    if (e == 255) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    double v = e == 0 ? ldexp(m, -133) : ldexp(128 + m, e - 134);
+    return (float)(sign ? -v : v);
+}
+
+/* ------------------------------------------------------------ test weights */
+
+/* A weight plus what the test knows about it. Buffers are offset by `skew`
+ * bytes to model unaligned tensors inside an mmapped file. */
+typedef struct test_weight {
+    sp_weight w;
+    uint8_t *data_buf, *scale_buf, *bias_buf;
+    float *dense;  /* [rows][cols]: the intended value of each element */
+    float *mag;    /* [rows][cols]: size of the rounded terms (see header) */
+} test_weight;
+
+static float qparam_value(sp_dtype t, const uint8_t *p, size_t i) {
+    if (t == SP_DTYPE_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t == SP_DTYPE_F16 ? ref_f16(h) : ref_bf16(h);
+}
+
+static void put_qparam(sp_dtype t, uint8_t *p, size_t i, int small) {
+    if (t == SP_DTYPE_F32) {
+        float f = rng_unit() * (small ? 0.05f : 1.0f);
+        memcpy(p + 4 * i, &f, 4);
+    } else if (t == SP_DTYPE_F16) {
+        uint16_t h = small ? rng_f16_bits(8, 12) : rng_f16_bits(12, 15);
+        memcpy(p + 2 * i, &h, 2);
+    } else {
+        uint16_t h = small ? rng_bf16_bits(118, 122) : rng_bf16_bits(122, 127);
+        memcpy(p + 2 * i, &h, 2);
+    }
+}
+
+static void make_float_weight(test_weight *tw, sp_wtype type, int64_t rows,
+                              int64_t cols, int skew) {
+    memset(tw, 0, sizeof *tw);
+    const size_t n = (size_t)(rows * cols);
+    const size_t es = type == SP_W_F32 ? 4 : 2;
+    tw->data_buf = malloc(n * es + 8);
+    tw->dense = malloc(n * sizeof(float));
+    tw->mag = malloc(n * sizeof(float));
+    assert_true(tw->data_buf && tw->dense && tw->mag);
+    uint8_t *d = tw->data_buf + skew;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (type == SP_W_F32) {
+            v = rng_unit();
+            memcpy(d + 4 * i, &v, 4);
+        } else {
+            uint16_t h = type == SP_W_F16 ? rng_f16_bits(10, 15)
+                                          : rng_bf16_bits(122, 127);
+            memcpy(d + 2 * i, &h, 2);
+            v = type == SP_W_F16 ? ref_f16(h) : ref_bf16(h);
+        }
+        tw->dense[i] = v;
+        tw->mag[i] = fabsf(v);
+    }
+    tw->w = (sp_weight){.type = type, .rows = rows, .cols = cols, .data = d};
+}
+
+/* Pack code q of element c at bits [c*bits, (c+1)*bits) of the row's bit
+ * stream, one bit at a time (MLX's layout). */
+static void pack_code(uint8_t *row, int64_t c, int bits, uint32_t q) {
+    for (int b = 0; b < bits; b++) {
+        const uint64_t bit = (uint64_t)c * (uint64_t)bits + (uint64_t)b;
+        if ((q >> b) & 1u) row[bit / 8] |= (uint8_t)(1u << (bit % 8));
+    }
+}
+
+static void make_affine_weight(test_weight *tw, int64_t rows, int64_t cols,
+                               int bits, int gs, sp_dtype qt, int skew) {
+    memset(tw, 0, sizeof *tw);
+    const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    const size_t groups = (size_t)(rows * (cols / gs));
+    const size_t qs = qt == SP_DTYPE_F32 ? 4 : 2;
+    tw->data_buf = calloc(row_bytes * (size_t)rows + 8, 1);
+    tw->scale_buf = malloc(groups * qs + 8);
+    tw->bias_buf = malloc(groups * qs + 8);
+    tw->dense = malloc((size_t)(rows * cols) * sizeof(float));
+    tw->mag = malloc((size_t)(rows * cols) * sizeof(float));
+    assert_true(tw->data_buf && tw->scale_buf && tw->bias_buf && tw->dense &&
+                tw->mag);
+    uint8_t *d = tw->data_buf + skew;
+    uint8_t *sc = tw->scale_buf + skew, *bi = tw->bias_buf + 2 * skew;
+    for (size_t g = 0; g < groups; g++) {
+        put_qparam(qt, sc, g, 1);
+        put_qparam(qt, bi, g, 0);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            const uint32_t q = rng_u32() & ((1u << bits) - 1u);
+            pack_code(d + (size_t)r * row_bytes, c, bits, q);
+            const size_t g = (size_t)(r * (cols / gs) + c / gs);
+            const double s = qparam_value(qt, sc, g);
+            const double b = qparam_value(qt, bi, g);
+            tw->dense[r * cols + c] = (float)(s * q + b);
+            tw->mag[r * cols + c] = (float)(fabs(s * q) + fabs(b));
+        }
+    }
+    tw->w = (sp_weight){.type = SP_W_AFFINE, .rows = rows, .cols = cols,
+                        .data = d, .bits = bits, .group_size = gs,
+                        .qparam_dtype = qt, .scales = sc, .biases = bi};
+}
+
+static void free_weight(test_weight *tw) {
+    free(tw->data_buf);
+    free(tw->scale_buf);
+    free(tw->bias_buf);
+    free(tw->dense);
+    free(tw->mag);
+}
+
+/* --------------------------------------------------------------- checking */
+
+static sp_pool *pools[3]; /* NULL, 2 threads, 3 threads */
+
+static int setup_pools(void **state) {
+    (void)state;
+    pools[0] = NULL;
+    pools[1] = sp_pool_create(2);
+    pools[2] = sp_pool_create(3);
+    return pools[1] && pools[2] ? 0 : -1;
+}
+
+static int teardown_pools(void **state) {
+    (void)state;
+    sp_pool_destroy(pools[1]);
+    sp_pool_destroy(pools[2]);
+    return 0;
+}
+
+static void check_close(const float *y, const double *ref, const double *mag,
+                        int64_t n, int64_t cols, const char *what) {
+    const double tol_scale = 1e-5 * sqrt((double)cols);
+    for (int64_t i = 0; i < n; i++) {
+        const double err = fabs((double)y[i] - ref[i]);
+        if (!(err <= tol_scale * mag[i] + 1e-30))
+            fail_msg("%s: element %lld: got %.9g want %.9g (tol %.3g)", what,
+                     (long long)i, (double)y[i], ref[i], tol_scale * mag[i]);
+    }
+}
+
+/* sp_matmul (every pool) and sp_matmul_reference against the double
+ * reference for n_tokens random activation rows. */
+static void check_matmul(const test_weight *tw, int n_tokens,
+                         const char *what) {
+    const int64_t rows = tw->w.rows, cols = tw->w.cols;
+    float *x = malloc((size_t)(n_tokens * cols) * sizeof *x);
+    float *y = malloc((size_t)(n_tokens * rows) * sizeof *y);
+    double *ref = malloc((size_t)(n_tokens * rows) * sizeof *ref);
+    double *mag = malloc((size_t)(n_tokens * rows) * sizeof *mag);
+    assert_true(x && y && ref && mag);
+    for (int64_t i = 0; i < n_tokens * cols; i++) x[i] = rng_unit();
+    for (int t = 0; t < n_tokens; t++) {
+        for (int64_t r = 0; r < rows; r++) {
+            double acc = 0, m = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                acc += (double)tw->dense[r * cols + c] * x[t * cols + c];
+                m += (double)tw->mag[r * cols + c] * fabs(x[t * cols + c]);
+            }
+            ref[t * rows + r] = acc;
+            mag[t * rows + r] = m;
+        }
+    }
+    char label[160];
+    for (int p = 0; p < 3; p++) {
+        for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
+        sp_matmul(pools[p], &tw->w, x, n_tokens, y);
+        snprintf(label, sizeof label, "%s tokens=%d pool=%d", what, n_tokens,
+                 sp_pool_size(pools[p]));
+        check_close(y, ref, mag, n_tokens * rows, cols, label);
+    }
+    for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
+    sp_matmul_reference(&tw->w, x, n_tokens, y);
+    snprintf(label, sizeof label, "%s tokens=%d reference", what, n_tokens);
+    check_close(y, ref, mag, n_tokens * rows, cols, label);
+    free(x);
+    free(y);
+    free(ref);
+    free(mag);
+}
+
+/* sp_weight_row: bit-exact for float types; for affine within one rounding
+ * of each of s*q and +b. */
+static void check_rows(const test_weight *tw, const char *what) {
+    const int64_t cols = tw->w.cols;
+    float *out = malloc((size_t)cols * sizeof *out);
+    assert_non_null(out);
+    for (int64_t r = 0; r < tw->w.rows; r++) {
+        for (int64_t c = 0; c < cols; c++) out[c] = NAN;
+        sp_weight_row(&tw->w, r, out);
+        for (int64_t c = 0; c < cols; c++) {
+            const float want = tw->dense[r * cols + c];
+            const int ok = tw->w.type == SP_W_AFFINE
+                               ? fabsf(out[c] - want) <=
+                                     0x1p-23f * tw->mag[r * cols + c]
+                               : memcmp(&out[c], &want, 4) == 0;
+            if (!ok)
+                fail_msg("%s: row %lld col %lld: got %.9g want %.9g", what,
+                         (long long)r, (long long)c, (double)out[c],
+                         (double)want);
+        }
+    }
+    free(out);
+}
+
+static const int64_t test_rows[] = {1, 3, 17, 33};
+static const int test_tokens[] = {1, 2, 5};
+
+static void test_float_types(void **state) {
+    (void)state;
+    static const sp_wtype types[] = {SP_W_F32, SP_W_F16, SP_W_BF16};
+    static const int64_t cols_list[] = {1, 7, 13, 100, 600};
+    char what[128];
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ri = 0; ri < 4; ri++)
+            for (size_t ci = 0; ci < 5; ci++)
+                for (int skew = 0; skew < 2; skew++) {
+                    test_weight tw;
+                    make_float_weight(&tw, types[ti], test_rows[ri],
+                                      cols_list[ci], skew);
+                    snprintf(what, sizeof what, "type=%d rows=%lld cols=%lld skew=%d",
+                             (int)types[ti], (long long)test_rows[ri],
+                             (long long)cols_list[ci], skew);
+                    check_rows(&tw, what);
+                    for (int k = 0; k < 3; k++)
+                        check_matmul(&tw, test_tokens[k], what);
+                    free_weight(&tw);
+                }
+}
+
+static void test_affine(void **state) {
+    (void)state;
+    static const int bits_list[] = {2, 3, 4, 5, 6, 8};
+    static const int gs_list[] = {32, 64, 128};
+    static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
+    char what[160];
+    int n = 0;
+    for (size_t bi = 0; bi < 6; bi++)
+        for (size_t gi = 0; gi < 3; gi++)
+            for (size_t qi = 0; qi < 3; qi++)
+                for (size_t ri = 0; ri < 4; ri++) {
+                    /* One group, three groups, and a width that crosses the
+                     * kernels' 512-column tile. */
+                    const int gs = gs_list[gi];
+                    const int64_t cols_list[] = {gs, 3 * gs, 640};
+                    for (size_t ci = 0; ci < 3; ci++) {
+                        const int skew = (n++) % 3 == 1;
+                        test_weight tw;
+                        make_affine_weight(&tw, test_rows[ri], cols_list[ci],
+                                           bits_list[bi], gs, qts[qi], skew);
+                        snprintf(what, sizeof what,
+                                 "affine bits=%d gs=%d qdtype=%d rows=%lld cols=%lld skew=%d",
+                                 bits_list[bi], gs, (int)qts[qi],
+                                 (long long)test_rows[ri],
+                                 (long long)cols_list[ci], skew);
+                        check_rows(&tw, what);
+                        for (int k = 0; k < 3; k++)
+                            check_matmul(&tw, test_tokens[k], what);
+                        free_weight(&tw);
+                    }
+                }
+}
+
+/* Every f16 bit pattern, through sp_weight_row, bit for bit (NaNs: sign
+ * and payload, the quiet bit aside). */
+static void test_f16_all_values(void **state) {
+    (void)state;
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *out = malloc(65536 * sizeof *out);
+    assert_true(h && out);
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    sp_weight w = {.type = SP_W_F16, .rows = 1, .cols = 65536, .data = h};
+    sp_weight_row(&w, 0, out);
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float want = ref_f16((uint16_t)i);
+        uint32_t got_bits, want_bits;
+        memcpy(&got_bits, &out[i], 4);
+        memcpy(&want_bits, &want, 4);
+        /* Signalling NaNs may come back quiet (as F16C hardware does). */
+        if (isnan(want)) {
+            got_bits &= ~0x00400000u;
+            want_bits &= ~0x00400000u;
+        }
+        if (got_bits != want_bits)
+            fail_msg("f16 0x%04x: got %a want %a", i, (double)out[i],
+                     (double)want);
+    }
+    free(h);
+    free(out);
+}
+
+/* A larger case with many row tiles per thread and both paths. */
+static void test_large(void **state) {
+    (void)state;
+    test_weight tw;
+    make_affine_weight(&tw, 301, 1536, 4, 64, SP_DTYPE_BF16, 1);
+    check_matmul(&tw, 1, "large affine");
+    check_matmul(&tw, 7, "large affine");
+    free_weight(&tw);
+    make_float_weight(&tw, SP_W_BF16, 257, 1030, 0);
+    check_matmul(&tw, 1, "large bf16");
+    check_matmul(&tw, 3, "large bf16");
+    free_weight(&tw);
+}
+
+/* Descriptors the kernels cannot handle yield NaNs, not wild reads. */
+static void test_unusable_weight(void **state) {
+    (void)state;
+    uint8_t data[64] = {0};
+    float qp[4] = {1, 1, 1, 1};
+    float x[64] = {0}, y[2], row[64];
+    const sp_weight bad[] = {
+        {.type = SP_W_AFFINE, .rows = 2, .cols = 32, .data = data, .bits = 7,
+         .group_size = 32, .qparam_dtype = SP_DTYPE_F32, .scales = qp,
+         .biases = qp},
+        {.type = SP_W_AFFINE, .rows = 2, .cols = 32, .data = data, .bits = 4,
+         .group_size = 0, .qparam_dtype = SP_DTYPE_F32, .scales = qp,
+         .biases = qp},
+        {.type = SP_W_AFFINE, .rows = 2, .cols = 48, .data = data, .bits = 4,
+         .group_size = 32, .qparam_dtype = SP_DTYPE_F32, .scales = qp,
+         .biases = qp},
+        {.type = SP_W_AFFINE, .rows = 2, .cols = 32, .data = data, .bits = 4,
+         .group_size = 32, .qparam_dtype = SP_DTYPE_I8, .scales = qp,
+         .biases = qp},
+        {.type = SP_W_F32, .rows = 2, .cols = 32, .data = NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        y[0] = y[1] = 0;
+        sp_matmul(pools[1], &bad[i], x, 1, y);
+        assert_true(isnan(y[0]) && isnan(y[1]));
+        y[0] = y[1] = 0;
+        sp_matmul_reference(&bad[i], x, 1, y);
+        assert_true(isnan(y[0]) && isnan(y[1]));
+        row[0] = 0;
+        sp_weight_row(&bad[i], 0, row);
+        assert_true(isnan(row[0]));
+    }
+    /* A row index out of range. */
+    const sp_weight ok = {.type = SP_W_F32, .rows = 2, .cols = 4, .data = qp};
+    row[0] = 0;
+    sp_weight_row(&ok, 2, row);
+    assert_true(isnan(row[0]));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_all_values),
+        cmocka_unit_test(test_float_types),
+        cmocka_unit_test(test_affine),
+        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_unusable_weight),
+    };
+    return cmocka_run_group_tests(tests, setup_pools, teardown_pools);
+}

@@ -1,0 +1,201 @@
+/* Element-wise kernels (src/compute/ops.c) against scalar double references
+ * written from the definitions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/ops.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float frand(float lo, float hi) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    double u = (double)(rng_state >> 11) / 9007199254740992.0;
+    return (float)(lo + (hi - lo) * u);
+}
+
+static void fill(float *x, int n, float lo, float hi) {
+    for (int i = 0; i < n; i++) x[i] = frand(lo, hi);
+}
+
+/* |got - want| <= atol + rtol * |want| */
+static void assert_close(double got, double want, double atol, double rtol,
+                         int i) {
+    double err = fabs(got - want);
+    if (!(err <= atol + rtol * fabs(want)))
+        fail_msg("index %d: got %.9g want %.9g (err %.3g)", i, got, want, err);
+}
+
+/* ---- rmsnorm ---- */
+
+static void ref_rmsnorm(double *out, const float *x, const float *w, int n,
+                        double eps, double off) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * (w ? off + w[i] : 1.0);
+}
+
+static void check_rmsnorm(int n, float off, int with_w, int alias) {
+    float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+    float *out = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    fill(x, n, -3.0f, 3.0f);
+    fill(w, n, -1.0f, 2.0f);
+    const float *wp = with_w ? w : NULL;
+    ref_rmsnorm(ref, x, wp, n, 1e-6, off);
+    float *dst = alias ? x : out;
+    sp_rmsnorm(dst, x, wp, n, 1e-6f, off);
+    for (int i = 0; i < n; i++) assert_close(dst[i], ref[i], 1e-6, 1e-5, i);
+    free(x), free(w), free(out), free(ref);
+}
+
+static void test_rmsnorm_offset0(void **s) {
+    (void)s;
+    check_rmsnorm(4096, 0.0f, 1, 0);
+    check_rmsnorm(1, 0.0f, 1, 0);
+}
+static void test_rmsnorm_offset1(void **s) {
+    (void)s;
+    check_rmsnorm(2304, 1.0f, 1, 0);
+}
+static void test_rmsnorm_null_weight(void **s) {
+    (void)s;
+    check_rmsnorm(128, 0.0f, 0, 0);
+    check_rmsnorm(128, 1.0f, 0, 0); /* NULL weight: no scale, offset unused */
+}
+static void test_rmsnorm_alias(void **s) {
+    (void)s;
+    check_rmsnorm(1000, 0.0f, 1, 1);
+    check_rmsnorm(1000, 1.0f, 1, 1);
+}
+static void test_rmsnorm_odd(void **s) {
+    (void)s;
+    for (int n = 1; n < 40; n += 3) check_rmsnorm(n, 0.0f, 1, 0);
+    check_rmsnorm(4097, 1.0f, 1, 0);
+}
+
+static void test_rmsnorm_eps_dominates(void **s) {
+    (void)s;
+    /* All-zero input: the output is exactly zero, no NaN. */
+    float x[5] = {0}, w[5] = {1, 1, 1, 1, 1};
+    sp_rmsnorm(x, x, w, 5, 1e-5f, 0.0f);
+    for (int i = 0; i < 5; i++) assert_true(x[i] == 0.0f);
+}
+
+/* ---- gated activations ---- */
+
+static double ref_silu(double x) { return x / (1.0 + exp(-x)); }
+static double ref_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void check_gated(int which) {
+    enum { N = 1003 };
+    float g[N], u[N], g0[N];
+    fill(g, N, -12.0f, 12.0f);
+    fill(u, N, -2.0f, 2.0f);
+    g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -1e-30f;
+    memcpy(g0, g, sizeof g);
+    if (which == 0) sp_silu_mul(g, u, N);
+    else sp_gelu_tanh_mul(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double a = which == 0 ? ref_silu(g0[i]) : ref_gelu_tanh(g0[i]);
+        assert_close(g[i], a * u[i], 1e-6, 2e-6, i);
+    }
+}
+
+static void test_silu_mul(void **s) { (void)s; check_gated(0); }
+static void test_gelu_tanh_mul(void **s) { (void)s; check_gated(1); }
+
+/* ---- softmax / log_softmax ---- */
+
+static void ref_log_softmax(double *out, const float *x, int n) {
+    double m = -INFINITY;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - m);
+    for (int i = 0; i < n; i++) out[i] = ((double)x[i] - m) - log(sum);
+}
+
+static void check_softmax(const float *x, int n) {
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    memcpy(a, x, sizeof(float) * n);
+    memcpy(b, x, sizeof(float) * n);
+    ref_log_softmax(ref, x, n);
+    sp_softmax(a, n);
+    sp_log_softmax(b, n);
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        total += a[i];
+        assert_close(a[i], exp(ref[i]), 1e-9, 1e-5, i);
+        if (isinf(ref[i])) {
+            assert_true(isinf(b[i]) && b[i] < 0);
+        } else {
+            /* log-prob error: f32 rounding of x - m dominates, relative to
+             * the magnitude of the inputs. */
+            double scale = fabs(ref[i]) + fabs((double)x[i]) + 1.0;
+            assert_close(b[i], ref[i], 1e-6 * scale, 0.0, i);
+        }
+    }
+    assert_close(total, 1.0, 1e-5, 0.0, -1);
+    free(a), free(b), free(ref);
+}
+
+static void test_softmax_basic(void **s) {
+    (void)s;
+    float x[7];
+    fill(x, 7, -5.0f, 5.0f);
+    check_softmax(x, 7);
+    float one[1] = {3.5f};
+    check_softmax(one, 1);
+    enum { V = 151936 };
+    float *big = malloc(sizeof(float) * V);
+    fill(big, V, -20.0f, 20.0f);
+    check_softmax(big, V);
+    free(big);
+}
+
+static void test_softmax_large_magnitudes(void **s) {
+    (void)s;
+    float x[6] = {1e4f, 1e4f - 1.0f, -1e4f, 9990.0f, 1e4f - 0.5f, -3e38f};
+    check_softmax(x, 6);
+    float y[4] = {-1e4f, -1e4f - 2.0f, -1e4f - 0.25f, -2e4f};
+    check_softmax(y, 4);
+}
+
+static void test_softmax_neg_inf(void **s) {
+    (void)s;
+    float x[8] = {0.5f, -INFINITY, 2.0f, -INFINITY, -1.0f, 0.0f, -INFINITY, 3.0f};
+    check_softmax(x, 8);
+    float y[3] = {-INFINITY, 7.0f, -INFINITY}; /* one survivor: prob 1 */
+    sp_softmax(y, 3);
+    assert_true(y[0] == 0.0f && y[1] == 1.0f && y[2] == 0.0f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm_offset0),
+        cmocka_unit_test(test_rmsnorm_offset1),
+        cmocka_unit_test(test_rmsnorm_null_weight),
+        cmocka_unit_test(test_rmsnorm_alias),
+        cmocka_unit_test(test_rmsnorm_odd),
+        cmocka_unit_test(test_rmsnorm_eps_dominates),
+        cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_gelu_tanh_mul),
+        cmocka_unit_test(test_softmax_basic),
+        cmocka_unit_test(test_softmax_large_magnitudes),
+        cmocka_unit_test(test_softmax_neg_inf),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
