@@ -152,6 +152,10 @@ typedef struct spindle_gen_params {
     int prefill_chunk;        /* prompt tokens per forward pass; 0: 512 */
     spindle_sampler_params sampler;
     bool ignore_eos;
+    /* Extra ids that end generation besides the model's EOS ids (e.g. the
+     * tokenizer's eos or a chat template's end-of-turn token). Borrowed. */
+    const int32_t *stop_ids;
+    int n_stop_ids;
 } spindle_gen_params;
 
 spindle_gen_params spindle_gen_defaults(void);

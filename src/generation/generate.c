@@ -97,7 +97,12 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
         if (st) break;
         out[n++] = tok;
         if (callback && !callback(tok, user)) { reason = "callback"; break; }
-        if (is_eos(eos, n_eos, tok)) { reason = "eos"; break; }
+        if (is_eos(eos, n_eos, tok) ||
+            (!params->ignore_eos &&
+             is_eos(params->stop_ids, params->n_stop_ids, tok))) {
+            reason = "eos";
+            break;
+        }
         if (n == params->max_tokens) break;
         if (limit > 0 && spindle_seq_length(seq) >= limit) {
             reason = "context";

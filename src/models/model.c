@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "compute/matmul.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,12 @@ static void compute_logits(spindle_model *m, sp_forward *f,
         one.n_rows = count;
         sp_norm_rows(&one, f->x + (size_t)first * d, m->final_norm, f->xn);
         sp_linear_forward(&one, &m->lm_head, f->xn, e[i].logits);
+        float cap = m->final_logit_softcap;
+        if (cap > 0) {
+            float *l = e[i].logits;
+            size_t nl = (size_t)count * m->cfg.vocab_size;
+            for (size_t j = 0; j < nl; j++) l[j] = cap * tanhf(l[j] / cap);
+        }
     }
 }
 

@@ -25,6 +25,9 @@ typedef struct sp_layer {
     const float *attn_norm;      /* input_layernorm */
     const float *mlp_norm;       /* post_attention_layernorm (Llama naming) */
     const float *q_norm, *k_norm;/* per-head RMSNorm over head_dim (Qwen3) */
+    /* Gemma's sandwich norms on the block outputs (NULL elsewhere); Gemma
+     * binds pre_feedforward_layernorm as mlp_norm. */
+    const float *post_attn_norm, *post_mlp_norm;
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
     const sp_rope *rope;
@@ -56,6 +59,9 @@ struct spindle_model {
     bool tied;
     const float *final_norm;
     float norm_offset;           /* 0, or 1 for Gemma's (1 + w) norms */
+    float attn_scale;            /* family-specific score scale (Gemma) */
+    float attn_softcap;          /* 0: none */
+    float final_logit_softcap;   /* 0: none; logits = cap * tanh(l / cap) */
     sp_layer *layers;
     sp_rope rope;                /* global rope */
     sp_rope rope_local;          /* sliding-window layers' rope (Gemma) */

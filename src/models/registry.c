@@ -4,10 +4,11 @@
 #include <string.h>
 
 extern const sp_arch sp_arch_llama, sp_arch_mistral, sp_arch_qwen2,
-    sp_arch_qwen3;
+    sp_arch_qwen3, sp_arch_gemma3_text;
 
 static const sp_arch *const archs[] = {
     &sp_arch_llama, &sp_arch_mistral, &sp_arch_qwen2, &sp_arch_qwen3,
+    &sp_arch_gemma3_text,
 };
 
 const sp_arch *sp_find_arch(const char *model_type) {
@@ -16,4 +17,6 @@ const sp_arch *sp_find_arch(const char *model_type) {
     return NULL;
 }
 
-const char *sp_supported_archs(void) { return "llama, mistral, qwen2, qwen3"; }
+const char *sp_supported_archs(void) {
+    return "llama, mistral, qwen2, qwen3, gemma3_text";
+}

@@ -1,0 +1,205 @@
+/* Gemma 3 text models (model_type "gemma3_text"; "gemma3" multimodal
+ * configs reach this through their text_config, which names gemma3_text).
+ *
+ * Differences from the Llama layer, as mlx-lm's gemma3_text computes them:
+ *  - embeddings times sqrt(hidden_size), that factor rounded to bf16 first;
+ *  - RMSNorm scales by (1 + w), with 1 + w rounded to the weight's dtype;
+ *  - "sandwich" norms: each block's output is normalized again before it
+ *    joins the residual stream;
+ *  - per-head q/k norms, GeGLU MLP (tanh GELU);
+ *  - local layers attend to a sliding window and use their own RoPE base
+ *    (rope_local_base_freq, unscaled); global layers use rope_theta with
+ *    rope_scaling;
+ *  - score scale query_pre_attn_scalar^-0.5, optional logit softcaps. */
+#include "models/blocks.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* mlx-lm's Gemma RMSNorm computes `1.0 + weight` in the weight's dtype. */
+static void fold_norm_offset(spindle_model *m, const char *name,
+                             const float *w, int n) {
+    const sp_tensor_info *t = sp_tensor_set_find(m->tensors, name);
+    float *v = (float *)w; /* an owned copy made by sp_bind_vector */
+    for (int i = 0; i < n; i++) {
+        float s = 1.0f + v[i];
+        if (t && t->dtype == SP_DTYPE_BF16)
+            s = sp_bf16_to_f32(sp_f32_to_bf16(s));
+        else if (t && t->dtype == SP_DTYPE_F16)
+            s = sp_f16_to_f32(sp_f32_to_f16(s));
+        v[i] = s;
+    }
+}
+
+static spindle_status bind_norm(spindle_model *m, const char *name, int n,
+                                const float **out, spindle_error *err) {
+    spindle_status st = sp_bind_vector(m, name, n, out, err);
+    if (!st) fold_norm_offset(m, name, *out, n);
+    return st;
+}
+
+/* Which layers are local: `layer_types` when the config lists them (newer
+ * transformers configs), else every layer but each sliding_window_pattern-th
+ * one, as mlx-lm decides. */
+static spindle_status layer_is_local(spindle_model *m, bool *local,
+                                     spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    const cJSON *types =
+        cJSON_GetObjectItemCaseSensitive(c->json, "layer_types");
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: 'layer_types' must list %d layer "
+                           "types", m->dir, c->n_layers);
+        for (int l = 0; l < c->n_layers; l++) {
+            const cJSON *t = cJSON_GetArrayItem(types, l);
+            const char *s = cJSON_IsString(t) ? t->valuestring : "";
+            if (!strcmp(s, "sliding_attention")) local[l] = true;
+            else if (!strcmp(s, "full_attention")) local[l] = false;
+            else
+                return sp_fail(err, SPINDLE_ERR_FORMAT,
+                               "%s/config.json: layer_types[%d] is neither "
+                               "'sliding_attention' nor 'full_attention'",
+                               m->dir, l);
+        }
+        return SPINDLE_OK;
+    }
+    int pattern = sp_config_int(c, "sliding_window_pattern", 6);
+    if (pattern < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: sliding_window_pattern %d is not "
+                       "positive", m->dir, pattern);
+    for (int l = 0; l < c->n_layers; l++) local[l] = (l + 1) % pattern != 0;
+    return SPINDLE_OK;
+}
+
+/* A config value that must be a positive finite number unless it is absent
+ * or null (then `dflt`; 0 for the softcaps means none). */
+static spindle_status positive(spindle_model *m, const char *key, double dflt,
+                               double *out, spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (!v || cJSON_IsNull(v)) { *out = dflt; return SPINDLE_OK; }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
+        !isfinite(v->valuedouble))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: '%s' must be a positive number",
+                       m->dir, key);
+    *out = v->valuedouble;
+    return SPINDLE_OK;
+}
+
+static spindle_status init_ropes(spindle_model *m, spindle_error *err) {
+    double theta = 0, local_theta = 0;
+    spindle_status st;
+    /* mlx-lm's and transformers' Gemma 3 default, not the generic 10000. */
+    if ((st = positive(m, "rope_theta", 1000000.0, &theta, err)) ||
+        (st = positive(m, "rope_local_base_freq", 10000.0, &local_theta,
+                       err)))
+        return st;
+    sp_rope_config global = m->cfg.rope;
+    global.theta = theta;
+    sp_rope_config local = m->cfg.rope;
+    local.type = SP_ROPE_DEFAULT;
+    local.factor = 1.0;
+    local.theta = local_theta;
+    sp_rope_free(&m->rope);
+    sp_rope_free(&m->rope_local);
+    if (sp_rope_init(&m->rope, &global) || sp_rope_init(&m->rope_local, &local))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    sp_decoder_options opt = {.qkv_bias = c->attention_bias,
+                              .o_bias = c->attention_bias,
+                              .qk_norm = true};
+    spindle_status st = sp_bind_decoder_layers(m, &opt, err);
+    char p[256];
+    for (int l = 0; l < c->n_layers && !st; l++) {
+        sp_layer *L = &m->layers[l];
+        int d = c->hidden_size, hd = c->head_dim;
+        /* The generic binder put post_attention_layernorm where Llama's
+         * pre-MLP norm goes; in Gemma it normalizes the attention output. */
+        L->post_attn_norm = L->mlp_norm;
+#define NAME(fmt) (snprintf(p, sizeof p, "model.layers.%d." fmt, l), p)
+        fold_norm_offset(m, NAME("input_layernorm.weight"), L->attn_norm, d);
+        fold_norm_offset(m, NAME("post_attention_layernorm.weight"),
+                         L->post_attn_norm, d);
+        fold_norm_offset(m, NAME("self_attn.q_norm.weight"), L->q_norm, hd);
+        fold_norm_offset(m, NAME("self_attn.k_norm.weight"), L->k_norm, hd);
+        if ((st = bind_norm(m, NAME("pre_feedforward_layernorm.weight"), d,
+                            &L->mlp_norm, err)) ||
+            (st = bind_norm(m, NAME("post_feedforward_layernorm.weight"), d,
+                            &L->post_mlp_norm, err)))
+            break;
+#undef NAME
+    }
+    return st;
+}
+
+static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    /* Gemma's head_dim is not hidden / heads, and mlx-lm's default (256)
+     * differs from the generic derivation: insist on the explicit value. */
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(c->json, "head_dim");
+    if (!hd || cJSON_IsNull(hd))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: gemma3 needs 'head_dim'", m->dir);
+    if (c->rope.rotary_dim != c->head_dim)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s/config.json: gemma3 with partial rotary "
+                       "embeddings is not supported", m->dir);
+    double qscalar, window, attn_cap, final_cap;
+    spindle_status st;
+    if ((st = positive(m, "query_pre_attn_scalar", 256.0, &qscalar, err)) ||
+        (st = positive(m, "sliding_window", 512.0, &window, err)) ||
+        (st = positive(m, "attn_logit_softcapping", 0.0, &attn_cap, err)) ||
+        (st = positive(m, "final_logit_softcapping", 0.0, &final_cap, err)))
+        return st;
+    if (window > (double)(1 << 30))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: sliding_window is too large", m->dir);
+    if ((st = init_ropes(m, err))) return st;
+
+    m->attn_scale = (float)(1.0 / sqrt(qscalar));
+    m->attn_softcap = (float)attn_cap;
+    m->final_logit_softcap = (float)final_cap;
+    /* mlx-lm: h *= mx.array(hidden ** 0.5, bfloat16).astype(h.dtype). */
+    m->embed_scale =
+        sp_bf16_to_f32(sp_f32_to_bf16(sqrtf((float)c->hidden_size)));
+    m->norm_offset = 0.0f; /* the 1 is folded into every norm weight */
+    fold_norm_offset(m, "model.norm.weight", m->final_norm, c->hidden_size);
+
+    if ((st = bind_layers(m, err))) return st;
+
+    bool *local = calloc((size_t)c->n_layers, sizeof *local);
+    if (!local) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    st = layer_is_local(m, local, err);
+    for (int l = 0; l < c->n_layers && !st; l++) {
+        m->layers[l].rope = local[l] ? &m->rope_local : &m->rope;
+        m->layers[l].window = local[l] ? (int)window : 0;
+    }
+    free(local);
+    return st;
+}
+
+static void gemma3_layer(sp_forward *f, int l) {
+    const spindle_model *m = f->m;
+    const sp_layer *L = &m->layers[l];
+
+    sp_norm_rows(f, f->x, L->attn_norm, f->xn);
+    sp_attention_block(f, l, m->attn_scale, m->attn_softcap);
+    sp_norm_rows(f, f->out, L->post_attn_norm, f->out);
+    sp_add_rows(f, f->x, f->out);
+
+    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
+    sp_mlp_geglu(f, l);
+    sp_norm_rows(f, f->out, L->post_mlp_norm, f->out);
+    sp_add_rows(f, f->x, f->out);
+}
+
+const sp_arch sp_arch_gemma3_text = {"gemma3_text", gemma3_load, gemma3_layer};
