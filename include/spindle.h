@@ -128,6 +128,12 @@ typedef struct spindle_sampler_params {
     float min_p;           /* 0: off */
     int min_tokens_to_keep;/* for min_p; default 1 */
     uint64_t seed;         /* same seed -> same tokens */
+    /* XTC ("exclude top choices"): with this probability per step, drop
+     * every token above xtc_threshold except the least likely of them. */
+    float xtc_probability; /* 0: off */
+    float xtc_threshold;   /* default 0.1 */
+    const int32_t *xtc_special_tokens; /* never dropped (copied) */
+    int n_xtc_special_tokens;
 } spindle_sampler_params;
 
 /* The defaults of mlx_lm.generate: greedy. */
@@ -156,6 +162,18 @@ typedef struct spindle_gen_params {
      * tokenizer's eos or a chat template's end-of-turn token). Borrowed. */
     const int32_t *stop_ids;
     int n_stop_ids;
+    /* Logits processors, applied in mlx-lm's order before sampling, over
+     * the prompt and the tokens generated so far. Context sizes count the
+     * most recent tokens (default 20; 0: all). */
+    const int32_t *logit_bias_ids;    /* borrowed, n_logit_bias entries */
+    const float *logit_bias_values;
+    int n_logit_bias;
+    float repetition_penalty;         /* 0 or 1: off; >1 discourages */
+    int repetition_context_size;
+    float presence_penalty;           /* 0: off */
+    int presence_context_size;
+    float frequency_penalty;          /* 0: off */
+    int frequency_context_size;
 } spindle_gen_params;
 
 spindle_gen_params spindle_gen_defaults(void);

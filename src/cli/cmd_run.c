@@ -1,20 +1,29 @@
 /* spindle run: load a model, generate from a prompt, report statistics. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/prompt.h"
 #include "spindle.h"
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *run_usage =
-    "usage: spindle run -m MODEL --prompt-tokens 1,2,3 [options]\n"
+    "usage: spindle run -m MODEL (-p TEXT | --prompt-tokens IDS) [options]\n"
     "  -m, --model PATH        model directory or Hugging Face repo id\n"
+    "  -p, --prompt TEXT       text prompt (special tokens added per the tokenizer)\n"
+    "  --chat                  wrap the prompt in the model's chat template\n"
+    "  --system TEXT           system message for --chat\n"
     "  --prompt-tokens IDS     prompt as comma-separated token ids\n"
     "  -n, --max-tokens N      tokens to generate (default 256)\n"
     "  --temp T                temperature (default 0: greedy)\n"
     "  --top-k K, --top-p P, --min-p P, --seed S   sampling\n"
+    "  --xtc-probability P, --xtc-threshold T      XTC sampling\n"
+    "  --repetition-penalty F, --presence-penalty F, --frequency-penalty F\n"
+    "  --penalty-context N     tokens the penalties look back over (default 20)\n"
+    "  --logit-bias ID=BIAS    add BIAS to a token's logit (repeatable)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
     "  --ctx N                 context limit (default: the model's)\n"
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
@@ -30,6 +39,11 @@ typedef struct run_options {
     int ctx;
     bool json;
     const char *dump_logits;
+    const char *text;
+    const char *system;
+    bool chat;
+    int32_t bias_ids[64];
+    float bias_values[64];
     spindle_gen_params gen;
 } run_options;
 
@@ -45,6 +59,12 @@ static int parse(int argc, char **argv, run_options *o) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            VALUE(); o->text = v;
+        } else if (!strcmp(a, "--system")) {
+            VALUE(); o->system = v;
+        } else if (!strcmp(a, "--chat")) {
+            o->chat = true;
         } else if (!strcmp(a, "--prompt-tokens")) {
             VALUE();
             free(o->prompt);
@@ -64,6 +84,41 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--min-p")) {
             VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
             o->gen.sampler.min_p = (float)x;
+        } else if (!strcmp(a, "--xtc-probability")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
+            o->gen.sampler.xtc_probability = (float)x;
+        } else if (!strcmp(a, "--xtc-threshold")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 0.5, &x)) return 2;
+            o->gen.sampler.xtc_threshold = (float)x;
+        } else if (!strcmp(a, "--repetition-penalty")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 100, &x)) return 2;
+            o->gen.repetition_penalty = (float)x;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            VALUE(); if (!sp_arg_float(a, v, -100, 100, &x)) return 2;
+            o->gen.presence_penalty = (float)x;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            VALUE(); if (!sp_arg_float(a, v, -100, 100, &x)) return 2;
+            o->gen.frequency_penalty = (float)x;
+        } else if (!strcmp(a, "--penalty-context")) {
+            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
+            o->gen.repetition_context_size = o->gen.presence_context_size =
+                o->gen.frequency_context_size = (int)n;
+        } else if (!strcmp(a, "--logit-bias")) {
+            VALUE();
+            const char *eq = strchr(v, '=');
+            int k = o->gen.n_logit_bias;
+            char id[32] = "";
+            if (eq && eq - v < 32) memcpy(id, v, (size_t)(eq - v));
+            if (!eq || k >= 64 || !sp_arg_int(a, id, 0, INT32_MAX, &n) ||
+                !sp_arg_float(a, eq + 1, -1e9, 1e9, &x)) {
+                fprintf(stderr, "spindle run: --logit-bias expects ID=BIAS (at most 64)\n");
+                return 2;
+            }
+            o->bias_ids[k] = (int32_t)n;
+            o->bias_values[k] = (float)x;
+            o->gen.n_logit_bias = k + 1;
+            o->gen.logit_bias_ids = o->bias_ids;
+            o->gen.logit_bias_values = o->bias_values;
         } else if (!strcmp(a, "--seed")) {
             VALUE(); if (!sp_arg_u64(a, v, &o->gen.sampler.seed)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -91,8 +146,13 @@ static int parse(int argc, char **argv, run_options *o) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
         return 2;
     }
-    if (!o->prompt) {
-        fprintf(stderr, "spindle run: a prompt is required (--prompt-tokens)\n");
+    if (!o->prompt == !o->text) {
+        fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
+                        "--prompt-tokens IDS\n");
+        return 2;
+    }
+    if ((o->chat || o->system) && !o->text) {
+        fprintf(stderr, "spindle run: --chat and --system need -p TEXT\n");
         return 2;
     }
     return 0;
@@ -127,13 +187,14 @@ static bool print_token(int32_t token, void *user) {
 }
 
 static void print_json(const run_options *o, const int32_t *toks, int n,
-                       const spindle_gen_stats *s) {
+                       const char *text, const spindle_gen_stats *s) {
     cJSON *root = cJSON_CreateObject();
     cJSON *p = cJSON_AddArrayToObject(root, "prompt_tokens");
     for (int i = 0; i < o->n_prompt; i++)
         cJSON_AddItemToArray(p, cJSON_CreateNumber(o->prompt[i]));
     cJSON *t = cJSON_AddArrayToObject(root, "tokens");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(toks[i]));
+    if (text) cJSON_AddStringToObject(root, "text", text);
     cJSON *st = cJSON_AddObjectToObject(root, "stats");
     cJSON_AddNumberToObject(st, "prompt_tokens", s->prompt_tokens);
     cJSON_AddNumberToObject(st, "generated_tokens", s->generated_tokens);
@@ -143,10 +204,28 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddNumberToObject(st, "decode_tps", s->decode_tps);
     cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
     cJSON_AddStringToObject(st, "stop_reason", s->stop_reason);
-    char *text = cJSON_PrintUnformatted(root);
-    if (text) puts(text);
-    free(text);
+    char *json = cJSON_PrintUnformatted(root);
+    if (json) puts(json);
+    free(json);
     cJSON_Delete(root);
+}
+
+/* Text prompts need the model's tokenizer; --chat also its template. */
+static spindle_status text_prompt(run_options *o, const spindle_tokenizer *tok,
+                                  spindle_error *err) {
+    if (!o->chat) {
+        size_t n = 0;
+        spindle_status st = spindle_tokenizer_encode(tok, o->text, strlen(o->text),
+                                                     true, &o->prompt, &n, err);
+        o->n_prompt = (int)n;
+        return st;
+    }
+    char *msgs = sp_single_turn_messages(o->system, o->text);
+    if (!msgs) return SPINDLE_ERR_MEMORY;
+    spindle_status st = sp_chat_prompt_ids(tok, msgs, NULL, &o->prompt,
+                                           &o->n_prompt, err);
+    free(msgs);
+    return st;
 }
 
 int sp_cmd_run(int argc, char **argv) {
@@ -157,32 +236,49 @@ int sp_cmd_run(int argc, char **argv) {
 
     spindle_error err = {0};
     spindle_model *model = NULL;
+    spindle_tokenizer *tok = NULL;
     spindle_seq *seq = NULL;
-    int32_t *toks = NULL;
+    sp_text_stream stream;
+    memset(&stream, 0, sizeof stream);
+    int32_t *toks = NULL, stop[4];
     int n = 0;
     float *logits = NULL;
     spindle_gen_stats stats;
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    /* Streaming text needs a tokenizer; token-id prompts work without one. */
+    if (!st && o.text)
+        st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
+    if (!st && o.text) st = text_prompt(&o, tok, &err);
+    if (!st && tok) {
+        o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
+        o.gen.stop_ids = stop;
+        st = sp_text_stream_init(&stream, tok, o.json ? NULL : stdout, &err);
+    }
     if (!st) st = spindle_seq_new(model, &seq, &err);
     if (!st && o.dump_logits) {
         logits = malloc((size_t)spindle_model_vocab_size(model) * sizeof(float));
-        if (!logits) { st = SPINDLE_ERR_MEMORY; snprintf(err.message, sizeof err.message, "out of memory"); }
+        if (!logits) st = SPINDLE_ERR_MEMORY;
     }
+    spindle_token_callback cb = tok ? sp_text_stream_token
+                                    : (o.json ? NULL : print_token);
     if (!st)
-        st = spindle_generate(model, seq, o.prompt, o.n_prompt, &o.gen,
-                              o.json ? NULL : print_token, NULL, &toks, &n,
-                              logits, &stats, &err);
+        st = spindle_generate(model, seq, o.prompt, o.n_prompt, &o.gen, cb,
+                              tok ? (void *)&stream : NULL, &toks, &n, logits,
+                              &stats, &err);
+    if (!st && tok) sp_text_stream_finish(&stream);
     if (!st && o.dump_logits &&
         !write_npy(o.dump_logits, logits, spindle_model_vocab_size(model))) {
         st = SPINDLE_ERR_IO;
         snprintf(err.message, sizeof err.message, "%s: cannot write", o.dump_logits);
     }
     if (st) {
-        fprintf(stderr, "spindle: %s\n", err.message);
+        fprintf(stderr, "spindle: %s\n",
+                err.message[0] ? err.message : spindle_status_name(st));
     } else if (o.json) {
-        print_json(&o, toks, n, &stats);
+        print_json(&o, toks, n, tok ? (stream.text ? stream.text : "") : NULL,
+                   &stats);
     } else {
         printf("\n");
         fprintf(stderr,
@@ -194,8 +290,10 @@ int sp_cmd_run(int argc, char **argv) {
     }
     free(logits);
     spindle_free(toks);
+    sp_text_stream_free(&stream);
     spindle_seq_free(seq);
+    spindle_tokenizer_free(tok);
     spindle_model_free(model);
-    free(o.prompt);
+    spindle_free(o.prompt);
     return st ? 1 : 0;
 }

@@ -14,6 +14,10 @@ typedef struct command {
 static const command commands[] = {
     {"run", sp_cmd_run, "generate tokens from a prompt"},
     {"info", sp_cmd_info, "print a model's configuration and weights"},
+    {"chat", sp_cmd_chat, "chat interactively with streaming output"},
+    {"tokenize", sp_cmd_tokenize, "text to token ids"},
+    {"detokenize", sp_cmd_detokenize, "token ids to text"},
+    {"template", sp_cmd_template, "render a chat template"},
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
 };
 

@@ -2,6 +2,7 @@
  * until an end-of-sequence id or the token budget. */
 #include "spindle.h"
 #include "base/error.h"
+#include "generation/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,9 @@ spindle_gen_params spindle_gen_defaults(void) {
     p.max_tokens = 256;
     p.prefill_chunk = 512;
     p.sampler = spindle_sampler_defaults();
+    p.repetition_context_size = 20;
+    p.presence_context_size = 20;
+    p.frequency_context_size = 20;
     return p;
 }
 
@@ -53,6 +57,38 @@ static spindle_status prefill(spindle_model *model, spindle_seq *seq,
     return SPINDLE_OK;
 }
 
+/* The processors the parameters ask for, or NULL when none is active. */
+static spindle_status make_processors(const spindle_gen_params *g,
+                                      sp_logits_processors **out,
+                                      spindle_error *err) {
+    *out = NULL;
+    bool any = g->n_logit_bias > 0 ||
+               (g->repetition_penalty != 0 && g->repetition_penalty != 1) ||
+               g->presence_penalty != 0 || g->frequency_penalty != 0;
+    if (!any) return SPINDLE_OK;
+    sp_logits_params p = sp_logits_params_defaults();
+    sp_logit_bias *bias = NULL;
+    if (g->n_logit_bias > 0) {
+        if (!g->logit_bias_ids || !g->logit_bias_values)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT, "logit bias without ids or values");
+        bias = malloc((size_t)g->n_logit_bias * sizeof *bias);
+        if (!bias) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+        for (int i = 0; i < g->n_logit_bias; i++)
+            bias[i] = (sp_logit_bias){g->logit_bias_ids[i], g->logit_bias_values[i]};
+    }
+    p.logit_bias = bias;
+    p.n_logit_bias = g->n_logit_bias > 0 ? g->n_logit_bias : 0;
+    p.repetition_penalty = g->repetition_penalty;
+    p.repetition_context_size = g->repetition_context_size;
+    p.presence_penalty = g->presence_penalty;
+    p.presence_context_size = g->presence_context_size;
+    p.frequency_penalty = g->frequency_penalty;
+    p.frequency_context_size = g->frequency_context_size;
+    spindle_status st = sp_logits_processors_new(&p, out, err);
+    free(bias);
+    return st;
+}
+
 spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
                                 const int32_t *prompt, int n_prompt,
                                 const spindle_gen_params *params,
@@ -79,6 +115,14 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     spindle_status st = (!logits || !out)
         ? sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory")
         : spindle_sampler_new(&params->sampler, &sampler, err);
+    sp_logits_processors *procs = NULL;
+    int32_t *history = NULL;   /* prompt ++ generated, for the processors */
+    if (!st) st = make_processors(params, &procs, err);
+    if (!st && procs) {
+        history = malloc(((size_t)n_prompt + params->max_tokens + 1) * sizeof *history);
+        if (!history) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+        else memcpy(history, prompt, (size_t)n_prompt * sizeof *history);
+    }
     const int32_t *eos = NULL;
     int n_eos = params->ignore_eos ? 0 : spindle_model_eos_ids(model, &eos);
     int limit = spindle_model_context_length(model);
@@ -93,8 +137,13 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     int n = 0;
     while (!st && n < params->max_tokens) {
         int32_t tok;
+        if (procs) {
+            st = sp_logits_process(procs, history, n_prompt + n, logits, vocab, err);
+            if (st) break;
+        }
         st = spindle_sampler_sample(sampler, logits, vocab, &tok, NULL, err);
         if (st) break;
+        if (history) history[n_prompt + n] = tok;
         out[n++] = tok;
         if (callback && !callback(tok, user)) { reason = "callback"; break; }
         if (is_eos(eos, n_eos, tok) ||
@@ -116,6 +165,8 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     double t2 = now_seconds();
 
     spindle_sampler_free(sampler);
+    sp_logits_processors_free(procs);
+    free(history);
     free(logits);
     if (stats) {
         memset(stats, 0, sizeof *stats);

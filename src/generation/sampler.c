@@ -30,6 +30,8 @@ spindle_sampler_params spindle_sampler_defaults(void) {
         .min_p = 0.0f,
         .min_tokens_to_keep = 1,
         .seed = 0,
+        .xtc_probability = 0.0f,
+        .xtc_threshold = 0.1f,
     };
     return p;
 }
@@ -155,7 +157,13 @@ spindle_status sp_sampler_new_ex(const sp_sampler_options *options,
 spindle_status spindle_sampler_new(const spindle_sampler_params *params,
                                    spindle_sampler **out, spindle_error *err) {
     sp_sampler_options o = sp_sampler_options_defaults();
-    if (params) o.base = *params;
+    if (params) {
+        o.base = *params;
+        o.xtc_probability = params->xtc_probability;
+        o.xtc_threshold = params->xtc_threshold;
+        o.xtc_special_tokens = params->xtc_special_tokens;
+        o.n_xtc_special_tokens = params->n_xtc_special_tokens;
+    }
     return sp_sampler_new_ex(&o, out, err);
 }
 

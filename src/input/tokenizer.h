@@ -18,4 +18,8 @@ const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
 const char *sp_tokenizer_config_string(const spindle_tokenizer *tok,
                                        const char *key);
 
+/* Byte length of the piece last returned by spindle_detokenizer_push or
+ * _flush (a decoded U+0000 would end the NUL-terminated view early). */
+size_t sp_detokenizer_piece_len(const spindle_detokenizer *detok);
+
 #endif

@@ -1,0 +1,162 @@
+/* spindle chat: an interactive conversation with streaming output.
+ *
+ * The whole conversation is re-rendered with the chat template every turn
+ * (templates may rewrite earlier turns, e.g. dropping old reasoning), and
+ * only the tokens after the longest prefix already in the KV cache are
+ * prefilled: the cache is rolled back to that prefix first. */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/prompt.h"
+#include "spindle.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct chat_state {
+    spindle_model *model;
+    spindle_tokenizer *tok;
+    spindle_seq *seq;
+    cJSON *messages;
+    int32_t *cached;       /* the tokens whose K/V are in seq */
+    int n_cached, cap_cached;
+    spindle_gen_params gen;
+    int32_t stop[4];
+} chat_state;
+
+static void add_message(cJSON *msgs, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(msgs, m);
+}
+
+/* Remember what the cache now holds: a prefix of prompt ++ generated. */
+static bool remember(chat_state *c, const int32_t *prompt, int n_prompt,
+                     const int32_t *gen, int n_gen) {
+    int len = spindle_seq_length(c->seq);
+    if (len > c->cap_cached) {
+        int32_t *p = realloc(c->cached, (size_t)len * 2 * sizeof *p);
+        if (!p) return false;
+        c->cached = p;
+        c->cap_cached = len * 2;
+    }
+    for (int i = 0; i < len; i++)
+        c->cached[i] = i < n_prompt ? prompt[i] : gen[i - n_prompt];
+    c->n_cached = len;
+    (void)n_gen;
+    return true;
+}
+
+static spindle_status turn(chat_state *c, const char *user, spindle_error *err) {
+    add_message(c->messages, "user", user);
+    char *msgs = cJSON_PrintUnformatted(c->messages);
+    int32_t *ids = NULL, *gen = NULL;
+    int n = 0, n_gen = 0;
+    sp_text_stream stream;
+    memset(&stream, 0, sizeof stream);
+    spindle_status st = msgs ? sp_chat_prompt_ids(c->tok, msgs, NULL, &ids, &n, err)
+                             : SPINDLE_ERR_MEMORY;
+    free(msgs);
+    if (!st) {
+        int keep = 0;
+        while (keep < n && keep < c->n_cached && ids[keep] == c->cached[keep]) keep++;
+        if (keep == n) keep--;   /* the last token must be fed for logits */
+        st = spindle_seq_truncate(c->seq, keep, err);
+        if (!st) st = sp_text_stream_init(&stream, c->tok, stdout, err);
+        if (!st)
+            st = spindle_generate(c->model, c->seq, ids + keep, n - keep,
+                                  &c->gen, sp_text_stream_token, &stream, &gen,
+                                  &n_gen, NULL, NULL, err);
+        if (!st) sp_text_stream_finish(&stream);
+        printf("\n");
+        if (!st && !remember(c, ids, n, gen, n_gen)) st = SPINDLE_ERR_MEMORY;
+        if (!st) add_message(c->messages, "assistant", stream.text ? stream.text : "");
+    }
+    if (st) {
+        /* Forget the failed turn so the conversation stays consistent. */
+        cJSON_DeleteItemFromArray(c->messages, cJSON_GetArraySize(c->messages) - 1);
+        c->n_cached = 0;
+        spindle_seq_truncate(c->seq, 0, NULL);
+    }
+    sp_text_stream_free(&stream);
+    spindle_free(ids);
+    spindle_free(gen);
+    return st;
+}
+
+int sp_cmd_chat(int argc, char **argv) {
+    const char *model_path = NULL, *system = NULL;
+    chat_state c;
+    memset(&c, 0, sizeof c);
+    c.gen = spindle_gen_defaults();
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n;
+        double x;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            puts("usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
+                 "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
+                 "Type a message and press Enter; /reset clears the history, "
+                 "/exit (or end of input) quits.");
+            return 0;
+        }
+        if (!(v = sp_arg_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "--system")) system = v;
+        else if (!strcmp(a, "-n") && sp_arg_int(a, v, 1, 1 << 24, &n)) c.gen.max_tokens = (int)n;
+        else if (!strcmp(a, "-t") && sp_arg_int(a, v, 1, 1024, &n)) threads = (int)n;
+        else if (!strcmp(a, "--top-k") && sp_arg_int(a, v, 0, 1 << 24, &n)) c.gen.sampler.top_k = (int)n;
+        else if (!strcmp(a, "--temp") && sp_arg_float(a, v, 0, 1e4, &x)) c.gen.sampler.temperature = (float)x;
+        else if (!strcmp(a, "--top-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.top_p = (float)x;
+        else if (!strcmp(a, "--min-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.min_p = (float)x;
+        else if (!strcmp(a, "--seed") && sp_arg_u64(a, v, &c.gen.sampler.seed)) {}
+        else {
+            fprintf(stderr, "spindle chat: bad or unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "spindle chat: -m MODEL is required\n");
+        return 2;
+    }
+    spindle_error err = {0};
+    spindle_load_options lo = {.n_threads = threads};
+    spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
+    if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
+    if (!st) st = spindle_seq_new(c.model, &c.seq, &err);
+    if (!st) {
+        c.gen.n_stop_ids = sp_tokenizer_stop_ids(c.tok, c.stop, 4);
+        c.gen.stop_ids = c.stop;
+        c.messages = cJSON_CreateArray();
+        if (system) add_message(c.messages, "system", system);
+    }
+    if (st) fprintf(stderr, "spindle: %s\n", err.message);
+    char *line = NULL;
+    size_t cap = 0;
+    while (!st) {
+        fputs("> ", stderr);
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len < 0) break;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (!strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            cJSON_Delete(c.messages);
+            c.messages = cJSON_CreateArray();
+            if (system) add_message(c.messages, "system", system);
+            continue;
+        }
+        if (!len) continue;
+        if (turn(&c, line, &err))
+            fprintf(stderr, "spindle: %s\n", err.message);
+    }
+    free(line);
+    free(c.cached);
+    cJSON_Delete(c.messages);
+    spindle_seq_free(c.seq);
+    spindle_tokenizer_free(c.tok);
+    spindle_model_free(c.model);
+    return st ? 1 : 0;
+}
