@@ -16,6 +16,13 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   cmake --build "$dir" -j "$JOBS" >/dev/null
   echo "== C unit tests ($dir)"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
+  # The kernels pick the best SIMD path at run time; run the C tests again
+  # on the lower paths so the portable fallback and AVX2 stay tested.
+  for level in scalar avx2; do
+    echo "== C unit tests ($dir, SPINDLE_SIMD=$level)"
+    SPINDLE_SIMD=$level ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
+      -R "test_matmul|test_attention|test_ops"
+  done
   echo "== Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
     .venv/bin/python -m pytest -q -p no:cacheprovider ${@:3}

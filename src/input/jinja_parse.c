@@ -252,6 +252,16 @@ static jx_node *parse_test(parser *p, jx_node *subject) {
     return t;
 }
 
+/* `callee(args)`: errors of a call point at what is called. */
+static jx_node *parse_call(parser *p, jx_node *callee) {
+    jx_node *call = jxp_node(p, JN_CALL, cur(p));
+    if (!call) return NULL;
+    call->line = callee->line;
+    call->col = callee->col;
+    call->a = callee;
+    return parse_call_args(p, call) ? call : NULL;
+}
+
 static jx_node *parse_filter_expr(parser *p, jx_node *n) {
     while (n) {
         if (is_op(p, "|")) {
@@ -259,14 +269,7 @@ static jx_node *parse_filter_expr(parser *p, jx_node *n) {
         } else if (is_name(p, "is")) {
             n = parse_test(p, n);
         } else if (is_op(p, "(")) {
-            jx_node *call = jxp_node(p, JN_CALL, cur(p));
-            if (!call) return NULL;
-            /* Errors of a call point at what is called. */
-            call->line = n->line;
-            call->col = n->col;
-            call->a = n;
-            if (!parse_call_args(p, call)) return NULL;
-            n = call;
+            n = parse_call(p, n);
         } else {
             break;
         }
@@ -332,14 +335,7 @@ static jx_node *parse_postfix(parser *p, jx_node *n) {
         } else if (is_op(p, "[")) {
             n = parse_subscript(p, n);
         } else if (is_op(p, "(")) {
-            jx_node *call = jxp_node(p, JN_CALL, cur(p));
-            if (!call) return NULL;
-            /* Errors of a call point at what is called. */
-            call->line = n->line;
-            call->col = n->col;
-            call->a = n;
-            if (!parse_call_args(p, call)) return NULL;
-            n = call;
+            n = parse_call(p, n);
         } else {
             break;
         }
