@@ -209,7 +209,11 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
 typedef struct spindle_tokenizer spindle_tokenizer;
 
 /* `path`: a directory holding tokenizer.json (+ tokenizer_config.json,
- * optionally chat_template.jinja), or a model directory / repo id. */
+ * optionally chat_template.jinja), or a model directory / repo id; or a
+ * .gguf file (or a directory with one .gguf and no tokenizer.json), whose
+ * tokenizer.ggml.* metadata gives llama.cpp's tokenizer: encode is
+ * llama_tokenize with parse_special=true and add_special as given, decode
+ * llama_detokenize (skip_special: remove_special and no unparse_special). */
 spindle_status spindle_tokenizer_load(const char *path,
                                       spindle_tokenizer **out,
                                       spindle_error *err);

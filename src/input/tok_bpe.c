@@ -159,6 +159,27 @@ spindle_status sp_bpe_parse(const cJSON *j, const sp_fast_model *fast,
     return SPINDLE_OK;
 }
 
+spindle_status sp_bpe_prepare(sp_model *m, size_t n_merges, spindle_error *err) {
+    m->type = SP_MODEL_BPE;
+    size_t cap = 64;
+    while (cap < n_merges * 2) cap *= 2;
+    m->merges.cap = cap;
+    m->merges.keys = calloc(cap, sizeof *m->merges.keys);
+    m->merges.rank = malloc(cap * sizeof *m->merges.rank);
+    m->merges.new_id = malloc(cap * sizeof *m->merges.new_id);
+    m->cache = calloc(1, sizeof *m->cache);
+    if (!m->merges.keys || !m->merges.rank || !m->merges.new_id || !m->cache) return oom(err);
+    pthread_mutex_init(&m->cache->lock, NULL);
+    return SPINDLE_OK;
+}
+
+void sp_bpe_merge_add_first(sp_model *m, int32_t a, int32_t b, uint32_t rank,
+                            int32_t new_id) {
+    uint32_t r;
+    int32_t nid;
+    if (!merge_get(&m->merges, a, b, &r, &nid)) merge_put(&m->merges, a, b, rank, new_id);
+}
+
 void sp_bpe_free(sp_model *m) {
     free(m->merges.keys);
     free(m->merges.rank);
@@ -356,7 +377,7 @@ static void cache_put(sp_bpe_cache *c, uint64_t hash, const char *s, size_t n,
         return;
     }
     memcpy(k, s, n);
-    memcpy(v, ids, n_ids * sizeof *v);
+    if (n_ids) memcpy(v, ids, n_ids * sizeof *v); /* ids may be NULL when empty */
     cache_slot *e = &c->slots[hash & (CACHE_SLOTS - 1)];
     free(e->key);
     free(e->ids);

@@ -245,6 +245,12 @@ spindle_status sp_bpe_parse(const cJSON *j, const sp_fast_model *fast,
 spindle_status sp_bpe_tokenize(const sp_model *m, const char *s, size_t n,
                                sp_ids *out, spindle_error *err);
 void sp_bpe_free(sp_model *m);
+/* For builders other than tokenizer.json (GGUF): make `m` a BPE model with
+ * room for n_merges merges and a word cache, then add merges; a pair that
+ * already has a merge keeps the first (llama.cpp's rule). */
+spindle_status sp_bpe_prepare(sp_model *m, size_t n_merges, spindle_error *err);
+void sp_bpe_merge_add_first(sp_model *m, int32_t a, int32_t b, uint32_t rank,
+                            int32_t new_id);
 spindle_status sp_wordpiece_tokenize(const sp_model *m, const char *s,
                                      size_t n, sp_ids *out, spindle_error *err);
 spindle_status sp_unigram_parse(const cJSON *j, sp_model *m,
@@ -349,6 +355,7 @@ struct spindle_tokenizer {
     int32_t *added_of_id;  /* id -> index in added.v, or -1 */
     cJSON *config;         /* tokenizer_config.json, or NULL */
     char *template_file;   /* chat_template.jinja contents, or NULL */
+    struct sp_gguf_vocab *gguf; /* set: a GGUF vocabulary (tok_gguf.c) */
 };
 
 int32_t sp_tokenizer_token_to_id(const spindle_tokenizer *tok, const char *s,

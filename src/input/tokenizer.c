@@ -10,6 +10,7 @@
  * to HF — and encodes that. */
 #include "input/tokenizer.h"
 #include "input/tok_internal.h"
+#include "input/tok_gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,10 +120,29 @@ spindle_status spindle_tokenizer_load(const char *path, spindle_tokenizer **out,
                                       spindle_error *err) {
     if (!path || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "tokenizer_load: NULL argument");
     *out = NULL;
-    if (!sp_dir_exists(path))
+    /* A .gguf file, or a directory whose only tokenizer is one .gguf. */
+    char *gguf = NULL;
+    spindle_status gst = SPINDLE_OK;
+    if (sp_is_gguf_path(path) && sp_file_exists(path)) {
+        if (!(gguf = strdup(path))) return oom(err);
+    } else if (!sp_dir_exists(path)) {
         return sp_fail(err, SPINDLE_ERR_IO, "%s: not a directory", path);
+    } else {
+        char *tj = sp_path_join(path, "tokenizer.json");
+        if (!tj) return oom(err);
+        if (!sp_file_exists(tj)) gst = sp_gguf_in_dir(path, &gguf, err);
+        free(tj);
+        if (gst) return gst;
+    }
     spindle_tokenizer *tok = calloc(1, sizeof *tok);
-    if (!tok) return oom(err);
+    if (!tok) { free(gguf); return oom(err); }
+    if (gguf) {
+        gst = sp_tokenizer_load_gguf(tok, gguf, err);
+        free(gguf);
+        if (gst) { spindle_tokenizer_free(tok); return gst; }
+        *out = tok;
+        return SPINDLE_OK;
+    }
     cJSON *root = NULL;
     sp_fast_model fast = {0};
     char *tpath = sp_path_join(path, "tokenizer.json"), *text = NULL;
@@ -180,6 +200,8 @@ void spindle_tokenizer_free(spindle_tokenizer *tok) {
     free(tok->added_of_id);
     cJSON_Delete(tok->config);
     free(tok->template_file);
+    sp_gguf_vocab_free(tok->gguf);
+    free(tok->gguf);
     free(tok);
 }
 
@@ -228,7 +250,8 @@ spindle_status spindle_tokenizer_encode(const spindle_tokenizer *tok,
     }
     sp_pieces pieces = {0}, tmp = {0};
     sp_ids ids = {0};
-    spindle_status st = split_and_normalize(tok, text ? text : "", len, &pieces, err);
+    spindle_status st = tok->gguf ? sp_gguf_encode(tok, text ? text : "", len, add_special, &ids, err)
+                                  : split_and_normalize(tok, text ? text : "", len, &pieces, err);
     if (!st && tok->pretok) st = sp_pretok_apply(tok->pretok, &pieces, &tmp, err);
     for (size_t i = 0; i < pieces.n && !st; i++) {
         const sp_piece *p = &pieces.v[i];
@@ -238,7 +261,7 @@ spindle_status spindle_tokenizer_encode(const spindle_tokenizer *tok,
             st = sp_model_tokenize(&tok->model, pieces.text.p + p->off, p->len, &ids, err);
         }
     }
-    if (!st && add_special) st = sp_post_apply(&tok->post, &ids, err);
+    if (!st && add_special && !tok->gguf) st = sp_post_apply(&tok->post, &ids, err);
     if (!st && !ids.v && !(ids.v = malloc(sizeof *ids.v))) st = oom(err);
     sp_pieces_free(&pieces);
     sp_pieces_free(&tmp);
@@ -259,6 +282,14 @@ spindle_status spindle_tokenizer_decode(const spindle_tokenizer *tok,
     if (!tok || (!ids && n_ids) || !text)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "tokenizer_decode: NULL argument");
     *text = NULL;
+    if (tok->gguf) {
+        sp_sbuf g = {0};
+        spindle_status gs = sp_gguf_decode(tok, ids, n_ids, skip_special, &g, err);
+        if (gs) { sp_sbuf_free(&g); return gs; }
+        *text = g.p;
+        if (len) *len = g.len;
+        return SPINDLE_OK;
+    }
     sp_strlist toks = {0}, tmp = {0};
     spindle_status st = SPINDLE_OK;
     /* Unknown ids are skipped, as HF does. */
