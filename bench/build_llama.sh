@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Fetch llama.cpp's source through PyPI (the llama-cpp-python sdist vendors it
+# under vendor/llama.cpp) and build only llama-bench, natively tuned, into
+# bench/.work/compare/. PyPI is the one registry here that carries the whole
+# llama.cpp tree; the build is cached, so a rerun only checks the binary.
+#
+# usage: bench/build_llama.sh [PYTHON]     prints the llama-bench path
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${1:-$ROOT/.venv/bin/python}"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+WORK="$ROOT/bench/.work/compare"
+SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
+BUILD="$WORK/llama-build-$VERSION"
+BIN="$BUILD/bin/llama-bench"
+JOBS="${JOBS:-2}"
+
+if [[ -x "$BIN" ]]; then
+    echo "$BIN"
+    exit 0
+fi
+mkdir -p "$WORK/dl"
+TARBALL="$WORK/dl/llama_cpp_python-$VERSION.tar.gz"
+if [[ ! -f "$TARBALL" ]]; then
+    echo "build_llama: downloading llama-cpp-python==$VERSION sdist" >&2
+    # pip prepares the sdist's metadata, fetching scikit-build-core into an
+    # isolated env; nothing is built or installed.
+    "$PY" -m pip download --no-deps --no-binary :all: \
+        "llama-cpp-python==$VERSION" -d "$WORK/dl" >&2
+fi
+if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
+    tar -xzf "$TARBALL" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+fi
+echo "build_llama: configuring llama.cpp (log: $BUILD.log)" >&2
+# Everything but the tools' common library and llama-bench is switched off;
+# LLAMA_CURL / LLAMA_OPENSSL off keeps the build offline and dependency-free.
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON \
+    >"$BUILD.log" 2>&1
+echo "build_llama: building llama-bench with -j$JOBS (several minutes on 2 cores)" >&2
+cmake --build "$BUILD" --target llama-bench -j"$JOBS" >>"$BUILD.log" 2>&1 || {
+    tail -30 "$BUILD.log" >&2
+    exit 1
+}
+echo "$BIN"

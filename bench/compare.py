@@ -1,0 +1,320 @@
+"""Spindle vs llama.cpp, side by side, on the same random Qwen3-0.6B weights.
+
+Run through bench/compare (which picks the project's venv). Steps:
+  1. build llama-bench from PyPI's llama-cpp-python sdist (bench/build_llama.sh)
+     and spindle (-march=native, like llama.cpp's GGML_NATIVE) into build-compare;
+  2. write the models once into bench/.work/compare/models: the bf16 HF dir
+     and its MLX 4/8-bit g64 quantizations (bench/make_model.py), and GGUFs of
+     the same bf16 weights at F16, BF16, Q8_0, Q4_0 (bench/make_gguf.py);
+  3. measure streaming-read bandwidth (bench/membw.c) with the bench's threads;
+  4. run the engines alternately (spindle, llama.cpp, spindle, ...) so both see
+     the same background load, and print one table.
+Roofline share of decode = weight bytes read per token * tg t/s / bandwidth,
+where the bytes are every tensor once (the tied embedding counted once, as
+the output head; the per-token embedding row lookup is negligible and left out).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "bench", ".work", "compare")
+MODELS = os.path.join(WORK, "models")
+LLAMA_VERSION = os.environ.get("LLAMA_CPP_PYTHON_VERSION", "0.3.36")
+
+# (label, spindle model dir, llama.cpp gguf). One spindle run serves every
+# pairing that names the same dir.
+PAIRINGS = [
+    ("MLX 4-bit g64 vs Q4_0", "mlx4-g64", "q4_0.gguf"),
+    ("MLX 8-bit g64 vs Q8_0", "mlx8-g64", "q8_0.gguf"),
+    ("bf16 vs bf16", "bf16", "bf16.gguf"),
+    ("bf16 vs f16", "bf16", "f16.gguf"),
+]
+
+# ---------------------------------------------------------------------------
+# SPINDLE ON THE GGUF FILES (placeholder). Spindle cannot load GGUF yet. When it
+# can, pass --spindle-gguf: every GGUF above is then also run through
+# `spindle bench`, and the table gains a "spindle (gguf)" column, which
+# compares the two engines on byte-identical files and quantization formats.
+# ---------------------------------------------------------------------------
+
+
+def log(msg):
+    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg():
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def run(cmd, timeout=None, **kw):
+    log("$ " + " ".join(cmd))
+    return subprocess.run(cmd, check=True, timeout=timeout, text=True,
+                          stdout=subprocess.PIPE, **kw).stdout
+
+
+# --- building ---------------------------------------------------------------
+
+def build_llama(py):
+    out = run(["bash", os.path.join(ROOT, "bench", "build_llama.sh"), py],
+              env=dict(os.environ, LLAMA_CPP_PYTHON_VERSION=LLAMA_VERSION))
+    return out.strip().splitlines()[-1]
+
+
+def build_spindle(build_dir):
+    bdir = os.path.join(ROOT, build_dir)
+    try:
+        run(["cmake", "-S", ROOT, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
+             "-DSPINDLE_NATIVE=ON", "-DSPINDLE_TESTS=OFF"], stderr=subprocess.STDOUT)
+        run(["cmake", "--build", bdir, "--target", "spindle", "-j2"],
+            stderr=subprocess.STDOUT)
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"bench/compare: building spindle failed:\n{e.stdout[-3000:]}\n"
+                 "(fix the build, or pass --spindle PATH to an existing binary)")
+    return os.path.join(bdir, "spindle")
+
+
+def snapshot(exe):
+    """Copy the binary so a rebuild of the tree during a long run cannot
+    swap it out between the runs being compared."""
+    dst = os.path.join(WORK, "spindle-under-test")
+    shutil.copy2(exe, dst)
+    return dst
+
+
+def build_membw():
+    exe = os.path.join(WORK, "membw")
+    src = os.path.join(ROOT, "bench", "membw.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        run(["gcc", "-std=c17", "-O3", "-march=native", src, "-o", exe, "-lpthread"])
+    return exe
+
+
+def make_models(py):
+    """Write each model once; a file named .done marks a finished one."""
+    os.makedirs(MODELS, exist_ok=True)
+    mk = os.path.join(ROOT, "bench", "make_model.py")
+    dirs = [("bf16", ["--dtype", "bfloat16"]),
+            ("mlx4-g64", ["--dtype", "bfloat16", "--bits", "4", "--group-size", "64"]),
+            ("mlx8-g64", ["--dtype", "bfloat16", "--bits", "8", "--group-size", "64"])]
+    for name, args in dirs:
+        out = os.path.join(MODELS, name)
+        if not os.path.exists(os.path.join(out, ".done")):
+            run([py, mk, out] + args)
+            open(os.path.join(out, ".done"), "w").close()
+    for qt in ("q4_0", "q8_0", "bf16", "f16"):
+        out = os.path.join(MODELS, f"{qt}.gguf")
+        if not os.path.exists(out + ".done"):
+            run([py, os.path.join(ROOT, "bench", "make_gguf.py"),
+                 os.path.join(MODELS, "bf16"), out, "--type", qt])
+            open(out + ".done", "w").close()
+
+
+# --- weight bytes per decoded token ------------------------------------------
+
+def safetensors_bytes(model_dir):
+    total, names = 0, {}
+    for fn in sorted(os.listdir(model_dir)):
+        if not fn.endswith(".safetensors"):
+            continue
+        with open(os.path.join(model_dir, fn), "rb") as f:
+            (hlen,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(hlen))
+        for k, v in header.items():
+            if k != "__metadata__":
+                a, b = v["data_offsets"]
+                names[k] = b - a
+    total = sum(names.values())
+    # An untied model reads lm_head for logits and only one embedding row.
+    if any(k.startswith("lm_head.") for k in names):
+        total -= sum(v for k, v in names.items() if k.startswith("model.embed_tokens."))
+    return total
+
+
+def gguf_bytes(path):
+    from gguf import GGUFReader
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    total = sum(sizes.values())
+    if "output.weight" in sizes:
+        total -= sizes.get("token_embd.weight", 0)
+    return total
+
+
+# --- measuring ---------------------------------------------------------------
+
+def membw(exe, threads):
+    return json.loads(run([exe, str(threads), "1024", "7"]))
+
+
+def spindle_bench(exe, model, a):
+    t0 = time.time()
+    la = loadavg()
+    out = run([exe, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
+               "-t", str(a.threads), "-r", str(a.r), "--json"], timeout=a.timeout)
+    j = json.loads(out.strip().splitlines()[-1])
+    return {"pp": j["pp_tps"], "pp_sd": j["pp_tps_sd"], "tg": j["tg_tps"],
+            "tg_sd": j["tg_tps_sd"], "load_before": la, "load_after": loadavg(),
+            "wall_s": round(time.time() - t0, 1)}
+
+
+def llama_bench(exe, gguf, a):
+    t0 = time.time()
+    la = loadavg()
+    # llama.cpp's OpenMP workers spin actively by default. On a machine whose
+    # cores are oversubscribed (this one is shared) a spinning worker steals
+    # the core its partner needs and decode drops 3-4x; passive waiting is
+    # llama.cpp's best setting there (--llama-omp passive). The default keeps
+    # its stock behaviour, which is right on a quiet machine.
+    env = dict(os.environ)
+    if a.llama_omp == "passive":
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    out = run([exe, "-m", gguf, "-p", str(a.p), "-n", str(a.n), "-t", str(a.threads),
+               "-r", str(a.r), "-o", "json"], timeout=a.timeout,
+              stderr=subprocess.DEVNULL, env=env)
+    rows = json.loads(out)
+    res = {"load_before": la, "load_after": loadavg(),
+           "wall_s": round(time.time() - t0, 1)}
+    for row in rows:
+        key = "pp" if row["n_gen"] == 0 else "tg"
+        res[key], res[key + "_sd"] = row["avg_ts"], row["stddev_ts"]
+        res["cpu"] = row.get("cpu_info", "")
+    return res
+
+
+# --- report ------------------------------------------------------------------
+
+def fmt(r, key):
+    if r is None or key not in r:
+        return "n/a"
+    return f"{r[key]:.2f} ± {r[key + '_sd']:.2f}"
+
+
+def ratio(s, l, key):
+    if not s or not l or key not in s or key not in l or not l[key]:
+        return "n/a"
+    return f"{s[key] / l[key]:.2f}"
+
+
+def share(r, nbytes, bw):
+    if not r or "tg" not in r:
+        return "n/a"
+    return f"{100 * nbytes * r['tg'] / (bw * 1e9):.0f}%"
+
+
+def table(res, a):
+    bw = res["bandwidth_gbs"]
+    pp, tg = f"pp{a.p}", f"tg{a.n}"
+    head = ["pairing", f"spindle {pp}", f"llama.cpp {pp}", f"ratio {pp}",
+            f"spindle {tg}", f"llama.cpp {tg}", f"ratio {tg}",
+            "MB/token s / l", "roofline s / l"]
+    if a.spindle_gguf:
+        head[1:1] = [f"spindle(gguf) {pp}", f"spindle(gguf) {tg}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, sdir, gf in PAIRINGS:
+        s, l = res["spindle"].get(sdir), res["llama"].get(gf)
+        sb, lb = res["bytes"][sdir], res["bytes"][gf]
+        row = [label, fmt(s, "pp"), fmt(l, "pp"), ratio(s, l, "pp"),
+               fmt(s, "tg"), fmt(l, "tg"), ratio(s, l, "tg"),
+               f"{sb / 1e6:.0f} / {lb / 1e6:.0f}",
+               f"{share(s, sb, bw)} / {share(l, lb, bw)}"]
+        if a.spindle_gguf:
+            g = res["spindle_gguf"].get(gf)
+            row[1:1] = [fmt(g, "pp"), fmt(g, "tg")]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="bench/compare", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: -p 128 -n 32 -r 1")
+    ap.add_argument("--threads", "-t", type=int, default=2)
+    ap.add_argument("-p", type=int, default=512, help="prompt tokens (pp)")
+    ap.add_argument("-n", type=int, default=128, help="generated tokens (tg)")
+    ap.add_argument("-r", type=int, default=3, help="repetitions per engine run")
+    ap.add_argument("--spindle", help="spindle binary to use (default: build build-compare)")
+    ap.add_argument("--build-dir", default="build-compare")
+    ap.add_argument("--only", help="comma-separated pairing labels substrings, e.g. 'Q4_0,f16'")
+    ap.add_argument("--spindle-gguf", action="store_true",
+                    help="also run spindle on the GGUF files (once spindle reads GGUF)")
+    ap.add_argument("--llama-omp", choices=("passive", "active"), default="active",
+                    help="OMP_WAIT_POLICY for llama.cpp (default active: its stock behaviour; passive helps it on an oversubscribed machine)")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per engine run")
+    ap.add_argument("--json-out", help="also write the raw results here")
+    a = ap.parse_args()
+    if a.quick:
+        a.p, a.n, a.r = 128, 32, 1
+    py = sys.executable
+    os.makedirs(WORK, exist_ok=True)
+
+    pairings = PAIRINGS
+    if a.only:
+        keys = [k.strip() for k in a.only.split(",")]
+        pairings = [p for p in PAIRINGS if any(k in p[0] for k in keys)]
+
+    llama = build_llama(py)
+    spindle_src = a.spindle or build_spindle(a.build_dir)
+    spindle = snapshot(spindle_src)
+    bwexe = build_membw()
+    make_models(py)
+
+    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "host": platform.node(), "cpus": os.cpu_count(), "threads": a.threads,
+           "args": {"p": a.p, "n": a.n, "r": a.r, "llama_omp": a.llama_omp},
+           "load_start": loadavg(),
+           "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": []}
+    for _, sdir, gf in PAIRINGS:
+        res["bytes"][sdir] = safetensors_bytes(os.path.join(MODELS, sdir))
+        res["bytes"][gf] = gguf_bytes(os.path.join(MODELS, gf))
+
+    res["bandwidth"].append(membw(bwexe, a.threads))
+    for label, sdir, gf in pairings:
+        if sdir not in res["spindle"]:
+            log(f"spindle {sdir} (load {loadavg()})")
+            res["spindle"][sdir] = spindle_bench(spindle, os.path.join(MODELS, sdir), a)
+            log(f"  -> {res['spindle'][sdir]}")
+        log(f"llama.cpp {gf} (load {loadavg()})")
+        res["llama"][gf] = llama_bench(llama, os.path.join(MODELS, gf), a)
+        log(f"  -> {res['llama'][gf]}")
+        if a.spindle_gguf:
+            log(f"spindle {gf} (load {loadavg()})")
+            res["spindle_gguf"][gf] = spindle_bench(spindle, os.path.join(MODELS, gf), a)
+    res["bandwidth"].append(membw(bwexe, a.threads))
+    res["load_end"] = loadavg()
+    # The best pass of either measurement: the least disturbed by other load.
+    res["bandwidth_gbs"] = max(b["best_gbs"] for b in res["bandwidth"])
+
+    llama_info = next(iter(res["llama"].values()), {})
+    print(f"# Spindle vs llama.cpp — {res['date']}, {res['cpus']} CPUs, "
+          f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}")
+    print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
+          f"llama-cpp-python {LLAMA_VERSION} sdist, GGML_NATIVE, OpenMP, "
+          f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}")
+    print(f"Read bandwidth ({a.threads} threads, best of 7 passes over 1 GiB, before/after): "
+          + " / ".join(f"{b['best_gbs']:.2f}" for b in res["bandwidth"])
+          + f" GB/s; roofline uses {res['bandwidth_gbs']:.2f} GB/s")
+    print(f"Load average (1/5/15 min): start {res['load_start']}, end {res['load_end']}")
+    print()
+    print(table(res, a))
+    print()
+    print("t/s are mean ± stdev over the repetitions; ratio = spindle / llama.cpp "
+          "(> 1: spindle faster). MB/token and roofline: s = spindle's file, "
+          "l = llama.cpp's file.")
+    print("Per run (wall s, load before -> after): " + "; ".join(
+        f"{eng}:{k} {v['wall_s']}s {v['load_before'].split()[0]}->{v['load_after'].split()[0]}"
+        for eng in ("spindle", "llama") for k, v in res[eng].items()))
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
