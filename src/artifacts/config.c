@@ -278,6 +278,18 @@ static spindle_status parse_fields(sp_model_config *cfg, const char *path,
     return parse_quantization(cfg, path, err);
 }
 
+spindle_status sp_config_from_json(cJSON *root, const char *label,
+                                   sp_model_config *cfg, spindle_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->root = root;
+    cfg->json = effective_config(root);
+    spindle_status st = cfg->json ? parse_fields(cfg, label, err)
+                                  : sp_fail(err, SPINDLE_ERR_MEMORY,
+                                            "out of memory");
+    if (st) sp_config_free(cfg);
+    return st;
+}
+
 spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
                               spindle_error *err) {
     memset(cfg, 0, sizeof *cfg);
@@ -289,14 +301,11 @@ spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
         free(path);
         return st;
     }
-    spindle_status st = load_json(path, &cfg->root, err);
-    if (!st) {
-        cfg->json = effective_config(cfg->root);
-        st = cfg->json ? parse_fields(cfg, path, err)
-                       : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    }
+    cJSON *root = NULL;
+    spindle_status st = load_json(path, &root, err);
+    if (!st) st = sp_config_from_json(root, path, cfg, err);
     free(path);
-    if (st) { sp_config_free(cfg); return st; }
+    if (st) return st;
 
     /* generation_config.json's eos ids are the ones generation stops on. */
     char *gpath = sp_path_join(dir, "generation_config.json");

@@ -59,6 +59,11 @@ sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
 /* Parse dir/config.json (and dir/generation_config.json when present). */
 spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
                               spindle_error *err);
+/* Parse an already built config object (GGUF metadata translated to
+ * config.json keys), taking ownership of `root` whatever the outcome.
+ * `label` names the source in error messages. */
+spindle_status sp_config_from_json(cJSON *root, const char *label,
+                                   sp_model_config *cfg, spindle_error *err);
 void sp_config_free(sp_model_config *cfg);
 
 /* Typed getters on cfg->json with defaults; they never fail. */

@@ -8,6 +8,7 @@
 #ifndef SP_ARTIFACTS_SAFETENSORS_H
 #define SP_ARTIFACTS_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "spindle.h"
@@ -22,7 +23,12 @@ typedef struct sp_tensor_info {
     int64_t shape[SP_MAX_DIMS];
     const void *data;        /* inside the mapping */
     size_t nbytes;
-    const char *file;        /* path of the shard that holds it */
+    const char *file;        /* path of the shard (or GGUF file) holding it */
+    /* GGUF tensors in a ggml block format (gguf_model.h): `dtype` is then
+     * meaningless and `ggml_type` is the sp_ggml_type. False for
+     * safetensors and for GGUF F32/F16/BF16 tensors, which use `dtype`. */
+    bool ggml_quant;
+    uint32_t ggml_type;
 } sp_tensor_info;
 
 typedef struct sp_tensor_set sp_tensor_set;

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"detokenize", sp_cmd_detokenize, "token ids to text"},
     {"template", sp_cmd_template, "render a chat template"},
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
+    {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
 };
 
 static void usage(FILE *out) {

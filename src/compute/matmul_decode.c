@@ -113,6 +113,8 @@ bool sp_weight_usable(const sp_weight *w) {
                 q == SP_DTYPE_BF16) &&
                w->scales && w->biases;
     }
+    case SP_W_GGML: /* matmul_ggml.c has its own path */
+        return false;
     }
     return false;
 }
@@ -132,6 +134,8 @@ void sp_decode_span(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
         break;
     case SP_W_AFFINE:
         sp_decode_affine(w, r, c0, n, out);
+        break;
+    case SP_W_GGML: /* excluded by sp_weight_usable */
         break;
     }
 }

@@ -47,6 +47,8 @@ static double sp_ref_element(const sp_weight *w, int64_t r, int64_t c) {
         }
         return (double)s * q + bias;
     }
+    case SP_W_GGML: /* not covered: sp_weight_usable rejects it */
+        break;
     }
     return 0.0;
 }

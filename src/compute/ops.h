@@ -61,6 +61,10 @@ void sp_rope_free(sp_rope *rope);
  * untouched. */
 void sp_rope_apply(const sp_rope *rope, float *x, int n_heads, int head_dim,
                    int pos);
+/* The same rotation on interleaved pairs (2i, 2i + 1), i < rotary_dim/2
+ * (mlx-lm's rope_traditional, llama.cpp's rope mode 0). */
+void sp_rope_apply_interleaved(const sp_rope *rope, float *x, int n_heads,
+                               int head_dim, int pos);
 
 /* ---- attention over a KV cache ---- */
 

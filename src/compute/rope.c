@@ -177,3 +177,30 @@ void sp_rope_apply(const sp_rope *rope, float *x, int n_heads, int head_dim,
         }
     }
 }
+
+/* Interleaved ("traditional", GPT-J) pairs (2i, 2i + 1) with the angles of
+ * sp_rope_apply. It is rotate-half on a permuted head: llama.cpp's converter
+ * permutes Llama q/k rows into this order, and mlx-lm's rope_traditional
+ * means it. */
+void sp_rope_apply_interleaved(const sp_rope *rope, float *x, int n_heads,
+                               int head_dim, int pos) {
+    if (!rope->inv_freq || rope->rotary_dim > head_dim) return;
+    int half = rope->rotary_dim / 2;
+    float cs[SP_ROPE_CHUNK], sn[SP_ROPE_CHUNK];
+    for (int i0 = 0; i0 < half; i0 += SP_ROPE_CHUNK) {
+        int m = half - i0 < SP_ROPE_CHUNK ? half - i0 : SP_ROPE_CHUNK;
+        for (int j = 0; j < m; j++) {
+            float ang = (float)pos * rope->inv_freq[i0 + j];
+            cs[j] = cosf(ang) * rope->attn_scale;
+            sn[j] = sinf(ang) * rope->attn_scale;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *a = x + (size_t)h * (size_t)head_dim + 2 * i0;
+            for (int j = 0; j < m; j++) {
+                float x0 = a[2 * j], x1 = a[2 * j + 1];
+                a[2 * j] = x0 * cs[j] - x1 * sn[j];
+                a[2 * j + 1] = x1 * cs[j] + x0 * sn[j];
+            }
+        }
+    }
+}

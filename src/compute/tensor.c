@@ -1,5 +1,6 @@
 /* Element-type facts and exact half-precision conversions. */
 #include "compute/tensor.h"
+#include "compute/ggml_quants.h"
 
 #include <math.h>
 
@@ -32,6 +33,8 @@ size_t sp_weight_nbytes(const sp_weight *w) {
         return (size_t)w->rows * sp_affine_row_bytes(w) +
                2 * groups * sp_dtype_size(w->qparam_dtype);
     }
+    case SP_W_GGML:
+        return (size_t)w->rows * sp_ggml_row_size(w->ggml_type, w->cols);
     }
     return 0;
 }

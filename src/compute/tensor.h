@@ -39,7 +39,10 @@ typedef enum sp_wtype {
      * packed little-endian into uint32 words (a bit stream for 3/5/6 bits);
      * every `group_size` consecutive codes share a scale s and bias b, and
      * w = s * q + b. scales/biases are [rows][cols / group_size]. */
-    SP_W_AFFINE
+    SP_W_AFFINE,
+    /* A ggml block format from a GGUF file (ggml_quants.h): each row is
+     * cols / block_size consecutive blocks of type `ggml_type`. */
+    SP_W_GGML
 } sp_wtype;
 
 typedef struct sp_weight {
@@ -53,6 +56,8 @@ typedef struct sp_weight {
     sp_dtype qparam_dtype; /* F32, F16 or BF16: type of scales and biases */
     const void *scales;
     const void *biases;
+    /* SP_W_GGML only: an sp_ggml_type number */
+    uint32_t ggml_type;
 } sp_weight;
 
 /* Bytes of one packed AFFINE row: cols * bits / 8 (cols is a multiple of 32

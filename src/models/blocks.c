@@ -99,7 +99,9 @@ static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
             for (int h = 0; h < n_heads; h++)
                 sp_rmsnorm(row + (size_t)h * hd, row + (size_t)h * hd,
                            head_norm, hd, c->rms_norm_eps, f->m->norm_offset);
-        sp_rope_apply(L->rope, row, n_heads, hd, f->pos[t]);
+        (f->m->rope_interleaved ? sp_rope_apply_interleaved
+                                : sp_rope_apply)(L->rope, row, n_heads, hd,
+                                                 f->pos[t]);
     }
 }
 

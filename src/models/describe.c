@@ -1,6 +1,7 @@
 /* spindle_model_describe: what `spindle info` prints, as JSON. */
 #include "models/model.h"
 #include "base/error.h"
+#include "compute/ggml_quants.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +13,15 @@ typedef struct tally {
     int counts[8];          /* per sp_wtype */
     char quant[16][24];     /* distinct "4-bit g64" labels */
     int n_quant;
+    int ggml[SP_GGML_TYPE_LIMIT]; /* SP_W_GGML weights per ggml type */
 } tally;
 
 static void count_weight(tally *t, const sp_weight *w) {
     t->params += w->rows * w->cols;
     t->bytes += (int64_t)sp_weight_nbytes(w);
     t->counts[w->type]++;
+    if (w->type == SP_W_GGML && w->ggml_type < SP_GGML_TYPE_LIMIT)
+        t->ggml[w->ggml_type]++;
     if (w->type != SP_W_AFFINE) return;
     char label[24];
     snprintf(label, sizeof label, "%d-bit g%d", w->bits, w->group_size);
@@ -81,6 +85,13 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON *types = cJSON_AddObjectToObject(o, "weight_types");
     for (int i = 0; types && i < 4; i++)
         if (t.counts[i]) cJSON_AddNumberToObject(types, wtype_name(i), t.counts[i]);
+    /* GGUF block formats by ggml's names ("Q4_K"); a GGUF F32 matrix adds
+     * to "F32" above. */
+    for (int i = 0; types && i < SP_GGML_TYPE_LIMIT; i++)
+        if (t.ggml[i] && sp_ggml_type_name((uint32_t)i))
+            cJSON_AddNumberToObject(types, sp_ggml_type_name((uint32_t)i),
+                                    t.ggml[i]);
+    if (m->gguf) cJSON_AddStringToObject(o, "format", "gguf");
     if (c->quantized) {
         cJSON *q = cJSON_AddObjectToObject(o, "quantization");
         cJSON_AddNumberToObject(q, "bits", c->quant_bits);
@@ -91,7 +102,7 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     }
     cJSON_AddNumberToObject(o, "parameters", (double)t.params);
     cJSON_AddNumberToObject(o, "bytes", (double)t.bytes);
-    cJSON_AddNumberToObject(o, "tensors", (double)sp_tensor_set_count(m->tensors));
+    cJSON_AddNumberToObject(o, "tensors", (double)sp_model_tensor_count(m));
     *json = cJSON_Print(o);
     cJSON_Delete(o);
     return *json ? SPINDLE_OK : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");

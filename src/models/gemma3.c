@@ -19,10 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* mlx-lm's Gemma RMSNorm computes `1.0 + weight` in the weight's dtype. */
+/* mlx-lm's Gemma RMSNorm computes `1.0 + weight` in the weight's dtype.
+ * llama.cpp's converter stores GGUF norm weights with the 1 already added
+ * (convert_hf_to_gguf.py, Gemma3Model: norm.weight + 1). */
 static void fold_norm_offset(spindle_model *m, const char *name,
                              const float *w, int n) {
-    const sp_tensor_info *t = sp_tensor_set_find(m->tensors, name);
+    if (m->gguf) return;
+    const sp_tensor_info *t = sp_model_find_tensor(m, name);
     float *v = (float *)w; /* an owned copy made by sp_bind_vector */
     for (int i = 0; i < n; i++) {
         float s = 1.0f + v[i];
@@ -171,6 +174,8 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     /* mlx-lm: h *= mx.array(hidden ** 0.5, bfloat16).astype(h.dtype). */
     m->embed_scale =
         sp_bf16_to_f32(sp_f32_to_bf16(sqrtf((float)c->hidden_size)));
+    /* llama.cpp (the reference for GGUF files) scales by the f32 value. */
+    if (m->gguf) m->embed_scale = sqrtf((float)c->hidden_size);
     m->norm_offset = 0.0f; /* the 1 is folded into every norm weight */
     fold_norm_offset(m, "model.norm.weight", m->final_norm, c->hidden_size);
 

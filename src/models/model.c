@@ -12,10 +12,7 @@
 /* ------------------------------------------------------------------ load */
 
 static spindle_status init_rope(spindle_model *m, spindle_error *err) {
-    if (m->cfg.rope_traditional)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: rope_traditional (interleaved RoPE) is not "
-                       "supported", m->dir);
+    m->rope_interleaved = m->cfg.rope_traditional;
     if (sp_rope_init(&m->rope, &m->cfg.rope) != 0)
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     return SPINDLE_OK;
@@ -29,8 +26,14 @@ spindle_status spindle_model_load(const char *path,
     *out = NULL;
     spindle_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    spindle_status st = sp_resolve_model_path(path, &m->dir, err);
-    if (!st) st = sp_config_load(m->dir, &m->cfg, err);
+    spindle_status st = sp_gguf_model_locate(path, &m->dir, err);
+    if (!st && m->dir) {
+        st = sp_gguf_weights_open(m->dir, &m->gguf, err);
+        if (!st) st = sp_gguf_model_config(m->gguf, &m->cfg, err);
+    } else if (!st) {
+        st = sp_resolve_model_path(path, &m->dir, err);
+        if (!st) st = sp_config_load(m->dir, &m->cfg, err);
+    }
     if (!st) {
         m->arch = sp_find_arch(m->cfg.model_type);
         if (!m->arch)
@@ -39,7 +42,8 @@ spindle_status spindle_model_load(const char *path,
                          "(supported: %s)", m->dir, m->cfg.model_type,
                          sp_supported_archs());
     }
-    if (!st) st = sp_safetensors_open_dir(m->dir, &m->tensors, err);
+    if (!st && !m->gguf)
+        st = sp_safetensors_open_dir(m->dir, &m->tensors, err);
     if (!st) {
         m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
         if (!m->layers) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
@@ -76,6 +80,7 @@ void spindle_model_free(spindle_model *m) {
     sp_rope_free(&m->rope);
     sp_rope_free(&m->rope_local);
     sp_tensor_set_free(m->tensors);
+    sp_gguf_weights_free(m->gguf);
     sp_config_free(&m->cfg);
     free(m->dir);
     free(m);

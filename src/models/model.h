@@ -9,6 +9,7 @@
 
 #include "spindle.h"
 #include "artifacts/config.h"
+#include "artifacts/gguf_model.h"
 #include "artifacts/safetensors.h"
 #include "compute/ops.h"
 #include "compute/tensor.h"
@@ -50,7 +51,8 @@ struct spindle_model {
     char *dir;
     sp_model_config cfg;
     const sp_arch *arch;
-    sp_tensor_set *tensors;
+    sp_tensor_set *tensors;      /* safetensors weights, or */
+    sp_gguf_weights *gguf;       /* a GGUF file's (then dir is its path) */
     sp_pool *pool;
 
     sp_weight embed;             /* [vocab][hidden] */
@@ -65,6 +67,8 @@ struct spindle_model {
     sp_layer *layers;
     sp_rope rope;                /* global rope */
     sp_rope rope_local;          /* sliding-window layers' rope (Gemma) */
+    bool rope_interleaved;       /* pairs (2i, 2i+1): rope_traditional, and
+                                    llama.cpp's permuted Llama q/k */
     int max_context;
 
     /* f32 vectors copied out of the files (norm weights, biases). */
@@ -80,6 +84,11 @@ struct spindle_seq {
 };
 
 /* ---- weight binding helpers (models/weights.c) ---- */
+
+/* A tensor by Hugging Face name in whichever files the model came from. */
+const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
+                                           const char *name);
+size_t sp_model_tensor_count(const spindle_model *m);
 
 /* Bind `<prefix>.weight` (float or MLX affine, per the config's rules and
  * the tensor shapes) as a [rows x cols] matrix, and `<prefix>.bias` when

@@ -3,13 +3,26 @@
  * with a message naming the tensor, instead of producing garbage later. */
 #include "models/model.h"
 #include "base/error.h"
+#include "compute/ggml_quants.h"
+#include "compute/matmul_ggml.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
+                                           const char *name) {
+    return m->gguf ? sp_gguf_weights_find(m->gguf, name)
+                   : sp_tensor_set_find(m->tensors, name);
+}
+
+size_t sp_model_tensor_count(const spindle_model *m) {
+    return m->gguf ? sp_gguf_weights_count(m->gguf)
+                   : sp_tensor_set_count(m->tensors);
+}
+
 static const sp_tensor_info *find(spindle_model *m, const char *name) {
-    return sp_tensor_set_find(m->tensors, name);
+    return sp_model_find_tensor(m, name);
 }
 
 static spindle_status missing(spindle_model *m, const char *name,
@@ -66,10 +79,12 @@ spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
     if (!t) return SPINDLE_OK;
     spindle_status st = expect_shape(t, n, -1, err);
     if (st) return st;
-    if (!is_float(t->dtype))
+    if (t->ggml_quant || !is_float(t->dtype))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor '%s' has dtype %s, expected a float type",
-                       t->file, name, sp_dtype_name(t->dtype));
+                       t->file, name,
+                       t->ggml_quant ? sp_ggml_type_name(t->ggml_type)
+                                     : sp_dtype_name(t->dtype));
     float *v = malloc((size_t)n * sizeof(float));
     if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     for (int64_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, (size_t)i);
@@ -139,6 +154,22 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
     return SPINDLE_OK;
 }
 
+/* A GGUF block-quantized matrix, used in place (matmul_ggml.c). */
+static spindle_status bind_ggml(const sp_tensor_info *w, int64_t rows,
+                                int64_t cols, sp_weight *out,
+                                spindle_error *err) {
+    spindle_status st = expect_shape(w, rows, cols, err);
+    if (st) return st;
+    *out = (sp_weight){.type = SP_W_GGML, .rows = rows, .cols = cols,
+                       .data = w->data, .ggml_type = w->ggml_type};
+    if (!sp_ggml_weight_usable(out))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' (%s): rows are not whole aligned "
+                       "blocks", w->file, w->name,
+                       sp_ggml_type_name(w->ggml_type));
+    return SPINDLE_OK;
+}
+
 static spindle_status bind_matrix(spindle_model *m, const char *prefix,
                                   int64_t rows, int64_t cols, sp_weight *out,
                                   spindle_error *err) {
@@ -146,6 +177,7 @@ static spindle_status bind_matrix(spindle_model *m, const char *prefix,
     snprintf(name, sizeof name, "%s.weight", prefix);
     const sp_tensor_info *w = find(m, name);
     if (!w) return missing(m, name, err);
+    if (w->ggml_quant) return bind_ggml(w, rows, cols, out, err);
 
     int bits, group;
     sp_quant_rule rule = sp_config_quant_rule(&m->cfg, prefix, &bits, &group);

@@ -7,7 +7,12 @@
  * affine weights |w| is taken as |s q| + |b|, the size of the terms that are
  * rounded while dequantizing). f32 accumulation over cols terms has a typical
  * relative error of a few 2^-24 * sqrt(cols); 1e-5 leaves a wide margin
- * while any wrong code, scale, group or row shows up as an O(1) error. */
+ * while any wrong code, scale, group or row shows up as an O(1) error.
+ *
+ * Every kernel level the CPU has (portable, AVX2, AVX-512: matmul_simd.h)
+ * is run against the same reference with the same tolerance: they all
+ * accumulate exact f32 products in f32 and differ only in summation order.
+ * Their float-type span decoders must match bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +24,7 @@
 #include <cmocka.h>
 
 #include "compute/matmul.h"
+#include "compute/matmul_simd.h"
 
 /* ------------------------------------------------------------ generators */
 
@@ -197,6 +203,9 @@ static int setup_pools(void **state) {
     pools[0] = NULL;
     pools[1] = sp_pool_create(2);
     pools[2] = sp_pool_create(3);
+    /* exact kernels, whatever SPINDLE_MATMUL_INT8 / SPINDLE_MATMUL_BF16 */
+    sp_mm_int8_force(false);
+    sp_mm_bf16_force(false);
     return pools[1] && pools[2] ? 0 : -1;
 }
 
@@ -240,14 +249,19 @@ static void check_matmul(const test_weight *tw, int n_tokens,
             mag[t * rows + r] = m;
         }
     }
-    char label[160];
-    for (int p = 0; p < 3; p++) {
-        for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
-        sp_matmul(pools[p], &tw->w, x, n_tokens, y);
-        snprintf(label, sizeof label, "%s tokens=%d pool=%d", what, n_tokens,
-                 sp_pool_size(pools[p]));
-        check_close(y, ref, mag, n_tokens * rows, cols, label);
+    char label[200];
+    for (int lv = 0; lv <= (int)sp_simd_supported(); lv++) {
+        assert_true(sp_simd_force((sp_simd_level)lv));
+        for (int p = 0; p < 3; p++) {
+            for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
+            sp_matmul(pools[p], &tw->w, x, n_tokens, y);
+            snprintf(label, sizeof label, "%s tokens=%d pool=%d simd=%s", what,
+                     n_tokens, sp_pool_size(pools[p]),
+                     sp_simd_name((sp_simd_level)lv));
+            check_close(y, ref, mag, n_tokens * rows, cols, label);
+        }
     }
+    sp_simd_force(sp_simd_supported());
     for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
     sp_matmul_reference(&tw->w, x, n_tokens, y);
     snprintf(label, sizeof label, "%s tokens=%d reference", what, n_tokens);
@@ -258,32 +272,42 @@ static void check_matmul(const test_weight *tw, int n_tokens,
     free(mag);
 }
 
-/* sp_weight_row: bit-exact for float types; for affine within one rounding
- * of each of s*q and +b. */
+/* sp_weight_row and the SIMD span decoders: bit-exact for float types; for
+ * affine within one rounding of each of s*q and +b. */
 static void check_rows(const test_weight *tw, const char *what) {
     const int64_t cols = tw->w.cols;
     float *out = malloc((size_t)cols * sizeof *out);
     assert_non_null(out);
-    for (int64_t r = 0; r < tw->w.rows; r++) {
-        for (int64_t c = 0; c < cols; c++) out[c] = NAN;
-        sp_weight_row(&tw->w, r, out);
-        for (int64_t c = 0; c < cols; c++) {
-            const float want = tw->dense[r * cols + c];
-            const int ok = tw->w.type == SP_W_AFFINE
-                               ? fabsf(out[c] - want) <=
-                                     0x1p-23f * tw->mag[r * cols + c]
-                               : memcmp(&out[c], &want, 4) == 0;
-            if (!ok)
-                fail_msg("%s: row %lld col %lld: got %.9g want %.9g", what,
-                         (long long)r, (long long)c, (double)out[c],
-                         (double)want);
+    for (int lv = 0; lv <= (int)sp_simd_supported(); lv++) {
+        assert_true(sp_simd_force((sp_simd_level)lv));
+        const sp_mm_kernels *k = sp_mm_active();
+        for (int64_t r = 0; r < tw->w.rows; r++) {
+            for (int64_t c = 0; c < cols; c++) out[c] = NAN;
+            if (!k || !k->decode(&tw->w, r, 0, cols, out))
+                sp_weight_row(&tw->w, r, out);
+            for (int64_t c = 0; c < cols; c++) {
+                const float want = tw->dense[r * cols + c];
+                const int ok = tw->w.type == SP_W_AFFINE
+                                   ? fabsf(out[c] - want) <=
+                                         0x1p-23f * tw->mag[r * cols + c]
+                                   : memcmp(&out[c], &want, 4) == 0;
+                if (!ok)
+                    fail_msg("%s simd=%s: row %lld col %lld: got %.9g want %.9g",
+                             what, sp_simd_name((sp_simd_level)lv),
+                             (long long)r, (long long)c, (double)out[c],
+                             (double)want);
+            }
         }
     }
+    sp_simd_force(sp_simd_supported());
     free(out);
 }
 
 static const int64_t test_rows[] = {1, 3, 17, 33};
-static const int test_tokens[] = {1, 2, 5};
+/* 1-4 take the fused row kernels, 5 and 9 the tiled GEMM with partial
+ * token blocks. */
+static const int test_tokens[] = {1, 2, 3, 4, 5, 9};
+#define N_TEST_TOKENS (int)(sizeof test_tokens / sizeof test_tokens[0])
 
 static void test_float_types(void **state) {
     (void)state;
@@ -301,7 +325,7 @@ static void test_float_types(void **state) {
                              (int)types[ti], (long long)test_rows[ri],
                              (long long)cols_list[ci], skew);
                     check_rows(&tw, what);
-                    for (int k = 0; k < 3; k++)
+                    for (int k = 0; k < N_TEST_TOKENS; k++)
                         check_matmul(&tw, test_tokens[k], what);
                     free_weight(&tw);
                 }
@@ -333,7 +357,7 @@ static void test_affine(void **state) {
                                  (long long)test_rows[ri],
                                  (long long)cols_list[ci], skew);
                         check_rows(&tw, what);
-                        for (int k = 0; k < 3; k++)
+                        for (int k = 0; k < N_TEST_TOKENS; k++)
                             check_matmul(&tw, test_tokens[k], what);
                         free_weight(&tw);
                     }
@@ -379,6 +403,126 @@ static void test_large(void **state) {
     make_float_weight(&tw, SP_W_BF16, 257, 1030, 0);
     check_matmul(&tw, 1, "large bf16");
     check_matmul(&tw, 3, "large bf16");
+    /* several full token blocks of the GEMM micro-kernel plus a tail */
+    check_matmul(&tw, 23, "large bf16");
+    free_weight(&tw);
+    make_float_weight(&tw, SP_W_F32, 70, 777, 1);
+    check_matmul(&tw, 40, "large f32");
+    free_weight(&tw);
+}
+
+/* The SIMD tile products on their own (matmul_ggml.c calls them with its
+ * own tiles): row counts across several packed panels, column counts off
+ * every vector width and across the packing block, strided operands, and
+ * both store and accumulate modes, against a double reference. */
+static void test_tile_kernels(void **state) {
+    (void)state;
+    static const int nrs[] = {1, 5, 16, 31, 32, 33, 70};
+    static const int nts[] = {1, 6, 7, 13};
+    static const int64_t kns[] = {1, 15, 17, 128, 131, 300};
+    const int64_t ldt = 311, ldx = 305, ldy = 80;
+    float *tile = malloc(70 * ldt * sizeof *tile);
+    float *x = malloc(13 * ldx * sizeof *x);
+    float *y = malloc(13 * ldy * sizeof *y);
+    float *y0 = malloc(13 * ldy * sizeof *y0);
+    assert_true(tile && x && y && y0);
+    for (int64_t i = 0; i < 70 * ldt; i++) tile[i] = rng_unit();
+    for (int64_t i = 0; i < 13 * ldx; i++) x[i] = rng_unit();
+    for (int64_t i = 0; i < 13 * ldy; i++) y0[i] = rng_unit();
+    /* variants: the tile of every SIMD level, then the opt-in bf16 tile,
+     * which rounds activations and (exact for bf16 weights, not for these
+     * random f32 tiles) the tile to bf16: 2^-8 relative each per product */
+    const int has_bf16 = sp_mm_bf16_force(false) && sp_mm_bf16_force(true);
+    sp_mm_bf16_force(false);
+    for (int lv = 1; lv <= (int)sp_simd_supported() + has_bf16; lv++) {
+        const int bf16 = lv > (int)sp_simd_supported();
+        assert_true(sp_simd_force((sp_simd_level)(bf16 ? lv - 1 : lv)));
+        const sp_mm_kernels *k = sp_mm_active();
+        const double rel = bf16 ? 0x1p-7 + 0x1p-16 : 0.0;
+        for (size_t a = 0; a < 7; a++)
+            for (size_t b = 0; b < 4; b++)
+                for (size_t c = 0; c < 6; c++)
+                    for (int accumulate = 0; accumulate < 2; accumulate++) {
+                        const int nr = nrs[a], nt = nts[b];
+                        const int64_t kn = kns[c];
+                        memcpy(y, y0, 13 * ldy * sizeof *y);
+                        (bf16 ? sp_mm_tile_bf16 : k->tile)(
+                            tile, ldt, nr, x, ldx, nt, kn, y, ldy, accumulate);
+                        for (int t = 0; t < 13; t++)
+                            for (int i = 0; i < ldy; i++) {
+                                const float got = y[t * ldy + i];
+                                if (t >= nt || i >= nr) { /* untouched */
+                                    if (memcmp(&got, &y0[t * ldy + i], 4))
+                                        fail_msg("tile simd=%d wrote outside",
+                                                 lv);
+                                    continue;
+                                }
+                                double want = accumulate ? y0[t * ldy + i] : 0;
+                                double mag = fabs(want);
+                                for (int64_t j = 0; j < kn; j++) {
+                                    want += (double)tile[i * ldt + j] *
+                                            x[t * ldx + j];
+                                    mag += fabs((double)tile[i * ldt + j] *
+                                                x[t * ldx + j]);
+                                }
+                                if (!(fabs(got - want) <=
+                                      (rel + 1e-5 * sqrt((double)kn + 1)) * mag))
+                                    fail_msg("tile simd=%d nr=%d nt=%d kn=%lld "
+                                             "acc=%d: [%d][%d] got %.9g want %.9g",
+                                             lv, nr, nt, (long long)kn,
+                                             accumulate, t, i, (double)got, want);
+                            }
+                    }
+    }
+    sp_simd_force(sp_simd_supported());
+    free(tile);
+    free(x);
+    free(y);
+    free(y0);
+}
+
+/* sp_matmul with SPINDLE_MATMUL_BF16's tile switched on: bf16 weights
+ * above SP_MM_SMALL_TOKENS tokens, within the bf16-activation bound
+ * 2^-8 sum |w x| (plus f32 accumulation) of the exact product. */
+static void test_bf16_opt_in(void **state) {
+    (void)state;
+    if (!sp_mm_bf16_force(true)) {
+        skip();
+        return;
+    }
+    sp_mm_bf16_force(false);
+    test_weight tw;
+    make_float_weight(&tw, SP_W_BF16, 70, 777, 1);
+    const int nt = 13;
+    const int64_t rows = 70, cols = 777;
+    float *x = malloc(nt * cols * sizeof *x);
+    float *y = malloc(nt * rows * sizeof *y);
+    float *y_exact = malloc(nt * rows * sizeof *y);
+    assert_true(x && y && y_exact);
+    for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
+    sp_matmul(pools[1], &tw.w, x, nt, y_exact);
+    assert_true(sp_mm_bf16_force(true));
+    assert_true(sp_mm_bf16_active());
+    sp_matmul(pools[1], &tw.w, x, nt, y);
+    sp_mm_bf16_force(false);
+    int differs = 0;
+    for (int t = 0; t < nt; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double want = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                want += (double)tw.dense[r * cols + c] * x[t * cols + c];
+                mag += fabs((double)tw.dense[r * cols + c] * x[t * cols + c]);
+            }
+            const float got = y[t * rows + r];
+            differs |= got != y_exact[t * rows + r];
+            if (!(fabs(got - want) <= (0x1p-8 + 1e-5 * sqrt((double)cols)) * mag))
+                fail_msg("bf16 tile: [%d][%lld] got %.9g want %.9g", t,
+                         (long long)r, (double)got, want);
+        }
+    assert_true(differs); /* the opt-in path really ran */
+    free(x);
+    free(y);
+    free(y_exact);
     free_weight(&tw);
 }
 
@@ -421,12 +565,95 @@ static void test_unusable_weight(void **state) {
     assert_true(isnan(row[0]));
 }
 
+/* The opt-in int8-activation kernel (SPINDLE_MATMUL_INT8, AVX-512 VNNI).
+ * Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
+ * 128-column chunk, moves each term by at most |s q_j| dx / 2 (0.51 allows
+ * for the rounded 1 / dx), on top of the f32 tolerance of check_close. */
+static void test_int8_affine(void **state) {
+    (void)state;
+    if (sp_simd_supported() < SP_SIMD_AVX512 || !sp_mm_int8_force(true)) {
+        skip();
+        return;
+    }
+    static const int bits_list[] = {4, 8};
+    static const int gs_list[] = {32, 64, 128};
+    static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
+    static const int64_t cols_list[] = {128, 384};
+    static const int64_t rows_list[] = {1, 3, 17};
+    int n = 0;
+    for (size_t bi = 0; bi < 2; bi++)
+    for (size_t gi = 0; gi < 3; gi++)
+    for (size_t qi = 0; qi < 3; qi++)
+    for (size_t ci = 0; ci < 2; ci++)
+    for (size_t ri = 0; ri < 3; ri++)
+    for (int nt = 1; nt <= 4; nt++) {
+        test_weight tw;
+        const int64_t rows = rows_list[ri], cols = cols_list[ci];
+        make_affine_weight(&tw, rows, cols, bits_list[bi], gs_list[gi],
+                           qts[qi], (n++) % 2);
+        float *x = malloc((size_t)(nt * cols) * sizeof *x);
+        float *y = malloc((size_t)(nt * rows) * sizeof *y);
+        assert_true(x && y);
+        for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
+        for (int p = 0; p < 2; p++) {
+            assert_true(sp_simd_force(SP_SIMD_AVX512) && sp_mm_int8_force(true));
+            sp_matmul(pools[p], &tw.w, x, nt, y);
+            for (int t = 0; t < nt; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double ref = 0, mag = 0, qerr = 0;
+                    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+                        double amax = 0, m = 0;
+                        for (int64_t c = c0; c < c0 + 128; c++) {
+                            const double xv = x[t * cols + c];
+                            const double wv = tw.dense[r * cols + c];
+                            ref += wv * xv;
+                            mag += tw.mag[r * cols + c] * fabs(xv);
+                            m += tw.mag[r * cols + c];
+                            amax = fmax(amax, fabs(xv));
+                        }
+                        qerr += 0.51 * (amax / 127) * m;
+                    }
+                    const double got = y[t * rows + r];
+                    const double tol = qerr + 1e-5 * sqrt((double)cols) * mag;
+                    if (!(fabs(got - ref) <= tol))
+                        fail_msg("int8 bits=%d gs=%d q=%d rows=%lld cols=%lld "
+                                 "t=%d r=%lld: got %.9g want %.9g tol %.3g",
+                                 bits_list[bi], gs_list[gi], (int)qts[qi],
+                                 (long long)rows, (long long)cols, t,
+                                 (long long)r, got, ref, tol);
+                }
+        }
+        free(x);
+        free(y);
+        free_weight(&tw);
+    }
+    sp_mm_int8_force(false);
+}
+
+/* Levels above the CPU's are refused; the scalar level always exists. */
+static void test_simd_levels(void **state) {
+    (void)state;
+    const sp_simd_level top = sp_simd_supported();
+    assert_true(sp_simd_force(SP_SIMD_SCALAR));
+    assert_null(sp_mm_active());
+    for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
+        assert_int_equal(sp_simd_force((sp_simd_level)lv), lv <= (int)top);
+        if (lv <= (int)top) assert_int_equal(sp_simd_current(), lv);
+    }
+    assert_false(sp_simd_force(SP_SIMD_COUNT));
+    assert_true(sp_simd_force(top));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simd_levels),
         cmocka_unit_test(test_f16_all_values),
         cmocka_unit_test(test_float_types),
         cmocka_unit_test(test_affine),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_tile_kernels),
+        cmocka_unit_test(test_bf16_opt_in),
+        cmocka_unit_test(test_int8_affine),
         cmocka_unit_test(test_unusable_weight),
     };
     return cmocka_run_group_tests(tests, setup_pools, teardown_pools);

@@ -1,0 +1,254 @@
+/* GGUF metadata -> a config.json-shaped object (llama.cpp's key names,
+ * llama-arch.cpp LLM_KV_*), parsed by the same code as config.json, so the
+ * families read their settings the same way for both formats.
+ *
+ * llama.cpp conventions carried over: Llama files have q/k rows permuted for
+ * its interleaved RoPE (rope_traditional here, no repacking); Gemma 3 uses a
+ * 10000 base for sliding-window layers unless rope.freq_base_swa says
+ * otherwise, and scales queries by key_length^-0.5 (query_pre_attn_scalar);
+ * the stop tokens are the file's eos/eot/eom ids plus the end-of-turn tokens
+ * llama.cpp recognizes by their text. */
+#include "artifacts/gguf_model.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct meta {
+    const sp_gguf *g;
+    const char *arch;
+    const char *path;
+    spindle_error *err;
+} meta;
+
+static const sp_gguf_value *arch_key(const meta *m, const char *key) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", m->arch, key);
+    return sp_gguf_find(m->g, full);
+}
+
+/* A positive integer `{arch}.key` into json[name] (json NULL: only into
+ * *value); required or optional. */
+static spindle_status put_int(const meta *m, cJSON *json, const char *key,
+                              const char *name, bool required,
+                              int64_t *value) {
+    const sp_gguf_value *v = arch_key(m, key);
+    int64_t x = 0;
+    if (!v && !required) return SPINDLE_OK;
+    if (!v || !sp_gguf_value_i64(v, &x) || x < 1 || x > (1 << 30))
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.%s' is %s (a positive integer is needed)",
+                       m->path, m->arch, key, v ? "invalid" : "missing");
+    if (json && !cJSON_AddNumberToObject(json, name, (double)x))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (value) *value = x;
+    return SPINDLE_OK;
+}
+
+/* An optional finite number `{arch}.key` into json[name]. */
+static spindle_status put_num(const meta *m, cJSON *json, const char *key,
+                              const char *name) {
+    const sp_gguf_value *v = arch_key(m, key);
+    double x;
+    if (!v) return SPINDLE_OK;
+    if (!sp_gguf_value_f64(v, &x) || !isfinite(x))
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.%s' is not a number", m->path, m->arch, key);
+    if (!cJSON_AddNumberToObject(json, name, x))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+static bool has_tensor(const sp_gguf_weights *w, const char *hf_name) {
+    return sp_gguf_weights_find(w, hf_name) != NULL;
+}
+
+static spindle_status rope_scaling(const meta *m, cJSON *json) {
+    const sp_gguf_value *t = arch_key(m, "rope.scaling.type");
+    const sp_gguf_value *lin = arch_key(m, "rope.scale_linear"); /* old files */
+    sp_gguf_str type = {"linear", 6};
+    if (t && !sp_gguf_value_str(t, &type))
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.rope.scaling.type' is not a string", m->path,
+                       m->arch);
+    if ((!t && !lin) || (type.len == 4 && !memcmp(type.ptr, "none", 4)))
+        return SPINDLE_OK;
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)(type.len < 31 ? type.len : 31),
+             type.ptr);
+    cJSON *rs = cJSON_AddObjectToObject(json, "rope_scaling");
+    if (!rs || !cJSON_AddStringToObject(rs, "type", name))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    spindle_status st;
+    if ((st = put_num(m, rs, t ? "rope.scaling.factor" : "rope.scale_linear",
+                      "factor")) ||
+        (st = put_num(m, rs, "rope.scaling.original_context_length",
+                      "original_max_position_embeddings")) ||
+        (st = put_num(m, rs, "rope.scaling.yarn_beta_fast", "beta_fast")) ||
+        (st = put_num(m, rs, "rope.scaling.yarn_beta_slow", "beta_slow")))
+        return st;
+    return SPINDLE_OK;
+}
+
+static spindle_status add_id(cJSON *arr, int64_t id, spindle_error *err) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) if (e->valuedouble == (double)id) return SPINDLE_OK;
+    if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)id)))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+/* bos and the end-of-generation ids. */
+static spindle_status special_ids(const meta *m, cJSON *json) {
+    int64_t id;
+    const sp_gguf_value *v = sp_gguf_find(m->g, "tokenizer.ggml.bos_token_id");
+    if (v && sp_gguf_value_i64(v, &id) && id >= 0 &&
+        !cJSON_AddNumberToObject(json, "bos_token_id", (double)id))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    cJSON *eos = cJSON_AddArrayToObject(json, "eos_token_id");
+    if (!eos) return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    static const char *const id_keys[] = {"tokenizer.ggml.eos_token_id",
+                                          "tokenizer.ggml.eot_token_id",
+                                          "tokenizer.ggml.eom_token_id"};
+    spindle_status st;
+    for (size_t i = 0; i < sizeof id_keys / sizeof *id_keys; i++) {
+        v = sp_gguf_find(m->g, id_keys[i]);
+        if (v && sp_gguf_value_i64(v, &id) && id >= 0 &&
+            (st = add_id(eos, id, m->err)))
+            return st;
+    }
+    /* llama.cpp (llama-vocab.cpp) also ends generation on these texts. */
+    static const char *const eog_texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+        "<|endoftext|>", "<|eom_id|>", "<EOT>", "<|end_of_text|>"};
+    v = sp_gguf_find(m->g, "tokenizer.ggml.tokens");
+    uint64_t n = v && v->type == SP_GGUF_ARRAY ? sp_gguf_array_count(v) : 0;
+    for (uint64_t i = 0; i < n; i++) {
+        sp_gguf_str s;
+        if (!sp_gguf_array_str(v, i, &s) || s.len < 5 || s.len > 16 ||
+            s.ptr[0] != '<')
+            continue;
+        for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++)
+            if (strlen(eog_texts[k]) == s.len &&
+                !memcmp(eog_texts[k], s.ptr, s.len) &&
+                (st = add_id(eos, (int64_t)i, m->err)))
+                return st;
+    }
+    return SPINDLE_OK;
+}
+
+static spindle_status gemma3_keys(const meta *m, cJSON *json,
+                                  int64_t head_dim) {
+    spindle_status st;
+    if ((st = put_int(m, json, "attention.sliding_window", "sliding_window",
+                      false, NULL)) ||
+        (st = put_int(m, json, "attention.sliding_window_pattern",
+                      "sliding_window_pattern", false, NULL)) ||
+        (st = put_num(m, json, "final_logit_softcapping",
+                      "final_logit_softcapping")) ||
+        (st = put_num(m, json, "attn_logit_softcapping",
+                      "attn_logit_softcapping")))
+        return st;
+    const sp_gguf_value *swa = arch_key(m, "rope.freq_base_swa");
+    if (swa) {
+        if ((st = put_num(m, json, "rope.freq_base_swa", "rope_local_base_freq")))
+            return st;
+    } else if (!cJSON_AddNumberToObject(json, "rope_local_base_freq", 10000.0)) {
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    if (!cJSON_AddNumberToObject(json, "query_pre_attn_scalar",
+                                 (double)head_dim))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+static const char *model_type_of(const char *arch) {
+    static const char *const map[][2] = {{"llama", "llama"},
+                                         {"qwen2", "qwen2"},
+                                         {"qwen3", "qwen3"},
+                                         {"gemma3", "gemma3_text"}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(arch, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+static spindle_status build(const sp_gguf_weights *w, const meta *m,
+                            cJSON *json) {
+    const char *type = model_type_of(m->arch);
+    if (!type)
+        return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: GGUF architecture '%s' is not supported "
+                       "(supported: llama, qwen2, qwen3, gemma3)", m->path,
+                       m->arch);
+    if (has_tensor(w, "rope_freqs.weight"))
+        return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: rope_freqs (RoPE frequency factors, Llama 3 "
+                       "scaling) is not supported", m->path);
+    const sp_tensor_info *emb = sp_gguf_weights_find(w, "model.embed_tokens.weight");
+    if (!emb || emb->ndim != 2)
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: missing 2-D tensor 'token_embd.weight'", m->path);
+    int64_t hidden = 0, heads = 0, head_dim = 0;
+    spindle_status st;
+    if (!cJSON_AddStringToObject(json, "model_type", type) ||
+        !cJSON_AddNumberToObject(json, "vocab_size", (double)emb->shape[0]))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    if ((st = put_int(m, json, "embedding_length", "hidden_size", true, &hidden)) ||
+        (st = put_int(m, json, "block_count", "num_hidden_layers", true, NULL)) ||
+        (st = put_int(m, json, "feed_forward_length", "intermediate_size", true, NULL)) ||
+        (st = put_int(m, json, "attention.head_count", "num_attention_heads", true, &heads)) ||
+        (st = put_int(m, json, "attention.head_count_kv", "num_key_value_heads", false, NULL)) ||
+        (st = put_int(m, json, "attention.key_length", "head_dim", false, &head_dim)) ||
+        (st = put_int(m, json, "context_length", "max_position_embeddings", false, NULL)) ||
+        (st = put_num(m, json, "attention.layer_norm_rms_epsilon", "rms_norm_eps")) ||
+        (st = put_num(m, json, "rope.freq_base", "rope_theta")) ||
+        (st = rope_scaling(m, json)) || (st = special_ids(m, json)))
+        return st;
+    if (!head_dim) head_dim = hidden / heads;
+    int64_t value_len = 0, rope_dim = 0;
+    if ((st = put_int(m, NULL, "attention.value_length", NULL, false, &value_len)) ||
+        (st = put_int(m, NULL, "rope.dimension_count", NULL, false, &rope_dim)))
+        return st;
+    if (value_len && value_len != head_dim)
+        return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: value_length %lld differs from key_length %lld",
+                       m->path, (long long)value_len, (long long)head_dim);
+    if (rope_dim && rope_dim != head_dim &&
+        !cJSON_AddNumberToObject(json, "partial_rotary_factor",
+                                 (double)rope_dim / (double)head_dim))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* Biases are decided by the tensors present (the files carry no flag). */
+    if (!cJSON_AddBoolToObject(json, "attention_bias",
+                               has_tensor(w, "model.layers.0.self_attn.o_proj.bias")) ||
+        !cJSON_AddBoolToObject(json, "mlp_bias",
+                               has_tensor(w, "model.layers.0.mlp.up_proj.bias")) ||
+        !cJSON_AddBoolToObject(json, "rope_traditional",
+                               !strcmp(m->arch, "llama")))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!strcmp(m->arch, "gemma3")) return gemma3_keys(m, json, head_dim);
+    return SPINDLE_OK;
+}
+
+spindle_status sp_gguf_model_config(const sp_gguf_weights *w,
+                                    sp_model_config *cfg,
+                                    spindle_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    const sp_gguf *g = sp_gguf_weights_file(w);
+    sp_gguf_str arch;
+    spindle_status st = sp_gguf_get_string(g, "general.architecture", &arch, err);
+    if (st) return st;
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(arch.len < 63 ? arch.len : 63),
+             arch.ptr);
+    meta m = {.g = g, .arch = name, .path = sp_gguf_path(g), .err = err};
+    cJSON *json = cJSON_CreateObject();
+    if (!json) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    st = build(w, &m, json);
+    if (st) {
+        cJSON_Delete(json);
+        return st;
+    }
+    return sp_config_from_json(json, m.path, cfg, err);
+}

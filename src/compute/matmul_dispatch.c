@@ -1,0 +1,119 @@
+/* Run-time choice of the matmul kernels: the CPU's best level, lowered by
+ * SPINDLE_SIMD=scalar|avx2|avx512 (so CI can exercise every fallback on one
+ * machine), chosen once; plus the opt-in int8-activation kernel
+ * (SPINDLE_MATMUL_INT8=1, see matmul_vnni.c) and the opt-in bf16-activation
+ * prefill tile (SPINDLE_MATMUL_BF16=1, see matmul_bf16dot.c). */
+#include "compute/matmul_simd.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t sp_simd_once = PTHREAD_ONCE_INIT;
+static _Atomic int sp_simd_level_now = SP_SIMD_SCALAR;
+static sp_simd_level sp_simd_cpu = SP_SIMD_SCALAR;
+static bool sp_cpu_vnni = false;
+static _Atomic bool sp_int8_on = false;
+static bool sp_cpu_bf16 = false;
+static _Atomic bool sp_bf16_on = false;
+
+
+static sp_simd_level sp_detect(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return SP_SIMD_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return SP_SIMD_AVX2;
+#endif
+    return SP_SIMD_SCALAR;
+}
+
+static void sp_simd_init(void) {
+    sp_simd_cpu = sp_detect();
+#if defined(__x86_64__)
+    sp_cpu_vnni = sp_simd_cpu == SP_SIMD_AVX512 &&
+                  __builtin_cpu_supports("avx512vnni");
+#endif
+#if defined(__x86_64__)
+    sp_cpu_bf16 = sp_simd_cpu == SP_SIMD_AVX512 &&
+                  __builtin_cpu_supports("avx512bf16");
+#endif
+    const char *bf16 = getenv("SPINDLE_MATMUL_BF16");
+    atomic_store(&sp_bf16_on, sp_cpu_bf16 && bf16 && strcmp(bf16, "1") == 0);
+    const char *int8 = getenv("SPINDLE_MATMUL_INT8");
+    atomic_store(&sp_int8_on, sp_cpu_vnni && int8 && strcmp(int8, "1") == 0);
+    sp_simd_level want = sp_simd_cpu;
+    const char *env = getenv("SPINDLE_SIMD");
+    if (env) {
+        for (int l = 0; l < SP_SIMD_COUNT; l++)
+            if (strcmp(env, sp_simd_name((sp_simd_level)l)) == 0 &&
+                l < (int)want)
+                want = (sp_simd_level)l;
+    }
+    atomic_store(&sp_simd_level_now, (int)want);
+}
+
+const char *sp_simd_name(sp_simd_level level) {
+    switch (level) {
+    case SP_SIMD_SCALAR: return "scalar";
+    case SP_SIMD_AVX2: return "avx2";
+    case SP_SIMD_AVX512: return "avx512";
+    case SP_SIMD_COUNT: break;
+    }
+    return "?";
+}
+
+sp_simd_level sp_simd_supported(void) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    return sp_simd_cpu;
+}
+
+sp_simd_level sp_simd_current(void) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    return (sp_simd_level)atomic_load(&sp_simd_level_now);
+}
+
+bool sp_simd_force(sp_simd_level level) {
+    if ((int)level < 0 || level >= SP_SIMD_COUNT || level > sp_simd_supported())
+        return false;
+    atomic_store(&sp_simd_level_now, (int)level);
+    return true;
+}
+
+const sp_mm_kernels *sp_mm_active(void) {
+    switch (sp_simd_current()) {
+#if defined(__x86_64__)
+    case SP_SIMD_AVX512: return &sp_mm_kernels_avx512;
+    case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
+#endif
+    default: return NULL;
+    }
+}
+
+
+bool sp_mm_int8_active(void) {
+    return sp_simd_current() == SP_SIMD_AVX512 && atomic_load(&sp_int8_on);
+}
+
+bool sp_mm_int8_force(bool on) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    if (on && !sp_cpu_vnni) return false;
+    atomic_store(&sp_int8_on, on);
+    return true;
+}
+
+bool sp_mm_bf16_active(void) {
+    return sp_simd_current() == SP_SIMD_AVX512 && atomic_load(&sp_bf16_on);
+}
+
+bool sp_mm_bf16_force(bool on) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    if (on && !sp_cpu_bf16) return false;
+    atomic_store(&sp_bf16_on, on);
+    return true;
+}

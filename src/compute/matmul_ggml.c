@@ -1,0 +1,127 @@
+/* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
+ * memory: each pool chunk is a contiguous block of rows, decoded
+ * SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile with
+ * ggml's own (bit-exact) dequantizers, and the tile is dotted with every
+ * token's activations, so the decode cost is shared by a whole prefill.
+ * Activations stay f32 (llama.cpp quantizes them to 8 bits for quantized
+ * products; Spindle keeps the exact product of the dequantized weights). */
+#include "compute/matmul_ggml.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "compute/ggml_quants.h"
+#include "compute/matmul_simd.h"
+
+#define SP_GG_ROWS 8
+/* A multiple of every block size (32 and 256), so tile edges fall on block
+ * boundaries. */
+#define SP_GG_COLS 512
+#define SP_GG_LANES 16
+
+bool sp_ggml_weight_usable(const sp_weight *w) {
+    if (!w || w->type != SP_W_GGML || !w->data || w->rows <= 0 ||
+        w->cols <= 0)
+        return false;
+    const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
+    return tr && tr->to_f32 && w->cols % tr->block_size == 0 &&
+           (uintptr_t)w->data % tr->align == 0 &&
+           sp_ggml_row_size(w->ggml_type, w->cols) % tr->align == 0;
+}
+
+/* Independent partial sums per lane so that gcc vectorizes without
+ * -ffast-math (as matmul.c's portable path). */
+static float gg_dot(const float *restrict a, const float *restrict x,
+                    int64_t n) {
+    float s[SP_GG_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SP_GG_LANES <= n; i += SP_GG_LANES)
+        for (int j = 0; j < SP_GG_LANES; j++) s[j] += a[i + j] * x[i + j];
+    float t = 0;
+    for (int j = 0; j < SP_GG_LANES; j++) t += s[j];
+    for (; i < n; i++) t += a[i] * x[i];
+    return t;
+}
+
+static void gg_tile_portable(const float *tile, int64_t ldt, int nr,
+                             const float *x, int64_t ldx, int nt, int64_t kn,
+                             float *y, int64_t ldy, bool accumulate) {
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        float *yt = y + (int64_t)t * ldy;
+        for (int i = 0; i < nr; i++) {
+            const float d = gg_dot(tile + (int64_t)i * ldt, xt, kn);
+            yt[i] = accumulate ? yt[i] + d : d;
+        }
+    }
+}
+
+typedef struct gg_job {
+    const sp_weight *w;
+    const sp_ggml_type_traits *tr;
+    size_t row_bytes;
+    const float *x;
+    float *y;
+    int n_tokens;
+    const sp_mm_kernels *k; /* NULL: portable dot products */
+} gg_job;
+
+static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    const sp_weight *w = job->w;
+    const int64_t rows = w->rows, cols = w->cols, bs = job->tr->block_size;
+    const unsigned char *data = w->data;
+    _Alignas(64) float tile[SP_GG_ROWS][SP_GG_COLS];
+
+    for (int64_t r = r0; r < r1; r += SP_GG_ROWS) {
+        const int nr = r1 - r < SP_GG_ROWS ? (int)(r1 - r) : SP_GG_ROWS;
+        for (int64_t k0 = 0; k0 < cols; k0 += SP_GG_COLS) {
+            const int64_t kn = cols - k0 < SP_GG_COLS ? cols - k0 : SP_GG_COLS;
+            for (int i = 0; i < nr; i++) {
+                const unsigned char *row =
+                    data + (size_t)(r + i) * job->row_bytes +
+                    (size_t)(k0 / bs) * job->tr->type_size;
+                job->tr->to_f32(row, tile[i], kn);
+            }
+            (job->k ? job->k->tile : gg_tile_portable)(
+                tile[0], SP_GG_COLS, nr, job->x + k0, cols, job->n_tokens, kn,
+                job->y + r, rows, k0 > 0);
+        }
+    }
+}
+
+void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
+                    int n_tokens, float *y) {
+    if (!w || !x || !y || n_tokens <= 0) return;
+    if (!sp_ggml_weight_usable(w)) {
+        for (int64_t i = 0; i < (int64_t)n_tokens * w->rows; i++) y[i] = NAN;
+        return;
+    }
+    gg_job job = {
+        .w = w,
+        .tr = sp_ggml_traits(w->ggml_type),
+        .row_bytes = sp_ggml_row_size(w->ggml_type, w->cols),
+        .x = x,
+        .y = y,
+        .n_tokens = n_tokens,
+        .k = sp_mm_active(),
+    };
+    const int threads = sp_pool_size(pool);
+    int64_t grain = (w->rows + threads - 1) / threads;
+    grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
+    sp_pool_for(pool, w->rows, grain, gg_range, &job);
+}
+
+void sp_weight_row_ggml(const sp_weight *w, int64_t r, float *out) {
+    if (!w || !out || w->cols <= 0) return;
+    if (!sp_ggml_weight_usable(w) || r < 0 || r >= w->rows) {
+        for (int64_t i = 0; i < w->cols; i++) out[i] = NAN;
+        return;
+    }
+    const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
+    const unsigned char *row = (const unsigned char *)w->data +
+                               (size_t)r * sp_ggml_row_size(w->ggml_type,
+                                                            w->cols);
+    tr->to_f32(row, out, w->cols);
+}

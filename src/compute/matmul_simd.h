@@ -1,0 +1,91 @@
+/* SIMD kernel tables of sp_matmul and their run-time selection.
+ *
+ * One binary serves every x86-64 CPU: the AVX2 and AVX-512 kernels are
+ * compiled with target attributes in their own files and chosen once, at
+ * first use, from what the CPU reports (SPINDLE_SIMD=scalar|avx2|avx512 may
+ * lower the choice, never raise it above the CPU). Other architectures build
+ * only the portable path, which is the table-less fallback in matmul.c. */
+#ifndef SP_COMPUTE_MATMUL_SIMD_H
+#define SP_COMPUTE_MATMUL_SIMD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compute/tensor.h"
+
+typedef enum sp_simd_level {
+    SP_SIMD_SCALAR = 0, /* portable C (gcc's baseline vectorization only) */
+    SP_SIMD_AVX2,       /* AVX2 + FMA + F16C */
+    SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL */
+    SP_SIMD_COUNT
+} sp_simd_level;
+
+/* Up to this many tokens the fused row kernels stream the weights once and
+ * never build an f32 tile; above it the tiled GEMM path runs. */
+#define SP_MM_SMALL_TOKENS 4
+
+typedef struct sp_mm_kernels {
+    const char *name;
+    /* y[t * rows + r] for r in [r0, r1), t < n_tokens <= SP_MM_SMALL_TOKENS.
+     * Returns false, writing nothing, when w's format is not covered; an
+     * empty range (r0 == r1) only reports whether it is. */
+    bool (*rows)(const sp_weight *w, const float *x, int n_tokens, float *y,
+                 int64_t r0, int64_t r1);
+    /* Decode columns [c0, c0 + n) of row r to f32 (same contract as
+     * sp_decode_span); false, writing nothing, when the format is not
+     * covered. */
+    bool (*decode)(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
+                   float *out);
+    /* y[t * ldy + i] (+)= sum_k tile[i * ldt + k] * x[t * ldx + k] for
+     * i < nr, t < nt, k < kn; `accumulate` false stores instead. */
+    void (*tile)(const float *tile, int64_t ldt, int nr, const float *x,
+                 int64_t ldx, int nt, int64_t kn, float *y, int64_t ldy,
+                 bool accumulate);
+} sp_mm_kernels;
+
+#if defined(__x86_64__)
+extern const sp_mm_kernels sp_mm_kernels_avx2;
+extern const sp_mm_kernels sp_mm_kernels_avx512;
+#endif
+
+/* Opt-in int8-activation decode kernel for 4/8-bit affine rows (AVX-512
+ * VNNI, matmul_vnni.c); same contract as sp_mm_kernels.rows. Not exact: see
+ * that file for the error bound. */
+bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
+                     float *y, int64_t r0, int64_t r1);
+
+/* Whether sp_matmul uses sp_mm_rows_vnni for few tokens: only with
+ * SPINDLE_MATMUL_INT8=1, on a CPU with AVX-512 VNNI, while the AVX-512 level
+ * is in use. sp_mm_int8_force switches it (tests, benchmarks); it returns
+ * false, changing nothing, if the CPU lacks VNNI. */
+bool sp_mm_int8_active(void);
+bool sp_mm_int8_force(bool on);
+
+/* Opt-in prefill tile for bf16 weights (AVX-512 BF16, matmul_bf16dot.c);
+ * same contract as sp_mm_kernels.tile, but the activations are rounded to
+ * bf16: |error| <= 2^-8 sum_k |tile x| plus f32 accumulation. */
+void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
+                     int64_t ldx, int nt, int64_t kn, float *y, int64_t ldy,
+                     bool accumulate);
+
+/* Whether sp_matmul uses sp_mm_tile_bf16 for bf16 weights above
+ * SP_MM_SMALL_TOKENS tokens: only with SPINDLE_MATMUL_BF16=1, on a CPU with
+ * AVX-512 BF16, while the AVX-512 level is in use. sp_mm_bf16_force
+ * switches it; false, changing nothing, if the CPU lacks AVX-512 BF16. */
+bool sp_mm_bf16_active(void);
+bool sp_mm_bf16_force(bool on);
+
+/* Kernels in use (NULL: portable path). Thread-safe; selects on first call. */
+const sp_mm_kernels *sp_mm_active(void);
+
+/* Highest level this CPU supports, and the level in use. */
+sp_simd_level sp_simd_supported(void);
+sp_simd_level sp_simd_current(void);
+
+/* Switch the kernels in use (tests, benchmarks). Returns false and changes
+ * nothing if the CPU lacks `level`. Not to be called during a matmul. */
+bool sp_simd_force(sp_simd_level level);
+
+const char *sp_simd_name(sp_simd_level level);
+
+#endif
