@@ -13,7 +13,7 @@
 #include "compute/ggml_quants.h"
 #include "compute/matmul_simd.h"
 
-#define SP_GG_ROWS 8
+#define SP_GG_ROWS 32
 /* A multiple of every block size (32 and 256), so tile edges fall on block
  * boundaries. */
 #define SP_GG_COLS 512
