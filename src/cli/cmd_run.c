@@ -281,6 +281,7 @@ int sp_cmd_run(int argc, char **argv) {
                    &stats);
     } else {
         printf("\n");
+        fflush(stdout);   /* the text ends before the statistics line */
         fprintf(stderr,
                 "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
                 "| peak RSS %.1f MiB | stop: %s\n",
