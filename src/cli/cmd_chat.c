@@ -71,6 +71,7 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
                                   &n_gen, NULL, NULL, err);
         if (!st) sp_text_stream_finish(&stream);
         printf("\n");
+        fflush(stdout);
         if (!st && !remember(c, ids, n, gen, n_gen)) st = SPINDLE_ERR_MEMORY;
         if (!st) add_message(c->messages, "assistant", stream.text ? stream.text : "");
     }
