@@ -7,11 +7,10 @@
  * three tensors (.weight, .scales, .biases), one pass over the rows each.
  *
  * Names: llama.cpp's tensor names (gguf-py TENSOR_NAMES) map to the
- * Hugging Face names by the table below. gguf_model.c holds the same
- * mapping for loading but exposes only lookups by Hugging Face name, not
- * the translation, hence the small table here. */
+ * Hugging Face names by sp_gguf_translate_name, the loader's mapping. */
 #include "artifacts/convert.h"
 #include "artifacts/convert_internal.h"
+#include "artifacts/gguf_model.h"
 #include "artifacts/safetensors_write.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -38,58 +37,6 @@ typedef struct conv_tensor {
     size_t src_row;      /* bytes of a source row */
 } conv_tensor;
 
-/* ----------------------------------------------------------------- names */
-
-static const struct { const char *gguf, *hf; } layer_names[] = {
-    {"attn_norm", "input_layernorm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-    {"post_attention_norm", "post_attention_layernorm"},
-    {"post_ffw_norm", "post_feedforward_layernorm"},
-}, global_names[] = {
-    {"token_embd", "model.embed_tokens"},
-    {"output_norm", "model.norm"},
-    {"output", "lm_head"},
-};
-
-/* Hugging Face name of GGUF tensor `name` into out; false when unknown. */
-static bool hf_name(const char *name, const char *arch, char *out, size_t cap) {
-    const char *dot = strrchr(name, '.');
-    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
-    size_t stem = (size_t)(dot - name);
-    if (!strncmp(name, "blk.", 4)) {
-        char *end;
-        long layer = strtol(name + 4, &end, 10);
-        if (end == name + 4 || *end != '.' || layer < 0 || end >= dot)
-            return false;
-        const char *mod = end + 1;
-        size_t len = (size_t)(dot - mod);
-        const char *hf = NULL;
-        if (len == 8 && !strncmp(mod, "ffn_norm", 8))
-            /* Gemma's sandwich blocks have a separate pre-MLP norm. */
-            hf = !strcmp(arch, "gemma3") ? "pre_feedforward_layernorm"
-                                         : "post_attention_layernorm";
-        for (size_t i = 0; !hf && i < sizeof layer_names / sizeof *layer_names; i++)
-            if (strlen(layer_names[i].gguf) == len &&
-                !strncmp(mod, layer_names[i].gguf, len))
-                hf = layer_names[i].hf;
-        return hf && (size_t)snprintf(out, cap, "model.layers.%ld.%s%s", layer,
-                                      hf, dot) < cap;
-    }
-    for (size_t i = 0; i < sizeof global_names / sizeof *global_names; i++)
-        if (strlen(global_names[i].gguf) == stem &&
-            !strncmp(name, global_names[i].gguf, stem))
-            return (size_t)snprintf(out, cap, "%s%s", global_names[i].hf, dot) < cap;
-    return false;
-}
-
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && !strcmp(s + n - k, suffix);
@@ -97,9 +44,7 @@ static bool ends_with(const char *s, const char *suffix) {
 
 bool sp_conv_arch_int(const sp_gguf *g, const char *arch, const char *key,
                       int64_t *out) {
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    const sp_gguf_value *v = sp_gguf_find(g, full);
+    const sp_gguf_value *v = sp_gguf_arch_value(g, arch, key);
     return v && sp_gguf_value_i64(v, out);
 }
 
@@ -125,7 +70,10 @@ static spindle_status plan_tensor(const sp_gguf *g, const char *arch,
     const char *path = sp_gguf_path(g);
     memset(c, 0, sizeof *c);
     c->t = t;
-    if (!hf_name(t->name, arch, c->name, sizeof c->name))
+    /* Only weights and biases: a converted checkpoint has no other kind. */
+    const char *dot = strrchr(t->name, '.');
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias")) ||
+        !sp_gguf_translate_name(t->name, arch, c->name, sizeof c->name))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has no Hugging Face counterpart",
                        path, t->name);
@@ -410,8 +358,7 @@ spindle_status sp_convert_gguf(const char *gguf_path, const char *out_dir,
         st = sp_fail(err, SPINDLE_ERR_FORMAT,
                      "%s: general.architecture is not a valid name", gguf_path);
     if (!st) memcpy(arch, a.ptr, a.len);
-    if (!st && strcmp(arch, "llama") && strcmp(arch, "qwen2") &&
-        strcmp(arch, "qwen3") && strcmp(arch, "gemma3"))
+    if (!st && !sp_gguf_model_type(arch, NULL))
         st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                      "%s: architecture '%s' cannot be converted (supported: "
                      "llama, qwen2, qwen3, gemma3)", gguf_path, arch);

@@ -5,6 +5,7 @@
  * sliding-window pattern 6, local RoPE base 10000, query scale
  * key_length^-0.5. */
 #include "artifacts/convert_internal.h"
+#include "artifacts/gguf_model.h"
 #include "artifacts/safetensors_write.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -23,9 +24,7 @@ typedef struct ctx {
 } ctx;
 
 static const sp_gguf_value *arch_key(const ctx *c, const char *key) {
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", c->s->arch, key);
-    return sp_gguf_find(c->g, full);
+    return sp_gguf_arch_value(c->g, c->s->arch, key);
 }
 
 static void num(ctx *c, cJSON *obj, const char *name, double v) {
@@ -35,30 +34,20 @@ static void num(ctx *c, cJSON *obj, const char *name, double v) {
 /* A positive integer `{arch}.key` (dflt when absent; 0 = required). */
 static spindle_status get_int(ctx *c, const char *key, int64_t dflt,
                               int64_t *out) {
-    const sp_gguf_value *v = arch_key(c, key);
-    if (!v && dflt) {
-        *out = dflt;
-        return SPINDLE_OK;
-    }
-    if (!v || !sp_gguf_value_i64(v, out) || *out < 1 || *out > (1 << 30))
-        return sp_fail(c->err, SPINDLE_ERR_FORMAT,
-                       "%s: '%s.%s' is %s (a positive integer is needed)",
-                       sp_gguf_path(c->g), c->s->arch, key,
-                       v ? "invalid" : "missing");
-    return SPINDLE_OK;
+    *out = dflt;
+    return sp_gguf_arch_count(c->g, c->s->arch, key, !dflt, out, c->err);
 }
 
 /* An optional finite number `{arch}.key` into obj[name] (dflt when absent,
  * NAN: then nothing is written). */
 static spindle_status put_real(ctx *c, cJSON *obj, const char *key,
                                const char *name, double dflt) {
-    const sp_gguf_value *v = arch_key(c, key);
     double x = dflt;
-    if (v && (!sp_gguf_value_f64(v, &x) || !isfinite(x)))
-        return sp_fail(c->err, SPINDLE_ERR_FORMAT, "%s: '%s.%s' is not a number",
-                       sp_gguf_path(c->g), c->s->arch, key);
-    if (!isnan(x)) num(c, obj, name, x);
-    return SPINDLE_OK;
+    bool found;
+    spindle_status st = sp_gguf_arch_real(c->g, c->s->arch, key, &x, &found,
+                                          c->err);
+    if (!st && !isnan(x)) num(c, obj, name, x);
+    return st;
 }
 
 static void token_id(ctx *c, const char *key, const char *name) {
@@ -143,21 +132,13 @@ static void quantization(ctx *c) {
     }
 }
 
-static const char *const families[][3] = {
-    {"llama", "llama", "LlamaForCausalLM"},
-    {"qwen2", "qwen2", "Qwen2ForCausalLM"},
-    {"qwen3", "qwen3", "Qwen3ForCausalLM"},
-    {"gemma3", "gemma3_text", "Gemma3ForCausalLM"},
-};
-
 spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
                               cJSON **out, spindle_error *err) {
     *out = NULL;
     ctx c = {.g = g, .s = s, .json = cJSON_CreateObject(), .err = err};
     if (!c.json) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    size_t f = 0;
-    while (f < sizeof families / sizeof *families && strcmp(families[f][0], s->arch)) f++;
-    if (f == sizeof families / sizeof *families) {
+    const char *hf_class = NULL, *model_type = sp_gguf_model_type(s->arch, &hf_class);
+    if (!model_type) {
         cJSON_Delete(c.json);
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: architecture '%s' "
                        "cannot be converted", sp_gguf_path(g), s->arch);
@@ -177,8 +158,8 @@ spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
         return st;
     }
     cJSON *arr = cJSON_AddArrayToObject(c.json, "architectures");
-    if (!arr || !cJSON_AddItemToArray(arr, cJSON_CreateString(families[f][2])) ||
-        !cJSON_AddStringToObject(c.json, "model_type", families[f][1]))
+    if (!arr || !cJSON_AddItemToArray(arr, cJSON_CreateString(hf_class)) ||
+        !cJSON_AddStringToObject(c.json, "model_type", model_type))
         c.oom = true;
     num(&c, c.json, "hidden_size", (double)hidden);
     num(&c, c.json, "intermediate_size", (double)ffn);

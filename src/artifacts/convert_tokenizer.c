@@ -12,39 +12,39 @@
  * tokens. BOS is added by the post-processor when the file says
  * add_bos_token (transformers leaves that to its Python layer; a standalone
  * tokenizer.json must do it itself, as Hugging Face checkpoints do).
- * The regex table mirrors tok_gguf_split.c's, which is private there. */
+ * The regex lists are the tokenizer module's (sp_gg_pre_find). */
 #include "artifacts/convert_internal.h"
+#include "input/tok_gguf.h"
 #include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_LLAMA3 "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2 "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-
-static const struct pre_def {
-    const char *names; /* '|'-separated tokenizer.ggml.pre values */
-    const char *re[4];
-    bool ignore_merges;
-} PRES[] = {
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", {RE_LLAMA3}, true},
-    {"dbrx|smaug-bpe|chatglm-bpe", {RE_LLAMA3}, false},
-    {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, false},
-    {"starcoder|refact|codeshell|exaone|minerva-7b|command-r|smollm", {"\\p{N}", RE_GPT2}, false},
-    {"gpt-2|gpt2|mpt|olmo|jais|exaone4|jina-v1-en|jina-v2-code|roberta-bpe", {RE_GPT2}, false},
-    {"qwen2|deepseek-r1-qwen|megrez|stablelm2", {RE_QWEN2}, false},
+/* llama.cpp names the tokenizer module does not load (their BOS/SEP
+ * handling differs; tokenizer.json takes that from the file's own keys)
+ * whose split is that of a name it does. */
+static const char *const ALIASES[][2] = {
+    {"chatglm-bpe", "dbrx"}, {"gpt2", "gpt-2"}, {"jina-v1-en", "gpt-2"},
+    {"jina-v2-code", "gpt-2"}, {"roberta-bpe", "gpt-2"},
 };
 
-static const struct pre_def *find_pre(const char *pre, size_t len) {
-    for (size_t i = 0; i < sizeof PRES / sizeof *PRES; i++)
-        for (const char *p = PRES[i].names; *p;) {
-            size_t n = strcspn(p, "|");
-            if (n == len && !memcmp(p, pre, len)) return &PRES[i];
-            p += n + (p[n] == '|');
+/* The pre-tokenizers (one name of each) whose regex lists convert writes;
+ * the others are not tested as Hugging Face Split regexes. */
+static const char *const CONVERTIBLE[] = {
+    "default", "llama3", "dbrx", "falcon", "starcoder", "command-r",
+    "gpt-2", "qwen2", "stablelm2",
+};
+
+static const sp_gg_pre *find_pre(const char *pre, size_t len) {
+    for (size_t i = 0; i < sizeof ALIASES / sizeof *ALIASES; i++)
+        if (strlen(ALIASES[i][0]) == len && !memcmp(ALIASES[i][0], pre, len)) {
+            pre = ALIASES[i][1];
+            len = strlen(pre);
         }
+    const sp_gg_pre *d = sp_gg_pre_find(pre, len);
+    for (size_t i = 0; d && i < sizeof CONVERTIBLE / sizeof *CONVERTIBLE; i++)
+        if (sp_gg_pre_find(CONVERTIBLE[i], strlen(CONVERTIBLE[i])) == d) return d;
     return NULL;
 }
 
@@ -208,7 +208,7 @@ static spindle_status gpt2(tk *t, cJSON *root, cJSON *model) {
     sp_gguf_str pre = {"default", 7};
     const sp_gguf_value *pv = sp_gguf_find(t->g, "tokenizer.ggml.pre");
     if (pv) sp_gguf_value_str(pv, &pre);
-    const struct pre_def *d = find_pre(pre.ptr, pre.len);
+    const sp_gg_pre *d = find_pre(pre.ptr, pre.len);
     if (!d)
         return sp_fail(t->err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tokenizer.ggml.pre '%.*s' cannot be converted",
@@ -217,7 +217,8 @@ static spindle_status gpt2(tk *t, cJSON *root, cJSON *model) {
     cJSON *pt = obj(t, root, "pre_tokenizer");
     str(t, pt, "type", "Sequence");
     cJSON *list = pt ? cJSON_AddArrayToObject(pt, "pretokenizers") : NULL;
-    for (int i = 0; i < 4 && d->re[i]; i++) push(t, list, split(t, d->re[i]));
+    for (int i = 0; i < SP_GG_MAX_RE && d->re[i]; i++)
+        push(t, list, split(t, d->re[i]));
     push(t, list, byte_level(t, false));
     if (!t->oom && !cJSON_AddItemToObject(root, "decoder", byte_level(t, true)))
         t->oom = true;

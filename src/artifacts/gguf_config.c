@@ -23,10 +23,58 @@ typedef struct meta {
     spindle_error *err;
 } meta;
 
-static const sp_gguf_value *arch_key(const meta *m, const char *key) {
+const sp_gguf_value *sp_gguf_arch_value(const sp_gguf *g, const char *arch,
+                                        const char *key) {
     char full[160];
-    snprintf(full, sizeof full, "%s.%s", m->arch, key);
-    return sp_gguf_find(m->g, full);
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return sp_gguf_find(g, full);
+}
+
+spindle_status sp_gguf_arch_count(const sp_gguf *g, const char *arch,
+                                  const char *key, bool required,
+                                  int64_t *out, spindle_error *err) {
+    const sp_gguf_value *v = sp_gguf_arch_value(g, arch, key);
+    int64_t x = 0;
+    if (!v && !required) return SPINDLE_OK;
+    if (!v || !sp_gguf_value_i64(v, &x) || x < 1 || x > (1 << 30))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.%s' is %s (a positive integer is needed)",
+                       sp_gguf_path(g), arch, key, v ? "invalid" : "missing");
+    *out = x;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_gguf_arch_real(const sp_gguf *g, const char *arch,
+                                 const char *key, double *out, bool *found,
+                                 spindle_error *err) {
+    const sp_gguf_value *v = sp_gguf_arch_value(g, arch, key);
+    double x;
+    *found = v != NULL;
+    if (!v) return SPINDLE_OK;
+    if (!sp_gguf_value_f64(v, &x) || !isfinite(x))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: '%s.%s' is not a number",
+                       sp_gguf_path(g), arch, key);
+    *out = x;
+    return SPINDLE_OK;
+}
+
+const char *sp_gguf_model_type(const char *arch, const char **hf_class) {
+    static const char *const map[][3] = {
+        {"llama", "llama", "LlamaForCausalLM"},
+        {"qwen2", "qwen2", "Qwen2ForCausalLM"},
+        {"qwen3", "qwen3", "Qwen3ForCausalLM"},
+        {"gemma3", "gemma3_text", "Gemma3ForCausalLM"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(arch, map[i][0])) {
+            if (hf_class) *hf_class = map[i][2];
+            return map[i][1];
+        }
+    return NULL;
+}
+
+static const sp_gguf_value *arch_key(const meta *m, const char *key) {
+    return sp_gguf_arch_value(m->g, m->arch, key);
 }
 
 /* A positive integer `{arch}.key` into json[name] (json NULL: only into
@@ -34,13 +82,10 @@ static const sp_gguf_value *arch_key(const meta *m, const char *key) {
 static spindle_status put_int(const meta *m, cJSON *json, const char *key,
                               const char *name, bool required,
                               int64_t *value) {
-    const sp_gguf_value *v = arch_key(m, key);
     int64_t x = 0;
-    if (!v && !required) return SPINDLE_OK;
-    if (!v || !sp_gguf_value_i64(v, &x) || x < 1 || x > (1 << 30))
-        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
-                       "%s: '%s.%s' is %s (a positive integer is needed)",
-                       m->path, m->arch, key, v ? "invalid" : "missing");
+    spindle_status st = sp_gguf_arch_count(m->g, m->arch, key, required, &x,
+                                           m->err);
+    if (st || !x) return st;
     if (json && !cJSON_AddNumberToObject(json, name, (double)x))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
     if (value) *value = x;
@@ -50,12 +95,11 @@ static spindle_status put_int(const meta *m, cJSON *json, const char *key,
 /* An optional finite number `{arch}.key` into json[name]. */
 static spindle_status put_num(const meta *m, cJSON *json, const char *key,
                               const char *name) {
-    const sp_gguf_value *v = arch_key(m, key);
     double x;
-    if (!v) return SPINDLE_OK;
-    if (!sp_gguf_value_f64(v, &x) || !isfinite(x))
-        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
-                       "%s: '%s.%s' is not a number", m->path, m->arch, key);
+    bool found;
+    spindle_status st = sp_gguf_arch_real(m->g, m->arch, key, &x, &found,
+                                          m->err);
+    if (st || !found) return st;
     if (!cJSON_AddNumberToObject(json, name, x))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
     return SPINDLE_OK;
@@ -164,19 +208,9 @@ static spindle_status gemma3_keys(const meta *m, cJSON *json,
     return SPINDLE_OK;
 }
 
-static const char *model_type_of(const char *arch) {
-    static const char *const map[][2] = {{"llama", "llama"},
-                                         {"qwen2", "qwen2"},
-                                         {"qwen3", "qwen3"},
-                                         {"gemma3", "gemma3_text"}};
-    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
-        if (!strcmp(arch, map[i][0])) return map[i][1];
-    return NULL;
-}
-
 static spindle_status build(const sp_gguf_weights *w, const meta *m,
                             cJSON *json) {
-    const char *type = model_type_of(m->arch);
+    const char *type = sp_gguf_model_type(m->arch, NULL);
     if (!type)
         return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: GGUF architecture '%s' is not supported "

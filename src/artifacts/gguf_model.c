@@ -103,36 +103,41 @@ static const char *ffn_norm_name(const char *arch) {
                                    : "post_attention_layernorm";
 }
 
-/* malloc'd Hugging Face name of GGUF tensor `name`, or a copy of `name`. */
-static char *translate(const char *name, const char *arch) {
+bool sp_gguf_translate_name(const char *name, const char *arch, char *out,
+                            size_t cap) {
     const char *dot = strrchr(name, '.');
-    char out[512];
-    if (dot && !strncmp(name, "blk.", 4)) {
+    if (!dot) return false;
+    if (!strncmp(name, "blk.", 4)) {
         char *end;
         long layer = strtol(name + 4, &end, 10);
-        if (end != name + 4 && *end == '.' && layer >= 0 && end < dot) {
-            size_t len = (size_t)(dot - end - 1);
-            const char *module = end + 1, *hf = NULL;
-            if (len == 8 && !strncmp(module, "ffn_norm", len))
-                hf = ffn_norm_name(arch);
-            for (size_t i = 0; !hf && i < sizeof layer_names / sizeof *layer_names; i++)
-                if (strlen(layer_names[i].gguf) == len &&
-                    !strncmp(module, layer_names[i].gguf, len))
-                    hf = layer_names[i].hf;
-            if (hf) {
-                snprintf(out, sizeof out, "model.layers.%ld.%s%s", layer, hf,
-                         dot);
-                return strdup(out);
-            }
-        }
+        if (end == name + 4 || *end != '.' || layer < 0 || end >= dot)
+            return false;
+        size_t len = (size_t)(dot - end - 1);
+        const char *module = end + 1, *hf = NULL;
+        if (len == 8 && !strncmp(module, "ffn_norm", len))
+            hf = ffn_norm_name(arch);
+        for (size_t i = 0; !hf && i < sizeof layer_names / sizeof *layer_names; i++)
+            if (strlen(layer_names[i].gguf) == len &&
+                !strncmp(module, layer_names[i].gguf, len))
+                hf = layer_names[i].hf;
+        return hf && (size_t)snprintf(out, cap, "model.layers.%ld.%s%s",
+                                      layer, hf, dot) < cap;
     }
-    for (size_t i = 0; dot && i < sizeof global_names / sizeof *global_names; i++)
-        if (strlen(global_names[i].gguf) == (size_t)(dot - name) &&
-            !strncmp(name, global_names[i].gguf, (size_t)(dot - name))) {
-            snprintf(out, sizeof out, "%s%s", global_names[i].hf, dot);
-            return strdup(out);
-        }
-    return strdup(name);
+    size_t stem = (size_t)(dot - name);
+    for (size_t i = 0; i < sizeof global_names / sizeof *global_names; i++)
+        if (strlen(global_names[i].gguf) == stem &&
+            !strncmp(name, global_names[i].gguf, stem))
+            return (size_t)snprintf(out, cap, "%s%s", global_names[i].hf,
+                                    dot) < cap;
+    return false;
+}
+
+/* malloc'd Hugging Face name of GGUF tensor `name`, or a copy of `name`
+ * when it has none (the families then simply do not find it). */
+static char *translate(const char *name, const char *arch) {
+    char out[512];
+    return strdup(sp_gguf_translate_name(name, arch, out, sizeof out) ? out
+                                                                      : name);
 }
 
 static int by_name(const void *a, const void *b) {

@@ -163,6 +163,54 @@ static bool parse_json_line_string(const char *s, size_t n, char *out, size_t *o
     return true;
 }
 
+/* What both commands hold while they run: the tokenizer and, when the
+ * input was not given as an option, standard input. */
+typedef struct session {
+    spindle_tokenizer *tok;
+    char *input;
+    size_t len;
+} session;
+
+/* Loads the tokenizer, reads stdin when `from_stdin`, and block-buffers
+ * stdout for the batch modes; 0 or the exit code (nothing left open). */
+static int session_open(const char *cmd, const opts *o, bool from_stdin,
+                        session *s) {
+    static char outbuf[1 << 16];
+    spindle_error err = {0};
+    memset(s, 0, sizeof *s);
+    if (spindle_tokenizer_load(o->model, &s->tok, &err)) return fail_err(cmd, &err);
+    if (from_stdin && !(s->input = read_stdin(&s->len))) {
+        spindle_tokenizer_free(s->tok);
+        return fail(cmd, "cannot read standard input");
+    }
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    return 0;
+}
+
+static int session_close(session *s, int rc) {
+    fflush(stdout);
+    free(s->input);
+    spindle_tokenizer_free(s->tok);
+    return rc;
+}
+
+/* The next non-blank line of the --jsonl input after *pos (which it
+ * advances), numbered from 1 in *lineno; false at the end. */
+static bool next_line(session *s, char **pos, size_t *lineno, char **line,
+                      size_t *ll) {
+    if (!s->input) return false; /* the value came as an option */
+    char *end = s->input + s->len;
+    while (*pos < end) {
+        char *nl = memchr(*pos, '\n', (size_t)(end - *pos));
+        *line = *pos;
+        *ll = nl ? (size_t)(nl - *pos) : (size_t)(end - *pos);
+        *pos += *ll + 1;
+        ++*lineno;
+        if (!(*ll == 0 || (*ll == 1 && (*line)[0] == '\r'))) return true;
+    }
+    return false;
+}
+
 static void print_ids(const int32_t *ids, size_t n, bool json) {
     if (json) fputs("{\"ids\":[", stdout);
     for (size_t i = 0; i < n; i++) {
@@ -175,36 +223,23 @@ static void print_ids(const int32_t *ids, size_t n, bool json) {
 int sp_cmd_tokenize(int argc, char **argv) {
     const char *cmd = argc > 0 ? argv[0] : "tokenize";
     opts o;
+    session s;
+    int rc;
     if (parse_opts(argc, argv, &o, true)) return 1;
+    if ((rc = session_open(cmd, &o, !o.text, &s))) return rc;
     spindle_error err = {0};
-    spindle_tokenizer *tok = NULL;
-    if (spindle_tokenizer_load(o.model, &tok, &err)) return fail_err(cmd, &err);
-    size_t len = 0;
-    char *input = NULL;
-    if (!o.text && !(input = read_stdin(&len))) {
-        spindle_tokenizer_free(tok);
-        return fail(cmd, "cannot read standard input");
-    }
-    int rc = 0;
-    static char outbuf[1 << 16];
-    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     if (!o.jsonl) {
-        const char *t = o.text ? o.text : input;
-        size_t n = o.text ? strlen(o.text) : len;
+        const char *t = o.text ? o.text : s.input;
+        size_t n = o.text ? strlen(o.text) : s.len;
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        if (spindle_tokenizer_encode(tok, t, n, !o.no_special, &ids, &n_ids, &err)) rc = fail_err(cmd, &err);
+        if (spindle_tokenizer_encode(s.tok, t, n, !o.no_special, &ids, &n_ids, &err)) rc = fail_err(cmd, &err);
         else print_ids(ids, n_ids, o.json);
         spindle_free(ids);
     } else {
-        char *line = input, *end = input + len;
-        size_t lineno = 0;
-        while (line < end && !rc) {
-            char *nl = memchr(line, '\n', (size_t)(end - line));
-            size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
-            lineno++;
-            size_t tl;
-            if (ll == 0 || (ll == 1 && line[0] == '\r')) { line += ll + 1; continue; }
+        char *pos = s.input, *line;
+        size_t lineno = 0, ll, tl;
+        while (!rc && next_line(&s, &pos, &lineno, &line, &ll)) {
             if (!parse_json_line_string(line, ll, line, &tl)) {
                 char msg[64];
                 snprintf(msg, sizeof msg, "line %zu is not a JSON string", lineno);
@@ -213,16 +248,12 @@ int sp_cmd_tokenize(int argc, char **argv) {
             }
             int32_t *ids = NULL;
             size_t n_ids = 0;
-            if (spindle_tokenizer_encode(tok, line, tl, !o.no_special, &ids, &n_ids, &err)) rc = fail_err(cmd, &err);
+            if (spindle_tokenizer_encode(s.tok, line, tl, !o.no_special, &ids, &n_ids, &err)) rc = fail_err(cmd, &err);
             else print_ids(ids, n_ids, true);
             spindle_free(ids);
-            line += ll + 1;
         }
     }
-    fflush(stdout);
-    free(input);
-    spindle_tokenizer_free(tok);
-    return rc;
+    return session_close(&s, rc);
 }
 
 /* Ids as "1,2 3" (commas or spaces). */
@@ -315,48 +346,31 @@ static int detok_one(const char *cmd, const spindle_tokenizer *tok, const opts *
 int sp_cmd_detokenize(int argc, char **argv) {
     const char *cmd = argc > 0 ? argv[0] : "detokenize";
     opts o;
+    session s;
+    int rc;
     if (parse_opts(argc, argv, &o, false)) return 1;
-    spindle_error err = {0};
-    spindle_tokenizer *tok = NULL;
-    if (spindle_tokenizer_load(o.model, &tok, &err)) return fail_err(cmd, &err);
-    size_t len = 0;
-    char *input = NULL;
-    if (!o.ids && !(input = read_stdin(&len))) {
-        spindle_tokenizer_free(tok);
-        return fail(cmd, "cannot read standard input");
-    }
-    static char outbuf[1 << 16];
-    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
-    int rc = 0;
+    if ((rc = session_open(cmd, &o, !o.ids, &s))) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     if (!o.jsonl) {
-        const char *src = o.ids ? o.ids : input;
+        const char *src = o.ids ? o.ids : s.input;
         while (*src == ' ' || *src == '\n') src++;
         bool ok = *src == '[' ? parse_id_json(src, strlen(src), &ids, &n)
                               : parse_id_list(src, &ids, &n);
-        rc = ok ? detok_one(cmd, tok, &o, ids, n) : fail(cmd, "ids must be non-negative integers");
+        rc = ok ? detok_one(cmd, s.tok, &o, ids, n) : fail(cmd, "ids must be non-negative integers");
         free(ids);
     } else {
-        char *line = input, *end = input + len;
-        size_t lineno = 0;
-        while (line < end && !rc) {
-            char *nl = memchr(line, '\n', (size_t)(end - line));
-            size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
-            lineno++;
-            if (ll == 0 || (ll == 1 && line[0] == '\r')) { line += ll + 1; continue; }
+        char *pos = s.input, *line;
+        size_t lineno = 0, ll;
+        while (!rc && next_line(&s, &pos, &lineno, &line, &ll)) {
             if (!parse_id_json(line, ll, &ids, &n)) {
                 char msg[80];
                 snprintf(msg, sizeof msg, "line %zu is not a JSON array of ids", lineno);
                 rc = fail(cmd, msg);
-            } else rc = detok_one(cmd, tok, &o, ids, n);
+            } else rc = detok_one(cmd, s.tok, &o, ids, n);
             free(ids);
             ids = NULL;
-            line += ll + 1;
         }
     }
-    fflush(stdout);
-    free(input);
-    spindle_tokenizer_free(tok);
-    return rc;
+    return session_close(&s, rc);
 }

@@ -16,8 +16,22 @@ typedef struct sp_gg_regex {
     pcre2_code *re;
 } sp_gg_regex;
 
+/* llama.cpp's pre-tokenizer for a group of tokenizer.ggml.pre names: its
+ * regex list (up to SP_GG_MAX_RE, NULL-terminated when shorter) and
+ * per-name flags (llama-vocab.cpp). */
+#define SP_GG_MAX_RE 6
+typedef struct sp_gg_pre {
+    const char *names; /* '|'-separated tokenizer.ggml.pre values */
+    const char *re[SP_GG_MAX_RE];
+    bool ignore_merges, clean_spaces, add_bos;
+} sp_gg_pre;
+
+/* The entry naming `pre` (len bytes), or NULL when none does. Also used by
+ * the GGUF converter to write the same split into tokenizer.json. */
+const sp_gg_pre *sp_gg_pre_find(const char *pre, size_t len);
+
 typedef struct sp_gg_splitter {
-    sp_gg_regex re[6];
+    sp_gg_regex re[SP_GG_MAX_RE];
     int n;
     bool ignore_merges, clean_spaces, add_bos; /* llama.cpp per-pre defaults */
 } sp_gg_splitter;

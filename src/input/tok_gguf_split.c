@@ -77,16 +77,10 @@ static uint16_t cp_flags(uint32_t c) {
 #define RE_CJK_DS3 "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+"
 #define RE_CJK_DS "[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf]+"
 
-typedef struct pre_def {
-    const char *names; /* '|'-separated tokenizer.ggml.pre values */
-    const char *re[6];
-    bool ignore_merges, clean_spaces, add_bos;
-} pre_def;
-
 /* tokenizer.ggml.pre names accepted by llama.cpp, with its regex list and
  * per-name flags (clean_spaces is llama.cpp's default true unless the name
  * turns it off). */
-static const pre_def PRES[] = {
+static const sp_gg_pre PRES[] = {
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false, true, false},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", {RE_LLAMA3}, true, true, true},
     {"dbrx|smaug-bpe", {RE_LLAMA3}, false, true, false},
@@ -321,24 +315,24 @@ static spindle_status compile(const char *re, sp_gg_regex *r, spindle_error *err
     return SPINDLE_OK;
 }
 
+const sp_gg_pre *sp_gg_pre_find(const char *pre, size_t len) {
+    for (size_t i = 0; i < sizeof PRES / sizeof PRES[0]; i++)
+        for (const char *p = PRES[i].names; *p;) {
+            size_t n = strcspn(p, "|");
+            if (n == len && !memcmp(p, pre, len)) return &PRES[i];
+            p += n + (p[n] == '|');
+        }
+    return NULL;
+}
+
 spindle_status sp_gg_splitter_init(const char *pre, sp_gg_splitter *s, spindle_error *err) {
     memset(s, 0, sizeof *s);
-    const pre_def *d = NULL;
-    for (size_t i = 0; i < sizeof PRES / sizeof PRES[0] && !d; i++) {
-        const char *p = PRES[i].names;
-        size_t pl = strlen(pre);
-        while (p && *p) {
-            const char *bar = strchr(p, '|');
-            size_t l = bar ? (size_t)(bar - p) : strlen(p);
-            if (l == pl && !memcmp(p, pre, l)) { d = &PRES[i]; break; }
-            p = bar ? bar + 1 : NULL;
-        }
-    }
+    const sp_gg_pre *d = sp_gg_pre_find(pre, strlen(pre));
     if (!d) return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "tokenizer: GGUF pre-tokenizer '%.60s' is not supported", pre);
     s->ignore_merges = d->ignore_merges;
     s->clean_spaces = d->clean_spaces;
     s->add_bos = d->add_bos;
-    for (int i = 0; i < 6 && d->re[i]; i++) {
+    for (int i = 0; i < SP_GG_MAX_RE && d->re[i]; i++) {
         spindle_status st = compile(d->re[i], &s->re[i], err);
         s->n = i + 1;
         if (st) return st;

@@ -23,13 +23,9 @@ and test_gemma3_parity.py applies cap * tanh(logits / cap) itself.
 Usage: python tests/parity/make_gemma3_models.py [--out DIR] [--only NAME ...]
 """
 
-import argparse
 import hashlib
 import json
-import os
-import shutil
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -84,13 +80,6 @@ SPECS = [
     _spec("gemma3-f32-softcap", "small", "float32",
           cfg={"final_logit_softcapping": 10.0}),
 ]
-
-
-def spec_by_name(name):
-    for s in SPECS:
-        if s["name"] == name:
-            return s
-    raise KeyError(name)
 
 
 def source_hash():
@@ -167,11 +156,9 @@ def fold_native_norm_rounding(model32, dtype):
 
 
 def build_one(spec, out):
-    np, mx, mlu = mm.np, mm.mx, mm.mlu
+    mx, mlu = mm.mx, mm.mlu
     path = out / spec["name"]
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
+    mm.fresh_dir(path)
     mem_model = build_model(spec, path)
     model, cfg = mlu.load_model(path)
     if "lm_head" in dict(mm.tree_flatten(model.parameters())) or \
@@ -188,66 +175,15 @@ def build_one(spec, out):
            "final_logit_softcapping": cfg.get("final_logit_softcapping"),
            "max_tokens": MAX_TOKENS, "mlx_version": mx.__version__,
            "prompts": {}}
-    for pname, prompt in PROMPTS.items():
-        entry = {"prompt_tokens": prompt}
-        for kind, m in (("native", model), ("f32", model32)):
-            toks, finish, eos_hit, logits = mm.run_reference(m, prompt,
-                                                             eos_ids)
-            fname = f"logits_{pname}_{kind}.npy"
-            np.save(path / fname, logits[0])
-            entry[kind] = {
-                "tokens": toks, "finish_reason": finish, "eos_token": eos_hit,
-                "margins": [mm.margin(l) for l in logits],
-                "step_std": [float(np.std(l)) for l in logits],
-                "logits_file": fname,
-            }
-            if kind == "native":
-                native_logits = logits[0]
-        _, _, _, mem_logits = mm.run_reference(mem_model, prompt, set(), 1)
-        if not np.array_equal(mem_logits[0], native_logits):
-            raise SystemExit(f"{spec['name']}/{pname}: reloaded model differs"
-                             f" from the in-memory one")
-        entry["gap_rel_native_vs_f32"] = mm.rel_gap(native_logits, logits[0])
-        ref["prompts"][pname] = entry
-    ref["gap_rel_native_vs_f32"] = max(
-        p["gap_rel_native_vs_f32"] for p in ref["prompts"].values())
+    ref["prompts"], ref["gap_rel_native_vs_f32"] = mm.record_references(
+        spec["name"], path, model, model32, mem_model, eos_ids)
     (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--only", nargs="*", help="build only these models")
-    ap.add_argument("-q", "--quiet", action="store_true")
-    args = ap.parse_args(argv)
-    mm._imports()
-    mm.mx.set_default_device(mm.mx.cpu)  # same numbers on every host
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / STAMP_FILE).unlink(missing_ok=True)
-    specs = [spec_by_name(n) for n in args.only] if args.only else SPECS
-    t0 = time.time()
-    devnull = open(os.devnull, "w")
-    for spec in specs:
-        so, sys.stdout = sys.stdout, devnull  # quantize_model's [INFO] line
-        try:
-            ref = build_one(spec, out)
-        finally:
-            sys.stdout = so
-        if not args.quiet:
-            ms = [m / sd for p in ref["prompts"].values()
-                  for m, sd in zip(p["f32"]["margins"], p["f32"]["step_std"])]
-            print(f"{spec['name']:22s} gap={ref['gap_rel_native_vs_f32']:.2e}"
-                  f" min_margin/std(f32)={min(ms):.4f}")
-    if not args.only:
-        import mlx_lm
-        (out / STAMP_FILE).write_text(json.dumps({
-            "source_sha256": source_hash(), "mlx": mm.mx.__version__,
-            "mlx_lm": mlx_lm.__version__,
-            "models": [s["name"] for s in SPECS]}) + "\n")
-    if not args.quiet:
-        print(f"{len(specs)} models in {time.time() - t0:.1f}s -> {out}")
+    mm.generator_main(argv, __doc__, DEFAULT_OUT, SPECS, build_one,
+                      source_hash)
 
 
 if __name__ == "__main__":

@@ -141,13 +141,6 @@ def _build_specs():
 SPECS = _build_specs()
 
 
-def spec_by_name(name):
-    for s in SPECS:
-        if s["name"] == name:
-            return s
-    raise KeyError(name)
-
-
 def source_hash():
     """Identity of this generator, stored in STAMP so stale sets get rebuilt."""
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
@@ -323,11 +316,48 @@ def rel_gap(a, b):
     return float(np.max(np.abs(a - b)) / np.std(b))
 
 
-def build_one(spec, out):
-    path = out / spec["name"]
+def record_references(name, path, model, model32, mem_model, eos_ids):
+    """Per prompt: the native and float32 references (tokens, finish reason,
+    margins, step std; last-position logits saved in `path`), checked
+    against the in-memory model.  Returns (prompts entry, max native-vs-f32
+    gap)."""
+    prompts = {}
+    for pname, prompt in PROMPTS.items():
+        entry = {"prompt_tokens": prompt}
+        for kind, m in (("native", model), ("f32", model32)):
+            toks, finish, eos_hit, logits = run_reference(m, prompt, eos_ids)
+            fname = f"logits_{pname}_{kind}.npy"
+            np.save(path / fname, logits[0])
+            entry[kind] = {
+                "tokens": toks,
+                "finish_reason": finish,
+                "eos_token": eos_hit,
+                "margins": [margin(l) for l in logits],
+                "step_std": [float(np.std(l)) for l in logits],
+                "logits_file": fname,
+            }
+            if kind == "native":
+                native_logits = logits[0]
+        # Self-containment: the in-memory model must give the same logits.
+        _, _, _, mem_logits = run_reference(mem_model, prompt, set(), 1)
+        if not np.array_equal(mem_logits[0], native_logits):
+            raise SystemExit(f"{name}/{pname}: reloaded model differs "
+                             f"from the in-memory one by "
+                             f"{np.max(np.abs(mem_logits[0] - native_logits))}")
+        entry["gap_rel_native_vs_f32"] = rel_gap(native_logits, logits[0])
+        prompts[pname] = entry
+    return prompts, max(p["gap_rel_native_vs_f32"] for p in prompts.values())
+
+
+def fresh_dir(path):
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
+
+
+def build_one(spec, out):
+    path = out / spec["name"]
+    fresh_dir(path)
     mem_model = build_model(spec, path)
 
     if spec["eos"] == "probe":
@@ -348,39 +378,18 @@ def build_one(spec, out):
            "quantization": cfg.get("quantization"), "tied": spec["tied"],
            "eos_token_ids": sorted(eos_ids), "max_tokens": MAX_TOKENS,
            "mlx_version": mx.__version__, "prompts": {}}
-    for pname, prompt in PROMPTS.items():
-        entry = {"prompt_tokens": prompt}
-        for kind, m in (("native", model), ("f32", model32)):
-            toks, finish, eos_hit, logits = run_reference(m, prompt, eos_ids)
-            fname = f"logits_{pname}_{kind}.npy"
-            np.save(path / fname, logits[0])
-            entry[kind] = {
-                "tokens": toks,
-                "finish_reason": finish,
-                "eos_token": eos_hit,
-                "margins": [margin(l) for l in logits],
-                "step_std": [float(np.std(l)) for l in logits],
-                "logits_file": fname,
-            }
-            if kind == "native":
-                native_logits = logits[0]
-        # Self-containment: the in-memory model must give the same logits.
-        _, _, _, mem_logits = run_reference(mem_model, prompt, set(), 1)
-        if not np.array_equal(mem_logits[0], native_logits):
-            raise SystemExit(f"{spec['name']}/{pname}: reloaded model differs "
-                             f"from the in-memory one by "
-                             f"{np.max(np.abs(mem_logits[0] - native_logits))}")
-        entry["gap_rel_native_vs_f32"] = rel_gap(native_logits, logits[0])
-        ref["prompts"][pname] = entry
-    ref["gap_rel_native_vs_f32"] = max(
-        p["gap_rel_native_vs_f32"] for p in ref["prompts"].values())
+    ref["prompts"], ref["gap_rel_native_vs_f32"] = record_references(
+        spec["name"], path, model, model32, mem_model, eos_ids)
     (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+def generator_main(argv, doc, default_out, specs, build, stamp_hash):
+    """The command line of a generator: build `specs` (or --only NAMEs) with
+    build(spec, out) into --out; a full build also removes model
+    directories of other names and writes the STAMP (stamp_hash())."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out)
     ap.add_argument("--only", nargs="*", help="build only these models")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -389,19 +398,19 @@ def main(argv=None):
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / STAMP_FILE).unlink(missing_ok=True)
-    specs = [spec_by_name(n) for n in args.only] if args.only else SPECS
+    by_name = {s["name"]: s for s in specs}
+    todo = [by_name[n] for n in args.only] if args.only else specs
     if not args.only:
-        names = {s["name"] for s in SPECS}
         for d in out.iterdir():
-            if (d / "reference.json").exists() and d.name not in names:
+            if (d / "reference.json").exists() and d.name not in by_name:
                 shutil.rmtree(d)
     t0 = time.time()
     devnull = open(os.devnull, "w")
-    for spec in specs:
+    for spec in todo:
         # quantize_model prints an [INFO] line; keep stdout readable.
         so, sys.stdout = sys.stdout, devnull
         try:
-            ref = build_one(spec, out)
+            ref = build(spec, out)
         finally:
             sys.stdout = so
         if not args.quiet:
@@ -414,11 +423,15 @@ def main(argv=None):
     if not args.only:
         import mlx_lm
         (out / STAMP_FILE).write_text(json.dumps({
-            "source_sha256": source_hash(), "mlx": mx.__version__,
+            "source_sha256": stamp_hash(), "mlx": mx.__version__,
             "mlx_lm": mlx_lm.__version__,
-            "models": [s["name"] for s in SPECS]}) + "\n")
+            "models": [s["name"] for s in specs]}) + "\n")
     if not args.quiet:
-        print(f"{len(specs)} models in {time.time() - t0:.1f}s -> {out}")
+        print(f"{len(todo)} models in {time.time() - t0:.1f}s -> {out}")
+
+
+def main(argv=None):
+    generator_main(argv, __doc__, DEFAULT_OUT, SPECS, build_one, source_hash)
 
 
 if __name__ == "__main__":

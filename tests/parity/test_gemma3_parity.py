@@ -1,7 +1,7 @@
 """Oracle parity for Gemma 3 text: Spindle against mlx-lm's gemma3_text.
 
 Models and references come from make_gemma3_models.py (mlx / mlx-lm's own
-code); the checks are test_parity.py's, reused as they are:
+code); the checks are test_parity.py's (parity_common.py):
   (a) greedy tokens identical to the reference up to a near-tie;
   (b) last-prompt-position logits within a relative tolerance (max abs error
       / std of the reference logits).
@@ -24,8 +24,6 @@ Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GEMMA3_PARITY_DIR (default tests/.work/parity-gemma3).
 """
 
-import fcntl
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -38,93 +36,43 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_gemma3_models as gm  # noqa: E402  (cheap: no mlx at import)
-import test_parity as tp  # noqa: E402
-from test_parity import spindle_bin  # noqa: E402,F401  (fixture)
+import parity_common as tp  # noqa: E402
+from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 OUT = Path(os.environ.get("SPINDLE_GEMMA3_PARITY_DIR", gm.DEFAULT_OUT))
+N_TOKENS = gm.MAX_TOKENS
 CASES = [(s["name"], p) for s in gm.SPECS for p in gm.PROMPTS]
 IDS = [f"{m}-{p}" for m, p in CASES]
-
-
-def _stamp_ok():
-    try:
-        stamp = json.loads((OUT / gm.STAMP_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return (stamp.get("source_sha256") == gm.source_hash()
-            and stamp.get("mlx") == importlib.metadata.version("mlx")
-            and stamp.get("mlx_lm") == importlib.metadata.version("mlx-lm")
-            and all((OUT / s["name"] / "reference.json").exists()
-                    for s in gm.SPECS))
 
 
 @pytest.fixture(scope="session")
 def gemma3_models(spindle_bin):  # noqa: F811
     """The model set, rebuilt when its generator or mlx changed."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    with open(OUT.parent / f".{OUT.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _stamp_ok():
-            r = subprocess.run(
-                [sys.executable, str(HERE / "make_gemma3_models.py"),
-                 "--out", str(OUT), "--quiet"],
-                capture_output=True, text=True, timeout=900)
-            if r.returncode != 0 or not _stamp_ok():
-                pytest.fail("make_gemma3_models.py failed:\n"
-                            + r.stdout[-3000:] + r.stderr[-3000:])
-    return OUT
+    return tp.ensure_models(OUT, gm)
 
 
-def _run(spindle_bin, models, model, prompt, tmp_path_factory):  # noqa: F811
-    ref = tp.load_ref(models, model)
-    entry = ref["prompts"][prompt]
-    out, dump = tp.run_spindle(spindle_bin, models / model,
-                               entry["prompt_tokens"],
-                               tmp_path_factory.getbasetemp())
-    return ref, entry, out, dump
+@pytest.fixture
+def case(spindle_bin, gemma3_models, tmp_path_factory, model, prompt):  # noqa: F811
+    """(reference, prompt entry, Spindle's output, logits dump) of the
+    parametrized model and prompt; Spindle runs once per pair."""
+    return tp.run_case(spindle_bin, gemma3_models, model, prompt,
+                       tmp_path_factory.getbasetemp(), N_TOKENS)
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
-def test_gemma3_greedy_tokens(spindle_bin, gemma3_models,  # noqa: F811
-                              tmp_path_factory, model, prompt):
-    ref, entry, out, _ = _run(spindle_bin, gemma3_models, model, prompt,
-                              tmp_path_factory)
-    got = [int(t) for t in out["tokens"]]
-    errors = [e for e in (
-        tp.check_tokens(got, entry["f32"], tp.TOL_F32_REL, "mlx f32-upcast"),
-        tp.check_tokens(got, entry["native"], tp.native_tol(ref),
-                        f"mlx native {ref['dtype']}"),
-    ) if e]
-    assert not errors, "\n".join(errors)
+def test_gemma3_greedy_tokens(case, gemma3_models, model, prompt):
+    ref, entry, out, _ = case
+    tp.assert_greedy_tokens(out, ref, entry)
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
-def test_gemma3_last_logits(spindle_bin, gemma3_models,  # noqa: F811
-                            tmp_path_factory, model, prompt):
-    ref, entry, _, dump = _run(spindle_bin, gemma3_models, model, prompt,
-                               tmp_path_factory)
-    assert dump.exists(), f"--dump-logits did not write {dump}"
-    got = np.load(dump)
-    vocab = json.loads((gemma3_models / model / "config.json").read_text())[
-        "vocab_size"]
-    assert got.dtype == np.float32 and got.shape == (vocab,), \
-        f"logits dump is {got.dtype} {got.shape}, want float32 ({vocab},)"
-    assert np.all(np.isfinite(got)), "non-finite logits"
+def test_gemma3_last_logits(case, gemma3_models, model, prompt):
+    ref, entry, _, dump = case
     cap = ref.get("final_logit_softcapping")
-    errors = []
-    for kind, tol in (("f32", tp.TOL_F32_REL), ("native", tp.native_tol(ref))):
-        want = np.load(gemma3_models / model / entry[kind]["logits_file"])
-        if cap:
-            want = cap * np.tanh(want.astype(np.float64) / cap)
-        err = float(np.max(np.abs(got - want)) / np.std(want))
-        worst = int(np.argmax(np.abs(got - want)))
-        print(f"  {model}/{prompt} vs mlx {kind}: max|err|/std = {err:.3g} "
-              f"(tolerance {tol:.3g})")
-        if not err <= tol:
-            errors.append(f"vs mlx {kind}: max|err|/std {err:.4g} > {tol:.3g}"
-                          f" (worst id {worst}: got {got[worst]:.6g}, "
-                          f"want {want[worst]:.6g})")
-    assert not errors, "; ".join(errors)
+    tp.assert_last_logits(
+        dump, gemma3_models / model, ref, entry, f"{model}/{prompt}",
+        (lambda w: cap * np.tanh(w.astype(np.float64) / cap)) if cap
+        else (lambda w: w))
 
 
 def _copy_with_config(src, dst, edit):
@@ -152,7 +100,7 @@ def test_gemma3_layer_types(spindle_bin, gemma3_models,  # noqa: F811
     d = _copy_with_config(gemma3_models / name, tmp_path / name, edit)
     entry = tp.load_ref(gemma3_models, name)["prompts"][prompt]
     out, dump = tp.run_spindle(spindle_bin, d, entry["prompt_tokens"],
-                               tmp_path)
+                               tmp_path, N_TOKENS)
     want = np.load(d / entry["f32"]["logits_file"])
     err = float(np.max(np.abs(np.load(dump) - want)) / np.std(want))
     assert err <= tp.TOL_F32_REL, f"max|err|/std {err:.4g}"
@@ -209,7 +157,7 @@ def test_gemma3_attn_softcap(spindle_bin, gemma3_models,  # noqa: F811
                           lambda c: c.update(attn_logit_softcapping=1.0))
     prompt = tp.load_ref(gemma3_models, name)["prompts"]["len40"][
         "prompt_tokens"]
-    _, dump = tp.run_spindle(spindle_bin, d, prompt, tmp_path)
+    _, dump = tp.run_spindle(spindle_bin, d, prompt, tmp_path, N_TOKENS)
     want = npref.last_logits(d, prompt)
     uncapped = npref.last_logits(gemma3_models / name, prompt)
     assert np.max(np.abs(want - uncapped)) / np.std(want) > 100 * \

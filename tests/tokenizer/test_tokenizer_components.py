@@ -5,8 +5,6 @@ on the test corpus, saved as tokenizer.json, and Spindle must encode and
 decode every corpus string exactly as HF does.
 """
 import json
-import os
-import subprocess
 import unicodedata
 
 import pytest
@@ -17,7 +15,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa: E402
                         normalizers, pre_tokenizers, processors, trainers)
 
-from test_tokenizer_parity import BIN, run  # noqa: E402
+from tok_common import require_bin, run  # noqa: E402
 
 SPECIALS = ["[CLS]", "[SEP]", "[UNK]", "<s>", "</s>", "<unk>", "<|x|>"]
 TEXTS = corpus(seed=4321, specials=SPECIALS, n=1200)[:-1]  # without the 100 KB line
@@ -109,8 +107,7 @@ def old_tables_agree(s):
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_component_parity(name, tmp_path):
-    if not os.path.exists(BIN):
-        pytest.skip(f"spindle binary {BIN} not built")
+    require_bin()
     texts = [t for t in TEXTS if name != "wordpiece_bert" or old_tables_agree(t)]
     assert len(texts) > 800
     hf = PIPELINES[name]()

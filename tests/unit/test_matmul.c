@@ -28,31 +28,9 @@
 
 /* ------------------------------------------------------------ generators */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static float rng_unit(void) { /* [-1, 1) */
-    return (float)((double)rng_u32() / 4294967296.0 * 2.0 - 1.0);
-}
-
-/* Random finite f16 / bf16 bit patterns with exponents near 1.0. */
-static uint16_t rng_f16_bits(int exp_lo, int exp_hi) {
-    uint32_t sign = rng_u32() & 1u;
-    uint32_t e = (uint32_t)(exp_lo + (int)(rng_u32() % (uint32_t)(exp_hi - exp_lo + 1)));
-    return (uint16_t)((sign << 15) | (e << 10) | (rng_u32() & 0x3ffu));
-}
-
-static uint16_t rng_bf16_bits(int exp_lo, int exp_hi) {
-    uint32_t sign = rng_u32() & 1u;
-    uint32_t e = (uint32_t)(exp_lo + (int)(rng_u32() % (uint32_t)(exp_hi - exp_lo + 1)));
-    return (uint16_t)((sign << 15) | (e << 7) | (rng_u32() & 0x7fu));
-}
+/* rng_u32, rng_unit, rng_f16_bits, rng_bf16_bits. */
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "test_util.h"
 
 /* --------------------------------------------------- independent decoders */
 

@@ -24,25 +24,8 @@
 #include "compute/matmul.h"
 #include "compute/matmul_simd.h"
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static float rng_unit(void) { /* [-1, 1) */
-    return (float)((double)rng_u32() / 4294967296.0 * 2.0 - 1.0);
-}
-
-/* A finite f16 with exponent in [lo, hi] (biased). */
-static uint16_t rng_f16(int lo, int hi) {
-    uint32_t e = (uint32_t)(lo + (int)(rng_u32() % (uint32_t)(hi - lo + 1)));
-    return (uint16_t)(((rng_u32() & 1u) << 15) | (e << 10) |
-                      (rng_u32() & 0x3ffu));
-}
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "test_util.h"
 
 static void put16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
 
@@ -90,7 +73,7 @@ static unsigned char *make_weights(uint32_t type, int64_t rows, int64_t cols,
             float f = rng_unit();
             memcpy(blk, &f, 4);
         } else if (type == SP_GGML_F16) {
-            put16(blk, rng_f16(10, 16));
+            put16(blk, rng_f16_bits(10, 16));
         } else if (type == SP_GGML_BF16) {
             float f = rng_unit();
             uint32_t u;
@@ -103,7 +86,7 @@ static unsigned char *make_weights(uint32_t type, int64_t rows, int64_t cols,
             for (size_t k = 0; k < sizeof fields / sizeof *fields; k++)
                 if (fields[k].type == type)
                     for (int j = 0; j < fields[k].n; j++)
-                        put16(blk + fields[k].off[j], rng_f16(5, 12));
+                        put16(blk + fields[k].off[j], rng_f16_bits(5, 12));
         }
     }
     return d;

@@ -12,27 +12,8 @@
 
 #include "compute/ops.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float frand(float lo, float hi) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    double u = (double)(rng_state >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
-
-static void fill(float *x, int n, float lo, float hi) {
-    for (int i = 0; i < n; i++) x[i] = frand(lo, hi);
-}
-
-/* |got - want| <= atol + rtol * |want| */
-static void assert_close(double got, double want, double atol, double rtol,
-                         int i) {
-    double err = fabs(got - want);
-    if (!(err <= atol + rtol * fabs(want)))
-        fail_msg("index %d: got %.9g want %.9g (err %.3g)", i, got, want, err);
-}
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_util.h"
 
 /* ---- rmsnorm ---- */
 
@@ -49,8 +30,8 @@ static void check_rmsnorm(int n, float off, int with_w, int alias) {
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
     float *out = malloc(sizeof(float) * n);
     double *ref = malloc(sizeof(double) * n);
-    fill(x, n, -3.0f, 3.0f);
-    fill(w, n, -1.0f, 2.0f);
+    fill_uniform(x, n, -3.0f, 3.0f);
+    fill_uniform(w, n, -1.0f, 2.0f);
     const float *wp = with_w ? w : NULL;
     ref_rmsnorm(ref, x, wp, n, 1e-6, off);
     float *dst = alias ? x : out;
@@ -102,8 +83,8 @@ static double ref_gelu_tanh(double x) {
 static void check_gated(int which) {
     enum { N = 1003 };
     float g[N], u[N], g0[N];
-    fill(g, N, -12.0f, 12.0f);
-    fill(u, N, -2.0f, 2.0f);
+    fill_uniform(g, N, -12.0f, 12.0f);
+    fill_uniform(u, N, -2.0f, 2.0f);
     g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f, g[3] = -1e-30f;
     memcpy(g0, g, sizeof g);
     if (which == 0) sp_silu_mul(g, u, N);
@@ -155,13 +136,13 @@ static void check_softmax(const float *x, int n) {
 static void test_softmax_basic(void **s) {
     (void)s;
     float x[7];
-    fill(x, 7, -5.0f, 5.0f);
+    fill_uniform(x, 7, -5.0f, 5.0f);
     check_softmax(x, 7);
     float one[1] = {3.5f};
     check_softmax(one, 1);
     enum { V = 151936 };
     float *big = malloc(sizeof(float) * V);
-    fill(big, V, -20.0f, 20.0f);
+    fill_uniform(big, V, -20.0f, 20.0f);
     check_softmax(big, V);
     free(big);
 }

@@ -14,13 +14,7 @@
 #include <string.h>
 
 #include "compute/ops.h"
-
-static void assert_close(double got, double want, double atol, double rtol,
-                         int i) {
-    double err = fabs(got - want);
-    if (!(err <= atol + rtol * fabs(want)))
-        fail_msg("index %d: got %.9g want %.9g (err %.3g)", i, got, want, err);
-}
+#include "test_util.h"
 
 static sp_rope init_ok(const sp_rope_config *c) {
     sp_rope r;
