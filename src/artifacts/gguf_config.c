@@ -95,8 +95,8 @@ static spindle_status put_int(const meta *m, cJSON *json, const char *key,
 /* An optional finite number `{arch}.key` into json[name]. */
 static spindle_status put_num(const meta *m, cJSON *json, const char *key,
                               const char *name) {
-    double x;
-    bool found;
+    double x = 0;
+    bool found = false;
     spindle_status st = sp_gguf_arch_real(m->g, m->arch, key, &x, &found,
                                           m->err);
     if (st || !found) return st;

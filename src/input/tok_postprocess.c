@@ -73,7 +73,7 @@ spindle_status sp_post_parse(const cJSON *j, sp_post *p, spindle_error *err) {
     }
     if (!strcmp(t, "BertProcessing") || !strcmp(t, "RobertaProcessing")) {
         p->type = SP_POST_BERT;
-        int32_t cls, sep;
+        int32_t cls = -1, sep = -1;
         spindle_status st = pair_id(j, "cls", &cls, err);
         if (!st) st = pair_id(j, "sep", &sep, err);
         if (st) return st;

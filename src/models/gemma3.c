@@ -156,7 +156,7 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s/config.json: gemma3 with partial rotary "
                        "embeddings is not supported", m->dir);
-    double qscalar, window, attn_cap, final_cap;
+    double qscalar = 0, window = 0, attn_cap = 0, final_cap = 0;
     spindle_status st;
     if ((st = positive(m, "query_pre_attn_scalar", 256.0, &qscalar, err)) ||
         (st = positive(m, "sliding_window", 512.0, &window, err)) ||
