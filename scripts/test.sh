@@ -25,7 +25,7 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   done
   echo "== Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
-    .venv/bin/python -m pytest -q -p no:cacheprovider ${@:3}
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${@:3}"
 }
 
 run_suite build "-DCMAKE_BUILD_TYPE=Release" tests
