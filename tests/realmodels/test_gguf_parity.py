@@ -186,3 +186,21 @@ def test_gguf_parity(model, prompt, tmp_path):
             print(f"  diverged at token {i} (near-tie, margin "
                   f"{margins[i]:.3f})")
             break
+
+
+def test_prompt_token_ids(model):
+    """Spindle's own GGUF tokenizer gives llama.cpp's ids for every prompt
+    above, raw and chat-formatted (special tokens parsed, BOS as the file
+    says), so the prompts of the parity cases are identical too."""
+    llm = model["llm"]
+    arch = llm.metadata["general.architecture"]
+    texts = RAW + [chat_text(llm, arch, m) for m in CHAT]
+    lines = "".join(json.dumps(t) + "\n" for t in texts)
+    r = subprocess.run([str(SPINDLE_BIN), "tokenize", "-m", str(model["path"]),
+                        "--jsonl"], input=lines, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ids = [json.loads(line)["ids"] for line in r.stdout.splitlines()]
+    assert len(ids) == len(texts)
+    for text, mine, ref in zip(texts, ids, model["prompts"]):
+        assert mine == list(ref), f"{text!r}: spindle {mine} llama.cpp {list(ref)}"
