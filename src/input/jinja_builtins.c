@@ -32,7 +32,7 @@ static bool int_arg(jx_ctx *ctx, const jx_value *v, int64_t dflt, int64_t *out) 
 /* ----------------------------------------------------------------- globals */
 
 static bool g_range(jx_ctx *ctx, const jx_value *self, const jx_args *a, jx_value *out) {
-    int64_t start = 0, stop, step = 1;
+    int64_t start = 0, stop = 0, step = 1;
     if (a->npos == 0 || a->npos > 3) return jx_fail(ctx, "range expected 1 to 3 arguments");
     if (a->npos == 1) {
         if (!int_arg(ctx, &a->pos[0], 0, &stop)) return false;
@@ -159,7 +159,7 @@ static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a,
     }
     if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
         const jx_value *sep = jx_arg(a, 0, "sep");
-        int64_t maxsplit;
+        int64_t maxsplit = -1;
         if (!int_arg(ctx, jx_arg(a, 1, "maxsplit"), -1, &maxsplit)) return false;
         if (sep && sep->t != JX_STR && sep->t != JX_NONE) return need_str(ctx, sep, "split");
         return jx_split(ctx, s, sep, maxsplit, m[0] == 'r', out);
@@ -172,7 +172,7 @@ static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a,
     if (!strcmp(m, "title")) return jx_case(ctx, s, 't', out);
     if (!strcmp(m, "capitalize")) return jx_case(ctx, s, 'c', out);
     if (!strcmp(m, "replace")) {
-        int64_t count;
+        int64_t count = -1;
         if (!a0 || !a1) return jx_fail(ctx, "replace() takes at least 2 arguments");
         if (!int_arg(ctx, jx_arg(a, 2, "count"), -1, &count)) return false;
         return jx_replace(ctx, s, *a0, *a1, count, out);
