@@ -37,7 +37,7 @@ static float sp_dot(const float *restrict a, const float *restrict x,
 }
 
 /* Portable tile product (same contract as sp_mm_kernels.tile). */
-static void sp_tile_portable(const float *tile, int64_t ldt, int nr,
+void sp_mm_tile_portable(const float *tile, int64_t ldt, int nr,
                              const float *x, int64_t ldx, int nt, int64_t kn,
                              float *y, int64_t ldy, bool accumulate) {
     for (int t = 0; t < nt; t++) {
@@ -109,7 +109,7 @@ static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
                 t0 = tile[0];
                 ldt = SP_MM_COLS;
             }
-            sp_tile_fn *tile_fn = k ? k->tile : sp_tile_portable;
+            sp_tile_fn *tile_fn = k ? k->tile : sp_mm_tile_portable;
 #if defined(__x86_64__)
             if (job->bf16) tile_fn = sp_mm_tile_bf16;
 #endif

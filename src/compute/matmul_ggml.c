@@ -17,7 +17,6 @@
 /* A multiple of every block size (32 and 256), so tile edges fall on block
  * boundaries. */
 #define SP_GG_COLS 512
-#define SP_GG_LANES 16
 
 bool sp_ggml_weight_usable(const sp_weight *w) {
     if (!w || w->type != SP_W_GGML || !w->data || w->rows <= 0 ||
@@ -27,33 +26,6 @@ bool sp_ggml_weight_usable(const sp_weight *w) {
     return tr && tr->to_f32 && w->cols % tr->block_size == 0 &&
            (uintptr_t)w->data % tr->align == 0 &&
            sp_ggml_row_size(w->ggml_type, w->cols) % tr->align == 0;
-}
-
-/* Independent partial sums per lane so that gcc vectorizes without
- * -ffast-math (as matmul.c's portable path). */
-static float gg_dot(const float *restrict a, const float *restrict x,
-                    int64_t n) {
-    float s[SP_GG_LANES] = {0};
-    int64_t i = 0;
-    for (; i + SP_GG_LANES <= n; i += SP_GG_LANES)
-        for (int j = 0; j < SP_GG_LANES; j++) s[j] += a[i + j] * x[i + j];
-    float t = 0;
-    for (int j = 0; j < SP_GG_LANES; j++) t += s[j];
-    for (; i < n; i++) t += a[i] * x[i];
-    return t;
-}
-
-static void gg_tile_portable(const float *tile, int64_t ldt, int nr,
-                             const float *x, int64_t ldx, int nt, int64_t kn,
-                             float *y, int64_t ldy, bool accumulate) {
-    for (int t = 0; t < nt; t++) {
-        const float *xt = x + (int64_t)t * ldx;
-        float *yt = y + (int64_t)t * ldy;
-        for (int i = 0; i < nr; i++) {
-            const float d = gg_dot(tile + (int64_t)i * ldt, xt, kn);
-            yt[i] = accumulate ? yt[i] + d : d;
-        }
-    }
 }
 
 typedef struct gg_job {
@@ -84,7 +56,7 @@ static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
                     (size_t)(k0 / bs) * job->tr->type_size;
                 job->tr->to_f32(row, tile[i], kn);
             }
-            (job->k ? job->k->tile : gg_tile_portable)(
+            (job->k ? job->k->tile : sp_mm_tile_portable)(
                 tile[0], SP_GG_COLS, nr, job->x + k0, cols, job->n_tokens, kn,
                 job->y + r, rows, k0 > 0);
         }

@@ -75,6 +75,12 @@ void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
 bool sp_mm_bf16_active(void);
 bool sp_mm_bf16_force(bool on);
 
+/* Portable C version of sp_mm_kernels.tile (matmul.c), used when no SIMD
+ * level is active. */
+void sp_mm_tile_portable(const float *tile, int64_t ldt, int nr,
+                         const float *x, int64_t ldx, int nt, int64_t kn,
+                         float *y, int64_t ldy, bool accumulate);
+
 /* Kernels in use (NULL: portable path). Thread-safe; selects on first call. */
 const sp_mm_kernels *sp_mm_active(void);
 

@@ -150,6 +150,19 @@ void sp_rope_free(sp_rope *rope) {
  * tables live on the stack whatever rotary_dim is. */
 #define SP_ROPE_CHUNK 64
 
+/* cos and sin (times attn_scale) of the angles pos * inv_freq[i0 + j] for
+ * j < m. The angle is rounded to float as both references do (transformers:
+ * f32 inv_freq @ f32 positions; mlx: f32 theta); at large positions this
+ * rounding is what they compute. */
+static void angle_table(const sp_rope *rope, int pos, int i0, int m,
+                        float *cs, float *sn) {
+    for (int j = 0; j < m; j++) {
+        float ang = (float)pos * rope->inv_freq[i0 + j];
+        cs[j] = cosf(ang) * rope->attn_scale;
+        sn[j] = sinf(ang) * rope->attn_scale;
+    }
+}
+
 void sp_rope_apply(const sp_rope *rope, float *x, int n_heads, int head_dim,
                    int pos) {
     /* A rope wider than the head is a caller bug; never write past it. */
@@ -158,14 +171,7 @@ void sp_rope_apply(const sp_rope *rope, float *x, int n_heads, int head_dim,
     float cs[SP_ROPE_CHUNK], sn[SP_ROPE_CHUNK];
     for (int i0 = 0; i0 < half; i0 += SP_ROPE_CHUNK) {
         int m = half - i0 < SP_ROPE_CHUNK ? half - i0 : SP_ROPE_CHUNK;
-        for (int j = 0; j < m; j++) {
-            /* The angle is rounded to float as both references do
-             * (transformers: f32 inv_freq @ f32 positions; mlx: f32 theta);
-             * at large positions this rounding is what they compute. */
-            float ang = (float)pos * rope->inv_freq[i0 + j];
-            cs[j] = cosf(ang) * rope->attn_scale;
-            sn[j] = sinf(ang) * rope->attn_scale;
-        }
+        angle_table(rope, pos, i0, m, cs, sn);
         for (int h = 0; h < n_heads; h++) {
             float *a = x + (size_t)h * (size_t)head_dim + i0;
             float *b = a + half;
@@ -189,11 +195,7 @@ void sp_rope_apply_interleaved(const sp_rope *rope, float *x, int n_heads,
     float cs[SP_ROPE_CHUNK], sn[SP_ROPE_CHUNK];
     for (int i0 = 0; i0 < half; i0 += SP_ROPE_CHUNK) {
         int m = half - i0 < SP_ROPE_CHUNK ? half - i0 : SP_ROPE_CHUNK;
-        for (int j = 0; j < m; j++) {
-            float ang = (float)pos * rope->inv_freq[i0 + j];
-            cs[j] = cosf(ang) * rope->attn_scale;
-            sn[j] = sinf(ang) * rope->attn_scale;
-        }
+        angle_table(rope, pos, i0, m, cs, sn);
         for (int h = 0; h < n_heads; h++) {
             float *a = x + (size_t)h * (size_t)head_dim + 2 * i0;
             for (int j = 0; j < m; j++) {
