@@ -72,7 +72,7 @@ static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
     const sp_mm_job *job = ctx;
 #if defined(__x86_64__)
     if (job->int8) {
-        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1);
+        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1, 1);
         return;
     }
 #endif
@@ -145,7 +145,7 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
 #if defined(__x86_64__)
     job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
     job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS &&
-               sp_mm_int8_active() && sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0);
+               sp_mm_int8_active() && sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, 1);
 #endif
     /* (an empty row range only probes whether the format is covered) */
     if (job.k && n_tokens <= SP_MM_SMALL_TOKENS &&

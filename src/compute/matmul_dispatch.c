@@ -17,6 +17,7 @@ static bool sp_cpu_vnni = false;
 static _Atomic bool sp_int8_on = false;
 static bool sp_cpu_bf16 = false;
 static _Atomic bool sp_bf16_on = false;
+static _Atomic int sp_precision_now = SP_PRECISION_HIGH;
 
 
 static sp_simd_level sp_detect(void) {
@@ -47,6 +48,11 @@ static void sp_simd_init(void) {
     atomic_store(&sp_bf16_on, sp_cpu_bf16 && bf16 && strcmp(bf16, "1") == 0);
     const char *int8 = getenv("SPINDLE_MATMUL_INT8");
     atomic_store(&sp_int8_on, sp_cpu_vnni && int8 && strcmp(int8, "1") == 0);
+    const char *prec = getenv("SPINDLE_PRECISION");
+    if (prec)
+        for (int p = SP_PRECISION_EXACT; p <= SP_PRECISION_FAST; p++)
+            if (strcmp(prec, sp_mm_precision_name((sp_precision)p)) == 0)
+                atomic_store(&sp_precision_now, p);
     sp_simd_level want = sp_simd_cpu;
     const char *env = getenv("SPINDLE_SIMD");
     if (env) {
@@ -116,4 +122,33 @@ bool sp_mm_bf16_force(bool on) {
     if (on && !sp_cpu_bf16) return false;
     atomic_store(&sp_bf16_on, on);
     return true;
+}
+
+const char *sp_mm_precision_name(sp_precision p) {
+    switch (p) {
+    case SP_PRECISION_EXACT: return "exact";
+    case SP_PRECISION_HIGH: return "high";
+    case SP_PRECISION_FAST: return "fast";
+    }
+    return "?";
+}
+
+sp_precision sp_mm_precision(void) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    return (sp_precision)atomic_load(&sp_precision_now);
+}
+
+int sp_mm_act_levels(void) {
+    switch (sp_mm_precision()) {
+    case SP_PRECISION_EXACT: return 0;
+    case SP_PRECISION_HIGH: return 3;
+    case SP_PRECISION_FAST: return 1;
+    }
+    return 0;
+}
+
+void sp_mm_precision_force(sp_precision p) {
+    pthread_once(&sp_simd_once, sp_simd_init);
+    if (p >= SP_PRECISION_EXACT && p <= SP_PRECISION_FAST)
+        atomic_store(&sp_precision_now, (int)p);
 }

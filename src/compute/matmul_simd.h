@@ -52,7 +52,7 @@ extern const sp_mm_kernels sp_mm_kernels_avx512;
  * VNNI, matmul_vnni.c); same contract as sp_mm_kernels.rows. Not exact: see
  * that file for the error bound. */
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
-                     float *y, int64_t r0, int64_t r1);
+                     float *y, int64_t r0, int64_t r1, int levels);
 
 /* Whether sp_matmul uses sp_mm_rows_vnni for few tokens: only with
  * SPINDLE_MATMUL_INT8=1, on a CPU with AVX-512 VNNI, while the AVX-512 level
@@ -74,6 +74,25 @@ void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
  * switches it; false, changing nothing, if the CPU lacks AVX-512 BF16. */
 bool sp_mm_bf16_active(void);
 bool sp_mm_bf16_force(bool on);
+
+/* Numerics of the kernels, SPINDLE_PRECISION=exact|high|fast (default high):
+ *   exact  activations stay f32 in every product (results differ from a
+ *          plain loop only by summation order);
+ *   high   activations are split into `levels` = 3 int8 parts per block
+ *          (or bf16 parts) where integer / bf16 dot products are faster,
+ *          keeping about 22 significant bits: well inside f32 parity;
+ *   fast   one int8 (or bf16) part, llama.cpp's own activation rounding.
+ * sp_mm_act_levels() is 0, 3 or 1 accordingly. */
+typedef enum sp_precision {
+    SP_PRECISION_EXACT = 0,
+    SP_PRECISION_HIGH,
+    SP_PRECISION_FAST
+} sp_precision;
+sp_precision sp_mm_precision(void);
+int sp_mm_act_levels(void);
+/* Tests and benchmarks: switch the mode (not during a matmul). */
+void sp_mm_precision_force(sp_precision p);
+const char *sp_mm_precision_name(sp_precision p);
 
 /* Portable C version of sp_mm_kernels.tile (matmul.c), used when no SIMD
  * level is active. */

@@ -135,7 +135,8 @@ sp_vnni_row(const sp_weight *w, const xq_buf *xb, const int nt, float *y,
 }
 
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
-                     float *y, int64_t r0, int64_t r1) {
+                     float *y, int64_t r0, int64_t r1, int levels) {
+    (void)levels; /* one level for now */
     if (w->type != SP_W_AFFINE || (w->bits != 4 && w->bits != 8) ||
         w->cols % CH || w->cols > MAX_COLS || n_tokens < 1 ||
         n_tokens > SP_MM_SMALL_TOKENS)
