@@ -11,6 +11,8 @@
  * The accumulator is the pair's own slice of `out`, so `out` must not alias
  * `q`. All math is f32 with precise expf/tanhf. */
 #include "compute/ops.h"
+#include "compute/attention_simd.h"
+#include "compute/matmul_simd.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -93,6 +95,12 @@ void sp_attention(sp_pool *pool, const sp_attention_args *args) {
         a->head_dim <= 0 || a->first_pos < 0 ||
         a->n_heads % a->n_kv_heads != 0)
         return;
+#if defined(__x86_64__)
+    if (sp_simd_current() == SP_SIMD_AVX512 && sp_attention_avx512_covers(a)) {
+        sp_attention_avx512(pool, a);
+        return;
+    }
+#endif
     int64_t n = (int64_t)a->n_q * a->n_heads;
     if (!pool) {
         attention_range((void *)a, 0, n, 0);

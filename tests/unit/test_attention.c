@@ -132,6 +132,14 @@ static void test_two_threads(void **s) {
     shape sh = {.n_q = 33, .first_pos = 100, .n_heads = 8, .n_kv_heads = 2,
                 .head_dim = 32, .window = 20, .softcap = 30.0f};
     run_case(&sh, pool);
+    /* The AVX-512 path's shapes: several token blocks and key tiles, 8
+     * query heads per KV head, Qwen3's head_dim, with and without a window
+     * that starts inside a tile. */
+    for (int w = 0; w <= 25; w += 25) {
+        shape big = {.n_q = 40, .first_pos = 30, .n_heads = 16,
+                     .n_kv_heads = 2, .head_dim = 128, .window = w};
+        run_case(&big, pool);
+    }
     sp_pool_destroy(pool);
 }
 

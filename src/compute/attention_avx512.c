@@ -1,0 +1,184 @@
+/* AVX-512 causal attention: the same online softmax as attention.c, but a
+ * unit of work is one KV head times a block of query tokens, so that every
+ * key and value row read from the cache serves all the query heads of the
+ * group and all the tokens of the block (a prefill of 512 tokens spent a
+ * quarter of its time in the one-pair-at-a-time loop).
+ *
+ * Per tile of 16 keys the keys are transposed once (dimension-major), so a
+ * query row's 16 scores are one vector built by FMAs with no horizontal sums;
+ * the values are then accumulated with one broadcast weight per key. The
+ * exponential is a vector polynomial (Cephes expf, about 1 ulp) instead of
+ * libm's expf; everything else is f32 as in the portable path, in a
+ * different summation order. */
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+
+#include "compute/attention_simd.h"
+#include "compute/matmul_transpose.h"
+
+#define KT 16            /* keys per tile: one vector of scores */
+#define MAX_ROWS 32      /* query rows (token, head) per unit */
+
+bool sp_attention_avx512_covers(const sp_attention_args *a) {
+    return a->softcap <= 0.0f && a->head_dim % 16 == 0 &&
+           a->head_dim <= SP_ATTN_MAX_HD &&
+           a->n_heads / a->n_kv_heads <= MAX_ROWS;
+}
+
+/* e^x, x <= 0 (a score minus the running max) or -inf. Cephes expf: x =
+ * n ln2 + r, |r| <= ln2 / 2, e^r by its minimax polynomial, times 2^n. */
+static inline __m512 exp_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f)); /* e^-104 is 0 in f32 */
+    const __m512 n = _mm512_roundscale_ps(
+        _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+typedef struct unit_geometry {
+    int group, tokens_per_unit, blocks;
+} unit_geometry;
+
+static unit_geometry geometry(const sp_attention_args *a) {
+    unit_geometry g;
+    g.group = a->n_heads / a->n_kv_heads;
+    g.tokens_per_unit = MAX_ROWS / g.group;
+    if (g.tokens_per_unit > 8) g.tokens_per_unit = 8;
+    g.blocks = (a->n_q + g.tokens_per_unit - 1) / g.tokens_per_unit;
+    return g;
+}
+
+/* Scores of one query row against a transposed tile: kt[d * KT + j]. Four
+ * chains so the FMA latency is hidden. */
+static inline __m512 tile_scores(const float *q, const float *kt, int hd) {
+    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int d = 0; d < hd; d += 4)
+        for (int u = 0; u < 4; u++)
+            s[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
+                                   _mm512_load_ps(kt + (d + u) * KT), s[u]);
+    return _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+}
+
+static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
+                        int kvh, int block) {
+    const int hd = a->head_dim, nv = hd / 16;
+    const int t0 = block * g->tokens_per_unit;
+    const int nt = a->n_q - t0 < g->tokens_per_unit ? a->n_q - t0
+                                                    : g->tokens_per_unit;
+    const int rows = nt * g->group;
+    if (rows <= 0) return;
+    const size_t qrow = (size_t)a->n_heads * (size_t)hd;
+    const float *kbase = a->kv.k + (size_t)kvh * (size_t)a->kv.head_stride;
+    const float *vbase = a->kv.v + (size_t)kvh * (size_t)a->kv.head_stride;
+
+    float m[MAX_ROWS], l[MAX_ROWS];
+    int lo[MAX_ROWS], hi[MAX_ROWS];
+    const float *q[MAX_ROWS];
+    float *acc[MAX_ROWS];
+    for (int i = 0; i < rows; i++) {
+        const int t = t0 + i / g->group, h = kvh * g->group + i % g->group;
+        const int p = a->first_pos + t;
+        hi[i] = p;
+        lo[i] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        q[i] = a->q + (size_t)t * qrow + (size_t)h * hd;
+        acc[i] = a->out + (size_t)t * qrow + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) acc[i][d] = 0.0f;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    const int first = lo[0], last = hi[rows - 1];
+    _Alignas(64) float kt[SP_ATTN_MAX_HD * KT];
+    _Alignas(64) float e[KT];
+
+    for (int j0 = first; j0 <= last; j0 += KT) {
+        const int n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
+        /* Transpose the tile's keys; rows past n are zeros (the cache
+         * beyond the last position may hold anything). */
+        for (int c = 0; c < nv; c++) {
+            __m512 r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j < n ? _mm512_loadu_ps(kbase + (size_t)(j0 + j) * hd + 16 * c)
+                             : _mm512_setzero_ps();
+            sp_transpose16(r);
+            for (int d = 0; d < 16; d++)
+                _mm512_store_ps(kt + (16 * c + d) * KT, r[d]);
+        }
+        for (int i = 0; i < rows; i++) {
+            const int from = lo[i] > j0 ? lo[i] : j0;
+            const int to = hi[i] < j0 + n - 1 ? hi[i] : j0 + n - 1;
+            if (from > to) continue;
+            const __mmask16 valid =
+                (__mmask16)((((1u << (to - j0 + 1)) - 1u) >> (from - j0)) << (from - j0));
+            __m512 s = _mm512_mul_ps(tile_scores(q[i], kt, hd),
+                                     _mm512_set1_ps(a->scale));
+            s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s);
+            const float tmax = _mm512_reduce_max_ps(s);
+            float rescale = 1.0f;
+            if (tmax > m[i]) {
+                rescale = expf(m[i] - tmax); /* 0 on the first tile */
+                l[i] *= rescale;
+                m[i] = tmax;
+            }
+            const __m512 p = _mm512_maskz_mov_ps(
+                valid, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(m[i]))));
+            l[i] += _mm512_reduce_add_ps(p);
+            _mm512_store_ps(e, p);
+            __m512 o[SP_ATTN_MAX_HD / 16];
+            for (int c = 0; c < nv; c++)
+                o[c] = _mm512_mul_ps(_mm512_loadu_ps(acc[i] + 16 * c),
+                                     _mm512_set1_ps(rescale));
+            for (int j = from - j0; j <= to - j0; j++) {
+                const __m512 w = _mm512_set1_ps(e[j]);
+                const float *v = vbase + (size_t)(j0 + j) * hd;
+                for (int c = 0; c < nv; c++)
+                    o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
+            }
+            for (int c = 0; c < nv; c++) _mm512_storeu_ps(acc[i] + 16 * c, o[c]);
+        }
+    }
+    /* l >= 1 (the max term contributes e^0) unless every score was NaN. */
+    for (int i = 0; i < rows; i++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
+        for (int c = 0; c < nv; c++)
+            _mm512_storeu_ps(acc[i] + 16 * c,
+                             _mm512_mul_ps(_mm512_loadu_ps(acc[i] + 16 * c), inv));
+    }
+}
+
+static void units_range(void *ctx, int64_t begin, int64_t end, int thread_id) {
+    (void)thread_id;
+    const sp_attention_args *a = ctx;
+    const unit_geometry g = geometry(a);
+    /* Late blocks see the most keys: hand them out first. */
+    for (int64_t u = begin; u < end; u++) {
+        const int64_t rev = (int64_t)g.blocks * a->n_kv_heads - 1 - u;
+        attend_unit(a, &g, (int)(rev % a->n_kv_heads), (int)(rev / a->n_kv_heads));
+    }
+}
+
+void sp_attention_avx512(sp_pool *pool, const sp_attention_args *a) {
+    const unit_geometry g = geometry(a);
+    const int64_t units = (int64_t)g.blocks * a->n_kv_heads;
+    if (!pool) {
+        units_range((void *)a, 0, units, 0);
+        return;
+    }
+    sp_pool_for(pool, units, 1, units_range, (void *)a);
+}
+#else
+typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */
+#endif
