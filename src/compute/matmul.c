@@ -62,6 +62,7 @@ typedef struct sp_mm_job {
     bool direct; /* F32 rows are used in place (aligned data) */
     const sp_mm_kernels *k; /* NULL: portable */
     bool int8;              /* sp_mm_rows_vnni instead of k->rows */
+    int levels;             /* its int8 parts per activation */
     bool bf16;              /* sp_mm_tile_bf16 instead of k->tile */
 } sp_mm_job;
 
@@ -72,7 +73,8 @@ static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
     const sp_mm_job *job = ctx;
 #if defined(__x86_64__)
     if (job->int8) {
-        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1, 1);
+        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                        job->levels);
         return;
     }
 #endif
@@ -146,6 +148,7 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
     job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
     job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS &&
                sp_mm_int8_active() && sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, 1);
+    job.levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1;
 #endif
     /* (an empty row range only probes whether the format is covered) */
     if (job.k && n_tokens <= SP_MM_SMALL_TOKENS &&

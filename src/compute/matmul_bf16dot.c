@@ -9,7 +9,7 @@
  * the only change in numerics: each product x_j w_j becomes bf16(x_j) w_j,
  * an error of at most 2^-8 |x_j w_j| (bf16 keeps 8 significant bits),
  * and vdpbf16ps flushes subnormal inputs and outputs. Hence |y - y_exact| <= 2^-8 sum_j |x_j w_j| plus the
- * usual f32 accumulation error. Off unless SPINDLE_MATMUL_BF16=1
+ * usual f32 accumulation error. Used only in the fast precision mode
  * (matmul_dispatch.c). */
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")

@@ -1,8 +1,9 @@
 /* Run-time choice of the matmul kernels: the CPU's best level, lowered by
  * SPINDLE_SIMD=scalar|avx2|avx512 (so CI can exercise every fallback on one
- * machine), chosen once; plus the opt-in int8-activation kernel
- * (SPINDLE_MATMUL_INT8=1, see matmul_vnni.c) and the opt-in bf16-activation
- * prefill tile (SPINDLE_MATMUL_BF16=1, see matmul_bf16dot.c). */
+ * machine), chosen once; and the numerics mode SPINDLE_PRECISION=exact|high|
+ * fast (matmul_simd.h), which decides whether the int8-activation kernels
+ * (matmul_vnni*.c: high and fast) and the bf16-activation prefill tile
+ * (matmul_bf16dot.c: fast only) are used. */
 #include "compute/matmul_simd.h"
 
 #include <pthread.h>
@@ -17,7 +18,7 @@ static bool sp_cpu_vnni = false;
 static _Atomic bool sp_int8_on = false;
 static bool sp_cpu_bf16 = false;
 static _Atomic bool sp_bf16_on = false;
-static _Atomic int sp_precision_now = SP_PRECISION_HIGH;
+static _Atomic int sp_precision_now = SP_PRECISION_EXACT; /* high once its kernels land */
 
 
 static sp_simd_level sp_detect(void) {
@@ -44,15 +45,16 @@ static void sp_simd_init(void) {
     sp_cpu_bf16 = sp_simd_cpu == SP_SIMD_AVX512 &&
                   __builtin_cpu_supports("avx512bf16");
 #endif
-    const char *bf16 = getenv("SPINDLE_MATMUL_BF16");
-    atomic_store(&sp_bf16_on, sp_cpu_bf16 && bf16 && strcmp(bf16, "1") == 0);
-    const char *int8 = getenv("SPINDLE_MATMUL_INT8");
-    atomic_store(&sp_int8_on, sp_cpu_vnni && int8 && strcmp(int8, "1") == 0);
     const char *prec = getenv("SPINDLE_PRECISION");
     if (prec)
         for (int p = SP_PRECISION_EXACT; p <= SP_PRECISION_FAST; p++)
             if (strcmp(prec, sp_mm_precision_name((sp_precision)p)) == 0)
                 atomic_store(&sp_precision_now, p);
+    /* The kernels each mode uses (tests and benchmarks can still switch
+     * them one by one with the _force functions). */
+    const int mode = atomic_load(&sp_precision_now);
+    atomic_store(&sp_int8_on, sp_cpu_vnni && mode != SP_PRECISION_EXACT);
+    atomic_store(&sp_bf16_on, sp_cpu_bf16 && mode == SP_PRECISION_FAST);
     sp_simd_level want = sp_simd_cpu;
     const char *env = getenv("SPINDLE_SIMD");
     if (env) {
@@ -149,6 +151,8 @@ int sp_mm_act_levels(void) {
 
 void sp_mm_precision_force(sp_precision p) {
     pthread_once(&sp_simd_once, sp_simd_init);
-    if (p >= SP_PRECISION_EXACT && p <= SP_PRECISION_FAST)
-        atomic_store(&sp_precision_now, (int)p);
+    if (p < SP_PRECISION_EXACT || p > SP_PRECISION_FAST) return;
+    atomic_store(&sp_precision_now, (int)p);
+    atomic_store(&sp_int8_on, sp_cpu_vnni && p != SP_PRECISION_EXACT);
+    atomic_store(&sp_bf16_on, sp_cpu_bf16 && p == SP_PRECISION_FAST);
 }

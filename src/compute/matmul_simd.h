@@ -54,8 +54,8 @@ extern const sp_mm_kernels sp_mm_kernels_avx512;
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels);
 
-/* Whether sp_matmul uses sp_mm_rows_vnni for few tokens: only with
- * SPINDLE_MATMUL_INT8=1, on a CPU with AVX-512 VNNI, while the AVX-512 level
+/* Whether sp_matmul uses sp_mm_rows_vnni for few tokens: in the high and
+ * fast precision modes, on a CPU with AVX-512 VNNI, while the AVX-512 level
  * is in use. sp_mm_int8_force switches it (tests, benchmarks); it returns
  * false, changing nothing, if the CPU lacks VNNI. */
 bool sp_mm_int8_active(void);
@@ -69,7 +69,7 @@ void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
                      bool accumulate);
 
 /* Whether sp_matmul uses sp_mm_tile_bf16 for bf16 weights above
- * SP_MM_SMALL_TOKENS tokens: only with SPINDLE_MATMUL_BF16=1, on a CPU with
+ * SP_MM_SMALL_TOKENS tokens: in the fast precision mode, on a CPU with
  * AVX-512 BF16, while the AVX-512 level is in use. sp_mm_bf16_force
  * switches it; false, changing nothing, if the CPU lacks AVX-512 BF16. */
 bool sp_mm_bf16_active(void);
