@@ -2,7 +2,8 @@
 
 Run through bench/compare (which picks the project's venv). Steps:
   1. build llama-bench from PyPI's llama-cpp-python sdist (bench/build_llama.sh)
-     and spindle (-march=native, like llama.cpp's GGML_NATIVE) into build-compare;
+     and spindle (the default portable build; kernels chosen at run time) into
+     build-compare;
   2. write the models once into bench/.work/compare/models: the bf16 HF dir
      and its MLX 4/8-bit g64 quantizations (bench/make_model.py), and GGUFs of
      the same bf16 weights at F16, BF16, Q8_0, Q4_0 (bench/make_gguf.py);
@@ -39,12 +40,10 @@ PAIRINGS = [
     ("bf16 vs f16", "bf16", "f16.gguf"),
 ]
 
-# ---------------------------------------------------------------------------
-# SPINDLE ON THE GGUF FILES (placeholder). Spindle cannot load GGUF yet. When it
-# can, pass --spindle-gguf: every GGUF above is then also run through
-# `spindle bench`, and the table gains a "spindle (gguf)" column, which
-# compares the two engines on byte-identical files and quantization formats.
-# ---------------------------------------------------------------------------
+# --spindle-gguf also runs `spindle bench` on every GGUF above, adding
+# "spindle(gguf)" columns: both engines on byte-identical files and formats.
+# --precision runs spindle in several SPINDLE_PRECISION modes (first = main
+# columns). Spindle's default is "high".
 
 
 def log(msg):
@@ -157,11 +156,12 @@ def membw(exe, threads):
     return json.loads(run([exe, str(threads), "1024", "7"]))
 
 
-def spindle_bench(exe, model, a):
+def spindle_bench(exe, model, a, precision):
     t0 = time.time()
     la = loadavg()
     out = run([exe, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
-               "-t", str(a.threads), "-r", str(a.r), "--json"], timeout=a.timeout)
+               "-t", str(a.threads), "-r", str(a.r), "--json"], timeout=a.timeout,
+              env=dict(os.environ, SPINDLE_PRECISION=precision))
     j = json.loads(out.strip().splitlines()[-1])
     return {"pp": j["pp_tps"], "pp_sd": j["pp_tps_sd"], "tg": j["tg_tps"],
             "tg_sd": j["tg_tps_sd"], "load_before": la, "load_after": loadavg(),
@@ -220,6 +220,9 @@ def table(res, a):
             "MB/token s / l", "roofline s / l"]
     if a.spindle_gguf:
         head[1:1] = [f"spindle(gguf) {pp}", f"spindle(gguf) {tg}"]
+    for mode in a.modes[1:]:
+        head += [f"spindle({mode}) {pp}", f"ratio {pp}", f"spindle({mode}) {tg}",
+                 f"ratio {tg}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, sdir, gf in PAIRINGS:
         s, l = res["spindle"].get(sdir), res["llama"].get(gf)
@@ -231,6 +234,9 @@ def table(res, a):
         if a.spindle_gguf:
             g = res["spindle_gguf"].get(gf)
             row[1:1] = [fmt(g, "pp"), fmt(g, "tg")]
+        for mode in a.modes[1:]:
+            m = res["spindle_modes"][mode].get(sdir)
+            row += [fmt(m, "pp"), ratio(m, l, "pp"), fmt(m, "tg"), ratio(m, l, "tg")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -250,11 +256,17 @@ def main():
                     help="also run spindle on the GGUF files (once spindle reads GGUF)")
     ap.add_argument("--llama-omp", choices=("passive", "active"), default="active",
                     help="OMP_WAIT_POLICY for llama.cpp (default active: its stock behaviour; passive helps it on an oversubscribed machine)")
+    ap.add_argument("--precision", default="high",
+                    help="comma-separated SPINDLE_PRECISION modes for spindle (exact, high, "
+                         "fast); the first fills the main columns, the others get their own")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per engine run")
     ap.add_argument("--json-out", help="also write the raw results here")
     a = ap.parse_args()
     if a.quick:
         a.p, a.n, a.r = 128, 32, 1
+    a.modes = [m.strip() for m in a.precision.split(",") if m.strip()]
+    if not a.modes or any(m not in ("exact", "high", "fast") for m in a.modes):
+        ap.error("--precision takes exact, high and/or fast")
     py = sys.executable
     os.makedirs(WORK, exist_ok=True)
 
@@ -273,7 +285,9 @@ def main():
            "host": platform.node(), "cpus": os.cpu_count(), "threads": a.threads,
            "args": {"p": a.p, "n": a.n, "r": a.r, "llama_omp": a.llama_omp},
            "load_start": loadavg(),
-           "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": []}
+           "precision": a.modes,
+           "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": [],
+           "spindle_modes": {m: {} for m in a.modes[1:]}}
     for _, sdir, gf in PAIRINGS:
         res["bytes"][sdir] = safetensors_bytes(os.path.join(MODELS, sdir))
         res["bytes"][gf] = gguf_bytes(os.path.join(MODELS, gf))
@@ -282,14 +296,20 @@ def main():
     for label, sdir, gf in pairings:
         if sdir not in res["spindle"]:
             log(f"spindle {sdir} (load {loadavg()})")
-            res["spindle"][sdir] = spindle_bench(spindle, os.path.join(MODELS, sdir), a)
+            res["spindle"][sdir] = spindle_bench(spindle, os.path.join(MODELS, sdir), a,
+                                                 a.modes[0])
             log(f"  -> {res['spindle'][sdir]}")
+            for mode in a.modes[1:]:
+                log(f"spindle {sdir} precision {mode} (load {loadavg()})")
+                res["spindle_modes"][mode][sdir] = spindle_bench(
+                    spindle, os.path.join(MODELS, sdir), a, mode)
         log(f"llama.cpp {gf} (load {loadavg()})")
         res["llama"][gf] = llama_bench(llama, os.path.join(MODELS, gf), a)
         log(f"  -> {res['llama'][gf]}")
         if a.spindle_gguf:
             log(f"spindle {gf} (load {loadavg()})")
-            res["spindle_gguf"][gf] = spindle_bench(spindle, os.path.join(MODELS, gf), a)
+            res["spindle_gguf"][gf] = spindle_bench(spindle, os.path.join(MODELS, gf), a,
+                                                    a.modes[0])
     res["bandwidth"].append(membw(bwexe, a.threads))
     res["load_end"] = loadavg()
     # The best pass of either measurement: the least disturbed by other load.
@@ -300,7 +320,8 @@ def main():
           f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}")
     print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
           f"llama-cpp-python {LLAMA_VERSION} sdist, GGML_NATIVE, OpenMP, "
-          f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}")
+          f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}, "
+          f"SPINDLE_PRECISION={a.modes[0]}")
     print(f"Read bandwidth ({a.threads} threads, best of 7 passes over 1 GiB, before/after): "
           + " / ".join(f"{b['best_gbs']:.2f}" for b in res["bandwidth"])
           + f" GB/s; roofline uses {res['bandwidth_gbs']:.2f} GB/s")
