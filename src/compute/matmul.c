@@ -17,6 +17,7 @@
 #include "compute/matmul_internal.h"
 #include "compute/matmul_simd.h"
 #include "compute/matmul_ggml.h"
+#include "compute/matmul_vnni_gemm.h"
 
 #define SP_MM_ROWS 32   /* rows decoded per tile: a whole SIMD GEMM panel */
 #define SP_MM_COLS 512  /* columns per tile: a multiple of every group size */
@@ -65,6 +66,18 @@ typedef struct sp_mm_job {
     int levels;             /* its int8 parts per activation */
     bool bf16;              /* sp_mm_tile_bf16 instead of k->tile */
 } sp_mm_job;
+
+#if defined(__x86_64__)
+/* Many tokens, affine weights, int8 modes: the VNNI GEMM takes the whole
+ * block of rows (it packs its own panels). */
+static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
+                             int thread_id) {
+    (void)thread_id;
+    const sp_mm_job *job = ctx;
+    sp_mm_gemm_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                    job->levels);
+}
+#endif
 
 /* Few tokens: the fused kernels stream each weight row once. */
 static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
@@ -158,6 +171,13 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         return;
     }
     grain = (grain + SP_MM_ROWS - 1) / SP_MM_ROWS * SP_MM_ROWS;
+#if defined(__x86_64__)
+    if (job.k && sp_mm_int8_active() &&
+        sp_mm_gemm_vnni(w, x, n_tokens, y, 0, 0, job.levels)) {
+        sp_pool_for(pool, w->rows, grain, sp_mm_gemm_range, &job);
+        return;
+    }
+#endif
     sp_pool_for(pool, w->rows, grain, sp_mm_range, &job);
 }
 
