@@ -51,22 +51,17 @@
 /* Token-columns (n_tokens * cols) the scratch holds: a 16384-wide row for
  * 4 tokens, or a 65536-wide one for a single token. */
 #define SP_VNNI_TOKEN_COLS 65536
-/* Scratch bytes per token-column: 3 levels of int8 plus one f32 lane
- * factor per 4 columns (8-bit; 4-bit needs 3.5). */
-#define SP_VNNI_REC_BYTES (4 * SP_VNNI_TOKEN_COLS)
-/* Index vectors per 16 weight groups: 16 * 128 / 64 at most. */
-#define SP_VNNI_MAX_IDX 32
 
 typedef struct sp_vnni_scratch {
     /* Chunk k (the columns of one 64-byte load of codes), token t: record
-     * (k * n_tokens + t): 16 f32 lane factors, then for each level the
-     * int8 activations (4-bit: the chunk's 64 even columns, then its 64
-     * odd ones, matching the low and high nibbles of the 64 bytes). */
-    _Alignas(64) uint8_t rec[SP_VNNI_REC_BYTES];
+     * (k * n_tokens + t) holds, for each level, the int8 activations (for
+     * 4 bits the chunk's 64 even columns, then its 64 odd ones, matching
+     * the low and high nibbles of the 64 bytes). */
+    _Alignas(64) int8_t act[3 * SP_VNNI_TOKEN_COLS];
+    /* S 2^-7(levels-1) of record (k * n_tokens + t) */
+    float factor[SP_VNNI_TOKEN_COLS / 64];
     /* X_g per token, zero-padded to a multiple of 16 groups */
     _Alignas(64) float xsum[SP_VNNI_TOKEN_COLS / 32 + 16 * SP_MM_SMALL_TOKENS];
-    /* lane -> group within the 16 loaded scales, per chunk of 16 groups */
-    __m512i group_idx[SP_VNNI_MAX_IDX];
 } sp_vnni_scratch;
 
 typedef struct sp_vnni_plan {
@@ -80,7 +75,7 @@ typedef struct sp_vnni_plan {
 /* Levels of 16 activations y = x / S (exactly, for 2 and 3 levels) as int8,
  * each level's 16 bytes stored `level_stride` apart. */
 static inline __attribute__((always_inline)) void
-sp_quant16(__m512 y, int levels, uint8_t *out, int level_stride) {
+sp_quant16(__m512 y, int levels, int8_t *out, int level_stride) {
     const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     __m512 a = _mm512_roundscale_ps(y, rn);
     _mm_store_si128((__m128i *)out,
@@ -127,50 +122,36 @@ static void sp_quantize_token(const sp_weight *w, const float *x, int t,
                               int nt, int levels, sp_vnni_scratch *sc,
                               int64_t xsum_stride) {
     const int bits = w->bits, gs = w->group_size;
-    const int cpc = bits == 4 ? 128 : 64; /* columns per chunk */
-    const int blk = gs == 32 ? 32 : 64;   /* columns per activation block */
-    const int rec_bytes = 64 + levels * cpc;
+    const int cpc = bits == 4 ? 128 : 64; /* columns per chunk and block */
     const int64_t cols = w->cols;
-    /* lane L of a chunk covers columns L * cpc / 16 ..: its block */
-    const __m512i lane_blk = _mm512_srli_epi32(
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
-                                            6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(cpc / 16)),
-        blk == 32 ? 5 : 6);
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
                                           12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const float level_unit = levels == 1 ? 1.0f : levels == 2 ? 0x1p-7f : 0x1p-14f;
     for (int64_t k = 0; k < cols / cpc; k++) {
-        uint8_t *rec = sc->rec + (size_t)(k * nt + t) * (size_t)rec_bytes;
-        uint8_t *act = rec + 64;
-        float factor[16] = {0}; /* one per block, read as a vector */
-        for (int b = 0; b < cpc / blk; b++) {
-            const float *xb = x + k * cpc + b * blk;
-            __m512 m = _mm512_setzero_ps();
-            for (int j = 0; j < blk; j += 16)
-                m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + j)));
-            float s, inv;
-            sp_block_scale(_mm512_reduce_max_ps(m), levels, &s, &inv);
-            factor[b] = s * level_unit;
-            const __m512 vinv = _mm512_set1_ps(inv);
-            for (int j = 0; j < blk; j += 32) {
-                const __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(xb + j), vinv);
-                const __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(xb + j + 16), vinv);
-                const int pos = b * blk + j; /* within the chunk */
-                if (bits == 4) {
-                    sp_quant16(_mm512_permutex2var_ps(v0, even, v1), levels,
-                               act + pos / 2, cpc);
-                    sp_quant16(_mm512_permutex2var_ps(v0, odd, v1), levels,
-                               act + 64 + pos / 2, cpc);
-                } else {
-                    sp_quant16(v0, levels, act + pos, cpc);
-                    sp_quant16(v1, levels, act + pos + 16, cpc);
-                }
+        const size_t rec = (size_t)(k * nt + t);
+        int8_t *act = sc->act + rec * (size_t)(levels * cpc);
+        const float *xb = x + k * cpc;
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < cpc; j += 16)
+            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + j)));
+        float s, inv;
+        sp_block_scale(_mm512_reduce_max_ps(m), levels, &s, &inv);
+        sc->factor[rec] = s * level_unit;
+        const __m512 vinv = _mm512_set1_ps(inv);
+        for (int j = 0; j < cpc; j += 32) {
+            const __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(xb + j), vinv);
+            const __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(xb + j + 16), vinv);
+            if (bits == 4) {
+                sp_quant16(_mm512_permutex2var_ps(v0, even, v1), levels,
+                           act + j / 2, cpc);
+                sp_quant16(_mm512_permutex2var_ps(v0, odd, v1), levels,
+                           act + 64 + j / 2, cpc);
+            } else {
+                sp_quant16(v0, levels, act + j, cpc);
+                sp_quant16(v1, levels, act + j + 16, cpc);
             }
         }
-        _mm512_store_ps((float *)rec,
-                        _mm512_permutexvar_ps(lane_blk, _mm512_loadu_ps(factor)));
     }
     float *xs = sc->xsum + t * xsum_stride;
     const int64_t gpr = cols / gs;
@@ -202,14 +183,20 @@ sp_vnni_rows(const sp_vnni_plan *p, float *y, int64_t r0, int64_t r1,
     const sp_weight *w = p->w;
     const sp_vnni_scratch *sc = p->sc;
     const int CPC = BITS == 4 ? 128 : 64;
-    const int REC = 64 + LEVELS * CPC;
+    const int REC = LEVELS * CPC; /* activation bytes per record */
     const int64_t gs = w->group_size, gpr = w->cols / gs;
     const size_t row_bytes = sp_affine_row_bytes(w);
     const sp_dtype qt = w->qparam_dtype;
     const __m512i nib = _mm512_set1_epi8(15);
+    /* lane L of chunk j of 16 groups: group (j CPC + L CPC / 16) / gs */
+    const __m512i lane_col = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(CPC / 16));
+    const __m128i log2_gs = _mm_cvtsi32_si128(__builtin_ctzll((uint64_t)gs));
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *codes = (const uint8_t *)w->data + (size_t)r * row_bytes;
-        const uint8_t *rec = sc->rec;
+        const int8_t *act = sc->act;
+        const float *factor = sc->factor;
         const size_t q0 = (size_t)(r * gpr);
         __m512 acc[SP_MM_SMALL_TOKENS];
         for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
@@ -223,17 +210,20 @@ sp_vnni_rows(const sp_vnni_plan *p, float *y, int64_t r0, int64_t r1,
                     bv, _mm512_load_ps(sc->xsum + t * p->xsum_stride + g0),
                     acc[t]);
             const int64_t nch = ng * gs / CPC;
-            for (int64_t j = 0; j < nch; j++, codes += 64, rec += NT * REC) {
+            __m512i col = lane_col;
+            for (int64_t j = 0; j < nch; j++, codes += 64, act += NT * REC,
+                         factor += NT) {
                 const __m512i b = _mm512_loadu_si512(codes);
-                const __m512 ws = _mm512_permutexvar_ps(sc->group_idx[j], sv);
+                const __m512 ws =
+                    _mm512_permutexvar_ps(_mm512_srl_epi32(col, log2_gs), sv);
+                col = _mm512_add_epi32(col, _mm512_set1_epi32(CPC));
                 __m512i lo = b, hi = b;
                 if (BITS == 4) {
                     lo = _mm512_and_si512(b, nib);
                     hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), nib);
                 }
                 for (int t = 0; t < NT; t++) {
-                    const uint8_t *rt = rec + t * REC;
-                    const __m512i *a = (const __m512i *)(rt + 64);
+                    const __m512i *a = (const __m512i *)(act + t * REC);
                     __m512i s;
                     if (BITS == 4) {
                         s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a[0]);
@@ -250,7 +240,7 @@ sp_vnni_rows(const sp_vnni_plan *p, float *y, int64_t r0, int64_t r1,
                             s = _mm512_dpbusd_epi32(s, b, a[l]);
                         }
                     }
-                    const __m512 f = _mm512_mul_ps(ws, _mm512_load_ps((const float *)rt));
+                    const __m512 f = _mm512_mul_ps(ws, _mm512_set1_ps(factor[t]));
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[t]);
                 }
             }
@@ -311,23 +301,13 @@ bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
     if (!sp_vnni_covers(w, n_tokens, levels)) return false;
     if (r0 >= r1) return true;
     if (!x || !y || r0 < 0 || r1 > w->rows) return false;
-    /* 260 KiB: too much for worker stacks; built once per call */
+    /* 200 KiB: too much for worker stacks; built once per call */
     static _Thread_local sp_vnni_scratch sc;
     const int64_t gs = w->group_size, cols = w->cols;
     const int64_t xsum_stride = (cols / gs + 15) / 16 * 16;
     for (int t = 0; t < n_tokens; t++)
         sp_quantize_token(w, x + (int64_t)t * cols, t, n_tokens, levels, &sc,
                           xsum_stride);
-    const int cpc = w->bits == 4 ? 128 : 64;
-    const int chunks16 = (int)(16 * gs / cpc); /* chunks per 16 groups */
-    for (int j = 0; j < chunks16; j++) /* lane L: columns j cpc + L cpc/16 */
-        sc.group_idx[j] = _mm512_srli_epi32(
-            _mm512_add_epi32(
-                _mm512_set1_epi32(j * cpc),
-                _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9,
-                                                    8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                   _mm512_set1_epi32(cpc / 16))),
-            (unsigned)__builtin_ctz((unsigned)gs));
     const sp_vnni_plan plan = {.w = w, .sc = &sc, .xsum_stride = xsum_stride};
     sp_vnni_variants[w->bits == 8][levels - 1][n_tokens - 1](&plan, y, r0, r1);
     return true;

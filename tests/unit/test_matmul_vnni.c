@@ -147,7 +147,7 @@ static void check(const tw *t, const float *x, int nt, const float *y,
                   int64_t r0, int64_t r1, int levels) {
     const sp_weight *w = &t->w;
     const int64_t cols = w->cols, gs = w->group_size, gpr = cols / gs;
-    const int64_t blk = gs == 32 ? 32 : 64;
+    const int64_t blk = w->bits == 4 ? 128 : 64;
     const double unit = levels == 1 ? 0.5 + 0x1p-15 : levels == 2 ? 0x1p-8 : 0x1p-15;
     for (int k = 0; k < nt; k++) {
         const float *xt = x + k * cols;
