@@ -3,11 +3,11 @@
  * sum_j (s q_j + b) x_j built here from the codes, scales and biases.
  *
  * Tolerance, per output (derived from the kernel's representation):
- *   representation: each activation block (32 columns for group size 32,
- *     else 64) with scale S moves each term s q_j x_j by at most
- *     |s q_j| S u, u = 1/2 (+2^-15 for the rounded 127 / max|x|) for one
- *     level, 2^-8 for two, 2^-15 for three (S is max|x| / 127 for one
- *     level, else the smallest power of two with 127 S >= max|x|);
+ *   representation: each activation block (the 128 columns of 64 bytes of
+ *     4-bit codes, 64 for 8-bit) with scale S moves each term s q_j x_j by
+ *     at most |s q_j| S u, u = 1/2 (+2^-15 for the rounded 127 / max|x|)
+ *     for one level, 2^-8 for two, 2^-15 for three (S is max|x| / 127 for
+ *     one level, else the smallest power of two with 127 S >= max|x|);
  *   f32: the integer dot products are exact; what rounds is their
  *     conversion, the lane factors, the fma chain (cols / 64 + groups / 16
  *     steps), the 16-lane reduction and the f32 group sums X_g (gs terms):
