@@ -48,9 +48,13 @@ extern const sp_mm_kernels sp_mm_kernels_avx2;
 extern const sp_mm_kernels sp_mm_kernels_avx512;
 #endif
 
-/* Opt-in int8-activation decode kernel for 4/8-bit affine rows (AVX-512
- * VNNI, matmul_vnni.c); same contract as sp_mm_kernels.rows. Not exact: see
- * that file for the error bound. */
+/* Integer-activation decode kernel for 4/8-bit affine rows (AVX-512 VNNI,
+ * matmul_vnni.c); same contract as sp_mm_kernels.rows, plus `levels` = 1,
+ * 2 or 3 int8 parts per activation (sp_mm_act_levels(): about 8, 15 or 22
+ * significant bits of each block's largest |x|). Returns false, writing
+ * nothing, for other formats, levels, or n_tokens * cols > 65536. Not
+ * exact: see that file for the error bound. x86-64 only; call it only when
+ * the CPU has AVX-512 VNNI. */
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels);
 

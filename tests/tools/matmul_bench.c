@@ -3,6 +3,8 @@
  *   matmul_bench ROWS COLS TYPE N_TOKENS THREADS [SIMD]
  *     TYPE: f32 | f16 | bf16 | q4 | q8 (MLX affine, group 64, bf16 scales)
  *     SIMD: scalar | avx2 | avx512 (default: the best the CPU has)
+ *     env SPINDLE_BENCH_VNNI_LEVELS=1|2|3: time sp_mm_rows_vnni with that
+ *     many activation levels instead of sp_matmul (q4 / q8 only)
  *   matmul_bench stream THREADS   (plain streaming read of 1 GiB: the
  *                                  machine's read-bandwidth roofline)
  *
@@ -74,6 +76,32 @@ static int run_stream(int threads) {
     return 0;
 }
 
+typedef struct vnni_job {
+    const sp_weight *w;
+    const float *x;
+    float *y;
+    int nt, levels;
+} vnni_job;
+
+static void vnni_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const vnni_job *j = ctx;
+    sp_mm_rows_vnni(j->w, j->x, j->nt, j->y, r0, r1, j->levels);
+}
+
+static int bench_levels; /* SPINDLE_BENCH_VNNI_LEVELS, 0: sp_matmul */
+
+static void run_once(sp_pool *pool, const sp_weight *w, const float *x,
+                     int nt, float *y) {
+    if (!bench_levels) {
+        sp_matmul(pool, w, x, nt, y);
+        return;
+    }
+    vnni_job j = {w, x, y, nt, bench_levels};
+    const int threads = sp_pool_size(pool);
+    sp_pool_for(pool, w->rows, (w->rows + threads - 1) / threads, vnni_range, &j);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "stream") == 0)
         return run_stream(atoi(argv[2]));
@@ -136,12 +164,18 @@ int main(int argc, char **argv) {
     w.biases = sb + groups;
     sp_pool *pool = threads > 1 ? sp_pool_create(threads) : NULL;
 
+    const char *lv = getenv("SPINDLE_BENCH_VNNI_LEVELS");
+    bench_levels = lv ? atoi(lv) : 0;
+    if (bench_levels && !sp_mm_rows_vnni(&w, x, nt, y, 0, 0, bench_levels)) {
+        fprintf(stderr, "sp_mm_rows_vnni does not cover this case\n");
+        return 2;
+    }
     const size_t bytes = sp_weight_nbytes(&w);
     const double flops = 2.0 * (double)rows * (double)cols * nt;
     /* Enough repetitions for ~0.3 s per sample. */
-    sp_matmul(pool, &w, x, nt, y);
+    run_once(pool, &w, x, nt, y);
     double t0 = now();
-    sp_matmul(pool, &w, x, nt, y);
+    run_once(pool, &w, x, nt, y);
     double one = now() - t0;
     int reps = (int)(0.3 / (one > 1e-6 ? one : 1e-6));
     if (reps < 1) reps = 1;
@@ -151,13 +185,14 @@ int main(int argc, char **argv) {
         struct timespec c0, c1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         t0 = now();
-        for (int i = 0; i < reps; i++) sp_matmul(pool, &w, x, nt, y);
+        for (int i = 0; i < reps; i++) run_once(pool, &w, x, nt, y);
         dt[k] = (now() - t0) / reps;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
         cpu_total += (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
         wall_total += dt[k] * reps;
     }
     qsort(dt, SAMPLES, sizeof dt[0], cmp_double);
+    if (bench_levels) printf("vnni levels=%d: ", bench_levels);
     printf("%s %lldx%lld %s tokens=%d threads=%d: best %.3f ms (median %.3f): "
            "%.1f GB/s weights, %.1f GFLOP/s; per CPU-second (load-"
            "independent): %.1f GB, %.1f GFLOP; CPU share %.2f\n",

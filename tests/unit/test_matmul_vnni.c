@@ -1,0 +1,290 @@
+/* sp_mm_rows_vnni (matmul_vnni.c): MLX affine 4/8-bit rows times int8
+ * activation levels, against a double-precision reference of
+ * sum_j (s q_j + b) x_j built here from the codes, scales and biases.
+ *
+ * Tolerance, per output (derived from the kernel's representation):
+ *   representation: each activation block (the 128 columns of 64 bytes of
+ *     4-bit codes, 64 for 8-bit) with scale S moves each term s q_j x_j by
+ *     at most |s q_j| S u, u = 1/2 (+2^-15 for the rounded 127 / max|x|)
+ *     for one level, 2^-8 for two, 2^-15 for three (S is max|x| / 127 for
+ *     one level, else the smallest power of two with 127 S >= max|x|);
+ *   f32: the integer dot products are exact; what rounds is their
+ *     conversion, the lane factors, the fma chain (cols / 64 + groups / 16
+ *     steps), the 16-lane reduction and the f32 group sums X_g (gs terms):
+ *     (cols / 32 + gs + 16) 2^-24 sum_j (|s q_j| + |b|) |x_j| bounds them.
+ * A wrong code, nibble order, scale, group or block scale is an O(1) error
+ * in units of the f32 term (the worst-case bounds above are far larger than
+ * the typical error, but still ~2^-15 of sum |terms| at three levels). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/matmul.h"
+#include "compute/matmul_simd.h"
+
+#define TEST_RNG_SEED 0x5bd1e9955bd1e995ull
+#include "test_util.h"
+
+static bool have_vnni(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+#define SKIP_WITHOUT_VNNI()                                                    \
+    do {                                                                       \
+        if (!have_vnni()) {                                                    \
+            print_message("skipped: this CPU lacks AVX-512 VNNI\n");           \
+            skip();                                                            \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+/* A random affine weight; buffers are offset by `skew` bytes (tensors sit
+ * unaligned in mapped files). */
+typedef struct tw {
+    sp_weight w;
+    uint8_t *buf[3];
+    uint8_t *codes;   /* [rows][cols], one code per byte */
+    double *s, *b;    /* [rows][groups], as the kernel reads them */
+} tw;
+
+static double qparam_put(sp_dtype t, uint8_t *p, size_t i, float v) {
+    if (t == SP_DTYPE_F32) {
+        memcpy(p + 4 * i, &v, 4);
+        return v;
+    }
+    uint16_t h = t == SP_DTYPE_F16 ? sp_f32_to_f16(v) : sp_f32_to_bf16(v);
+    memcpy(p + 2 * i, &h, 2);
+    if (t == SP_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    /* f16 by hand: sign, 5-bit exponent, 10-bit mantissa */
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double mag = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return h >> 15 ? -mag : mag;
+}
+
+static void make_weight(tw *t, int64_t rows, int64_t cols, int bits, int gs,
+                        sp_dtype qt, int skew) {
+    const size_t groups = (size_t)(rows * (cols / gs));
+    const size_t qs = qt == SP_DTYPE_F32 ? 4 : 2;
+    const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    t->buf[0] = calloc(row_bytes * (size_t)rows + 8, 1);
+    t->buf[1] = malloc(groups * qs + 8);
+    t->buf[2] = malloc(groups * qs + 8);
+    t->codes = malloc((size_t)(rows * cols));
+    t->s = malloc(groups * sizeof(double));
+    t->b = malloc(groups * sizeof(double));
+    assert_true(t->buf[0] && t->buf[1] && t->buf[2] && t->codes && t->s && t->b);
+    uint8_t *d = t->buf[0] + skew, *sc = t->buf[1] + skew, *bi = t->buf[2] + skew;
+    for (size_t g = 0; g < groups; g++) {
+        t->s[g] = qparam_put(qt, sc, g, frand(0.002f, 0.05f) * (rng_u32() % 2 ? 1 : -1));
+        t->b[g] = qparam_put(qt, bi, g, frand(-0.3f, 0.3f));
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const uint8_t q = (uint8_t)(rng_u32() & ((1u << bits) - 1u));
+            t->codes[r * cols + c] = q;
+            /* MLX's bit stream: 4-bit code 2i in the low nibble of byte i */
+            uint8_t *row = d + (size_t)r * row_bytes;
+            if (bits == 8) row[c] = q;
+            else row[c / 2] |= (uint8_t)(q << (4 * (c % 2)));
+        }
+    t->w = (sp_weight){.type = SP_W_AFFINE, .rows = rows, .cols = cols,
+                       .data = d, .bits = bits, .group_size = gs,
+                       .qparam_dtype = qt, .scales = sc, .biases = bi};
+}
+
+static void free_weight(tw *t) {
+    for (int i = 0; i < 3; i++) free(t->buf[i]);
+    free(t->codes);
+    free(t->s);
+    free(t->b);
+}
+
+/* Activations with outliers, exact zeros, an all-zero 64-column block and
+ * (with several tokens) an all-zero token. */
+static void make_x(float *x, int nt, int64_t cols) {
+    for (int64_t i = 0; i < nt * cols; i++) {
+        const uint32_t k = rng_u32() % 64;
+        x[i] = k == 0 ? 0.0f : k == 1 ? 40.0f * rng_unit() : rng_unit();
+    }
+    for (int64_t c = 64; c < 128 && c < cols; c++) x[c] = 0.0f;
+    if (nt > 1)
+        for (int64_t c = 0; c < cols; c++) x[cols + c] = 0.0f;
+}
+
+/* The activation-block scale the kernel uses (see the header). */
+static double block_scale(double amax, int levels) {
+    if (amax == 0) return 0;
+    if (levels == 1) return amax / 127;
+    int e;
+    frexp(amax / 127, &e); /* amax / 127 <= 2^e */
+    double s = ldexp(1, e);
+    if (127 * (s / 2) >= amax) s /= 2;
+    return s;
+}
+
+/* Checks y[t * rows + r] for r in [r0, r1) against the reference. */
+static void check(const tw *t, const float *x, int nt, const float *y,
+                  int64_t r0, int64_t r1, int levels) {
+    const sp_weight *w = &t->w;
+    const int64_t cols = w->cols, gs = w->group_size, gpr = cols / gs;
+    const int64_t blk = w->bits == 4 ? 128 : 64;
+    const double unit = levels == 1 ? 0.5 + 0x1p-15 : levels == 2 ? 0x1p-8 : 0x1p-15;
+    for (int k = 0; k < nt; k++) {
+        const float *xt = x + k * cols;
+        for (int64_t r = r0; r < r1; r++) {
+            double ref = 0, mag = 0, rep = 0;
+            for (int64_t c0 = 0; c0 < cols; c0 += blk) {
+                double amax = 0, sq = 0;
+                for (int64_t c = c0; c < c0 + blk; c++) amax = fmax(amax, fabs(xt[c]));
+                for (int64_t c = c0; c < c0 + blk; c++) {
+                    const int64_t g = r * gpr + c / gs;
+                    const double wsq = t->s[g] * t->codes[r * cols + c];
+                    ref += (wsq + t->b[g]) * xt[c];
+                    mag += (fabs(wsq) + fabs(t->b[g])) * fabs(xt[c]);
+                    sq += fabs(wsq);
+                }
+                rep += sq * block_scale(amax, levels) * unit;
+            }
+            const double tol = rep + (double)(cols / 32 + gs + 16) * 0x1p-24 * mag;
+            const double got = y[k * w->rows + r];
+            if (!(fabs(got - ref) <= tol))
+                fail_msg("bits=%d gs=%lld q=%d cols=%lld levels=%d t=%d r=%lld:"
+                         " got %.9g want %.9g (err %.3g > tol %.3g)",
+                         w->bits, (long long)gs, (int)w->qparam_dtype,
+                         (long long)cols, levels, k, (long long)r, got, ref,
+                         fabs(got - ref), tol);
+        }
+    }
+}
+
+static void test_against_reference(void **state) {
+    (void)state;
+    SKIP_WITHOUT_VNNI();
+    static const int bits_list[] = {4, 8}, gs_list[] = {32, 64, 128};
+    static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
+    static const int64_t cols_list[] = {128, 384, 1024};
+    static const int64_t rows_list[] = {1, 7, 37};
+    int n = 0;
+    for (int bi = 0; bi < 2; bi++)
+    for (int gi = 0; gi < 3; gi++)
+    for (int qi = 0; qi < 3; qi++)
+    for (int ci = 0; ci < 3; ci++) {
+        const int64_t rows = rows_list[(n + ci) % 3], cols = cols_list[ci];
+        const int nt = 1 + n % SP_MM_SMALL_TOKENS;
+        tw t;
+        make_weight(&t, rows, cols, bits_list[bi], gs_list[gi], qts[qi], n % 3);
+        n++;
+        float *x = malloc(sizeof(float) * (size_t)(nt * cols));
+        float *y = malloc(sizeof(float) * (size_t)(nt * rows));
+        assert_true(x && y);
+        make_x(x, nt, cols);
+        for (int levels = 1; levels <= 3; levels++) {
+            for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
+            /* two calls over a split range, as two pool threads make */
+            const int64_t mid = rows / 2;
+            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, mid, levels));
+            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, mid, rows, levels));
+            check(&t, x, nt, y, 0, rows, levels);
+            if (nt > 1) /* the all-zero token gives exactly 0 */
+                for (int64_t r = 0; r < rows; r++) assert_true(y[rows + r] == 0.0f);
+        }
+        free(x);
+        free(y);
+        free_weight(&t);
+    }
+}
+
+/* Three levels against the exact f32 path on typical data (activations of
+ * comparable size, no outliers): within 1e-5 of the output's scale. */
+static void test_three_levels_match_f32(void **state) {
+    (void)state;
+    SKIP_WITHOUT_VNNI();
+    const int64_t rows = 64, cols = 2048;
+    const int nt = 2;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        tw t;
+        make_weight(&t, rows, cols, bits, 64, SP_DTYPE_BF16, 1);
+        float x[2 * 2048], y3[2 * 64], yf[2 * 64];
+        for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
+        assert_true(sp_mm_rows_vnni(&t.w, x, nt, y3, 0, rows, 3));
+        sp_mm_int8_force(false);
+        sp_mm_precision_force(SP_PRECISION_EXACT);
+        sp_matmul(NULL, &t.w, x, nt, yf);
+        sp_mm_precision_force(SP_PRECISION_HIGH);
+        double rms = 0, worst = 0;
+        for (int i = 0; i < nt * rows; i++) rms += (double)yf[i] * yf[i];
+        rms = sqrt(rms / (nt * rows));
+        for (int i = 0; i < nt * rows; i++)
+            worst = fmax(worst, fabs((double)y3[i] - yf[i]) / (fabs(yf[i]) + rms));
+        print_message("bits %d: 3 levels vs f32: max |diff| / (|y| + rms y) = %.2g\n",
+                      bits, worst);
+        assert_true(worst <= 1e-5);
+        free_weight(&t);
+    }
+}
+
+/* Formats outside the kernel are refused without writing; an empty range
+ * only probes; rows outside [r0, r1) are left alone. */
+static void test_coverage_and_range(void **state) {
+    (void)state;
+    SKIP_WITHOUT_VNNI();
+    tw t;
+    make_weight(&t, 5, 256, 4, 64, SP_DTYPE_F16, 0);
+    float x[4 * 256], y[4 * 5];
+    for (int i = 0; i < 4 * 256; i++) x[i] = rng_unit();
+    for (int i = 0; i < 20; i++) y[i] = -7.0f;
+    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 0, 0, 3));
+    assert_false(sp_mm_rows_vnni(&t.w, x, 5, y, 0, 5, 3));
+    assert_false(sp_mm_rows_vnni(&t.w, x, 0, y, 0, 5, 3));
+    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 0));
+    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 4));
+    sp_weight bad = t.w;
+    bad.bits = 3;
+    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    bad = t.w;
+    bad.cols = 192; /* not a whole 64-byte load of 4-bit codes */
+    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    bad = t.w;
+    bad.cols = 65536; /* with 2 tokens, more than the scratch holds */
+    assert_true(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(sp_mm_rows_vnni(&bad, x, 2, y, 0, 0, 1));
+    bad = t.w;
+    bad.type = SP_W_BF16;
+    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    for (int i = 0; i < 20; i++) assert_true(y[i] == -7.0f);
+    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 1, 3, 2));
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < 5; r++)
+            assert_true((y[k * 5 + r] == -7.0f) == (r < 1 || r >= 3));
+    check(&t, x, 4, y, 1, 3, 2);
+    free_weight(&t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_three_levels_match_f32),
+        cmocka_unit_test(test_coverage_and_range),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
