@@ -159,9 +159,10 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
     int64_t grain = (w->rows + threads - 1) / threads;
 #if defined(__x86_64__)
     job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
-    job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS &&
-               sp_mm_int8_active() && sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, 1);
+    /* (forced on in the exact mode by a test: one level) */
     job.levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1;
+    job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS && sp_mm_int8_active() &&
+               sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, job.levels);
 #endif
     /* (an empty row range only probes whether the format is covered) */
     if (job.k && n_tokens <= SP_MM_SMALL_TOKENS &&

@@ -18,7 +18,7 @@ static bool sp_cpu_vnni = false;
 static _Atomic bool sp_int8_on = false;
 static bool sp_cpu_bf16 = false;
 static _Atomic bool sp_bf16_on = false;
-static _Atomic int sp_precision_now = SP_PRECISION_EXACT; /* high once its kernels land */
+static _Atomic int sp_precision_now = SP_PRECISION_HIGH;
 
 
 static sp_simd_level sp_detect(void) {
