@@ -23,6 +23,12 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
     SPINDLE_SIMD=$level ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
       -R "test_matmul|test_attention|test_ops"
   done
+  # The mlx-lm parity suite once more with f32 activations everywhere (the
+  # default mode's int8 kernels are held to the same tolerances above).
+  echo "== mlx-lm parity ($dir, SPINDLE_PRECISION=exact)"
+  SPINDLE_PRECISION=exact SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" \
+    SPINDLE_BIN="$PWD/$dir/spindle" .venv/bin/python -m pytest -q -p no:cacheprovider \
+    tests/parity
   echo "== Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
     .venv/bin/python -m pytest -q -p no:cacheprovider "${@:3}"
