@@ -2,7 +2,7 @@
  *
  *   matmul_bench ROWS COLS TYPE N_TOKENS THREADS [SIMD]
  *     TYPE: f32 | f16 | bf16 | q4 | q8 (MLX affine, group 64, bf16 scales)
- *     SIMD: scalar | avx2 | avx512 (default: the best the CPU has)
+ *     SIMD: scalar | avx2 | avx512 | neon (default: the best the CPU has)
  *   matmul_bench stream THREADS   (plain streaming read of 1 GiB: the
  *                                  machine's read-bandwidth roofline)
  *
