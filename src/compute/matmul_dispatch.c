@@ -1,6 +1,6 @@
 /* Run-time choice of the matmul kernels: the CPU's best level, lowered by
- * SPINDLE_SIMD=scalar|avx2|avx512 (so CI can exercise every fallback on one
- * machine), chosen once; and the numerics mode SPINDLE_PRECISION=exact|high|
+ * SPINDLE_SIMD=scalar|avx2|avx512 (scalar|neon on AArch64), so that CI can
+ * exercise every fallback on one machine, chosen once; and the numerics mode SPINDLE_PRECISION=exact|high|
  * fast (matmul_simd.h), which decides whether the int8-activation kernels
  * (matmul_vnni*.c: high and fast) and the bf16-activation prefill tile
  * (matmul_bf16dot.c: fast only) are used. */
@@ -31,8 +31,21 @@ static sp_simd_level sp_detect(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return SP_SIMD_AVX2;
+#elif defined(__aarch64__)
+    return SP_SIMD_NEON; /* Advanced SIMD is mandatory in ARMv8-A */
 #endif
     return SP_SIMD_SCALAR;
+}
+
+/* Whether `level` runs on a CPU whose best level is `cpu`. */
+static bool sp_level_runs(int level, sp_simd_level cpu) {
+    switch (level) {
+    case SP_SIMD_SCALAR: return true;
+    case SP_SIMD_AVX2: return cpu == SP_SIMD_AVX2 || cpu == SP_SIMD_AVX512;
+    case SP_SIMD_AVX512: return cpu == SP_SIMD_AVX512;
+    case SP_SIMD_NEON: return cpu == SP_SIMD_NEON;
+    default: return false;
+    }
 }
 
 static void sp_simd_init(void) {
@@ -60,7 +73,7 @@ static void sp_simd_init(void) {
     if (env) {
         for (int l = 0; l < SP_SIMD_COUNT; l++)
             if (strcmp(env, sp_simd_name((sp_simd_level)l)) == 0 &&
-                l < (int)want)
+                l < (int)want && sp_level_runs(l, sp_simd_cpu))
                 want = (sp_simd_level)l;
     }
     atomic_store(&sp_simd_level_now, (int)want);
@@ -71,6 +84,7 @@ const char *sp_simd_name(sp_simd_level level) {
     case SP_SIMD_SCALAR: return "scalar";
     case SP_SIMD_AVX2: return "avx2";
     case SP_SIMD_AVX512: return "avx512";
+    case SP_SIMD_NEON: return "neon";
     case SP_SIMD_COUNT: break;
     }
     return "?";
@@ -86,9 +100,12 @@ sp_simd_level sp_simd_current(void) {
     return (sp_simd_level)atomic_load(&sp_simd_level_now);
 }
 
+bool sp_simd_available(sp_simd_level level) {
+    return sp_level_runs((int)level, sp_simd_supported());
+}
+
 bool sp_simd_force(sp_simd_level level) {
-    if ((int)level < 0 || level >= SP_SIMD_COUNT || level > sp_simd_supported())
-        return false;
+    if (!sp_simd_available(level)) return false;
     atomic_store(&sp_simd_level_now, (int)level);
     return true;
 }
@@ -98,6 +115,8 @@ const sp_mm_kernels *sp_mm_active(void) {
 #if defined(__x86_64__)
     case SP_SIMD_AVX512: return &sp_mm_kernels_avx512;
     case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
+#elif defined(__aarch64__)
+    case SP_SIMD_NEON: return &sp_mm_kernels_neon;
 #endif
     default: return NULL;
     }

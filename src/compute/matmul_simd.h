@@ -3,8 +3,10 @@
  * One binary serves every x86-64 CPU: the AVX2 and AVX-512 kernels are
  * compiled with target attributes in their own files and chosen once, at
  * first use, from what the CPU reports (SPINDLE_SIMD=scalar|avx2|avx512 may
- * lower the choice, never raise it above the CPU). Other architectures build
- * only the portable path, which is the table-less fallback in matmul.c. */
+ * lower the choice, never raise it above the CPU). AArch64 builds the NEON
+ * table (baseline there, no check needed; SPINDLE_SIMD=scalar still forces
+ * the portable path). Other architectures build only the portable path,
+ * which is the table-less fallback in matmul.c. */
 #ifndef SP_COMPUTE_MATMUL_SIMD_H
 #define SP_COMPUTE_MATMUL_SIMD_H
 
@@ -17,6 +19,7 @@ typedef enum sp_simd_level {
     SP_SIMD_SCALAR = 0, /* portable C (gcc's baseline vectorization only) */
     SP_SIMD_AVX2,       /* AVX2 + FMA + F16C */
     SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL */
+    SP_SIMD_NEON,       /* AArch64 Advanced SIMD (ARMv8.0) */
     SP_SIMD_COUNT
 } sp_simd_level;
 
@@ -46,6 +49,8 @@ typedef struct sp_mm_kernels {
 #if defined(__x86_64__)
 extern const sp_mm_kernels sp_mm_kernels_avx2;
 extern const sp_mm_kernels sp_mm_kernels_avx512;
+#elif defined(__aarch64__)
+extern const sp_mm_kernels sp_mm_kernels_neon;
 #endif
 
 /* Integer-activation decode kernel for 4/8-bit affine rows (AVX-512 VNNI,
@@ -111,8 +116,14 @@ const sp_mm_kernels *sp_mm_active(void);
 sp_simd_level sp_simd_supported(void);
 sp_simd_level sp_simd_current(void);
 
+/* Whether `level` can run here: scalar always; on x86-64 the levels up to
+ * sp_simd_supported(); on AArch64 NEON. (Levels are ordered within one
+ * ISA only, so "at most the supported level" is not enough.) */
+bool sp_simd_available(sp_simd_level level);
+
 /* Switch the kernels in use (tests, benchmarks). Returns false and changes
- * nothing if the CPU lacks `level`. Not to be called during a matmul. */
+ * nothing unless sp_simd_available(level). Not to be called during a
+ * matmul. */
 bool sp_simd_force(sp_simd_level level);
 
 const char *sp_simd_name(sp_simd_level level);

@@ -2,7 +2,7 @@
  *
  *   matmul_bench ROWS COLS TYPE N_TOKENS THREADS [SIMD]
  *     TYPE: f32 | f16 | bf16 | q4 | q8 (MLX affine, group 64, bf16 scales)
- *     SIMD: scalar | avx2 | avx512 (default: the best the CPU has)
+ *     SIMD: scalar | avx2 | avx512 | neon (default: the best the CPU has)
  *     env SPINDLE_BENCH_VNNI_LEVELS=1|2|3: time sp_mm_rows_vnni with that
  *     many activation levels instead of sp_matmul (q4 / q8 only)
  *   matmul_bench stream THREADS   (plain streaming read of 1 GiB: the

@@ -228,7 +228,8 @@ static void check_matmul(const test_weight *tw, int n_tokens,
         }
     }
     char label[200];
-    for (int lv = 0; lv <= (int)sp_simd_supported(); lv++) {
+    for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
+        if (!sp_simd_available((sp_simd_level)lv)) continue;
         assert_true(sp_simd_force((sp_simd_level)lv));
         for (int p = 0; p < 3; p++) {
             for (int64_t i = 0; i < n_tokens * rows; i++) y[i] = NAN;
@@ -256,7 +257,8 @@ static void check_rows(const test_weight *tw, const char *what) {
     const int64_t cols = tw->w.cols;
     float *out = malloc((size_t)cols * sizeof *out);
     assert_non_null(out);
-    for (int lv = 0; lv <= (int)sp_simd_supported(); lv++) {
+    for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
+        if (!sp_simd_available((sp_simd_level)lv)) continue;
         assert_true(sp_simd_force((sp_simd_level)lv));
         const sp_mm_kernels *k = sp_mm_active();
         for (int64_t r = 0; r < tw->w.rows; r++) {
@@ -389,6 +391,33 @@ static void test_large(void **state) {
     free_weight(&tw);
 }
 
+/* A prefill of 37 tokens (six full token blocks of the GEMM micro-kernel
+ * and a tail) with an odd row count (a row tile, a partial one and partial
+ * packed panels) for every type the SIMD tables decode: float rows, and
+ * 4/8-bit affine rows with each group size and scale type. */
+static void test_prefill(void **state) {
+    (void)state;
+    static const sp_wtype types[] = {SP_W_F32, SP_W_F16, SP_W_BF16};
+    static const int gs_list[] = {32, 64, 128};
+    static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
+    char what[96];
+    test_weight tw;
+    for (int ti = 0; ti < 3; ti++) {
+        make_float_weight(&tw, types[ti], 45, 300, ti % 2);
+        snprintf(what, sizeof what, "prefill type=%d", (int)types[ti]);
+        check_matmul(&tw, 37, what);
+        free_weight(&tw);
+    }
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int gi = 0; gi < 3; gi++) {
+            make_affine_weight(&tw, 45, 384, bits, gs_list[gi], qts[gi], gi == 1);
+            snprintf(what, sizeof what, "prefill affine bits=%d gs=%d qdtype=%d",
+                     bits, gs_list[gi], (int)qts[gi]);
+            check_matmul(&tw, 37, what);
+            free_weight(&tw);
+        }
+}
+
 /* The SIMD tile products on their own (matmul_ggml.c calls them with its
  * own tiles): row counts across several packed panels, column counts off
  * every vector width and across the packing block, strided operands, and
@@ -412,9 +441,10 @@ static void test_tile_kernels(void **state) {
      * random f32 tiles) the tile to bf16: 2^-8 relative each per product */
     const int has_bf16 = sp_mm_bf16_force(false) && sp_mm_bf16_force(true);
     sp_mm_bf16_force(false);
-    for (int lv = 1; lv <= (int)sp_simd_supported() + has_bf16; lv++) {
-        const int bf16 = lv > (int)sp_simd_supported();
-        assert_true(sp_simd_force((sp_simd_level)(bf16 ? lv - 1 : lv)));
+    for (int lv = 1; lv <= SP_SIMD_COUNT; lv++) {
+        const int bf16 = lv == SP_SIMD_COUNT; /* on the CPU's top level */
+        if (bf16 ? !has_bf16 : !sp_simd_available((sp_simd_level)lv)) continue;
+        assert_true(sp_simd_force(bf16 ? sp_simd_supported() : (sp_simd_level)lv));
         const sp_mm_kernels *k = sp_mm_active();
         const double rel = bf16 ? 0x1p-7 + 0x1p-16 : 0.0;
         for (size_t a = 0; a < 7; a++)
@@ -608,15 +638,28 @@ static void test_int8_affine(void **state) {
     sp_mm_int8_force(false);
 }
 
-/* Levels above the CPU's are refused; the scalar level always exists. */
+/* Levels above the CPU's, and those of another ISA, are refused; the
+ * scalar level always exists, and every other level has a kernel table. */
 static void test_simd_levels(void **state) {
     (void)state;
     const sp_simd_level top = sp_simd_supported();
     assert_true(sp_simd_force(SP_SIMD_SCALAR));
     assert_null(sp_mm_active());
+    assert_true(sp_simd_available(top));
     for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
-        assert_int_equal(sp_simd_force((sp_simd_level)lv), lv <= (int)top);
-        if (lv <= (int)top) assert_int_equal(sp_simd_current(), lv);
+        const sp_simd_level l = (sp_simd_level)lv;
+#if defined(__x86_64__)
+        assert_int_equal(sp_simd_available(l), lv <= (int)top);
+#elif defined(__aarch64__)
+        assert_int_equal(sp_simd_available(l), l == SP_SIMD_SCALAR || l == SP_SIMD_NEON);
+#endif
+        assert_int_equal(sp_simd_force(l), sp_simd_available(l));
+        if (!sp_simd_available(l)) continue;
+        assert_int_equal(sp_simd_current(), lv);
+        if (l != SP_SIMD_SCALAR) {
+            assert_non_null(sp_mm_active());
+            assert_string_equal(sp_mm_active()->name, sp_simd_name(l));
+        }
     }
     assert_false(sp_simd_force(SP_SIMD_COUNT));
     assert_true(sp_simd_force(top));
@@ -629,6 +672,7 @@ int main(void) {
         cmocka_unit_test(test_float_types),
         cmocka_unit_test(test_affine),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_tile_kernels),
         cmocka_unit_test(test_bf16_opt_in),
         cmocka_unit_test(test_int8_affine),
