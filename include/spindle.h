@@ -56,10 +56,31 @@ void spindle_free(void *ptr);
 
 typedef struct spindle_model spindle_model;
 
+/* Element type of the key/value cache. F32 (the default) keeps the keys and
+ * values exactly as computed, which is what mlx-lm's f32 reference does;
+ * BF16 and F16 store them rounded to nearest even (NaN and inf kept), halving
+ * the cache's memory and the bytes a long-context decode step reads, at the
+ * cost of that rounding error in every attention score and output. */
+typedef enum spindle_kv_type {
+    SPINDLE_KV_F32 = 0,
+    SPINDLE_KV_BF16,
+    SPINDLE_KV_F16
+} spindle_kv_type;
+
 typedef struct spindle_load_options {
     int n_threads;        /* worker threads for compute; <= 0: all cores */
     int max_context;      /* 0: the model's own context length */
+    /* Cache element type of every sequence of the model (0: SPINDLE_KV_F32).
+     * Any other value fails the load with SPINDLE_ERR_ARGUMENT. */
+    spindle_kv_type kv_type;
 } spindle_load_options;
+
+/* "f32", "bf16", "f16"; NULL for a value outside the enum. */
+const char *spindle_kv_type_name(spindle_kv_type type);
+/* The type named by `name` ("f32", "bf16", "f16"); SPINDLE_ERR_ARGUMENT
+ * naming the value otherwise. */
+spindle_status spindle_kv_type_parse(const char *name, spindle_kv_type *out,
+                                     spindle_error *err);
 
 /* `path` is a model directory (config.json + safetensors) or a Hugging Face
  * repo id ("org/name") found in the local HF cache. */

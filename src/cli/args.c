@@ -54,6 +54,13 @@ bool sp_arg_u64(const char *opt, const char *s, uint64_t *out) {
     return true;
 }
 
+bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out) {
+    spindle_error err = {0};
+    if (spindle_kv_type_parse(s, out, &err) == SPINDLE_OK) return true;
+    fprintf(stderr, "spindle: %s: %s\n", opt, err.message);
+    return false;
+}
+
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
     size_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';

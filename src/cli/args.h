@@ -6,12 +6,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "spindle.h"
+
 /* The value of option argv[*i] (advancing *i), or NULL with a message. */
 const char *sp_arg_value(int argc, char **argv, int *i);
 bool sp_arg_int(const char *opt, const char *s, long lo, long hi, long *out);
 bool sp_arg_float(const char *opt, const char *s, double lo, double hi,
                   double *out);
 bool sp_arg_u64(const char *opt, const char *s, uint64_t *out);
+/* --kv-type NAME (run, bench and chat share it): "f32", "bf16" or "f16". */
+#define SP_ARG_KV_TYPE_HELP \
+    "  --kv-type f32|bf16|f16  KV cache element type (default f32: exact)\n"
+bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 

@@ -2,9 +2,10 @@
  *
  * pp: one forward pass over P prompt tokens in a fresh sequence (chunked at
  * 512 as generation does). tg: N single-token forward passes after a short
- * prompt. Tokens are arbitrary ids (speed does not depend on them). Each
- * figure is the mean ± sample stdev over the repetitions, after one
- * untimed warm-up. */
+ * prompt. With -d DEPTH (llama-bench's n_depth) both start after an untimed
+ * prefill of DEPTH tokens, so they measure attention over a long context.
+ * Tokens are arbitrary ids (speed does not depend on them). Each figure is
+ * the mean ± sample stdev over the repetitions, after one untimed warm-up. */
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "spindle.h"
@@ -24,23 +25,36 @@ static double seconds(void) {
 
 typedef struct bench_args {
     const char *model;
-    int pp, tg, threads, reps;
+    int pp, tg, threads, reps, depth;
+    spindle_kv_type kv_type;
     bool json;
 } bench_args;
 
-/* Tokens per second of one pp or tg run; < 0 on error (message in err). */
-static double run_once(spindle_model *m, int n_prompt, int n_decode,
-                       int32_t *toks, float *logits, spindle_error *err) {
+/* Forward `n` tokens in chunks of 512 (as generation prefills). */
+static spindle_status prefill(spindle_model *m, spindle_seq *seq,
+                              const int32_t *toks, int n, float *logits,
+                              spindle_error *err) {
+    spindle_status st = SPINDLE_OK;
+    for (int done = 0; done < n && !st; done += 512) {
+        int take = n - done < 512 ? n - done : 512;
+        spindle_batch_entry e = {seq, toks + done, take,
+                                 SPINDLE_LOGITS_LAST, logits};
+        st = spindle_forward(m, &e, 1, err);
+    }
+    return st;
+}
+
+/* Tokens per second of one pp or tg run after an untimed context of
+ * `depth` tokens; < 0 on error (message in err). */
+static double run_once(spindle_model *m, int depth, int n_prompt,
+                       int n_decode, int32_t *toks, float *logits,
+                       spindle_error *err) {
     spindle_seq *seq = NULL;
     if (spindle_seq_new(m, &seq, err)) return -1;
     double rate = -1;
+    spindle_status st = prefill(m, seq, toks, depth, logits, err);
     double t0 = seconds();
-    spindle_status st = SPINDLE_OK;
-    for (int done = 0; done < n_prompt && !st; done += 512) {
-        int take = n_prompt - done < 512 ? n_prompt - done : 512;
-        spindle_batch_entry e = {seq, toks + done, take, SPINDLE_LOGITS_LAST, logits};
-        st = spindle_forward(m, &e, 1, err);
-    }
+    if (!st) st = prefill(m, seq, toks + depth, n_prompt, logits, err);
     double t1 = seconds();
     for (int i = 0; i < n_decode && !st; i++) {
         spindle_batch_entry e = {seq, toks + (i % 64), 1, SPINDLE_LOGITS_LAST, logits};
@@ -67,7 +81,9 @@ static int parse(int argc, char **argv, bench_args *a) {
         long n;
         if (!strcmp(o, "--json")) { a->json = true; continue; }
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]");
+            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]\n"
+                 "                     [--kv-type f32|bf16|f16] [--json]\n"
+                 "  -d DEPTH  tokens of context (untimed prefill) before each pp and tg test");
             return 1;
         }
         if (!(v = sp_arg_value(argc, argv, &i))) return 2;
@@ -75,6 +91,8 @@ static int parse(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "-p")) { if (!sp_arg_int(o, v, 0, 1 << 20, &n)) return 2; a->pp = (int)n; }
         else if (!strcmp(o, "-n")) { if (!sp_arg_int(o, v, 0, 1 << 20, &n)) return 2; a->tg = (int)n; }
         else if (!strcmp(o, "-t")) { if (!sp_arg_int(o, v, 1, 1024, &n)) return 2; a->threads = (int)n; }
+        else if (!strcmp(o, "-d")) { if (!sp_arg_int(o, v, 0, 1 << 24, &n)) return 2; a->depth = (int)n; }
+        else if (!strcmp(o, "--kv-type")) { if (!sp_arg_kv_type(o, v, &a->kv_type)) return 2; }
         else if (!strcmp(o, "-r")) { if (!sp_arg_int(o, v, 1, 1000, &n)) return 2; a->reps = (int)n; }
         else { fprintf(stderr, "spindle bench: unknown option '%s'\n", o); return 2; }
     }
@@ -89,7 +107,7 @@ int sp_cmd_bench(int argc, char **argv) {
 
     spindle_error err = {0};
     spindle_model *m = NULL;
-    spindle_load_options lo = {.n_threads = a.threads};
+    spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type};
     double t0 = seconds();
     if (spindle_model_load(a.model, &lo, &m, &err)) {
         fprintf(stderr, "spindle: %s\n", err.message);
@@ -97,17 +115,20 @@ int sp_cmd_bench(int argc, char **argv) {
     }
     double load_s = seconds() - t0;
     int vocab = spindle_model_vocab_size(m);
-    int ntok = a.pp > 64 ? a.pp : 64;
+    /* Context then prompt; decode steps cycle over the first 64. */
+    int ntok = a.depth + (a.pp > 64 ? a.pp : 64);
     int32_t *toks = malloc((size_t)ntok * sizeof *toks);
     float *logits = malloc((size_t)vocab * sizeof *logits);
     double *pp = calloc((size_t)a.reps, sizeof *pp), *tg = calloc((size_t)a.reps, sizeof *tg);
     rc = (!toks || !logits || !pp || !tg) ? 1 : 0;
     for (int i = 0; !rc && i < ntok; i++) toks[i] = (int32_t)((i * 7919 + 13) % vocab);
     /* Warm-up: fault the mapped weights in and let the pool spin up. */
-    if (!rc && run_once(m, 16, 2, toks, logits, &err) < 0) rc = 1;
+    if (!rc && run_once(m, 0, 16, 2, toks, logits, &err) < 0) rc = 1;
     for (int r = 0; !rc && r < a.reps; r++) {
-        if (a.pp && (pp[r] = run_once(m, a.pp, 0, toks, logits, &err)) < 0) rc = 1;
-        if (a.tg && (tg[r] = run_once(m, 1, a.tg, toks, logits, &err)) < 0) rc = 1;
+        if (a.pp && (pp[r] = run_once(m, a.depth, a.pp, 0, toks, logits, &err)) < 0) rc = 1;
+        /* tg without depth follows a one-token prompt, as llama-bench's. */
+        if (a.tg && (tg[r] = run_once(m, a.depth, a.depth ? 0 : 1, a.tg, toks,
+                                      logits, &err)) < 0) rc = 1;
     }
     if (rc) {
         fprintf(stderr, "spindle: %s\n", err.message[0] ? err.message : "out of memory");
@@ -118,17 +139,22 @@ int sp_cmd_bench(int argc, char **argv) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         double rss = ru.ru_maxrss / 1024.0;
+        const char *kv = spindle_kv_type_name(a.kv_type);
+        char at[32] = "";
+        if (a.depth) snprintf(at, sizeof at, " @ d%d", a.depth);
         if (a.json) {
             printf("{\"model\": \"%s\", \"threads\": %d, \"pp\": %d, \"tg\": %d, "
+                   "\"depth\": %d, \"kv_type\": \"%s\", "
                    "\"reps\": %d, \"pp_tps\": %.3f, \"pp_tps_sd\": %.3f, "
                    "\"tg_tps\": %.3f, \"tg_tps_sd\": %.3f, \"load_seconds\": %.3f, "
                    "\"peak_rss_mib\": %.1f}\n",
-                   spindle_model_dir(m), a.threads, a.pp, a.tg, a.reps, ppm, pps,
+                   spindle_model_dir(m), a.threads, a.pp, a.tg, a.depth, kv,
+                   a.reps, ppm, pps,
                    tgm, tgs, load_s, rss);
         } else {
-            printf("| model | threads | test | t/s |\n|---|---|---|---|\n");
-            if (a.pp) printf("| %s | %d | pp%d | %.2f ± %.2f |\n", spindle_model_dir(m), a.threads, a.pp, ppm, pps);
-            if (a.tg) printf("| %s | %d | tg%d | %.2f ± %.2f |\n", spindle_model_dir(m), a.threads, a.tg, tgm, tgs);
+            printf("| model | threads | kv | test | t/s |\n|---|---|---|---|---|\n");
+            if (a.pp) printf("| %s | %d | %s | pp%d%s | %.2f ± %.2f |\n", spindle_model_dir(m), a.threads, kv, a.pp, at, ppm, pps);
+            if (a.tg) printf("| %s | %d | %s | tg%d%s | %.2f ± %.2f |\n", spindle_model_dir(m), a.threads, kv, a.tg, at, tgm, tgs);
             printf("load %.3f s, peak RSS %.1f MiB\n", load_s, rss);
         }
     }

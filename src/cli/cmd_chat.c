@@ -93,6 +93,7 @@ int sp_cmd_chat(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     c.gen = spindle_gen_defaults();
     int threads = 0;
+    spindle_kv_type kv_type = SPINDLE_KV_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long n;
@@ -100,6 +101,7 @@ int sp_cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
                  "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
+                 "       [--kv-type f32|bf16|f16]\n"
                  "Type a message and press Enter; /reset clears the history, "
                  "/exit (or end of input) quits.");
             return 0;
@@ -114,6 +116,7 @@ int sp_cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--top-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.top_p = (float)x;
         else if (!strcmp(a, "--min-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.min_p = (float)x;
         else if (!strcmp(a, "--seed") && sp_arg_u64(a, v, &c.gen.sampler.seed)) {}
+        else if (!strcmp(a, "--kv-type") && sp_arg_kv_type(a, v, &kv_type)) {}
         else {
             fprintf(stderr, "spindle chat: bad or unknown option '%s'\n", a);
             return 2;
@@ -124,7 +127,7 @@ int sp_cmd_chat(int argc, char **argv) {
         return 2;
     }
     spindle_error err = {0};
-    spindle_load_options lo = {.n_threads = threads};
+    spindle_load_options lo = {.n_threads = threads, .kv_type = kv_type};
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);

@@ -26,6 +26,7 @@ static const char *run_usage =
     "  --logit-bias ID=BIAS    add BIAS to a token's logit (repeatable)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
     "  --ctx N                 context limit (default: the model's)\n"
+    SP_ARG_KV_TYPE_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     "  --json                  print one JSON object with tokens and stats\n"
@@ -37,6 +38,7 @@ typedef struct run_options {
     int n_prompt;
     int threads;
     int ctx;
+    spindle_kv_type kv_type;
     bool json;
     const char *dump_logits;
     const char *text;
@@ -127,6 +129,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--ctx")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
             o->ctx = (int)n;
+        } else if (!strcmp(a, "--kv-type")) {
+            VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
         } else if (!strcmp(a, "--prefill-chunk")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1 << 20, &n)) return 2;
             o->gen.prefill_chunk = (int)n;
@@ -244,7 +248,8 @@ int sp_cmd_run(int argc, char **argv) {
     int n = 0;
     float *logits = NULL;
     spindle_gen_stats stats;
-    spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx};
+    spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
+                               .kv_type = o.kv_type};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */

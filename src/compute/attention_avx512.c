@@ -9,12 +9,19 @@
  * the values are then accumulated with one broadcast weight per key. The
  * exponential is a vector polynomial (Cephes expf, about 1 ulp) instead of
  * libm's expf; everything else is f32 as in the portable path, in a
- * different summation order. */
+ * different summation order.
+ *
+ * A bf16 or f16 cache is widened to f32 as it is loaded (bf16: zero-extend
+ * to 32 bits and shift left 16; f16: vcvtph2ps), both exact, so the math
+ * after the load is the f32 path's. The unit is instantiated once per cache
+ * type so that the load is not a branch in the inner loops. */
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "compute/attention_simd.h"
 #include "compute/matmul_transpose.h"
@@ -48,6 +55,18 @@ static inline __m512 exp_ps(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* 16 cache elements from element index i of `base`, as f32. */
+static inline __attribute__((always_inline)) __m512
+load_kv16(const void *base, size_t i, sp_kv_dtype type) {
+    if (type == SP_KV_F32) return _mm512_loadu_ps((const float *)base + i);
+    const __m256i h = _mm256_loadu_si256(
+        (const __m256i *)((const uint16_t *)base + i));
+    if (type == SP_KV_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
 typedef struct unit_geometry {
     int group, tokens_per_unit, blocks;
 } unit_geometry;
@@ -73,8 +92,9 @@ static inline __m512 tile_scores(const float *q, const float *kt, int hd) {
     return _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
 }
 
-static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
-                        int kvh, int block) {
+static inline __attribute__((always_inline)) void
+attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
+            int block, const sp_kv_dtype type) {
     const int hd = a->head_dim, nv = hd / 16;
     const int t0 = block * g->tokens_per_unit;
     const int nt = a->n_q - t0 < g->tokens_per_unit ? a->n_q - t0
@@ -82,8 +102,8 @@ static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
     const int rows = nt * g->group;
     if (rows <= 0) return;
     const size_t qrow = (size_t)a->n_heads * (size_t)hd;
-    const float *kbase = a->kv.k + (size_t)kvh * (size_t)a->kv.head_stride;
-    const float *vbase = a->kv.v + (size_t)kvh * (size_t)a->kv.head_stride;
+    /* Element offsets from the layer's base (bytes depend on the type). */
+    const size_t head0 = (size_t)kvh * (size_t)a->kv.head_stride;
 
     float m[MAX_ROWS], l[MAX_ROWS];
     int lo[MAX_ROWS], hi[MAX_ROWS];
@@ -111,7 +131,9 @@ static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
         for (int c = 0; c < nv; c++) {
             __m512 r[16];
             for (int j = 0; j < 16; j++)
-                r[j] = j < n ? _mm512_loadu_ps(kbase + (size_t)(j0 + j) * hd + 16 * c)
+                r[j] = j < n ? load_kv16(a->kv.k,
+                                         head0 + (size_t)(j0 + j) * hd + 16 * c,
+                                         type)
                              : _mm512_setzero_ps();
             sp_transpose16(r);
             for (int d = 0; d < 16; d++)
@@ -143,9 +165,10 @@ static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
                                      _mm512_set1_ps(rescale));
             for (int j = from - j0; j <= to - j0; j++) {
                 const __m512 w = _mm512_set1_ps(e[j]);
-                const float *v = vbase + (size_t)(j0 + j) * hd;
+                const size_t v = head0 + (size_t)(j0 + j) * hd;
                 for (int c = 0; c < nv; c++)
-                    o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
+                    o[c] = _mm512_fmadd_ps(
+                        w, load_kv16(a->kv.v, v + 16 * (size_t)c, type), o[c]);
             }
             for (int c = 0; c < nv; c++) _mm512_storeu_ps(acc[i] + 16 * c, o[c]);
         }
@@ -159,14 +182,30 @@ static void attend_unit(const sp_attention_args *a, const unit_geometry *g,
     }
 }
 
+/* One instance of attend_unit per cache type (the type is a constant in
+ * each, so the loads compile to a single instruction sequence). */
+#define UNITS_RANGE(name, kv_type)                                           \
+    static void name(const sp_attention_args *a, int64_t begin,             \
+                     int64_t end) {                                         \
+        const unit_geometry g = geometry(a);                                \
+        /* Late blocks see the most keys: hand them out first. */           \
+        for (int64_t u = begin; u < end; u++) {                             \
+            const int64_t rev = (int64_t)g.blocks * a->n_kv_heads - 1 - u;  \
+            attend_unit(a, &g, (int)(rev % a->n_kv_heads),                  \
+                        (int)(rev / a->n_kv_heads), kv_type);               \
+        }                                                                   \
+    }
+UNITS_RANGE(units_f32, SP_KV_F32)
+UNITS_RANGE(units_bf16, SP_KV_BF16)
+UNITS_RANGE(units_f16, SP_KV_F16)
+
 static void units_range(void *ctx, int64_t begin, int64_t end, int thread_id) {
     (void)thread_id;
     const sp_attention_args *a = ctx;
-    const unit_geometry g = geometry(a);
-    /* Late blocks see the most keys: hand them out first. */
-    for (int64_t u = begin; u < end; u++) {
-        const int64_t rev = (int64_t)g.blocks * a->n_kv_heads - 1 - u;
-        attend_unit(a, &g, (int)(rev % a->n_kv_heads), (int)(rev / a->n_kv_heads));
+    switch (a->kv.type) {
+    case SP_KV_F32: units_f32(a, begin, end); break;
+    case SP_KV_BF16: units_bf16(a, begin, end); break;
+    case SP_KV_F16: units_f16(a, begin, end); break;
     }
 }
 

@@ -68,12 +68,21 @@ void sp_rope_apply_interleaved(const sp_rope *rope, float *x, int n_heads,
 
 /* ---- attention over a KV cache ---- */
 
-/* Keys and values of one layer of one sequence:
- * k[h * head_stride + pos * head_dim + d], same for v, h < n_kv_heads. */
+/* Element type of a KV cache; the same values as spindle_kv_type. */
+typedef enum sp_kv_dtype {
+    SP_KV_F32 = 0,
+    SP_KV_BF16,  /* upper half of an f32 */
+    SP_KV_F16    /* IEEE binary16 */
+} sp_kv_dtype;
+
+/* Keys and values of one layer of one sequence, elements of `type`:
+ * k[h * head_stride + pos * head_dim + d], same for v, h < n_kv_heads.
+ * Attention reads them as f32 (bf16/f16 widen exactly). */
 typedef struct sp_kv_view {
-    const float *k;
-    const float *v;
-    int64_t head_stride;
+    const void *k;
+    const void *v;
+    int64_t head_stride;  /* in elements */
+    sp_kv_dtype type;
 } sp_kv_view;
 
 /* Causal grouped-query attention for n_q consecutive query tokens of one

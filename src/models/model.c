@@ -18,12 +18,44 @@ static spindle_status init_rope(spindle_model *m, spindle_error *err) {
     return SPINDLE_OK;
 }
 
+_Static_assert((int)SPINDLE_KV_F32 == (int)SP_KV_F32 &&
+               (int)SPINDLE_KV_BF16 == (int)SP_KV_BF16 &&
+               (int)SPINDLE_KV_F16 == (int)SP_KV_F16,
+               "spindle_kv_type and sp_kv_dtype share their values");
+
+static const char *const kv_type_names[] = {"f32", "bf16", "f16"};
+#define N_KV_TYPES (int)(sizeof kv_type_names / sizeof *kv_type_names)
+
+const char *spindle_kv_type_name(spindle_kv_type type) {
+    return (int)type >= 0 && (int)type < N_KV_TYPES ? kv_type_names[type]
+                                                    : NULL;
+}
+
+spindle_status spindle_kv_type_parse(const char *name, spindle_kv_type *out,
+                                     spindle_error *err) {
+    if (!name || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    for (int i = 0; i < N_KV_TYPES; i++)
+        if (!strcmp(name, kv_type_names[i])) {
+            *out = (spindle_kv_type)i;
+            return SPINDLE_OK;
+        }
+    return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                   "unknown KV cache type '%s' (expected f32, bf16 or f16)",
+                   name);
+}
+
 spindle_status spindle_model_load(const char *path,
                                   const spindle_load_options *options,
                                   spindle_model **out, spindle_error *err) {
     sp_error_clear(err);
     if (!out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "out is NULL");
     *out = NULL;
+    /* Checked before any file is opened: a typo costs nothing. */
+    spindle_kv_type kv_type = options ? options->kv_type : SPINDLE_KV_F32;
+    if (!spindle_kv_type_name(kv_type))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "unknown KV cache type %d (expected SPINDLE_KV_F32, "
+                       "SPINDLE_KV_BF16 or SPINDLE_KV_F16)", (int)kv_type);
     spindle_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     spindle_status st = sp_gguf_model_locate(path, &m->dir, err);
@@ -50,6 +82,7 @@ spindle_status spindle_model_load(const char *path,
     }
     if (!st) {
         m->embed_scale = 1.0f;
+        m->kv_type = (sp_kv_dtype)kv_type;
         m->max_context = m->cfg.max_position;
         if (options && options->max_context > 0)
             m->max_context = options->max_context;
@@ -105,7 +138,7 @@ spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
     s->model = model;
     spindle_status st = sp_kv_init(&s->cache, model->cfg.n_layers,
                                    model->cfg.n_kv_heads, model->cfg.head_dim,
-                                   model->max_context, err);
+                                   model->max_context, model->kv_type, err);
     if (st) { free(s); return st; }
     *out = s;
     return SPINDLE_OK;

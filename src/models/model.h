@@ -70,6 +70,7 @@ struct spindle_model {
     bool rope_interleaved;       /* pairs (2i, 2i+1): rope_traditional, and
                                     llama.cpp's permuted Llama q/k */
     int max_context;
+    sp_kv_dtype kv_type;         /* element type of every sequence's cache */
 
     /* f32 vectors copied out of the files (norm weights, biases). */
     float **owned;

@@ -1,7 +1,14 @@
 /* sp_attention (src/compute/attention.c) against a naive double reference
  * that materializes the scores, softmaxes them and takes the weighted sum
  * of values. Cache slots after the last query position hold NaN, so any
- * read past the causal limit shows up as a NaN output. */
+ * read past the causal limit shows up as a NaN output.
+ *
+ * Every case runs for each cache element type (f32, bf16, f16): the cache
+ * holds the random keys/values rounded to that type (sp_kv_convert, checked
+ * bit by bit in test_kv_cache.c) and the reference is computed from the
+ * rounded values, widened here by an independent decoder, so the tolerance
+ * is the f32 one whatever the type. The sweeps run on the portable path and,
+ * where the CPU has it, the AVX-512 path (sp_simd_force). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,11 +19,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/matmul_simd.h"
 #include "compute/ops.h"
 #include "compute/threadpool.h"
+#include "runtime/kv_cache.h"
 
 #define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "test_util.h"
+
+static const sp_kv_dtype kv_types[] = {SP_KV_F32, SP_KV_BF16, SP_KV_F16};
+static const char *const kv_type_names[] = {"f32", "bf16", "f16"};
+#define N_KV_TYPES 3
+
+/* The cache type run_case uses (each test loops over kv_types). */
+static sp_kv_dtype case_type = SP_KV_F32;
+
+/* Stored element -> value (test_util.h's decoders, not the library's). */
+static float widen_ref(const void *buf, size_t i, sp_kv_dtype type) {
+    if (type == SP_KV_F32) return ((const float *)buf)[i];
+    const uint16_t h = ((const uint16_t *)buf)[i];
+    return (float)(type == SP_KV_BF16 ? ref_bf16_value(h) : ref_f16_value(h));
+}
 
 typedef struct shape {
     int n_q, first_pos, n_heads, n_kv_heads, head_dim, window;
@@ -77,6 +100,16 @@ static void run_case(const shape *sh, sp_pool *pool) {
                 k[i] = j <= last ? frand(-2.0f, 2.0f) : NAN;
                 v[i] = j <= last ? frand(-1.0f, 1.0f) : NAN;
             }
+    /* The cache in the case's type; the reference reads the rounded
+     * values back (NaN slots stay NaN in every type). */
+    const size_t es = sp_kv_elem_size(case_type);
+    void *kc = malloc(es * kv_n), *vc = malloc(es * kv_n);
+    sp_kv_convert(kc, k, kv_n, case_type);
+    sp_kv_convert(vc, v, kv_n, case_type);
+    for (size_t i = 0; i < kv_n; i++) {
+        k[i] = widen_ref(kc, i, case_type);
+        v[i] = widen_ref(vc, i, case_type);
+    }
     float amp = sh->q_amp > 0 ? sh->q_amp : 2.0f;
     for (size_t i = 0; i < q_n; i++) q[i] = frand(-amp, amp);
     for (size_t i = 0; i < q_n; i++) out[i] = 12345.0f; /* must be overwritten */
@@ -85,7 +118,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
     sp_attention_args a = {.q = q, .out = out, .n_q = sh->n_q,
                            .first_pos = sh->first_pos, .n_heads = sh->n_heads,
                            .n_kv_heads = sh->n_kv_heads, .head_dim = hd,
-                           .kv = {.k = k, .v = v, .head_stride = stride},
+                           .kv = {.k = kc, .v = vc, .head_stride = stride,
+                                  .type = case_type},
                            .scale = scale, .window = sh->window,
                            .softcap = sh->softcap};
     sp_attention(pool, &a);
@@ -93,11 +127,30 @@ static void run_case(const shape *sh, sp_pool *pool) {
     for (size_t i = 0; i < q_n; i++) {
         double err = fabs(out[i] - ref[i]);
         if (!(err <= 2e-5 + 1e-4 * fabs(ref[i])))
-            fail_msg("n_q %d first %d heads %d/%d hd %d window %d cap %g: "
-                     "out[%zu] = %.8g, want %.8g",
+            fail_msg("%s cache, %s: n_q %d first %d heads %d/%d hd %d "
+                     "window %d cap %g: out[%zu] = %.8g, want %.8g",
+                     kv_type_names[case_type], sp_simd_name(sp_simd_current()),
                      sh->n_q, sh->first_pos, sh->n_heads, sh->n_kv_heads, hd,
                      sh->window, sh->softcap, i, out[i], ref[i]);
     }
+    if (case_type != SP_KV_F32) {
+        /* Widening is exact, so an f32 cache holding the rounded values
+         * must give the very same bits. */
+        float *out32 = malloc(sizeof(float) * q_n);
+        sp_attention_args a32 = a;
+        a32.out = out32;
+        a32.kv = (sp_kv_view){.k = k, .v = v, .head_stride = stride,
+                              .type = SP_KV_F32};
+        sp_attention(pool, &a32);
+        for (size_t i = 0; i < q_n; i++)
+            if (memcmp(&out[i], &out32[i], sizeof(float)))
+                fail_msg("%s cache, %s: out[%zu] = %.9g, the f32 cache of "
+                         "the same values gives %.9g",
+                         kv_type_names[case_type],
+                         sp_simd_name(sp_simd_current()), i, out[i], out32[i]);
+        free(out32);
+    }
+    free(kc), free(vc);
     free(k), free(v), free(q), free(out), free(ref);
 }
 
@@ -167,7 +220,8 @@ static void test_window_one_is_value(void **s) {
     for (int i = 0; i < HD; i++) q[i] = 1.0f;
     sp_attention_args a = {.q = q, .out = out, .n_q = 1, .first_pos = 2,
                            .n_heads = 1, .n_kv_heads = 1, .head_dim = HD,
-                           .kv = {.k = k, .v = v, .head_stride = 3 * HD},
+                           .kv = {.k = k, .v = v, .head_stride = 3 * HD,
+                                  .type = SP_KV_F32},
                            .scale = 1.0f, .window = 1};
     sp_attention(NULL, &a);
     for (int d = 0; d < HD; d++) assert_true(out[d] == v[2 * HD + d]);
@@ -193,14 +247,38 @@ static void test_long_context(void **s) {
     run_case(&sh, NULL);
 }
 
+/* `body` once per cache type on the portable path and, where the CPU has
+ * it, on the AVX-512 path; the CPU's own level is restored afterwards. */
+static void every_type_and_path(void (*body)(void **), void **state) {
+    const sp_simd_level own = sp_simd_current();
+    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX512};
+    for (size_t l = 0; l < 2; l++) {
+        if (!sp_simd_force(levels[l])) continue; /* CPU without AVX-512 */
+        for (int t = 0; t < N_KV_TYPES; t++) {
+            case_type = kv_types[t];
+            body(state);
+        }
+    }
+    case_type = SP_KV_F32;
+    assert_true(sp_simd_force(own));
+}
+
+#define EVERY(test)                                  \
+    static void test##_all(void **s) { every_type_and_path(test, s); }
+EVERY(test_serial)
+EVERY(test_two_threads)
+EVERY(test_window)
+EVERY(test_softcap)
+EVERY(test_long_context)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_serial),
-        cmocka_unit_test(test_two_threads),
-        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_serial_all),
+        cmocka_unit_test(test_two_threads_all),
+        cmocka_unit_test(test_window_all),
         cmocka_unit_test(test_window_one_is_value),
-        cmocka_unit_test(test_softcap),
-        cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_softcap_all),
+        cmocka_unit_test(test_long_context_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

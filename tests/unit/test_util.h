@@ -55,6 +55,23 @@ static inline uint16_t rng_bf16_bits(int exp_lo, int exp_hi) {
     return (uint16_t)((sign << 15) | (e << 7) | (rng_u32() & 0x7fu));
 }
 
+/* The value of a bf16 / f16 bit pattern, from the formats' definitions
+ * (sign, biased exponent, implicit bit, subnormals at the minimum exponent)
+ * rather than from the library's converters. */
+static inline double ref_bf16_value(uint16_t h) {
+    const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+    const int e = (h >> 7) & 0xff, m = h & 0x7f;
+    if (e == 0xff) return m ? NAN : sign * INFINITY;
+    return sign * (e ? ldexp(128 + m, e - 134) : ldexp(m, -133));
+}
+
+static inline double ref_f16_value(uint16_t h) {
+    const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return m ? NAN : sign * INFINITY;
+    return sign * (e ? ldexp(1024 + m, e - 25) : ldexp(m, -24));
+}
+
 /* Fails the test unless |got - want| <= atol + rtol * |want| (NaN fails). */
 static inline void assert_close(double got, double want, double atol,
                                 double rtol, int i) {
