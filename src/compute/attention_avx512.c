@@ -5,7 +5,9 @@
  * quarter of its time in the one-pair-at-a-time loop).
  *
  * Per tile of 16 keys the keys are transposed once (dimension-major), so a
- * query row's 16 scores are one vector built by FMAs with no horizontal sums;
+ * query row's 16 scores are one vector built by FMAs with no horizontal sums
+ * (with fewer than TRANSPOSE_ROWS rows, as in a decode step, each row's
+ * partial sums are transposed instead, which costs less than the keys);
  * the values are then accumulated with one broadcast weight per key. The
  * exponential is a vector polynomial (Cephes expf, about 1 ulp) instead of
  * libm's expf; everything else is f32 as in the portable path, in a
@@ -92,6 +94,32 @@ static inline __m512 tile_scores(const float *q, const float *kt, int hd) {
     return _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
 }
 
+/* Scores of one query row against n <= 16 keys read in place: a vector of
+ * partial products per key, then one 16 x 16 transpose to add them up.
+ * Cheaper than transposing the keys when few query rows share the tile
+ * (a decode step: one token, a group of 2-8 heads). */
+static inline __attribute__((always_inline)) __m512
+row_scores(const float *q, const void *k, size_t first, int n, int hd,
+           const sp_kv_dtype type) {
+    __m512 r[16];
+    for (int j = 0; j < 16; j++) {
+        __m512 s = _mm512_setzero_ps();
+        if (j < n)
+            for (int c = 0; c < hd / 16; c++)
+                s = _mm512_fmadd_ps(
+                    _mm512_loadu_ps(q + 16 * c),
+                    load_kv16(k, first + (size_t)j * hd + 16 * (size_t)c, type), s);
+        r[j] = s;
+    }
+    sp_transpose16(r);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int d = 0; d < w; d++) r[d] = _mm512_add_ps(r[d], r[d + w]);
+    return r[0];
+}
+
+/* Below this many query rows per unit the keys are not transposed. */
+#define TRANSPOSE_ROWS 8
+
 static inline __attribute__((always_inline)) void
 attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
             int block, const sp_kv_dtype type) {
@@ -128,7 +156,7 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
         const int n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
         /* Transpose the tile's keys; rows past n are zeros (the cache
          * beyond the last position may hold anything). */
-        for (int c = 0; c < nv; c++) {
+        for (int c = 0; c < nv && rows >= TRANSPOSE_ROWS; c++) {
             __m512 r[16];
             for (int j = 0; j < 16; j++)
                 r[j] = j < n ? load_kv16(a->kv.k,
@@ -145,8 +173,11 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
             if (from > to) continue;
             const __mmask16 valid =
                 (__mmask16)((((1u << (to - j0 + 1)) - 1u) >> (from - j0)) << (from - j0));
-            __m512 s = _mm512_mul_ps(tile_scores(q[i], kt, hd),
-                                     _mm512_set1_ps(a->scale));
+            __m512 s = _mm512_mul_ps(
+                rows >= TRANSPOSE_ROWS
+                    ? tile_scores(q[i], kt, hd)
+                    : row_scores(q[i], a->kv.k, head0 + (size_t)j0 * hd, n, hd, type),
+                _mm512_set1_ps(a->scale));
             s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s);
             const float tmax = _mm512_reduce_max_ps(s);
             float rescale = 1.0f;
