@@ -36,6 +36,10 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
 
 run_suite build "-DCMAKE_BUILD_TYPE=Release" tests
 
+# The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
+echo "== AArch64 (qemu-user)"
+scripts/test_arm64.sh
+
 if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
   # The sanitizer build runs the same C tests and the Python suites that
   # drive the binary; ASan's leak checker is on.

@@ -2,7 +2,8 @@
 # Cross-builds the compute module for AArch64 and runs its unit tests under
 # qemu-user: the NEON kernels (matmul_neon.c) and the portable path, checked
 # by the same tests/unit sources as on x86 against their double-precision
-# references. Only src/compute is built (it needs nothing outside libc), and
+# references. Only src/compute (with the KV cache and error helpers its tests
+# use) is built, which needs nothing outside libc, and
 # the tests use a small cmocka stand-in (tests/arm64/cmocka.h), so no
 # AArch64 builds of libcjson, pcre2, utf8proc or cmocka are needed.
 #
@@ -35,9 +36,9 @@ fi
 # AArch64 code is compiled at all.
 CFLAGS="-std=c17 -O3 -DNDEBUG -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -Wvla -Werror -pthread"
 mkdir -p "$OUT/obj"
-echo "== cross-compiling src/compute for aarch64 ($CC)"
-printf '%s\n' src/compute/*.c | xargs -P "$JOBS" -I{} sh -c \
-  'o="$1/obj/$(basename "$2" .c).o"; exec $3 $4 -Isrc -c "$2" -o "$o"' \
+echo "== cross-compiling src/compute (+ the KV cache it reads) for aarch64 ($CC)"
+printf '%s\n' src/compute/*.c src/runtime/kv_cache.c src/base/error.c | xargs -P "$JOBS" -I{} sh -c \
+  'o="$1/obj/$(basename "$2" .c).o"; exec $3 $4 -Isrc -Iinclude -c "$2" -o "$o"' \
   _ "$OUT" {} "$CC" "$CFLAGS"
 rm -f "$OUT/libcompute.a"
 aarch64-linux-gnu-ar rcs "$OUT/libcompute.a" "$OUT"/obj/*.o
@@ -47,7 +48,7 @@ aarch64-linux-gnu-nm "$OUT/libcompute.a" | grep -E ' [DR] sp_mm_kernels_neon$' >
   { echo "test_arm64: sp_mm_kernels_neon missing from the aarch64 build"; exit 1; }
 
 printf '%s\n' $TESTS | xargs -P "$JOBS" -I{} sh -c \
-  'exec $3 $4 -static -Isrc -Itests/arm64 -Itests/unit "tests/unit/$2.c" "$1/libcompute.a" -lm -o "$1/$2"' \
+  'exec $3 $4 -static -Isrc -Iinclude -Itests/arm64 -Itests/unit "tests/unit/$2.c" "$1/libcompute.a" -lm -o "$1/$2"' \
   _ "$OUT" {} "$CC" "$CFLAGS"
 "$CC" $CFLAGS -static -Isrc tests/arm64/simd_level.c "$OUT/libcompute.a" -lm -o "$OUT/simd_level"
 
