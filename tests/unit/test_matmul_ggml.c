@@ -9,7 +9,9 @@
  * as in test_matmul.c: f32 accumulation differs from double by a few 2^-24
  * * sqrt(cols) relative to that sum, while a wrong block, row, tile edge or
  * token shows up as an O(1) error. Every SIMD level the CPU has is run (they
- * provide the tile dot products). */
+ * provide the tile dot products). Precision is forced to exact: in the other
+ * modes few-token products quantize the activations as llama.cpp does
+ * (tests/unit/test_ggml_dot.c checks those). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,12 +149,14 @@ static void test_all_levels(void **s) {
     sp_pool *pools[2] = {NULL, sp_pool_create(2)};
     assert_non_null(pools[1]);
     sp_simd_level top = sp_simd_supported();
+    sp_mm_precision_force(SP_PRECISION_EXACT);
     for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
         if (!sp_simd_available((sp_simd_level)lv)) continue;
         assert_true(sp_simd_force((sp_simd_level)lv));
         for (int p = 0; p < 2; p++) run_all(pools[p]);
     }
     sp_simd_force(top);
+    sp_mm_precision_force(SP_PRECISION_HIGH);
     sp_pool_destroy(pools[1]);
 }
 

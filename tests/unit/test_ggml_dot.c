@@ -1,0 +1,348 @@
+/* Decode kernels of ggml block-quantized weights (ggml_dot.h, matmul_ggml.c
+ * for n_tokens <= SP_MM_SMALL_TOKENS).
+ *
+ * (a) sp_ggml_quantize_act equals a plain transcription, written here, of
+ *     ggml's reference quantizers (ggml/src/ggml-quants.c:
+ *     quantize_row_q8_0_ref, quantize_row_q8_1_ref, quantize_row_q8_K_ref),
+ *     bit for bit: values, f16-rounded scales, s, bsums.
+ * (b) precision high/fast: sp_matmul equals, on every SIMD level, a double
+ *     reference built from those reference-quantized activations (d * q)
+ *     and the bit-exact dequantized weights (plus, for q8_1 partners, ggml's
+ *     m * s term, which uses the f16-rounded s rather than d * sum(q)).
+ * (c) precision exact: sp_matmul equals the double product of the
+ *     dequantized weights with the f32 activations.
+ *
+ * Tolerance: integer block sums are exact, so the kernels differ from the
+ * double reference only by f32 rounding: a product per block (d_w * d_x, then
+ * times the integer) and a sum of at most cols / 4 lane terms (vpdpbusd
+ * lanes cover 4 columns), each step off by at most 2^-24 of the running
+ * magnitude. The worst-case bound is (cols / 4 + 8) * 2^-24 * M with M the
+ * sum of the absolute values of every term the kernels add (including the
+ * separately summed min / offset terms of q4_1, q5_1 and the k-quants).
+ * A wrong value, block, scale, row or token is off by O(M / sqrt(cols))
+ * and fails; so does using d * sum(q) for q8_1's s (off by 2^-11 of a term). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/ggml_dot.h"
+#include "compute/ggml_quants.h"
+#include "compute/matmul.h"
+#include "compute/matmul_simd.h"
+#include "compute/tensor.h"
+#include "compute/threadpool.h"
+
+#define TEST_RNG_SEED 0x13198a2e03707344ull
+#include "test_util.h"
+
+/* ---- (a) ggml's reference quantizers, transcribed (ggml-quants.c) ---- */
+
+static float fp16_round(float f) { return sp_f16_to_f32(sp_f32_to_f16(f)); }
+
+/* quantize_row_q8_0_ref and quantize_row_q8_1_ref (block of 32). */
+static void ref_q8_01(const float *x, int8_t *qs, float *d_out, float *s_out) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / ((1 << 7) - 1);
+    const float id = d ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; j++) {
+        qs[j] = (int8_t)roundf(x[j] * id);
+        sum += qs[j];
+    }
+    *d_out = fp16_round(d);       /* y[i].d = GGML_FP32_TO_FP16(d) */
+    *s_out = fp16_round(sum * d); /* y[i].s = GGML_FP32_TO_FP16(sum*d) */
+}
+
+static int ref_nearest_int(float fval) {
+    float val = fval + 12582912.f;
+    int i;
+    memcpy(&i, &val, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* quantize_row_q8_K_ref (block of 256). */
+static void ref_q8_K(const float *x, int8_t *qs, float *d_out, int16_t *bsums) {
+    float max = 0, amax = 0;
+    for (int j = 0; j < 256; ++j) {
+        float ax = fabsf(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    if (!amax) {
+        *d_out = 0;
+        memset(qs, 0, 256);
+        memset(bsums, 0, 16 * sizeof(int16_t)); /* ggml leaves them stale */
+        return;
+    }
+    const float iscale = -127.f / max;
+    for (int j = 0; j < 256; ++j) {
+        int v = ref_nearest_int(iscale * x[j]);
+        qs[j] = (int8_t)(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < 16; ++j) {
+        int sum = 0;
+        for (int ii = 0; ii < 16; ++ii) sum += qs[j * 16 + ii];
+        bsums[j] = (int16_t)sum;
+    }
+    *d_out = 1 / iscale;
+}
+
+/* Reference-quantized activations of one token. */
+typedef struct ref_act {
+    int8_t q[4096];
+    float d[4096 / 32], s[4096 / 32];
+    int16_t bsums[4096 / 16];
+} ref_act;
+
+static void ref_quantize(uint32_t at, const float *x, int64_t cols, ref_act *r) {
+    if (at == SP_GGML_Q8_K)
+        for (int64_t b = 0; b < cols / 256; b++)
+            ref_q8_K(x + 256 * b, r->q + 256 * b, &r->d[b], r->bsums + 16 * b);
+    else
+        for (int64_t b = 0; b < cols / 32; b++)
+            ref_q8_01(x + 32 * b, r->q + 32 * b, &r->d[b], &r->s[b]);
+}
+
+/* Activations with edge cases: an all-zero block, a block of tiny values
+ * (f16-subnormal scale), a block of large values, ties at .5 steps. */
+static void fill_acts(float *x, int64_t cols, int variant) {
+    for (int64_t c = 0; c < cols; c++) x[c] = rng_unit();
+    if (variant == 1 && cols >= 64) {
+        for (int j = 0; j < 32; j++) x[j] = 0.0f;
+        for (int j = 32; j < 64; j++) x[j] *= 1e-6f;
+    }
+    if (variant == 2) {
+        for (int64_t c = 0; c < cols; c++) x[c] *= (c / 32) % 2 ? 1e3f : 1e-3f;
+        for (int j = 0; j < 8 && j < cols; j++) x[j] = (float)(j - 4) * 0.5f;
+    }
+}
+
+static void test_quantizers(void **s) {
+    (void)s;
+    static sp_ggml_act got;
+    static ref_act want;
+    const uint32_t kinds[] = {SP_GGML_Q8_0, SP_GGML_Q8_1, SP_GGML_Q8_K};
+    float x[2048];
+    for (size_t k = 0; k < 3; k++)
+        for (int variant = 0; variant < 3; variant++)
+            for (int64_t cols = 256; cols <= 2048; cols *= 2) {
+                fill_acts(x, cols, variant);
+                assert_true(sp_ggml_quantize_act(kinds[k], x, cols, &got));
+                ref_quantize(kinds[k], x, cols, &want);
+                assert_memory_equal(got.q, want.q, (size_t)cols);
+                const int64_t bs = kinds[k] == SP_GGML_Q8_K ? 256 : 32;
+                for (int64_t b = 0; b < cols / bs; b++) {
+                    assert_memory_equal(&got.d[b], &want.d[b], sizeof(float));
+                    if (kinds[k] == SP_GGML_Q8_1)
+                        assert_memory_equal(&got.s[b], &want.s[b], sizeof(float));
+                }
+                if (kinds[k] == SP_GGML_Q8_K)
+                    assert_memory_equal(got.bsums, want.bsums,
+                                        sizeof(int16_t) * (size_t)(cols / 16));
+                for (int64_t g = 0; g < cols / 4; g++) {
+                    int sum = 0;
+                    for (int j = 0; j < 4; j++) sum += want.q[4 * g + j];
+                    assert_int_equal(got.sum4[g], sum);
+                }
+                for (int64_t g = 0; g < cols / 32; g++) {
+                    int sum = 0;
+                    for (int j = 0; j < 32; j++) sum += want.q[32 * g + j];
+                    assert_int_equal(got.sum32[g], sum);
+                }
+            }
+    assert_false(sp_ggml_quantize_act(SP_GGML_Q8_K, x, 32, &got));
+    assert_false(sp_ggml_quantize_act(SP_GGML_Q4_0, x, 32, &got));
+}
+
+/* ---- weights ---- */
+
+static void put16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
+
+typedef struct wtype {
+    uint32_t type;
+    size_t off[2]; /* f16 scale fields: d and (if any) m / dmin */
+    int n;
+} wtype;
+
+static const wtype types[] = {
+    {SP_GGML_Q4_0, {offsetof(sp_block_q4_0, d)}, 1},
+    {SP_GGML_Q8_0, {offsetof(sp_block_q8_0, d)}, 1},
+    {SP_GGML_Q4_1, {offsetof(sp_block_q4_1, d), offsetof(sp_block_q4_1, m)}, 2},
+    {SP_GGML_Q5_0, {offsetof(sp_block_q5_0, d)}, 1},
+    {SP_GGML_Q5_1, {offsetof(sp_block_q5_1, d), offsetof(sp_block_q5_1, m)}, 2},
+    {SP_GGML_Q4_K, {offsetof(sp_block_q4_K, d), offsetof(sp_block_q4_K, dmin)}, 2},
+    {SP_GGML_Q6_K, {offsetof(sp_block_q6_K, d)}, 1},
+    {SP_GGML_Q5_K, {offsetof(sp_block_q5_K, d), offsetof(sp_block_q5_K, dmin)}, 2},
+    {SP_GGML_Q2_K, {offsetof(sp_block_q2_K, d), offsetof(sp_block_q2_K, dmin)}, 2},
+    {SP_GGML_Q3_K, {offsetof(sp_block_q3_K, d)}, 1},
+};
+
+/* Random blocks; every 7th block has zero scales, every 5th extreme ones. */
+static unsigned char *make_weights(const wtype *wt, int64_t rows, int64_t cols,
+                                   size_t *row_bytes) {
+    const sp_ggml_type_traits *tr = sp_ggml_traits(wt->type);
+    *row_bytes = sp_ggml_row_size(wt->type, cols);
+    const size_t n = *row_bytes * (size_t)rows;
+    unsigned char *d = aligned_alloc(64, (n + 63) / 64 * 64);
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++) d[i] = (unsigned char)rng_u32();
+    for (size_t b = 0; b < n / tr->type_size; b++)
+        for (int j = 0; j < wt->n; j++) {
+            uint16_t h = rng_f16_bits(5, 12);
+            if (b % 7 == 3) h = 0;
+            if (b % 5 == 1) h = rng_f16_bits(j ? 1 : 26, j ? 3 : 28);
+            put16(d + b * tr->type_size + wt->off[j], h);
+        }
+    return d;
+}
+
+/* |min term| of element j of block blk (the part the kernels sum apart). */
+static double min_part(uint32_t type, const unsigned char *blk, int j) {
+    uint16_t h;
+    switch (type) {
+    case SP_GGML_Q4_1:
+    case SP_GGML_Q5_1:
+        memcpy(&h, blk + 2, 2);
+        return fabs(sp_f16_to_f32(h));
+    case SP_GGML_Q2_K: {
+        const sp_block_q2_K *b = (const sp_block_q2_K *)blk;
+        return fabs((double)sp_f16_to_f32(b->dmin) * (b->scales[j / 16] >> 4));
+    }
+    case SP_GGML_Q4_K:
+    case SP_GGML_Q5_K: {
+        const sp_block_q4_K *b4 = (const sp_block_q4_K *)blk;
+        uint8_t sc, m;
+        sp_get_scale_min_k4(j / 32, b4->scales, &sc, &m);
+        return fabs((double)sp_f16_to_f32(b4->dmin) * m);
+    }
+    default: return 0;
+    }
+}
+
+static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
+                         sp_pool *pool, bool exact) {
+    const uint32_t type = wt->type, at = sp_ggml_dot_act_type(type);
+    const sp_ggml_type_traits *tr = sp_ggml_traits(type);
+    size_t rb;
+    unsigned char *data = make_weights(wt, rows, cols, &rb);
+    sp_weight w = {.type = SP_W_GGML, .rows = rows, .cols = cols,
+                   .data = data, .ggml_type = type};
+    float *x = malloc(sizeof(float) * (size_t)(nt * cols));
+    float *y = malloc(sizeof(float) * (size_t)(nt * rows));
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    static ref_act ra[SP_MM_SMALL_TOKENS];
+    assert_true(x && y && row);
+    for (int t = 0; t < nt; t++) {
+        fill_acts(x + t * cols, cols, t % 3);
+        ref_quantize(at, x + t * cols, cols, &ra[t]);
+    }
+    sp_matmul(pool, &w, x, nt, y);
+    const int64_t bs = tr->block_size;
+    for (int64_t r = 0; r < rows; r++) {
+        const unsigned char *wr = data + (size_t)r * rb;
+        tr->to_f32(wr, row, cols);
+        for (int t = 0; t < nt; t++) {
+            double acc = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                const unsigned char *blk = wr + (size_t)(c / bs) * tr->type_size;
+                if (exact) {
+                    const double p = (double)row[c] * x[t * cols + c];
+                    acc += p;
+                    mag += fabs(p);
+                    continue;
+                }
+                const double xq =
+                    (double)ra[t].d[c / (at == SP_GGML_Q8_K ? 256 : 32)] *
+                    ra[t].q[c];
+                acc += (double)row[c] * xq;
+                mag += fabs((double)row[c] * xq) +
+                       min_part(type, blk, (int)(c % bs)) * fabs(xq);
+            }
+            if (!exact && at == SP_GGML_Q8_1)
+                for (int64_t b = 0; b < cols / 32; b++) {
+                    /* ggml adds m * s with s = f16(d * sum(q)) */
+                    uint16_t h;
+                    memcpy(&h, wr + (size_t)b * tr->type_size + 2, 2);
+                    const double m = sp_f16_to_f32(h);
+                    long qsum = 0;
+                    for (int j = 0; j < 32; j++) qsum += ra[t].q[32 * b + j];
+                    acc += m * ((double)ra[t].s[b] - (double)ra[t].d[b] * qsum);
+                    mag += fabs(m * ra[t].s[b]);
+                }
+            const double g = y[t * rows + r];
+            const double tol = (double)(cols / 4 + 8) * 0x1p-24 * mag + 1e-30;
+            if (!(fabs(g - acc) <= tol))
+                fail_msg("%s %s simd=%s %lldx%lld t=%d r=%lld: got %.9g want "
+                         "%.9g (tol %.3g)",
+                         tr->name, exact ? "exact" : "q8",
+                         sp_simd_name(sp_simd_current()), (long long)rows,
+                         (long long)cols, t, (long long)r, g, acc, tol);
+        }
+    }
+    free(x); free(y); free(row); free(data);
+}
+
+static void run_types(sp_pool *pool, bool exact) {
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        const int64_t bs = sp_ggml_traits(types[i].type)->block_size;
+        /* one block; an odd block count (pair tails); more than 16 blocks
+         * (the 16-block groups) with a remainder; 1..4 tokens */
+        check_matmul(&types[i], 3, bs, 1, pool, exact);
+        check_matmul(&types[i], 5, bs * 3, 2, pool, exact);
+        check_matmul(&types[i], 7, bs == 256 ? 1024 : 32 * 37, 3, pool, exact);
+        check_matmul(&types[i], 11, bs == 256 ? 2048 : 1024, 4, pool, exact);
+        check_matmul(&types[i], 4, bs * 2, 1, pool, exact);
+    }
+}
+
+static void test_levels(void **s) {
+    (void)s;
+    sp_pool *pools[2] = {NULL, sp_pool_create(2)};
+    assert_non_null(pools[1]);
+    const sp_simd_level top = sp_simd_supported();
+    const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST,
+                                  SP_PRECISION_EXACT};
+    for (int lv = 0; lv <= (int)top; lv++) {
+        assert_true(sp_simd_force((sp_simd_level)lv));
+        for (size_t m = 0; m < 3; m++) {
+            sp_mm_precision_force(modes[m]);
+            for (int p = 0; p < 2; p++)
+                run_types(pools[p], modes[m] == SP_PRECISION_EXACT);
+        }
+    }
+    sp_simd_force(top);
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_pool_destroy(pools[1]);
+}
+
+/* Every kernel level gives the portable kernel's result up to f32 order
+ * (checked above) and covers the same types; rows wider than the scratch
+ * are left to the tiled path. */
+static void test_coverage(void **s) {
+    (void)s;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        assert_true(sp_ggml_dot_covered(types[i].type, 256));
+        assert_false(sp_ggml_dot_covered(types[i].type, SP_GGML_DOT_MAX_COLS + 256));
+    }
+    assert_false(sp_ggml_dot_covered(SP_GGML_Q4_0, 48));
+    assert_false(sp_ggml_dot_covered(SP_GGML_F16, 256));
+    assert_false(sp_ggml_dot_covered(SP_GGML_Q8_K, 256));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantizers),
+        cmocka_unit_test(test_levels),
+        cmocka_unit_test(test_coverage),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
