@@ -73,6 +73,11 @@ typedef struct spindle_load_options {
     /* Cache element type of every sequence of the model (0: SPINDLE_KV_F32).
      * Any other value fails the load with SPINDLE_ERR_ARGUMENT. */
     spindle_kv_type kv_type;
+    /* Nonzero: map the weight files (zero-copy, shared with the page cache,
+     * instant load). Zero, the default: read them into private memory
+     * backed by 2 MiB transparent huge pages, one copy at load that makes
+     * decode faster (every token streams all weights through the TLB). */
+    int use_mmap;
 } spindle_load_options;
 
 /* "f32", "bf16", "f16"; NULL for a value outside the enum. */

@@ -5,10 +5,69 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static _Thread_local sp_map_mode tls_map_mode = SP_MAP_FILE;
+
+sp_map_mode sp_map_mode_set(sp_map_mode mode) {
+    const sp_map_mode old = tls_map_mode;
+    tls_map_mode = mode;
+    return old;
+}
+
+#define SP_HUGE_PAGE ((size_t)2 << 20)
+
+/* Anonymous memory for `size` bytes starting on a 2 MiB boundary (so the
+ * kernel can back all of it with huge pages); *len is what to munmap. */
+static void *sp_alloc_huge(size_t size, size_t *len) {
+    const size_t want = (size + SP_HUGE_PAGE - 1) / SP_HUGE_PAGE * SP_HUGE_PAGE;
+    const size_t span = want + SP_HUGE_PAGE;
+    unsigned char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    const uintptr_t start = ((uintptr_t)raw + SP_HUGE_PAGE - 1) &
+                            ~(uintptr_t)(SP_HUGE_PAGE - 1);
+    unsigned char *p = (unsigned char *)start;
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    const size_t tail = (size_t)(raw + span - (p + want));
+    if (tail) munmap(p + want, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(p, want, MADV_HUGEPAGE); /* advisory: fine if refused */
+#endif
+    *len = want;
+    return p;
+}
+
+/* The SP_MAP_MEMORY path: read the whole file, then make it read-only. */
+static spindle_status sp_copy_file(int fd, const char *path,
+                                   sp_mapped_file *out, spindle_error *err) {
+    size_t len = 0;
+    unsigned char *p = sp_alloc_huge(out->size, &len);
+    if (!p)
+        return sp_fail(err, SPINDLE_ERR_MEMORY,
+                       "%s: cannot allocate %zu bytes for the weights", path,
+                       out->size);
+    size_t got = 0;
+    while (got < out->size) {
+        const ssize_t r = pread(fd, p + got, out->size - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            const int e = r < 0 ? errno : 0;
+            munmap(p, len);
+            return sp_fail(err, SPINDLE_ERR_IO, "%s: read failed at byte %zu: %s",
+                           path, got, e ? strerror(e) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    mprotect(p, len, PROT_READ); /* weights are never written */
+    out->data = p;
+    out->copy_len = len;
+    return SPINDLE_OK;
+}
 
 spindle_status sp_map_file(const char *path, sp_mapped_file *out,
                            spindle_error *err) {
@@ -28,6 +87,16 @@ spindle_status sp_map_file(const char *path, sp_mapped_file *out,
         return sp_fail(err, SPINDLE_ERR_MEMORY, "%s: out of memory", path);
     }
     out->size = (size_t)st.st_size;
+    if (out->size > 0 && tls_map_mode == SP_MAP_MEMORY) {
+        const spindle_status cs = sp_copy_file(fd, path, out, err);
+        close(fd);
+        if (cs != SPINDLE_OK) {
+            free(out->path);
+            out->path = NULL;
+            out->size = 0;
+        }
+        return cs;
+    }
     if (out->size > 0) {
         void *p = mmap(NULL, out->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -45,7 +114,8 @@ spindle_status sp_map_file(const char *path, sp_mapped_file *out,
 
 void sp_unmap_file(sp_mapped_file *file) {
     if (!file) return;
-    if (file->data) munmap((void *)file->data, file->size);
+    if (file->data)
+        munmap((void *)file->data, file->copy_len ? file->copy_len : file->size);
     free(file->path);
     memset(file, 0, sizeof *file);
 }

@@ -18,6 +18,11 @@ bool sp_arg_u64(const char *opt, const char *s, uint64_t *out);
 #define SP_ARG_KV_TYPE_HELP \
     "  --kv-type f32|bf16|f16  KV cache element type (default f32: exact)\n"
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
+/* --mmap (run, bench and chat): map the weight files instead of reading them
+ * into huge-page memory (spindle_load_options.use_mmap). */
+#define SP_ARG_MMAP_HELP \
+    "  --mmap                  map the weight files (zero-copy) instead of\n" \
+    "                          reading them into huge-page memory\n"
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 

@@ -27,6 +27,7 @@ typedef struct bench_args {
     const char *model;
     int pp, tg, threads, reps, depth;
     spindle_kv_type kv_type;
+    bool use_mmap;
     bool json;
 } bench_args;
 
@@ -80,9 +81,10 @@ static int parse(int argc, char **argv, bench_args *a) {
         const char *o = argv[i], *v;
         long n;
         if (!strcmp(o, "--json")) { a->json = true; continue; }
+        if (!strcmp(o, "--mmap")) { a->use_mmap = true; continue; }
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]\n"
-                 "                     [--kv-type f32|bf16|f16] [--json]\n"
+                 "                     [--kv-type f32|bf16|f16] [--mmap] [--json]\n"
                  "  -d DEPTH  tokens of context (untimed prefill) before each pp and tg test");
             return 1;
         }
@@ -107,7 +109,8 @@ int sp_cmd_bench(int argc, char **argv) {
 
     spindle_error err = {0};
     spindle_model *m = NULL;
-    spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type};
+    spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type,
+                               .use_mmap = a.use_mmap};
     double t0 = seconds();
     if (spindle_model_load(a.model, &lo, &m, &err)) {
         fprintf(stderr, "spindle: %s\n", err.message);

@@ -94,6 +94,7 @@ int sp_cmd_chat(int argc, char **argv) {
     c.gen = spindle_gen_defaults();
     int threads = 0;
     spindle_kv_type kv_type = SPINDLE_KV_F32;
+    bool use_mmap = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long n;
@@ -101,10 +102,14 @@ int sp_cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
                  "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
-                 "       [--kv-type f32|bf16|f16]\n"
+                 "       [--kv-type f32|bf16|f16] [--mmap]\n"
                  "Type a message and press Enter; /reset clears the history, "
                  "/exit (or end of input) quits.");
             return 0;
+        }
+        if (!strcmp(a, "--mmap")) {
+            use_mmap = true;
+            continue;
         }
         if (!(v = sp_arg_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
@@ -127,7 +132,8 @@ int sp_cmd_chat(int argc, char **argv) {
         return 2;
     }
     spindle_error err = {0};
-    spindle_load_options lo = {.n_threads = threads, .kv_type = kv_type};
+    spindle_load_options lo = {.n_threads = threads, .kv_type = kv_type,
+                               .use_mmap = use_mmap};
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);

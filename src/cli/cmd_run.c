@@ -27,6 +27,7 @@ static const char *run_usage =
     "  -t, --threads N         compute threads (default: all cores)\n"
     "  --ctx N                 context limit (default: the model's)\n"
     SP_ARG_KV_TYPE_HELP
+    SP_ARG_MMAP_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     "  --json                  print one JSON object with tokens and stats\n"
@@ -39,6 +40,7 @@ typedef struct run_options {
     int threads;
     int ctx;
     spindle_kv_type kv_type;
+    bool use_mmap;
     bool json;
     const char *dump_logits;
     const char *text;
@@ -134,6 +136,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--prefill-chunk")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1 << 20, &n)) return 2;
             o->gen.prefill_chunk = (int)n;
+        } else if (!strcmp(a, "--mmap")) {
+            o->use_mmap = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->gen.ignore_eos = true;
         } else if (!strcmp(a, "--json")) {
@@ -249,7 +253,7 @@ int sp_cmd_run(int argc, char **argv) {
     float *logits = NULL;
     spindle_gen_stats stats;
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
-                               .kv_type = o.kv_type};
+                               .kv_type = o.kv_type, .use_mmap = o.use_mmap};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */

@@ -2,6 +2,7 @@
 #include "models/model.h"
 #include "models/blocks.h"
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "compute/matmul.h"
 
 #include <math.h>
@@ -58,6 +59,8 @@ spindle_status spindle_model_load(const char *path,
                        "SPINDLE_KV_BF16 or SPINDLE_KV_F16)", (int)kv_type);
     spindle_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    const sp_map_mode saved_mode = sp_map_mode_set(
+        options && options->use_mmap ? SP_MAP_FILE : SP_MAP_MEMORY);
     spindle_status st = sp_gguf_model_locate(path, &m->dir, err);
     if (!st && m->dir) {
         st = sp_gguf_weights_open(m->dir, &m->gguf, err);
@@ -76,6 +79,7 @@ spindle_status spindle_model_load(const char *path,
     }
     if (!st && !m->gguf)
         st = sp_safetensors_open_dir(m->dir, &m->tensors, err);
+    sp_map_mode_set(saved_mode);
     if (!st) {
         m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
         if (!m->layers) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");

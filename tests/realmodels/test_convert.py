@@ -304,10 +304,16 @@ def spindle_tokens(spindle, model, prompt):
 
 
 def _spindle_tokens(spindle, model, prompt):
+    # Exact mode: this file checks that Spindle's arithmetic on the GGUF
+    # blocks is the exact dequantized product, which mlx-lm (f32) on the
+    # converted weights then reproduces. The default mode quantizes the
+    # activations of GGUF block products to 8 bits as llama.cpp does
+    # (tests/realmodels/test_gguf_parity.py holds that mode to llama.cpp).
     r = subprocess.run([str(spindle), "run", "-m", str(model),
                         "--prompt-tokens", ",".join(map(str, prompt)),
                         "-n", str(N_TOKENS), "--json"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SPINDLE_PRECISION="exact"))
     if r.returncode != 0:
         return None, r.stderr
     return [int(t) for t in json.loads(r.stdout)["tokens"]], ""
