@@ -5,10 +5,15 @@
  * The buffer is larger than any last-level cache so every pass comes from
  * DRAM, as a decode step's weights do; each thread reads its own contiguous
  * slice, like a row-split matmul. Built by bench/compare with -O3
- * -march=native so the reads are as wide as the engines' loads.
+ * -march=native so the reads are as wide as the engines' loads. The buffer
+ * is asked for 2 MiB transparent huge pages, as Spindle's weights are, so
+ * that TLB misses do not understate the roofline. (This VM's bandwidth also
+ * drifts between ~30 and ~55 GB/s over minutes with the host's load: take
+ * roofline shares as rough, the side-by-side ratios as the measurement.)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +60,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t bytes = (size_t)mib << 20, n = bytes / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, bytes);
+    uint64_t *buf = aligned_alloc((size_t)2 << 20, bytes);
     if (!buf) { fprintf(stderr, "membw: out of memory\n"); return 1; }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
     memset(buf, 1, bytes); /* fault every page in before timing */
 
     pthread_t tid[256];
