@@ -9,7 +9,8 @@
  * activation sums (sp_ggml_act.sum4). Each lane's integer is then exact, so
  * every block's integer sum equals ggml's; the lanes are scaled by the
  * block's d_w * d_x and summed in f32, which only reorders llama.cpp's float
- * sum of sumi * d_w * d_x over blocks. */
+ * sum of sumi * d_w * d_x over blocks. q4_1 (kind 2) stores q in 0..15 with
+ * a min m: no offset, and ggml's m_w * s_x term is added per block. */
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
@@ -18,6 +19,15 @@
 #include "compute/ggml_dot.h"
 
 #define SP_INLINE static inline __attribute__((always_inline))
+
+/* Block layouts: kind 0 q4_0 {d, qs[16]}, 1 q8_0 {d, qs[32]}, 2 q4_1
+ * {d, m, qs[16]}; d (and m) are f16. */
+#define KIND_BYTES(kind) ((kind) == 0   ? sizeof(sp_block_q4_0)             \
+                          : (kind) == 1 ? sizeof(sp_block_q8_0)             \
+                                        : sizeof(sp_block_q4_1))
+#define KIND_QS(kind) ((kind) == 2 ? 4 : 2)      /* offset of qs */
+#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : 7)   /* log2 of the offset */
+
 
 bool sp_ggml_cpu_vnni(void) {
     static int has = -1; /* benign race: every thread computes the same */
@@ -67,22 +77,24 @@ SP_INLINE __m512i nibbles_pair(const uint8_t *p0, const uint8_t *p1) {
                                      _mm512_castsi256_si512(hi));
 }
 
-/* sum over 64 columns of u * q per 4-column lane, minus (sum4 << shift):
- * the exact lane sums of (u - 2^shift) * q. */
-SP_INLINE __m512i dot64(__m512i u, const sp_ggml_act *a, int64_t c, int shift) {
+/* sum over 64 columns of u * q per 4-column lane, minus the offset share
+ * (sum4 << KIND_SHIFT): the exact lane sums of (u - offset) * q. */
+SP_INLINE __m512i dot64(__m512i u, const sp_ggml_act *a, int64_t c, int kind) {
     const __m512i d = _mm512_dpbusd_epi32(
         _mm512_setzero_si512(), u, _mm512_loadu_si512(a->q + c));
+    if (kind == 2) return d;
     return _mm512_sub_epi32(
-        d, _mm512_slli_epi32(_mm512_loadu_si512(a->sum4 + c / 4), (unsigned)shift));
+        d, _mm512_slli_epi32(_mm512_loadu_si512(a->sum4 + c / 4), KIND_SHIFT(kind)));
 }
 
 /* Same for 32 columns (a lone last block). */
-SP_INLINE __m256i dot32(__m256i u, const sp_ggml_act *a, int64_t c, int shift) {
+SP_INLINE __m256i dot32(__m256i u, const sp_ggml_act *a, int64_t c, int kind) {
     const __m256i d = _mm256_dpbusd_epi32(
         _mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)(a->q + c)));
+    if (kind == 2) return d;
     return _mm256_sub_epi32(
         d, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(a->sum4 + c / 4)),
-                             shift));
+                             KIND_SHIFT(kind)));
 }
 
 SP_INLINE __m256i nibbles_one(const uint8_t *p) {
@@ -114,22 +126,25 @@ SP_INLINE __m512i block_sums16(const __m512i v[8]) {
         _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* The unsigned weight bytes of block pair (p0, p1) of q4_0 (kind 0) or
- * q8_0 (kind 1), in column order. */
+/* The unsigned weight bytes of block pair (p0, p1), in column order. */
 SP_INLINE __m512i weights_pair(const uint8_t *p0, const uint8_t *p1, int kind) {
-    if (kind == 0) return nibbles_pair(p0 + 2, p1 + 2);
+    if (kind != 1) return nibbles_pair(p0 + KIND_QS(kind), p1 + KIND_QS(kind));
     const __m512i w = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + 2))),
         _mm256_loadu_si256((const __m256i *)(p1 + 2)), 1);
     return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
 }
 
-/* One row of q4_0 (kind 0) or q8_0 (kind 1) against nt tokens. */
+/* sumi minus the weights' offset share (none for q4_1). */
+SP_INLINE __m512i unoffset(__m512i v, __m512i sums, int kind) {
+    return kind == 2 ? v : _mm512_sub_epi32(v, _mm512_slli_epi32(sums, KIND_SHIFT(kind)));
+}
+
+/* One row of kind 0/1/2 blocks against nt tokens. */
 SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
-    const size_t bs = kind == 0 ? sizeof(sp_block_q4_0) : sizeof(sp_block_q8_0);
-    const int shift = kind == 0 ? 3 : 7;
+    const size_t bs = KIND_BYTES(kind);
     __m512 acc[SP_MM_SMALL_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     int64_t b = 0;
@@ -143,56 +158,64 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
         for (int k = 0; k < 8; k++)
             u[k] = weights_pair(p + 2 * k * bs, p + (2 * k + 1) * bs, kind);
         /* the 16 f16 scales (low halves of the gathered dwords) */
-        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
-            _mm512_i32gather_epi32(goff, (const void *)p, 1)));
+        const __m512i dm = _mm512_i32gather_epi32(goff, (const void *)p, 1);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
         for (int t = 0; t < nt; t++) {
             const sp_ggml_act *a = act + t;
             __m512i v[8];
             for (int k = 0; k < 8; k++)
                 v[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[k],
                                            _mm512_loadu_si512(a->q + 32 * b + 64 * k));
-            const __m512i off = _mm512_slli_epi32(
-                _mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a->sum32 + b)),
-                (unsigned)shift);
-            const __m512i sumi = _mm512_sub_epi32(block_sums16(v), off);
+            const __m512i sumi = unoffset(
+                block_sums16(v),
+                _mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a->sum32 + b)), kind);
             const __m512 dd = _mm512_mul_ps(
                 dw, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(a->d + b)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, acc[t]);
+            if (kind == 2) /* ggml's m_w * s_x per block */
+                acc[t] = _mm512_fmadd_ps(
+                    mw, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(a->s + b)), acc[t]);
         }
     }
+    float tail_m[SP_MM_SMALL_TOKENS] = {0}; /* q4_1 min terms off the vectors */
     for (; b + 2 <= nb; b += 2) {
         const uint8_t *p0 = row + (size_t)b * bs, *p1 = p0 + bs;
         const __m512i u = weights_pair(p0, p1, kind);
         const __m128 dw = f16_pair(p0, p1);
         for (int t = 0; t < nt; t++) {
-            const __m512i i = dot64(u, act + t, 32 * b, shift);
+            const __m512i i = dot64(u, act + t, 32 * b, kind);
             const __m128 s = _mm_mul_ps(
                 dw, _mm_castpd_ps(_mm_load_sd((const double *)(act[t].d + b))));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), pair_scales(s), acc[t]);
+            if (kind == 2)
+                tail_m[t] += f16_at(p0 + 2) * act[t].s[b] +
+                             f16_at(p1 + 2) * act[t].s[b + 1];
         }
     }
     float tail[SP_MM_SMALL_TOKENS] = {0};
     if (b < nb) {
         const uint8_t *p = row + (size_t)b * bs;
         __m256i u;
-        if (kind == 0)
-            u = nibbles_one(p + 2);
+        if (kind != 1)
+            u = nibbles_one(p + KIND_QS(kind));
         else
             u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
                                  _mm256_set1_epi8((char)0x80));
         const float dw = f16_at(p);
         for (int t = 0; t < nt; t++) {
-            const __m256i i = dot32(u, act + t, 32 * b, shift);
+            const __m256i i = dot32(u, act + t, 32 * b, kind);
             const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i),
                                            _mm256_set1_ps(dw * act[t].d[b]));
             __m128 h = _mm_add_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
             h = _mm_add_ps(h, _mm_movehl_ps(h, h));
             h = _mm_add_ss(h, _mm_movehdup_ps(h));
             tail[t] = _mm_cvtss_f32(h);
+            if (kind == 2) tail[t] += f16_at(p + 2) * act[t].s[b];
         }
     }
     for (int t = 0; t < nt; t++)
-        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t];
+        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t] + tail_m[t];
 }
 
 typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
@@ -209,18 +232,19 @@ typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
-    if ((type != SP_GGML_Q4_0 && type != SP_GGML_Q8_0) ||
+    if ((type != SP_GGML_Q4_0 && type != SP_GGML_Q8_0 && type != SP_GGML_Q4_1) ||
         !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
-    const int kind = type == SP_GGML_Q4_0 ? 0 : 1;
+    const int kind = type == SP_GGML_Q4_0 ? 0 : type == SP_GGML_Q8_0 ? 1 : 2;
     const int64_t nb = w->cols / 32;
     const size_t row_bytes = sp_ggml_row_size(type, w->cols);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
 #define ROW(n)                                                                 \
-    (kind == 0 ? vnni_row_q4q8(row, nb, 0, act, n, y + r, w->rows)             \
-               : vnni_row_q4q8(row, nb, 1, act, n, y + r, w->rows))
+    (kind == 0   ? vnni_row_q4q8(row, nb, 0, act, n, y + r, w->rows)           \
+     : kind == 1 ? vnni_row_q4q8(row, nb, 1, act, n, y + r, w->rows)           \
+                 : vnni_row_q4q8(row, nb, 2, act, n, y + r, w->rows))
         SP_NT_SWITCH(ROW, n_tokens)
 #undef ROW
     }
