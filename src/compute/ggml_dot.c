@@ -138,76 +138,39 @@ static float f16(uint16_t h) { return sp_f16_to_f32(h); }
 
 /* ---- portable row products, one per weight type (ggml's generic code) ---- */
 
-static float dot_q4_0(const void *row, const sp_ggml_act *a, int64_t nb) {
-    const sp_block_q4_0 *x = row;
+/* q4_0, q4_1, q5_0, q5_1: 32 codes of 4 bits (q5: a fifth bit from qh)
+ * minus an offset (q4_0: 8, q5_0: 16) or with a min (q4_1, q5_1). Blocks are
+ * {d, [m,] [qh[4],] qs[16]} with f16 d and m; the float expression per block
+ * is ggml's generic one for each type. */
+static float dot_q45(const unsigned char *row, const sp_ggml_act *a,
+                     int64_t nb, uint32_t type) {
+    const bool five = type == SP_GGML_Q5_0 || type == SP_GGML_Q5_1;
+    const bool has_min = type == SP_GGML_Q4_1 || type == SP_GGML_Q5_1;
+    const int offset = type == SP_GGML_Q4_0 ? 8 : type == SP_GGML_Q5_0 ? 16 : 0;
+    const size_t bs = sp_ggml_traits(type)->type_size;
+    const size_t qh_at = has_min ? 4 : 2, qs_at = qh_at + (five ? 4 : 0);
     float sumf = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
+        const unsigned char *blk = row + (size_t)ib * bs;
         const int8_t *y = a->q + ib * 32;
-        int sumi0 = 0, sumi1 = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi0 += ((x[ib].qs[j] & 0x0F) - 8) * y[j];
-            sumi1 += ((x[ib].qs[j] >> 4) - 8) * y[j + 16];
-        }
-        sumf += (sumi0 + sumi1) * f16(x[ib].d) * a->d[ib];
-    }
-    return sumf;
-}
-
-static float dot_q4_1(const void *row, const sp_ggml_act *a, int64_t nb) {
-    const sp_block_q4_1 *x = row;
-    float sumf = 0;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const int8_t *y = a->q + ib * 32;
-        int sumi0 = 0, sumi1 = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi0 += (x[ib].qs[j] & 0x0F) * y[j];
-            sumi1 += (x[ib].qs[j] >> 4) * y[j + 16];
-        }
-        sumf += (f16(x[ib].d) * a->d[ib]) * (sumi0 + sumi1) +
-                f16(x[ib].m) * a->s[ib];
-    }
-    return sumf;
-}
-
-static uint32_t load_qh(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static float dot_q5_0(const void *row, const sp_ggml_act *a, int64_t nb) {
-    const sp_block_q5_0 *x = row;
-    float sumf = 0;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const int8_t *y = a->q + ib * 32;
-        const uint32_t qh = load_qh(x[ib].qh);
+        uint32_t qh = 0;
+        if (five) memcpy(&qh, blk + qh_at, 4);
         int sumi0 = 0, sumi1 = 0;
         for (int j = 0; j < 16; j++) {
             const int h0 = (int)((qh >> j) & 1) << 4;
             const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            sumi0 += (((x[ib].qs[j] & 0x0F) | h0) - 16) * y[j];
-            sumi1 += (((x[ib].qs[j] >> 4) | h1) - 16) * y[j + 16];
+            sumi0 += (((blk[qs_at + j] & 0x0F) | h0) - offset) * y[j];
+            sumi1 += (((blk[qs_at + j] >> 4) | h1) - offset) * y[j + 16];
         }
-        sumf += (f16(x[ib].d) * a->d[ib]) * (sumi0 + sumi1);
-    }
-    return sumf;
-}
-
-static float dot_q5_1(const void *row, const sp_ggml_act *a, int64_t nb) {
-    const sp_block_q5_1 *x = row;
-    float sumf = 0;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const int8_t *y = a->q + ib * 32;
-        const uint32_t qh = load_qh(x[ib].qh);
-        int sumi0 = 0, sumi1 = 0;
-        for (int j = 0; j < 16; j++) {
-            const int h0 = (int)((qh >> j) & 1) << 4;
-            const int h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            sumi0 += ((x[ib].qs[j] & 0x0F) | h0) * y[j];
-            sumi1 += ((x[ib].qs[j] >> 4) | h1) * y[j + 16];
-        }
-        sumf += (f16(x[ib].d) * a->d[ib]) * (sumi0 + sumi1) +
-                f16(x[ib].m) * a->s[ib];
+        uint16_t d, m;
+        memcpy(&d, blk, 2);
+        memcpy(&m, blk + 2, 2);
+        if (type == SP_GGML_Q4_0)
+            sumf += (sumi0 + sumi1) * f16(d) * a->d[ib];
+        else if (type == SP_GGML_Q5_0)
+            sumf += (f16(d) * a->d[ib]) * (sumi0 + sumi1);
+        else
+            sumf += (f16(d) * a->d[ib]) * (sumi0 + sumi1) + f16(m) * a->s[ib];
     }
     return sumf;
 }
@@ -360,10 +323,10 @@ bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
             const sp_ggml_act *a = act + t;
             float v = 0;
             switch (w->ggml_type) {
-            case SP_GGML_Q4_0: v = dot_q4_0(row, a, nb); break;
-            case SP_GGML_Q4_1: v = dot_q4_1(row, a, nb); break;
-            case SP_GGML_Q5_0: v = dot_q5_0(row, a, nb); break;
-            case SP_GGML_Q5_1: v = dot_q5_1(row, a, nb); break;
+            case SP_GGML_Q4_0:
+            case SP_GGML_Q4_1:
+            case SP_GGML_Q5_0:
+            case SP_GGML_Q5_1: v = dot_q45(row, a, nb, w->ggml_type); break;
             case SP_GGML_Q8_0: v = dot_q8_0(row, a, nb); break;
             case SP_GGML_Q2_K: v = dot_q2_K(row, a, nb); break;
             case SP_GGML_Q3_K: v = dot_q3_K(row, a, nb); break;
