@@ -76,7 +76,8 @@ typedef struct spindle_load_options {
     /* Nonzero: map the weight files (zero-copy, shared with the page cache,
      * instant load). Zero, the default: read them into private memory
      * backed by 2 MiB transparent huge pages, one copy at load that makes
-     * decode faster (every token streams all weights through the TLB). */
+     * decode faster (every token streams all weights through the TLB);
+     * files larger than half the available memory are mapped anyway. */
     int use_mmap;
 } spindle_load_options;
 

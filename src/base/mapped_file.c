@@ -42,6 +42,18 @@ static void *sp_alloc_huge(size_t size, size_t *len) {
     return p;
 }
 
+/* Bytes the kernel reports as available (MemAvailable), 0 if unknown. */
+static size_t sp_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[128];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (size_t)kib * 1024u;
+}
+
 /* The SP_MAP_MEMORY path: read the whole file, then make it read-only. */
 static spindle_status sp_copy_file(int fd, const char *path,
                                    sp_mapped_file *out, spindle_error *err) {
@@ -87,7 +99,11 @@ spindle_status sp_map_file(const char *path, sp_mapped_file *out,
         return sp_fail(err, SPINDLE_ERR_MEMORY, "%s: out of memory", path);
     }
     out->size = (size_t)st.st_size;
-    if (out->size > 0 && tls_map_mode == SP_MAP_MEMORY) {
+    /* A copy only where it fits comfortably: a model near the size of
+     * memory is better paged from the file than pushed out by the OOM
+     * killer. */
+    const size_t avail = tls_map_mode == SP_MAP_MEMORY ? sp_mem_available() : 0;
+    if (out->size > 0 && tls_map_mode == SP_MAP_MEMORY && out->size < avail / 2) {
         const spindle_status cs = sp_copy_file(fd, path, out, err);
         close(fd);
         if (cs != SPINDLE_OK) {
