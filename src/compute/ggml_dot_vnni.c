@@ -17,8 +17,7 @@
 #include <string.h>
 
 #include "compute/ggml_dot.h"
-
-#define SP_INLINE static inline __attribute__((always_inline))
+#include "compute/ggml_dot_x86.h"
 
 /* Block layouts: kind 0 q4_0 {d, qs[16]}, 1 q8_0 {d, qs[32]}, 2 q4_1
  * {d, m, qs[16]}; d (and m) are f16. */
@@ -39,12 +38,6 @@ bool sp_ggml_cpu_vnni(void) {
               __builtin_cpu_supports("avx512vnni");
     }
     return has;
-}
-
-SP_INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
 }
 
 /* The f16 scales at p0 and p1 as f32 lanes 0 and 1. */
@@ -220,14 +213,6 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
 
 typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
                          int nt, float *y, int64_t ystride);
-
-#define SP_NT_SWITCH(call, nt)                                                 \
-    switch (nt) {                                                              \
-    case 1: call(1); break;                                                    \
-    case 2: call(2); break;                                                    \
-    case 3: call(3); break;                                                    \
-    default: call(4); break;                                                   \
-    }
 
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
