@@ -3,7 +3,8 @@
  * kernels. Each portable row product follows ggml-cpu/quants.c
  * ggml_vec_dot_<type>_q8_<x>_generic: the same integer sums per block, the
  * same float expression per block, so that it is also the yardstick the SIMD
- * kernels (ggml_dot_x86.c) are held to. */
+ * kernels (ggml_dot_avx2.c, ggml_dot_vnni.c, ggml_dot_kquants_vnni.c) are
+ * held to. */
 #include "compute/ggml_dot.h"
 
 #include <math.h>
@@ -345,7 +346,8 @@ bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
                      float *y, int64_t r0, int64_t r1, sp_simd_level level) {
 #if defined(__x86_64__)
     if (level >= SP_SIMD_AVX512 && sp_ggml_cpu_vnni() &&
-        sp_ggml_rows_q8_vnni(w, act, n_tokens, y, r0, r1))
+        (sp_ggml_rows_q8_vnni(w, act, n_tokens, y, r0, r1) ||
+         sp_ggml_rows_q8_kquants_vnni(w, act, n_tokens, y, r0, r1)))
         return true;
     if (level >= SP_SIMD_AVX2 &&
         sp_ggml_rows_q8_avx2(w, act, n_tokens, y, r0, r1))

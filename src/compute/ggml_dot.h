@@ -69,15 +69,19 @@ bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
 bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
                      float *y, int64_t r0, int64_t r1, sp_simd_level level);
 
-/* The portable kernels (ggml_dot.c) and the x86 ones (ggml_dot_x86.c); same
- * contract as sp_ggml_rows_q8. The x86 ones return false for a type they
- * leave to the portable kernels. */
+/* The portable kernels (ggml_dot.c) and the x86 ones (ggml_dot_avx2.c,
+ * ggml_dot_vnni.c, ggml_dot_kquants_vnni.c); same contract as
+ * sp_ggml_rows_q8. The x86 ones return false for a type they leave to the
+ * portable kernels. */
 bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
                               int n_tokens, float *y, int64_t r0, int64_t r1);
 bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
+/* Q4_K, Q5_K and Q6_K (the others: ggml_dot_vnni.c). */
+bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
+                                  int n_tokens, float *y, int64_t r0, int64_t r1);
 
 /* out[t] += sum_{k < n} w[k] * x[t * ldx + k] for t < nt (the f32 path of
  * precision exact), n a multiple of 16; the level picks the vector width. */

@@ -11,22 +11,7 @@
 #include <string.h>
 
 #include "compute/ggml_dot.h"
-
-#define SP_INLINE static inline __attribute__((always_inline))
-
-SP_INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-#define SP_NT_SWITCH(call, nt)                                                 \
-    switch (nt) {                                                              \
-    case 1: call(1); break;                                                    \
-    case 2: call(2); break;                                                    \
-    case 3: call(3); break;                                                    \
-    default: call(4); break;                                                   \
-    }
+#include "compute/ggml_dot_x86.h"
 
 
 /* Exact lane sums (4 columns each) of u * q for unsigned u (< 128 so the

@@ -10,23 +10,36 @@
  * every block's integer sum equals ggml's; the lanes are scaled by the
  * block's d_w * d_x and summed in f32, which only reorders llama.cpp's float
  * sum of sumi * d_w * d_x over blocks. q4_1 (kind 2) stores q in 0..15 with
- * a min m: no offset, and ggml's m_w * s_x term is added per block. */
+ * a min m: no offset, and ggml's m_w * s_x term is added per block. q5_0
+ * (kind 3) and q5_1 (kind 4) add a fifth bit from qh to the nibbles (a
+ * masked byte add of 16); q5_0 is read as q + 16, q5_1 has a min as q4_1. */
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
 #include <string.h>
 
 #include "compute/ggml_dot.h"
-
-#define SP_INLINE static inline __attribute__((always_inline))
+#include "compute/ggml_dot_x86.h"
 
 /* Block layouts: kind 0 q4_0 {d, qs[16]}, 1 q8_0 {d, qs[32]}, 2 q4_1
- * {d, m, qs[16]}; d (and m) are f16. */
+ * {d, m, qs[16]}, 3 q5_0 {d, qh[4], qs[16]}, 4 q5_1 {d, m, qh[4], qs[16]};
+ * d (and m) are f16. */
 #define KIND_BYTES(kind) ((kind) == 0   ? sizeof(sp_block_q4_0)             \
                           : (kind) == 1 ? sizeof(sp_block_q8_0)             \
-                                        : sizeof(sp_block_q4_1))
-#define KIND_QS(kind) ((kind) == 2 ? 4 : 2)      /* offset of qs */
-#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : 7)   /* log2 of the offset */
+                          : (kind) == 2 ? sizeof(sp_block_q4_1)             \
+                          : (kind) == 3 ? sizeof(sp_block_q5_0)             \
+                                        : sizeof(sp_block_q5_1))
+#define KIND_QS(kind) ((kind) == 2 ? 4 : (kind) == 3 ? 6 : (kind) == 4 ? 8 : 2)
+#define KIND_QH(kind) ((kind) == 3 ? 2 : 4)  /* offset of qh (kinds 3, 4) */
+#define KIND_FIVE(kind) ((kind) >= 3)        /* has a fifth bit */
+#define KIND_MIN(kind) ((kind) == 2 || (kind) == 4) /* min term, no offset */
+#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : (kind) == 3 ? 4 : 7) /* log2 offset */
+
+SP_INLINE uint32_t qh_at(const uint8_t *blk, int kind) {
+    uint32_t v;
+    memcpy(&v, blk + KIND_QH(kind), 4);
+    return v;
+}
 
 
 bool sp_ggml_cpu_vnni(void) {
@@ -39,12 +52,6 @@ bool sp_ggml_cpu_vnni(void) {
               __builtin_cpu_supports("avx512vnni");
     }
     return has;
-}
-
-SP_INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
 }
 
 /* The f16 scales at p0 and p1 as f32 lanes 0 and 1. */
@@ -82,7 +89,7 @@ SP_INLINE __m512i nibbles_pair(const uint8_t *p0, const uint8_t *p1) {
 SP_INLINE __m512i dot64(__m512i u, const sp_ggml_act *a, int64_t c, int kind) {
     const __m512i d = _mm512_dpbusd_epi32(
         _mm512_setzero_si512(), u, _mm512_loadu_si512(a->q + c));
-    if (kind == 2) return d;
+    if (KIND_MIN(kind)) return d;
     return _mm512_sub_epi32(
         d, _mm512_slli_epi32(_mm512_loadu_si512(a->sum4 + c / 4), KIND_SHIFT(kind)));
 }
@@ -91,7 +98,7 @@ SP_INLINE __m512i dot64(__m512i u, const sp_ggml_act *a, int64_t c, int kind) {
 SP_INLINE __m256i dot32(__m256i u, const sp_ggml_act *a, int64_t c, int kind) {
     const __m256i d = _mm256_dpbusd_epi32(
         _mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)(a->q + c)));
-    if (kind == 2) return d;
+    if (KIND_MIN(kind)) return d;
     return _mm256_sub_epi32(
         d, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(a->sum4 + c / 4)),
                              KIND_SHIFT(kind)));
@@ -128,19 +135,25 @@ SP_INLINE __m512i block_sums16(const __m512i v[8]) {
 
 /* The unsigned weight bytes of block pair (p0, p1), in column order. */
 SP_INLINE __m512i weights_pair(const uint8_t *p0, const uint8_t *p1, int kind) {
-    if (kind != 1) return nibbles_pair(p0 + KIND_QS(kind), p1 + KIND_QS(kind));
+    if (kind != 1) {
+        const __m512i nib = nibbles_pair(p0 + KIND_QS(kind), p1 + KIND_QS(kind));
+        if (!KIND_FIVE(kind)) return nib;
+        /* bit j of qh is the fifth bit of column j: add 16 there */
+        const __mmask64 qh = (__mmask64)qh_at(p0, kind) | (__mmask64)qh_at(p1, kind) << 32;
+        return _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16));
+    }
     const __m512i w = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + 2))),
         _mm256_loadu_si256((const __m256i *)(p1 + 2)), 1);
     return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
 }
 
-/* sumi minus the weights' offset share (none for q4_1). */
+/* sumi minus the weights' offset share (none for q4_1, q5_1). */
 SP_INLINE __m512i unoffset(__m512i v, __m512i sums, int kind) {
-    return kind == 2 ? v : _mm512_sub_epi32(v, _mm512_slli_epi32(sums, KIND_SHIFT(kind)));
+    return KIND_MIN(kind) ? v : _mm512_sub_epi32(v, _mm512_slli_epi32(sums, KIND_SHIFT(kind)));
 }
 
-/* One row of kind 0/1/2 blocks against nt tokens. */
+/* One row of kind 0..4 blocks against nt tokens. */
 SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
@@ -173,7 +186,7 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
             const __m512 dd = _mm512_mul_ps(
                 dw, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(a->d + b)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, acc[t]);
-            if (kind == 2) /* ggml's m_w * s_x per block */
+            if (KIND_MIN(kind)) /* ggml's m_w * s_x per block */
                 acc[t] = _mm512_fmadd_ps(
                     mw, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(a->s + b)), acc[t]);
         }
@@ -188,7 +201,7 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
             const __m128 s = _mm_mul_ps(
                 dw, _mm_castpd_ps(_mm_load_sd((const double *)(act[t].d + b))));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), pair_scales(s), acc[t]);
-            if (kind == 2)
+            if (KIND_MIN(kind))
                 tail_m[t] += f16_at(p0 + 2) * act[t].s[b] +
                              f16_at(p1 + 2) * act[t].s[b + 1];
         }
@@ -197,9 +210,11 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
     if (b < nb) {
         const uint8_t *p = row + (size_t)b * bs;
         __m256i u;
-        if (kind != 1)
+        if (kind != 1) {
             u = nibbles_one(p + KIND_QS(kind));
-        else
+            if (KIND_FIVE(kind))
+                u = _mm256_mask_add_epi8(u, qh_at(p, kind), u, _mm256_set1_epi8(16));
+        } else
             u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
                                  _mm256_set1_epi8((char)0x80));
         const float dw = f16_at(p);
@@ -211,7 +226,7 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
             h = _mm_add_ps(h, _mm_movehl_ps(h, h));
             h = _mm_add_ss(h, _mm_movehdup_ps(h));
             tail[t] = _mm_cvtss_f32(h);
-            if (kind == 2) tail[t] += f16_at(p + 2) * act[t].s[b];
+            if (KIND_MIN(kind)) tail[t] += f16_at(p + 2) * act[t].s[b];
         }
     }
     for (int t = 0; t < nt; t++)
@@ -221,22 +236,18 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
 typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
                          int nt, float *y, int64_t ystride);
 
-#define SP_NT_SWITCH(call, nt)                                                 \
-    switch (nt) {                                                              \
-    case 1: call(1); break;                                                    \
-    case 2: call(2); break;                                                    \
-    case 3: call(3); break;                                                    \
-    default: call(4); break;                                                   \
-    }
-
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
-    if ((type != SP_GGML_Q4_0 && type != SP_GGML_Q8_0 && type != SP_GGML_Q4_1) ||
-        !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
+    const int kind = type == SP_GGML_Q4_0   ? 0
+                     : type == SP_GGML_Q8_0 ? 1
+                     : type == SP_GGML_Q4_1 ? 2
+                     : type == SP_GGML_Q5_0 ? 3
+                     : type == SP_GGML_Q5_1 ? 4
+                                            : -1;
+    if (kind < 0 || !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
-    const int kind = type == SP_GGML_Q4_0 ? 0 : type == SP_GGML_Q8_0 ? 1 : 2;
     const int64_t nb = w->cols / 32;
     const size_t row_bytes = sp_ggml_row_size(type, w->cols);
     for (int64_t r = r0; r < r1; r++) {
@@ -244,7 +255,9 @@ bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
 #define ROW(n)                                                                 \
     (kind == 0   ? vnni_row_q4q8(row, nb, 0, act, n, y + r, w->rows)           \
      : kind == 1 ? vnni_row_q4q8(row, nb, 1, act, n, y + r, w->rows)           \
-                 : vnni_row_q4q8(row, nb, 2, act, n, y + r, w->rows))
+     : kind == 2 ? vnni_row_q4q8(row, nb, 2, act, n, y + r, w->rows)           \
+     : kind == 3 ? vnni_row_q4q8(row, nb, 3, act, n, y + r, w->rows)           \
+                 : vnni_row_q4q8(row, nb, 4, act, n, y + r, w->rows))
         SP_NT_SWITCH(ROW, n_tokens)
 #undef ROW
     }
