@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -390,6 +391,20 @@ static spindle_status parse_header(sp_st_file_ctx *c, const cJSON *root,
     return st;
 }
 
+/* File offset of the data section (8 + header length) as far as the first
+ * 8 bytes tell; 0 when they cannot be read (the header checks report it). */
+static size_t sp_st_data_start(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char b[8];
+    const bool ok = fread(b, 1, 8, f) == 8;
+    fclose(f);
+    if (!ok) return 0;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+    return (size_t)(n % 64) + 8;
+}
+
 spindle_status sp_safetensors_open_file(const char *path, sp_tensor_set **out,
                                         spindle_error *err) {
     if (!out || !path)
@@ -402,7 +417,8 @@ spindle_status sp_safetensors_open_file(const char *path, sp_tensor_set **out,
         sp_tensor_set_free(set);
         return oom(err, path);
     }
-    spindle_status st = sp_map_file(path, &set->files[0], err);
+    spindle_status st = sp_map_file_at(path, sp_st_data_start(path),
+                                       &set->files[0], err);
     if (st != SPINDLE_OK) {
         sp_tensor_set_free(set);
         return st;

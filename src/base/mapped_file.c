@@ -55,10 +55,13 @@ static size_t sp_mem_available(void) {
 }
 
 /* The SP_MAP_MEMORY path: read the whole file, then make it read-only. */
-static spindle_status sp_copy_file(int fd, const char *path,
+static spindle_status sp_copy_file(int fd, const char *path, size_t align_at,
                                    sp_mapped_file *out, spindle_error *err) {
     size_t len = 0;
-    unsigned char *p = sp_alloc_huge(out->size, &len);
+    /* Shift the copy so that file offset align_at starts a cache line. */
+    const size_t pad = (64 - align_at % 64) % 64;
+    unsigned char *base = sp_alloc_huge(out->size + pad, &len);
+    unsigned char *p = base ? base + pad : NULL;
     if (!p)
         return sp_fail(err, SPINDLE_ERR_MEMORY,
                        "%s: cannot allocate %zu bytes for the weights", path,
@@ -69,20 +72,26 @@ static spindle_status sp_copy_file(int fd, const char *path,
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             const int e = r < 0 ? errno : 0;
-            munmap(p, len);
+            munmap(base, len);
             return sp_fail(err, SPINDLE_ERR_IO, "%s: read failed at byte %zu: %s",
                            path, got, e ? strerror(e) : "unexpected end of file");
         }
         got += (size_t)r;
     }
-    mprotect(p, len, PROT_READ); /* weights are never written */
+    mprotect(base, len, PROT_READ); /* weights are never written */
     out->data = p;
+    out->copy_base = base;
     out->copy_len = len;
     return SPINDLE_OK;
 }
 
 spindle_status sp_map_file(const char *path, sp_mapped_file *out,
                            spindle_error *err) {
+    return sp_map_file_at(path, 0, out, err);
+}
+
+spindle_status sp_map_file_at(const char *path, size_t align_at,
+                              sp_mapped_file *out, spindle_error *err) {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
@@ -104,7 +113,7 @@ spindle_status sp_map_file(const char *path, sp_mapped_file *out,
      * killer. */
     const size_t avail = tls_map_mode == SP_MAP_MEMORY ? sp_mem_available() : 0;
     if (out->size > 0 && tls_map_mode == SP_MAP_MEMORY && out->size < avail / 2) {
-        const spindle_status cs = sp_copy_file(fd, path, out, err);
+        const spindle_status cs = sp_copy_file(fd, path, align_at, out, err);
         close(fd);
         if (cs != SPINDLE_OK) {
             free(out->path);
@@ -131,7 +140,8 @@ spindle_status sp_map_file(const char *path, sp_mapped_file *out,
 void sp_unmap_file(sp_mapped_file *file) {
     if (!file) return;
     if (file->data)
-        munmap((void *)file->data, file->copy_len ? file->copy_len : file->size);
+        munmap(file->copy_len ? file->copy_base : (void *)file->data,
+               file->copy_len ? file->copy_len : file->size);
     free(file->path);
     memset(file, 0, sizeof *file);
 }

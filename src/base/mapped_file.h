@@ -14,7 +14,8 @@ typedef struct sp_mapped_file {
     char *path;          /* owned copy */
     const unsigned char *data;
     size_t size;
-    size_t copy_len;     /* > 0: data is an anonymous copy of this length */
+    void *copy_base;     /* an anonymous copy: its mapping (data may be */
+    size_t copy_len;     /* a little past the start), and length; else 0 */
 } sp_mapped_file;
 
 typedef enum sp_map_mode {
@@ -30,6 +31,12 @@ sp_map_mode sp_map_mode_set(sp_map_mode mode);
 /* Map `path`. An empty file maps to data == NULL, size == 0. */
 spindle_status sp_map_file(const char *path, sp_mapped_file *out,
                            spindle_error *err);
+/* The same, where a copy (SP_MAP_MEMORY) puts file offset `align_at` on a
+ * 64-byte boundary: a format whose data section starts at an odd offset
+ * (safetensors: 8 + header length) then gets cache-line-aligned tensors, so
+ * vector loads do not straddle lines. A mapping is page-aligned as is. */
+spindle_status sp_map_file_at(const char *path, size_t align_at,
+                              sp_mapped_file *out, spindle_error *err);
 void sp_unmap_file(sp_mapped_file *file);
 
 /* Read a whole (small) text file into a NUL-terminated heap buffer. */
