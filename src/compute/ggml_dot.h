@@ -23,6 +23,7 @@
 #include "compute/ggml_quants.h"
 #include "compute/matmul_simd.h"
 #include "compute/tensor.h"
+#include "compute/threadpool.h"
 
 /* Widest row the decode kernels take (activation scratch is static). Wider
  * rows use the tiled path. */
@@ -107,11 +108,12 @@ typedef struct sp_ggml_acts {
 } sp_ggml_acts;
 
 /* Quantize n_tokens rows of `cols` activations (x[t * cols + c]) to act_type
- * (SP_GGML_Q8_0 or SP_GGML_Q8_1) into this thread's scratch (grown as
+ * (SP_GGML_Q8_0 or SP_GGML_Q8_1), the tokens split over `pool` (NULL: this
+ * thread), into this (the calling) thread's scratch (grown as
  * needed, never shrunk): *out stays valid until this thread's next call.
  * Returns false, writing nothing to *out, for bad arguments or no memory. */
-bool sp_ggml_quantize_acts(uint32_t act_type, const float *x, int n_tokens,
-                           int64_t cols, sp_ggml_acts *out);
+bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
+                           int n_tokens, int64_t cols, sp_ggml_acts *out);
 
 /* Whether sp_ggml_gemm_vnni covers weights of `type` with `cols` columns on
  * this CPU (AVX-512 VNNI; q4_0, q8_0, q4_1, q5_0, q5_1). */

@@ -54,8 +54,38 @@ static void *gg_scratch(size_t bytes) {
     return p;
 }
 
-bool sp_ggml_quantize_acts(uint32_t act_type, const float *x, int n_tokens,
-                           int64_t cols, sp_ggml_acts *out) {
+typedef struct gg_quant_job {
+    uint32_t act_type;
+    const float *x;
+    int64_t cols;
+    int8_t *q;
+    float *d, *s;
+    int32_t *sum32;
+    _Atomic int failed;
+} gg_quant_job;
+
+/* Tokens [t0, t1) through the decode quantizer (83 KiB of static per-thread
+ * scratch), copied into the compact per-call arrays. */
+static void gg_quantize_range(void *ctx, int64_t t0, int64_t t1, int thread_id) {
+    (void)thread_id;
+    gg_quant_job *job = ctx;
+    static _Thread_local sp_ggml_act one;
+    const size_t cols = (size_t)job->cols, nb = cols / 32;
+    for (int64_t t = t0; t < t1; t++) {
+        if (!sp_ggml_quantize_act(job->act_type, job->x + (size_t)t * cols,
+                                  job->cols, &one)) {
+            job->failed = 1;
+            return;
+        }
+        memcpy(job->q + (size_t)t * cols, one.q, cols);
+        memcpy(job->d + (size_t)t * nb, one.d, sizeof(float) * nb);
+        memcpy(job->s + (size_t)t * nb, one.s, sizeof(float) * nb);
+        memcpy(job->sum32 + (size_t)t * nb, one.sum32, sizeof(int32_t) * nb);
+    }
+}
+
+bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
+                           int n_tokens, int64_t cols, sp_ggml_acts *out) {
     if (!x || !out || n_tokens < 1 || cols <= 0 || cols % 32 ||
         cols > SP_GGML_DOT_MAX_COLS ||
         (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1))
@@ -64,22 +94,18 @@ bool sp_ggml_quantize_acts(uint32_t act_type, const float *x, int n_tokens,
     const size_t qbytes = (nt * (size_t)cols + 63) / 64 * 64;
     uint8_t *buf = gg_scratch(qbytes + 3 * sizeof(float) * nt * nb);
     if (!buf) return false;
-    int8_t *q = (int8_t *)buf;
-    float *d = (float *)(buf + qbytes), *s = d + nt * nb;
-    int32_t *sum32 = (int32_t *)(s + nt * nb);
-    /* one token at a time through the decode quantizer (83 KiB of static
-     * per-thread scratch), copied into the compact per-call arrays */
-    static _Thread_local sp_ggml_act one;
-    for (size_t t = 0; t < nt; t++) {
-        if (!sp_ggml_quantize_act(act_type, x + t * (size_t)cols, cols, &one))
-            return false;
-        memcpy(q + t * (size_t)cols, one.q, (size_t)cols);
-        memcpy(d + t * nb, one.d, sizeof(float) * nb);
-        memcpy(s + t * nb, one.s, sizeof(float) * nb);
-        memcpy(sum32 + t * nb, one.sum32, sizeof(int32_t) * nb);
-    }
-    *out = (sp_ggml_acts){.q = q, .d = d, .s = s, .sum32 = sum32,
-                          .n_tokens = n_tokens, .cols = cols};
+    gg_quant_job job = {.act_type = act_type, .x = x, .cols = cols,
+                        .q = (int8_t *)buf, .d = (float *)(buf + qbytes)};
+    job.s = job.d + nt * nb;
+    job.sum32 = (int32_t *)(job.s + nt * nb);
+    /* the scalar quantizer is a sizeable share of a prefill: split it too */
+    const int threads = sp_pool_size(pool);
+    sp_pool_for(pool, n_tokens, (n_tokens + threads - 1) / threads,
+                gg_quantize_range, &job);
+    if (job.failed) return false;
+    *out = (sp_ggml_acts){.q = job.q, .d = job.d, .s = job.s,
+                          .sum32 = job.sum32, .n_tokens = n_tokens,
+                          .cols = cols};
     return true;
 }
 

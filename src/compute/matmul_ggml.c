@@ -163,10 +163,11 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() >= 1 &&
         job.level >= SP_SIMD_AVX512 && job.level != SP_SIMD_NEON &&
         sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
-        /* quantized once here on the caller's thread (its scratch outlives
-         * the synchronous pool call), read by every worker */
+        /* quantized once per call (tokens split over the pool) into the
+         * caller's thread scratch, which outlives the synchronous pool
+         * call; read by every worker */
         sp_ggml_acts acts;
-        if (sp_ggml_quantize_acts(sp_ggml_dot_act_type(w->ggml_type), x,
+        if (sp_ggml_quantize_acts(pool, sp_ggml_dot_act_type(w->ggml_type), x,
                                   n_tokens, w->cols, &acts)) {
             job.acts = &acts;
             sp_pool_for(pool, w->rows, grain, gg_rows_gemm, &job);
