@@ -23,6 +23,7 @@
 #include "compute/ggml_quants.h"
 #include "compute/matmul_simd.h"
 #include "compute/tensor.h"
+#include "compute/threadpool.h"
 
 /* Widest row the decode kernels take (activation scratch is static). Wider
  * rows use the tiled path. */
@@ -92,5 +93,39 @@ void sp_ggml_span_dot_avx512(const float *w, const float *x, int64_t ldx,
 
 /* Whether the CPU has AVX-512 VNNI (vpdpbusd on 512-bit vectors). */
 bool sp_ggml_cpu_vnni(void);
+
+/* ---- prefill (n_tokens > SP_MM_SMALL_TOKENS): ggml_gemm_vnni.c ---- */
+
+/* Every token of a call quantized to q8_0 or q8_1 (values and scales those
+ * of sp_ggml_quantize_act), compact: token t's values at q + t * cols, its
+ * per-block d, s (q8_1) and sum32 at [t * (cols / 32) + block]. */
+typedef struct sp_ggml_acts {
+    const int8_t *q;
+    const float *d, *s;
+    const int32_t *sum32;
+    int n_tokens;
+    int64_t cols;
+} sp_ggml_acts;
+
+/* Quantize n_tokens rows of `cols` activations (x[t * cols + c]) to act_type
+ * (SP_GGML_Q8_0 or SP_GGML_Q8_1), the tokens split over `pool` (NULL: this
+ * thread), into this (the calling) thread's scratch (grown as
+ * needed, never shrunk): *out stays valid until this thread's next call.
+ * Returns false, writing nothing to *out, for bad arguments or no memory. */
+bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
+                           int n_tokens, int64_t cols, sp_ggml_acts *out);
+
+/* Whether sp_ggml_gemm_vnni covers weights of `type` with `cols` columns on
+ * this CPU (AVX-512 VNNI; q4_0, q8_0, q4_1, q5_0, q5_1). */
+bool sp_ggml_gemm_covered(uint32_t type, int64_t cols);
+
+/* y[t * w->rows + r] for r in [r0, r1) and t < x->n_tokens (any count): the
+ * decode kernels' per-block values (exact integer block sums times
+ * d_w * d_x, plus m_w * s_x for q4_1 / q5_1), summed in another order. x
+ * must be quantized to sp_ggml_dot_act_type(w->ggml_type). Safe to run
+ * concurrently on disjoint row ranges. Returns false, writing nothing, when
+ * not covered or for bad arguments. */
+bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1);
 
 #endif

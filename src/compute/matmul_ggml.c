@@ -11,7 +11,10 @@
  *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
  *     spans with ggml's bit-exact dequantizers and dotted with the f32
  *     activations (exact up to summation order).
- * More tokens (prefill): each pool chunk is a contiguous block of rows,
+ * More tokens (prefill), precision high/fast on AVX-512 VNNI, q4_0 / q8_0 /
+ * q4_1 / q5_0 / q5_1: every token is quantized once per call as for decode
+ * and ggml_gemm_vnni.c computes the same per-block values in panels of rows.
+ * Otherwise (prefill): each pool chunk is a contiguous block of rows,
  * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
  * and the tile is dotted with every token's f32 activations, so the decode
  * cost is shared by the whole prefill. */
@@ -48,6 +51,7 @@ typedef struct gg_job {
     int n_tokens;
     const sp_mm_kernels *k; /* NULL: portable dot products */
     const sp_ggml_act *act; /* decode, integer path: quantized activations */
+    const sp_ggml_acts *acts; /* prefill, integer path: every token, quantized */
     sp_simd_level level;
 } gg_job;
 
@@ -58,6 +62,14 @@ static void gg_rows_q8(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     const gg_job *job = ctx;
     sp_ggml_rows_q8(job->w, job->act, job->n_tokens, job->y, r0, r1,
                     job->level);
+}
+
+/* Prefill, integer path (AVX-512 VNNI): a pool chunk of rows against every
+ * quantized token. */
+static void gg_rows_gemm(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    sp_ggml_gemm_vnni(job->w, job->acts, job->y, r0, r1);
 }
 
 /* Decode, f32 path: one row at a time, SP_GG_COLS columns decoded into an
@@ -148,6 +160,20 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
+    if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() >= 1 &&
+        job.level >= SP_SIMD_AVX512 && job.level != SP_SIMD_NEON &&
+        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+        /* quantized once per call (tokens split over the pool) into the
+         * caller's thread scratch, which outlives the synchronous pool
+         * call; read by every worker */
+        sp_ggml_acts acts;
+        if (sp_ggml_quantize_acts(pool, sp_ggml_dot_act_type(w->ggml_type), x,
+                                  n_tokens, w->cols, &acts)) {
+            job.acts = &acts;
+            sp_pool_for(pool, w->rows, grain, gg_rows_gemm, &job);
+            return;
+        }
+    }
     sp_pool_for(pool, w->rows, grain, gg_range, &job);
 }
 

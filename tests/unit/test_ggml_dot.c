@@ -11,6 +11,7 @@
  *     m * s term, which uses the f16-rounded s rather than d * sum(q)).
  * (c) precision exact: sp_matmul equals the double product of the
  *     dequantized weights with the f32 activations.
+ * (d) prefill on AVX-512 VNNI (ggml_gemm_vnni.c): as (b), 5..40 tokens.
  *
  * Tolerance: integer block sums are exact, so the kernels differ from the
  * double reference only by f32 rounding: a product per block (d_w * d_x, then
@@ -233,6 +234,9 @@ static double min_part(uint32_t type, const unsigned char *blk, int j) {
     }
 }
 
+/* Token counts up to this one are checked (the prefill path's 5..40). */
+#define MAX_TEST_TOKENS 40
+
 static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
                          sp_pool *pool, bool exact) {
     const uint32_t type = wt->type, at = sp_ggml_dot_act_type(type);
@@ -244,7 +248,8 @@ static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
     float *x = malloc(sizeof(float) * (size_t)(nt * cols));
     float *y = malloc(sizeof(float) * (size_t)(nt * rows));
     float *row = malloc(sizeof(float) * (size_t)cols);
-    static ref_act ra[SP_MM_SMALL_TOKENS];
+    static ref_act ra[MAX_TEST_TOKENS];
+    assert_true(nt <= MAX_TEST_TOKENS);
     assert_true(x && y && row);
     for (int t = 0; t < nt; t++) {
         fill_acts(x + t * cols, cols, t % 3);
@@ -332,6 +337,49 @@ static void test_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
+/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision high/fast, on the
+ * AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode kernels'
+ * per-block values, so the same double reference and tolerance apply (the
+ * f32 tiles would miss it by the activations' quantization error, far more
+ * than the tolerance). Rows not multiples of the 32-row panel, columns with
+ * an odd block count and more than one 512-column panel, token counts that
+ * are and are not multiples of the 6-token micro-kernel, 1 and 2 threads. */
+static void test_prefill(void **s) {
+    (void)s;
+    if (sp_simd_supported() < SP_SIMD_AVX512 ||
+        !sp_ggml_gemm_covered(SP_GGML_Q4_0, 256)) {
+        skip();
+        return;
+    }
+    sp_pool *pools[2] = {NULL, sp_pool_create(2)};
+    assert_non_null(pools[1]);
+    assert_true(sp_simd_force(SP_SIMD_AVX512));
+    const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST};
+    const uint32_t covered[] = {SP_GGML_Q4_0, SP_GGML_Q8_0, SP_GGML_Q4_1,
+                                SP_GGML_Q5_0, SP_GGML_Q5_1};
+    for (size_t m = 0; m < 2; m++) {
+        sp_mm_precision_force(modes[m]);
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            bool is_covered = false;
+            for (size_t c = 0; c < sizeof covered / sizeof *covered; c++)
+                is_covered |= types[i].type == covered[c];
+            if (!is_covered) continue;
+            assert_true(sp_ggml_gemm_covered(types[i].type, 1024));
+            for (int p = 0; p < 2; p++) {
+                check_matmul(&types[i], 37, 32 * 37, 5, pools[p], false);
+                check_matmul(&types[i], 70, 32, 12, pools[p], false);
+                check_matmul(&types[i], 33, 1024, 40, pools[p], false);
+                check_matmul(&types[i], 5, 64 * 9, 7, pools[p], false);
+                tame_scales = true;
+                check_matmul(&types[i], 45, 32 * 21, 23, pools[p], false);
+                tame_scales = false;
+            }
+        }
+    }
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_pool_destroy(pools[1]);
+}
+
 /* Every kernel level gives the portable kernel's result up to f32 order
  * (checked above) and covers the same types; rows wider than the scratch
  * are left to the tiled path. */
@@ -350,6 +398,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantizers),
         cmocka_unit_test(test_levels),
+        cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_coverage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
