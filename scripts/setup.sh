@@ -6,17 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev"
-missing=""
-for p in $APT_PACKAGES; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "setup: installing Debian packages:$missing"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
-fi
+scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
 
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 

@@ -20,17 +20,7 @@ JOBS=${JOBS:-2}
 # (portable and NEON) against its reference.
 TESTS="test_matmul test_matmul_ggml test_ops test_attention test_rope test_rope_interleaved test_threadpool"
 
-APT_PACKAGES="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
-missing=""
-for p in $APT_PACKAGES; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "test_arm64: installing Debian packages:$missing"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
-fi
+scripts/apt_install.sh test_arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 
 # The project's warnings, as errors: the cross build is the only place the
 # AArch64 code is compiled at all.
