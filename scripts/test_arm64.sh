@@ -27,7 +27,7 @@ scripts/apt_install.sh test_arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qe
 CFLAGS="-std=c17 -O3 -DNDEBUG -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -Wvla -Werror -pthread"
 mkdir -p "$OUT/obj"
 echo "== cross-compiling src/compute (+ the KV cache it reads) for aarch64 ($CC)"
-printf '%s\n' src/compute/*.c src/runtime/kv_cache.c src/base/error.c | xargs -P "$JOBS" -I{} sh -c \
+printf '%s\n' src/compute/*.c src/compute/*/*.c src/runtime/kv_cache.c src/base/error.c | xargs -P "$JOBS" -I{} sh -c \
   'o="$1/obj/$(basename "$2" .c).o"; exec $3 $4 -Isrc -Iinclude -c "$2" -o "$o"' \
   _ "$OUT" {} "$CC" "$CFLAGS"
 rm -f "$OUT/libcompute.a"

@@ -14,7 +14,7 @@
 #include "artifacts/safetensors_write.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <errno.h>
 #include <stdio.h>

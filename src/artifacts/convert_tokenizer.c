@@ -14,7 +14,7 @@
  * tokenizer.json must do it itself, as Hugging Face checkpoints do).
  * The regex lists are the tokenizer module's (sp_gg_pre_find). */
 #include "artifacts/convert_internal.h"
-#include "input/tok_gguf.h"
+#include "tokenizer/tok_gguf.h"
 #include "base/error.h"
 
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include "artifacts/gguf.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include "artifacts/gguf_model.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <dirent.h>
 #include <stdio.h>

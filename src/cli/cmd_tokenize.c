@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "input/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "spindle.h"
 
 typedef struct opts {

@@ -1,5 +1,5 @@
 #include "cli/prompt.h"
-#include "input/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

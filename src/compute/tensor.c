@@ -1,6 +1,6 @@
 /* Element-type facts and exact half-precision conversions. */
 #include "compute/tensor.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* Shared transformer blocks: the math of one decoder layer, written once. */
 #include "models/blocks.h"
 #include "base/error.h"
-#include "compute/matmul.h"
+#include "compute/matmul/matmul.h"
 
 #include <math.h>
 #include <stdio.h>

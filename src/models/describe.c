@@ -1,7 +1,7 @@
 /* spindle_model_describe: what `spindle info` prints, as JSON. */
 #include "models/model.h"
 #include "base/error.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include "models/blocks.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
-#include "compute/matmul.h"
+#include "compute/matmul/matmul.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * with a message naming the tensor, instead of producing garbage later. */
 #include "models/model.h"
 #include "base/error.h"
-#include "compute/ggml_quants.h"
-#include "compute/matmul_ggml.h"
+#include "compute/ggml/ggml_quants.h"
+#include "compute/ggml/matmul_ggml.h"
 
 #include <stdio.h>
 #include <stdlib.h>

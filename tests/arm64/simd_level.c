@@ -3,7 +3,7 @@
  * SPINDLE_SIMD maps on AArch64. */
 #include <stdio.h>
 
-#include "compute/matmul_simd.h"
+#include "compute/matmul/matmul_simd.h"
 
 int main(void) {
     const sp_mm_kernels *k = sp_mm_active();

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/matmul.h"
+#include "compute/matmul/matmul.h"
 
 /* Read exactly `want` bytes of `path` into a fresh buffer, at offset 1. */
 static unsigned char *read_exact(const char *path, size_t want,

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
-#include "compute/matmul_vnni_gemm.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
+#include "compute/matmul/matmul_vnni_gemm.h"
 #include "compute/threadpool.h"
 
 static double now(void) {

@@ -7,7 +7,7 @@
  * significant digits so that they round-trip. Exit status 1 on any error,
  * with the one-line message on stderr. */
 #include "artifacts/gguf.h"
-#include "compute/ggml_quants.h"
+#include "compute/ggml/ggml_quants.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

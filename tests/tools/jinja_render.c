@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "input/jinja.h"
+#include "template/jinja.h"
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

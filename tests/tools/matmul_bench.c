@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
 
 static double now(void) {
     struct timespec ts;

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/matmul_simd.h"
+#include "compute/matmul/matmul_simd.h"
 #include "compute/ops.h"
 #include "compute/threadpool.h"
 #include "runtime/kv_cache.h"

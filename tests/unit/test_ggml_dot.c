@@ -32,10 +32,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/ggml_dot.h"
-#include "compute/ggml_quants.h"
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
+#include "compute/ggml/ggml_dot.h"
+#include "compute/ggml/ggml_quants.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
 #include "compute/tensor.h"
 #include "compute/threadpool.h"
 

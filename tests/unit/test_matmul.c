@@ -23,8 +23,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
 
 /* ------------------------------------------------------------ generators */
 

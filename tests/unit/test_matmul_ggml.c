@@ -22,9 +22,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/ggml_quants.h"
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
+#include "compute/ggml/ggml_quants.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
 
 #define TEST_RNG_SEED 0x243f6a8885a308d3ull
 #include "test_util.h"

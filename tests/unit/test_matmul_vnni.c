@@ -25,8 +25,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/matmul.h"
-#include "compute/matmul_simd.h"
+#include "compute/matmul/matmul.h"
+#include "compute/matmul/matmul_simd.h"
 
 #define TEST_RNG_SEED 0x5bd1e9955bd1e995ull
 #include "test_util.h"

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/matmul_vnni_gemm.h"
+#include "compute/matmul/matmul_vnni_gemm.h"
 
 #define TEST_RNG_SEED 0x5eed0f9e77a11ce5ull
 #include "test_util.h"

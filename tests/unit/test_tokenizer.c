@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "input/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "spindle.h"
 
 static char dir[64];

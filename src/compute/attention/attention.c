@@ -1,0 +1,174 @@
+/* Causal grouped-query attention over one sequence's KV cache.
+ *
+ * Each (query token, head) pair is independent and is one unit of parallel
+ * work. A pair makes a single pass over its key range with an online softmax
+ * (running max m and normalizer l; the accumulator is rescaled by
+ * exp(m_old - m_new) when the max grows), so nothing proportional to the
+ * context length is allocated. Keys are taken a tile at a time: scores of a
+ * tile sit in a small stack array, the running max is updated once per tile,
+ * and the accumulator is rescaled at most once per tile.
+ *
+ * The accumulator is the pair's own slice of `out`, so `out` must not alias
+ * `q`. All math is f32 with precise expf/tanhf. A bf16/f16 cache is widened
+ * to f32 a chunk of a row at a time (exactly), keeping the lane order of the
+ * f32 dot product, so an f32 cache and a cache holding the same values in
+ * bf16 give the same bits. */
+#include "compute/ops.h"
+#include "compute/attention/attention_simd.h"
+#include "compute/matmul/matmul_simd.h"
+#include "compute/tensor.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#define SP_ATTN_TILE 32
+#define SP_LANES 8
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float acc[SP_LANES] = {0};
+    int i = 0;
+    for (; i + SP_LANES <= n; i += SP_LANES)
+        for (int l = 0; l < SP_LANES; l++) acc[l] += a[i + l] * b[i + l];
+    float s = 0.0f;
+    for (int l = 0; l < SP_LANES; l++) s += acc[l];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Elements of a cache row widened per step: a multiple of SP_LANES, so the
+ * chunked dot product assigns every element to the same lane as dot_f32. */
+#define SP_WIDEN_CHUNK 64
+
+static void widen(float *dst, const void *row, sp_kv_dtype type, int from,
+                  int n) {
+    const uint16_t *h = (const uint16_t *)row + from;
+    if (type == SP_KV_BF16)
+        for (int i = 0; i < n; i++) dst[i] = sp_bf16_to_f32(h[i]);
+    else
+        for (int i = 0; i < n; i++) dst[i] = sp_f16_to_f32(h[i]);
+}
+
+/* q . row for a cache row of any type; the same lanes and order as
+ * dot_f32 (the body in SP_LANES lanes, then the tail after their sum). */
+static float dot_kv(const float *q, const void *row, sp_kv_dtype type,
+                    int n) {
+    if (type == SP_KV_F32) return dot_f32(q, row, n);
+    const int body = n / SP_LANES * SP_LANES;
+    float acc[SP_LANES] = {0}, buf[SP_WIDEN_CHUNK];
+    for (int c = 0; c < body; c += SP_WIDEN_CHUNK) {
+        const int m = body - c < SP_WIDEN_CHUNK ? body - c : SP_WIDEN_CHUNK;
+        widen(buf, row, type, c, m);
+        for (int i = 0; i < m; i += SP_LANES)
+            for (int l = 0; l < SP_LANES; l++) acc[l] += q[c + i + l] * buf[i + l];
+    }
+    float s = 0.0f;
+    for (int l = 0; l < SP_LANES; l++) s += acc[l];
+    if (body < n) {
+        widen(buf, row, type, body, n - body);
+        for (int i = body; i < n; i++) s += q[i] * buf[i - body];
+    }
+    return s;
+}
+
+/* acc += e * row for a cache row of any type. */
+static void axpy_kv(float *acc, float e, const void *row, sp_kv_dtype type,
+                    int n) {
+    if (type == SP_KV_F32) {
+        const float *v = row;
+        for (int d = 0; d < n; d++) acc[d] += e * v[d];
+        return;
+    }
+    float buf[SP_WIDEN_CHUNK];
+    for (int c = 0; c < n; c += SP_WIDEN_CHUNK) {
+        const int m = n - c < SP_WIDEN_CHUNK ? n - c : SP_WIDEN_CHUNK;
+        widen(buf, row, type, c, m);
+        for (int d = 0; d < m; d++) acc[c + d] += e * buf[d];
+    }
+}
+
+static void attend_one(const sp_attention_args *a, int t, int h) {
+    const int hd = a->head_dim;
+    const int group = a->n_heads / a->n_kv_heads;
+    const int kvh = h / group;
+    const int p = a->first_pos + t;
+    int lo = 0;
+    if (a->window > 0 && p - a->window + 1 > 0) lo = p - a->window + 1;
+
+    const size_t row = (size_t)a->n_heads * (size_t)hd;
+    const float *q = a->q + (size_t)t * row + (size_t)h * hd;
+    float *acc = a->out + (size_t)t * row + (size_t)h * hd;
+    const sp_kv_dtype type = a->kv.type;
+    const size_t es = type == SP_KV_F32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t row_bytes = (size_t)hd * es;
+    const unsigned char *kbase = (const unsigned char *)a->kv.k +
+                                 (size_t)kvh * (size_t)a->kv.head_stride * es;
+    const unsigned char *vbase = (const unsigned char *)a->kv.v +
+                                 (size_t)kvh * (size_t)a->kv.head_stride * es;
+
+    for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    float s[SP_ATTN_TILE];
+
+    for (int j0 = lo; j0 <= p; j0 += SP_ATTN_TILE) {
+        int n = p + 1 - j0 < SP_ATTN_TILE ? p + 1 - j0 : SP_ATTN_TILE;
+        float tmax = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            float v = a->scale *
+                      dot_kv(q, kbase + (size_t)(j0 + j) * row_bytes, type, hd);
+            if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
+            s[j] = v;
+            if (v > tmax) tmax = v;
+        }
+        if (tmax > m) {
+            /* First tile: m = -inf, l = 0, acc = 0; the factor is 0 and
+             * harmless. */
+            float c = expf(m - tmax);
+            l *= c;
+            for (int d = 0; d < hd; d++) acc[d] *= c;
+            m = tmax;
+        }
+        for (int j = 0; j < n; j++) {
+            float e = expf(s[j] - m);
+            l += e;
+            axpy_kv(acc, e, vbase + (size_t)(j0 + j) * row_bytes, type, hd);
+        }
+    }
+    /* l >= 1 (the max term contributes exp(0)) unless every score was NaN. */
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) acc[d] *= inv;
+}
+
+static void attention_range(void *ctx, int64_t begin, int64_t end,
+                            int thread_id) {
+    (void)thread_id;
+    const sp_attention_args *a = ctx;
+    for (int64_t i = begin; i < end; i++)
+        attend_one(a, (int)(i / a->n_heads), (int)(i % a->n_heads));
+}
+
+void sp_attention(sp_pool *pool, const sp_attention_args *args) {
+    const sp_attention_args *a = args;
+    /* Preconditions the caller guarantees (the model loader validated the
+     * shapes); a violated one leaves out untouched rather than reading out
+     * of bounds. */
+    if (a->n_q <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
+        a->head_dim <= 0 || a->first_pos < 0 ||
+        a->n_heads % a->n_kv_heads != 0 ||
+        (a->kv.type != SP_KV_F32 && a->kv.type != SP_KV_BF16 &&
+         a->kv.type != SP_KV_F16))
+        return;
+#if defined(__x86_64__)
+    if (sp_simd_current() == SP_SIMD_AVX512 && sp_attention_avx512_covers(a)) {
+        sp_attention_avx512(pool, a);
+        return;
+    }
+#endif
+    int64_t n = (int64_t)a->n_q * a->n_heads;
+    if (!pool) {
+        attention_range((void *)a, 0, n, 0);
+        return;
+    }
+    /* Pairs late in a prefill see more keys than early ones: small ranges
+     * let the pool balance them. */
+    sp_pool_for(pool, n, 1, attention_range, (void *)a);
+}

@@ -1,0 +1,369 @@
+/* Prefill GEMM of ggml q4_0 / q8_0 / q4_1 / q5_0 / q5_1 weights with
+ * activations quantized as llama.cpp quantizes them (ggml_dot.h), on
+ * AVX-512 VNNI.
+ *
+ * Every block's value is the decode kernels' (ggml_dot_vnni.c): the exact
+ * integer sum sumi = sum_j q_w,j q_x,j of the block, then in f32
+ *   fma(float(sumi), d_w * d_x, acc)        (+ fma(m_w, s_x, acc) for q4_1 /
+ *                                            q5_1)
+ * so prefill and decode give the same per-block terms and differ only in
+ * the order the terms are summed. The integer sum uses unsigned weight bytes
+ * u = q_w + offset (q4_0: the stored nibble, offset 8; q5_0: nibble + 16 *
+ * fifth bit, offset 16; q8_0: q ^ 0x80, offset 128; q4_1 / q5_1: no offset)
+ * and subtracts offset * sum32_x, the block's activation sum; vpdpbusd lanes
+ * (4 products of at most 255 * 127) cannot overflow within a block.
+ *
+ * Layout, as the MLX affine GEMM (matmul_vnni_gemm.c): a panel of GG_MP = 32
+ * rows by up to GG_KC columns is unpacked once to u8 with the rows in the
+ * int32 lanes of two vectors and 4 consecutive columns in each lane's bytes,
+ * plus the rows' f32 d (and m) per block; its cost is shared by all tokens.
+ * The micro-kernel broadcasts 4 activation bytes per token and keeps
+ * 2 x GG_MT int32 block accumulators and as many f32 outputs in registers;
+ * the block epilogue (offset, cvt, scale, fma) runs once per block. */
+#include "compute/ggml/ggml_dot.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------ activations (portable) */
+
+static pthread_once_t gg_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t gg_key;
+static bool gg_key_ok = false;
+static _Thread_local void *gg_buf;
+static _Thread_local size_t gg_cap;
+
+static void gg_key_init(void) {
+    gg_key_ok = pthread_key_create(&gg_key, free) == 0;
+}
+
+/* This thread's scratch of at least `bytes` (64-byte aligned; grown, never
+ * shrunk, freed at thread exit), or NULL. */
+static void *gg_scratch(size_t bytes) {
+    if (bytes <= gg_cap) return gg_buf;
+    pthread_once(&gg_key_once, gg_key_init);
+    if (!gg_key_ok) return NULL;
+    const size_t cap = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, cap);
+    if (!p) return NULL;
+    free(gg_buf);
+    gg_buf = p;
+    gg_cap = cap;
+    pthread_setspecific(gg_key, p);
+    return p;
+}
+
+typedef struct gg_quant_job {
+    uint32_t act_type;
+    const float *x;
+    int64_t cols;
+    int8_t *q;
+    float *d, *s;
+    int32_t *sum32;
+    _Atomic int failed;
+} gg_quant_job;
+
+/* Tokens [t0, t1) through the decode quantizer (83 KiB of static per-thread
+ * scratch), copied into the compact per-call arrays. */
+static void gg_quantize_range(void *ctx, int64_t t0, int64_t t1, int thread_id) {
+    (void)thread_id;
+    gg_quant_job *job = ctx;
+    static _Thread_local sp_ggml_act one;
+    const size_t cols = (size_t)job->cols, nb = cols / 32;
+    for (int64_t t = t0; t < t1; t++) {
+        if (!sp_ggml_quantize_act(job->act_type, job->x + (size_t)t * cols,
+                                  job->cols, &one)) {
+            job->failed = 1;
+            return;
+        }
+        memcpy(job->q + (size_t)t * cols, one.q, cols);
+        memcpy(job->d + (size_t)t * nb, one.d, sizeof(float) * nb);
+        memcpy(job->s + (size_t)t * nb, one.s, sizeof(float) * nb);
+        memcpy(job->sum32 + (size_t)t * nb, one.sum32, sizeof(int32_t) * nb);
+    }
+}
+
+bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
+                           int n_tokens, int64_t cols, sp_ggml_acts *out) {
+    if (!x || !out || n_tokens < 1 || cols <= 0 || cols % 32 ||
+        cols > SP_GGML_DOT_MAX_COLS ||
+        (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1))
+        return false;
+    const size_t nt = (size_t)n_tokens, nb = (size_t)cols / 32;
+    const size_t qbytes = (nt * (size_t)cols + 63) / 64 * 64;
+    uint8_t *buf = gg_scratch(qbytes + 3 * sizeof(float) * nt * nb);
+    if (!buf) return false;
+    gg_quant_job job = {.act_type = act_type, .x = x, .cols = cols,
+                        .q = (int8_t *)buf, .d = (float *)(buf + qbytes)};
+    job.s = job.d + nt * nb;
+    job.sum32 = (int32_t *)(job.s + nt * nb);
+    /* the scalar quantizer is a sizeable share of a prefill: split it too */
+    const int threads = sp_pool_size(pool);
+    sp_pool_for(pool, n_tokens, (n_tokens + threads - 1) / threads,
+                gg_quantize_range, &job);
+    if (job.failed) return false;
+    *out = (sp_ggml_acts){.q = job.q, .d = job.d, .s = job.s,
+                          .sum32 = job.sum32, .n_tokens = n_tokens,
+                          .cols = cols};
+    return true;
+}
+
+/* ------------------------------------------------------ kernel (x86 only) */
+
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#include <immintrin.h>
+
+#include "compute/ggml/ggml_dot_x86.h"
+#include "compute/matmul/matmul_transpose.h"
+
+#define GG_MP 32  /* rows per panel: two vectors of int32 lanes */
+#define GG_MT 6   /* tokens per micro-kernel call */
+#define GG_KC 512 /* columns per panel: 16 KiB of bytes, stays in L1 */
+#define GG_PB (GG_KC / 32) /* blocks per panel */
+
+/* kind 0 q4_0, 1 q8_0, 2 q4_1, 3 q5_0, 4 q5_1 (as ggml_dot_vnni.c) */
+static int gg_kind(uint32_t type) {
+    return type == SP_GGML_Q4_0   ? 0
+           : type == SP_GGML_Q8_0 ? 1
+           : type == SP_GGML_Q4_1 ? 2
+           : type == SP_GGML_Q5_0 ? 3
+           : type == SP_GGML_Q5_1 ? 4
+                                  : -1;
+}
+#define KIND_QS(kind) ((kind) == 2 ? 4 : (kind) == 3 ? 6 : (kind) == 4 ? 8 : 2)
+#define KIND_QH(kind) ((kind) == 3 ? 2 : 4)
+#define KIND_FIVE(kind) ((kind) >= 3)
+#define KIND_MIN(kind) ((kind) == 2 || (kind) == 4)
+#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : (kind) == 3 ? 4 : 7)
+
+bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {
+    return sp_ggml_cpu_vnni() && gg_kind(type) >= 0 &&
+           sp_ggml_dot_covered(type, cols);
+}
+
+SP_INLINE uint32_t gg_qh(const uint8_t *blk, int kind) {
+    uint32_t v;
+    memcpy(&v, blk + KIND_QH(kind), 4);
+    return v;
+}
+
+/* The unsigned weight bytes of blocks p0, p1 in column order (as
+ * ggml_dot_vnni.c's weights_pair). */
+SP_INLINE __m512i gg_weights_pair(const uint8_t *p0, const uint8_t *p1, int kind) {
+    if (kind == 1) {
+        const __m512i w = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + 2))),
+            _mm256_loadu_si256((const __m256i *)(p1 + 2)), 1);
+        return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+    }
+    const __m256i raw = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + KIND_QS(kind)))),
+        _mm_loadu_si128((const __m128i *)(p1 + KIND_QS(kind))), 1);
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(raw, m);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m);
+    const __m512i idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i nib = _mm512_permutex2var_epi64(_mm512_castsi256_si512(lo), idx,
+                                                  _mm512_castsi256_si512(hi));
+    if (!KIND_FIVE(kind)) return nib;
+    /* bit j of qh is the fifth bit of column j: add 16 there */
+    const __mmask64 qh = (__mmask64)gg_qh(p0, kind) | (__mmask64)gg_qh(p1, kind) << 32;
+    return _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16));
+}
+
+/* panel[((b * 8 + k4) * GG_MP + i) * 4 + j] = u of row r + i, column
+ * 32 (b0 + b) + 4 k4 + j for nblk blocks (rows >= nr are zero); dw / mw
+ * [b * GG_MP + i] = the row's f16 d / m of that block as f32 (0 past nr). */
+SP_INLINE void gg_pack(const uint8_t *data, size_t row_bytes, size_t bs,
+                       int kind, int64_t r, int nr, int64_t b0, int nblk,
+                       uint8_t *restrict panel, float *restrict dw,
+                       float *restrict mw) {
+    for (int b = 0; b < nblk; b += 2) {
+        const bool pair = b + 1 < nblk;
+        for (int v = 0; v < GG_MP / 16; v++) {
+            __m512 q[16];
+            for (int i = 0; i < 16; i++) {
+                const int row = 16 * v + i;
+                if (row >= nr) {
+                    q[i] = _mm512_setzero_ps();
+                    continue;
+                }
+                const uint8_t *p = data + (size_t)(r + row) * row_bytes + (size_t)(b0 + b) * bs;
+                __m512i u = gg_weights_pair(p, pair ? p + bs : p, kind);
+                if (!pair) u = _mm512_zextsi256_si512(_mm512_castsi512_si256(u));
+                q[i] = _mm512_castsi512_ps(u);
+            }
+            sp_transpose16(q); /* q[j]: columns 4j..4j+3 of the 16 rows */
+            for (int j = 0; j < (pair ? 16 : 8); j++)
+                _mm512_storeu_ps(panel + ((b * 8 + j) * GG_MP + 16 * v) * 4, q[j]);
+        }
+    }
+    for (int b = 0; b < nblk; b++)
+        for (int i = 0; i < GG_MP; i++) {
+            const uint8_t *p = data + (size_t)(r + i) * row_bytes + (size_t)(b0 + b) * bs;
+            dw[b * GG_MP + i] = i < nr ? f16_at(p) : 0.0f;
+            mw[b * GG_MP + i] = i < nr && KIND_MIN(kind) ? f16_at(p + 2) : 0.0f;
+        }
+}
+
+typedef struct gg_args {
+    const uint8_t *panel;
+    const float *dw, *mw;  /* [b][GG_MP] */
+    int nblk;
+    const int8_t *q;       /* token 0, the panel's first column */
+    const float *d, *s;    /* token 0, the panel's first block */
+    const int32_t *sum32;
+    int64_t ldq, ldb;      /* token strides of q and of the per-block arrays */
+    float *y;              /* token 0, the panel's first row */
+    int64_t ldy;
+    int nr;
+    bool accumulate;
+} gg_args;
+
+/* In asm because gcc 12 wraps the intrinsic in register copies (see
+ * matmul_vnni_gemm.c). */
+SP_INLINE __m512i gg_dpbusd(__m512i acc, __m512i w, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(b));
+    return acc;
+}
+
+/* mt tokens from t0; kind and mt are literals after inlining. */
+SP_INLINE void gg_micro(const gg_args *a, const int kind, const int mt, int t0) {
+    __m512 out[GG_MT][2];
+#pragma GCC unroll 8
+    for (int t = 0; t < mt; t++) out[t][0] = out[t][1] = _mm512_setzero_ps();
+    const int8_t *qt = a->q + t0 * a->ldq;
+    const int64_t bo = t0 * a->ldb;
+    for (int b = 0; b < a->nblk; b++) {
+        const uint8_t *pb = a->panel + b * 8 * GG_MP * 4;
+        const int8_t *qb = qt + 32 * b;
+        __m512i acc[GG_MT][2];
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) acc[t][0] = acc[t][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i w0 = _mm512_loadu_si512(pb + k * GG_MP * 4);
+            const __m512i w1 = _mm512_loadu_si512(pb + k * GG_MP * 4 + 64);
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                int32_t q4;
+                memcpy(&q4, qb + t * a->ldq + 4 * k, 4);
+                const __m512i x4 = _mm512_set1_epi32(q4);
+                acc[t][0] = gg_dpbusd(acc[t][0], w0, x4);
+                acc[t][1] = gg_dpbusd(acc[t][1], w1, x4);
+            }
+        }
+        const __m512 dw0 = _mm512_loadu_ps(a->dw + b * GG_MP);
+        const __m512 dw1 = _mm512_loadu_ps(a->dw + b * GG_MP + 16);
+#pragma GCC unroll 8
+        for (int t = 0; t < mt; t++) {
+            const int64_t i = bo + t * a->ldb + b;
+            if (!KIND_MIN(kind)) { /* the weights' offset share */
+                const __m512i off = _mm512_set1_epi32(a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
+                acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
+            }
+            const __m512 dx = _mm512_set1_ps(a->d[i]);
+            out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][0]),
+                                        _mm512_mul_ps(dw0, dx), out[t][0]);
+            out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][1]),
+                                        _mm512_mul_ps(dw1, dx), out[t][1]);
+        }
+        if (KIND_MIN(kind)) { /* ggml's m_w * s_x per block */
+            const __m512 mw0 = _mm512_loadu_ps(a->mw + b * GG_MP);
+            const __m512 mw1 = _mm512_loadu_ps(a->mw + b * GG_MP + 16);
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                const __m512 sx = _mm512_set1_ps(a->s[bo + t * a->ldb + b]);
+                out[t][0] = _mm512_fmadd_ps(mw0, sx, out[t][0]);
+                out[t][1] = _mm512_fmadd_ps(mw1, sx, out[t][1]);
+            }
+        }
+    }
+    const int lo = a->nr < 16 ? a->nr : 16, hi = a->nr - lo;
+    const __mmask16 m0 = (__mmask16)((1u << lo) - 1u);
+    const __mmask16 m1 = (__mmask16)((1u << hi) - 1u);
+    for (int t = 0; t < mt; t++) {
+        float *o = a->y + (int64_t)(t0 + t) * a->ldy;
+        if (a->accumulate) {
+            out[t][0] = _mm512_add_ps(out[t][0], _mm512_maskz_loadu_ps(m0, o));
+            out[t][1] = _mm512_add_ps(out[t][1], _mm512_maskz_loadu_ps(m1, o + 16));
+        }
+        _mm512_mask_storeu_ps(o, m0, out[t][0]);
+        _mm512_mask_storeu_ps(o + 16, m1, out[t][1]);
+    }
+}
+
+/* Every token against one packed panel. */
+SP_INLINE void gg_panel_tokens(const gg_args *a, const int kind, int nt) {
+    int t = 0;
+    for (; t + GG_MT <= nt; t += GG_MT) gg_micro(a, kind, GG_MT, t);
+    switch (nt - t) {
+    case 0: break;
+    case 1: gg_micro(a, kind, 1, t); break;
+    case 2: gg_micro(a, kind, 2, t); break;
+    case 3: gg_micro(a, kind, 3, t); break;
+    case 4: gg_micro(a, kind, 4, t); break;
+    default: gg_micro(a, kind, 5, t); break;
+    }
+}
+
+SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1, const int kind) {
+    const int64_t nb = w->cols / 32;
+    const size_t row_bytes = sp_ggml_row_size(w->ggml_type, w->cols);
+    const size_t bs = sp_ggml_traits(w->ggml_type)->type_size;
+    _Alignas(64) uint8_t panel[GG_KC * GG_MP];
+    _Alignas(64) float dw[GG_PB * GG_MP], mw[GG_PB * GG_MP];
+    gg_args a = {.panel = panel, .dw = dw, .mw = mw, .ldq = x->cols,
+                 .ldb = nb, .ldy = w->rows};
+    for (int64_t r = r0; r < r1; r += GG_MP) {
+        const int nr = r1 - r < GG_MP ? (int)(r1 - r) : GG_MP;
+        for (int64_t b0 = 0; b0 < nb; b0 += GG_PB) {
+            const int nblk = nb - b0 < GG_PB ? (int)(nb - b0) : GG_PB;
+            gg_pack(w->data, row_bytes, bs, kind, r, nr, b0, nblk, panel, dw, mw);
+            a.nblk = nblk;
+            a.q = x->q + 32 * b0;
+            a.d = x->d + b0;
+            a.s = x->s + b0;
+            a.sum32 = x->sum32 + b0;
+            a.y = y + r;
+            a.nr = nr;
+            a.accumulate = b0 > 0;
+            gg_panel_tokens(&a, kind, x->n_tokens);
+        }
+    }
+}
+
+bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1) {
+    if (!w || !x || !y || w->type != SP_W_GGML || !w->data ||
+        !sp_ggml_gemm_covered(w->ggml_type, w->cols) || x->cols != w->cols ||
+        x->n_tokens < 1 || r0 < 0 || r1 > w->rows || r0 > r1)
+        return false;
+    const int kind = gg_kind(w->ggml_type);
+    if (sp_ggml_dot_act_type(w->ggml_type) != (KIND_MIN(kind) ? SP_GGML_Q8_1 : SP_GGML_Q8_0))
+        return false;
+    switch (kind) {
+    case 0: gg_rows(w, x, y, r0, r1, 0); break;
+    case 1: gg_rows(w, x, y, r0, r1, 1); break;
+    case 2: gg_rows(w, x, y, r0, r1, 2); break;
+    case 3: gg_rows(w, x, y, r0, r1, 3); break;
+    default: gg_rows(w, x, y, r0, r1, 4); break;
+    }
+    return true;
+}
+
+#else
+bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {
+    (void)type, (void)cols;
+    return false;
+}
+bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1) {
+    (void)w, (void)x, (void)y, (void)r0, (void)r1;
+    return false; /* no VNNI off x86: the caller keeps the f32 tiles */
+}
+#endif

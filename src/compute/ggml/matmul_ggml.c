@@ -1,0 +1,191 @@
+/* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
+ * memory.
+ *
+ * Few tokens (decode, n_tokens <= SP_MM_SMALL_TOKENS) stream one weight row
+ * after the other (one sequential stream per thread reads DRAM about twice
+ * as fast as interleaved row streams):
+ *   - precision high/fast (sp_mm_act_levels() >= 1): llama.cpp's own
+ *     arithmetic, the reference for GGUF files: the activations are
+ *     quantized once per call to the type's q8 partner and each block is an
+ *     exact integer dot product (ggml_dot.h);
+ *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
+ *     spans with ggml's bit-exact dequantizers and dotted with the f32
+ *     activations (exact up to summation order).
+ * More tokens (prefill), precision high/fast on AVX-512 VNNI, q4_0 / q8_0 /
+ * q4_1 / q5_0 / q5_1: every token is quantized once per call as for decode
+ * and ggml_gemm_vnni.c computes the same per-block values in panels of rows.
+ * Otherwise (prefill): each pool chunk is a contiguous block of rows,
+ * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
+ * and the tile is dotted with every token's f32 activations, so the decode
+ * cost is shared by the whole prefill. */
+#include "compute/ggml/matmul_ggml.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "compute/ggml/ggml_dot.h"
+#include "compute/ggml/ggml_quants.h"
+#include "compute/matmul/matmul_simd.h"
+
+#define SP_GG_ROWS 32
+/* A multiple of every block size (32 and 256), so tile edges fall on block
+ * boundaries. */
+#define SP_GG_COLS 512
+
+bool sp_ggml_weight_usable(const sp_weight *w) {
+    if (!w || w->type != SP_W_GGML || !w->data || w->rows <= 0 ||
+        w->cols <= 0)
+        return false;
+    const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
+    return tr && tr->to_f32 && w->cols % tr->block_size == 0 &&
+           (uintptr_t)w->data % tr->align == 0 &&
+           sp_ggml_row_size(w->ggml_type, w->cols) % tr->align == 0;
+}
+
+typedef struct gg_job {
+    const sp_weight *w;
+    const sp_ggml_type_traits *tr;
+    size_t row_bytes;
+    const float *x;
+    float *y;
+    int n_tokens;
+    const sp_mm_kernels *k; /* NULL: portable dot products */
+    const sp_ggml_act *act; /* decode, integer path: quantized activations */
+    const sp_ggml_acts *acts; /* prefill, integer path: every token, quantized */
+    sp_simd_level level;
+} gg_job;
+
+/* Decode, integer path: the rows of one pool chunk against the quantized
+ * activations. */
+static void gg_rows_q8(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    sp_ggml_rows_q8(job->w, job->act, job->n_tokens, job->y, r0, r1,
+                    job->level);
+}
+
+/* Prefill, integer path (AVX-512 VNNI): a pool chunk of rows against every
+ * quantized token. */
+static void gg_rows_gemm(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    sp_ggml_gemm_vnni(job->w, job->acts, job->y, r0, r1);
+}
+
+/* Decode, f32 path: one row at a time, SP_GG_COLS columns decoded into an
+ * L1 buffer and dotted with every token while they are still there. */
+static void gg_rows_f32(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    const sp_weight *w = job->w;
+    const int64_t rows = w->rows, cols = w->cols, bs = job->tr->block_size;
+    _Alignas(64) float span[SP_GG_COLS];
+    for (int64_t r = r0; r < r1; r++) {
+        const unsigned char *row =
+            (const unsigned char *)w->data + (size_t)r * job->row_bytes;
+        float sum[SP_MM_SMALL_TOKENS] = {0};
+        for (int64_t k0 = 0; k0 < cols; k0 += SP_GG_COLS) {
+            const int64_t kn = cols - k0 < SP_GG_COLS ? cols - k0 : SP_GG_COLS;
+            job->tr->to_f32(row + (size_t)(k0 / bs) * job->tr->type_size, span,
+                            kn);
+            sp_ggml_span_dot(span, job->x + k0, cols, job->n_tokens, kn, sum,
+                             job->level);
+        }
+        for (int t = 0; t < job->n_tokens; t++) job->y[(int64_t)t * rows + r] = sum[t];
+    }
+}
+
+static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    const sp_weight *w = job->w;
+    const int64_t rows = w->rows, cols = w->cols, bs = job->tr->block_size;
+    const unsigned char *data = w->data;
+    _Alignas(64) float tile[SP_GG_ROWS][SP_GG_COLS];
+
+    for (int64_t r = r0; r < r1; r += SP_GG_ROWS) {
+        const int nr = r1 - r < SP_GG_ROWS ? (int)(r1 - r) : SP_GG_ROWS;
+        for (int64_t k0 = 0; k0 < cols; k0 += SP_GG_COLS) {
+            const int64_t kn = cols - k0 < SP_GG_COLS ? cols - k0 : SP_GG_COLS;
+            for (int i = 0; i < nr; i++) {
+                const unsigned char *row =
+                    data + (size_t)(r + i) * job->row_bytes +
+                    (size_t)(k0 / bs) * job->tr->type_size;
+                job->tr->to_f32(row, tile[i], kn);
+            }
+            (job->k ? job->k->tile : sp_mm_tile_portable)(
+                tile[0], SP_GG_COLS, nr, job->x + k0, cols, job->n_tokens, kn,
+                job->y + r, rows, k0 > 0);
+        }
+    }
+}
+
+void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
+                    int n_tokens, float *y) {
+    if (!w || !x || !y || n_tokens <= 0) return;
+    if (!sp_ggml_weight_usable(w)) {
+        for (int64_t i = 0; i < (int64_t)n_tokens * w->rows; i++) y[i] = NAN;
+        return;
+    }
+    gg_job job = {
+        .w = w,
+        .tr = sp_ggml_traits(w->ggml_type),
+        .row_bytes = sp_ggml_row_size(w->ggml_type, w->cols),
+        .x = x,
+        .y = y,
+        .n_tokens = n_tokens,
+        .k = sp_mm_active(),
+        .level = sp_simd_current(),
+    };
+    const int threads = sp_pool_size(pool);
+    int64_t grain = (w->rows + threads - 1) / threads;
+    if (n_tokens <= SP_MM_SMALL_TOKENS &&
+        sp_ggml_dot_covered(w->ggml_type, w->cols)) {
+        if (sp_mm_act_levels() == 0) {
+            sp_pool_for(pool, w->rows, grain, gg_rows_f32, &job);
+            return;
+        }
+        /* Quantized once here, read by every worker (the call is
+         * synchronous, so the caller's thread-local scratch outlives it). */
+        static _Thread_local sp_ggml_act act[SP_MM_SMALL_TOKENS];
+        const uint32_t at = sp_ggml_dot_act_type(w->ggml_type);
+        bool ok = true;
+        for (int t = 0; t < n_tokens && ok; t++)
+            ok = sp_ggml_quantize_act(at, x + (int64_t)t * w->cols, w->cols,
+                                      &act[t]);
+        if (ok) {
+            job.act = act;
+            sp_pool_for(pool, w->rows, grain, gg_rows_q8, &job);
+            return;
+        }
+    }
+    grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
+    if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() >= 1 &&
+        job.level >= SP_SIMD_AVX512 && job.level != SP_SIMD_NEON &&
+        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+        /* quantized once per call (tokens split over the pool) into the
+         * caller's thread scratch, which outlives the synchronous pool
+         * call; read by every worker */
+        sp_ggml_acts acts;
+        if (sp_ggml_quantize_acts(pool, sp_ggml_dot_act_type(w->ggml_type), x,
+                                  n_tokens, w->cols, &acts)) {
+            job.acts = &acts;
+            sp_pool_for(pool, w->rows, grain, gg_rows_gemm, &job);
+            return;
+        }
+    }
+    sp_pool_for(pool, w->rows, grain, gg_range, &job);
+}
+
+void sp_weight_row_ggml(const sp_weight *w, int64_t r, float *out) {
+    if (!w || !out || w->cols <= 0) return;
+    if (!sp_ggml_weight_usable(w) || r < 0 || r >= w->rows) {
+        for (int64_t i = 0; i < w->cols; i++) out[i] = NAN;
+        return;
+    }
+    const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
+    const unsigned char *row = (const unsigned char *)w->data +
+                               (size_t)r * sp_ggml_row_size(w->ggml_type,
+                                                            w->cols);
+    tr->to_f32(row, out, w->cols);
+}

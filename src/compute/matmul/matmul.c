@@ -1,0 +1,196 @@
+/* Matrix products y = x W^T against weights of every storage type.
+ *
+ * Work is split over output rows: each pool chunk is a contiguous block of
+ * rows. With SIMD kernels (matmul_simd.h) and at most SP_MM_SMALL_TOKENS
+ * tokens, fused kernels stream the packed rows once. Otherwise rows are taken
+ * SP_MM_ROWS at a time and columns SP_MM_COLS at a time: the tile of weights
+ * is decoded once to f32 (on the stack, no allocation) and then dotted with
+ * every token's activations, so the decode cost is shared by all tokens of a
+ * prefill. The portable dot products keep independent partial sums per lane
+ * so that gcc vectorizes them without -ffast-math. */
+#include "compute/matmul/matmul.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compute/matmul/matmul_internal.h"
+#include "compute/matmul/matmul_simd.h"
+#include "compute/ggml/matmul_ggml.h"
+#include "compute/matmul/matmul_vnni_gemm.h"
+
+#define SP_MM_ROWS 32   /* rows decoded per tile: a whole SIMD GEMM panel */
+#define SP_MM_COLS 512  /* columns per tile: a multiple of every group size */
+#define SP_MM_LANES 16  /* independent partial sums per dot */
+
+static float sp_dot(const float *restrict a, const float *restrict x,
+                    int64_t n) {
+    float s[SP_MM_LANES] = {0};
+    int64_t i = 0;
+    /* Lane j sums elements j, j + LANES, ...: an order gcc may keep while
+     * vectorizing (a single running sum would have to stay scalar). */
+    for (; i + SP_MM_LANES <= n; i += SP_MM_LANES)
+        for (int j = 0; j < SP_MM_LANES; j++) s[j] += a[i + j] * x[i + j];
+    float t = 0;
+    for (int j = 0; j < SP_MM_LANES; j++) t += s[j];
+    for (; i < n; i++) t += a[i] * x[i];
+    return t;
+}
+
+/* Portable tile product (same contract as sp_mm_kernels.tile). */
+void sp_mm_tile_portable(const float *tile, int64_t ldt, int nr,
+                             const float *x, int64_t ldx, int nt, int64_t kn,
+                             float *y, int64_t ldy, bool accumulate) {
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        float *yt = y + (int64_t)t * ldy;
+        for (int i = 0; i < nr; i++) {
+            const float d = sp_dot(tile + i * ldt, xt, kn);
+            yt[i] = accumulate ? yt[i] + d : d;
+        }
+    }
+}
+
+static void sp_fill_nan(float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) v[i] = NAN;
+}
+
+typedef struct sp_mm_job {
+    const sp_weight *w;
+    const float *x;
+    float *y;
+    int n_tokens;
+    bool direct; /* F32 rows are used in place (aligned data) */
+    const sp_mm_kernels *k; /* NULL: portable */
+    bool int8;              /* sp_mm_rows_vnni instead of k->rows */
+    int levels;             /* its int8 parts per activation */
+    bool bf16;              /* sp_mm_tile_bf16 instead of k->tile */
+} sp_mm_job;
+
+#if defined(__x86_64__)
+/* Many tokens, affine weights, int8 modes: the VNNI GEMM takes the whole
+ * block of rows (it packs its own panels). */
+static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
+                             int thread_id) {
+    (void)thread_id;
+    const sp_mm_job *job = ctx;
+    sp_mm_gemm_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                    job->levels);
+}
+#endif
+
+/* Few tokens: the fused kernels stream each weight row once. */
+static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
+                             int thread_id) {
+    (void)thread_id;
+    const sp_mm_job *job = ctx;
+#if defined(__x86_64__)
+    if (job->int8) {
+        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                        job->levels);
+        return;
+    }
+#endif
+    job->k->rows(job->w, job->x, job->n_tokens, job->y, r0, r1);
+}
+
+typedef void sp_tile_fn(const float *tile, int64_t ldt, int nr,
+                        const float *x, int64_t ldx, int nt, int64_t kn,
+                        float *y, int64_t ldy, bool accumulate);
+
+/* Tiled path: decode a tile of rows once, then multiply it with every
+ * token, so the decode cost is shared by all tokens of a prefill. */
+static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const sp_mm_job *job = ctx;
+    const sp_weight *w = job->w;
+    const int64_t rows = w->rows, cols = w->cols;
+    _Alignas(64) float tile[SP_MM_ROWS][SP_MM_COLS];
+    const sp_mm_kernels *k = job->k;
+
+    for (int64_t r = r0; r < r1; r += SP_MM_ROWS) {
+        const int nr = r1 - r < SP_MM_ROWS ? (int)(r1 - r) : SP_MM_ROWS;
+        for (int64_t k0 = 0; k0 < cols; k0 += SP_MM_COLS) {
+            const int64_t kn = cols - k0 < SP_MM_COLS ? cols - k0 : SP_MM_COLS;
+            const float *t0;
+            int64_t ldt;
+            if (job->direct) {
+                t0 = (const float *)w->data + r * cols + k0;
+                ldt = cols;
+            } else {
+                for (int i = 0; i < nr; i++)
+                    if (!k || !k->decode(w, r + i, k0, kn, tile[i]))
+                        sp_decode_span(w, r + i, k0, kn, tile[i]);
+                t0 = tile[0];
+                ldt = SP_MM_COLS;
+            }
+            sp_tile_fn *tile_fn = k ? k->tile : sp_mm_tile_portable;
+#if defined(__x86_64__)
+            if (job->bf16) tile_fn = sp_mm_tile_bf16;
+#endif
+            tile_fn(t0, ldt, nr, job->x + k0, cols, job->n_tokens, kn,
+                    job->y + r, rows, k0 > 0);
+        }
+    }
+}
+
+void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
+               int n_tokens, float *y) {
+    if (!w || !x || !y || n_tokens <= 0) return;
+    if (w->type == SP_W_GGML) {
+        sp_matmul_ggml(pool, w, x, n_tokens, y);
+        return;
+    }
+    if (!sp_weight_usable(w)) {
+        sp_fill_nan(y, (int64_t)n_tokens * w->rows);
+        return;
+    }
+    sp_mm_job job = {
+        .w = w,
+        .x = x,
+        .y = y,
+        .n_tokens = n_tokens,
+        .direct = w->type == SP_W_F32 &&
+                  ((uintptr_t)w->data % _Alignof(float)) == 0,
+        .k = sp_mm_active(),
+    };
+    /* One contiguous block of rows per thread, in whole row tiles. */
+    const int threads = sp_pool_size(pool);
+    int64_t grain = (w->rows + threads - 1) / threads;
+#if defined(__x86_64__)
+    job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
+    /* (forced on in the exact mode by a test: one level) */
+    job.levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1;
+    job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS && sp_mm_int8_active() &&
+               sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, job.levels);
+#endif
+    /* (an empty row range only probes whether the format is covered) */
+    if (job.k && n_tokens <= SP_MM_SMALL_TOKENS &&
+        (job.int8 || job.k->rows(w, x, n_tokens, y, 0, 0))) {
+        grain = (grain + 3) / 4 * 4;
+        sp_pool_for(pool, w->rows, grain, sp_mm_rows_range, &job);
+        return;
+    }
+    grain = (grain + SP_MM_ROWS - 1) / SP_MM_ROWS * SP_MM_ROWS;
+#if defined(__x86_64__)
+    if (job.k && sp_mm_int8_active() &&
+        sp_mm_gemm_vnni(w, x, n_tokens, y, 0, 0, job.levels)) {
+        sp_pool_for(pool, w->rows, grain, sp_mm_gemm_range, &job);
+        return;
+    }
+#endif
+    sp_pool_for(pool, w->rows, grain, sp_mm_range, &job);
+}
+
+void sp_weight_row(const sp_weight *w, int64_t r, float *out) {
+    if (!w || !out || w->cols <= 0) return;
+    if (w->type == SP_W_GGML) {
+        sp_weight_row_ggml(w, r, out);
+        return;
+    }
+    if (!sp_weight_usable(w) || r < 0 || r >= w->rows) {
+        sp_fill_nan(out, w->cols);
+        return;
+    }
+    sp_decode_span(w, r, 0, w->cols, out);
+}

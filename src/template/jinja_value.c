@@ -1,0 +1,673 @@
+/* Jinja values with Python semantics: reference counting, truthiness,
+ * equality, str()/repr() and json.dumps() output, and UTF-8 helpers. The
+ * printing code reproduces CPython byte for byte (float repr, string repr
+ * quoting, json escaping) because chat templates print these directly. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "template/jinja_impl.h"
+
+/* ------------------------------------------------------------ ref counting */
+
+jx_value jx_ref(jx_value v) {
+    if (v.t >= JX_STR) v.u.o->rc++;
+    return v;
+}
+
+void jx_unref(jx_value v) {
+    if (v.t < JX_STR) return;
+    jx_obj *o = v.u.o;
+    if (--o->rc > 0) return;
+    switch (o->type) {
+    case JX_STR: free(o->u.str.s); break;
+    case JX_LIST:
+        for (size_t i = 0; i < o->u.list.n; i++) jx_unref(o->u.list.v[i]);
+        free(o->u.list.v);
+        break;
+    case JX_DICT:
+    case JX_NS:
+        for (size_t i = 0; i < o->u.dict.n; i++) {
+            jx_unref(o->u.dict.k[i]);
+            jx_unref(o->u.dict.v[i]);
+        }
+        free(o->u.dict.k);
+        free(o->u.dict.v);
+        break;
+    case JX_FUNC: jx_unref(o->u.fn.self); break;
+    default: break;
+    }
+    free(o);
+}
+
+static jx_obj *obj_new(jx_type t) {
+    jx_obj *o = calloc(1, sizeof *o);
+    if (o) {
+        o->rc = 1;
+        o->type = t;
+    }
+    return o;
+}
+
+bool jx_str_new(const char *s, size_t len, jx_value *out) {
+    jx_obj *o = obj_new(JX_STR);
+    char *d = malloc(len + 1);
+    if (!o || !d) {
+        free(o);
+        free(d);
+        return false;
+    }
+    if (len) memcpy(d, s, len);
+    d[len] = '\0';
+    o->u.str.s = d;
+    o->u.str.len = len;
+    out->t = JX_STR;
+    out->u.o = o;
+    return true;
+}
+
+bool jx_str_cstr(const char *s, jx_value *out) { return jx_str_new(s, strlen(s), out); }
+
+bool jx_list_new(size_t cap, bool tuple, jx_value *out) {
+    jx_obj *o = obj_new(JX_LIST);
+    if (!o) return false;
+    if (cap) {
+        o->u.list.v = malloc(cap * sizeof(jx_value));
+        if (!o->u.list.v) {
+            free(o);
+            return false;
+        }
+        o->u.list.cap = cap;
+    }
+    o->u.list.tuple = tuple;
+    out->t = JX_LIST;
+    out->u.o = o;
+    return true;
+}
+
+bool jx_dict_new(jx_type type, jx_value *out) {
+    jx_obj *o = obj_new(type);
+    if (!o) return false;
+    out->t = type;
+    out->u.o = o;
+    return true;
+}
+
+bool jx_list_push(jx_value list, jx_value item) {
+    jx_obj *o = list.u.o;
+    if (o->u.list.n == o->u.list.cap) {
+        size_t cap = o->u.list.cap ? o->u.list.cap * 2 : 4;
+        jx_value *v = realloc(o->u.list.v, cap * sizeof *v);
+        if (!v) {
+            jx_unref(item);
+            return false;
+        }
+        o->u.list.v = v;
+        o->u.list.cap = cap;
+    }
+    o->u.list.v[o->u.list.n++] = item;
+    return true;
+}
+
+static bool key_eq(jx_value a, jx_value b) {
+    if (a.t == JX_STR && b.t == JX_STR)
+        return jx_slen(a) == jx_slen(b) && memcmp(jx_s(a), jx_s(b), jx_slen(a)) == 0;
+    return jx_equal(a, b);
+}
+
+const jx_value *jx_dict_get(jx_value dict, jx_value key) {
+    jx_obj *o = dict.u.o;
+    for (size_t i = 0; i < o->u.dict.n; i++)
+        if (key_eq(o->u.dict.k[i], key)) return &o->u.dict.v[i];
+    return NULL;
+}
+
+const jx_value *jx_dict_get_cstr(jx_value dict, const char *key, size_t len) {
+    jx_obj *o = dict.u.o;
+    for (size_t i = 0; i < o->u.dict.n; i++) {
+        jx_value k = o->u.dict.k[i];
+        if (k.t == JX_STR && jx_slen(k) == len && memcmp(jx_s(k), key, len) == 0)
+            return &o->u.dict.v[i];
+    }
+    return NULL;
+}
+
+bool jx_dict_set(jx_value dict, jx_value key, jx_value val) {
+    jx_obj *o = dict.u.o;
+    for (size_t i = 0; i < o->u.dict.n; i++)
+        if (key_eq(o->u.dict.k[i], key)) {
+            jx_unref(o->u.dict.v[i]);
+            jx_unref(key);
+            o->u.dict.v[i] = val;
+            return true;
+        }
+    if (o->u.dict.n == o->u.dict.cap) {
+        size_t cap = o->u.dict.cap ? o->u.dict.cap * 2 : 8;
+        jx_value *k = realloc(o->u.dict.k, cap * sizeof *k);
+        if (k) o->u.dict.k = k;
+        jx_value *v = k ? realloc(o->u.dict.v, cap * sizeof *v) : NULL;
+        if (v) o->u.dict.v = v;
+        if (!k || !v) {
+            jx_unref(key);
+            jx_unref(val);
+            return false;
+        }
+        o->u.dict.cap = cap;
+    }
+    o->u.dict.k[o->u.dict.n] = key;
+    o->u.dict.v[o->u.dict.n++] = val;
+    return true;
+}
+
+bool jx_dict_set_cstr(jx_value dict, const char *key, jx_value val) {
+    jx_value k;
+    if (!jx_str_cstr(key, &k)) {
+        jx_unref(val);
+        return false;
+    }
+    return jx_dict_set(dict, k, val);
+}
+
+/* -------------------------------------------------------------- semantics */
+
+bool jx_truthy(jx_value v) {
+    switch (v.t) {
+    case JX_UNDEF:
+    case JX_NONE: return false;
+    case JX_BOOL: return v.u.b;
+    case JX_INT: return v.u.i != 0;
+    case JX_FLOAT: return v.u.f != 0.0;
+    case JX_STR: return jx_slen(v) > 0;
+    case JX_LIST: return v.u.o->u.list.n > 0;
+    case JX_DICT: return v.u.o->u.dict.n > 0;
+    default: return true;
+    }
+}
+
+static double num_of(jx_value v) {
+    return v.t == JX_FLOAT ? v.u.f : v.t == JX_INT ? (double)v.u.i : (double)v.u.b;
+}
+
+bool jx_equal(jx_value a, jx_value b) {
+    if (jx_is_num(a) && jx_is_num(b)) {
+        if (a.t != JX_FLOAT && b.t != JX_FLOAT) {
+            int64_t x = a.t == JX_INT ? a.u.i : a.u.b, y = b.t == JX_INT ? b.u.i : b.u.b;
+            return x == y;
+        }
+        return num_of(a) == num_of(b);
+    }
+    if (a.t != b.t) return false;
+    switch (a.t) {
+    case JX_UNDEF:
+    case JX_NONE: return true;
+    case JX_STR: return key_eq(a, b);
+    case JX_LIST: {
+        jx_obj *x = a.u.o, *y = b.u.o;
+        if (x->u.list.n != y->u.list.n) return false;
+        for (size_t i = 0; i < x->u.list.n; i++)
+            if (!jx_equal(x->u.list.v[i], y->u.list.v[i])) return false;
+        return true;
+    }
+    case JX_DICT: {
+        jx_obj *x = a.u.o, *y = b.u.o;
+        if (x->u.dict.n != y->u.dict.n) return false;
+        for (size_t i = 0; i < x->u.dict.n; i++) {
+            const jx_value *o = jx_dict_get(b, x->u.dict.k[i]);
+            if (!o || !jx_equal(x->u.dict.v[i], *o)) return false;
+        }
+        return true;
+    }
+    default: return a.u.o == b.u.o;
+    }
+}
+
+const char *jx_type_name(jx_value v) {
+    switch (v.t) {
+    case JX_UNDEF: return "Undefined";
+    case JX_NONE: return "NoneType";
+    case JX_BOOL: return "bool";
+    case JX_INT: return "int";
+    case JX_FLOAT: return "float";
+    case JX_STR: return "str";
+    case JX_LIST: return v.u.o->u.list.tuple ? "tuple" : "list";
+    case JX_DICT: return "dict";
+    case JX_NS: return "Namespace";
+    case JX_FUNC: return "function";
+    }
+    return "object";
+}
+
+/* ----------------------------------------------------------------- buffers */
+
+bool jx_buf_add(jx_buf *b, const char *s, size_t n) {
+    if (b->oom || b->overflow) return false;
+    if (b->limit && b->len + n > b->limit) {
+        b->overflow = true;
+        return false;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->oom = true;
+            return false;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return true;
+}
+
+bool jx_buf_addc(jx_buf *b, char c) { return jx_buf_add(b, &c, 1); }
+
+bool jx_buf_printf(jx_buf *b, const char *fmt, ...) {
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return false;
+    return jx_buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+void jx_buf_free(jx_buf *b) {
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+/* ------------------------------------------------------------------- UTF-8 */
+
+size_t jx_utf8_decode(const char *s, size_t n, uint32_t *cp) {
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
+    if (k <= 0) {
+        *cp = (unsigned char)s[0];
+        return 1;
+    }
+    *cp = (uint32_t)c;
+    return (size_t)k;
+}
+
+size_t jx_utf8_encode(uint32_t cp, char out[4]) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+size_t jx_utf8_len(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
+    return c;
+}
+
+size_t jx_utf8_offset(const char *s, size_t n, size_t cp) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (((unsigned char)s[i] & 0xC0) != 0x80) {
+            if (c == cp) return i;
+            c++;
+        }
+    }
+    return n;
+}
+
+/* Python's str.isspace(). */
+bool jx_is_space_cp(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 ||
+           c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* ---------------------------------------------------------------- printing */
+
+/* float.__repr__: the shortest digits that round-trip, laid out as CPython
+ * does (scientific below 1e-4 and from 1e16 on). */
+void jx_format_float(double d, char out[40]) {
+    if (isnan(d)) {
+        strcpy(out, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        strcpy(out, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    char tmp[40];
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, d);
+        if (strtod(tmp, NULL) == d) break;
+    }
+    /* tmp: [-]D[.DDD]e[+-]XX */
+    char digits[24];
+    int nd = 0, exp10;
+    const char *p = tmp;
+    bool neg = *p == '-';
+    if (neg) p++;
+    for (; *p && *p != 'e'; p++)
+        if (*p != '.') digits[nd++] = *p;
+    exp10 = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = '\0';
+    char *o = out;
+    if (neg) *o++ = '-';
+    if (exp10 < -4 || exp10 >= 16) {
+        *o++ = digits[0];
+        if (nd > 1) {
+            *o++ = '.';
+            memcpy(o, digits + 1, (size_t)nd - 1);
+            o += nd - 1;
+        }
+        sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+        return;
+    }
+    if (exp10 < 0) {
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -exp10 - 1; i++) *o++ = '0';
+        memcpy(o, digits, (size_t)nd);
+        o += nd;
+    } else {
+        for (int i = 0; i <= exp10; i++) *o++ = i < nd ? digits[i] : '0';
+        *o++ = '.';
+        if (nd > exp10 + 1) {
+            memcpy(o, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
+            o += nd - exp10 - 1;
+        } else {
+            *o++ = '0';
+        }
+    }
+    *o = '\0';
+}
+
+static bool printable_cp(uint32_t c) {
+    if (c == ' ') return true;
+    if (c < 0x20 || c == 0x7F) return false;
+    if (c < 0x7F) return true;
+    utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
+    switch (cat) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+        return false;
+    default: return true;
+    }
+}
+
+static bool write_str_repr(jx_buf *b, const char *s, size_t n) {
+    bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
+    char q = has_sq && !has_dq ? '"' : '\'';
+    jx_buf_addc(b, q);
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        size_t k = jx_utf8_decode(s + i, n - i, &c);
+        if (c == (uint32_t)q || c == '\\') {
+            jx_buf_addc(b, '\\');
+            jx_buf_addc(b, (char)c);
+        } else if (c == '\n') jx_buf_add(b, "\\n", 2);
+        else if (c == '\r') jx_buf_add(b, "\\r", 2);
+        else if (c == '\t') jx_buf_add(b, "\\t", 2);
+        else if (printable_cp(c)) jx_buf_add(b, s + i, k);
+        else if (c < 0x100) jx_buf_printf(b, "\\x%02x", c);
+        else if (c < 0x10000) jx_buf_printf(b, "\\u%04x", c);
+        else jx_buf_printf(b, "\\U%08x", c);
+        i += k;
+    }
+    return jx_buf_addc(b, q);
+}
+
+static bool write_value(jx_buf *b, jx_value v, bool repr, int depth) {
+    char num[40];
+    if (depth > 200) return jx_buf_add(b, "...", 3);
+    switch (v.t) {
+    case JX_UNDEF: return repr ? jx_buf_add(b, "Undefined", 9) : true;
+    case JX_NONE: return jx_buf_add(b, "None", 4);
+    case JX_BOOL: return v.u.b ? jx_buf_add(b, "True", 4) : jx_buf_add(b, "False", 5);
+    case JX_INT: return jx_buf_printf(b, "%lld", (long long)v.u.i);
+    case JX_FLOAT:
+        jx_format_float(v.u.f, num);
+        return jx_buf_add(b, num, strlen(num));
+    case JX_STR:
+        return repr ? write_str_repr(b, jx_s(v), jx_slen(v)) : jx_buf_add(b, jx_s(v), jx_slen(v));
+    case JX_LIST: {
+        jx_obj *o = v.u.o;
+        bool t = o->u.list.tuple;
+        jx_buf_addc(b, t ? '(' : '[');
+        for (size_t i = 0; i < o->u.list.n; i++) {
+            if (i) jx_buf_add(b, ", ", 2);
+            write_value(b, o->u.list.v[i], true, depth + 1);
+        }
+        if (t && o->u.list.n == 1) jx_buf_addc(b, ',');
+        return jx_buf_addc(b, t ? ')' : ']');
+    }
+    case JX_DICT:
+    case JX_NS: {
+        jx_obj *o = v.u.o;
+        if (v.t == JX_NS) jx_buf_add(b, "<Namespace ", 11);
+        jx_buf_addc(b, '{');
+        for (size_t i = 0; i < o->u.dict.n; i++) {
+            if (i) jx_buf_add(b, ", ", 2);
+            write_value(b, o->u.dict.k[i], true, depth + 1);
+            jx_buf_add(b, ": ", 2);
+            write_value(b, o->u.dict.v[i], true, depth + 1);
+        }
+        jx_buf_addc(b, '}');
+        return v.t == JX_NS ? jx_buf_addc(b, '>') : true;
+    }
+    case JX_FUNC:
+        return jx_buf_printf(b, "<function %s>", v.u.o->u.fn.name ? v.u.o->u.fn.name : "?");
+    }
+    return true;
+}
+
+bool jx_write_str(jx_buf *b, jx_value v) { return write_value(b, v, false, 0); }
+bool jx_write_repr(jx_buf *b, jx_value v) { return write_value(b, v, true, 0); }
+
+bool jx_to_str(jx_value v, jx_value *out) {
+    if (v.t == JX_STR) {
+        *out = jx_ref(v);
+        return true;
+    }
+    jx_buf b = {0};
+    if (!jx_write_str(&b, v) && (b.oom || b.overflow)) {
+        jx_buf_free(&b);
+        return false;
+    }
+    bool ok = jx_str_new(b.data ? b.data : "", b.len, out);
+    jx_buf_free(&b);
+    return ok;
+}
+
+static void write_json_str(jx_buf *b, const char *s, size_t n) {
+    jx_buf_addc(b, '"');
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = NULL;
+        char tmp[8];
+        switch (c) {
+        case '"': esc = "\\\""; break;
+        case '\\': esc = "\\\\"; break;
+        case '\n': esc = "\\n"; break;
+        case '\r': esc = "\\r"; break;
+        case '\t': esc = "\\t"; break;
+        case '\b': esc = "\\b"; break;
+        case '\f': esc = "\\f"; break;
+        default:
+            if (c < 0x20) {
+                snprintf(tmp, sizeof tmp, "\\u%04x", c);
+                esc = tmp;
+            }
+        }
+        if (esc) {
+            jx_buf_add(b, s + run, i - run);
+            jx_buf_add(b, esc, strlen(esc));
+            run = i + 1;
+        }
+    }
+    jx_buf_add(b, s + run, n - run);
+    jx_buf_addc(b, '"');
+}
+
+static void json_newline(jx_buf *b, const char *indent, int level) {
+    jx_buf_addc(b, '\n');
+    for (int i = 0; i < level; i++) jx_buf_add(b, indent, strlen(indent));
+}
+
+static int cmp_keys(const void *x, const void *y) {
+    const jx_value *a = *(const jx_value *const *)x, *b = *(const jx_value *const *)y;
+    size_t la = jx_slen(*a), lb = jx_slen(*b);
+    int c = memcmp(jx_s(*a), jx_s(*b), la < lb ? la : lb);
+    return c ? c : (la < lb ? -1 : la > lb);
+}
+
+bool jx_write_json(jx_buf *b, jx_value v, const char *indent,
+                   const char *item_sep, const char *key_sep, bool sort_keys,
+                   int depth, const char **why) {
+    char num[40];
+    if (depth > 500) {
+        *why = "maximum recursion depth exceeded while encoding a JSON object";
+        return false;
+    }
+    switch (v.t) {
+    case JX_NONE: return jx_buf_add(b, "null", 4), true;
+    case JX_BOOL: return jx_buf_add(b, v.u.b ? "true" : "false", v.u.b ? 4 : 5), true;
+    case JX_INT: return jx_buf_printf(b, "%lld", (long long)v.u.i), true;
+    case JX_FLOAT:
+        if (isnan(v.u.f)) strcpy(num, "NaN");
+        else if (isinf(v.u.f)) strcpy(num, v.u.f < 0 ? "-Infinity" : "Infinity");
+        else jx_format_float(v.u.f, num);
+        jx_buf_add(b, num, strlen(num));
+        return true;
+    case JX_STR: write_json_str(b, jx_s(v), jx_slen(v)); return true;
+    case JX_LIST: {
+        jx_obj *o = v.u.o;
+        if (o->u.list.n == 0) return jx_buf_add(b, "[]", 2), true;
+        jx_buf_addc(b, '[');
+        for (size_t i = 0; i < o->u.list.n; i++) {
+            if (i) jx_buf_add(b, item_sep, strlen(item_sep));
+            if (indent) json_newline(b, indent, depth + 1);
+            if (!jx_write_json(b, o->u.list.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why))
+                return false;
+        }
+        if (indent) json_newline(b, indent, depth);
+        jx_buf_addc(b, ']');
+        return true;
+    }
+    case JX_DICT: {
+        jx_obj *o = v.u.o;
+        if (o->u.dict.n == 0) return jx_buf_add(b, "{}", 2), true;
+        size_t n = o->u.dict.n;
+        /* Keys become strings first, as json.dumps does for int/float/bool
+         * /None keys, so that sorting compares what is written. */
+        jx_value *keys = calloc(n, sizeof *keys);
+        const jx_value **order = calloc(n, sizeof *order);
+        bool ok = keys && order;
+        for (size_t i = 0; ok && i < n; i++) {
+            jx_value k = o->u.dict.k[i];
+            if (k.t == JX_STR) keys[i] = jx_ref(k);
+            else if (k.t == JX_NONE) ok = jx_str_cstr("null", &keys[i]);
+            else if (k.t == JX_BOOL) ok = jx_str_cstr(k.u.b ? "true" : "false", &keys[i]);
+            else if (k.t == JX_INT || k.t == JX_FLOAT) ok = jx_to_str(k, &keys[i]);
+            else {
+                *why = "keys must be str, int, float, bool or None";
+                ok = false;
+                keys[i] = JX_UNDEFINED;
+            }
+            order[i] = &keys[i];
+        }
+        if (ok && sort_keys) qsort(order, n, sizeof *order, cmp_keys);
+        if (ok) jx_buf_addc(b, '{');
+        for (size_t j = 0; ok && j < n; j++) {
+            size_t i = (size_t)(order[j] - keys);
+            if (j) jx_buf_add(b, item_sep, strlen(item_sep));
+            if (indent) json_newline(b, indent, depth + 1);
+            write_json_str(b, jx_s(keys[i]), jx_slen(keys[i]));
+            jx_buf_add(b, key_sep, strlen(key_sep));
+            ok = jx_write_json(b, o->u.dict.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why);
+        }
+        if (ok && indent) json_newline(b, indent, depth);
+        if (ok) jx_buf_addc(b, '}');
+        for (size_t i = 0; keys && i < n; i++) jx_unref(keys[i]);
+        free(keys);
+        free(order);
+        if (!ok && !*why) *why = "out of memory";
+        return ok;
+    }
+    case JX_UNDEF: *why = "Object of type Undefined is not JSON serializable"; return false;
+    case JX_NS: *why = "Object of type Namespace is not JSON serializable"; return false;
+    default: *why = "Object of type function is not JSON serializable"; return false;
+    }
+}
+
+/* ------------------------------------------------------------------- cJSON */
+
+bool jx_from_json(const cJSON *j, jx_value *out, int depth) {
+    if (depth > 500) return false;
+    if (!j || cJSON_IsNull(j)) {
+        *out = JX_NONEV;
+        return true;
+    }
+    if (cJSON_IsBool(j)) {
+        *out = jx_bool(cJSON_IsTrue(j));
+        return true;
+    }
+    if (cJSON_IsNumber(j)) {
+        /* Integral values are ints unless sp_json_parse saw a float literal. */
+        double d = j->valuedouble;
+        if (!(j->type & SP_JSON_FLOAT_FLAG) && d == floor(d) && fabs(d) < 9007199254740992.0)
+            *out = jx_int((int64_t)d);
+        else *out = jx_float(d);
+        return true;
+    }
+    if (cJSON_IsString(j)) return jx_str_cstr(j->valuestring ? j->valuestring : "", out);
+    if (cJSON_IsArray(j)) {
+        if (!jx_list_new(0, false, out)) return false;
+        for (const cJSON *c = j->child; c; c = c->next) {
+            jx_value v;
+            if (!jx_from_json(c, &v, depth + 1) || !jx_list_push(*out, v)) {
+                jx_unref(*out);
+                return false;
+            }
+        }
+        return true;
+    }
+    if (cJSON_IsObject(j)) {
+        if (!jx_dict_new(JX_DICT, out)) return false;
+        for (const cJSON *c = j->child; c; c = c->next) {
+            jx_value v;
+            if (!jx_from_json(c, &v, depth + 1) ||
+                !jx_dict_set_cstr(*out, c->string ? c->string : "", v)) {
+                jx_unref(*out);
+                return false;
+            }
+        }
+        return true;
+    }
+    *out = JX_NONEV;
+    return true;
+}
