@@ -14,6 +14,7 @@
  *    the position (its scores do not follow merge order). */
 #include "artifacts/convert_internal.h"
 #include "base/error.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,35 +80,30 @@ int32_t sp_conv_vocab_id(const sp_conv_vocab *v, const char *s) {
 
 /* ------------------------------------------------------------- spelling */
 
-static size_t cp_len(unsigned char c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+/* The code point at p in a NUL-terminated string; returns its byte length
+ * (never past the NUL). */
+static size_t cp_at(const char *p, uint32_t *cp) {
+    int l;
+    *cp = sp_utf8_next(p, strnlen(p, 4), &l);
+    return (size_t)l;
 }
 
-static size_t n_cps(const char *s) {
-    size_t n = 0;
-    for (; *s; s += cp_len((unsigned char)*s)) n++;
-    return n;
-}
-
-/* Python's str.isspace for the code points a vocabulary may hold. */
-static bool py_space(const unsigned char *p, size_t len) {
-    if (len == 1) return (*p >= 9 && *p <= 13) || *p == ' ' || (*p >= 0x1C && *p <= 0x1F);
-    uint32_t c = len == 2 ? (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F)
-               : len == 3 ? (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F)
-                          : 0;
-    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+/* Python's str.isspace. */
+static bool py_space(uint32_t c) {
+    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
            c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 char *sp_conv_gemma_spelling(const char *tok) {
     bool space = false, blank = *tok != '\0';
-    for (const char *p = tok; *p; p += cp_len((unsigned char)*p)) {
-        size_t l = cp_len((unsigned char)*p);
-        if (*p == ' ') space = true;
-        if (!py_space((const unsigned char *)p, l)) blank = false;
+    for (const char *p = tok; *p;) {
+        uint32_t c;
+        p += cp_at(p, &c);
+        if (c == ' ') space = true;
+        if (!py_space(c)) blank = false;
     }
     if (!space || !blank) return strdup(tok);
-    size_t n = n_cps(tok);
+    size_t n = sp_utf8_count(tok, strlen(tok));
     char *s = malloc(3 * n + 1);
     for (size_t i = 0; s && i < n; i++) memcpy(s + 3 * i, "\xe2\x96\x81", 3);
     if (s) s[3 * n] = '\0';
@@ -120,19 +116,11 @@ static bool printable_byte(uint32_t c) {
     return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
 }
 
-static uint32_t decode_cp(const unsigned char *p, size_t len) {
-    if (len == 1) return p[0];
-    uint32_t c = p[0] & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) c = c << 6 | (p[i] & 0x3F);
-    return c;
-}
-
 bool sp_conv_in_byte_alphabet(const char *tok) {
     for (const char *p = tok; *p;) {
-        size_t l = cp_len((unsigned char)*p);
-        uint32_t c = decode_cp((const unsigned char *)p, l);
+        uint32_t c;
+        p += cp_at(p, &c);
         if (!printable_byte(c) && !(c >= 256 && c < 256 + 68)) return false;
-        p += l;
     }
     return true;
 }
@@ -147,12 +135,7 @@ char *sp_conv_byte_level_spelling(const char *tok) {
             c = 256;
             for (uint32_t k = 0; k < b; k++) c += !printable_byte(k);
         }
-        if (c < 0x80) {
-            *o++ = (char)c;
-        } else {
-            *o++ = (char)(0xC0 | c >> 6);
-            *o++ = (char)(0x80 | (c & 0x3F));
-        }
+        o += sp_utf8_encode(c, o);
     }
     if (s) *o = '\0';
     return s;
@@ -199,9 +182,9 @@ spindle_status sp_conv_derive_merges(char *const *tokens, size_t n,
         const char *t = tokens[i];
         const slot *self = lookup(v, t);
         if (self->first != (int32_t)i) continue; /* a repeated token */
-        size_t len = strlen(t), start = cnt, cps = n_cps(t), k = 0;
-        for (size_t off = cp_len((unsigned char)*t); off < len;
-             off += cp_len((unsigned char)t[off])) {
+        size_t len = strlen(t), start = cnt, cps = sp_utf8_count(t, len), k = 0;
+        uint32_t c;
+        for (size_t off = cp_at(t, &c); off < len; off += cp_at(t + off, &c)) {
             k++;
             memcpy(buf, t, off);
             buf[off] = '\0';

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 #include "spindle.h"
@@ -103,19 +104,6 @@ static int hex4(const char *p) {
     return v;
 }
 
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Decode a JSON string literal spanning the whole line (our own parser, so
  * that \u0000 survives and lone surrogates become U+FFFD). Decodes in place
  * into `out` (at most n bytes). Returns false when malformed. */
@@ -153,7 +141,7 @@ static bool parse_json_line_string(const char *s, size_t n, char *out, size_t *o
                 }
             }
             if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
-            o += put_utf8(out + o, cp);
+            o += sp_utf8_encode(cp, out + o);
             break;
         }
         default: return false;

@@ -78,11 +78,11 @@ static bool g_dict(jx_ctx *ctx, const jx_value *self, const jx_args *a, jx_value
 }
 
 static bool g_raise(jx_ctx *ctx, const jx_value *self, const jx_args *a, jx_value *out) {
-    jx_buf b = {.limit = 400};
+    sp_strbuf b = {.limit = 400};
     const jx_value *m = jx_arg(a, 0, "message");
     if (m) jx_write_str(&b, *m);
-    jx_fail(ctx, "%s", b.data ? b.data : "");
-    jx_buf_free(&b);
+    jx_fail(ctx, "%s", b.p ? b.p : "");
+    sp_strbuf_free(&b);
     return false;
 }
 
@@ -144,7 +144,7 @@ static bool affix(jx_ctx *ctx, jx_value s, const jx_value *arg, bool end, bool *
 }
 
 static int64_t cp_index(jx_value s, const char *at) {
-    return (int64_t)jx_utf8_len(jx_s(s), (size_t)(at - jx_s(s)));
+    return (int64_t)sp_utf8_count(jx_s(s), (size_t)(at - jx_s(s)));
 }
 
 static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a, jx_value *out,
@@ -184,7 +184,7 @@ static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a,
         size_t n = jx_slen(s), k = jx_slen(*a0);
         if (m[0] == 'c') {
             int64_t c = 0;
-            if (k == 0) c = (int64_t)jx_utf8_len(p, n) + 1;
+            if (k == 0) c = (int64_t)sp_utf8_count(p, n) + 1;
             else
                 for (const char *h = p; (h = memmem(h, n - (size_t)(h - p), q, k)); h += k) c++;
             *out = jx_int(c);
@@ -208,16 +208,16 @@ static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a,
         jx_value items;
         if (!a0) return jx_fail(ctx, "join() takes exactly one argument");
         if (!jx_to_list(ctx, *a0, &items)) return false;
-        jx_buf b = {0};
+        sp_strbuf b = {0};
         for (size_t i = 0; i < items.u.o->u.list.n; i++) {
             jx_value it = items.u.o->u.list.v[i];
             if (it.t != JX_STR) {
-                jx_buf_free(&b);
+                sp_strbuf_free(&b);
                 jx_unref(items);
                 return jx_fail(ctx, "sequence item %zu: expected str instance, %s found", i, jx_type_name(it));
             }
-            if (i) jx_buf_add(&b, jx_s(s), jx_slen(s));
-            jx_buf_add(&b, jx_s(it), jx_slen(it));
+            if (i) sp_strbuf_add(&b, jx_s(s), jx_slen(s));
+            sp_strbuf_add(&b, jx_s(it), jx_slen(it));
         }
         jx_unref(items);
         return jx_str_from_buf(ctx, &b, out);

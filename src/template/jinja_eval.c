@@ -139,15 +139,15 @@ static bool get_item(jx_ctx *ctx, jx_value obj, jx_value key, bool attr_first,
         }
     } else if ((obj.t == JX_LIST || obj.t == JX_STR) && (key.t == JX_INT || key.t == JX_BOOL)) {
         int64_t i = key.t == JX_INT ? key.u.i : key.u.b;
-        size_t n = obj.t == JX_LIST ? obj.u.o->u.list.n : jx_utf8_len(jx_s(obj), jx_slen(obj));
+        size_t n = obj.t == JX_LIST ? obj.u.o->u.list.n : sp_utf8_count(jx_s(obj), jx_slen(obj));
         if (i < 0) i += (int64_t)n;
         if (i >= 0 && (size_t)i < n) {
             if (obj.t == JX_LIST) {
                 *out = jx_ref(obj.u.o->u.list.v[i]);
                 return true;
             }
-            size_t a = jx_utf8_offset(jx_s(obj), jx_slen(obj), (size_t)i);
-            size_t b = jx_utf8_offset(jx_s(obj), jx_slen(obj), (size_t)i + 1);
+            size_t a = sp_utf8_offset(jx_s(obj), jx_slen(obj), (size_t)i);
+            size_t b = sp_utf8_offset(jx_s(obj), jx_slen(obj), (size_t)i + 1);
             if (!jx_str_new(jx_s(obj) + a, b - a, out)) return jx_fail(ctx, "out of memory");
             return true;
         }
@@ -183,8 +183,8 @@ bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out) {
         size_t n = jx_slen(v);
         if (!jx_list_new(n, false, out)) return jx_fail(ctx, "out of memory");
         for (size_t i = 0; i < n;) {
-            uint32_t cp;
-            size_t k = jx_utf8_decode(s + i, n - i, &cp);
+            int k;
+            sp_utf8_next(s + i, n - i, &k);
             jx_value c;
             if (!jx_str_new(s + i, k, &c) || !jx_list_push(*out, c)) {
                 jx_unref(*out);
@@ -270,10 +270,10 @@ static bool repeat(jx_ctx *ctx, jx_value seq, int64_t n, jx_value *out) {
         size_t len = jx_slen(seq);
         if (len && (uint64_t)n > (ctx->limits->max_output ? ctx->limits->max_output : SIZE_MAX) / len)
             return jx_limit_fail(ctx, "string repetition exceeds the output limit");
-        jx_buf b = {0};
-        for (int64_t i = 0; i < n; i++) jx_buf_add(&b, jx_s(seq), len);
-        bool ok = !b.oom && jx_str_new(b.data ? b.data : "", b.len, out);
-        jx_buf_free(&b);
+        sp_strbuf b = {0};
+        for (int64_t i = 0; i < n; i++) sp_strbuf_add(&b, jx_s(seq), len);
+        bool ok = !b.oom && jx_str_new(b.p ? b.p : "", b.len, out);
+        sp_strbuf_free(&b);
         return ok || jx_fail(ctx, "out of memory");
     }
     jx_obj *o = seq.u.o;
@@ -291,11 +291,11 @@ static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
         return jx_fail(ctx, "unsupported operand: an operand of '%s' is undefined", op_name(op));
     if (jx_is_num(a) && jx_is_num(b)) return num_binop(ctx, op, a, b, out);
     if (op == '+' && a.t == JX_STR && b.t == JX_STR) {
-        jx_buf buf = {0};
-        jx_buf_add(&buf, jx_s(a), jx_slen(a));
-        jx_buf_add(&buf, jx_s(b), jx_slen(b));
-        bool ok = !buf.oom && jx_str_new(buf.data ? buf.data : "", buf.len, out);
-        jx_buf_free(&buf);
+        sp_strbuf buf = {0};
+        sp_strbuf_add(&buf, jx_s(a), jx_slen(a));
+        sp_strbuf_add(&buf, jx_s(b), jx_slen(b));
+        bool ok = !buf.oom && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+        sp_strbuf_free(&buf);
         return ok || jx_fail(ctx, "out of memory");
     }
     if (op == '+' && a.t == JX_LIST && b.t == JX_LIST &&
@@ -474,7 +474,7 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     int64_t step = v[2] == INT64_MIN ? 1 : v[2];
     if (step == 0) return jx_fail(ctx, "slice step cannot be zero");
     int64_t n = obj.t == JX_LIST ? (int64_t)obj.u.o->u.list.n
-                                 : (int64_t)jx_utf8_len(jx_s(obj), jx_slen(obj));
+                                 : (int64_t)sp_utf8_count(jx_s(obj), jx_slen(obj));
     /* CPython's PySlice_AdjustIndices. */
     int64_t lo = v[0], hi = v[1];
     if (lo == INT64_MIN) lo = step < 0 ? n - 1 : 0;
@@ -497,13 +497,13 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     }
     const char *s = jx_s(obj);
     size_t len = jx_slen(obj);
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-        size_t a = jx_utf8_offset(s, len, (size_t)i), z = jx_utf8_offset(s, len, (size_t)i + 1);
-        jx_buf_add(&b, s + a, z - a);
+        size_t a = sp_utf8_offset(s, len, (size_t)i), z = sp_utf8_offset(s, len, (size_t)i + 1);
+        sp_strbuf_add(&b, s + a, z - a);
     }
-    bool ok = !b.oom && jx_str_new(b.data ? b.data : "", b.len, out);
-    jx_buf_free(&b);
+    bool ok = !b.oom && jx_str_new(b.p ? b.p : "", b.len, out);
+    sp_strbuf_free(&b);
     return ok || jx_fail(ctx, "out of memory");
 }
 
@@ -626,14 +626,14 @@ static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
         return ok;
     }
     case JN_CONCAT: {
-        jx_buf buf = {0};
+        sp_strbuf buf = {0};
         for (size_t i = 0; i < n->list.n; i++) {
-            if (!eval(e, n->list.v[i], &a)) return jx_buf_free(&buf), false;
+            if (!eval(e, n->list.v[i], &a)) return sp_strbuf_free(&buf), false;
             jx_write_str(&buf, a);
             jx_unref(a);
         }
-        bool ok = !buf.oom && jx_str_new(buf.data ? buf.data : "", buf.len, out);
-        jx_buf_free(&buf);
+        bool ok = !buf.oom && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+        sp_strbuf_free(&buf);
         return ok || jx_fail(ctx, "out of memory");
     }
     case JN_COMPARE: {

@@ -33,13 +33,13 @@ static bool emit(jx_ctx *ctx, jx_value v) {
 
 /* Render `body` into a string value instead of the output. */
 static bool capture(jx_ctx *ctx, jx_frame *frame, const jx_nodes *body, jx_value *out) {
-    jx_buf buf = {.limit = ctx->limits->max_output};
-    jx_buf *saved = ctx->out;
+    sp_strbuf buf = {.limit = ctx->limits->max_output};
+    sp_strbuf *saved = ctx->out;
     ctx->out = &buf;
     int r = exec_body(ctx, frame, body);
     ctx->out = saved;
-    bool ok = r != EX_ERR && jx_str_new(buf.data ? buf.data : "", buf.len, out);
-    jx_buf_free(&buf);
+    bool ok = r != EX_ERR && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+    sp_strbuf_free(&buf);
     if (r == EX_ERR) return false;
     return ok || jx_fail(ctx, "out of memory");
 }
@@ -357,7 +357,7 @@ spindle_status sp_jinja_render(const sp_jinja_template *tpl, const cJSON *contex
     if (lim.max_depth <= 0) lim.max_depth = 1;
     spindle_error local;
     if (!err) err = &local;
-    jx_buf buf = {.limit = lim.max_output};
+    sp_strbuf buf = {.limit = lim.max_output};
     jx_frame root;
     jx_ctx ctx = {.limits = &lim, .err = err, .out = &buf, .root = &root, .line = 1, .col = 1};
     if (!jx_frame_push(&root, NULL)) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
@@ -371,12 +371,12 @@ spindle_status sp_jinja_render(const sp_jinja_template *tpl, const cJSON *contex
     int r = exec_body(&ctx, &root, &tpl->root->list);
     jx_frame_pop(&root);
     if (r == EX_ERR || ctx.failed) {
-        jx_buf_free(&buf);
+        sp_strbuf_free(&buf);
         if (!ctx.failed) return sp_fail(err, SPINDLE_ERR_TEMPLATE, "template: render failed");
         return err->status ? err->status : SPINDLE_ERR_TEMPLATE;
     }
-    if (!buf.data && !jx_buf_add(&buf, "", 0)) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    *out = buf.data;
+    if (!buf.p && !sp_strbuf_add(&buf, "", 0)) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    *out = buf.p;
     if (out_len) *out_len = buf.len;
     return SPINDLE_OK;
 }

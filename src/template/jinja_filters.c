@@ -20,7 +20,7 @@ static bool as_str(jx_ctx *ctx, jx_value v, jx_value *out) {
 static bool length_of(jx_ctx *ctx, jx_value v, int64_t *n) {
     switch (v.t) {
     case JX_UNDEF: *n = 0; return true;
-    case JX_STR: *n = (int64_t)jx_utf8_len(jx_s(v), jx_slen(v)); return true;
+    case JX_STR: *n = (int64_t)sp_utf8_count(jx_s(v), jx_slen(v)); return true;
     case JX_LIST: *n = (int64_t)v.u.o->u.list.n; return true;
     case JX_DICT: *n = (int64_t)v.u.o->u.dict.n; return true;
     default: return jx_fail(ctx, "object of type '%s' has no len()", jx_type_name(v));
@@ -157,10 +157,10 @@ static bool f_tojson(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
         return jx_fail(ctx, "tojson: separators must be a pair of strings");
     }
     if (ea && jx_truthy(*ea)) return jx_fail(ctx, "tojson: ensure_ascii=True is not supported");
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     const char *why = NULL;
     if (!jx_write_json(&b, v, indent, item_sep, key_sep, sk && jx_truthy(*sk), 0, &why)) {
-        jx_buf_free(&b);
+        sp_strbuf_free(&b);
         return jx_fail(ctx, "%s", why ? why : "tojson failed");
     }
     return jx_str_from_buf(ctx, &b, out);
@@ -181,29 +181,29 @@ static bool f_indent(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
         if (!jx_str_new(sp, (size_t)k, &ind)) return jx_unref(s), jx_fail(ctx, "out of memory");
     }
     /* Jinja appends "\n" so that splitlines() keeps a trailing empty line. */
-    jx_buf src = {0}, b = {0};
-    jx_buf_add(&src, jx_s(s), jx_slen(s));
-    jx_buf_addc(&src, '\n');
-    const char *p = src.data;
+    sp_strbuf src = {0}, b = {0};
+    sp_strbuf_add(&src, jx_s(s), jx_slen(s));
+    sp_strbuf_addc(&src, '\n');
+    const char *p = src.p;
     size_t n = src.len, i = 0, line = 0;
     bool blank_too = blank && jx_truthy(*blank);
     while (i < n) {
         size_t next, e = jx_line_end(p, n, i, &next);
         if (line > 0) {
-            jx_buf_addc(&b, '\n');
-            if (blank_too || e > i) jx_buf_add(&b, jx_s(ind), jx_slen(ind));
+            sp_strbuf_addc(&b, '\n');
+            if (blank_too || e > i) sp_strbuf_add(&b, jx_s(ind), jx_slen(ind));
         }
-        jx_buf_add(&b, p + i, e - i);
+        sp_strbuf_add(&b, p + i, e - i);
         i = next;
         line++;
     }
-    jx_buf_free(&src);
+    sp_strbuf_free(&src);
     jx_value r;
     bool ok = jx_str_from_buf(ctx, &b, &r);
     if (ok && first && jx_truthy(*first)) {
-        jx_buf c = {0};
-        jx_buf_add(&c, jx_s(ind), jx_slen(ind));
-        jx_buf_add(&c, jx_s(r), jx_slen(r));
+        sp_strbuf c = {0};
+        sp_strbuf_add(&c, jx_s(ind), jx_slen(ind));
+        sp_strbuf_add(&c, jx_s(r), jx_slen(r));
         jx_unref(r);
         ok = jx_str_from_buf(ctx, &c, &r);
     }
@@ -269,7 +269,7 @@ static bool f_join(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     const jx_value *sep = jx_arg(a, 0, "d"), *attr = jx_arg(a, 1, "attribute");
     jx_value items;
     if (!jx_to_list(ctx, v, &items)) return false;
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < items.u.o->u.list.n; i++) {
         if (i && sep) jx_write_str(&b, *sep);
@@ -282,7 +282,7 @@ static bool f_join(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
         }
     }
     jx_unref(items);
-    if (!ok) return jx_buf_free(&b), false;
+    if (!ok) return sp_strbuf_free(&b), false;
     return jx_str_from_buf(ctx, &b, out);
 }
 
@@ -397,7 +397,7 @@ static bool f_reverse(jx_ctx *ctx, jx_value v, jx_value *out) {
         o->u.list.v[j] = t;
     }
     if (v.t != JX_STR) return *out = items, true;
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     for (size_t i = 0; i < o->u.list.n; i++) jx_write_str(&b, o->u.list.v[i]);
     jx_unref(items);
     return jx_str_from_buf(ctx, &b, out);
@@ -406,16 +406,16 @@ static bool f_reverse(jx_ctx *ctx, jx_value v, jx_value *out) {
 static bool f_escape(jx_ctx *ctx, jx_value v, jx_value *out) {
     jx_value s;
     if (!as_str(ctx, v, &s)) return false;
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     for (size_t i = 0; i < jx_slen(s); i++) {
         char c = jx_s(s)[i];
         switch (c) {
-        case '&': jx_buf_add(&b, "&amp;", 5); break;
-        case '<': jx_buf_add(&b, "&lt;", 4); break;
-        case '>': jx_buf_add(&b, "&gt;", 4); break;
-        case '"': jx_buf_add(&b, "&#34;", 5); break;
-        case '\'': jx_buf_add(&b, "&#39;", 5); break;
-        default: jx_buf_addc(&b, c);
+        case '&': sp_strbuf_add(&b, "&amp;", 5); break;
+        case '<': sp_strbuf_add(&b, "&lt;", 4); break;
+        case '>': sp_strbuf_add(&b, "&gt;", 4); break;
+        case '"': sp_strbuf_add(&b, "&#34;", 5); break;
+        case '\'': sp_strbuf_add(&b, "&#39;", 5); break;
+        default: sp_strbuf_addc(&b, c);
         }
     }
     jx_unref(s);
@@ -428,8 +428,9 @@ static bool f_wordcount(jx_ctx *ctx, jx_value v, jx_value *out) {
     int64_t words = 0;
     bool in_word = false;
     for (size_t i = 0; i < jx_slen(s);) {
-        uint32_t c;
-        i += jx_utf8_decode(jx_s(s) + i, jx_slen(s) - i, &c);
+        int len;
+        uint32_t c = sp_utf8_next(jx_s(s) + i, jx_slen(s) - i, &len);
+        i += (size_t)len;
         bool w = jx_word_char(c);
         if (w && !in_word) words++;
         in_word = w;

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/strbuf.h"
+#include "base/utf8.h"
 #include "template/jinja.h"
 
 /* ------------------------------------------------------------------ values */
@@ -98,24 +100,13 @@ bool jx_truthy(jx_value v);
 bool jx_equal(jx_value a, jx_value b);
 const char *jx_type_name(jx_value v);
 
-/* A growable byte buffer; `limit` 0 means unlimited. */
-typedef struct jx_buf {
-    char *data;
-    size_t len, cap, limit;
-    bool overflow, oom;
-} jx_buf;
-bool jx_buf_add(jx_buf *b, const char *s, size_t n);
-bool jx_buf_addc(jx_buf *b, char c);
-bool jx_buf_printf(jx_buf *b, const char *fmt, ...);
-void jx_buf_free(jx_buf *b);
-
 /* Python str() / repr() of a value. */
-bool jx_write_str(jx_buf *b, jx_value v);
-bool jx_write_repr(jx_buf *b, jx_value v);
+bool jx_write_str(sp_strbuf *b, jx_value v);
+bool jx_write_repr(sp_strbuf *b, jx_value v);
 void jx_format_float(double d, char out[40]);
 /* json.dumps(v, ensure_ascii=False, ...); `indent` NULL for none.
  * Returns false with a message in `why` for values JSON cannot hold. */
-bool jx_write_json(jx_buf *b, jx_value v, const char *indent,
+bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
                    const char *item_sep, const char *key_sep, bool sort_keys,
                    int depth, const char **why);
 /* A value converted to a new string (str()). */
@@ -124,13 +115,8 @@ bool jx_to_str(jx_value v, jx_value *out);
 /* cJSON -> value. */
 bool jx_from_json(const cJSON *j, jx_value *out, int depth);
 
-/* UTF-8 helpers: code point count and the byte offset of code point i. */
-size_t jx_utf8_len(const char *s, size_t n);
-size_t jx_utf8_offset(const char *s, size_t n, size_t cp);
+/* Python's str.isspace(). */
 bool jx_is_space_cp(uint32_t c);
-/* Decode one code point at s (n bytes left); returns its byte length. */
-size_t jx_utf8_decode(const char *s, size_t n, uint32_t *cp);
-size_t jx_utf8_encode(uint32_t cp, char out[4]);
 
 /* ------------------------------------------------------------------- lexer */
 
@@ -216,7 +202,7 @@ typedef struct jx_ctx {
     int depth;
     int64_t iterations;
     jx_frame *root;
-    jx_buf *out;
+    sp_strbuf *out;
 } jx_ctx;
 
 /* Record an error at the current location; always returns false. */

@@ -121,7 +121,7 @@ static char *unescape(const char *s, size_t n, size_t *out_len) {
                     m++;
                 }
                 i--;
-                k += jx_utf8_encode(cp, o + k);
+                k += sp_utf8_encode(cp, o + k);
                 continue;
             }
             o[k++] = '\\';
@@ -145,7 +145,7 @@ static char *unescape(const char *s, size_t n, size_t *out_len) {
             return NULL;
         }
         /* An escape is at most 10 bytes and encodes to at most 4. */
-        k += jx_utf8_encode(cp, o + k);
+        k += sp_utf8_encode(cp, o + k);
     }
     o[k] = '\0';
     *out_len = k;
@@ -273,8 +273,8 @@ static spindle_status lex_tag(lexer *lx, bool block, bool *line_starting) {
             if (!q && strchr(OPS1, c) && c) q = 1;
             if (!q) {
                 char msg[64];
-                uint32_t cp;
-                size_t k = jx_utf8_decode(s, left, &cp);
+                int k;
+                sp_utf8_next(s, left, &k);
                 snprintf(msg, sizeof msg, "unexpected char '%.*s'", (int)k, s);
                 return lex_fail(lx, p, msg);
             }

@@ -49,7 +49,7 @@ const char *jxp_tok_desc(const jx_token *t, char *buf, size_t n) {
     default:
         {
             size_t k = t->len > 40 ? 40 : t->len;
-            while (k < t->len && k > 0 && ((unsigned char)t->s[k] & 0xC0) == 0x80) k--;
+            while (k < t->len && k > 0 && sp_utf8_is_continuation((unsigned char)t->s[k])) k--;
             snprintf(buf, n, "'%.*s'", (int)k, t->s);
         }
         return buf;
@@ -360,17 +360,17 @@ static jx_node *parse_primary(parser *p) {
         }
         next(p);
     } else if (t->type == JT_STRING) {
-        jx_buf b = {0};
+        sp_strbuf b = {0};
         while (cur(p)->type == JT_STRING) {
-            jx_buf_add(&b, cur(p)->s, cur(p)->len);
+            sp_strbuf_add(&b, cur(p)->s, cur(p)->len);
             next(p);
         }
         n = jxp_node(p, JN_CONST, t);
-        if (!n || b.oom || !jx_str_new(b.data ? b.data : "", b.len, &n->value)) {
-            jx_buf_free(&b);
+        if (!n || b.oom || !jx_str_new(b.p ? b.p : "", b.len, &n->value)) {
+            sp_strbuf_free(&b);
             return jxp_fail_at(p, t, "out of memory");
         }
-        jx_buf_free(&b);
+        sp_strbuf_free(&b);
     } else if (t->type == JT_INT || t->type == JT_FLOAT) {
         n = jxp_node(p, JN_CONST, t);
         if (!n) return NULL;

@@ -5,7 +5,7 @@
 #include "template/jinja_impl.h"
 
 /* Turn a buffer into a string value (the buffer is released). */
-bool jx_str_from_buf(jx_ctx *ctx, jx_buf *b, jx_value *out);
+bool jx_str_from_buf(jx_ctx *ctx, sp_strbuf *b, jx_value *out);
 /* str.strip/lstrip/rstrip; `chars` NULL or None: whitespace. */
 bool jx_strip(jx_ctx *ctx, jx_value s, const jx_value *chars, bool left, bool right,
               jx_value *out);

@@ -7,9 +7,9 @@
 #include "template/jinja_impl.h"
 #include "template/jinja_str.h"
 
-bool jx_str_from_buf(jx_ctx *ctx, jx_buf *b, jx_value *out) {
-    bool ok = !b->oom && jx_str_new(b->data ? b->data : "", b->len, out);
-    jx_buf_free(b);
+bool jx_str_from_buf(jx_ctx *ctx, sp_strbuf *b, jx_value *out) {
+    bool ok = !b->oom && jx_str_new(b->p ? b->p : "", b->len, out);
+    sp_strbuf_free(b);
     return ok || jx_fail(ctx, "out of memory");
 }
 
@@ -18,8 +18,9 @@ static bool in_chars(uint32_t c, const jx_value *chars) {
     const char *s = jx_s(*chars);
     size_t n = jx_slen(*chars);
     for (size_t i = 0; i < n;) {
-        uint32_t d;
-        i += jx_utf8_decode(s + i, n - i, &d);
+        int len;
+        uint32_t d = sp_utf8_next(s + i, n - i, &len);
+        i += (size_t)len;
         if (d == c) return true;
     }
     return false;
@@ -33,17 +34,17 @@ bool jx_strip(jx_ctx *ctx, jx_value s, const jx_value *chars, bool left, bool ri
     size_t n = jx_slen(s), a = 0, z = n;
     if (left)
         while (a < z) {
-            uint32_t c;
-            size_t k = jx_utf8_decode(p + a, z - a, &c);
+            int k;
+            uint32_t c = sp_utf8_next(p + a, z - a, &k);
             if (!in_chars(c, chars)) break;
             a += k;
         }
     if (right)
         while (z > a) {
             size_t q = z - 1;
-            while (q > a && ((unsigned char)p[q] & 0xC0) == 0x80) q--;
-            uint32_t c;
-            jx_utf8_decode(p + q, z - q, &c);
+            while (q > a && sp_utf8_is_continuation((unsigned char)p[q])) q--;
+            int len;
+            uint32_t c = sp_utf8_next(p + q, z - q, &len);
             if (!in_chars(c, chars)) break;
             z = q;
         }
@@ -55,11 +56,11 @@ bool jx_strip(jx_ctx *ctx, jx_value s, const jx_value *chars, bool left, bool ri
 bool jx_case(jx_ctx *ctx, jx_value s, int case_op, jx_value *out) {
     const char *p = jx_s(s);
     size_t n = jx_slen(s);
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     bool prev_cased = false, first = true, word_start = true;
     for (size_t i = 0; i < n;) {
-        uint32_t c;
-        size_t k = jx_utf8_decode(p + i, n - i, &c);
+        int k;
+        uint32_t c = sp_utf8_next(p + i, n - i, &k);
         utf8proc_int32_t r = (utf8proc_int32_t)c;
         switch (case_op) {
         case 'u': r = utf8proc_toupper(r); break;
@@ -81,7 +82,7 @@ bool jx_case(jx_ctx *ctx, jx_value s, int case_op, jx_value *out) {
         }
         first = false;
         char enc[4];
-        jx_buf_add(&b, enc, jx_utf8_encode((uint32_t)r, enc));
+        sp_strbuf_add(&b, enc, sp_utf8_encode((uint32_t)r, enc));
         i += k;
     }
     return jx_str_from_buf(ctx, &b, out);
@@ -93,19 +94,19 @@ bool jx_replace(jx_ctx *ctx, jx_value s, jx_value old, jx_value new_, int64_t co
         return jx_fail(ctx, "replace() arguments must be str");
     const char *p = jx_s(s), *o = jx_s(old);
     size_t n = jx_slen(s), on = jx_slen(old);
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     if (on == 0) {
         /* Python inserts `new` before every code point and at the end. */
         int64_t done = 0;
         for (size_t i = 0; i <= n;) {
             if (count < 0 || done < count) {
-                jx_buf_add(&b, jx_s(new_), jx_slen(new_));
+                sp_strbuf_add(&b, jx_s(new_), jx_slen(new_));
                 done++;
             }
             if (i == n) break;
-            uint32_t c;
-            size_t k = jx_utf8_decode(p + i, n - i, &c);
-            jx_buf_add(&b, p + i, k);
+            int k;
+            uint32_t c = sp_utf8_next(p + i, n - i, &k);
+            sp_strbuf_add(&b, p + i, k);
             i += k;
         }
         return jx_str_from_buf(ctx, &b, out);
@@ -115,12 +116,12 @@ bool jx_replace(jx_ctx *ctx, jx_value s, jx_value old, jx_value new_, int64_t co
     while (i < n) {
         const char *hit = (count < 0 || done < count) ? memmem(p + i, n - i, o, on) : NULL;
         if (!hit) break;
-        jx_buf_add(&b, p + i, (size_t)(hit - (p + i)));
-        jx_buf_add(&b, jx_s(new_), jx_slen(new_));
+        sp_strbuf_add(&b, p + i, (size_t)(hit - (p + i)));
+        sp_strbuf_add(&b, jx_s(new_), jx_slen(new_));
         i = (size_t)(hit - p) + on;
         done++;
     }
-    jx_buf_add(&b, p + i, n - i);
+    sp_strbuf_add(&b, p + i, n - i);
     return jx_str_from_buf(ctx, &b, out);
 }
 
@@ -178,8 +179,8 @@ bool jx_split(jx_ctx *ctx, jx_value s, const jx_value *sep, int64_t maxsplit, bo
         if (!from_right) {
             for (;;) {
                 while (i < n) {
-                    uint32_t c;
-                    size_t k = jx_utf8_decode(p + i, n - i, &c);
+                    int k;
+                    uint32_t c = sp_utf8_next(p + i, n - i, &k);
                     if (!jx_is_space_cp(c)) break;
                     i += k;
                 }
@@ -188,9 +189,9 @@ bool jx_split(jx_ctx *ctx, jx_value s, const jx_value *sep, int64_t maxsplit, bo
                     size_t z = n;
                     while (z > i) {
                         size_t q2 = z - 1;
-                        while (q2 > i && ((unsigned char)p[q2] & 0xC0) == 0x80) q2--;
-                        uint32_t c;
-                        jx_utf8_decode(p + q2, z - q2, &c);
+                        while (q2 > i && sp_utf8_is_continuation((unsigned char)p[q2])) q2--;
+                        int len;
+                        uint32_t c = sp_utf8_next(p + q2, z - q2, &len);
                         if (!jx_is_space_cp(c)) break;
                         z = q2;
                     }
@@ -198,8 +199,8 @@ bool jx_split(jx_ctx *ctx, jx_value s, const jx_value *sep, int64_t maxsplit, bo
                 }
                 size_t st = i;
                 while (i < n) {
-                    uint32_t c;
-                    size_t k = jx_utf8_decode(p + i, n - i, &c);
+                    int k;
+                    uint32_t c = sp_utf8_next(p + i, n - i, &k);
                     if (jx_is_space_cp(c)) break;
                     i += k;
                 }
@@ -248,21 +249,21 @@ bool jx_split(jx_ctx *ctx, jx_value s, const jx_value *sep, int64_t maxsplit, bo
 bool jx_str_format(jx_ctx *ctx, jx_value fmt, const jx_args *args, jx_value *out) {
     const char *p = jx_s(fmt);
     size_t n = jx_slen(fmt), auto_idx = 0;
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '{' && i + 1 < n && p[i + 1] == '{') {
-            jx_buf_addc(&b, '{');
+            sp_strbuf_addc(&b, '{');
             i++;
         } else if (p[i] == '}' && i + 1 < n && p[i + 1] == '}') {
-            jx_buf_addc(&b, '}');
+            sp_strbuf_addc(&b, '}');
             i++;
         } else if (p[i] == '{') {
             const char *close = memchr(p + i, '}', n - i);
-            if (!close) return jx_buf_free(&b), jx_fail(ctx, "Single '{' encountered in format string");
+            if (!close) return sp_strbuf_free(&b), jx_fail(ctx, "Single '{' encountered in format string");
             size_t fl = (size_t)(close - (p + i + 1));
             const char *f = p + i + 1;
             if (memchr(f, ':', fl) || memchr(f, '!', fl) || memchr(f, '.', fl) || memchr(f, '[', fl))
-                return jx_buf_free(&b), jx_fail(ctx, "format specs in str.format are not supported");
+                return sp_strbuf_free(&b), jx_fail(ctx, "format specs in str.format are not supported");
             const jx_value *v = NULL;
             if (fl == 0) {
                 v = auto_idx < args->npos ? &args->pos[auto_idx] : NULL;
@@ -274,13 +275,13 @@ bool jx_str_format(jx_ctx *ctx, jx_value fmt, const jx_args *args, jx_value *out
                 for (size_t k = 0; k < args->nkw; k++)
                     if (strlen(args->kwnames[k]) == fl && !memcmp(args->kwnames[k], f, fl)) v = &args->kw[k];
             }
-            if (!v) return jx_buf_free(&b), jx_fail(ctx, "format field '%.*s' has no argument", (int)fl, f);
+            if (!v) return sp_strbuf_free(&b), jx_fail(ctx, "format field '%.*s' has no argument", (int)fl, f);
             jx_write_str(&b, *v);
             i = (size_t)(close - p);
         } else if (p[i] == '}') {
-            return jx_buf_free(&b), jx_fail(ctx, "Single '}' encountered in format string");
+            return sp_strbuf_free(&b), jx_fail(ctx, "Single '}' encountered in format string");
         } else {
-            jx_buf_addc(&b, p[i]);
+            sp_strbuf_addc(&b, p[i]);
         }
     }
     return jx_str_from_buf(ctx, &b, out);
@@ -331,8 +332,9 @@ static bool all_cps(jx_value s, bool (*pred)(uint32_t)) {
     size_t n = jx_slen(s);
     if (n == 0) return false;
     for (size_t i = 0; i < n;) {
-        uint32_t c;
-        i += jx_utf8_decode(p + i, n - i, &c);
+        int len;
+        uint32_t c = sp_utf8_next(p + i, n - i, &len);
+        i += (size_t)len;
         if (!pred(c)) return false;
     }
     return true;
@@ -357,8 +359,9 @@ bool jx_str_predicate(jx_value s, const char *name, bool *out) {
         const char *p = jx_s(s);
         size_t n = jx_slen(s);
         for (size_t i = 0; i < n;) {
-            uint32_t c;
-            i += jx_utf8_decode(p + i, n - i, &c);
+            int len;
+            uint32_t c = sp_utf8_next(p + i, n - i, &len);
+            i += (size_t)len;
             utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
             if (k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LT) {
                 cased = true;
@@ -388,27 +391,27 @@ bool jx_percent_format(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out) 
     }
     const char *p = jx_s(fmt);
     size_t n = jx_slen(fmt);
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     for (size_t i = 0; i < n; i++) {
         if (p[i] != '%') {
-            jx_buf_addc(&b, p[i]);
+            sp_strbuf_addc(&b, p[i]);
             continue;
         }
         char c = i + 1 < n ? p[++i] : '\0';
         if (c == '%') {
-            jx_buf_addc(&b, '%');
+            sp_strbuf_addc(&b, '%');
             continue;
         }
         if (c != 's' && c != 'r' && c != 'd' && c != 'i')
-            return jx_buf_free(&b), jx_fail(ctx, "unsupported format character in '%%' formatting");
-        if (used >= npos) return jx_buf_free(&b), jx_fail(ctx, "not enough arguments for format string");
+            return sp_strbuf_free(&b), jx_fail(ctx, "unsupported format character in '%%' formatting");
+        if (used >= npos) return sp_strbuf_free(&b), jx_fail(ctx, "not enough arguments for format string");
         jx_value v = pos[used++];
         if (c == 'r') jx_write_repr(&b, v);
         else if (c == 's') jx_write_str(&b, v);
-        else if (v.t == JX_INT || v.t == JX_BOOL) jx_buf_printf(&b, "%lld", (long long)(v.t == JX_INT ? v.u.i : v.u.b));
-        else if (v.t == JX_FLOAT) jx_buf_printf(&b, "%lld", (long long)v.u.f);
-        else return jx_buf_free(&b), jx_fail(ctx, "%%d format: a real number is required, not %s", jx_type_name(v));
+        else if (v.t == JX_INT || v.t == JX_BOOL) sp_strbuf_printf(&b, "%lld", (long long)(v.t == JX_INT ? v.u.i : v.u.b));
+        else if (v.t == JX_FLOAT) sp_strbuf_printf(&b, "%lld", (long long)v.u.f);
+        else return sp_strbuf_free(&b), jx_fail(ctx, "%%d format: a real number is required, not %s", jx_type_name(v));
     }
-    if (used < npos) return jx_buf_free(&b), jx_fail(ctx, "not all arguments converted during string formatting");
+    if (used < npos) return sp_strbuf_free(&b), jx_fail(ctx, "not all arguments converted during string formatting");
     return jx_str_from_buf(ctx, &b, out);
 }

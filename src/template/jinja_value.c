@@ -240,102 +240,6 @@ const char *jx_type_name(jx_value v) {
     return "object";
 }
 
-/* ----------------------------------------------------------------- buffers */
-
-bool jx_buf_add(jx_buf *b, const char *s, size_t n) {
-    if (b->oom || b->overflow) return false;
-    if (b->limit && b->len + n > b->limit) {
-        b->overflow = true;
-        return false;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) {
-            b->oom = true;
-            return false;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return true;
-}
-
-bool jx_buf_addc(jx_buf *b, char c) { return jx_buf_add(b, &c, 1); }
-
-bool jx_buf_printf(jx_buf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return false;
-    return jx_buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-void jx_buf_free(jx_buf *b) {
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-/* ------------------------------------------------------------------- UTF-8 */
-
-size_t jx_utf8_decode(const char *s, size_t n, uint32_t *cp) {
-    utf8proc_int32_t c;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
-    if (k <= 0) {
-        *cp = (unsigned char)s[0];
-        return 1;
-    }
-    *cp = (uint32_t)c;
-    return (size_t)k;
-}
-
-size_t jx_utf8_encode(uint32_t cp, char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-size_t jx_utf8_len(const char *s, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
-    return c;
-}
-
-size_t jx_utf8_offset(const char *s, size_t n, size_t cp) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (((unsigned char)s[i] & 0xC0) != 0x80) {
-            if (c == cp) return i;
-            c++;
-        }
-    }
-    return n;
-}
-
 /* Python's str.isspace(). */
 bool jx_is_space_cp(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 ||
@@ -418,92 +322,92 @@ static bool printable_cp(uint32_t c) {
     }
 }
 
-static bool write_str_repr(jx_buf *b, const char *s, size_t n) {
+static bool write_str_repr(sp_strbuf *b, const char *s, size_t n) {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
-    jx_buf_addc(b, q);
+    sp_strbuf_addc(b, q);
     for (size_t i = 0; i < n;) {
-        uint32_t c;
-        size_t k = jx_utf8_decode(s + i, n - i, &c);
+        int k;
+        uint32_t c = sp_utf8_next(s + i, n - i, &k);
         if (c == (uint32_t)q || c == '\\') {
-            jx_buf_addc(b, '\\');
-            jx_buf_addc(b, (char)c);
-        } else if (c == '\n') jx_buf_add(b, "\\n", 2);
-        else if (c == '\r') jx_buf_add(b, "\\r", 2);
-        else if (c == '\t') jx_buf_add(b, "\\t", 2);
-        else if (printable_cp(c)) jx_buf_add(b, s + i, k);
-        else if (c < 0x100) jx_buf_printf(b, "\\x%02x", c);
-        else if (c < 0x10000) jx_buf_printf(b, "\\u%04x", c);
-        else jx_buf_printf(b, "\\U%08x", c);
+            sp_strbuf_addc(b, '\\');
+            sp_strbuf_addc(b, (char)c);
+        } else if (c == '\n') sp_strbuf_add(b, "\\n", 2);
+        else if (c == '\r') sp_strbuf_add(b, "\\r", 2);
+        else if (c == '\t') sp_strbuf_add(b, "\\t", 2);
+        else if (printable_cp(c)) sp_strbuf_add(b, s + i, k);
+        else if (c < 0x100) sp_strbuf_printf(b, "\\x%02x", c);
+        else if (c < 0x10000) sp_strbuf_printf(b, "\\u%04x", c);
+        else sp_strbuf_printf(b, "\\U%08x", c);
         i += k;
     }
-    return jx_buf_addc(b, q);
+    return sp_strbuf_addc(b, q);
 }
 
-static bool write_value(jx_buf *b, jx_value v, bool repr, int depth) {
+static bool write_value(sp_strbuf *b, jx_value v, bool repr, int depth) {
     char num[40];
-    if (depth > 200) return jx_buf_add(b, "...", 3);
+    if (depth > 200) return sp_strbuf_add(b, "...", 3);
     switch (v.t) {
-    case JX_UNDEF: return repr ? jx_buf_add(b, "Undefined", 9) : true;
-    case JX_NONE: return jx_buf_add(b, "None", 4);
-    case JX_BOOL: return v.u.b ? jx_buf_add(b, "True", 4) : jx_buf_add(b, "False", 5);
-    case JX_INT: return jx_buf_printf(b, "%lld", (long long)v.u.i);
+    case JX_UNDEF: return repr ? sp_strbuf_add(b, "Undefined", 9) : true;
+    case JX_NONE: return sp_strbuf_add(b, "None", 4);
+    case JX_BOOL: return v.u.b ? sp_strbuf_add(b, "True", 4) : sp_strbuf_add(b, "False", 5);
+    case JX_INT: return sp_strbuf_printf(b, "%lld", (long long)v.u.i);
     case JX_FLOAT:
         jx_format_float(v.u.f, num);
-        return jx_buf_add(b, num, strlen(num));
+        return sp_strbuf_add(b, num, strlen(num));
     case JX_STR:
-        return repr ? write_str_repr(b, jx_s(v), jx_slen(v)) : jx_buf_add(b, jx_s(v), jx_slen(v));
+        return repr ? write_str_repr(b, jx_s(v), jx_slen(v)) : sp_strbuf_add(b, jx_s(v), jx_slen(v));
     case JX_LIST: {
         jx_obj *o = v.u.o;
         bool t = o->u.list.tuple;
-        jx_buf_addc(b, t ? '(' : '[');
+        sp_strbuf_addc(b, t ? '(' : '[');
         for (size_t i = 0; i < o->u.list.n; i++) {
-            if (i) jx_buf_add(b, ", ", 2);
+            if (i) sp_strbuf_add(b, ", ", 2);
             write_value(b, o->u.list.v[i], true, depth + 1);
         }
-        if (t && o->u.list.n == 1) jx_buf_addc(b, ',');
-        return jx_buf_addc(b, t ? ')' : ']');
+        if (t && o->u.list.n == 1) sp_strbuf_addc(b, ',');
+        return sp_strbuf_addc(b, t ? ')' : ']');
     }
     case JX_DICT:
     case JX_NS: {
         jx_obj *o = v.u.o;
-        if (v.t == JX_NS) jx_buf_add(b, "<Namespace ", 11);
-        jx_buf_addc(b, '{');
+        if (v.t == JX_NS) sp_strbuf_add(b, "<Namespace ", 11);
+        sp_strbuf_addc(b, '{');
         for (size_t i = 0; i < o->u.dict.n; i++) {
-            if (i) jx_buf_add(b, ", ", 2);
+            if (i) sp_strbuf_add(b, ", ", 2);
             write_value(b, o->u.dict.k[i], true, depth + 1);
-            jx_buf_add(b, ": ", 2);
+            sp_strbuf_add(b, ": ", 2);
             write_value(b, o->u.dict.v[i], true, depth + 1);
         }
-        jx_buf_addc(b, '}');
-        return v.t == JX_NS ? jx_buf_addc(b, '>') : true;
+        sp_strbuf_addc(b, '}');
+        return v.t == JX_NS ? sp_strbuf_addc(b, '>') : true;
     }
     case JX_FUNC:
-        return jx_buf_printf(b, "<function %s>", v.u.o->u.fn.name ? v.u.o->u.fn.name : "?");
+        return sp_strbuf_printf(b, "<function %s>", v.u.o->u.fn.name ? v.u.o->u.fn.name : "?");
     }
     return true;
 }
 
-bool jx_write_str(jx_buf *b, jx_value v) { return write_value(b, v, false, 0); }
-bool jx_write_repr(jx_buf *b, jx_value v) { return write_value(b, v, true, 0); }
+bool jx_write_str(sp_strbuf *b, jx_value v) { return write_value(b, v, false, 0); }
+bool jx_write_repr(sp_strbuf *b, jx_value v) { return write_value(b, v, true, 0); }
 
 bool jx_to_str(jx_value v, jx_value *out) {
     if (v.t == JX_STR) {
         *out = jx_ref(v);
         return true;
     }
-    jx_buf b = {0};
+    sp_strbuf b = {0};
     if (!jx_write_str(&b, v) && (b.oom || b.overflow)) {
-        jx_buf_free(&b);
+        sp_strbuf_free(&b);
         return false;
     }
-    bool ok = jx_str_new(b.data ? b.data : "", b.len, out);
-    jx_buf_free(&b);
+    bool ok = jx_str_new(b.p ? b.p : "", b.len, out);
+    sp_strbuf_free(&b);
     return ok;
 }
 
-static void write_json_str(jx_buf *b, const char *s, size_t n) {
-    jx_buf_addc(b, '"');
+static void write_json_str(sp_strbuf *b, const char *s, size_t n) {
+    sp_strbuf_addc(b, '"');
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -524,18 +428,18 @@ static void write_json_str(jx_buf *b, const char *s, size_t n) {
             }
         }
         if (esc) {
-            jx_buf_add(b, s + run, i - run);
-            jx_buf_add(b, esc, strlen(esc));
+            sp_strbuf_add(b, s + run, i - run);
+            sp_strbuf_add(b, esc, strlen(esc));
             run = i + 1;
         }
     }
-    jx_buf_add(b, s + run, n - run);
-    jx_buf_addc(b, '"');
+    sp_strbuf_add(b, s + run, n - run);
+    sp_strbuf_addc(b, '"');
 }
 
-static void json_newline(jx_buf *b, const char *indent, int level) {
-    jx_buf_addc(b, '\n');
-    for (int i = 0; i < level; i++) jx_buf_add(b, indent, strlen(indent));
+static void json_newline(sp_strbuf *b, const char *indent, int level) {
+    sp_strbuf_addc(b, '\n');
+    for (int i = 0; i < level; i++) sp_strbuf_add(b, indent, strlen(indent));
 }
 
 static int cmp_keys(const void *x, const void *y) {
@@ -545,7 +449,7 @@ static int cmp_keys(const void *x, const void *y) {
     return c ? c : (la < lb ? -1 : la > lb);
 }
 
-bool jx_write_json(jx_buf *b, jx_value v, const char *indent,
+bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
                    const char *item_sep, const char *key_sep, bool sort_keys,
                    int depth, const char **why) {
     char num[40];
@@ -554,33 +458,33 @@ bool jx_write_json(jx_buf *b, jx_value v, const char *indent,
         return false;
     }
     switch (v.t) {
-    case JX_NONE: return jx_buf_add(b, "null", 4), true;
-    case JX_BOOL: return jx_buf_add(b, v.u.b ? "true" : "false", v.u.b ? 4 : 5), true;
-    case JX_INT: return jx_buf_printf(b, "%lld", (long long)v.u.i), true;
+    case JX_NONE: return sp_strbuf_add(b, "null", 4), true;
+    case JX_BOOL: return sp_strbuf_add(b, v.u.b ? "true" : "false", v.u.b ? 4 : 5), true;
+    case JX_INT: return sp_strbuf_printf(b, "%lld", (long long)v.u.i), true;
     case JX_FLOAT:
         if (isnan(v.u.f)) strcpy(num, "NaN");
         else if (isinf(v.u.f)) strcpy(num, v.u.f < 0 ? "-Infinity" : "Infinity");
         else jx_format_float(v.u.f, num);
-        jx_buf_add(b, num, strlen(num));
+        sp_strbuf_add(b, num, strlen(num));
         return true;
     case JX_STR: write_json_str(b, jx_s(v), jx_slen(v)); return true;
     case JX_LIST: {
         jx_obj *o = v.u.o;
-        if (o->u.list.n == 0) return jx_buf_add(b, "[]", 2), true;
-        jx_buf_addc(b, '[');
+        if (o->u.list.n == 0) return sp_strbuf_add(b, "[]", 2), true;
+        sp_strbuf_addc(b, '[');
         for (size_t i = 0; i < o->u.list.n; i++) {
-            if (i) jx_buf_add(b, item_sep, strlen(item_sep));
+            if (i) sp_strbuf_add(b, item_sep, strlen(item_sep));
             if (indent) json_newline(b, indent, depth + 1);
             if (!jx_write_json(b, o->u.list.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why))
                 return false;
         }
         if (indent) json_newline(b, indent, depth);
-        jx_buf_addc(b, ']');
+        sp_strbuf_addc(b, ']');
         return true;
     }
     case JX_DICT: {
         jx_obj *o = v.u.o;
-        if (o->u.dict.n == 0) return jx_buf_add(b, "{}", 2), true;
+        if (o->u.dict.n == 0) return sp_strbuf_add(b, "{}", 2), true;
         size_t n = o->u.dict.n;
         /* Keys become strings first, as json.dumps does for int/float/bool
          * /None keys, so that sorting compares what is written. */
@@ -601,17 +505,17 @@ bool jx_write_json(jx_buf *b, jx_value v, const char *indent,
             order[i] = &keys[i];
         }
         if (ok && sort_keys) qsort(order, n, sizeof *order, cmp_keys);
-        if (ok) jx_buf_addc(b, '{');
+        if (ok) sp_strbuf_addc(b, '{');
         for (size_t j = 0; ok && j < n; j++) {
             size_t i = (size_t)(order[j] - keys);
-            if (j) jx_buf_add(b, item_sep, strlen(item_sep));
+            if (j) sp_strbuf_add(b, item_sep, strlen(item_sep));
             if (indent) json_newline(b, indent, depth + 1);
             write_json_str(b, jx_s(keys[i]), jx_slen(keys[i]));
-            jx_buf_add(b, key_sep, strlen(key_sep));
+            sp_strbuf_add(b, key_sep, strlen(key_sep));
             ok = jx_write_json(b, o->u.dict.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why);
         }
         if (ok && indent) json_newline(b, indent, depth);
-        if (ok) jx_buf_addc(b, '}');
+        if (ok) sp_strbuf_addc(b, '}');
         for (size_t i = 0; keys && i < n; i++) jx_unref(keys[i]);
         free(keys);
         free(order);

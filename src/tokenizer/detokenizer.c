@@ -23,7 +23,7 @@ struct spindle_detokenizer {
     size_t prefix_at, read_at; /* window start; ids emitted up to here */
     char *prefix;              /* decode(ids[prefix_at..read_at]) */
     size_t prefix_len;
-    sp_sbuf emitted;           /* everything emitted so far */
+    sp_strbuf emitted;           /* everything emitted so far */
     char *piece;               /* last piece handed out */
     size_t piece_len;
     bool byte_runs;            /* the decoder has ByteFallback */
@@ -62,7 +62,7 @@ spindle_status spindle_detokenizer_new(const spindle_tokenizer *tok,
     d->skip_special = skip_special;
     d->byte_runs = uses_byte_fallback(tok->decoder);
     d->prefix = calloc(1, 1);
-    if (!d->prefix || !sp_sbuf_reserve(&d->emitted, 0)) {
+    if (!d->prefix || !sp_strbuf_reserve(&d->emitted, 0)) {
         spindle_detokenizer_free(d);
         return oom(err);
     }
@@ -74,7 +74,7 @@ void spindle_detokenizer_free(spindle_detokenizer *d) {
     if (!d) return;
     free(d->ids.v);
     free(d->prefix);
-    sp_sbuf_free(&d->emitted);
+    sp_strbuf_free(&d->emitted);
     free(d->piece);
     free(d);
 }
@@ -89,7 +89,7 @@ static spindle_status set_piece(spindle_detokenizer *d, const char *s, size_t n,
     d->piece = p;
     d->piece_len = n;
     *piece = p;
-    if (!sp_sbuf_add(&d->emitted, s, n)) return oom(err);
+    if (!sp_strbuf_add(&d->emitted, s, n)) return oom(err);
     return SPINDLE_OK;
 }
 

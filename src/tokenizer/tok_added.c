@@ -113,10 +113,10 @@ spindle_status sp_added_parse(const cJSON *arr, const sp_norm *normalizer,
         t->single_word = sp_json_bool(it, "single_word", false);
         bool ok;
         if (t->normalized && normalizer) {
-            sp_sbuf nb = {0};
+            sp_strbuf nb = {0};
             spindle_status st = sp_norm_apply(normalizer, t->content, t->len, &nb, err);
-            if (st) { sp_sbuf_free(&nb); return st; }
-            if (!nb.p && !sp_sbuf_reserve(&nb, 0)) return oom(err);
+            if (st) { sp_strbuf_free(&nb); return st; }
+            if (!nb.p && !sp_strbuf_reserve(&nb, 0)) return oom(err);
             a->norm_content[a->n] = nb.p;
             ok = trie_add(a->norm, nb.p, nb.len, a->n);
         } else {
@@ -151,7 +151,7 @@ static bool is_word_cp(uint32_t cp) {
 
 static size_t prev_char(const char *s, size_t at) {
     size_t k = at - 1;
-    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    while (k > 0 && sp_utf8_is_continuation((unsigned char)s[k])) k--;
     return k;
 }
 

@@ -75,13 +75,13 @@ static char *opt_str(const cJSON *j, const char *key) {
 /* One merge "a b": ranks by position; the merged token must exist. */
 static spindle_status add_merge(sp_model *m, const char *a, size_t al,
                                 const char *b, size_t bl, size_t plen,
-                                uint32_t rank, sp_sbuf *joined,
+                                uint32_t rank, sp_strbuf *joined,
                                 spindle_error *err) {
     int32_t ia = sp_strmap_get(&m->vocab, a, al), ib = sp_strmap_get(&m->vocab, b, bl);
     if (ia < 0 || ib < 0 || bl < plen)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer.json: merge %u uses a token missing from the vocab", rank);
     joined->len = 0;
-    if (!sp_sbuf_add(joined, a, al) || !sp_sbuf_add(joined, b + plen, bl - plen)) return oom(err);
+    if (!sp_strbuf_add(joined, a, al) || !sp_strbuf_add(joined, b + plen, bl - plen)) return oom(err);
     int32_t nid = sp_strmap_get(&m->vocab, joined->p, joined->len);
     if (nid < 0)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer.json: merge %u makes a token missing from the vocab", rank);
@@ -120,7 +120,7 @@ spindle_status sp_bpe_parse(const cJSON *j, const sp_fast_model *fast,
     m->merges.new_id = malloc(cap * sizeof *m->merges.new_id);
     if (!m->merges.keys || !m->merges.rank || !m->merges.new_id) return oom(err);
     size_t plen = m->cont_prefix ? strlen(m->cont_prefix) : 0;
-    sp_sbuf joined = {0};
+    sp_strbuf joined = {0};
     spindle_status st = SPINDLE_OK;
     uint32_t rank = 0;
     if (fast && fast->have_merges) {
@@ -151,8 +151,8 @@ spindle_status sp_bpe_parse(const cJSON *j, const sp_fast_model *fast,
         }
         st = add_merge(m, a, al, b, bl, plen, rank++, &joined, err);
     }
-    if (st) { sp_sbuf_free(&joined); return st; }
-    sp_sbuf_free(&joined);
+    if (st) { sp_strbuf_free(&joined); return st; }
+    sp_strbuf_free(&joined);
     m->cache = calloc(1, sizeof *m->cache);
     if (!m->cache) return oom(err);
     pthread_mutex_init(&m->cache->lock, NULL);
@@ -273,7 +273,7 @@ static bool word_add(word *w, int32_t c, uint32_t len) {
 /* HF BPE::merge_word: initial symbols. */
 static spindle_status initial_symbols(const sp_model *m, const char *s, size_t n,
                                       word *w, spindle_error *err) {
-    sp_sbuf key = {0};
+    sp_strbuf key = {0};
     int32_t unk = -1;
     uint32_t unk_len = 0;
     bool ok = true;
@@ -285,9 +285,9 @@ static spindle_status initial_symbols(const sp_model *m, const char *s, size_t n
         size_t kl = (size_t)l;
         if ((m->cont_prefix && !is_first) || (m->eow_suffix && is_last)) {
             key.len = 0;
-            ok = (!m->cont_prefix || is_first || sp_sbuf_add(&key, m->cont_prefix, strlen(m->cont_prefix))) &&
-                 sp_sbuf_add(&key, k, kl) &&
-                 (!m->eow_suffix || !is_last || sp_sbuf_add(&key, m->eow_suffix, strlen(m->eow_suffix)));
+            ok = (!m->cont_prefix || is_first || sp_strbuf_add(&key, m->cont_prefix, strlen(m->cont_prefix))) &&
+                 sp_strbuf_add(&key, k, kl) &&
+                 (!m->eow_suffix || !is_last || sp_strbuf_add(&key, m->eow_suffix, strlen(m->eow_suffix)));
             k = key.p;
             kl = key.len;
         }
@@ -317,7 +317,7 @@ static spindle_status initial_symbols(const sp_model *m, const char *s, size_t n
         i += (size_t)l;
     }
     if (ok && unk >= 0) ok = word_add(w, unk, unk_len);
-    sp_sbuf_free(&key);
+    sp_strbuf_free(&key);
     return ok ? SPINDLE_OK : oom(err);
 }
 

@@ -25,7 +25,7 @@ bool sp_strlist_push(sp_strlist *l, const char *s, size_t n) {
     }
     l->off[l->n] = l->text.len;
     l->len[l->n] = n;
-    if (!sp_sbuf_add(&l->text, s, n)) return false;
+    if (!sp_strbuf_add(&l->text, s, n)) return false;
     l->n++;
     return true;
 }
@@ -36,7 +36,7 @@ void sp_strlist_reset(sp_strlist *l) {
 }
 
 void sp_strlist_free(sp_strlist *l) {
-    sp_sbuf_free(&l->text);
+    sp_strbuf_free(&l->text);
     free(l->off);
     free(l->len);
     memset(l, 0, sizeof *l);
@@ -117,22 +117,22 @@ void sp_dec_free(sp_dec *d) {
     sp_pattern_free(&d->pat);
 }
 
-static bool add_replaced(sp_sbuf *o, const char *s, size_t n, const char *from,
+static bool add_replaced(sp_strbuf *o, const char *s, size_t n, const char *from,
                          const char *to) {
     size_t fl = strlen(from), tl = strlen(to), i = 0;
     while (i < n) {
         const char *f = memmem(s + i, n - i, from, fl);
         size_t e = f ? (size_t)(f - s) : n;
-        if (!sp_sbuf_add(o, s + i, e - i)) return false;
+        if (!sp_strbuf_add(o, s + i, e - i)) return false;
         if (!f) break;
-        if (!sp_sbuf_add(o, to, tl)) return false;
+        if (!sp_strbuf_add(o, to, tl)) return false;
         i = e + fl;
     }
     return true;
 }
 
 /* HF wordpiece::cleanup, applied in the same order. */
-static bool wp_cleanup(sp_sbuf *a, sp_sbuf *b) {
+static bool wp_cleanup(sp_strbuf *a, sp_strbuf *b) {
     static const char *pairs[][2] = {
         {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
         {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"},
@@ -140,7 +140,7 @@ static bool wp_cleanup(sp_sbuf *a, sp_sbuf *b) {
     for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
         b->len = 0;
         if (!add_replaced(b, a->p ? a->p : "", a->len, pairs[k][0], pairs[k][1])) return false;
-        sp_sbuf t = *a;
+        sp_strbuf t = *a;
         *a = *b;
         *b = t;
     }
@@ -149,7 +149,7 @@ static bool wp_cleanup(sp_sbuf *a, sp_sbuf *b) {
 
 static spindle_status one_token(const sp_dec *d, size_t i, size_t count,
                                 const char *s, size_t n, sp_strlist *out,
-                                sp_sbuf *w, sp_sbuf *w2, spindle_error *err) {
+                                sp_strbuf *w, sp_strbuf *w2, spindle_error *err) {
     w->len = 0;
     bool ok = true;
     switch (d->type) {
@@ -158,8 +158,8 @@ static spindle_status one_token(const sp_dec *d, size_t i, size_t count,
             int l;
             uint32_t cp = sp_utf8_next(s + k, n - k, &l);
             if (cp == d->content_cp) {
-                if (!(i == 0 && d->prepend != 2)) ok = sp_sbuf_add(w, " ", 1);
-            } else ok = sp_sbuf_add(w, s + k, (size_t)l);
+                if (!(i == 0 && d->prepend != 2)) ok = sp_strbuf_add(w, " ", 1);
+            } else ok = sp_strbuf_add(w, s + k, (size_t)l);
             k += (size_t)l;
         }
         break;
@@ -172,12 +172,12 @@ static spindle_status one_token(const sp_dec *d, size_t i, size_t count,
         }
         for (int k = 0; k < d->stop && b > a; k++) {
             size_t p = b - 1;
-            while (p > a && ((unsigned char)s[p] & 0xC0) == 0x80) p--;
+            while (p > a && sp_utf8_is_continuation((unsigned char)s[p])) p--;
             int l;
             if (sp_utf8_next(s + p, b - p, &l) != d->content_cp) break;
             b = p;
         }
-        ok = sp_sbuf_add(w, s + a, b - a);
+        ok = sp_strbuf_add(w, s + a, b - a);
         break;
     }
     case SP_DEC_REPLACE: {
@@ -188,9 +188,9 @@ static spindle_status one_token(const sp_dec *d, size_t i, size_t count,
     case SP_DEC_WORDPIECE:
         if (i != 0) {
             if (n >= d->str_len && !memcmp(s, d->str, d->str_len)) { s += d->str_len; n -= d->str_len; }
-            else ok = sp_sbuf_add(w, " ", 1);
+            else ok = sp_strbuf_add(w, " ", 1);
         }
-        ok = ok && sp_sbuf_add(w, s, n);
+        ok = ok && sp_strbuf_add(w, s, n);
         if (ok && d->cleanup) ok = wp_cleanup(w, w2);
         break;
     case SP_DEC_BPE:
@@ -205,7 +205,7 @@ static spindle_status one_token(const sp_dec *d, size_t i, size_t count,
 
 /* ByteFallback: runs of <0xXX> tokens become their bytes when those form
  * valid UTF-8, else one U+FFFD per byte. */
-static bool flush_bytes(sp_strlist *out, sp_sbuf *bytes) {
+static bool flush_bytes(sp_strlist *out, sp_strbuf *bytes) {
     if (!bytes->len) return true;
     bool ok = true;
     if (sp_utf8_valid(bytes->p, bytes->len)) ok = sp_strlist_push(out, bytes->p, bytes->len);
@@ -233,7 +233,7 @@ spindle_status sp_dec_apply(const sp_dec *d, sp_strlist *io, sp_strlist *tmp,
     }
     sp_strlist_reset(tmp);
     spindle_status st = SPINDLE_OK;
-    sp_sbuf w = {0}, w2 = {0};
+    sp_strbuf w = {0}, w2 = {0};
     switch (d->type) {
     case SP_DEC_BYTELEVEL:
         for (size_t i = 0; i < io->n && !st; i++) {
@@ -245,13 +245,13 @@ spindle_status sp_dec_apply(const sp_dec *d, sp_strlist *io, sp_strlist *tmp,
                 if (b < 0) mapped = false;
                 else {
                     char c = (char)b;
-                    if (!sp_sbuf_add(&w, &c, 1)) st = oom(err);
+                    if (!sp_strbuf_add(&w, &c, 1)) st = oom(err);
                 }
                 k += (size_t)l;
             }
             if (!mapped) { /* a token outside the byte alphabet: its own text */
                 w.len = at;
-                if (!sp_sbuf_add(&w, s, n)) st = oom(err);
+                if (!sp_strbuf_add(&w, s, n)) st = oom(err);
             }
         }
         if (!st && !sp_utf8_lossy(w.p ? w.p : "", w.len, &w2)) st = oom(err);
@@ -266,7 +266,7 @@ spindle_status sp_dec_apply(const sp_dec *d, sp_strlist *io, sp_strlist *tmp,
             size_t n = io->len[i];
             if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hexv(s[3]) >= 0 && hexv(s[4]) >= 0) {
                 char c = (char)(hexv(s[3]) * 16 + hexv(s[4]));
-                if (!sp_sbuf_add(&w, &c, 1)) st = oom(err);
+                if (!sp_strbuf_add(&w, &c, 1)) st = oom(err);
                 continue;
             }
             if (!flush_bytes(tmp, &w) || !sp_strlist_push(tmp, s, n)) st = oom(err);
@@ -277,8 +277,8 @@ spindle_status sp_dec_apply(const sp_dec *d, sp_strlist *io, sp_strlist *tmp,
         for (size_t i = 0; i < io->n && !st; i++)
             st = one_token(d, i, io->n, io->text.p + io->off[i], io->len[i], tmp, &w, &w2, err);
     }
-    sp_sbuf_free(&w);
-    sp_sbuf_free(&w2);
+    sp_strbuf_free(&w);
+    sp_strbuf_free(&w2);
     sp_strlist swap = *io;
     *io = *tmp;
     *tmp = swap;

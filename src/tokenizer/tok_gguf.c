@@ -112,23 +112,23 @@ static spindle_status load_merges(const sp_gguf *g, sp_model *m, spindle_error *
     uint64_t n = sp_gguf_array_count(arr);
     if (n > MAX_TOKENS) return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: too many merges", sp_gguf_path(g));
     if ((st = sp_bpe_prepare(m, (size_t)n, err))) return st;
-    sp_sbuf joined = {0};
+    sp_strbuf joined = {0};
     for (uint64_t i = 0; i < n; i++) {
         sp_gguf_str s;
-        if (!sp_gguf_array_str(arr, i, &s)) { sp_sbuf_free(&joined); return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: bad merge %llu", sp_gguf_path(g), (unsigned long long)i); }
+        if (!sp_gguf_array_str(arr, i, &s)) { sp_strbuf_free(&joined); return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: bad merge %llu", sp_gguf_path(g), (unsigned long long)i); }
         /* "a b", split at the first space after the first byte */
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
         if (!sp) continue;
         size_t al = (size_t)(sp - s.ptr), bl = s.len - al - 1;
         int32_t a = sp_strmap_get(&m->vocab, s.ptr, al), b = sp_strmap_get(&m->vocab, sp + 1, bl);
         joined.len = 0;
-        if (!sp_sbuf_add(&joined, s.ptr, al) || !sp_sbuf_add(&joined, sp + 1, bl)) { sp_sbuf_free(&joined); return oom(err); }
+        if (!sp_strbuf_add(&joined, s.ptr, al) || !sp_strbuf_add(&joined, sp + 1, bl)) { sp_strbuf_free(&joined); return oom(err); }
         int32_t c = sp_strmap_get(&m->vocab, joined.p, joined.len);
         /* A merge whose parts or result are not tokens cannot yield a
          * token id; converted vocabularies have none. */
         if (a >= 0 && b >= 0 && c >= 0) sp_bpe_merge_add_first(m, a, b, (uint32_t)i, c);
     }
-    sp_sbuf_free(&joined);
+    sp_strbuf_free(&joined);
     return SPINDLE_OK;
 }
 
@@ -342,7 +342,7 @@ spindle_status sp_tokenizer_load_gguf(spindle_tokenizer *tok, const char *path,
 
 /* One token's text as llama_token_to_piece renders it. */
 static bool piece(const spindle_tokenizer *tok, int32_t id, bool special, int lstrip,
-                  sp_sbuf *out) {
+                  sp_strbuf *out) {
     const sp_gguf_vocab *v = tok->gguf;
     if (id < 0 || id >= tok->vocab_size) return true;
     uint8_t a = v->attr[id];
@@ -352,11 +352,11 @@ static bool piece(const spindle_tokenizer *tok, int32_t id, bool special, int ls
     size_t start = out->len;
     bool ok = true;
     if (a & (SP_GA_UNKNOWN | SP_GA_CONTROL | SP_GA_USER_DEFINED)) {
-        ok = sp_sbuf_add(out, s, n);
+        ok = sp_strbuf_add(out, s, n);
     } else if ((a & SP_GA_NORMAL) && v->spm) {
         for (size_t i = 0; i < n && ok; i++) {
-            if (i + 2 < n && !memcmp(s + i, "\xE2\x96\x81", 3)) { ok = sp_sbuf_add(out, " ", 1); i += 2; }
-            else ok = sp_sbuf_add(out, s + i, 1);
+            if (i + 2 < n && !memcmp(s + i, "\xE2\x96\x81", 3)) { ok = sp_strbuf_add(out, " ", 1); i += 2; }
+            else ok = sp_strbuf_add(out, s + i, 1);
         }
     } else if (a & SP_GA_NORMAL) {
         for (size_t i = 0; i < n && ok;) {
@@ -365,21 +365,21 @@ static bool piece(const spindle_tokenizer *tok, int32_t id, bool special, int ls
             int b = sp_cp_to_byte(cp);
             if (b >= 0) {
                 char c = (char)b;
-                ok = sp_sbuf_add(out, &c, 1);
+                ok = sp_strbuf_add(out, &c, 1);
             } else { /* llama_decode_text's marker for a non-byte code point */
                 char hex[16];
-                ok = sp_sbuf_add(out, "[UNK_BYTE_0x", 12);
+                ok = sp_strbuf_add(out, "[UNK_BYTE_0x", 12);
                 for (int k = 0; k < l && ok; k++) {
                     snprintf(hex, sizeof hex, "%02x", (unsigned char)s[i + (size_t)k]);
-                    ok = sp_sbuf_add(out, hex, 2);
+                    ok = sp_strbuf_add(out, hex, 2);
                 }
-                ok = ok && sp_sbuf_add(out, s, n) && sp_sbuf_add(out, "]", 1);
+                ok = ok && sp_strbuf_add(out, s, n) && sp_strbuf_add(out, "]", 1);
             }
             i += (size_t)l;
         }
     } else if (a & SP_GA_BYTE) {
         char c = n >= 5 ? (char)strtol((char[3]){s[3], s[4], 0}, NULL, 16) : 0;
-        ok = sp_sbuf_add(out, &c, 1);
+        ok = sp_strbuf_add(out, &c, 1);
     }
     if (ok && lstrip && out->len > start && out->p[start] == ' ') {
         memmove(out->p + start, out->p + start + 1, out->len - start - 1);
@@ -422,7 +422,7 @@ static size_t clean_spaces(char *t, size_t total) {
 }
 
 spindle_status sp_gguf_decode(const spindle_tokenizer *tok, const int32_t *ids,
-                              size_t n, bool skip_special, sp_sbuf *out,
+                              size_t n, bool skip_special, sp_strbuf *out,
                               spindle_error *err) {
     const sp_gguf_vocab *v = tok->gguf;
     bool remove_space = v->add_space_prefix;
@@ -432,15 +432,15 @@ spindle_status sp_gguf_decode(const spindle_tokenizer *tok, const int32_t *ids,
         n--;
     }
     if (skip_special && v->add_eos && n > 0 && ids[n - 1] == v->eos) n--;
-    sp_sbuf raw = {0};
-    bool ok = sp_sbuf_reserve(&raw, 0);
+    sp_strbuf raw = {0};
+    bool ok = sp_strbuf_reserve(&raw, 0);
     for (size_t i = 0; i < n && ok; i++) {
         ok = piece(tok, ids[i], !skip_special, remove_space, &raw);
         remove_space = false;
     }
     if (ok && v->clean_spaces) raw.len = clean_spaces(raw.p, raw.len);
-    ok = ok && sp_utf8_lossy(raw.p, raw.len, out) && sp_sbuf_reserve(out, 0);
-    sp_sbuf_free(&raw);
+    ok = ok && sp_utf8_lossy(raw.p, raw.len, out) && sp_strbuf_reserve(out, 0);
+    sp_strbuf_free(&raw);
     return ok ? SPINDLE_OK : oom(err);
 }
 

@@ -86,7 +86,7 @@ spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
 /* llama_detokenize(remove_special=skip_special,
  * unparse_special=!skip_special); invalid UTF-8 becomes U+FFFD. */
 spindle_status sp_gguf_decode(const spindle_tokenizer *tok, const int32_t *ids,
-                              size_t n, bool skip_special, sp_sbuf *out,
+                              size_t n, bool skip_special, sp_strbuf *out,
                               spindle_error *err);
 
 #endif

@@ -138,11 +138,6 @@ static bool try_bigram(const sp_model *m, const char *s, const ssym *sy, int32_t
     return bh_push(h, (bigram){m->scores[id], l, r, size});
 }
 
-static size_t utf8_lead_len(unsigned char c) {
-    static const size_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[c >> 4];
-}
-
 static bool spm_tokenize(const spindle_tokenizer *tok, const char *s, size_t n, sp_ids *out) {
     const sp_model *m = &tok->model;
     ssym *sy = malloc((n + 1) * sizeof *sy);
@@ -150,7 +145,7 @@ static bool spm_tokenize(const spindle_tokenizer *tok, const char *s, size_t n, 
     bool ok = sy != NULL;
     int32_t cnt = 0;
     for (size_t off = 0; ok && off < n; cnt++) {
-        size_t l = utf8_lead_len((unsigned char)s[off]);
+        size_t l = sp_utf8_lead_len((unsigned char)s[off]);
         if (l > n - off) l = n - off;
         sy[cnt] = (ssym){cnt - 1, off + l == n ? -1 : cnt + 1, off, l};
         off += l;
@@ -182,18 +177,18 @@ static bool spm_tokenize(const spindle_tokenizer *tok, const char *s, size_t n, 
 }
 
 static bool spm_fragment(const spindle_tokenizer *tok, const char *s, size_t n,
-                         bool space_prefix, sp_sbuf *buf, sp_ids *out) {
+                         bool space_prefix, sp_strbuf *buf, sp_ids *out) {
     buf->len = 0;
-    bool ok = !space_prefix || sp_sbuf_add(buf, "\xE2\x96\x81", 3);
+    bool ok = !space_prefix || sp_strbuf_add(buf, "\xE2\x96\x81", 3);
     for (size_t i = 0; i < n && ok; i++)
-        ok = s[i] == ' ' ? sp_sbuf_add(buf, "\xE2\x96\x81", 3) : sp_sbuf_add(buf, s + i, 1);
+        ok = s[i] == ' ' ? sp_strbuf_add(buf, "\xE2\x96\x81", 3) : sp_strbuf_add(buf, s + i, 1);
     return ok && spm_tokenize(tok, buf->p, buf->len, out);
 }
 
 /* ------------------------------------------------------------------ BPE */
 
 static spindle_status bpe_fragment(const spindle_tokenizer *tok, const char *s, size_t n,
-                                   sp_gg_offsets *words, sp_sbuf *buf, sp_ids *out,
+                                   sp_gg_offsets *words, sp_strbuf *buf, sp_ids *out,
                                    spindle_error *err) {
     const sp_gguf_vocab *v = tok->gguf;
     spindle_status st = sp_gg_split(&v->split, s, n, words, err);
@@ -201,7 +196,7 @@ static spindle_status bpe_fragment(const spindle_tokenizer *tok, const char *s, 
     for (size_t w = 0; w < words->n && !st; w++) {
         buf->len = 0;
         for (size_t i = 0; i < words->v[w]; i++)
-            if (!sp_sbuf_add_cp(buf, v->byte_cp[(unsigned char)s[at + i]])) return oom(err);
+            if (!sp_strbuf_add_cp(buf, v->byte_cp[(unsigned char)s[at + i]])) return oom(err);
         st = sp_bpe_tokenize(&tok->model, buf->p, buf->len, out, err);
         at += words->v[w];
     }
@@ -213,7 +208,7 @@ spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
                               spindle_error *err) {
     const sp_gguf_vocab *v = tok->gguf;
     frags fr = {0};
-    sp_sbuf buf = {0};
+    sp_strbuf buf = {0};
     sp_gg_offsets words = {0};
     spindle_status st = partition(tok, text, len, &fr) ? SPINDLE_OK : oom(err);
     if (!st && add_special && v->add_bos && !sp_ids_push(out, v->bos)) st = oom(err);
@@ -234,6 +229,6 @@ spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
     if (!st && add_special && v->add_eos && !sp_ids_push(out, v->eos)) st = oom(err);
     free(fr.v);
     free(words.v);
-    sp_sbuf_free(&buf);
+    sp_strbuf_free(&buf);
     return st;
 }

@@ -259,18 +259,18 @@ static bool has_ucat(const char *re) {
 }
 
 /* llama.cpp's rewrite of a \p{..} regex for the collapsed text. */
-static bool collapse_regex(const char *re, sp_sbuf *out) {
+static bool collapse_regex(const char *re, sp_strbuf *out) {
     bool inside = false;
     size_t n = strlen(re);
     for (size_t i = 0; i < n; i++) {
         if (re[i] == '[' && (i == 0 || re[i - 1] != '\\')) {
             inside = true;
-            if (!sp_sbuf_add(out, "[", 1)) return false;
+            if (!sp_strbuf_add(out, "[", 1)) return false;
             continue;
         }
         if (inside && re[i] == ']' && re[i - 1] != '\\') {
             inside = false;
-            if (!sp_sbuf_add(out, "]", 1)) return false;
+            if (!sp_strbuf_add(out, "]", 1)) return false;
             continue;
         }
         if (re[i] == '\\' && i + 3 < n && re[i + 1] == 'p' && re[i + 2] == '{') {
@@ -281,27 +281,27 @@ static bool collapse_regex(const char *re, sp_sbuf *out) {
             if (ascii) {
                 char phs[5];
                 snprintf(phs, sizeof phs, "\\x%02X", (unsigned char)ph);
-                if ((!inside && !sp_sbuf_add(out, "[", 1)) || !sp_sbuf_add(out, phs, 4) ||
-                    !sp_sbuf_add(out, ascii, strlen(ascii)) || (!inside && !sp_sbuf_add(out, "]", 1)))
+                if ((!inside && !sp_strbuf_add(out, "[", 1)) || !sp_strbuf_add(out, phs, 4) ||
+                    !sp_strbuf_add(out, ascii, strlen(ascii)) || (!inside && !sp_strbuf_add(out, "]", 1)))
                     return false;
                 i = (size_t)(close - re);
                 continue;
             }
         }
-        if (!sp_sbuf_add(out, re + i, 1)) return false;
+        if (!sp_strbuf_add(out, re + i, 1)) return false;
     }
-    return sp_sbuf_add(out, "", 0); /* NUL-terminated, also when empty */
+    return sp_strbuf_add(out, "", 0); /* NUL-terminated, also when empty */
 }
 
 static spindle_status compile(const char *re, sp_gg_regex *r, spindle_error *err) {
-    sp_sbuf src = {0};
+    sp_strbuf src = {0};
     uint32_t opts = PCRE2_DOLLAR_ENDONLY; /* ECMAScript '$' is end of input only */
     if (!strcmp(re, RE_GPT2)) { r->custom = 1; return SPINDLE_OK; }
     if (!strcmp(re, RE_LLAMA3)) { r->custom = 3; return SPINDLE_OK; }
     if (!strcmp(re, RE_QWEN2)) { r->custom = 2; return SPINDLE_OK; }
     r->collapsed = has_ucat(re);
     if (r->collapsed) {
-        if (!collapse_regex(re, &src)) { sp_sbuf_free(&src); return oom(err); }
+        if (!collapse_regex(re, &src)) { sp_strbuf_free(&src); return oom(err); }
         re = src.p;
     } else {
         opts |= PCRE2_UTF;
@@ -309,7 +309,7 @@ static spindle_status compile(const char *re, sp_gg_regex *r, spindle_error *err
     int ec;
     PCRE2_SIZE eo;
     r->re = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, opts, &ec, &eo, NULL);
-    sp_sbuf_free(&src);
+    sp_strbuf_free(&src);
     if (!r->re) return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer: pre-tokenizer regex %zu fails to compile", (size_t)eo);
     pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE);
     return SPINDLE_OK;
@@ -371,7 +371,7 @@ static spindle_status regex_split(const sp_gg_regex *r, const char *subj, const 
             size_t ms = ov[0], me = ov[1];
             if (me == ms) { /* empty match: step one code point */
                 at = ms + 1;
-                while (at < b1 - b0 && (((unsigned char)subj[b0 + at]) & 0xC0) == 0x80 && !r->collapsed) at++;
+                while (at < b1 - b0 && sp_utf8_is_continuation((unsigned char)subj[b0 + at]) && !r->collapsed) at++;
                 continue;
             }
             size_t cs = cp_of[b0 + ms], ce = cp_of[b0 + me], cd = cp_of[b0 + done];
@@ -395,7 +395,7 @@ spindle_status sp_gg_split(const sp_gg_splitter *s, const char *text, size_t n,
     uint16_t *fl = malloc(n * sizeof *fl);
     size_t *cp_off = malloc((n + 1) * sizeof *cp_off);
     char *coll = malloc(n + 1);
-    sp_sbuf wide = {0};
+    sp_strbuf wide = {0};
     size_t *wide_off = malloc((n + 1) * sizeof *wide_off);
     sp_gg_offsets cur = {0}, nxt = {0};
     spindle_status st = SPINDLE_OK;
@@ -421,7 +421,7 @@ spindle_status sp_gg_split(const sp_gg_splitter *s, const char *text, size_t n,
         }
         wide_off[i] = wide.len;
         if (c > 0x7F && (fl[i] & F_WS)) c = 0x0B;
-        if (!sp_sbuf_add_cp(&wide, c)) { st = oom(err); goto done; }
+        if (!sp_strbuf_add_cp(&wide, c)) { st = oom(err); goto done; }
     }
     wide_off[m] = wide.len;
     coll[m] = '\0';
@@ -461,7 +461,7 @@ spindle_status sp_gg_split(const sp_gg_splitter *s, const char *text, size_t n,
     }
 done:
     free(cps); free(fl); free(cp_off); free(coll); free(wide_off);
-    sp_sbuf_free(&wide);
+    sp_strbuf_free(&wide);
     free(cur.v); free(nxt.v);
     return st;
 }

@@ -14,28 +14,10 @@
 #include <cjson/cJSON.h>
 
 #include "spindle.h"
+#include "base/strbuf.h"
+#include "base/utf8.h"
 
 /* ------------------------------------------------------------ utilities */
-
-typedef struct sp_sbuf {
-    char *p;
-    size_t len, cap;
-} sp_sbuf;
-
-bool sp_sbuf_reserve(sp_sbuf *b, size_t extra);
-bool sp_sbuf_add(sp_sbuf *b, const char *s, size_t n);
-bool sp_sbuf_add_cp(sp_sbuf *b, uint32_t cp); /* UTF-8 encode */
-void sp_sbuf_free(sp_sbuf *b);
-
-/* Decode one code point of valid UTF-8 at s (n bytes left); *len gets its
- * byte length. */
-uint32_t sp_utf8_next(const char *s, size_t n, int *len);
-int sp_utf8_encode(uint32_t cp, char *out);
-/* True when s[0..n) is well-formed UTF-8. */
-bool sp_utf8_valid(const char *s, size_t n);
-/* Copy s into out, replacing every maximal invalid subpart with U+FFFD
- * (the rule of Rust's String::from_utf8_lossy and Python's 'replace'). */
-bool sp_utf8_lossy(const char *s, size_t n, sp_sbuf *out);
 
 /* Hash map from byte strings to int32. Keys are borrowed. */
 typedef struct sp_strmap {
@@ -81,7 +63,7 @@ spindle_status sp_pattern_find(const sp_pattern *p, const char *s, size_t n,
 bool sp_spans_push(sp_spans *s, size_t a, size_t b, bool match);
 /* Replace every match of p in s with `with`, into out. */
 spindle_status sp_pattern_replace(const sp_pattern *p, const char *s, size_t n,
-                                  const char *with, size_t wlen, sp_sbuf *out,
+                                  const char *with, size_t wlen, sp_strbuf *out,
                                   spindle_error *err);
 
 /* Unicode predicates used by the BERT-style components (Rust char
@@ -117,7 +99,7 @@ typedef struct sp_norm {
 spindle_status sp_norm_parse(const cJSON *j, sp_norm *out, spindle_error *err);
 void sp_norm_free(sp_norm *n);
 spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
-                             sp_sbuf *out, spindle_error *err);
+                             sp_strbuf *out, spindle_error *err);
 
 /* --------------------------------------------------------------- pieces */
 
@@ -129,7 +111,7 @@ typedef struct sp_piece {
 } sp_piece;
 
 typedef struct sp_pieces {
-    sp_sbuf text;
+    sp_strbuf text;
     sp_piece *v;
     size_t n, cap;
 } sp_pieces;
@@ -218,7 +200,7 @@ typedef struct sp_model {
  * refs [0, n_vocab) are vocab entries with ids, the rest merge halves in
  * pairs (id -1). */
 typedef struct sp_fast_model {
-    sp_sbuf arena;
+    sp_strbuf arena;
     size_t *off;
     uint32_t *len;
     int32_t *id;
@@ -326,7 +308,7 @@ typedef struct sp_dec {
 
 /* A list of strings sharing one buffer. */
 typedef struct sp_strlist {
-    sp_sbuf text;
+    sp_strbuf text;
     size_t *off, *len;
     size_t n, cap;
 } sp_strlist;

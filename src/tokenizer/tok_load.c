@@ -70,10 +70,10 @@ static int hex4(const char *p) {
 
 /* Unescape the JSON string at p (opening quote) into the arena. Returns the
  * position after the string or NULL. */
-static const char *read_string(const char *p, const char *e, sp_sbuf *arena,
+static const char *read_string(const char *p, const char *e, sp_strbuf *arena,
                                size_t *off, size_t *len) {
     const char *end = skip_string(p, e);
-    if (!end || !sp_sbuf_reserve(arena, (size_t)(end - p))) return NULL;
+    if (!end || !sp_strbuf_reserve(arena, (size_t)(end - p))) return NULL;
     *off = arena->len;
     char *o = arena->p + arena->len;
     for (p++; p < end - 1;) {
@@ -242,7 +242,7 @@ spindle_status sp_fast_extract(char *text, size_t len, sp_fast_model *f,
 }
 
 void sp_fast_free(sp_fast_model *f) {
-    sp_sbuf_free(&f->arena);
+    sp_strbuf_free(&f->arena);
     free(f->off);
     free(f->len);
     free(f->id);

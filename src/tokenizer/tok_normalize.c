@@ -74,7 +74,7 @@ void sp_norm_free(sp_norm *n) {
 }
 
 static spindle_status unicode_form(int opts, const char *s, size_t len,
-                                   sp_sbuf *out, spindle_error *err) {
+                                   sp_strbuf *out, spindle_error *err) {
     utf8proc_uint8_t *res = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s,
                                       (utf8proc_ssize_t)len, &res,
@@ -83,7 +83,7 @@ static spindle_status unicode_form(int opts, const char *s, size_t len,
         return sp_fail(err, SPINDLE_ERR_INTERNAL, "tokenizer: utf8proc: %s",
                        utf8proc_errmsg(r));
     }
-    bool ok = sp_sbuf_add(out, (const char *)res, (size_t)r);
+    bool ok = sp_strbuf_add(out, (const char *)res, (size_t)r);
     free(res);
     return ok ? SPINDLE_OK : oom(err);
 }
@@ -115,44 +115,44 @@ static bool is_chinese(uint32_t c) {
 }
 
 /* Char-by-char lowercase as Rust's char::to_lowercase (no context). */
-static bool lower_cp(sp_sbuf *out, uint32_t cp) {
-    if (cp == 0x130) return sp_sbuf_add(out, "i\xCC\x87", 3);
-    return sp_sbuf_add_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+static bool lower_cp(sp_strbuf *out, uint32_t cp) {
+    if (cp == 0x130) return sp_strbuf_add(out, "i\xCC\x87", 3);
+    return sp_strbuf_add_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
 }
 
 /* The per-character normalizers; `mode` picks which. */
 enum { CH_LOWER, CH_ACCENTS, CH_CLEAN, CH_CHINESE, CH_NONSPACING };
 
 static spindle_status per_char(int mode, const char *s, size_t len,
-                               sp_sbuf *out, spindle_error *err) {
-    bool ok = sp_sbuf_reserve(out, len);
+                               sp_strbuf *out, spindle_error *err) {
+    bool ok = sp_strbuf_reserve(out, len);
     for (size_t i = 0; i < len && ok;) {
         int l;
         uint32_t cp = sp_utf8_next(s + i, len - i, &l);
         switch (mode) {
         case CH_LOWER:
-            ok = cp < 0x80 ? sp_sbuf_add_cp(out, (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp)
+            ok = cp < 0x80 ? sp_strbuf_add_cp(out, (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp)
                            : lower_cp(out, cp);
             break;
         case CH_ACCENTS:
-            if (!is_mark(cp)) ok = sp_sbuf_add(out, s + i, (size_t)l);
+            if (!is_mark(cp)) ok = sp_strbuf_add(out, s + i, (size_t)l);
             break;
         case CH_NONSPACING:
-            if (!is_mark_nonspacing(cp)) ok = sp_sbuf_add(out, s + i, (size_t)l);
+            if (!is_mark_nonspacing(cp)) ok = sp_strbuf_add(out, s + i, (size_t)l);
             break;
         case CH_CLEAN:
             if (cp == 0 || cp == 0xFFFD ||
                 (cp != '\t' && cp != '\n' && cp != '\r' && is_other(cp)))
                 break;
             if (cp == '\t' || cp == '\n' || cp == '\r' || sp_uc_is_whitespace(cp))
-                ok = sp_sbuf_add(out, " ", 1);
-            else ok = sp_sbuf_add(out, s + i, (size_t)l);
+                ok = sp_strbuf_add(out, " ", 1);
+            else ok = sp_strbuf_add(out, s + i, (size_t)l);
             break;
         default:
             if (is_chinese(cp))
-                ok = sp_sbuf_add(out, " ", 1) && sp_sbuf_add(out, s + i, (size_t)l) &&
-                     sp_sbuf_add(out, " ", 1);
-            else ok = sp_sbuf_add(out, s + i, (size_t)l);
+                ok = sp_strbuf_add(out, " ", 1) && sp_strbuf_add(out, s + i, (size_t)l) &&
+                     sp_strbuf_add(out, " ", 1);
+            else ok = sp_strbuf_add(out, s + i, (size_t)l);
         }
         i += (size_t)l;
     }
@@ -161,28 +161,28 @@ static spindle_status per_char(int mode, const char *s, size_t len,
 
 /* Runs steps one after another through two scratch buffers. */
 static spindle_status chain(int n_steps, const int *modes, const char *s,
-                            size_t len, sp_sbuf *out, spindle_error *err) {
-    sp_sbuf a = {0}, b = {0};
+                            size_t len, sp_strbuf *out, spindle_error *err) {
+    sp_strbuf a = {0}, b = {0};
     const char *cur = s;
     size_t cur_len = len;
     spindle_status st = SPINDLE_OK;
     for (int i = 0; i < n_steps && !st; i++) {
-        sp_sbuf *dst = (i & 1) ? &b : &a;
+        sp_strbuf *dst = (i & 1) ? &b : &a;
         dst->len = 0;
         if (modes[i] < 0) st = unicode_form(UTF8PROC_DECOMPOSE, cur, cur_len, dst, err);
         else st = per_char(modes[i], cur, cur_len, dst, err);
-        if (!st && !sp_sbuf_reserve(dst, 0)) st = oom(err);
+        if (!st && !sp_strbuf_reserve(dst, 0)) st = oom(err);
         cur = dst->p;
         cur_len = dst->len;
     }
-    if (!st && !sp_sbuf_add(out, cur, cur_len)) st = oom(err);
-    sp_sbuf_free(&a);
-    sp_sbuf_free(&b);
+    if (!st && !sp_strbuf_add(out, cur, cur_len)) st = oom(err);
+    sp_strbuf_free(&a);
+    sp_strbuf_free(&b);
     return st;
 }
 
 spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
-                             sp_sbuf *out, spindle_error *err) {
+                             sp_strbuf *out, spindle_error *err) {
     switch (n->type) {
     case SP_NORM_NFC: {
         /* Text below U+0300 is already NFC: nothing there decomposes or
@@ -190,7 +190,7 @@ spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
         size_t i = 0;
         const unsigned char *u = (const unsigned char *)s;
         while (i < len && (u[i] < 0xC0 || (u[i] < 0xCC))) i++;
-        if (i == len) return sp_sbuf_add(out, s, len) ? SPINDLE_OK : oom(err);
+        if (i == len) return sp_strbuf_add(out, s, len) ? SPINDLE_OK : oom(err);
         return unicode_form(UTF8PROC_COMPOSE, s, len, out, err);
     }
     case SP_NORM_NFD: return unicode_form(UTF8PROC_DECOMPOSE, s, len, out, err);
@@ -201,8 +201,8 @@ spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
     case SP_NORM_LOWER: return per_char(CH_LOWER, s, len, out, err);
     case SP_NORM_STRIP_ACCENTS: return per_char(CH_ACCENTS, s, len, out, err);
     case SP_NORM_PREPEND:
-        if (len && !sp_sbuf_add(out, n->str, n->str_len)) return oom(err);
-        return sp_sbuf_add(out, s, len) ? SPINDLE_OK : oom(err);
+        if (len && !sp_strbuf_add(out, n->str, n->str_len)) return oom(err);
+        return sp_strbuf_add(out, s, len) ? SPINDLE_OK : oom(err);
     case SP_NORM_REPLACE:
         return sp_pattern_replace(&n->pat, s, len, n->str, n->str_len, out, err);
     case SP_NORM_STRIP: {
@@ -215,12 +215,12 @@ spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
         }
         while (n->right && b > a) {
             size_t k = b - 1;
-            while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+            while (k > a && sp_utf8_is_continuation((unsigned char)s[k])) k--;
             int l;
             if (!sp_uc_is_whitespace(sp_utf8_next(s + k, b - k, &l))) break;
             b = k;
         }
-        return sp_sbuf_add(out, s + a, b - a) ? SPINDLE_OK : oom(err);
+        return sp_strbuf_add(out, s + a, b - a) ? SPINDLE_OK : oom(err);
     }
     case SP_NORM_BERT: {
         int modes[5], k = 0;
@@ -231,21 +231,21 @@ spindle_status sp_norm_apply(const sp_norm *n, const char *s, size_t len,
         return chain(k, modes, s, len, out, err);
     }
     case SP_NORM_SEQ: {
-        sp_sbuf a = {0}, b = {0};
+        sp_strbuf a = {0}, b = {0};
         const char *cur = s;
         size_t cur_len = len;
         spindle_status st = SPINDLE_OK;
         for (int i = 0; i < n->n_subs && !st; i++) {
-            sp_sbuf *dst = (i & 1) ? &b : &a;
+            sp_strbuf *dst = (i & 1) ? &b : &a;
             dst->len = 0;
             st = sp_norm_apply(&n->subs[i], cur, cur_len, dst, err);
-            if (!st && !sp_sbuf_reserve(dst, 0)) st = oom(err);
+            if (!st && !sp_strbuf_reserve(dst, 0)) st = oom(err);
             cur = dst->p;
             cur_len = dst->len;
         }
-        if (!st && !sp_sbuf_add(out, cur, cur_len)) st = oom(err);
-        sp_sbuf_free(&a);
-        sp_sbuf_free(&b);
+        if (!st && !sp_strbuf_add(out, cur, cur_len)) st = oom(err);
+        sp_strbuf_free(&a);
+        sp_strbuf_free(&b);
         return st;
     }
     }

@@ -184,7 +184,7 @@ static bool is_ws(uint32_t c) { return sp_uc_is_whitespace(c); }
 /* Split one piece s[0..n) into `out`. */
 static spindle_status split_piece(const sp_pretok *p, const char *s, size_t n,
                                   bool first, sp_pieces *out, sp_spans *sp,
-                                  sp_sbuf *scratch, spindle_error *err) {
+                                  sp_strbuf *scratch, spindle_error *err) {
     spindle_status st;
     switch (p->type) {
     case SP_PRE_SPLIT:
@@ -226,12 +226,12 @@ static spindle_status split_piece(const sp_pretok *p, const char *s, size_t n,
         bool starts = (n && s[0] == ' ') ||
                       (n >= (size_t)p->repl_len && !memcmp(s, p->repl, (size_t)p->repl_len));
         if ((p->prepend == 0 || (p->prepend == 1 && first)) && !starts)
-            ok = sp_sbuf_add(scratch, p->repl, (size_t)p->repl_len);
+            ok = sp_strbuf_add(scratch, p->repl, (size_t)p->repl_len);
         while (ok && i < n) {
             const char *sp_at = memchr(s + i, ' ', n - i);
             size_t e = sp_at ? (size_t)(sp_at - s) : n;
-            ok = sp_sbuf_add(scratch, s + i, e - i);
-            if (ok && sp_at) ok = sp_sbuf_add(scratch, p->repl, (size_t)p->repl_len);
+            ok = sp_strbuf_add(scratch, s + i, e - i);
+            if (ok && sp_at) ok = sp_strbuf_add(scratch, p->repl, (size_t)p->repl_len);
             i = e + (sp_at ? 1 : 0);
         }
         if (!ok) return oom(err);
@@ -249,7 +249,7 @@ static spindle_status split_piece(const sp_pretok *p, const char *s, size_t n,
         size_t len = n;
         if (p->add_prefix_space && !(n && s[0] == ' ')) {
             scratch->len = 0;
-            if (!sp_sbuf_add(scratch, " ", 1) || !sp_sbuf_add(scratch, s, n)) return oom(err);
+            if (!sp_strbuf_add(scratch, " ", 1) || !sp_strbuf_add(scratch, s, n)) return oom(err);
             src = scratch->p;
             len = scratch->len;
         }
@@ -264,15 +264,11 @@ static spindle_status split_piece(const sp_pretok *p, const char *s, size_t n,
             size_t a = sp->v[k].start, b = sp->v[k].end;
             if (a == b) continue;
             size_t at = out->text.len;
-            if (!sp_sbuf_reserve(&out->text, 2 * (b - a))) return oom(err);
+            if (!sp_strbuf_reserve(&out->text, 2 * (b - a))) return oom(err);
             char *w = out->text.p + at;
             for (size_t i = a; i < b; i++) {
                 uint32_t cp = byte_cp((unsigned char)src[i]);
-                if (cp < 0x80) *w++ = (char)cp;
-                else {
-                    *w++ = (char)(0xC0 | (cp >> 6));
-                    *w++ = (char)(0x80 | (cp & 0x3F));
-                }
+                w += sp_utf8_encode(cp, w);
             }
             size_t wl = (size_t)(w - (out->text.p + at));
             /* Register the bytes written in place as a piece. */
@@ -299,7 +295,7 @@ spindle_status sp_pretok_apply(const sp_pretok *p, sp_pieces *io, sp_pieces *tmp
     }
     sp_pieces_reset(tmp);
     sp_spans sp = {0};
-    sp_sbuf scratch = {0};
+    sp_strbuf scratch = {0};
     spindle_status st = SPINDLE_OK;
     for (size_t i = 0; i < io->n && !st; i++) {
         const sp_piece *pc = &io->v[i];
@@ -311,7 +307,7 @@ spindle_status sp_pretok_apply(const sp_pretok *p, sp_pieces *io, sp_pieces *tmp
                          &scratch, err);
     }
     free(sp.v);
-    sp_sbuf_free(&scratch);
+    sp_strbuf_free(&scratch);
     sp_pieces swap = *io;
     *io = *tmp;
     *tmp = swap;
@@ -328,7 +324,7 @@ bool sp_pieces_push(sp_pieces *p, const char *s, size_t len, int32_t id,
         p->cap = c;
     }
     size_t off = p->text.len;
-    if (s && !sp_sbuf_add(&p->text, s, len)) return false;
+    if (s && !sp_strbuf_add(&p->text, s, len)) return false;
     p->v[p->n++] = (sp_piece){off, len, id, first};
     return true;
 }
@@ -339,7 +335,7 @@ void sp_pieces_reset(sp_pieces *p) {
 }
 
 void sp_pieces_free(sp_pieces *p) {
-    sp_sbuf_free(&p->text);
+    sp_strbuf_free(&p->text);
     free(p->v);
     memset(p, 0, sizeof *p);
 }

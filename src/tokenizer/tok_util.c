@@ -1,5 +1,5 @@
-/* Shared helpers of the tokenizer: growable buffers, UTF-8, a string hash
- * map, PCRE2 patterns with HF find_matches semantics, Unicode predicates. */
+/* Shared helpers of the tokenizer: a string hash map, PCRE2 patterns with
+ * HF find_matches semantics, Unicode predicates. */
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
@@ -7,125 +7,6 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
-
-bool sp_sbuf_reserve(sp_sbuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
-}
-
-bool sp_sbuf_add(sp_sbuf *b, const char *s, size_t n) {
-    if (!sp_sbuf_reserve(b, n)) return false;
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
-}
-
-bool sp_sbuf_add_cp(sp_sbuf *b, uint32_t cp) {
-    char tmp[4];
-    return sp_sbuf_add(b, tmp, (size_t)sp_utf8_encode(cp, tmp));
-}
-
-void sp_sbuf_free(sp_sbuf *b) {
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
-
-uint32_t sp_utf8_next(const char *s, size_t n, int *len) {
-    const unsigned char *u = (const unsigned char *)s;
-    if (u[0] < 0x80 || n < 2) { *len = 1; return u[0]; }
-    if (u[0] < 0xE0) { *len = 2; return ((u[0] & 0x1Fu) << 6) | (u[1] & 0x3Fu); }
-    if (u[0] < 0xF0 || n < 4) {
-        *len = 3;
-        return ((u[0] & 0x0Fu) << 12) | ((u[1] & 0x3Fu) << 6) | (u[2] & 0x3Fu);
-    }
-    *len = 4;
-    return ((u[0] & 0x07u) << 18) | ((u[1] & 0x3Fu) << 12) |
-           ((u[2] & 0x3Fu) << 6) | (u[3] & 0x3Fu);
-}
-
-int sp_utf8_encode(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Length of the valid sequence at u (0 when invalid); *sub gets the length
- * of the maximal invalid subpart when invalid. */
-static int utf8_seq(const unsigned char *u, size_t n, int *sub) {
-    unsigned c = u[0];
-    *sub = 1;
-    if (c < 0x80) return 1;
-    int need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) { need = 2; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) need = 2;
-    else if (c == 0xED) { need = 2; hi = 0x9F; }
-    else if (c >= 0xEE && c <= 0xEF) need = 2;
-    else if (c == 0xF0) { need = 3; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) { need = 3; hi = 0x8F; }
-    else return 0;
-    for (int i = 1; i <= need; i++) {
-        if ((size_t)i >= n) { *sub = i; return 0; }
-        unsigned d = u[i];
-        if (i == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) {
-            *sub = i;
-            return 0;
-        }
-    }
-    return need + 1;
-}
-
-bool sp_utf8_valid(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        if (u[i] < 0x80) { i++; continue; }
-        int sub, l = utf8_seq(u + i, n - i, &sub);
-        if (!l) return false;
-        i += (size_t)l;
-    }
-    return true;
-}
-
-bool sp_utf8_lossy(const char *s, size_t n, sp_sbuf *out) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0, run = 0;
-    if (!sp_sbuf_reserve(out, n)) return false;
-    while (i < n) {
-        int sub, l = u[i] < 0x80 ? 1 : utf8_seq(u + i, n - i, &sub);
-        if (l) { i += (size_t)l; continue; }
-        if (!sp_sbuf_add(out, s + run, i - run) ||
-            !sp_sbuf_add(out, "\xEF\xBF\xBD", 3))
-            return false;
-        i += (size_t)sub;
-        run = i;
-    }
-    return sp_sbuf_add(out, s + run, n - run);
-}
 
 /* ------------------------------------------------------------- hash map */
 
@@ -347,7 +228,7 @@ oom:
 }
 
 spindle_status sp_pattern_replace(const sp_pattern *p, const char *s, size_t n,
-                                  const char *with, size_t wlen, sp_sbuf *out,
+                                  const char *with, size_t wlen, sp_strbuf *out,
                                   spindle_error *err) {
     sp_spans m = {0};
     spindle_status st = find_raw(p, s, n, &m, err);
@@ -355,11 +236,11 @@ spindle_status sp_pattern_replace(const sp_pattern *p, const char *s, size_t n,
     size_t prev = 0;
     bool ok = true;
     for (size_t i = 0; i < m.n && ok; i++) {
-        ok = sp_sbuf_add(out, s + prev, m.v[i].start - prev) &&
-             sp_sbuf_add(out, with, wlen);
+        ok = sp_strbuf_add(out, s + prev, m.v[i].start - prev) &&
+             sp_strbuf_add(out, with, wlen);
         prev = m.v[i].end;
     }
-    ok = ok && sp_sbuf_add(out, s + prev, n - prev);
+    ok = ok && sp_strbuf_add(out, s + prev, n - prev);
     free(m.v);
     return ok ? SPINDLE_OK : sp_fail(err, SPINDLE_ERR_MEMORY, "tokenizer: out of memory");
 }

@@ -146,34 +146,32 @@ static spindle_status push_unk(const sp_model *m, sp_ids *out, spindle_error *er
 
 spindle_status sp_wordpiece_tokenize(const sp_model *m, const char *s, size_t n,
                                      sp_ids *out, spindle_error *err) {
-    size_t chars = 0;
-    for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
-    if (chars > (size_t)m->max_chars) return push_unk(m, out, err);
+    if (sp_utf8_count(s, n) > (size_t)m->max_chars) return push_unk(m, out, err);
     size_t mark = out->n, plen = strlen(m->cont_prefix);
-    sp_sbuf key = {0};
+    sp_strbuf key = {0};
     size_t start = 0;
     while (start < n) {
         size_t end = n;
         int32_t found = -1;
         while (start < end) {
             key.len = 0;
-            if ((start > 0 && !sp_sbuf_add(&key, m->cont_prefix, plen)) ||
-                !sp_sbuf_add(&key, s + start, end - start)) {
-                sp_sbuf_free(&key);
+            if ((start > 0 && !sp_strbuf_add(&key, m->cont_prefix, plen)) ||
+                !sp_strbuf_add(&key, s + start, end - start)) {
+                sp_strbuf_free(&key);
                 return oom(err);
             }
             found = sp_strmap_get(&m->vocab, key.p, key.len);
             if (found >= 0) break;
-            do end--; while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80);
+            do end--; while (end > start && sp_utf8_is_continuation((unsigned char)s[end]));
         }
         if (found < 0) {
-            sp_sbuf_free(&key);
+            sp_strbuf_free(&key);
             out->n = mark;
             return push_unk(m, out, err);
         }
-        if (!sp_ids_push(out, found)) { sp_sbuf_free(&key); return oom(err); }
+        if (!sp_ids_push(out, found)) { sp_strbuf_free(&key); return oom(err); }
         start = end;
     }
-    sp_sbuf_free(&key);
+    sp_strbuf_free(&key);
     return SPINDLE_OK;
 }

@@ -210,7 +210,7 @@ static spindle_status split_and_normalize(const spindle_tokenizer *tok,
                                           const char *text, size_t len,
                                           sp_pieces *out, spindle_error *err) {
     sp_pieces raw = {0};
-    sp_sbuf norm = {0};
+    sp_strbuf norm = {0};
     spindle_status st = sp_added_split(&tok->added, false, text, len, true, &raw, err);
     for (size_t i = 0; i < raw.n && !st; i++) {
         const sp_piece *p = &raw.v[i];
@@ -223,14 +223,14 @@ static spindle_status split_and_normalize(const spindle_tokenizer *tok,
         if (tok->normalizer) {
             norm.len = 0;
             if ((st = sp_norm_apply(tok->normalizer, s, n, &norm, err))) break;
-            if (!sp_sbuf_reserve(&norm, 0)) { st = oom(err); break; }
+            if (!sp_strbuf_reserve(&norm, 0)) { st = oom(err); break; }
             s = norm.p;
             n = norm.len;
         }
         st = sp_added_split(&tok->added, true, s, n, p->first, out, err);
     }
     sp_pieces_free(&raw);
-    sp_sbuf_free(&norm);
+    sp_strbuf_free(&norm);
     return st;
 }
 
@@ -242,7 +242,7 @@ spindle_status spindle_tokenizer_encode(const spindle_tokenizer *tok,
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "tokenizer_encode: NULL argument");
     *ids_out = NULL;
     *n_out = 0;
-    sp_sbuf clean = {0};
+    sp_strbuf clean = {0};
     if (len && !sp_utf8_valid(text, len)) {
         if (!sp_utf8_lossy(text, len, &clean)) return oom(err);
         text = clean.p;
@@ -265,7 +265,7 @@ spindle_status spindle_tokenizer_encode(const spindle_tokenizer *tok,
     if (!st && !ids.v && !(ids.v = malloc(sizeof *ids.v))) st = oom(err);
     sp_pieces_free(&pieces);
     sp_pieces_free(&tmp);
-    sp_sbuf_free(&clean);
+    sp_strbuf_free(&clean);
     if (st) {
         free(ids.v);
         return st;
@@ -283,9 +283,9 @@ spindle_status spindle_tokenizer_decode(const spindle_tokenizer *tok,
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "tokenizer_decode: NULL argument");
     *text = NULL;
     if (tok->gguf) {
-        sp_sbuf g = {0};
+        sp_strbuf g = {0};
         spindle_status gs = sp_gguf_decode(tok, ids, n_ids, skip_special, &g, err);
-        if (gs) { sp_sbuf_free(&g); return gs; }
+        if (gs) { sp_strbuf_free(&g); return gs; }
         *text = g.p;
         if (len) *len = g.len;
         return SPINDLE_OK;
@@ -303,17 +303,17 @@ spindle_status spindle_tokenizer_decode(const spindle_tokenizer *tok,
         if (!sp_strlist_push(&toks, t, tl)) st = oom(err);
     }
     if (!st && tok->decoder) st = sp_dec_apply(tok->decoder, &toks, &tmp, err);
-    sp_sbuf out = {0};
+    sp_strbuf out = {0};
     for (size_t i = 0; i < toks.n && !st; i++) {
-        if ((!tok->decoder && i > 0 && !sp_sbuf_add(&out, " ", 1)) ||
-            !sp_sbuf_add(&out, toks.text.p + toks.off[i], toks.len[i]))
+        if ((!tok->decoder && i > 0 && !sp_strbuf_add(&out, " ", 1)) ||
+            !sp_strbuf_add(&out, toks.text.p + toks.off[i], toks.len[i]))
             st = oom(err);
     }
-    if (!st && !sp_sbuf_reserve(&out, 0)) st = oom(err);
+    if (!st && !sp_strbuf_reserve(&out, 0)) st = oom(err);
     sp_strlist_free(&toks);
     sp_strlist_free(&tmp);
     if (st) {
-        sp_sbuf_free(&out);
+        sp_strbuf_free(&out);
         return st;
     }
     *text = out.p;
