@@ -23,7 +23,7 @@ static bool int_arg(jx_ctx *ctx, const jx_value *v, int64_t dflt, int64_t *out) 
         return true;
     }
     if (v->t == JX_INT || v->t == JX_BOOL) {
-        *out = v->t == JX_INT ? v->u.i : v->u.b;
+        *out = jx_int_of(*v);
         return true;
     }
     return jx_fail(ctx, "'%s' object cannot be interpreted as an integer", jx_type_name(*v));

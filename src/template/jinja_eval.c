@@ -138,7 +138,7 @@ static bool get_item(jx_ctx *ctx, jx_value obj, jx_value key, bool attr_first,
             return true;
         }
     } else if ((obj.t == JX_LIST || obj.t == JX_STR) && (key.t == JX_INT || key.t == JX_BOOL)) {
-        int64_t i = key.t == JX_INT ? key.u.i : key.u.b;
+        int64_t i = jx_int_of(key);
         size_t n = obj.t == JX_LIST ? obj.u.o->u.list.n : sp_utf8_count(jx_s(obj), jx_slen(obj));
         if (i < 0) i += (int64_t)n;
         if (i >= 0 && (size_t)i < n) {
@@ -203,9 +203,22 @@ bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out) {
 
 static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out);
 
+/* x ** y by squaring (y >= 0); false when the result passes int64. */
+static bool int_pow(int64_t x, int64_t y, int64_t *out) {
+    int64_t acc = 1;
+    for (;;) {
+        if ((y & 1) && __builtin_mul_overflow(acc, x, &acc)) return false;
+        y >>= 1;
+        if (!y) break;
+        if (__builtin_mul_overflow(x, x, &x)) return false;
+    }
+    *out = acc;
+    return true;
+}
+
 static bool num_binop(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
     bool ints = a.t != JX_FLOAT && b.t != JX_FLOAT;
-    int64_t x = a.t == JX_INT ? a.u.i : a.u.b, y = b.t == JX_INT ? b.u.i : b.u.b;
+    int64_t x = jx_int_of(a), y = jx_int_of(b);
     double fx = a.t == JX_FLOAT ? a.u.f : (double)x, fy = b.t == JX_FLOAT ? b.u.f : (double)y;
     int64_t r;
     switch (op) {
@@ -241,12 +254,7 @@ static bool num_binop(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out
             return *out = jx_float(m), true;
         }
     case 'p':
-        if (ints && y >= 0) {
-            int64_t acc = 1;
-            bool ovf = false;
-            for (int64_t i = 0; i < y && !ovf; i++) ovf = __builtin_mul_overflow(acc, x, &acc);
-            if (!ovf) return *out = jx_int(acc), true;
-        }
+        if (ints && y >= 0 && int_pow(x, y, &r)) return *out = jx_int(r), true;
         return *out = jx_float(pow(fx, fy)), true;
     }
     return jx_fail(ctx, "bad operator");
@@ -306,9 +314,9 @@ static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
         return true;
     }
     if (op == '*' && (a.t == JX_STR || a.t == JX_LIST) && (b.t == JX_INT || b.t == JX_BOOL))
-        return repeat(ctx, a, b.t == JX_INT ? b.u.i : b.u.b, out);
+        return repeat(ctx, a, jx_int_of(b), out);
     if (op == '*' && (b.t == JX_STR || b.t == JX_LIST) && (a.t == JX_INT || a.t == JX_BOOL))
-        return repeat(ctx, b, a.t == JX_INT ? a.u.i : a.u.b, out);
+        return repeat(ctx, b, jx_int_of(a), out);
     return jx_fail(ctx, "unsupported operand type(s) for %s: '%s' and '%s'", op_name(op),
                    jx_type_name(a), jx_type_name(b));
 }
@@ -317,11 +325,11 @@ static int order(jx_ctx *ctx, jx_value a, jx_value b, bool *ok) {
     *ok = true;
     if (jx_is_num(a) && jx_is_num(b)) {
         if (a.t != JX_FLOAT && b.t != JX_FLOAT) {
-            int64_t x = a.t == JX_INT ? a.u.i : a.u.b, y = b.t == JX_INT ? b.u.i : b.u.b;
+            int64_t x = jx_int_of(a), y = jx_int_of(b);
             return (x > y) - (x < y);
         }
-        double x = a.t == JX_FLOAT ? a.u.f : a.t == JX_INT ? (double)a.u.i : a.u.b;
-        double y = b.t == JX_FLOAT ? b.u.f : b.t == JX_INT ? (double)b.u.i : b.u.b;
+        double x = jx_num_of(a);
+        double y = jx_num_of(b);
         return (x > y) - (x < y);
     }
     if (a.t == JX_STR && b.t == JX_STR) {
@@ -468,7 +476,7 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     for (int i = 0; i < 3; i++) {
         if (bounds[i].t == JX_NONE || bounds[i].t == JX_UNDEF) v[i] = INT64_MIN;
         else if (bounds[i].t == JX_INT || bounds[i].t == JX_BOOL)
-            v[i] = bounds[i].t == JX_INT ? bounds[i].u.i : bounds[i].u.b;
+            v[i] = jx_int_of(bounds[i]);
         else return jx_fail(ctx, "slice indices must be integers or None");
     }
     int64_t step = v[2] == INT64_MIN ? 1 : v[2];
@@ -600,7 +608,12 @@ static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
         }
         if (n->kind == JN_POS) *out = a.t == JX_BOOL ? jx_int(a.u.b) : a;
         else if (a.t == JX_FLOAT) *out = jx_float(-a.u.f);
-        else *out = jx_int(-(a.t == JX_INT ? a.u.i : a.u.b));
+        else {
+            int64_t neg;
+            /* -INT64_MIN does not fit: go to float, as num_binop does. */
+            *out = __builtin_sub_overflow(0, jx_int_of(a), &neg) ? jx_float(-(double)jx_int_of(a))
+                                                                 : jx_int(neg);
+        }
         return true;
     case JN_NOT:
         if (!eval(e, n->a, &a)) return false;

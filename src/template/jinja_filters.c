@@ -92,7 +92,9 @@ static bool sort_items(jx_ctx *ctx, sort_item *v, size_t n, bool cs, bool revers
             while (i < mid) tmp[k++] = v[i++];
             while (j < hi) tmp[k++] = v[j++];
         }
-        memcpy(v, tmp, n * sizeof *v);
+        /* A failed comparison leaves this pass unfinished: keep the last
+         * complete permutation so that every item is released once. */
+        if (ok) memcpy(v, tmp, n * sizeof *v);
     }
     free(tmp);
     return ok;
@@ -320,7 +322,7 @@ static bool to_number(jx_ctx *ctx, jx_value v, bool want_int, const jx_args *a, 
     const jx_value *d = jx_arg(a, 0, "default");
     jx_value dflt = d ? *d : want_int ? jx_int(0) : jx_float(0.0);
     if (v.t == JX_INT || v.t == JX_BOOL) {
-        int64_t i = v.t == JX_INT ? v.u.i : v.u.b;
+        int64_t i = jx_int_of(v);
         *out = want_int ? jx_int(i) : jx_float((double)i);
         return true;
     }
@@ -356,7 +358,7 @@ static bool to_number(jx_ctx *ctx, jx_value v, bool want_int, const jx_args *a, 
 static bool f_round(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     const jx_value *p = jx_arg(a, 0, "precision"), *m = jx_arg(a, 1, "method");
     if (!jx_is_num(v)) return jx_fail(ctx, "round expects a number");
-    double x = v.t == JX_FLOAT ? v.u.f : v.t == JX_INT ? (double)v.u.i : v.u.b;
+    double x = jx_num_of(v);
     int64_t prec = p && p->t == JX_INT ? p->u.i : 0;
     const char *method = m && m->t == JX_STR ? jx_s(*m) : "common";
     double scale = pow(10.0, (double)prec);
@@ -479,10 +481,12 @@ static bool f_minmax_sum(jx_ctx *ctx, const char *name, jx_value v, const jx_arg
                 jx_unref(x);
                 break;
             }
-            double fa = acc.t == JX_FLOAT ? acc.u.f : acc.t == JX_INT ? (double)acc.u.i : acc.u.b;
-            double fx = x.t == JX_FLOAT ? x.u.f : x.t == JX_INT ? (double)x.u.i : x.u.b;
-            if (acc.t != JX_FLOAT && x.t != JX_FLOAT)
-                r = jx_int((acc.t == JX_INT ? acc.u.i : acc.u.b) + (x.t == JX_INT ? x.u.i : x.u.b));
+            double fa = jx_num_of(acc);
+            double fx = jx_num_of(x);
+            int64_t isum;
+            if (acc.t != JX_FLOAT && x.t != JX_FLOAT &&
+                !__builtin_add_overflow(jx_int_of(acc), jx_int_of(x), &isum))
+                r = jx_int(isum);
             else r = jx_float(fa + fx);
             jx_unref(x);
             acc = r;
@@ -689,7 +693,7 @@ bool jx_apply_test(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a, 
     if (is_name(name, "escaped")) return true;
     if (is_name(name, "odd") || is_name(name, "even") || is_name(name, "divisibleby")) {
         if (v.t != JX_INT && v.t != JX_BOOL) return jx_fail(ctx, "%s test expects an integer", name);
-        int64_t i = v.t == JX_INT ? v.u.i : v.u.b;
+        int64_t i = jx_int_of(v);
         if (name[0] == 'o') return *out = (i % 2) != 0, true;
         if (name[0] == 'e') return *out = (i % 2) == 0, true;
         if (!x || x->t != JX_INT || x->u.i == 0) return jx_fail(ctx, "divisibleby expects a non-zero integer");

@@ -96,6 +96,14 @@ static inline bool jx_is_seq(jx_value v) { return v.t == JX_LIST; }
 static inline bool jx_is_map(jx_value v) { return v.t == JX_DICT || v.t == JX_NS; }
 static inline bool jx_is_num(jx_value v) { return v.t == JX_INT || v.t == JX_FLOAT || v.t == JX_BOOL; }
 
+/* The value of an int or a bool (0 for any other type: the union holds
+ * something else). */
+static inline int64_t jx_int_of(jx_value v) {
+    return v.t == JX_INT ? v.u.i : v.t == JX_BOOL ? (int64_t)v.u.b : 0;
+}
+/* The value of a number (int, bool or float) as a double. */
+static inline double jx_num_of(jx_value v) { return v.t == JX_FLOAT ? v.u.f : (double)jx_int_of(v); }
+
 bool jx_truthy(jx_value v);
 bool jx_equal(jx_value a, jx_value b);
 const char *jx_type_name(jx_value v);
@@ -181,6 +189,9 @@ struct sp_jinja_template {
     /* Every node and name lives in these blocks, freed together. */
     void **blocks;
     size_t nblocks, capblocks;
+    /* Every node made, reachable from the root or not (a parse error leaves
+     * half-built ones behind), so that their lists and values are freed. */
+    jx_nodes nodes;
 };
 
 spindle_status jx_parse(sp_jinja_template *tpl, const jx_tokens *toks,

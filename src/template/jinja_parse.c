@@ -10,8 +10,6 @@
 #include "base/error.h"
 #include "template/jinja_parser.h"
 
-
-
 void *jx_tpl_alloc(sp_jinja_template *tpl, size_t size) {
     if (tpl->nblocks == tpl->capblocks) {
         size_t cap = tpl->capblocks ? tpl->capblocks * 2 : 64;
@@ -82,8 +80,17 @@ bool jxp_expect_type(parser *p, jx_tok_type type, const char *what) {
 }
 
 jx_node *jxp_node(parser *p, jx_node_kind kind, const jx_token *at) {
+    jx_nodes *all = &p->tpl->nodes;
+    if (all->n == all->cap) {
+        size_t cap = all->cap ? all->cap * 2 : 64;
+        jx_node **v = realloc(all->v, cap * sizeof *v);
+        if (!v) return jxp_fail_at(p, at, "out of memory");
+        all->v = v;
+        all->cap = cap;
+    }
     jx_node *n = jx_tpl_alloc(p->tpl, sizeof *n);
     if (!n) return jxp_fail_at(p, at, "out of memory");
+    all->v[all->n++] = n;
     n->kind = kind;
     n->line = at->line;
     n->col = at->col;

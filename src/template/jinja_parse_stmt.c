@@ -272,24 +272,17 @@ static jx_node *parse_statement(parser *p) {
     return n;
 }
 
-static void free_node(jx_node *n) {
-    if (!n) return;
-    free_node(n->a);
-    free_node(n->b);
-    free_node(n->c);
-    free_node(n->d);
-    jx_nodes *lists[] = {&n->list, &n->list2, &n->list3};
-    for (int k = 0; k < 3; k++) {
-        for (size_t i = 0; i < lists[k]->n; i++) free_node(lists[k]->v[i]);
-        free(lists[k]->v);
-    }
-    free((void *)n->kwnames);
-    jx_unref(n->value);
-}
-
 void sp_jinja_free(sp_jinja_template *tpl) {
     if (!tpl) return;
-    free_node(tpl->root);
+    for (size_t i = 0; i < tpl->nodes.n; i++) {
+        jx_node *n = tpl->nodes.v[i];
+        free(n->list.v);
+        free(n->list2.v);
+        free(n->list3.v);
+        free((void *)n->kwnames);
+        jx_unref(n->value);
+    }
+    free(tpl->nodes.v);
     for (size_t i = 0; i < tpl->nblocks; i++) free(tpl->blocks[i]);
     free(tpl->blocks);
     free(tpl);

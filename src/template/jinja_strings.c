@@ -105,7 +105,7 @@ bool jx_replace(jx_ctx *ctx, jx_value s, jx_value old, jx_value new_, int64_t co
             }
             if (i == n) break;
             int k;
-            uint32_t c = sp_utf8_next(p + i, n - i, &k);
+            sp_utf8_next(p + i, n - i, &k);
             sp_strbuf_add(&b, p + i, k);
             i += k;
         }
@@ -408,7 +408,7 @@ bool jx_percent_format(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out) 
         jx_value v = pos[used++];
         if (c == 'r') jx_write_repr(&b, v);
         else if (c == 's') jx_write_str(&b, v);
-        else if (v.t == JX_INT || v.t == JX_BOOL) sp_strbuf_printf(&b, "%lld", (long long)(v.t == JX_INT ? v.u.i : v.u.b));
+        else if (v.t == JX_INT || v.t == JX_BOOL) sp_strbuf_printf(&b, "%lld", (long long)jx_int_of(v));
         else if (v.t == JX_FLOAT) sp_strbuf_printf(&b, "%lld", (long long)v.u.f);
         else return sp_strbuf_free(&b), jx_fail(ctx, "%%d format: a real number is required, not %s", jx_type_name(v));
     }

@@ -187,17 +187,13 @@ bool jx_truthy(jx_value v) {
     }
 }
 
-static double num_of(jx_value v) {
-    return v.t == JX_FLOAT ? v.u.f : v.t == JX_INT ? (double)v.u.i : (double)v.u.b;
-}
-
 bool jx_equal(jx_value a, jx_value b) {
     if (jx_is_num(a) && jx_is_num(b)) {
         if (a.t != JX_FLOAT && b.t != JX_FLOAT) {
-            int64_t x = a.t == JX_INT ? a.u.i : a.u.b, y = b.t == JX_INT ? b.u.i : b.u.b;
+            int64_t x = jx_int_of(a), y = jx_int_of(b);
             return x == y;
         }
-        return num_of(a) == num_of(b);
+        return jx_num_of(a) == jx_num_of(b);
     }
     if (a.t != b.t) return false;
     switch (a.t) {
