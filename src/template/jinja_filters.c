@@ -21,10 +21,14 @@ static bool length_of(jx_ctx *ctx, jx_value v, int64_t *n) {
     switch (v.t) {
     case JX_UNDEF: *n = 0; return true;
     case JX_STR: *n = (int64_t)sp_utf8_count(jx_s(v), jx_slen(v)); return true;
-    case JX_LIST: *n = (int64_t)v.u.o->u.list.n; return true;
+    case JX_LIST:
+        if (v.u.o->u.list.generator) break;
+        *n = (int64_t)v.u.o->u.list.n;
+        return true;
     case JX_DICT: *n = (int64_t)v.u.o->u.dict.n; return true;
-    default: return jx_fail(ctx, "object of type '%s' has no len()", jx_type_name(v));
+    default: break;
     }
+    return jx_fail(ctx, "object of type '%s' has no len()", jx_type_name(v));
 }
 
 /* Attribute lookup by a dotted path ("a.b" or "0"), as Jinja's
@@ -158,10 +162,10 @@ static bool f_tojson(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     } else if (seps && seps->t != JX_NONE) {
         return jx_fail(ctx, "tojson: separators must be a pair of strings");
     }
-    if (ea && jx_truthy(*ea)) return jx_fail(ctx, "tojson: ensure_ascii=True is not supported");
+    jx_json_style style = {indent, item_sep, key_sep, sk && jx_truthy(*sk), ea && jx_truthy(*ea)};
     sp_strbuf b = {0};
     const char *why = NULL;
-    if (!jx_write_json(&b, v, indent, item_sep, key_sep, sk && jx_truthy(*sk), 0, &why)) {
+    if (!jx_write_json(&b, v, &style, 0, &why)) {
         sp_strbuf_free(&b);
         return jx_fail(ctx, "%s", why ? why : "tojson failed");
     }
@@ -216,6 +220,18 @@ static bool f_indent(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
 }
 
 /* select / reject / selectattr / rejectattr. */
+/* The items of a map/select/reject subject and the generator that will hold
+ * the results. jinja2 iterates only a truthy subject ("if value:"), so none
+ * and other falsy values give an empty result. */
+static bool generator_start(jx_ctx *ctx, jx_value v, jx_value *items, jx_value *out) {
+    bool ok = jx_truthy(v) ? jx_to_list(ctx, v, items)
+                           : jx_list_new(0, false, items) || jx_fail(ctx, "out of memory");
+    if (!ok) return false;
+    if (!jx_list_new(0, false, out)) return jx_unref(*items), jx_fail(ctx, "out of memory");
+    out->u.o->u.list.generator = true;
+    return true;
+}
+
 static bool f_select(jx_ctx *ctx, jx_value v, const jx_args *a, bool attr, bool keep, jx_value *out) {
     jx_value items;
     size_t first_test = attr ? 1 : 0;
@@ -224,8 +240,7 @@ static bool f_select(jx_ctx *ctx, jx_value v, const jx_args *a, bool attr, bool 
     if (a->npos > first_test && !test) return jx_fail(ctx, "test name must be a string");
     jx_args targs = {a->pos + first_test + 1, a->npos > first_test + 1 ? a->npos - first_test - 1 : 0,
                      NULL, NULL, 0};
-    if (!jx_to_list(ctx, v, &items)) return false;
-    if (!jx_list_new(0, false, out)) return jx_unref(items), jx_fail(ctx, "out of memory");
+    if (!generator_start(ctx, v, &items, out)) return false;
     for (size_t i = 0; i < items.u.o->u.list.n; i++) {
         jx_value it = items.u.o->u.list.v[i], subject;
         if (attr) {
@@ -254,8 +269,7 @@ static bool f_map(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     if (!attr && (a->npos < 1 || a->pos[0].t != JX_STR))
         return jx_fail(ctx, "map needs a filter name or attribute=");
     jx_args fargs = {a->pos + 1, a->npos ? a->npos - 1 : 0, NULL, NULL, 0};
-    if (!jx_to_list(ctx, v, &items)) return false;
-    if (!jx_list_new(0, false, out)) return jx_unref(items), jx_fail(ctx, "out of memory");
+    if (!generator_start(ctx, v, &items, out)) return false;
     for (size_t i = 0; i < items.u.o->u.list.n; i++) {
         jx_value it = items.u.o->u.list.v[i], r;
         bool ok = attr ? attr_path(ctx, it, *attr, &r) : jx_apply_filter(ctx, jx_s(a->pos[0]), it, &fargs, &r);

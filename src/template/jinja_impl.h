@@ -53,7 +53,9 @@ struct jx_obj {
     jx_type type;
     union {
         struct { size_t len; char *s; } str;
-        struct { size_t n, cap; jx_value *v; bool tuple; } list;
+        /* generator: what jinja2's map/select/reject filters return, a
+         * one-shot iterator that json.dumps rejects and len() refuses. */
+        struct { size_t n, cap; jx_value *v; bool tuple, generator; } list;
         /* JX_DICT and JX_NS: ordered, linear lookup (chat data is small). */
         struct { size_t n, cap; jx_value *k, *v; } dict;
         struct {
@@ -112,11 +114,15 @@ const char *jx_type_name(jx_value v);
 bool jx_write_str(sp_strbuf *b, jx_value v);
 bool jx_write_repr(sp_strbuf *b, jx_value v);
 void jx_format_float(double d, char out[40]);
-/* json.dumps(v, ensure_ascii=False, ...); `indent` NULL for none.
- * Returns false with a message in `why` for values JSON cannot hold. */
-bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
-                   const char *item_sep, const char *key_sep, bool sort_keys,
-                   int depth, const char **why);
+/* The json.dumps options tojson passes on; `indent` NULL for none. */
+typedef struct jx_json_style {
+    const char *indent, *item_sep, *key_sep;
+    bool sort_keys, ensure_ascii;
+} jx_json_style;
+/* json.dumps(v, ...). Returns false with a message in `why` for values JSON
+ * cannot hold. */
+bool jx_write_json(sp_strbuf *b, jx_value v, const jx_json_style *style, int depth,
+                   const char **why);
 /* A value converted to a new string (str()). */
 bool jx_to_str(jx_value v, jx_value *out);
 

@@ -181,7 +181,7 @@ bool jx_truthy(jx_value v) {
     case JX_INT: return v.u.i != 0;
     case JX_FLOAT: return v.u.f != 0.0;
     case JX_STR: return jx_slen(v) > 0;
-    case JX_LIST: return v.u.o->u.list.n > 0;
+    case JX_LIST: return v.u.o->u.list.n > 0 || v.u.o->u.list.generator;
     case JX_DICT: return v.u.o->u.dict.n > 0;
     default: return true;
     }
@@ -228,7 +228,7 @@ const char *jx_type_name(jx_value v) {
     case JX_INT: return "int";
     case JX_FLOAT: return "float";
     case JX_STR: return "str";
-    case JX_LIST: return v.u.o->u.list.tuple ? "tuple" : "list";
+    case JX_LIST: return v.u.o->u.list.generator ? "generator" : v.u.o->u.list.tuple ? "tuple" : "list";
     case JX_DICT: return "dict";
     case JX_NS: return "Namespace";
     case JX_FUNC: return "function";
@@ -355,6 +355,8 @@ static bool write_value(sp_strbuf *b, jx_value v, bool repr, int depth) {
         return repr ? write_str_repr(b, jx_s(v), jx_slen(v)) : sp_strbuf_add(b, jx_s(v), jx_slen(v));
     case JX_LIST: {
         jx_obj *o = v.u.o;
+        /* jinja2 prints the generator's address, which no output can match. */
+        if (o->u.list.generator) return sp_strbuf_add(b, "<generator object>", 18);
         bool t = o->u.list.tuple;
         sp_strbuf_addc(b, t ? '(' : '[');
         for (size_t i = 0; i < o->u.list.n; i++) {
@@ -402,7 +404,7 @@ bool jx_to_str(jx_value v, jx_value *out) {
     return ok;
 }
 
-static void write_json_str(sp_strbuf *b, const char *s, size_t n) {
+static void write_json_str(sp_strbuf *b, const char *s, size_t n, bool ascii) {
     sp_strbuf_addc(b, '"');
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -423,7 +425,18 @@ static void write_json_str(sp_strbuf *b, const char *s, size_t n) {
                 esc = tmp;
             }
         }
-        if (esc) {
+        if (ascii && c >= 0x80) {
+            /* ensure_ascii: \uXXXX, as UTF-16 surrogate pairs above U+FFFF. */
+            int len;
+            uint32_t cp = sp_utf8_next(s + i, n - i, &len);
+            sp_strbuf_add(b, s + run, i - run);
+            if (cp >= 0x10000)
+                sp_strbuf_printf(b, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
+                                 0xDC00 + ((cp - 0x10000) & 0x3FF));
+            else sp_strbuf_printf(b, "\\u%04x", cp);
+            i += (size_t)len - 1;
+            run = i + 1;
+        } else if (esc) {
             sp_strbuf_add(b, s + run, i - run);
             sp_strbuf_add(b, esc, strlen(esc));
             run = i + 1;
@@ -445,9 +458,9 @@ static int cmp_keys(const void *x, const void *y) {
     return c ? c : (la < lb ? -1 : la > lb);
 }
 
-bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
-                   const char *item_sep, const char *key_sep, bool sort_keys,
-                   int depth, const char **why) {
+bool jx_write_json(sp_strbuf *b, jx_value v, const jx_json_style *st, int depth,
+                   const char **why) {
+    const char *indent = st->indent, *item_sep = st->item_sep;
     char num[40];
     if (depth > 500) {
         *why = "maximum recursion depth exceeded while encoding a JSON object";
@@ -463,15 +476,19 @@ bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
         else jx_format_float(v.u.f, num);
         sp_strbuf_add(b, num, strlen(num));
         return true;
-    case JX_STR: write_json_str(b, jx_s(v), jx_slen(v)); return true;
+    case JX_STR: write_json_str(b, jx_s(v), jx_slen(v), st->ensure_ascii); return true;
     case JX_LIST: {
         jx_obj *o = v.u.o;
+        if (o->u.list.generator) {
+            *why = "Object of type generator is not JSON serializable";
+            return false;
+        }
         if (o->u.list.n == 0) return sp_strbuf_add(b, "[]", 2), true;
         sp_strbuf_addc(b, '[');
         for (size_t i = 0; i < o->u.list.n; i++) {
             if (i) sp_strbuf_add(b, item_sep, strlen(item_sep));
             if (indent) json_newline(b, indent, depth + 1);
-            if (!jx_write_json(b, o->u.list.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why))
+            if (!jx_write_json(b, o->u.list.v[i], st, depth + 1, why))
                 return false;
         }
         if (indent) json_newline(b, indent, depth);
@@ -500,15 +517,15 @@ bool jx_write_json(sp_strbuf *b, jx_value v, const char *indent,
             }
             order[i] = &keys[i];
         }
-        if (ok && sort_keys) qsort(order, n, sizeof *order, cmp_keys);
+        if (ok && st->sort_keys) qsort(order, n, sizeof *order, cmp_keys);
         if (ok) sp_strbuf_addc(b, '{');
         for (size_t j = 0; ok && j < n; j++) {
             size_t i = (size_t)(order[j] - keys);
             if (j) sp_strbuf_add(b, item_sep, strlen(item_sep));
             if (indent) json_newline(b, indent, depth + 1);
-            write_json_str(b, jx_s(keys[i]), jx_slen(keys[i]));
-            sp_strbuf_add(b, key_sep, strlen(key_sep));
-            ok = jx_write_json(b, o->u.dict.v[i], indent, item_sep, key_sep, sort_keys, depth + 1, why);
+            write_json_str(b, jx_s(keys[i]), jx_slen(keys[i]), st->ensure_ascii);
+            sp_strbuf_add(b, st->key_sep, strlen(st->key_sep));
+            ok = jx_write_json(b, o->u.dict.v[i], st, depth + 1, why);
         }
         if (ok && indent) json_newline(b, indent, depth);
         if (ok) sp_strbuf_addc(b, '}');

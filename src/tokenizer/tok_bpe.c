@@ -406,7 +406,12 @@ spindle_status sp_bpe_tokenize(const sp_model *m, const char *s, size_t n,
         if (!sp_ids_push(out, w.s[i].c)) st = oom(err);
         i = w.s[i].next < 0 ? (size_t)-1 : (size_t)w.s[i].next;
     }
-    if (!st && use_cache) cache_put(m->cache, hash, s, n, out->v + start, out->n - start);
+    if (!st && use_cache) {
+        /* A word of unknown characters and no unk token has no ids, and out->v
+         * may still be NULL then. */
+        const int32_t *ids = out->n > start ? out->v + start : NULL;
+        cache_put(m->cache, hash, s, n, ids, out->n - start);
+    }
     free(w.s);
     return st;
 }
