@@ -247,11 +247,18 @@ static bool num_binop(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out
             return *out = jx_int(op == 'f' ? q : m), true;
         }
         if (fy == 0) return jx_fail(ctx, "float division by zero");
-        if (op == 'f') return *out = jx_float(floor(fx / fy)), true;
         {
-            double m = fmod(fx, fy);
-            if (m != 0 && ((m < 0) != (fy < 0))) m += fy;
-            return *out = jx_float(m), true;
+            /* CPython's float_divmod: floor(fx / fy) would round 7 // 0.1
+             * to 70.0 where Python gives 69.0. */
+            double m = fmod(fx, fy), div = (fx - m) / fy;
+            if (m != 0 && ((m < 0) != (fy < 0))) {
+                m += fy;
+                div -= 1.0;
+            }
+            if (op == '%') return *out = jx_float(m), true;
+            double q = div != 0 ? floor(div) : copysign(0.0, fx / fy);
+            if (div != 0 && div - q > 0.5) q += 1.0;
+            return *out = jx_float(q), true;
         }
     case 'p':
         if (ints && y >= 0 && int_pow(x, y, &r)) return *out = jx_int(r), true;

@@ -153,6 +153,13 @@ MALFORMED = [
     ("{# open comment", "{#"),
     ("{% set %}", "%}"),
     ("a\nb\n{{ x | }}", "}}"),
+    # Parse errors inside half-built expressions and signatures (these leaked
+    # their nodes' lists; the sanitizer build checks leaks).
+    ("{{ 'a' + }}", "}}"),
+    ("{{ x | join('a' 1) }}", "1)"),
+    ("{{ 1 < }}", "}}"),
+    ("{% macro m(a='x', *b) %}{% endmacro %}", "*b"),
+    ("{{ f(a=[1, {'k': (2, }) }}", "}"),
 ]
 
 
@@ -181,6 +188,11 @@ RUNTIME_ERRORS = [
     ("{{ x | nosuchfilter }}", {"x": 1}, None, "nosuchfilter"),
     ("{{ [1,2].append(3) }}", {}, None, "append"),
     ("{% set ns = namespace() %}{% set ns._x = 1 %}", {}, None, "ns._x"),
+    # A comparison failing mid-sort (the merge used to copy back unwritten slots).
+    ("{{ [1, 'a', 3, 4] | sort }}", {}, "not supported between instances of", "sort"),
+    ("{{ [[1], [2], 'x', 4, 5] | sort(reverse=true) }}", {}, None, "sort"),
+    ("{{ m | map(attribute='role') | tojson }}", {"m": [{"role": "user"}]}, "not JSON serializable", "tojson"),
+    ("{{ m | selectattr('role') | length }}", {"m": [{"role": "user"}]}, "has no len()", "length"),
 ]
 
 

@@ -125,3 +125,18 @@ def test_component_parity(name, tmp_path):
     assert not bad, f"{len(bad)} decode mismatches, first: {want[bad[0]]} {want_text[bad[0]]!r} {got_text[bad[0]]!r}"
     pieces = run(["detokenize", "-m", str(tmp_path), "--jsonl", "--stream"], lines)
     assert ["".join(p) for p in pieces] == want_text
+
+
+def test_bpe_words_without_ids(tmp_path):
+    """A BPE model with no unk token drops unknown characters, so a word can
+    yield no ids, also as the first word of a text (the id list is still
+    empty then; the sanitizer build checks that no offset is taken from it)."""
+    require_bin()
+    hf = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]))
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf.save(str(tmp_path / "tokenizer.json"))
+    texts = ["\u2603", "\u2603 ab", "\u2603\u2603 ab \u2603", "ab \u2603 ab", "\u2603 \u2603"]
+    want = [e.ids for e in hf.encode_batch(texts)]
+    got = [o["ids"] for o in run(["tokenize", "-m", str(tmp_path), "--jsonl"],
+                                 [json.dumps(t) for t in texts])]
+    assert got == want
