@@ -300,11 +300,28 @@ static bool repeat(jx_ctx *ctx, jx_value seq, int64_t n, jx_value *out) {
     return true;
 }
 
+/* Markup.__add__ / __radd__: the plain operand is escaped, the sum is Markup. */
+static bool markup_add(jx_ctx *ctx, jx_value a, jx_value b, jx_value *out) {
+    jx_value ea, eb;
+    if (!jx_escape(ctx, a, false, &ea)) return false;
+    if (!jx_escape(ctx, b, false, &eb)) return jx_unref(ea), false;
+    sp_strbuf buf = {0};
+    sp_strbuf_add(&buf, jx_s(ea), jx_slen(ea));
+    sp_strbuf_add(&buf, jx_s(eb), jx_slen(eb));
+    jx_unref(ea);
+    jx_unref(eb);
+    if (!jx_str_from_buf(ctx, &buf, out)) return false;
+    out->u.o->u.str.markup = true;
+    return true;
+}
+
 static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
     if (op == '%' && a.t == JX_STR) return jx_percent_format(ctx, a, b, out);
     if (a.t == JX_UNDEF || b.t == JX_UNDEF)
         return jx_fail(ctx, "unsupported operand: an operand of '%s' is undefined", op_name(op));
     if (jx_is_num(a) && jx_is_num(b)) return num_binop(ctx, op, a, b, out);
+    if (op == '+' && a.t == JX_STR && b.t == JX_STR && (jx_is_markup(a) || jx_is_markup(b)))
+        return markup_add(ctx, a, b, out);
     if (op == '+' && a.t == JX_STR && b.t == JX_STR) {
         sp_strbuf buf = {0};
         sp_strbuf_add(&buf, jx_s(a), jx_slen(a));

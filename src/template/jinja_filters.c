@@ -419,7 +419,8 @@ static bool f_reverse(jx_ctx *ctx, jx_value v, jx_value *out) {
     return jx_str_from_buf(ctx, &b, out);
 }
 
-static bool f_escape(jx_ctx *ctx, jx_value v, jx_value *out) {
+bool jx_escape(jx_ctx *ctx, jx_value v, bool force, jx_value *out) {
+    if (jx_is_markup(v) && !force) return *out = jx_ref(v), true;
     jx_value s;
     if (!as_str(ctx, v, &s)) return false;
     sp_strbuf b = {0};
@@ -435,7 +436,21 @@ static bool f_escape(jx_ctx *ctx, jx_value v, jx_value *out) {
         }
     }
     jx_unref(s);
-    return jx_str_from_buf(ctx, &b, out);
+    if (!jx_str_from_buf(ctx, &b, out)) return false;
+    out->u.o->u.str.markup = true;
+    return true;
+}
+
+bool jx_mark_safe(jx_ctx *ctx, jx_value v, jx_value *out) {
+    if (jx_is_markup(v)) return *out = jx_ref(v), true;
+    jx_value s;
+    if (!as_str(ctx, v, &s)) return false;
+    /* A fresh copy: the plain string may be shared. */
+    bool ok = jx_str_new(jx_s(s), jx_slen(s), out);
+    jx_unref(s);
+    if (!ok) return jx_fail(ctx, "out of memory");
+    out->u.o->u.str.markup = true;
+    return true;
 }
 
 static bool f_wordcount(jx_ctx *ctx, jx_value v, jx_value *out) {
@@ -602,7 +617,7 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
     if (fi < 0) return jx_fail(ctx, "No filter named '%s' found.", name);
     if (!check_filter_args(ctx, name, FILTERS[fi].params, a)) return false;
     if (is_name(name, "tojson")) return f_tojson(ctx, v, a, out);
-    if (is_name(name, "safe")) return *out = jx_ref(v), true;
+    if (is_name(name, "safe")) return jx_mark_safe(ctx, v, out);
     if (is_name(name, "default") || is_name(name, "d")) {
         const jx_value *d = jx_arg(a, 0, "default_value"), *b = jx_arg(a, 1, "boolean");
         bool use = v.t == JX_UNDEF || (b && jx_truthy(*b) && !jx_truthy(v));
@@ -661,7 +676,7 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
     if (is_name(name, "unique")) return f_unique(ctx, v, a, out);
     if (is_name(name, "indent")) return f_indent(ctx, v, a, out);
     if (is_name(name, "e") || is_name(name, "escape") || is_name(name, "forceescape"))
-        return f_escape(ctx, v, out);
+        return jx_escape(ctx, v, is_name(name, "forceescape"), out);
     if (is_name(name, "reverse")) return f_reverse(ctx, v, out);
     if (is_name(name, "sort")) return f_sort(ctx, v, a, false, out);
     if (is_name(name, "dictsort")) return f_sort(ctx, v, a, true, out);

@@ -52,7 +52,9 @@ struct jx_obj {
     int rc;
     jx_type type;
     union {
-        struct { size_t len; char *s; } str;
+        /* markup: a jinja2 Markup string (from safe or escape), whose `+`
+         * escapes a plain operand. */
+        struct { size_t len; char *s; bool markup; } str;
         /* generator: what jinja2's map/select/reject filters return, a
          * one-shot iterator that json.dumps rejects and len() refuses. */
         struct { size_t n, cap; jx_value *v; bool tuple, generator; } list;
@@ -94,6 +96,7 @@ const jx_value *jx_dict_get_cstr(jx_value dict, const char *key, size_t len);
 
 static inline const char *jx_s(jx_value v) { return v.u.o->u.str.s; }
 static inline size_t jx_slen(jx_value v) { return v.u.o->u.str.len; }
+static inline bool jx_is_markup(jx_value v) { return v.t == JX_STR && v.u.o->u.str.markup; }
 static inline bool jx_is_seq(jx_value v) { return v.t == JX_LIST; }
 static inline bool jx_is_map(jx_value v) { return v.t == JX_DICT || v.t == JX_NS; }
 static inline bool jx_is_num(jx_value v) { return v.t == JX_INT || v.t == JX_FLOAT || v.t == JX_BOOL; }

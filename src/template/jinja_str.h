@@ -6,6 +6,11 @@
 
 /* Turn a buffer into a string value (the buffer is released). */
 bool jx_str_from_buf(jx_ctx *ctx, sp_strbuf *b, jx_value *out);
+/* jinja2's escape(): HTML-escaped Markup; Markup stays as it is unless
+ * `force`. */
+bool jx_escape(jx_ctx *ctx, jx_value v, bool force, jx_value *out);
+/* Markup(v): str(v) marked safe. */
+bool jx_mark_safe(jx_ctx *ctx, jx_value v, jx_value *out);
 /* str.strip/lstrip/rstrip; `chars` NULL or None: whitespace. */
 bool jx_strip(jx_ctx *ctx, jx_value s, const jx_value *chars, bool left, bool right,
               jx_value *out);

@@ -227,7 +227,7 @@ const char *jx_type_name(jx_value v) {
     case JX_BOOL: return "bool";
     case JX_INT: return "int";
     case JX_FLOAT: return "float";
-    case JX_STR: return "str";
+    case JX_STR: return v.u.o->u.str.markup ? "Markup" : "str";
     case JX_LIST: return v.u.o->u.list.generator ? "generator" : v.u.o->u.list.tuple ? "tuple" : "list";
     case JX_DICT: return "dict";
     case JX_NS: return "Namespace";
