@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "artifacts/convert.h"
+#include "convert/convert.h"
 #include "cli/commands.h"
 #include "spindle.h"
 
