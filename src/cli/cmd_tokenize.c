@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "tokenizer/tokenizer.h"
 #include "spindle.h"
 
 typedef struct opts {
@@ -317,9 +316,9 @@ static int detok_one(const char *cmd, const spindle_tokenizer *tok, const opts *
             if (o->jsonl) {
                 if (!firstp) putchar(',');
                 firstp = false;
-                put_json_string(piece, sp_detokenizer_piece_len(d));
-            } else if (sp_detokenizer_piece_len(d)) {
-                put_json_string(piece, sp_detokenizer_piece_len(d));
+                put_json_string(piece, spindle_detokenizer_piece_len(d));
+            } else if (spindle_detokenizer_piece_len(d)) {
+                put_json_string(piece, spindle_detokenizer_piece_len(d));
                 putchar('\n');
             }
         }
