@@ -25,7 +25,7 @@ LAYERS = (
     ("tokenizer", "template", "runtime"),
     ("models", "convert"),
     ("generation",),
-    ("server", "cli"),
+    ("cli", "server"),
 )
 
 # Peer includes that are allowed, one way: folder -> the headers it may use.
