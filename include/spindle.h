@@ -298,6 +298,16 @@ spindle_status spindle_chat_render(const spindle_tokenizer *tok,
                                    const char *template_name, char **out,
                                    spindle_error *err);
 
+/* ----------------------------------------------------- front-end additions
+ * What the command-line front end needs beyond the sections above, so that
+ * src/cli/ builds on this header alone (docs/ARCHITECTURE.md, "Layering"). */
+
+/* Byte length of the piece last returned by spindle_detokenizer_push or
+ * spindle_detokenizer_flush on `detok`: a decoded U+0000 ends the
+ * NUL-terminated view early, this length does not. 0 for NULL. Same thread
+ * rules as the detokenizer itself (one thread at a time per handle). */
+size_t spindle_detokenizer_piece_len(const spindle_detokenizer *detok);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,11 @@ JOBS=${JOBS:-2}
 
 scripts/setup.sh
 
+# Includes must point down the layer order (docs/ARCHITECTURE.md,
+# "Layering"); checked before anything is built.
+echo "== include layering"
+python3 scripts/check_layering.py
+
 run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   local dir=$1 flags=$2
   echo "== building $dir ($flags)"

@@ -6,6 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool sp_arg_is_help(const char *arg) {
+    return !strcmp(arg, "-h") || !strcmp(arg, "--help");
+}
+
+int sp_arg_unknown(const char *cmd, const char *arg) {
+    fprintf(stderr, "spindle %s: unknown or incomplete option '%s' (see 'spindle %s --help')\n",
+            cmd, arg, cmd);
+    return 2;
+}
+
 const char *sp_arg_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "spindle: option %s needs a value\n", argv[*i]);

@@ -8,6 +8,12 @@
 
 #include "spindle.h"
 
+/* -h or --help: every subcommand then prints its usage on stdout and
+ * exits 0. */
+bool sp_arg_is_help(const char *arg);
+/* One line on stderr for an option `spindle cmd` does not know (or whose
+ * value is missing), pointing at --help; returns the exit status, 2. */
+int sp_arg_unknown(const char *cmd, const char *arg);
 /* The value of option argv[*i] (advancing *i), or NULL with a message. */
 const char *sp_arg_value(int argc, char **argv, int *i);
 bool sp_arg_int(const char *opt, const char *s, long lo, long hi, long *out);

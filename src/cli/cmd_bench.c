@@ -75,28 +75,42 @@ static void stats(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+static const char *bench_usage =
+    "usage: spindle bench -m MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]\n"
+    "                     [--kv-type f32|bf16|f16] [--mmap] [--json]\n"
+    "  -p N      prompt tokens of the prefill test (default 512; 0: skip)\n"
+    "  -n N      tokens of the decode test (default 128; 0: skip)\n"
+    "  -d DEPTH  tokens of context (untimed prefill) before each pp and tg test\n"
+    "  -t N      compute threads (default: all cores)\n"
+    "  -r N      repetitions (default 3, after one untimed warm-up)\n"
+    SP_ARG_KV_TYPE_HELP
+    SP_ARG_MMAP_HELP
+    "  --json    print one JSON object\n";
+
+/* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
 static int parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.pp = 512, .tg = 128, .reps = 3};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v;
         long n;
-        if (!strcmp(o, "--json")) { a->json = true; continue; }
-        if (!strcmp(o, "--mmap")) { a->use_mmap = true; continue; }
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            puts("usage: spindle bench -m MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]\n"
-                 "                     [--kv-type f32|bf16|f16] [--mmap] [--json]\n"
-                 "  -d DEPTH  tokens of context (untimed prefill) before each pp and tg test");
-            return 1;
+#define INT_VALUE(lo, hi) \
+    if (!(v = sp_arg_value(argc, argv, &i)) || !sp_arg_int(o, v, lo, hi, &n)) return 2
+        if (!strcmp(o, "--json")) a->json = true;
+        else if (!strcmp(o, "--mmap")) a->use_mmap = true;
+        else if (sp_arg_is_help(o)) { fputs(bench_usage, stdout); return 1; }
+        else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
+            if (!(a->model = sp_arg_value(argc, argv, &i))) return 2;
         }
-        if (!(v = sp_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "-p")) { if (!sp_arg_int(o, v, 0, 1 << 20, &n)) return 2; a->pp = (int)n; }
-        else if (!strcmp(o, "-n")) { if (!sp_arg_int(o, v, 0, 1 << 20, &n)) return 2; a->tg = (int)n; }
-        else if (!strcmp(o, "-t")) { if (!sp_arg_int(o, v, 1, 1024, &n)) return 2; a->threads = (int)n; }
-        else if (!strcmp(o, "-d")) { if (!sp_arg_int(o, v, 0, 1 << 24, &n)) return 2; a->depth = (int)n; }
-        else if (!strcmp(o, "--kv-type")) { if (!sp_arg_kv_type(o, v, &a->kv_type)) return 2; }
-        else if (!strcmp(o, "-r")) { if (!sp_arg_int(o, v, 1, 1000, &n)) return 2; a->reps = (int)n; }
-        else { fprintf(stderr, "spindle bench: unknown option '%s'\n", o); return 2; }
+        else if (!strcmp(o, "-p")) { INT_VALUE(0, 1 << 20); a->pp = (int)n; }
+        else if (!strcmp(o, "-n")) { INT_VALUE(0, 1 << 20); a->tg = (int)n; }
+        else if (!strcmp(o, "-t")) { INT_VALUE(1, 1024); a->threads = (int)n; }
+        else if (!strcmp(o, "-d")) { INT_VALUE(0, 1 << 24); a->depth = (int)n; }
+        else if (!strcmp(o, "-r")) { INT_VALUE(1, 1000); a->reps = (int)n; }
+        else if (!strcmp(o, "--kv-type")) {
+            if (!(v = sp_arg_value(argc, argv, &i)) || !sp_arg_kv_type(o, v, &a->kv_type)) return 2;
+        }
+        else return sp_arg_unknown("bench", o);
+#undef INT_VALUE
     }
     if (!a->model) { fprintf(stderr, "spindle bench: -m MODEL is required\n"); return 2; }
     return 0;

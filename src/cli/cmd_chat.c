@@ -87,53 +87,74 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
     return st;
 }
 
-int sp_cmd_chat(int argc, char **argv) {
-    const char *model_path = NULL, *system = NULL;
-    chat_state c;
-    memset(&c, 0, sizeof c);
-    c.gen = spindle_gen_defaults();
-    int threads = 0;
-    spindle_kv_type kv_type = SPINDLE_KV_F32;
-    bool use_mmap = false;
+static const char *chat_usage =
+    "usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
+    "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
+    "       [--kv-type f32|bf16|f16] [--mmap]\n"
+    "Type a message and press Enter; /reset clears the history, "
+    "/exit (or end of input) quits.\n";
+
+typedef struct chat_args {
+    const char *model_path, *system;
+    int threads;
+    spindle_kv_type kv_type;
+    bool use_mmap;
+} chat_args;
+
+/* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
+static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long n;
         double x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            puts("usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
-                 "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
-                 "       [--kv-type f32|bf16|f16] [--mmap]\n"
-                 "Type a message and press Enter; /reset clears the history, "
-                 "/exit (or end of input) quits.");
-            return 0;
-        }
-        if (!strcmp(a, "--mmap")) {
-            use_mmap = true;
-            continue;
-        }
-        if (!(v = sp_arg_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
-        else if (!strcmp(a, "--system")) system = v;
-        else if (!strcmp(a, "-n") && sp_arg_int(a, v, 1, 1 << 24, &n)) c.gen.max_tokens = (int)n;
-        else if (!strcmp(a, "-t") && sp_arg_int(a, v, 1, 1024, &n)) threads = (int)n;
-        else if (!strcmp(a, "--top-k") && sp_arg_int(a, v, 0, 1 << 24, &n)) c.gen.sampler.top_k = (int)n;
-        else if (!strcmp(a, "--temp") && sp_arg_float(a, v, 0, 1e4, &x)) c.gen.sampler.temperature = (float)x;
-        else if (!strcmp(a, "--top-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.top_p = (float)x;
-        else if (!strcmp(a, "--min-p") && sp_arg_float(a, v, 0, 1, &x)) c.gen.sampler.min_p = (float)x;
-        else if (!strcmp(a, "--seed") && sp_arg_u64(a, v, &c.gen.sampler.seed)) {}
-        else if (!strcmp(a, "--kv-type") && sp_arg_kv_type(a, v, &kv_type)) {}
-        else {
-            fprintf(stderr, "spindle chat: bad or unknown option '%s'\n", a);
-            return 2;
-        }
+#define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
+        if (sp_arg_is_help(a)) { fputs(chat_usage, stdout); return 1; }
+        else if (!strcmp(a, "--mmap")) o->use_mmap = true;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o->model_path = v; }
+        else if (!strcmp(a, "--system")) { VALUE(); o->system = v; }
+        else if (!strcmp(a, "-n")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
+            gen->max_tokens = (int)n;
+        } else if (!strcmp(a, "-t")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 1024, &n)) return 2;
+            o->threads = (int)n;
+        } else if (!strcmp(a, "--top-k")) {
+            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
+            gen->sampler.top_k = (int)n;
+        } else if (!strcmp(a, "--temp")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1e4, &x)) return 2;
+            gen->sampler.temperature = (float)x;
+        } else if (!strcmp(a, "--top-p")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
+            gen->sampler.top_p = (float)x;
+        } else if (!strcmp(a, "--min-p")) {
+            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
+            gen->sampler.min_p = (float)x;
+        } else if (!strcmp(a, "--seed")) {
+            VALUE(); if (!sp_arg_u64(a, v, &gen->sampler.seed)) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
+        } else return sp_arg_unknown("chat", a);
+#undef VALUE
     }
+    return 0;
+}
+
+int sp_cmd_chat(int argc, char **argv) {
+    chat_state c;
+    memset(&c, 0, sizeof c);
+    c.gen = spindle_gen_defaults();
+    chat_args o = {.kv_type = SPINDLE_KV_F32};
+    int rc = parse(argc, argv, &o, &c.gen);
+    if (rc) return rc == 1 ? 0 : rc;
+    const char *model_path = o.model_path, *system = o.system;
     if (!model_path) {
         fprintf(stderr, "spindle chat: -m MODEL is required\n");
         return 2;
     }
     spindle_error err = {0};
-    spindle_load_options lo = {.n_threads = threads, .kv_type = kv_type,
-                               .use_mmap = use_mmap};
+    spindle_load_options lo = {.n_threads = o.threads, .kv_type = o.kv_type,
+                               .use_mmap = o.use_mmap};
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);

@@ -7,12 +7,19 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "artifacts/convert.h"
+#include "convert/convert.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "spindle.h"
 
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: spindle convert -i FILE.gguf -o OUTDIR [--dtype bf16|f32]\n");
+    if (f == stdout)
+        fputs("  -i, --input FILE    the GGUF file\n"
+              "  -o, --output DIR    the Hugging Face / MLX directory to write\n"
+              "  --dtype bf16|f32    float type of tensors that cannot stay quantized\n"
+              "                      (default bf16; Q4_1/Q8_0 become MLX affine losslessly)\n",
+              f);
     return rc;
 }
 
@@ -22,7 +29,7 @@ int sp_cmd_convert(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, 0);
+        if (sp_arg_is_help(a)) return usage(stdout, 0);
         if ((!strcmp(a, "-i") || !strcmp(a, "--input")) && has_val) in = argv[++i];
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has_val) out = argv[++i];
         else if (!strcmp(a, "--dtype") && has_val) {
@@ -34,8 +41,7 @@ int sp_cmd_convert(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "spindle convert: unknown or incomplete option '%s'\n", a);
-            return usage(stderr, 2);
+            return sp_arg_unknown("convert", a);
         }
     }
     if (!in || !out) return usage(stderr, 2);

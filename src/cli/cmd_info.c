@@ -13,12 +13,13 @@ int sp_cmd_info(int argc, char **argv) {
             if (!(model_path = sp_arg_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--json")) {
             /* The description is JSON already; accepted for symmetry. */
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            puts("usage: spindle info -m MODEL");
+        } else if (sp_arg_is_help(argv[i])) {
+            puts("usage: spindle info -m MODEL [--json]\n"
+                 "  -m, --model PATH  model directory, .gguf file or Hugging Face repo id\n"
+                 "Prints the parsed configuration, weight types and sizes as JSON.");
             return 0;
         } else {
-            fprintf(stderr, "spindle info: unknown option '%s'\n", argv[i]);
-            return 2;
+            return sp_arg_unknown("info", argv[i]);
         }
     }
     if (!model_path) {

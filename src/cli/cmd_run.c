@@ -58,7 +58,7 @@ static int parse(int argc, char **argv, run_options *o) {
         long n;
         double x;
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (sp_arg_is_help(a)) {
             fputs(run_usage, stdout);
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -145,8 +145,7 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--dump-logits")) {
             VALUE(); o->dump_logits = v;
         } else {
-            fprintf(stderr, "spindle run: unknown option '%s'\n%s", a, run_usage);
-            return 2;
+            return sp_arg_unknown("run", a);
         }
 #undef VALUE
     }

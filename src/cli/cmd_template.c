@@ -13,8 +13,20 @@
 #include <string.h>
 
 #include "base/mapped_file.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "spindle.h"
+
+static const char *template_usage =
+    "usage: spindle template -m DIR --messages FILE.json [--tools FILE.json] "
+    "[--add-generation-prompt]\n"
+    "                        [--var KEY=JSON_VALUE]... [--template-name NAME]\n"
+    "  -m, --model DIR          tokenizer or model directory (its chat template)\n"
+    "  --messages FILE.json     the conversation, a JSON array of messages\n"
+    "  --tools FILE.json        tool definitions, a JSON array\n"
+    "  --add-generation-prompt  end with the assistant turn's opening\n"
+    "  --var KEY=JSON_VALUE     an extra template variable (e.g. enable_thinking=false)\n"
+    "  --template-name NAME     one of several named templates\n";
 
 static int fail(const char *msg) {
     fprintf(stderr, "spindle template: %s\n", msg);
@@ -70,6 +82,11 @@ int sp_cmd_template(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
+        if (sp_arg_is_help(a)) {
+            free(vars);
+            fputs(template_usage, stdout);
+            return 0;
+        }
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) model = argv[++i];
         else if (!strcmp(a, "--messages") && has_val) messages_path = argv[++i];
         else if (!strcmp(a, "--tools") && has_val) tools_path = argv[++i];
@@ -82,14 +99,12 @@ int sp_cmd_template(int argc, char **argv) {
             }
         } else {
             free(vars);
-            snprintf(msg, sizeof msg, "unknown or incomplete option '%.200s'", a);
-            return fail(msg);
+            return sp_arg_unknown("template", a);
         }
     }
     if (!model || !messages_path) {
         free(vars);
-        return fail("usage: spindle template -m DIR --messages FILE.json [--tools FILE.json] "
-                    "[--add-generation-prompt] [--var KEY=JSON_VALUE]... [--template-name NAME]");
+        return fail("-m DIR and --messages FILE.json are required (see 'spindle template --help')");
     }
     spindle_error err = {0};
     char *messages = NULL, *tools = NULL, *extra = NULL, *out = NULL;

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "base/utf8.h"
 #include "cli/commands.h"
-#include "tokenizer/tokenizer.h"
 #include "spindle.h"
 
 typedef struct opts {
@@ -35,11 +35,35 @@ static int fail_err(const char *cmd, const spindle_error *e) {
     return fail(cmd, e->message[0] ? e->message : spindle_status_name(e->status));
 }
 
+static const char *tokenize_usage =
+    "usage: spindle tokenize -m DIR [--text T | stdin] [--no-special] [--json | --jsonl]\n"
+    "  -m, --model DIR  tokenizer or model directory, .gguf file or repo id\n"
+    "  --text T         the text (default: all of stdin)\n"
+    "  --no-special     do not add the post-processor's special tokens\n"
+    "  --json           print {\"ids\": [...]}\n"
+    "  --jsonl          one JSON string per input line, one object per output line\n";
+
+static const char *detokenize_usage =
+    "usage: spindle detokenize -m DIR [--ids 1,2,3 | stdin] [--skip-special] [--json | --jsonl]\n"
+    "                          [--stream]\n"
+    "  -m, --model DIR  tokenizer or model directory, .gguf file or repo id\n"
+    "  --ids IDS        comma-separated ids or a JSON array (default: stdin)\n"
+    "  --skip-special   leave special tokens out of the text\n"
+    "  --json           print {\"text\": ...}\n"
+    "  --jsonl          one JSON array of ids per input line, one object per output line\n"
+    "  --stream         run the streaming detokenizer and print its pieces\n";
+
+/* 0: parsed; -1: help printed; else the exit status (a line said why). */
 static int parse_opts(int argc, char **argv, opts *o, bool tokenize) {
     memset(o, 0, sizeof *o);
+    const char *cmd = tokenize ? "tokenize" : "detokenize";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
+        if (sp_arg_is_help(a)) {
+            fputs(tokenize ? tokenize_usage : detokenize_usage, stdout);
+            return -1;
+        }
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) o->model = argv[++i];
         else if (tokenize && !strcmp(a, "--text") && has_val) o->text = argv[++i];
         else if (!tokenize && !strcmp(a, "--ids") && has_val) o->ids = argv[++i];
@@ -48,13 +72,9 @@ static int parse_opts(int argc, char **argv, opts *o, bool tokenize) {
         else if (!tokenize && !strcmp(a, "--stream")) o->stream = true;
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--jsonl")) o->jsonl = true;
-        else {
-            char msg[300];
-            snprintf(msg, sizeof msg, "unknown or incomplete option '%.200s'", a);
-            return fail(argv[0], msg);
-        }
+        else return sp_arg_unknown(cmd, a);
     }
-    if (!o->model) return fail(argv[0], "missing -m DIR");
+    if (!o->model) return fail(cmd, "missing -m DIR");
     return 0;
 }
 
@@ -213,7 +233,7 @@ int sp_cmd_tokenize(int argc, char **argv) {
     opts o;
     session s;
     int rc;
-    if (parse_opts(argc, argv, &o, true)) return 1;
+    if ((rc = parse_opts(argc, argv, &o, true))) return rc < 0 ? 0 : rc;
     if ((rc = session_open(cmd, &o, !o.text, &s))) return rc;
     spindle_error err = {0};
     if (!o.jsonl) {
@@ -305,9 +325,9 @@ static int detok_one(const char *cmd, const spindle_tokenizer *tok, const opts *
             if (o->jsonl) {
                 if (!firstp) putchar(',');
                 firstp = false;
-                put_json_string(piece, sp_detokenizer_piece_len(d));
-            } else if (sp_detokenizer_piece_len(d)) {
-                put_json_string(piece, sp_detokenizer_piece_len(d));
+                put_json_string(piece, spindle_detokenizer_piece_len(d));
+            } else if (spindle_detokenizer_piece_len(d)) {
+                put_json_string(piece, spindle_detokenizer_piece_len(d));
                 putchar('\n');
             }
         }
@@ -336,7 +356,7 @@ int sp_cmd_detokenize(int argc, char **argv) {
     opts o;
     session s;
     int rc;
-    if (parse_opts(argc, argv, &o, false)) return 1;
+    if ((rc = parse_opts(argc, argv, &o, false))) return rc < 0 ? 0 : rc;
     if ((rc = session_open(cmd, &o, !o.ids, &s))) return rc;
     int32_t *ids = NULL;
     size_t n = 0;

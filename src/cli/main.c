@@ -36,8 +36,14 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-        !strcmp(argv[1], "help")) {
+    /* `spindle help CMD` is `spindle CMD --help`. */
+    char help_flag[] = "--help";
+    char *help_args[] = {argv[0], argc > 2 ? argv[2] : NULL, help_flag, NULL};
+    if (!strcmp(argv[1], "help") && argc > 2) {
+        argc = 3;
+        argv = help_args;
+    } else if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+               !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
     }

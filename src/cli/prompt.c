@@ -1,5 +1,4 @@
 #include "cli/prompt.h"
-#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -71,14 +70,14 @@ bool sp_text_stream_token(int32_t token, void *user) {
         s->failed = true;
         return false;
     }
-    emit(s, piece, sp_detokenizer_piece_len(s->detok));
+    emit(s, piece, spindle_detokenizer_piece_len(s->detok));
     return true;
 }
 
 void sp_text_stream_finish(sp_text_stream *s) {
     const char *piece = NULL;
     if (!spindle_detokenizer_flush(s->detok, &piece, &s->err))
-        emit(s, piece, sp_detokenizer_piece_len(s->detok));
+        emit(s, piece, spindle_detokenizer_piece_len(s->detok));
 }
 
 void sp_text_stream_free(sp_text_stream *s) {

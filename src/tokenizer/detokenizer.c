@@ -29,7 +29,7 @@ struct spindle_detokenizer {
     bool byte_runs;            /* the decoder has ByteFallback */
 };
 
-size_t sp_detokenizer_piece_len(const spindle_detokenizer *d) {
+size_t spindle_detokenizer_piece_len(const spindle_detokenizer *d) {
     return d ? d->piece_len : 0;
 }
 

@@ -1,5 +1,5 @@
-/* Internal view of a loaded tokenizer, for the chat-template module and the
- * CLI. The public encode/decode API is in spindle.h. */
+/* Internal view of a loaded tokenizer, for the chat-template module. The
+ * public encode/decode API is in spindle.h. */
 #ifndef SP_INPUT_TOKENIZER_H
 #define SP_INPUT_TOKENIZER_H
 
@@ -17,9 +17,5 @@ const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
  * {"content": ...} object). NULL when absent or null. */
 const char *sp_tokenizer_config_string(const spindle_tokenizer *tok,
                                        const char *key);
-
-/* Byte length of the piece last returned by spindle_detokenizer_push or
- * _flush (a decoded U+0000 would end the NUL-terminated view early). */
-size_t sp_detokenizer_piece_len(const spindle_detokenizer *detok);
 
 #endif

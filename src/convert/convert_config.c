@@ -4,7 +4,7 @@
  * block. Gemma 3 follows llama.cpp's conventions where the file is silent:
  * sliding-window pattern 6, local RoPE base 10000, query scale
  * key_length^-0.5. */
-#include "artifacts/convert_internal.h"
+#include "convert/convert_internal.h"
 #include "artifacts/gguf_model.h"
 #include "artifacts/safetensors_write.h"
 #include "base/error.h"

@@ -8,8 +8,8 @@
  *
  * Names: llama.cpp's tensor names (gguf-py TENSOR_NAMES) map to the
  * Hugging Face names by sp_gguf_translate_name, the loader's mapping. */
-#include "artifacts/convert.h"
-#include "artifacts/convert_internal.h"
+#include "convert/convert.h"
+#include "convert/convert_internal.h"
 #include "artifacts/gguf_model.h"
 #include "artifacts/safetensors_write.h"
 #include "base/error.h"

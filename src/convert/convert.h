@@ -8,8 +8,8 @@
  * Llama Q/K rows are un-permuted back to the Hugging Face rotate-half order
  * and Gemma 3 norms get llama.cpp's +1 removed, so the result is a standard
  * checkpoint that mlx-lm and transformers load. */
-#ifndef SP_ARTIFACTS_CONVERT_H
-#define SP_ARTIFACTS_CONVERT_H
+#ifndef SP_CONVERT_CONVERT_H
+#define SP_CONVERT_CONVERT_H
 
 #include "spindle.h"
 #include "compute/tensor.h"

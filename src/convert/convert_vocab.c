@@ -12,7 +12,7 @@
  *    (key, length of left, length of right), descending and stable. Ids are
  *    those of the last occurrence. The key is the score, or for Gemma minus
  *    the position (its scores do not follow merge order). */
-#include "artifacts/convert_internal.h"
+#include "convert/convert_internal.h"
 #include "base/error.h"
 #include "base/utf8.h"
 

@@ -1,8 +1,8 @@
 /* Pieces of the GGUF converter shared between convert.c (tensors),
  * convert_config.c (config.json), convert_tokenizer.c and convert_vocab.c
  * (tokenizer files). Internal to the converter. */
-#ifndef SP_ARTIFACTS_CONVERT_INTERNAL_H
-#define SP_ARTIFACTS_CONVERT_INTERNAL_H
+#ifndef SP_CONVERT_CONVERT_INTERNAL_H
+#define SP_CONVERT_CONVERT_INTERNAL_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

@@ -13,7 +13,7 @@
  * add_bos_token (transformers leaves that to its Python layer; a standalone
  * tokenizer.json must do it itself, as Hugging Face checkpoints do).
  * The regex lists are the tokenizer module's (sp_gg_pre_find). */
-#include "artifacts/convert_internal.h"
+#include "convert/convert_internal.h"
 #include "tokenizer/tok_gguf.h"
 #include "base/error.h"
 
