@@ -2,9 +2,13 @@
  * for n_tokens <= SP_MM_SMALL_TOKENS).
  *
  * (a) sp_ggml_quantize_act equals a plain transcription, written here, of
- *     ggml's reference quantizers (ggml/src/ggml-quants.c:
- *     quantize_row_q8_0_ref, quantize_row_q8_1_ref, quantize_row_q8_K_ref),
- *     bit for bit: values, f16-rounded scales, s, bsums.
+ *     the quantizers llama.cpp's CPU backend runs on this architecture, bit
+ *     for bit: values, f16-rounded scales, s, bsums. q8_K: ggml-quants.c
+ *     quantize_row_q8_K_ref (what every CPU build uses); q8_0 / q8_1: the
+ *     SIMD quantize_row_q8_0 / quantize_row_q8_1 of ggml-cpu/arch/x86 (and
+ *     arm) quants.c, which differ from the _ref ones in the multiplier
+ *     (x86: 127 / amax, not 1 / d) and the rounding (ties to even). Inputs
+ *     include a tie and a value where the two multipliers round apart.
  * (b) precision high/fast: sp_matmul equals, on every SIMD level, a double
  *     reference built from those reference-quantized activations (d * q)
  *     and the bit-exact dequantized weights (plus, for q8_1 partners, ggml's
@@ -46,15 +50,26 @@
 
 static float fp16_round(float f) { return sp_f16_to_f32(sp_f32_to_f16(f)); }
 
-/* quantize_row_q8_0_ref and quantize_row_q8_1_ref (block of 32). */
+/* quantize_row_q8_0 and quantize_row_q8_1 (block of 32) as llama.cpp's
+ * CPU build runs them: x86 AVX/AVX2 code (id = 127 / max, _mm256_round_ps
+ * to nearest even), arm NEON (id = 1 / d, vcvtnq: nearest even), otherwise
+ * the _ref code (id = 1 / d, roundf). */
 static void ref_q8_01(const float *x, int8_t *qs, float *d_out, float *s_out) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
     const float d = amax / ((1 << 7) - 1);
+#if defined(__x86_64__)
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+#else
     const float id = d ? 1.0f / d : 0.0f;
+#endif
     int sum = 0;
     for (int j = 0; j < 32; j++) {
+#if defined(__x86_64__) || defined(__aarch64__)
+        qs[j] = (int8_t)nearbyintf(x[j] * id); /* default mode: ties even */
+#else
         qs[j] = (int8_t)roundf(x[j] * id);
+#endif
         sum += qs[j];
     }
     *d_out = fp16_round(d);       /* y[i].d = GGML_FP32_TO_FP16(d) */
@@ -114,7 +129,9 @@ static void ref_quantize(uint32_t at, const float *x, int64_t cols, ref_act *r) 
 }
 
 /* Activations with edge cases: an all-zero block, a block of tiny values
- * (f16-subnormal scale), a block of large values, ties at .5 steps. */
+ * (f16-subnormal scale), a block of large values, ties at .5 steps (block 0
+ * of variant 2: max 127, so x * id is x itself), and a block where
+ * x * (127 / max) is 0.5 but x * (1 / (max / 127)) is just above it. */
 static void fill_acts(float *x, int64_t cols, int variant) {
     for (int64_t c = 0; c < cols; c++) x[c] = rng_unit();
     if (variant == 1 && cols >= 64) {
@@ -124,6 +141,12 @@ static void fill_acts(float *x, int64_t cols, int variant) {
     if (variant == 2) {
         for (int64_t c = 0; c < cols; c++) x[c] *= (c / 32) % 2 ? 1e3f : 1e-3f;
         for (int j = 0; j < 8 && j < cols; j++) x[j] = (float)(j - 4) * 0.5f;
+        if (cols >= 64) {
+            x[8] = 127.0f;
+            for (int j = 34; j < 64; j++) x[j] *= 1e-3f; /* below the max */
+            x[32] = 0x1.4b852p+1f;  /* max 2.5900002 */
+            x[33] = 0x1.4e2164p-7f; /* 0.010196852 */
+        }
     }
 }
 

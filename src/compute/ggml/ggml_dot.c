@@ -42,15 +42,43 @@ bool sp_ggml_dot_covered(uint32_t type, int64_t cols) {
 
 static float f16_round(float f) { return sp_f16_to_f32(sp_f32_to_f16(f)); }
 
+/* llama.cpp's CPU backend does not quantize activations with the reference
+ * quantize_row_q8_{0,1}_ref but with the SIMD quantize_row_q8_{0,1} of its
+ * build (ggml-cpu/arch/.../quants.c), and those round differently:
+ *   x86 (AVX/AVX2/AVX-512 builds): q = round-to-nearest-even(x * (127 / amax))
+ *   AArch64 NEON:                  q = round-to-nearest-even(x * (1 / d))
+ *   otherwise (the reference):     q = round-half-away(x * (1 / d))
+ * with d = amax / 127 in every case. Both factors differ from each other by
+ * an ulp now and then, and ties happen, so matching llama.cpp value for value
+ * takes the variant its CPU build runs. */
+#if defined(__x86_64__) || defined(__aarch64__)
+/* Round to nearest, ties to even, for |v| < 2^22 (the float-mantissa trick
+ * of ggml's nearest_int, as cvtps/vcvtn do in the default rounding mode). */
+static inline int round_act(float v) {
+    const float t = v + 12582912.f;
+    int i;
+    memcpy(&i, &t, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+#else
 /* (int)roundf(v) (half away from zero) for |v| < 2^31, inline: roundf is a
- * libm call per value, a sizeable share of a prefill's quantization. The
- * fraction v - trunc(v) is exact in f32. Checked equal to roundf for every
- * float of magnitude <= 256 (the values here are within [-127.5, 127.5]).
- * A NaN gives the same int as (int)roundf(NaN) on x86 (cvttss2si). */
-static inline int round_half_away(float v) {
+ * libm call per value. The fraction v - trunc(v) is exact in f32. */
+static inline int round_act(float v) {
     const int i = (int)v;
     const float f = v - (float)i;
     return i + (f >= 0.5f) - (f <= -0.5f);
+}
+#endif
+
+/* The multiplier x -> x / d of the activation quantizer (see round_act). */
+static inline float act_inverse_scale(float amax, float d) {
+#if defined(__x86_64__)
+    (void)d;
+    return amax != 0.0f ? 127.f / amax : 0.0f;
+#else
+    (void)amax;
+    return d ? 1.0f / d : 0.0f;
+#endif
 }
 
 /* ggml-quants.c nearest_int: round to nearest, ties to even, through the
@@ -62,8 +90,9 @@ static int nearest_int(float fval) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* quantize_row_q8_0_ref / quantize_row_q8_1_ref: per 32, d = amax / 127
- * (stored as f16), q = roundf(x / d) computed as x * (1 / d) with the f32 d. */
+/* quantize_row_q8_0 / quantize_row_q8_1 of llama.cpp's CPU build: per 32,
+ * d = amax / 127 (stored as f16), q = x * act_inverse_scale rounded by
+ * round_act, s = f16(d * sum(q)). */
 static void quantize_q8_01(const float *x, int64_t cols, bool with_s,
                            sp_ggml_act *a) {
     for (int64_t b = 0; b < cols / 32; b++) {
@@ -74,10 +103,10 @@ static void quantize_q8_01(const float *x, int64_t cols, bool with_s,
             amax = amax > v ? amax : v; /* MAX(amax, fabsf(v)) */
         }
         const float d = amax / ((1 << 7) - 1);
-        const float id = d ? 1.0f / d : 0.0f;
+        const float id = act_inverse_scale(amax, d);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            const int8_t q = (int8_t)round_half_away(xb[j] * id);
+            const int8_t q = (int8_t)round_act(xb[j] * id);
             a->q[b * 32 + j] = q;
             sum += q;
         }
