@@ -42,7 +42,7 @@ CLASSES = [r"\s", r"\S", r"\p{L}", r"\p{N}", r"\p{P}", r"\p{S}", r"\p{M}",
            r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{Nd}",
            r"\p{Z}", r"\p{C}", r"\w", r"\d",
            # negations and class syntax of the rewrite
-           r"[^\s\p{L}\p{N}]", r"[\P{L}\d]", r"\p{^N}", r"[^\W\d]"]
+           r"[^\s\p{L}\p{N}]", r"[\P{L}\d]", r"\p{^N}"]
 
 
 def probe(normalizer=None, regex=None):
