@@ -8,6 +8,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "tokenizer/tok_unicode.h"
 
 static spindle_status oom(spindle_error *err) {
     return sp_fail(err, SPINDLE_ERR_MEMORY, "tokenizer: out of memory");
@@ -73,8 +74,8 @@ void sp_norm_free(sp_norm *n) {
     sp_pattern_free(&n->pat);
 }
 
-static spindle_status unicode_form(int opts, const char *s, size_t len,
-                                   sp_strbuf *out, spindle_error *err) {
+static spindle_status utf8proc_form(int opts, const char *s, size_t len,
+                                    sp_strbuf *out, spindle_error *err) {
     utf8proc_uint8_t *res = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s,
                                       (utf8proc_ssize_t)len, &res,
@@ -86,6 +87,31 @@ static spindle_status unicode_form(int opts, const char *s, size_t len,
     bool ok = sp_strbuf_add(out, (const char *)res, (size_t)r);
     free(res);
     return ok ? SPINDLE_OK : oom(err);
+}
+
+/* A Unicode form as HF's normalizer computes it: code points its tables
+ * do not know (barriers, tok_unicode.h) stay as they are; being starters
+ * that compose with nothing, they split the text into parts that utf8proc
+ * normalizes independently. */
+static spindle_status unicode_form(int opts, const char *s, size_t len,
+                                   sp_strbuf *out, spindle_error *err) {
+    int forms = (opts & UTF8PROC_COMPAT) ? SP_UC_BARRIER_CANONICAL | SP_UC_BARRIER_COMPAT
+                                         : SP_UC_BARRIER_CANONICAL;
+    size_t start = 0;
+    for (size_t i = 0; i < len;) {
+        int l;
+        uint32_t cp = sp_utf8_next(s + i, len - i, &l);
+        if (sp_uc_norm_barrier(cp) & forms) {
+            spindle_status st = start < i ? utf8proc_form(opts, s + start, i - start, out, err)
+                                          : SPINDLE_OK;
+            if (st) return st;
+            if (!sp_strbuf_add(out, s + i, (size_t)l)) return oom(err);
+            start = i + (size_t)l;
+        }
+        i += (size_t)l;
+    }
+    return start < len || len == 0 ? utf8proc_form(opts, s + start, len - start, out, err)
+                                   : SPINDLE_OK;
 }
 
 /* StripAccents drops every mark (M*); BertNormalizer only nonspacing ones
@@ -114,10 +140,12 @@ static bool is_chinese(uint32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-/* Char-by-char lowercase as Rust's char::to_lowercase (no context). */
+/* Char-by-char lowercase as Rust's char::to_lowercase (no context), from
+ * HF's table: utf8proc's is of an older Unicode. */
 static bool lower_cp(sp_strbuf *out, uint32_t cp) {
-    if (cp == 0x130) return sp_strbuf_add(out, "i\xCC\x87", 3);
-    return sp_strbuf_add_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+    uint32_t low[2];
+    int n = sp_uc_lower(cp, low);
+    return sp_strbuf_add_cp(out, low[0]) && (n < 2 || sp_strbuf_add_cp(out, low[1]));
 }
 
 /* The per-character normalizers; `mode` picks which. */

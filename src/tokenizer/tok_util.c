@@ -7,6 +7,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "tokenizer/tok_unicode.h"
 
 /* ------------------------------------------------------------- hash map */
 
@@ -107,14 +108,28 @@ spindle_status sp_pattern_regex(const char *src, sp_pattern *out,
                                 spindle_error *err) {
     int ec;
     PCRE2_SIZE eo;
-    out->re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED,
-                            PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    /* PCRE2's Unicode classes are replaced by HF's (tok_unicode.h). */
+    sp_strbuf hf = {0};
+    if (!sp_uc_rewrite_regex(src, &hf)) {
+        sp_strbuf_free(&hf);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "tokenizer: out of memory");
+    }
+    out->re = pcre2_compile((PCRE2_SPTR)hf.p, hf.len, PCRE2_UTF | PCRE2_UCP,
+                            &ec, &eo, NULL);
+    sp_strbuf_free(&hf);
     if (!out->re) {
+        /* Name the error on the pattern as written when it has one. */
+        const char *what = "tokenizer regex";
+        pcre2_code *orig = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED,
+                                         PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+        if (orig) {
+            pcre2_code_free(orig);
+            what = "tokenizer regex with HF's Unicode classes";
+        }
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "tokenizer regex at offset %zu: %s", (size_t)eo,
-                       (const char *)msg);
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s at offset %zu: %s", what,
+                       (size_t)eo, (const char *)msg);
     }
     pcre2_jit_compile(out->re, PCRE2_JIT_COMPLETE); /* falls back if absent */
     return SPINDLE_OK;
