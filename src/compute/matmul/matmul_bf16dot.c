@@ -12,11 +12,14 @@
  * usual f32 accumulation error. Used only in the fast precision mode
  * (matmul_dispatch.c). */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compute/matmul/matmul_simd.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_BF16)
 #include "compute/matmul/matmul_transpose.h"
 
 #define MP 32       /* rows per panel: two vectors */
@@ -120,6 +123,7 @@ void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
         }
     }
 }
+SP_TARGET_END
 #else
 #include "compute/matmul/matmul_simd.h"
 
