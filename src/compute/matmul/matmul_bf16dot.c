@@ -10,7 +10,7 @@
  * an error of at most 2^-8 |x_j w_j| (bf16 keeps 8 significant bits),
  * and vdpbf16ps flushes subnormal inputs and outputs. Hence |y - y_exact| <= 2^-8 sum_j |x_j w_j| plus the
  * usual f32 accumulation error. Used only in the fast precision mode
- * (matmul_dispatch.c). */
+ * (cpu_features.c). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
