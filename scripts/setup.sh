@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
+scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev \
+  clang-16 libclang-rt-16-dev
 
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 

@@ -4,7 +4,9 @@
 #define SP_COMPUTE_OPS_H
 
 #include <stdint.h>
+
 #include "compute/threadpool.h"
+#include "spindle.h"
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * (weight_offset + w[i]).
  * w may be NULL (no scale). weight_offset is 0 for Llama/Qwen and 1 for
@@ -105,6 +107,11 @@ typedef struct sp_attention_args {
     float softcap;
 } sp_attention_args;
 
-void sp_attention(sp_pool *pool, const sp_attention_args *args);
+/* Fails with SPINDLE_ERR_ARGUMENT (a one-line message in err), writing
+ * nothing, when the arguments are inconsistent: NULL buffers, non-positive
+ * sizes, n_heads not a multiple of n_kv_heads, a negative first_pos, an
+ * unknown cache type, or positions past the cache (head_stride). */
+spindle_status sp_attention(sp_pool *pool, const sp_attention_args *args,
+                            spindle_error *err);
 
 #endif

@@ -138,7 +138,7 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
             .window = L->window,
             .softcap = softcap,
         };
-        sp_attention(f->m->pool, &a);
+        if (!f->status) f->status = sp_attention(f->m->pool, &a, f->err);
     }
     sp_linear_forward(f, &L->o, f->attn, f->out);
 }

@@ -32,6 +32,11 @@ struct sp_forward {
     float *k, *v;             /* n_kv_heads * head_dim */
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
+
+    /* The first failure of the pass (the layer hooks return nothing):
+     * later layers are skipped and spindle_forward returns it. */
+    spindle_status status;
+    spindle_error *err;
 };
 
 /* Grow the scratch for T rows and S sequences. */

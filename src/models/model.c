@@ -252,7 +252,10 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
                 for (int j = 0; j < d; j++) x[j] *= m->embed_scale;
         }
     }
-    for (int l = 0; l < m->cfg.n_layers; l++) m->arch->layer(f, l);
+    f->status = SPINDLE_OK;
+    f->err = err;
+    for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);
+    if (f->status) return f->status;
     compute_logits(m, f, e, n);
     for (int i = 0; i < n; i++) e[i].seq->cache.length += e[i].n_tokens;
     return SPINDLE_OK;

@@ -4,7 +4,7 @@
 #include "models/model.h"
 #include "base/error.h"
 #include "compute/ggml/ggml_quants.h"
-#include "compute/ggml/matmul_ggml.h"
+#include "compute/matmul/matmul.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,17 +162,12 @@ static spindle_status bind_ggml(const sp_tensor_info *w, int64_t rows,
     if (st) return st;
     *out = (sp_weight){.type = SP_W_GGML, .rows = rows, .cols = cols,
                        .data = w->data, .ggml_type = w->ggml_type};
-    if (!sp_ggml_weight_usable(out))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor '%s' (%s): rows are not whole aligned "
-                       "blocks", w->file, w->name,
-                       sp_ggml_type_name(w->ggml_type));
-    return SPINDLE_OK;
+    return SPINDLE_OK; /* (bind_matrix checks that a kernel can use it) */
 }
 
-static spindle_status bind_matrix(spindle_model *m, const char *prefix,
-                                  int64_t rows, int64_t cols, sp_weight *out,
-                                  spindle_error *err) {
+static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
+                                       int64_t rows, int64_t cols,
+                                       sp_weight *out, spindle_error *err) {
     char name[300];
     snprintf(name, sizeof name, "%s.weight", prefix);
     const sp_tensor_info *w = find(m, name);
@@ -203,6 +198,21 @@ static spindle_status bind_matrix(spindle_model *m, const char *prefix,
     *out = (sp_weight){.type = type, .rows = rows, .cols = cols,
                        .data = w->data};
     return SPINDLE_OK;
+}
+
+/* A view the kernels cannot multiply would give NaNs at run time: refuse it
+ * here, naming the tensor. */
+static spindle_status bind_matrix(spindle_model *m, const char *prefix,
+                                  int64_t rows, int64_t cols, sp_weight *out,
+                                  spindle_error *err) {
+    spindle_status st = bind_matrix_view(m, prefix, rows, cols, out, err);
+    const char *why = st ? NULL : sp_matmul_check(out);
+    if (!why) return st;
+    char name[300];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const sp_tensor_info *t = find(m, name);
+    return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tensor '%s': %s",
+                   t ? t->file : m->dir, name, why);
 }
 
 spindle_status sp_bind_linear(spindle_model *m, const char *prefix,

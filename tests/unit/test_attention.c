@@ -122,7 +122,7 @@ static void run_case(const shape *sh, sp_pool *pool) {
                                   .type = case_type},
                            .scale = scale, .window = sh->window,
                            .softcap = sh->softcap};
-    sp_attention(pool, &a);
+    assert_int_equal(sp_attention(pool, &a, NULL), SPINDLE_OK);
     ref_attention(ref, q, k, v, stride, sh, scale);
     for (size_t i = 0; i < q_n; i++) {
         double err = fabs(out[i] - ref[i]);
@@ -141,7 +141,7 @@ static void run_case(const shape *sh, sp_pool *pool) {
         a32.out = out32;
         a32.kv = (sp_kv_view){.k = k, .v = v, .head_stride = stride,
                               .type = SP_KV_F32};
-        sp_attention(pool, &a32);
+        assert_int_equal(sp_attention(pool, &a32, NULL), SPINDLE_OK);
         for (size_t i = 0; i < q_n; i++)
             if (memcmp(&out[i], &out32[i], sizeof(float)))
                 fail_msg("%s cache, %s: out[%zu] = %.9g, the f32 cache of "
@@ -223,7 +223,7 @@ static void test_window_one_is_value(void **s) {
                            .kv = {.k = k, .v = v, .head_stride = 3 * HD,
                                   .type = SP_KV_F32},
                            .scale = 1.0f, .window = 1};
-    sp_attention(NULL, &a);
+    assert_int_equal(sp_attention(NULL, &a, NULL), SPINDLE_OK);
     for (int d = 0; d < HD; d++) assert_true(out[d] == v[2 * HD + d]);
 }
 
@@ -271,6 +271,54 @@ EVERY(test_window)
 EVERY(test_softcap)
 EVERY(test_long_context)
 
+/* Inconsistent arguments are an error naming what is wrong, and nothing
+ * is written: each case breaks one field of a valid call. */
+static void test_invalid_arguments(void **s) {
+    (void)s;
+    enum { HD = 8, CAP = 4 };
+    float k[2 * CAP * HD] = {0}, v[2 * CAP * HD] = {0}, q[2 * 2 * HD] = {0};
+    float out[2 * 2 * HD];
+    const sp_attention_args good = {
+        .q = q, .out = out, .n_q = 2, .first_pos = 2, .n_heads = 2,
+        .n_kv_heads = 1, .head_dim = HD,
+        .kv = {.k = k, .v = v, .head_stride = CAP * HD, .type = SP_KV_F32},
+        .scale = 1.0f};
+    struct { const char *field, *message; sp_attention_args a; } cases[] = {
+        {"n_q", "no query tokens", good},
+        {"n_heads", "head count", good},
+        {"n_kv_heads", "head count", good},
+        {"head_dim", "head size", good},
+        {"grouping", "multiple of the KV heads", good},
+        {"first_pos", "negative first position", good},
+        {"type", "unknown KV cache type", good},
+        {"past the cache", "beyond the KV cache", good},
+        {"q", "NULL buffer", good},
+        {"kv.v", "NULL buffer", good},
+    };
+    cases[0].a.n_q = 0;
+    cases[1].a.n_heads = 0;
+    cases[2].a.n_kv_heads = -1;
+    cases[3].a.head_dim = 0;
+    cases[4].a.n_kv_heads = 3;
+    cases[5].a.first_pos = -1;
+    cases[6].a.kv.type = (sp_kv_dtype)7;
+    cases[7].a.first_pos = CAP - 1; /* positions 3 and 4 of a 4-slot cache */
+    cases[8].a.q = NULL;
+    cases[9].a.kv.v = NULL;
+    assert_int_equal(sp_attention(NULL, &good, NULL), SPINDLE_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t j = 0; j < sizeof out / sizeof out[0]; j++) out[j] = 42.0f;
+        spindle_error err = {0};
+        if (sp_attention(NULL, &cases[i].a, &err) != SPINDLE_ERR_ARGUMENT)
+            fail_msg("bad %s: accepted", cases[i].field);
+        assert_int_equal(err.status, SPINDLE_ERR_ARGUMENT);
+        if (!strstr(err.message, cases[i].message))
+            fail_msg("bad %s: message '%s'", cases[i].field, err.message);
+        for (size_t j = 0; j < sizeof out / sizeof out[0]; j++)
+            assert_true(out[j] == 42.0f);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_serial_all),
@@ -279,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_window_one_is_value),
         cmocka_unit_test(test_softcap_all),
         cmocka_unit_test(test_long_context_all),
+        cmocka_unit_test(test_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

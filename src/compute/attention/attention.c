@@ -15,8 +15,9 @@
  * bf16 give the same bits. */
 #include "compute/ops.h"
 #include "compute/attention/attention_simd.h"
-#include "compute/matmul/matmul_simd.h"
+#include "compute/cpu_features.h"
 #include "compute/tensor.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -146,29 +147,45 @@ static void attention_range(void *ctx, int64_t begin, int64_t end,
         attend_one(a, (int)(i / a->n_heads), (int)(i % a->n_heads));
 }
 
-void sp_attention(sp_pool *pool, const sp_attention_args *args) {
+/* What is wrong with a (a short phrase), or NULL: the checks that keep
+ * every read and write in bounds. */
+static const char *attention_args_problem(const sp_attention_args *a) {
+    if (!a) return "no arguments";
+    if (!a->q || !a->out || !a->kv.k || !a->kv.v) return "a NULL buffer";
+    if (a->n_q <= 0) return "no query tokens";
+    if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->head_dim <= 0)
+        return "a non-positive head count or head size";
+    if (a->n_heads % a->n_kv_heads != 0)
+        return "query heads not a multiple of the KV heads";
+    if (a->first_pos < 0) return "a negative first position";
+    if (a->kv.type != SP_KV_F32 && a->kv.type != SP_KV_BF16 &&
+        a->kv.type != SP_KV_F16)
+        return "an unknown KV cache type";
+    /* the cache must hold every position up to the last query's */
+    if (((int64_t)a->first_pos + a->n_q) * a->head_dim > a->kv.head_stride)
+        return "positions beyond the KV cache";
+    return NULL;
+}
+
+spindle_status sp_attention(sp_pool *pool, const sp_attention_args *args,
+                            spindle_error *err) {
     const sp_attention_args *a = args;
-    /* Preconditions the caller guarantees (the model loader validated the
-     * shapes); a violated one leaves out untouched rather than reading out
-     * of bounds. */
-    if (a->n_q <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
-        a->head_dim <= 0 || a->first_pos < 0 ||
-        a->n_heads % a->n_kv_heads != 0 ||
-        (a->kv.type != SP_KV_F32 && a->kv.type != SP_KV_BF16 &&
-         a->kv.type != SP_KV_F16))
-        return;
+    const char *problem = attention_args_problem(a);
+    if (problem)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "attention: %s", problem);
 #if defined(__x86_64__)
-    if (sp_simd_current() == SP_SIMD_AVX512 && sp_attention_avx512_covers(a)) {
+    if (sp_simd_avx512_active() && sp_attention_avx512_covers(a)) {
         sp_attention_avx512(pool, a);
-        return;
+        return SPINDLE_OK;
     }
 #endif
     int64_t n = (int64_t)a->n_q * a->n_heads;
     if (!pool) {
         attention_range((void *)a, 0, n, 0);
-        return;
+        return SPINDLE_OK;
     }
     /* Pairs late in a prefill see more keys than early ones: small ranges
      * let the pool balance them. */
     sp_pool_for(pool, n, 1, attention_range, (void *)a);
+    return SPINDLE_OK;
 }

@@ -18,14 +18,17 @@
  * after the load is the f32 path's. The unit is instantiated once per cache
  * type so that the load is not a branch in the inner loops. */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compute/attention/attention_simd.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512)
 #include "compute/matmul/matmul_transpose.h"
 
 #define KT 16            /* keys per tile: one vector of scores */
@@ -249,6 +252,7 @@ void sp_attention_avx512(sp_pool *pool, const sp_attention_args *a) {
     }
     sp_pool_for(pool, units, 1, units_range, (void *)a);
 }
+SP_TARGET_END
 #else
 typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */
 #endif

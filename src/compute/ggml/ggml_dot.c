@@ -385,7 +385,7 @@ bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
 bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
                      float *y, int64_t r0, int64_t r1, sp_simd_level level) {
 #if defined(__x86_64__)
-    if (level >= SP_SIMD_AVX512 && sp_ggml_cpu_vnni() &&
+    if (level == SP_SIMD_AVX512 && sp_cpu_features_get()->avx512vnni &&
         (sp_ggml_rows_q8_vnni(w, act, n_tokens, y, r0, r1) ||
          sp_ggml_rows_q8_kquants_vnni(w, act, n_tokens, y, r0, r1)))
         return true;

@@ -91,9 +91,6 @@ void sp_ggml_span_dot(const float *w, const float *x, int64_t ldx, int nt,
 void sp_ggml_span_dot_avx512(const float *w, const float *x, int64_t ldx,
                              int nt, int64_t n, float *out);
 
-/* Whether the CPU has AVX-512 VNNI (vpdpbusd on 512-bit vectors). */
-bool sp_ggml_cpu_vnni(void);
-
 /* ---- prefill (n_tokens > SP_MM_SMALL_TOKENS): ggml_gemm_vnni.c ---- */
 
 /* Every token of a call quantized to q8_0 or q8_1 (values and scales those

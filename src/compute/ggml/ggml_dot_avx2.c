@@ -8,13 +8,15 @@
  * each block's integer sum equals ggml's; lanes are scaled by d_w * d_x and
  * summed in f32. */
 #if defined(__x86_64__)
-#pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 #include <string.h>
+#include <stdint.h>
 
 #include "compute/ggml/ggml_dot.h"
-#include "compute/ggml/ggml_dot_x86.h"
+#include "compute/simd_target.h"
 
+SP_TARGET_BEGIN(SP_TARGET_AVX2)
+#include "compute/ggml/ggml_dot_x86.h"
 
 /* Exact lane sums (4 columns each) of u * q for unsigned u (< 128 so the
  * pairwise i16 sums cannot saturate) and signed q. */
@@ -104,6 +106,7 @@ bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
     }
     return true;
 }
+SP_TARGET_END
 #else
 #include "compute/ggml/ggml_dot.h"
 bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,

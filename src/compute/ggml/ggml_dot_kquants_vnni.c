@@ -20,10 +20,14 @@
  * 32 * sum_g scale_g * bsum_g (the activation sums of the 16 16-column
  * groups) is subtracted from the lanes as an integer. */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
+#include <string.h>
+#include <stdint.h>
 
 #include "compute/ggml/ggml_dot.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 
 /* Dwords of int32 values v (|v| < 2^15) as the int16 pair (v, v), the form
@@ -213,6 +217,7 @@ bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
     return true;
 }
 
+SP_TARGET_END
 #else
 #include "compute/ggml/ggml_dot.h"
 bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,

@@ -14,11 +14,14 @@
  * (kind 3) and q5_1 (kind 4) add a fifth bit from qh to the nibbles (a
  * masked byte add of 16); q5_0 is read as q + 16, q5_1 has a min as q4_1. */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
 #include <string.h>
+#include <stdint.h>
 
 #include "compute/ggml/ggml_dot.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 
 /* Block layouts: kind 0 q4_0 {d, qs[16]}, 1 q8_0 {d, qs[32]}, 2 q4_1
@@ -41,18 +44,6 @@ SP_INLINE uint32_t qh_at(const uint8_t *blk, int kind) {
     return v;
 }
 
-
-bool sp_ggml_cpu_vnni(void) {
-    static int has = -1; /* benign race: every thread computes the same */
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f") &&
-              __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") &&
-              __builtin_cpu_supports("avx512vnni");
-    }
-    return has;
-}
 
 /* The f16 scales at p0 and p1 as f32 lanes 0 and 1. */
 SP_INLINE __m128 f16_pair(const uint8_t *p0, const uint8_t *p1) {
@@ -282,9 +273,9 @@ void sp_ggml_span_dot_avx512(const float *w, const float *x, int64_t ldx,
     }
 }
 
+SP_TARGET_END
 #else
 #include "compute/ggml/ggml_dot.h"
-bool sp_ggml_cpu_vnni(void) { return false; }
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     (void)w, (void)act, (void)n_tokens, (void)y, (void)r0, (void)r1;

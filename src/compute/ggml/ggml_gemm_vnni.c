@@ -22,37 +22,12 @@
  * the block epilogue (offset, cvt, scale, fma) runs once per block. */
 #include "compute/ggml/ggml_dot.h"
 
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "compute/cpu_features.h"
+#include "compute/scratch.h"
+
 /* ------------------------------------------------ activations (portable) */
-
-static pthread_once_t gg_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t gg_key;
-static bool gg_key_ok = false;
-static _Thread_local void *gg_buf;
-static _Thread_local size_t gg_cap;
-
-static void gg_key_init(void) {
-    gg_key_ok = pthread_key_create(&gg_key, free) == 0;
-}
-
-/* This thread's scratch of at least `bytes` (64-byte aligned; grown, never
- * shrunk, freed at thread exit), or NULL. */
-static void *gg_scratch(size_t bytes) {
-    if (bytes <= gg_cap) return gg_buf;
-    pthread_once(&gg_key_once, gg_key_init);
-    if (!gg_key_ok) return NULL;
-    const size_t cap = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, cap);
-    if (!p) return NULL;
-    free(gg_buf);
-    gg_buf = p;
-    gg_cap = cap;
-    pthread_setspecific(gg_key, p);
-    return p;
-}
 
 typedef struct gg_quant_job {
     uint32_t act_type;
@@ -92,7 +67,7 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
         return false;
     const size_t nt = (size_t)n_tokens, nb = (size_t)cols / 32;
     const size_t qbytes = (nt * (size_t)cols + 63) / 64 * 64;
-    uint8_t *buf = gg_scratch(qbytes + 3 * sizeof(float) * nt * nb);
+    uint8_t *buf = sp_scratch_get(SP_SCRATCH_GGML_ACTS, qbytes + 3 * sizeof(float) * nt * nb);
     if (!buf) return false;
     gg_quant_job job = {.act_type = act_type, .x = x, .cols = cols,
                         .q = (int8_t *)buf, .d = (float *)(buf + qbytes)};
@@ -112,9 +87,12 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
 /* ------------------------------------------------------ kernel (x86 only) */
 
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
+#include <stdint.h>
 
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 #include "compute/matmul/matmul_transpose.h"
 
@@ -139,7 +117,7 @@ static int gg_kind(uint32_t type) {
 #define KIND_SHIFT(kind) ((kind) == 0 ? 3 : (kind) == 3 ? 4 : 7)
 
 bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {
-    return sp_ggml_cpu_vnni() && gg_kind(type) >= 0 &&
+    return sp_cpu_features_get()->avx512vnni && gg_kind(type) >= 0 &&
            sp_ggml_dot_covered(type, cols);
 }
 
@@ -355,6 +333,7 @@ bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
     }
     return true;
 }
+SP_TARGET_END
 
 #else
 bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {

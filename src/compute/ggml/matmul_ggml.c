@@ -32,14 +32,21 @@
  * boundaries. */
 #define SP_GG_COLS 512
 
-bool sp_ggml_weight_usable(const sp_weight *w) {
-    if (!w || w->type != SP_W_GGML || !w->data || w->rows <= 0 ||
-        w->cols <= 0)
-        return false;
+const char *sp_ggml_weight_check(const sp_weight *w) {
+    if (!w || w->type != SP_W_GGML) return "not a ggml block weight";
+    if (!w->data || w->rows <= 0 || w->cols <= 0) return "empty matrix";
     const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
-    return tr && tr->to_f32 && w->cols % tr->block_size == 0 &&
-           (uintptr_t)w->data % tr->align == 0 &&
-           sp_ggml_row_size(w->ggml_type, w->cols) % tr->align == 0;
+    if (!tr || !tr->to_f32) return "no kernel for this ggml type";
+    if (w->cols % tr->block_size != 0)
+        return "rows are not whole blocks of the type";
+    if ((uintptr_t)w->data % tr->align != 0 ||
+        sp_ggml_row_size(w->ggml_type, w->cols) % tr->align != 0)
+        return "blocks are not aligned in memory";
+    return NULL;
+}
+
+bool sp_ggml_weight_usable(const sp_weight *w) {
+    return sp_ggml_weight_check(w) == NULL;
 }
 
 typedef struct gg_job {
@@ -161,8 +168,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
     if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() >= 1 &&
-        job.level >= SP_SIMD_AVX512 && job.level != SP_SIMD_NEON &&
-        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+        sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
         /* quantized once per call (tokens split over the pool) into the
          * caller's thread scratch, which outlives the synchronous pool
          * call; read by every worker */

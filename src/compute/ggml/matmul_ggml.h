@@ -11,6 +11,8 @@
 /* Whether w is a GGML weight the kernels can run: a type with a
  * dequantizer, cols a multiple of its block size, aligned data. */
 bool sp_ggml_weight_usable(const sp_weight *w);
+/* Why w is not usable (a short phrase), or NULL when it is. */
+const char *sp_ggml_weight_check(const sp_weight *w);
 
 /* sp_matmul for SP_W_GGML (same contract; NaNs for an unusable weight). */
 void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,

@@ -55,6 +55,14 @@ static void sp_fill_nan(float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) v[i] = NAN;
 }
 
+/* Which kernels run one product, chosen once per call by sp_mm_choose. */
+typedef enum sp_mm_path {
+    SP_MM_PATH_ROWS_INT8, /* few tokens, int8 activations (sp_mm_rows_vnni) */
+    SP_MM_PATH_ROWS,      /* few tokens, the level's fused rows */
+    SP_MM_PATH_GEMM_INT8, /* many tokens, int8 activations (sp_mm_gemm_vnni) */
+    SP_MM_PATH_TILES      /* f32 tiles: any usable weight */
+} sp_mm_path;
+
 typedef struct sp_mm_job {
     const sp_weight *w;
     const float *x;
@@ -62,37 +70,10 @@ typedef struct sp_mm_job {
     int n_tokens;
     bool direct; /* F32 rows are used in place (aligned data) */
     const sp_mm_kernels *k; /* NULL: portable */
-    bool int8;              /* sp_mm_rows_vnni instead of k->rows */
-    int levels;             /* its int8 parts per activation */
+    sp_mm_path path;
+    int levels;             /* int8 parts per activation (the INT8 paths) */
     bool bf16;              /* sp_mm_tile_bf16 instead of k->tile */
 } sp_mm_job;
-
-#if defined(__x86_64__)
-/* Many tokens, affine weights, int8 modes: the VNNI GEMM takes the whole
- * block of rows (it packs its own panels). */
-static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
-                             int thread_id) {
-    (void)thread_id;
-    const sp_mm_job *job = ctx;
-    sp_mm_gemm_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
-                    job->levels);
-}
-#endif
-
-/* Few tokens: the fused kernels stream each weight row once. */
-static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
-                             int thread_id) {
-    (void)thread_id;
-    const sp_mm_job *job = ctx;
-#if defined(__x86_64__)
-    if (job->int8) {
-        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
-                        job->levels);
-        return;
-    }
-#endif
-    job->k->rows(job->w, job->x, job->n_tokens, job->y, r0, r1);
-}
 
 typedef void sp_tile_fn(const float *tile, int64_t ldt, int nr,
                         const float *x, int64_t ldx, int nt, int64_t kn,
@@ -107,6 +88,9 @@ static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     const int64_t rows = w->rows, cols = w->cols;
     _Alignas(64) float tile[SP_MM_ROWS][SP_MM_COLS];
     const sp_mm_kernels *k = job->k;
+    sp_tile_fn *tile_fn = job->bf16 ? sp_mm_tile_bf16
+                          : k       ? k->tile
+                                    : sp_mm_tile_portable;
 
     for (int64_t r = r0; r < r1; r += SP_MM_ROWS) {
         const int nr = r1 - r < SP_MM_ROWS ? (int)(r1 - r) : SP_MM_ROWS;
@@ -124,14 +108,69 @@ static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
                 t0 = tile[0];
                 ldt = SP_MM_COLS;
             }
-            sp_tile_fn *tile_fn = k ? k->tile : sp_mm_tile_portable;
-#if defined(__x86_64__)
-            if (job->bf16) tile_fn = sp_mm_tile_bf16;
-#endif
             tile_fn(t0, ldt, nr, job->x + k0, cols, job->n_tokens, kn,
                     job->y + r, rows, k0 > 0);
         }
     }
+}
+
+/* Few tokens: the fused kernels stream each weight row once. (A kernel can
+ * still refuse at run time, out of scratch memory: then the next path.) */
+static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
+                             int thread_id) {
+    const sp_mm_job *job = ctx;
+    if (job->path == SP_MM_PATH_ROWS_INT8 &&
+        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                        job->levels))
+        return;
+    if (job->k && job->k->rows(job->w, job->x, job->n_tokens, job->y, r0, r1))
+        return;
+    sp_mm_range(ctx, r0, r1, thread_id);
+}
+
+/* Many tokens, affine weights, int8 modes: the VNNI GEMM takes the whole
+ * block of rows (it packs its own panels). */
+static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
+                             int thread_id) {
+    const sp_mm_job *job = ctx;
+    if (!sp_mm_gemm_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                         job->levels))
+        sp_mm_range(ctx, r0, r1, thread_id);
+}
+
+/* The kernels for w and n_tokens under the level and precision in use
+ * (cpu_features.h). */
+static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
+                               const sp_mm_kernels *k, int levels) {
+    const bool int8 = k && sp_mm_int8_active();
+    if (n_tokens <= SP_MM_SMALL_TOKENS) {
+        if (int8 && sp_mm_rows_vnni_covers(w, n_tokens, levels))
+            return SP_MM_PATH_ROWS_INT8;
+        if (k && k->covers(w, n_tokens)) return SP_MM_PATH_ROWS;
+        return SP_MM_PATH_TILES;
+    }
+    if (int8 && sp_mm_gemm_vnni_covers(w, n_tokens, levels))
+        return SP_MM_PATH_GEMM_INT8;
+    return SP_MM_PATH_TILES;
+}
+
+const sp_mm_kernels *sp_mm_active(void) {
+    switch (sp_simd_current()) {
+#if defined(__x86_64__)
+    case SP_SIMD_AVX512: return &sp_mm_kernels_avx512;
+    case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
+#elif defined(__aarch64__)
+    case SP_SIMD_NEON: return &sp_mm_kernels_neon;
+#endif
+    default: return NULL;
+    }
+}
+
+const char *sp_matmul_check(const sp_weight *w) {
+    if (!w) return "no weight";
+    if (w->type == SP_W_GGML) return sp_ggml_weight_check(w);
+    return sp_weight_usable(w) ? NULL
+                               : "no kernel multiplies this type and shape";
 }
 
 void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
@@ -153,35 +192,29 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         .direct = w->type == SP_W_F32 &&
                   ((uintptr_t)w->data % _Alignof(float)) == 0,
         .k = sp_mm_active(),
+        /* (the int8 kernels forced on in the exact mode: one level) */
+        .levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1,
     };
+    job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
+    job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
     /* One contiguous block of rows per thread, in whole row tiles. */
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
-#if defined(__x86_64__)
-    job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
-    /* (forced on in the exact mode by a test: one level) */
-    job.levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1;
-    job.int8 = job.k && n_tokens <= SP_MM_SMALL_TOKENS && sp_mm_int8_active() &&
-               sp_mm_rows_vnni(w, x, n_tokens, y, 0, 0, job.levels);
-#endif
-    /* (an empty row range only probes whether the format is covered) */
-    if (job.k && n_tokens <= SP_MM_SMALL_TOKENS &&
-        (job.int8 || job.k->rows(w, x, n_tokens, y, 0, 0))) {
+    switch (job.path) {
+    case SP_MM_PATH_ROWS_INT8:
+    case SP_MM_PATH_ROWS:
         grain = (grain + 3) / 4 * 4;
         sp_pool_for(pool, w->rows, grain, sp_mm_rows_range, &job);
         return;
-    }
-    grain = (grain + SP_MM_ROWS - 1) / SP_MM_ROWS * SP_MM_ROWS;
-#if defined(__x86_64__)
-    if (job.k && sp_mm_int8_active() &&
-        sp_mm_gemm_vnni(w, x, n_tokens, y, 0, 0, job.levels)) {
-        sp_pool_for(pool, w->rows, grain, sp_mm_gemm_range, &job);
+    case SP_MM_PATH_GEMM_INT8:
+    case SP_MM_PATH_TILES:
+        grain = (grain + SP_MM_ROWS - 1) / SP_MM_ROWS * SP_MM_ROWS;
+        sp_pool_for(pool, w->rows, grain,
+                    job.path == SP_MM_PATH_TILES ? sp_mm_range : sp_mm_gemm_range,
+                    &job);
         return;
     }
-#endif
-    sp_pool_for(pool, w->rows, grain, sp_mm_range, &job);
 }
-
 void sp_weight_row(const sp_weight *w, int64_t r, float *out) {
     if (!w || !out || w->cols <= 0) return;
     if (w->type == SP_W_GGML) {

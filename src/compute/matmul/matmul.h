@@ -11,6 +11,12 @@
 void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
                int n_tokens, float *y);
 
+/* Why no kernel can multiply (or decode rows of) w, as a short phrase, or
+ * NULL when sp_matmul and sp_weight_row can use it. Loaders call it on
+ * every weight they bind: sp_matmul itself cannot fail, and writes NaNs
+ * for such a weight. */
+const char *sp_matmul_check(const sp_weight *w);
+
 /* Decode row r of W to f32 (an embedding lookup). */
 void sp_weight_row(const sp_weight *w, int64_t r, float *out);
 

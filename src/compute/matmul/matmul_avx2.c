@@ -1,9 +1,15 @@
 /* AVX2 + FMA + F16C instance of the SIMD matmul kernels: 8 f32 lanes.
  * Compiled for that target whatever the build flags; only called after
- * matmul_dispatch.c has checked the CPU. */
+ * cpu_features.c has checked the CPU. */
 #if defined(__x86_64__)
-#pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
+#include <string.h>
+
+#include "compute/matmul/matmul_internal.h"
+#include "compute/matmul/matmul_simd.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX2)
 
 #define VW 8
 #define VF __m256
@@ -32,6 +38,7 @@ static inline float sp_hsum_avx2(__m256 v) {
 #define VU8R(r) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r))
 
 #include "compute/matmul/matmul_simd.inc"
+SP_TARGET_END
 #else
 typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */
 #endif

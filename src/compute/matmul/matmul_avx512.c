@@ -1,8 +1,15 @@
 /* AVX-512 (F/BW/DQ/VL) instance of the SIMD matmul kernels: 16 f32 lanes.
  * Compiled for that target whatever the build flags; only called after
- * matmul_dispatch.c has checked the CPU. */
+ * cpu_features.c has checked the CPU. */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#include <immintrin.h>
+#include <string.h>
+
+#include "compute/matmul/matmul_internal.h"
+#include "compute/matmul/matmul_simd.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512)
 
 #define VW 16
 #define VF __m512
@@ -24,6 +31,7 @@
 #define VU8R(r) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r))
 
 #include "compute/matmul/matmul_simd.inc"
+SP_TARGET_END
 #else
 typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */
 #endif

@@ -10,18 +10,41 @@
  * an error of at most 2^-8 |x_j w_j| (bf16 keeps 8 significant bits),
  * and vdpbf16ps flushes subnormal inputs and outputs. Hence |y - y_exact| <= 2^-8 sum_j |x_j w_j| plus the
  * usual f32 accumulation error. Used only in the fast precision mode
- * (matmul_dispatch.c). */
+ * (cpu_features.c). */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compute/matmul/matmul_simd.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_BF16)
 #include "compute/matmul/matmul_transpose.h"
 
 #define MP 32       /* rows per panel: two vectors */
 #define MT 6        /* tokens per micro-kernel call */
 #define KC 256      /* columns per panel (KC / 2 pairs): 16 KiB */
+
+/* The two AVX-512 BF16 instructions, on bf16 pairs held in __m512: in asm
+ * because the intrinsics' __m512bh type differs between the compilers
+ * (gcc: shorts, clang: __bf16), and clang 16 looped forever optimizing the
+ * bit casts between it and __m512. */
+/* lanes 0..15: pairs from lo, 16..31 from hi, rounded to nearest even */
+static inline __attribute__((always_inline)) __m512 bf_round2(__m512 hi,
+                                                              __m512 lo) {
+    __m512 r;
+    __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(hi), "v"(lo));
+    return r;
+}
+
+/* acc + w[2i] x[2i] + w[2i+1] x[2i+1] per f32 lane i */
+static inline __attribute__((always_inline)) __m512 bf_dot2(__m512 acc,
+                                                            __m512 w,
+                                                            __m512 x) {
+    __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
+}
 
 /* 32 columns (fewer at the end: zeros) of f32 as 16 bf16 pairs. */
 static inline __attribute__((always_inline)) __m512
@@ -33,7 +56,7 @@ bf_pairs(const float *p, int64_t n) {
     const __m512 lo = _mm512_maskz_loadu_ps(m0, p);
     const __m512 hi = _mm512_maskz_loadu_ps(m1, p + 16);
     /* words 0..15 from lo, 16..31 from hi: dword j = columns 2j, 2j+1 */
-    return _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    return bf_round2(hi, lo);
 }
 
 /* panel[p * MP + i] = bf16 pair (columns 2p, 2p+1) of row i < nr, zero
@@ -63,13 +86,13 @@ bf_micro(const float *restrict panel, int64_t kp, const float *xb,
 #pragma GCC unroll 8
     for (int t = 0; t < mt; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
-        const __m512bh w0 = (__m512bh)_mm512_load_ps(panel + p * MP);
-        const __m512bh w1 = (__m512bh)_mm512_load_ps(panel + p * MP + 16);
+        const __m512 w0 = _mm512_load_ps(panel + p * MP);
+        const __m512 w1 = _mm512_load_ps(panel + p * MP + 16);
 #pragma GCC unroll 8
         for (int t = 0; t < mt; t++) {
-            const __m512bh xv = (__m512bh)_mm512_set1_ps(xb[t * (KC / 2) + p]);
-            acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, xv);
-            acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, xv);
+            const __m512 xv = _mm512_set1_ps(xb[t * (KC / 2) + p]);
+            acc[t][0] = bf_dot2(acc[t][0], w0, xv);
+            acc[t][1] = bf_dot2(acc[t][1], w1, xv);
         }
     }
     for (int t = 0; t < mt; t++) {
@@ -120,6 +143,7 @@ void sp_mm_tile_bf16(const float *tile, int64_t ldt, int nr, const float *x,
         }
     }
 }
+SP_TARGET_END
 #else
 #include "compute/matmul/matmul_simd.h"
 

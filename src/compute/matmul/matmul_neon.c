@@ -1,6 +1,6 @@
 /* AArch64 Advanced SIMD (NEON) instance of the SIMD matmul kernels: 4 f32
  * lanes. NEON is part of the ARMv8-A baseline, so no run-time check is
- * needed: matmul_dispatch.c selects this table on every aarch64 CPU unless
+ * needed: sp_mm_active (matmul.c) selects this table on every aarch64 CPU unless
  * SPINDLE_SIMD=scalar forces the portable path.
  *
  * Everything used here is ARMv8.0 (FMLA, FCVTL for f16, UXTL/UCVTF for

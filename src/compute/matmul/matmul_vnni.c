@@ -44,12 +44,16 @@
  * blocks with max|x| < 2^-96 are taken as zero (so that 1 / S stays
  * finite), an absolute error below 2^-96 sum |s q|. */
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <float.h>
 #include <immintrin.h>
+#include <string.h>
 
 #include "compute/matmul/matmul_internal.h"
 #include "compute/matmul/matmul_simd.h"
+#include "compute/scratch.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 
 /* Token-columns (n_tokens * cols) the scratch holds: a 16384-wide row for
  * 4 tokens, or a 65536-wide one for a single token. */
@@ -79,13 +83,14 @@ typedef struct sp_vnni_plan {
  * each level's 16 bytes stored `level_stride` apart. */
 static inline __attribute__((always_inline)) void
 sp_quant16(__m512 y, int levels, int8_t *out, int level_stride) {
-    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m512 a = _mm512_roundscale_ps(y, rn);
+    /* (a literal: clang wants an integer constant expression) */
+#define SP_ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    __m512 a = _mm512_roundscale_ps(y, SP_ROUND_NEAREST);
     _mm_store_si128((__m128i *)out,
                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a)));
     for (int l = 1; l < levels; l++) {
         y = _mm512_mul_ps(_mm512_sub_ps(y, a), _mm512_set1_ps(128.0f));
-        a = _mm512_roundscale_ps(y, rn);
+        a = _mm512_roundscale_ps(y, SP_ROUND_NEAREST);
         _mm_store_si128((__m128i *)(out + l * level_stride),
                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a)));
     }
@@ -287,7 +292,7 @@ static sp_vnni_rows_fn *const sp_vnni_variants[2][3][SP_MM_SMALL_TOKENS] = {
 
 /* ------------------------------------------------------------ entry point */
 
-static bool sp_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
+bool sp_mm_rows_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
     if (!w || w->type != SP_W_AFFINE || !w->data || !w->scales ||
         !w->biases || w->rows <= 0 || w->cols <= 0)
         return false;
@@ -306,20 +311,32 @@ static bool sp_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
 
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels) {
-    if (!sp_vnni_covers(w, n_tokens, levels)) return false;
+    if (!sp_mm_rows_vnni_covers(w, n_tokens, levels)) return false;
     if (r0 >= r1) return true;
     if (!x || !y || r0 < 0 || r1 > w->rows) return false;
     /* 200 KiB: too much for worker stacks; built once per call */
-    static _Thread_local sp_vnni_scratch sc;
+    sp_vnni_scratch *sc = sp_scratch_get(SP_SCRATCH_AFFINE_ROWS, sizeof *sc);
+    if (!sc) return false;
     const int64_t gs = w->group_size, cols = w->cols;
     const int64_t xsum_stride = (cols / gs + 15) / 16 * 16;
     for (int t = 0; t < n_tokens; t++)
-        sp_quantize_token(w, x + (int64_t)t * cols, t, n_tokens, levels, &sc,
+        sp_quantize_token(w, x + (int64_t)t * cols, t, n_tokens, levels, sc,
                           xsum_stride);
-    const sp_vnni_plan plan = {.w = w, .sc = &sc, .xsum_stride = xsum_stride};
+    const sp_vnni_plan plan = {.w = w, .sc = sc, .xsum_stride = xsum_stride};
     sp_vnni_variants[w->bits == 8][levels - 1][n_tokens - 1](&plan, y, r0, r1);
     return true;
 }
+SP_TARGET_END
 #else
-typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */
+#include "compute/matmul/matmul_simd.h"
+
+bool sp_mm_rows_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
+    (void)w; (void)n_tokens; (void)levels;
+    return false; /* no VNNI off x86 */
+}
+bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
+                     float *y, int64_t r0, int64_t r1, int levels) {
+    (void)x; (void)y; (void)r0; (void)r1;
+    return sp_mm_rows_vnni_covers(w, n_tokens, levels);
+}
 #endif

@@ -29,18 +29,19 @@
  * (vpbroadcastd) and keeps 2 x GV_MT int32 accumulators plus as many f32
  * outputs in registers; the scale epilogue (cvt, fma with the per-lane
  * scale) runs once per group and level run. Activations are quantized once
- * per call for all tokens into a thread-local buffer (grown, never shrunk,
- * freed at thread exit). */
+ * per call for all tokens into this thread's scratch (scratch.h). */
 #include "compute/matmul/matmul_vnni_gemm.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "compute/cpu_features.h"
 #include "compute/matmul/matmul_internal.h"
+#include "compute/scratch.h"
+#include "compute/simd_target.h"
+
+SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/matmul/matmul_transpose.h"
 
 #define GV_MP 32     /* rows per panel: two vectors of int32 lanes */
@@ -48,50 +49,10 @@
 #define GV_KC 512    /* columns per panel: 16 KiB of codes, stays in L1 */
 #define GV_MAX_LEVELS 3
 
-/* ------------------------------------------------------------ scratch */
-
-static pthread_once_t gv_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t gv_key;
-static bool gv_key_ok = false;
-static _Thread_local void *gv_buf;
-static _Thread_local size_t gv_cap;
-
-static void gv_key_init(void) {
-    gv_key_ok = pthread_key_create(&gv_key, free) == 0;
-}
-
-/* This thread's scratch of at least `bytes` (64-byte aligned), or NULL. */
-static void *gv_scratch(size_t bytes) {
-    if (bytes <= gv_cap) return gv_buf;
-    pthread_once(&gv_key_once, gv_key_init);
-    if (!gv_key_ok) return NULL;
-    const size_t cap = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, cap);
-    if (!p) return NULL;
-    free(gv_buf);
-    gv_buf = p;
-    gv_cap = cap;
-    pthread_setspecific(gv_key, p); /* frees it when the thread exits */
-    return p;
-}
-
 /* ------------------------------------------------------------ coverage */
 
-static pthread_once_t gv_cpu_once = PTHREAD_ONCE_INIT;
-static bool gv_cpu_ok = false;
-
-static void gv_cpu_init(void) {
-    __builtin_cpu_init();
-    gv_cpu_ok = __builtin_cpu_supports("avx512f") &&
-                __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl") &&
-                __builtin_cpu_supports("avx512dq") &&
-                __builtin_cpu_supports("avx512vnni");
-}
-
-static bool gv_covered(const sp_weight *w, int n_tokens, int levels) {
-    pthread_once(&gv_cpu_once, gv_cpu_init);
-    if (!gv_cpu_ok || !w || w->type != SP_W_AFFINE || n_tokens < 1 ||
+bool sp_mm_gemm_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
+    if (!sp_cpu_features_get()->avx512vnni || !w || w->type != SP_W_AFFINE || n_tokens < 1 ||
         levels < 1 || levels > GV_MAX_LEVELS)
         return false;
     if ((w->bits != 4 && w->bits != 8) ||
@@ -384,7 +345,7 @@ static void gv_panel_tokens(const gv_args *a, int nt, int levels) {
 
 bool sp_mm_gemm_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels) {
-    if (!gv_covered(w, n_tokens, levels) || r0 < 0 || r1 > w->rows || r0 > r1)
+    if (!sp_mm_gemm_vnni_covers(w, n_tokens, levels) || r0 < 0 || r1 > w->rows || r0 > r1)
         return false;
     if (r0 == r1) return true;
     if (!x || !y) return false;
@@ -394,7 +355,7 @@ bool sp_mm_gemm_vnni(const sp_weight *w, const float *x, int n_tokens,
     const size_t codes = (size_t)levels * (size_t)nt * (size_t)cols;
     const size_t codes_padded = (codes + 63) / 64 * 64;
     const size_t nscale = (size_t)nt * (size_t)gpr;
-    uint8_t *buf = gv_scratch(codes_padded + sizeof(float) * nscale * ((size_t)levels + 1));
+    uint8_t *buf = sp_scratch_get(SP_SCRATCH_AFFINE_GEMM, codes_padded + sizeof(float) * nscale * ((size_t)levels + 1));
     if (!buf) return false;
     int8_t *aq = (int8_t *)buf;
     float *ssc = (float *)(buf + codes_padded);
@@ -426,8 +387,13 @@ bool sp_mm_gemm_vnni(const sp_weight *w, const float *x, int n_tokens,
     }
     return true;
 }
+SP_TARGET_END
 
 #else
+bool sp_mm_gemm_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
+    (void)w; (void)n_tokens; (void)levels;
+    return false;
+}
 bool sp_mm_gemm_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels) {
     (void)w; (void)x; (void)n_tokens; (void)y; (void)r0; (void)r1; (void)levels;

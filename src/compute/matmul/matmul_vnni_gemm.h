@@ -22,4 +22,7 @@
 bool sp_mm_gemm_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels);
 
+/* Whether sp_mm_gemm_vnni covers w, n_tokens and levels on this CPU. */
+bool sp_mm_gemm_vnni_covers(const sp_weight *w, int n_tokens, int levels);
+
 #endif

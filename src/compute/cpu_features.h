@@ -1,0 +1,97 @@
+/* What the CPU has, and which kernel level and numerics mode the compute
+ * kernels use: the one place that reads CPUID (x86-64) or assumes the
+ * baseline (AArch64), and that reads SPINDLE_SIMD and SPINDLE_PRECISION.
+ *
+ * One binary serves every x86-64 CPU: the AVX2 and AVX-512 kernels are
+ * compiled with target attributes in their own files (simd_target.h) and
+ * chosen once, at first use, from what the CPU reports.
+ * SPINDLE_SIMD=scalar|avx2|avx512 may lower the choice, never raise it above
+ * the CPU. AArch64 has NEON (baseline there, no check needed;
+ * SPINDLE_SIMD=scalar still forces the portable path). Other architectures
+ * run only the portable code. Every query is thread-safe; the first one
+ * detects. */
+#ifndef SP_COMPUTE_CPU_FEATURES_H
+#define SP_COMPUTE_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+/* Instruction-set features, each true only where the OS also saves the
+ * registers it needs (XCR0), so a kernel may use it whenever it is set. */
+typedef struct sp_cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512dq, avx512vl;
+    bool avx512vnni;  /* vpdpbusd */
+    bool avx512bf16;  /* vdpbf16ps */
+    bool neon;        /* AArch64 Advanced SIMD */
+} sp_cpu_features;
+
+const sp_cpu_features *sp_cpu_features_get(void);
+
+typedef enum sp_simd_level {
+    SP_SIMD_SCALAR = 0, /* portable C (the compiler's baseline vectorization) */
+    SP_SIMD_AVX2,       /* AVX2 + FMA + F16C */
+    SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL (+ FMA, F16C) */
+    SP_SIMD_NEON,       /* AArch64 Advanced SIMD (ARMv8.0) */
+    SP_SIMD_COUNT
+} sp_simd_level;
+
+/* Highest level this CPU supports, and the level in use. */
+sp_simd_level sp_simd_supported(void);
+sp_simd_level sp_simd_current(void);
+
+/* Whether `level` can run here: scalar always; on x86-64 the levels up to
+ * sp_simd_supported(); on AArch64 NEON. (Levels are ordered within one
+ * ISA only, so "at most the supported level" is not enough.) */
+bool sp_simd_available(sp_simd_level level);
+
+/* Switch the level in use (tests, benchmarks). Returns false and changes
+ * nothing unless sp_simd_available(level). Not to be called during a
+ * kernel. */
+bool sp_simd_force(sp_simd_level level);
+
+const char *sp_simd_name(sp_simd_level level);
+
+/* Whether the AVX-512 kernels (and so any of the VNNI / BF16 ones) run:
+ * the AVX-512 level is in use. */
+bool sp_simd_avx512_active(void);
+
+/* Numerics of the kernels, SPINDLE_PRECISION=exact|high|fast (default high):
+ *   exact  activations stay f32 in every product (results differ from a
+ *          plain loop only by summation order);
+ *   high   activations are split into `levels` = 3 int8 parts per block
+ *          (or bf16 parts) where integer / bf16 dot products are faster,
+ *          keeping about 22 significant bits: well inside f32 parity;
+ *   fast   one int8 (or bf16) part, llama.cpp's own activation rounding.
+ * sp_mm_act_levels() is 0, 3 or 1 accordingly. */
+typedef enum sp_precision {
+    SP_PRECISION_EXACT = 0,
+    SP_PRECISION_HIGH,
+    SP_PRECISION_FAST
+} sp_precision;
+sp_precision sp_mm_precision(void);
+int sp_mm_act_levels(void);
+/* Tests and benchmarks: switch the mode (not during a kernel). */
+void sp_mm_precision_force(sp_precision p);
+const char *sp_mm_precision_name(sp_precision p);
+
+/* Whether the int8-activation kernels (AVX-512 VNNI: matmul_vnni*.c,
+ * ggml_gemm_vnni.c) run: in the high and fast modes, on a CPU with AVX-512
+ * VNNI, while the AVX-512 level is in use. sp_mm_int8_force switches the
+ * MLX affine ones (tests, benchmarks); it returns false, changing nothing,
+ * if the CPU lacks VNNI. */
+bool sp_mm_int8_active(void);
+bool sp_mm_int8_force(bool on);
+
+/* Whether the bf16-activation prefill tile (AVX-512 BF16,
+ * matmul_bf16dot.c) runs for bf16 weights: in the fast mode, on a CPU with
+ * AVX-512 BF16, while the AVX-512 level is in use. sp_mm_bf16_force
+ * switches it; false, changing nothing, if the CPU lacks AVX-512 BF16. */
+bool sp_mm_bf16_active(void);
+bool sp_mm_bf16_force(bool on);
+
+/* Whether the ggml integer kernels may use AVX-512 VNNI: the AVX-512 level
+ * is in use and the CPU has VNNI (independent of the precision mode, which
+ * decides whether activations are quantized at all). */
+bool sp_ggml_vnni_active(void);
+
+#endif
