@@ -12,10 +12,14 @@
 #define SP_ARTIFACTS_CONVERT_H
 
 #include "spindle.h"
+#include "artifacts/gguf_model.h"
 #include "compute/tensor.h"
 
 typedef struct sp_convert_options {
     sp_dtype dtype; /* SP_DTYPE_BF16 or SP_DTYPE_F32: dequantized tensors */
+    /* The model families' GGUF tables (NULL-terminated; the registry's
+     * sp_gguf_families()): a file of another architecture is refused. */
+    const sp_gguf_family *const *families;
 } sp_convert_options;
 
 /* Convert `gguf_path` into directory `out_dir` (created when missing).

@@ -9,6 +9,7 @@
 
 #include "artifacts/convert.h"
 #include "cli/commands.h"
+#include "models/registry.h"
 #include "spindle.h"
 
 static int usage(FILE *f, int rc) {
@@ -18,7 +19,8 @@ static int usage(FILE *f, int rc) {
 
 int sp_cmd_convert(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    sp_convert_options opt = {.dtype = SP_DTYPE_BF16};
+    sp_convert_options opt = {.dtype = SP_DTYPE_BF16,
+                              .families = sp_gguf_families()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
