@@ -123,13 +123,13 @@ void spindle_model_free(spindle_model *m) {
     free(m);
 }
 
-const char *spindle_model_dir(const spindle_model *m) { return m->dir; }
-int spindle_model_vocab_size(const spindle_model *m) { return m->cfg.vocab_size; }
-int spindle_model_context_length(const spindle_model *m) { return m->max_context; }
+const char *spindle_model_dir(const spindle_model *m) { return m ? m->dir : NULL; }
+int spindle_model_vocab_size(const spindle_model *m) { return m ? m->cfg.vocab_size : 0; }
+int spindle_model_context_length(const spindle_model *m) { return m ? m->max_context : 0; }
 
 int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
-    if (ids) *ids = m->cfg.eos_ids;
-    return m->cfg.n_eos;
+    if (ids) *ids = m ? m->cfg.eos_ids : NULL;
+    return m ? m->cfg.n_eos : 0;
 }
 
 /* ------------------------------------------------------------- sequences */
@@ -154,10 +154,11 @@ void spindle_seq_free(spindle_seq *s) {
     free(s);
 }
 
-int spindle_seq_length(const spindle_seq *s) { return s->cache.length; }
+int spindle_seq_length(const spindle_seq *s) { return s ? s->cache.length : 0; }
 
 spindle_status spindle_seq_truncate(spindle_seq *s, int length,
                                     spindle_error *err) {
+    if (!s) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "sequence is NULL");
     if (length < 0 || length > s->cache.length)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "cannot truncate a sequence of %d tokens to %d",
