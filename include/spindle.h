@@ -10,9 +10,17 @@
  *    what is wrong (file, tensor, key...). `err` may be NULL.
  *  - Library code never exits or aborts the process.
  *  - Memory handed to the caller (token arrays, strings) is released with
- *    spindle_free().
- *  - A handle is not thread-safe unless stated; one model may be shared by
- *    several sequences used from one thread at a time.
+ *    spindle_free(). A returned `const` pointer is borrowed: it belongs to
+ *    the handle it came from and stays valid as each call says, at most
+ *    until that handle is freed; never free it.
+ *  - Threads. Each call says what it allows ("Thread-safe: ..."). In short:
+ *    a model's read-only queries and a tokenizer (all its calls) may be used
+ *    from several threads at once; spindle_forward and spindle_generate run
+ *    one at a time per model (they use the model's scratch and thread pool),
+ *    whichever sequences they touch; a sequence, a sampler and a
+ *    detokenizer belong to one thread at a time. Distinct handles never
+ *    share state, and nothing is global except what the calls that take no
+ *    handle return (static strings).
  */
 #ifndef SPINDLE_H
 #define SPINDLE_H
@@ -46,10 +54,12 @@ typedef struct spindle_error {
     char message[512];
 } spindle_error;
 
-/* Human-readable name of a status ("format error", ...). */
+/* Human-readable name of a status ("format error", ...): a static string.
+ * Thread-safe. */
 const char *spindle_status_name(spindle_status status);
 
-/* Release memory returned by the library (token arrays, strings). */
+/* Release memory returned by the library (token arrays, strings); NULL is
+ * fine. Thread-safe. */
 void spindle_free(void *ptr);
 
 /* ------------------------------------------------------------------ models */
@@ -81,43 +91,59 @@ typedef struct spindle_load_options {
     int use_mmap;
 } spindle_load_options;
 
-/* "f32", "bf16", "f16"; NULL for a value outside the enum. */
+/* "f32", "bf16", "f16" (static strings); NULL for a value outside the
+ * enum. Thread-safe. */
 const char *spindle_kv_type_name(spindle_kv_type type);
 /* The type named by `name` ("f32", "bf16", "f16"); SPINDLE_ERR_ARGUMENT
- * naming the value otherwise. */
+ * naming the value otherwise. Thread-safe. */
 spindle_status spindle_kv_type_parse(const char *name, spindle_kv_type *out,
                                      spindle_error *err);
 
-/* `path` is a model directory (config.json + safetensors) or a Hugging Face
- * repo id ("org/name") found in the local HF cache. */
+/* `path` is a model directory (config.json + safetensors), a .gguf file (or
+ * a directory holding one and no config.json), or a Hugging Face repo id
+ * ("org/name") found in the local HF cache. Thread-safe (distinct loads
+ * share nothing). spindle_model_free: every sequence of the model must be
+ * freed first; not concurrently with any other use of the model. */
 spindle_status spindle_model_load(const char *path,
                                   const spindle_load_options *options,
                                   spindle_model **out, spindle_error *err);
 void spindle_model_free(spindle_model *model);
 
-/* Directory the model was resolved to (a snapshot dir for repo ids). */
+/* Read-only queries: thread-safe, also while a forward pass runs. A NULL
+ * model gives NULL / 0. */
+/* Directory the model was resolved to (a snapshot dir for repo ids; the
+ * file's path for GGUF). Owned by the model, valid until it is freed. */
 const char *spindle_model_dir(const spindle_model *model);
 int spindle_model_vocab_size(const spindle_model *model);
 int spindle_model_context_length(const spindle_model *model);
-/* End-of-sequence ids from generation_config.json / config.json. */
+/* End-of-sequence ids (generation_config.json / config.json, or the GGUF's
+ * eos/eot/eom ids and end-of-turn tokens): returns their count and, when
+ * `ids` is not NULL, points *ids at them. The array is owned by the model
+ * and valid until spindle_model_free. */
 int spindle_model_eos_ids(const spindle_model *model, const int32_t **ids);
 
 /* A JSON description of the parsed config, tensor dtypes, quantization,
- * parameter count and bytes (what `spindle info` prints). */
+ * parameter count and bytes (what `spindle info` prints), into *json (free
+ * with spindle_free). Thread-safe. */
 spindle_status spindle_model_describe(const spindle_model *model, char **json,
                                       spindle_error *err);
 
 /* --------------------------------------------------------------- sequences */
 
-/* A sequence owns the KV cache of one conversation with a model. */
+/* A sequence owns the KV cache of one conversation with a model; it must
+ * not outlive the model. One thread at a time per sequence: these calls are
+ * not safe concurrently with each other or with a forward pass or
+ * generation that uses the same sequence. spindle_seq_new is safe
+ * concurrently with any model call. */
 typedef struct spindle_seq spindle_seq;
 
 spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
                                spindle_error *err);
 void spindle_seq_free(spindle_seq *seq);
-/* Number of tokens whose keys/values are cached. */
+/* Number of tokens whose keys/values are cached; 0 for NULL. */
 int spindle_seq_length(const spindle_seq *seq);
-/* Roll the cache back to its first `length` tokens (length <= current). */
+/* Roll the cache back to its first `length` tokens (length <= current);
+ * SPINDLE_ERR_ARGUMENT for a NULL sequence or a length out of range. */
 spindle_status spindle_seq_truncate(spindle_seq *seq, int length,
                                     spindle_error *err);
 
@@ -141,7 +167,10 @@ typedef struct spindle_batch_entry {
 } spindle_batch_entry;
 
 /* Run the model over every entry in one pass; all entries must belong to
- * `model` and name distinct sequences. On error no cache is extended. */
+ * `model` and name distinct sequences. On error no cache is extended.
+ * Thread-safety: one forward pass or generation at a time per model (the
+ * pass uses the model's scratch and thread pool); distinct models run
+ * concurrently. */
 spindle_status spindle_forward(spindle_model *model,
                                spindle_batch_entry *entries, int n_entries,
                                spindle_error *err);
@@ -163,9 +192,13 @@ typedef struct spindle_sampler_params {
     int n_xtc_special_tokens;
 } spindle_sampler_params;
 
-/* The defaults of mlx_lm.generate: greedy. */
+/* The defaults of mlx_lm.generate: greedy. Thread-safe. */
 spindle_sampler_params spindle_sampler_defaults(void);
 
+/* A sampler holds its random stream and scratch: one thread at a time per
+ * sampler; distinct samplers are independent. spindle_sampler_new copies
+ * everything it keeps from `params` (NULL: the defaults) and validates the
+ * ranges mlx-lm checks. */
 typedef struct spindle_sampler spindle_sampler;
 
 spindle_status spindle_sampler_new(const spindle_sampler_params *params,
@@ -203,7 +236,24 @@ typedef struct spindle_gen_params {
     int frequency_context_size;
 } spindle_gen_params;
 
+/* Thread-safe. */
 spindle_gen_params spindle_gen_defaults(void);
+
+/* Why spindle_generate stopped. */
+typedef enum spindle_stop_reason {
+    SPINDLE_STOP_LENGTH = 0, /* "length": max_tokens tokens were generated */
+    SPINDLE_STOP_EOS,        /* "eos": a model EOS id or one of stop_ids was
+                                generated (it ends the returned tokens) */
+    SPINDLE_STOP_CALLBACK,   /* "callback": the callback returned false (the
+                                token it was given is kept) */
+    SPINDLE_STOP_CONTEXT,    /* "context": the sequence filled the model's
+                                context length (spindle_model_context_length) */
+    SPINDLE_STOP_ERROR       /* "error": the call failed; see its error */
+} spindle_stop_reason;
+
+/* The quoted names above, as `spindle run --json` prints them (static
+ * strings); NULL for a value outside the enum. Thread-safe. */
+const char *spindle_stop_reason_name(spindle_stop_reason reason);
 
 typedef struct spindle_gen_stats {
     int prompt_tokens;
@@ -213,7 +263,7 @@ typedef struct spindle_gen_stats {
     double prefill_tps;
     double decode_tps;
     int64_t peak_rss_bytes;
-    const char *stop_reason;  /* "eos", "length", "callback" */
+    spindle_stop_reason stop_reason;
 } spindle_gen_stats;
 
 /* Called with each generated token; return false to stop. */
@@ -222,7 +272,9 @@ typedef bool (*spindle_token_callback)(int32_t token, void *user);
 /* Prefill `prompt` (in chunks) into `seq`, then decode until EOS or
  * max_tokens. The generated ids go to `*tokens` (free with spindle_free).
  * If `prompt_logits` is not NULL it receives the logits of the last prompt
- * position (vocab floats). */
+ * position (vocab floats). `stats` (may be NULL) is filled on success and
+ * on failure. Thread-safety: as spindle_forward (one per model at a time);
+ * the callback runs on the calling thread. */
 spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
                                 const int32_t *prompt, int n_prompt,
                                 const spindle_gen_params *params,
@@ -244,6 +296,10 @@ typedef struct spindle_tokenizer spindle_tokenizer;
 spindle_status spindle_tokenizer_load(const char *path,
                                       spindle_tokenizer **out,
                                       spindle_error *err);
+/* Thread-safety: every call below that takes a `const spindle_tokenizer *`
+ * may run concurrently on one tokenizer (its caches are locked);
+ * spindle_tokenizer_free must not overlap any of them, nor outlive a
+ * detokenizer made from the tokenizer. */
 void spindle_tokenizer_free(spindle_tokenizer *tok);
 
 /* Encode UTF-8 text. add_special: add BOS/EOS etc. per the post-processor
@@ -261,13 +317,16 @@ int spindle_tokenizer_vocab_size(const spindle_tokenizer *tok);
 /* -1 when the tokenizer has none. */
 int32_t spindle_tokenizer_bos_id(const spindle_tokenizer *tok);
 int32_t spindle_tokenizer_eos_id(const spindle_tokenizer *tok);
-/* The text of a token id (raw vocabulary form), or NULL. */
+/* The text of a token id (raw vocabulary form), or NULL when the id is out
+ * of range or tok is NULL. Owned by the tokenizer, valid until it is
+ * freed. */
 const char *spindle_tokenizer_id_to_token(const spindle_tokenizer *tok,
                                           int32_t id);
 
 /* Streaming detokenizer: feed ids one at a time, receive the text that is
  * now final. Pieces never split a UTF-8 sequence and concatenate to exactly
- * the full decode. */
+ * the full decode. It borrows the tokenizer (free it first); one thread at
+ * a time per detokenizer. */
 typedef struct spindle_detokenizer spindle_detokenizer;
 
 spindle_status spindle_detokenizer_new(const spindle_tokenizer *tok,
@@ -275,11 +334,12 @@ spindle_status spindle_detokenizer_new(const spindle_tokenizer *tok,
                                        spindle_detokenizer **out,
                                        spindle_error *err);
 void spindle_detokenizer_free(spindle_detokenizer *detok);
-/* `*piece` (NUL-terminated, possibly empty) stays valid until the next call. */
+/* `*piece` (NUL-terminated, possibly empty) is owned by the detokenizer and
+ * stays valid until its next push, flush or free. */
 spindle_status spindle_detokenizer_push(spindle_detokenizer *detok,
                                         int32_t id, const char **piece,
                                         spindle_error *err);
-/* Text still held back at the end of the stream. */
+/* Text still held back at the end of the stream; *piece as for push. */
 spindle_status spindle_detokenizer_flush(spindle_detokenizer *detok,
                                          const char **piece,
                                          spindle_error *err);
@@ -289,7 +349,9 @@ spindle_status spindle_detokenizer_flush(spindle_detokenizer *detok,
 /* Render the tokenizer's chat template. JSON arguments are UTF-8 JSON text:
  * messages (array), tools (array or NULL), extra_vars (object of extra
  * template variables such as {"enable_thinking": false}, or NULL).
- * `template_name` selects one of several named templates (NULL: default). */
+ * `template_name` selects one of several named templates (NULL: default).
+ * The text goes to *out (free with spindle_free). Thread-safe on a shared
+ * tokenizer. */
 spindle_status spindle_chat_render(const spindle_tokenizer *tok,
                                    const char *messages_json,
                                    const char *tools_json,

@@ -23,8 +23,8 @@ LAYERS = (
     ("compute",),
     ("artifacts",),
     ("tokenizer", "template", "runtime"),
-    ("models", "convert"),
-    ("generation",),
+    ("models",),
+    ("convert", "generation"),
     ("cli", "server"),
 )
 

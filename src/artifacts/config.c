@@ -70,6 +70,19 @@ static sp_dtype parse_dtype_name(const char *s) {
     return SP_DTYPE_F32;
 }
 
+/* v as an int when it is an integer in [1, max], else -1 (a double outside
+ * int's range must not be converted). */
+static int count_in_range(double v, int max) {
+    return v >= 1 && v <= (double)max && v == floor(v) ? (int)v : -1;
+}
+
+static int position_count(double v) { return count_in_range(v, 1 << 30); }
+
+/* A quantization setting (bits, group size), or -1. */
+static int small_count(const cJSON *v) {
+    return cJSON_IsNumber(v) ? count_in_range(v->valuedouble, 1 << 20) : -1;
+}
+
 static spindle_status parse_rope(sp_model_config *cfg, const char *path,
                                  spindle_error *err) {
     sp_rope_config *r = &cfg->rope;
@@ -78,6 +91,11 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
     r->theta = sp_config_num(cfg, "rope_theta", 10000.0);
     r->factor = 1.0;
     double partial = sp_config_num(cfg, "partial_rotary_factor", 1.0);
+    /* Checked as a double first: converting an out-of-range one to int is
+     * undefined. */
+    if (!(partial > 0 && partial <= 1))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: partial_rotary_factor must be in (0, 1]", path);
     r->rotary_dim = (int)(cfg->head_dim * partial);
     if (r->rotary_dim < 2 || r->rotary_dim > cfg->head_dim ||
         r->rotary_dim % 2)
@@ -109,7 +127,7 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
         r->low_freq_factor = RS_NUM("low_freq_factor", 1.0);
         r->high_freq_factor = RS_NUM("high_freq_factor", 4.0);
         r->original_max_position =
-            (int)RS_NUM("original_max_position_embeddings", 8192);
+            position_count(RS_NUM("original_max_position_embeddings", 8192));
     } else if (!strcmp(type, "yarn")) {
         r->type = SP_ROPE_YARN;
         r->beta_fast = RS_NUM("beta_fast", 32.0);
@@ -120,7 +138,7 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
          * mscale/mscale_all_dim and ignores an explicit attention_factor. */
         r->attention_factor = 0.0;
         r->original_max_position =
-            (int)RS_NUM("original_max_position_embeddings", 4096);
+            position_count(RS_NUM("original_max_position_embeddings", 4096));
     } else {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_scaling type '%s' is not supported "
@@ -131,6 +149,10 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
     if (!(r->factor > 0) || !isfinite(r->factor))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: rope_scaling factor must be positive", path);
+    if (r->original_max_position < 0)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: rope_scaling original_max_position_embeddings "
+                       "must be an integer in [1, 2^30]", path);
     return SPINDLE_OK;
 }
 
@@ -160,13 +182,13 @@ static spindle_status parse_quantization(sp_model_config *cfg,
                        cJSON_IsString(mode) ? mode->valuestring : "?");
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(q, "bits");
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
-    if (!cJSON_IsNumber(bits) || !cJSON_IsNumber(gs))
+    if (small_count(bits) < 0 || small_count(gs) < 0)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: 'quantization' needs numeric 'bits' and "
+                       "%s: 'quantization' needs positive integer 'bits' and "
                        "'group_size'", path);
     cfg->quantized = true;
-    cfg->quant_bits = (int)bits->valuedouble;
-    cfg->quant_group_size = (int)gs->valuedouble;
+    cfg->quant_bits = small_count(bits);
+    cfg->quant_group_size = small_count(gs);
     return SPINDLE_OK;
 }
 
@@ -183,8 +205,10 @@ sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
     if (cJSON_IsObject(m)) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "bits");
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(m, "group_size");
-        if (cJSON_IsNumber(b)) *bits = (int)b->valuedouble;
-        if (cJSON_IsNumber(g)) *group_size = (int)g->valuedouble;
+        /* An invalid one reads as 0, which the weight binder rejects. */
+        if (cJSON_IsNumber(b)) *bits = small_count(b) < 0 ? 0 : small_count(b);
+        if (cJSON_IsNumber(g))
+            *group_size = small_count(g) < 0 ? 0 : small_count(g);
         return SP_QUANT_EXPLICIT;
     }
     return SP_QUANT_INFER;
@@ -259,6 +283,11 @@ static spindle_status parse_fields(sp_model_config *cfg, const char *path,
     if (get(cfg, "head_dim") &&
         (st = need_int(cfg, path, "head_dim", 1 << 14, &cfg->head_dim, err)))
         return st;
+    if (cfg->head_dim < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: num_attention_heads (%d) exceeds hidden_size (%d) "
+                       "and no 'head_dim' gives the head size", path,
+                       cfg->n_heads, cfg->hidden_size);
     if (cfg->head_dim % 2)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: head_dim %d is odd",
                        path, cfg->head_dim);

@@ -80,6 +80,10 @@ bool sp_gguf_value_i64(const sp_gguf_value *v, int64_t *out);
 bool sp_gguf_value_u64(const sp_gguf_value *v, uint64_t *out);
 bool sp_gguf_value_f64(const sp_gguf_value *v, double *out);
 bool sp_gguf_value_bool(const sp_gguf_value *v, bool *out);
+/* Any integer or float type (not BOOL) as a double, the way a config
+ * number is read: llama.cpp writes the same key as u32 in one file and f32
+ * in another. Integers beyond 2^53 round to the nearest double. */
+bool sp_gguf_value_number(const sp_gguf_value *v, double *out);
 bool sp_gguf_value_str(const sp_gguf_value *v, sp_gguf_str *out);
 
 /* Arrays (callers check v->type == SP_GGUF_ARRAY or use sp_gguf_get_array).

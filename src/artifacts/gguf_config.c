@@ -2,12 +2,12 @@
  * llama-arch.cpp LLM_KV_*), parsed by the same code as config.json, so the
  * families read their settings the same way for both formats.
  *
- * llama.cpp conventions carried over: Llama files have q/k rows permuted for
- * its interleaved RoPE (rope_traditional here, no repacking); Gemma 3 uses a
- * 10000 base for sliding-window layers unless rope.freq_base_swa says
- * otherwise, and scales queries by key_length^-0.5 (query_pre_attn_scalar);
- * the stop tokens are the file's eos/eot/eom ids plus the end-of-turn tokens
- * llama.cpp recognizes by their text. */
+ * Here are the keys every family shares; a family's own keys come from its
+ * sp_gguf_family table. llama.cpp conventions carried over: files whose
+ * family says rope_interleaved have q/k rows permuted for llama.cpp's
+ * interleaved RoPE (rope_traditional here, no repacking); the stop tokens
+ * are the file's eos/eot/eom ids plus the end-of-turn tokens llama.cpp
+ * recognizes by their text. */
 #include "artifacts/gguf_model.h"
 #include "base/error.h"
 
@@ -36,7 +36,11 @@ spindle_status sp_gguf_arch_count(const sp_gguf *g, const char *arch,
     const sp_gguf_value *v = sp_gguf_arch_value(g, arch, key);
     int64_t x = 0;
     if (!v && !required) return SPINDLE_OK;
-    if (!v || !sp_gguf_value_i64(v, &x) || x < 1 || x > (1 << 30))
+    double d = 0;
+    if (v && sp_gguf_value_number(v, &d) && d == floor(d) && d >= 1 &&
+        d <= (double)(1 << 30))
+        x = (int64_t)d;
+    if (!x)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: '%s.%s' is %s (a positive integer is needed)",
                        sp_gguf_path(g), arch, key, v ? "invalid" : "missing");
@@ -51,26 +55,11 @@ spindle_status sp_gguf_arch_real(const sp_gguf *g, const char *arch,
     double x;
     *found = v != NULL;
     if (!v) return SPINDLE_OK;
-    if (!sp_gguf_value_f64(v, &x) || !isfinite(x))
+    if (!sp_gguf_value_number(v, &x) || !isfinite(x))
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: '%s.%s' is not a number",
                        sp_gguf_path(g), arch, key);
     *out = x;
     return SPINDLE_OK;
-}
-
-const char *sp_gguf_model_type(const char *arch, const char **hf_class) {
-    static const char *const map[][3] = {
-        {"llama", "llama", "LlamaForCausalLM"},
-        {"qwen2", "qwen2", "Qwen2ForCausalLM"},
-        {"qwen3", "qwen3", "Qwen3ForCausalLM"},
-        {"gemma3", "gemma3_text", "Gemma3ForCausalLM"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
-        if (!strcmp(arch, map[i][0])) {
-            if (hf_class) *hf_class = map[i][2];
-            return map[i][1];
-        }
-    return NULL;
 }
 
 static const sp_gguf_value *arch_key(const meta *m, const char *key) {
@@ -183,39 +172,43 @@ static spindle_status special_ids(const meta *m, cJSON *json) {
     return SPINDLE_OK;
 }
 
-static spindle_status gemma3_keys(const meta *m, cJSON *json,
-                                  int64_t head_dim) {
-    spindle_status st;
-    if ((st = put_int(m, json, "attention.sliding_window", "sliding_window",
-                      false, NULL)) ||
-        (st = put_int(m, json, "attention.sliding_window_pattern",
-                      "sliding_window_pattern", false, NULL)) ||
-        (st = put_num(m, json, "final_logit_softcapping",
-                      "final_logit_softcapping")) ||
-        (st = put_num(m, json, "attn_logit_softcapping",
-                      "attn_logit_softcapping")))
-        return st;
-    const sp_gguf_value *swa = arch_key(m, "rope.freq_base_swa");
-    if (swa) {
-        if ((st = put_num(m, json, "rope.freq_base_swa", "rope_local_base_freq")))
-            return st;
-    } else if (!cJSON_AddNumberToObject(json, "rope_local_base_freq", 10000.0)) {
-        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+/* The family's own optional keys (sp_gguf_family.keys). */
+static spindle_status family_keys(const meta *m, const sp_gguf_family *family,
+                                  cJSON *json) {
+    spindle_status st = SPINDLE_OK;
+    for (const sp_gguf_key_map *k = family->keys; k && k->key && !st; k++)
+        st = k->kind == SP_GGUF_KEY_COUNT
+                 ? put_int(m, json, k->key, k->json, false, NULL)
+                 : put_num(m, json, k->key, k->json);
+    return st;
+}
+
+/* The attention dimensions as the engine will derive them, checked before
+ * anything divides by them: one line naming the keys at fault. */
+static spindle_status check_head_dims(const meta *m, int64_t hidden,
+                                      int64_t heads, int64_t *head_dim,
+                                      int64_t rope_dim) {
+    if (!*head_dim) {
+        /* llama.cpp's n_embd_head_k = n_embd / n_head. */
+        if (heads > hidden)
+            return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                           "%s: attention.head_count %lld exceeds "
+                           "embedding_length %lld and no attention.key_length "
+                           "gives the head size", m->path, (long long)heads,
+                           (long long)hidden);
+        *head_dim = hidden / heads;
     }
-    if (!cJSON_AddNumberToObject(json, "query_pre_attn_scalar",
-                                 (double)head_dim))
-        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (rope_dim && (rope_dim > *head_dim || rope_dim % 2))
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: rope.dimension_count %lld must be even and at "
+                       "most the head size %lld", m->path,
+                       (long long)rope_dim, (long long)*head_dim);
     return SPINDLE_OK;
 }
 
 static spindle_status build(const sp_gguf_weights *w, const meta *m,
                             cJSON *json) {
-    const char *type = sp_gguf_model_type(m->arch, NULL);
-    if (!type)
-        return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: GGUF architecture '%s' is not supported "
-                       "(supported: llama, qwen2, qwen3, gemma3)", m->path,
-                       m->arch);
+    const sp_gguf_family *family = sp_gguf_weights_family(w);
     if (has_tensor(w, "rope_freqs.weight"))
         return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_freqs (RoPE frequency factors, Llama 3 "
@@ -226,7 +219,7 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
                        "%s: missing 2-D tensor 'token_embd.weight'", m->path);
     int64_t hidden = 0, heads = 0, head_dim = 0;
     spindle_status st;
-    if (!cJSON_AddStringToObject(json, "model_type", type) ||
+    if (!cJSON_AddStringToObject(json, "model_type", family->model_type) ||
         !cJSON_AddNumberToObject(json, "vocab_size", (double)emb->shape[0]))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
     if ((st = put_int(m, json, "embedding_length", "hidden_size", true, &hidden)) ||
@@ -240,10 +233,10 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
         (st = put_num(m, json, "rope.freq_base", "rope_theta")) ||
         (st = rope_scaling(m, json)) || (st = special_ids(m, json)))
         return st;
-    if (!head_dim) head_dim = hidden / heads;
     int64_t value_len = 0, rope_dim = 0;
     if ((st = put_int(m, NULL, "attention.value_length", NULL, false, &value_len)) ||
-        (st = put_int(m, NULL, "rope.dimension_count", NULL, false, &rope_dim)))
+        (st = put_int(m, NULL, "rope.dimension_count", NULL, false, &rope_dim)) ||
+        (st = check_head_dims(m, hidden, heads, &head_dim, rope_dim)))
         return st;
     if (value_len && value_len != head_dim)
         return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
@@ -259,10 +252,9 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
         !cJSON_AddBoolToObject(json, "mlp_bias",
                                has_tensor(w, "model.layers.0.mlp.up_proj.bias")) ||
         !cJSON_AddBoolToObject(json, "rope_traditional",
-                               !strcmp(m->arch, "llama")))
+                               family->rope_interleaved))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
-    if (!strcmp(m->arch, "gemma3")) return gemma3_keys(m, json, head_dim);
-    return SPINDLE_OK;
+    return family_keys(m, family, json);
 }
 
 spindle_status sp_gguf_model_config(const sp_gguf_weights *w,
@@ -270,16 +262,11 @@ spindle_status sp_gguf_model_config(const sp_gguf_weights *w,
                                     spindle_error *err) {
     memset(cfg, 0, sizeof *cfg);
     const sp_gguf *g = sp_gguf_weights_file(w);
-    sp_gguf_str arch;
-    spindle_status st = sp_gguf_get_string(g, "general.architecture", &arch, err);
-    if (st) return st;
-    char name[64];
-    snprintf(name, sizeof name, "%.*s", (int)(arch.len < 63 ? arch.len : 63),
-             arch.ptr);
-    meta m = {.g = g, .arch = name, .path = sp_gguf_path(g), .err = err};
+    meta m = {.g = g, .arch = sp_gguf_weights_family(w)->arch,
+              .path = sp_gguf_path(g), .err = err};
     cJSON *json = cJSON_CreateObject();
     if (!json) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    st = build(w, &m, json);
+    spindle_status st = build(w, &m, json);
     if (st) {
         cJSON_Delete(json);
         return st;

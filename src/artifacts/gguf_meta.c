@@ -78,6 +78,13 @@ bool sp_gguf_value_f64(const sp_gguf_value *v, double *out) {
     return true;
 }
 
+bool sp_gguf_value_number(const sp_gguf_value *v, double *out) {
+    if (is_signed(v->type)) *out = (double)v->as.i;
+    else if (is_unsigned(v->type)) *out = (double)v->as.u;
+    else return sp_gguf_value_f64(v, out);
+    return true;
+}
+
 bool sp_gguf_value_bool(const sp_gguf_value *v, bool *out) {
     if (v->type != SP_GGUF_BOOL) return false;
     *out = v->as.u != 0;

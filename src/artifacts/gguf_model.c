@@ -16,6 +16,7 @@ struct sp_gguf_weights {
     sp_tensor_info *infos;   /* sorted by (translated) name */
     size_t n;
     char arch[64];
+    const sp_gguf_family *family;
 };
 
 /* ---------------------------------------------------------------- locate */
@@ -69,11 +70,10 @@ spindle_status sp_gguf_model_locate(const char *arg, char **file,
 
 /* ----------------------------------------------------------------- names */
 
-/* llama.cpp's per-layer names (gguf-py TENSOR_NAMES) and the Hugging Face
- * module names the families bind. ffn_norm depends on the architecture. */
-static const struct {
-    const char *gguf, *hf;
-} layer_names[] = {
+/* llama.cpp's per-layer names (gguf-py TENSOR_NAMES) common to the
+ * Llama-style families, and the Hugging Face module names they bind; a
+ * family's own table (sp_gguf_family.layer_names) comes first. */
+static const sp_gguf_name_map common_layer_names[] = {
     {"attn_norm", "input_layernorm"},
     {"attn_q", "self_attn.q_proj"},
     {"attn_k", "self_attn.k_proj"},
@@ -84,27 +84,61 @@ static const struct {
     {"ffn_gate", "mlp.gate_proj"},
     {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
-    {"post_attention_norm", "post_attention_layernorm"},
-    {"post_ffw_norm", "post_feedforward_layernorm"},
+    {"ffn_norm", "post_attention_layernorm"},
+    {NULL, NULL},
 };
 
-static const struct {
-    const char *gguf, *hf;
-} global_names[] = {
+static const sp_gguf_name_map global_names[] = {
     {"token_embd", "model.embed_tokens"},
     {"output_norm", "model.norm"},
     {"output", "lm_head"},
+    {NULL, NULL},
 };
 
-/* Gemma's sandwich layers have a norm before the MLP that is not the
- * norm after attention; Llama-style layers call that one ffn_norm. */
-static const char *ffn_norm_name(const char *arch) {
-    return !strcmp(arch, "gemma3") ? "pre_feedforward_layernorm"
-                                   : "post_attention_layernorm";
+/* The hf of the entry whose gguf is exactly module[len], or NULL. */
+static const char *lookup_name(const sp_gguf_name_map *map, const char *module,
+                               size_t len) {
+    for (; map && map->gguf; map++)
+        if (strlen(map->gguf) == len && !strncmp(module, map->gguf, len))
+            return map->hf;
+    return NULL;
 }
 
-bool sp_gguf_translate_name(const char *name, const char *arch, char *out,
-                            size_t cap) {
+const sp_gguf_family *sp_gguf_family_find(const sp_gguf_family *const *families,
+                                          const char *arch) {
+    for (; families && *families; families++)
+        if (!strcmp((*families)->arch, arch)) return *families;
+    return NULL;
+}
+
+spindle_status sp_gguf_family_of(const sp_gguf *g,
+                                 const sp_gguf_family *const *families,
+                                 char *out, size_t cap,
+                                 const sp_gguf_family **family,
+                                 spindle_error *err) {
+    const char *path = sp_gguf_path(g);
+    sp_gguf_str arch = {0};
+    spindle_status st = sp_gguf_get_string(g, "general.architecture", &arch, err);
+    if (st) return st;
+    if (arch.len == 0 || arch.len >= cap || memchr(arch.ptr, '\0', arch.len))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: general.architecture is not a valid name", path);
+    memcpy(out, arch.ptr, arch.len);
+    out[arch.len] = '\0';
+    *family = sp_gguf_family_find(families, out);
+    if (*family) return SPINDLE_OK;
+    char list[256] = "";
+    size_t used = 0;
+    for (; families && *families && used < sizeof list; families++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                                 used ? ", " : "", (*families)->arch);
+    return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                   "%s: GGUF architecture '%s' is not supported (supported: "
+                   "%s)", path, out, list);
+}
+
+bool sp_gguf_translate_name(const char *name, const sp_gguf_family *family,
+                            char *out, size_t cap) {
     const char *dot = strrchr(name, '.');
     if (!dot) return false;
     if (!strncmp(name, "blk.", 4)) {
@@ -113,31 +147,22 @@ bool sp_gguf_translate_name(const char *name, const char *arch, char *out,
         if (end == name + 4 || *end != '.' || layer < 0 || end >= dot)
             return false;
         size_t len = (size_t)(dot - end - 1);
-        const char *module = end + 1, *hf = NULL;
-        if (len == 8 && !strncmp(module, "ffn_norm", len))
-            hf = ffn_norm_name(arch);
-        for (size_t i = 0; !hf && i < sizeof layer_names / sizeof *layer_names; i++)
-            if (strlen(layer_names[i].gguf) == len &&
-                !strncmp(module, layer_names[i].gguf, len))
-                hf = layer_names[i].hf;
+        const char *module = end + 1;
+        const char *hf = lookup_name(family->layer_names, module, len);
+        if (!hf) hf = lookup_name(common_layer_names, module, len);
         return hf && (size_t)snprintf(out, cap, "model.layers.%ld.%s%s",
                                       layer, hf, dot) < cap;
     }
-    size_t stem = (size_t)(dot - name);
-    for (size_t i = 0; i < sizeof global_names / sizeof *global_names; i++)
-        if (strlen(global_names[i].gguf) == stem &&
-            !strncmp(name, global_names[i].gguf, stem))
-            return (size_t)snprintf(out, cap, "%s%s", global_names[i].hf,
-                                    dot) < cap;
-    return false;
+    const char *hf = lookup_name(global_names, name, (size_t)(dot - name));
+    return hf && (size_t)snprintf(out, cap, "%s%s", hf, dot) < cap;
 }
 
 /* malloc'd Hugging Face name of GGUF tensor `name`, or a copy of `name`
  * when it has none (the families then simply do not find it). */
-static char *translate(const char *name, const char *arch) {
+static char *translate(const char *name, const sp_gguf_family *family) {
     char out[512];
-    return strdup(sp_gguf_translate_name(name, arch, out, sizeof out) ? out
-                                                                      : name);
+    return strdup(sp_gguf_translate_name(name, family, out, sizeof out) ? out
+                                                                        : name);
 }
 
 static int by_name(const void *a, const void *b) {
@@ -158,7 +183,7 @@ void sp_gguf_weights_free(sp_gguf_weights *w) {
 static spindle_status fill_info(sp_gguf_weights *w, const sp_gguf_tensor *t,
                                 sp_tensor_info *info, spindle_error *err) {
     const char *path = sp_gguf_path(w->g);
-    info->name = translate(t->name, w->arch);
+    info->name = translate(t->name, w->family);
     if (!info->name) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     info->ndim = t->n_dims;
     for (int d = 0; d < t->n_dims; d++)
@@ -183,20 +208,18 @@ static spindle_status fill_info(sp_gguf_weights *w, const sp_gguf_tensor *t,
     return SPINDLE_OK;
 }
 
-spindle_status sp_gguf_weights_open(const char *path, sp_gguf_weights **out,
+spindle_status sp_gguf_weights_open(const char *path,
+                                    const sp_gguf_family *const *families,
+                                    sp_gguf_weights **out,
                                     spindle_error *err) {
     *out = NULL;
     sp_gguf_weights *w = calloc(1, sizeof *w);
     if (!w) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     spindle_status st = sp_gguf_open(path, &w->g, err);
-    sp_gguf_str arch = {0};
-    if (!st) st = sp_gguf_get_string(w->g, "general.architecture", &arch, err);
-    if (!st && (arch.len == 0 || arch.len >= sizeof w->arch ||
-                memchr(arch.ptr, '\0', arch.len)))
-        st = sp_fail(err, SPINDLE_ERR_FORMAT,
-                     "%s: general.architecture is not a valid name", path);
+    if (!st)
+        st = sp_gguf_family_of(w->g, families, w->arch, sizeof w->arch,
+                               &w->family, err);
     if (!st) {
-        memcpy(w->arch, arch.ptr, arch.len);
         size_t n = sp_gguf_tensor_count(w->g);
         w->infos = calloc(n ? n : 1, sizeof *w->infos);
         if (!w->infos) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
@@ -228,3 +251,7 @@ const sp_tensor_info *sp_gguf_weights_find(const sp_gguf_weights *w,
 size_t sp_gguf_weights_count(const sp_gguf_weights *w) { return w->n; }
 
 const sp_gguf *sp_gguf_weights_file(const sp_gguf_weights *w) { return w->g; }
+
+const sp_gguf_family *sp_gguf_weights_family(const sp_gguf_weights *w) {
+    return w->family;
+}

@@ -210,7 +210,8 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddNumberToObject(st, "prefill_tps", s->prefill_tps);
     cJSON_AddNumberToObject(st, "decode_tps", s->decode_tps);
     cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
-    cJSON_AddStringToObject(st, "stop_reason", s->stop_reason);
+    cJSON_AddStringToObject(st, "stop_reason",
+                            spindle_stop_reason_name(s->stop_reason));
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);
     free(json);
@@ -295,7 +296,7 @@ int sp_cmd_run(int argc, char **argv) {
                 "| peak RSS %.1f MiB | stop: %s\n",
                 stats.prompt_tokens, stats.prefill_tps, stats.generated_tokens,
                 stats.decode_tps, stats.peak_rss_bytes / 1048576.0,
-                stats.stop_reason);
+                spindle_stop_reason_name(stats.stop_reason));
     }
     free(logits);
     spindle_free(toks);

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "compute/ggml/ggml_quants.h"
+#include "models/registry.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -64,16 +65,18 @@ static sp_dtype q8_param_type(const conv_tensor *c) {
     return SP_DTYPE_F16;
 }
 
-static spindle_status plan_tensor(const sp_gguf *g, const char *arch,
+static spindle_status plan_tensor(const sp_gguf *g,
+                                  const sp_gguf_family *family,
                                   const sp_gguf_tensor *t, sp_dtype dtype,
                                   conv_tensor *c, spindle_error *err) {
+    const char *arch = family->arch;
     const char *path = sp_gguf_path(g);
     memset(c, 0, sizeof *c);
     c->t = t;
     /* Only weights and biases: a converted checkpoint has no other kind. */
     const char *dot = strrchr(t->name, '.');
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias")) ||
-        !sp_gguf_translate_name(t->name, arch, c->name, sizeof c->name))
+        !sp_gguf_translate_name(t->name, family, c->name, sizeof c->name))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has no Hugging Face counterpart",
                        path, t->name);
@@ -90,7 +93,7 @@ static spindle_status plan_tensor(const sp_gguf *g, const char *arch,
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor '%s' has an "
                        "inconsistent size", path, t->name);
     bool matrix = t->n_dims == 2 && ends_with(c->name, ".weight");
-    c->sub_one = !strcmp(arch, "gemma3") && ends_with(c->name, "norm.weight");
+    c->sub_one = family->norm_plus_one && ends_with(c->name, "norm.weight");
     if (t->type == SP_GGML_Q4_1 && matrix) {
         c->kind = K_Q4_1;
         c->out = SP_DTYPE_F16;
@@ -111,7 +114,7 @@ static spindle_status plan_tensor(const sp_gguf *g, const char *arch,
     }
     /* llama.cpp's LlamaModel.permute interleaved the two rotary halves of
      * every head's q/k rows; undo it for rotate-half checkpoints. */
-    if (!strcmp(arch, "llama")) {
+    if (family->rope_interleaved) {
         int64_t heads = 0;
         bool q = strstr(c->name, ".self_attn.q_proj.") != NULL;
         bool k = strstr(c->name, ".self_attn.k_proj.") != NULL;
@@ -352,26 +355,20 @@ spindle_status sp_convert_gguf(const char *gguf_path, const char *out_dir,
     spindle_status st = sp_gguf_open(gguf_path, &g, err);
     if (st) return st;
     char arch[64] = "";
-    sp_gguf_str a;
-    st = sp_gguf_get_string(g, "general.architecture", &a, err);
-    if (!st && (a.len == 0 || a.len >= sizeof arch || memchr(a.ptr, 0, a.len)))
-        st = sp_fail(err, SPINDLE_ERR_FORMAT,
-                     "%s: general.architecture is not a valid name", gguf_path);
-    if (!st) memcpy(arch, a.ptr, a.len);
-    if (!st && !sp_gguf_model_type(arch, NULL))
-        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' cannot be converted (supported: "
-                     "llama, qwen2, qwen3, gemma3)", gguf_path, arch);
+    const sp_gguf_family *family = NULL;
+    /* The families' GGUF tables decide which architectures convert: a file
+     * of another one is refused. */
+    st = sp_gguf_family_of(g, sp_gguf_families(), arch, sizeof arch, &family, err);
     size_t n = st ? 0 : sp_gguf_tensor_count(g);
     conv_tensor *cs = calloc(n ? n : 1, sizeof *cs);
     if (!st && !cs) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     for (size_t i = 0; i < n && !st; i++)
-        st = plan_tensor(g, arch, sp_gguf_tensor_at(g, i), dtype, &cs[i], err);
+        st = plan_tensor(g, family, sp_gguf_tensor_at(g, i), dtype, &cs[i], err);
     const sp_gguf_tensor *emb = st ? NULL : sp_gguf_find_tensor(g, "token_embd.weight");
     if (!st && (!emb || emb->n_dims != 2))
         st = sp_fail(err, SPINDLE_ERR_FORMAT,
                      "%s: missing 2-D tensor 'token_embd.weight'", gguf_path);
-    sp_conv_summary sum = {.arch = arch, .dtype = dtype};
+    sp_conv_summary sum = {.arch = arch, .family = family, .dtype = dtype};
     cJSON *config = NULL;
     if (!st) {
         sum.vocab_size = emb->ne[1];

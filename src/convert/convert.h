@@ -12,6 +12,7 @@
 #define SP_CONVERT_CONVERT_H
 
 #include "spindle.h"
+#include "artifacts/gguf_model.h"
 #include "compute/tensor.h"
 
 typedef struct sp_convert_options {

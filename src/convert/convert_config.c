@@ -137,12 +137,8 @@ spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
     *out = NULL;
     ctx c = {.g = g, .s = s, .json = cJSON_CreateObject(), .err = err};
     if (!c.json) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    const char *hf_class = NULL, *model_type = sp_gguf_model_type(s->arch, &hf_class);
-    if (!model_type) {
-        cJSON_Delete(c.json);
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: architecture '%s' "
-                       "cannot be converted", sp_gguf_path(g), s->arch);
-    }
+    const char *hf_class = s->family->hf_class;
+    const char *model_type = s->family->model_type;
     bool gemma = !strcmp(s->arch, "gemma3");
     int64_t hidden, layers, ffn, heads, kv, head_dim, ctx_len;
     spindle_status st;

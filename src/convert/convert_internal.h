@@ -8,11 +8,13 @@
 #include <stdbool.h>
 #include "spindle.h"
 #include "artifacts/gguf.h"
+#include "artifacts/gguf_model.h"
 #include "compute/tensor.h"
 
 /* What the tensor pass learned that config.json needs. */
 typedef struct sp_conv_summary {
     const char *arch;       /* general.architecture */
+    const sp_gguf_family *family; /* its tables, from the model family */
     int64_t vocab_size;     /* rows of token_embd */
     bool has_output;        /* output.weight present (untied head) */
     bool attention_bias;    /* blk.0.attn_q.bias present */

@@ -9,6 +9,13 @@
 #include <sys/resource.h>
 #include <time.h>
 
+const char *spindle_stop_reason_name(spindle_stop_reason reason) {
+    static const char *const names[] = {"length", "eos", "callback",
+                                        "context", "error"};
+    return (unsigned)reason < sizeof names / sizeof *names ? names[reason]
+                                                           : NULL;
+}
+
 spindle_gen_params spindle_gen_defaults(void) {
     spindle_gen_params p;
     memset(&p, 0, sizeof p);
@@ -126,7 +133,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     const int32_t *eos = NULL;
     int n_eos = params->ignore_eos ? 0 : spindle_model_eos_ids(model, &eos);
     int limit = spindle_model_context_length(model);
-    const char *reason = "length";
+    spindle_stop_reason reason = SPINDLE_STOP_LENGTH;
 
     double t0 = now_seconds();
     if (!st) st = prefill(model, seq, prompt, n_prompt, chunk, logits, err);
@@ -145,16 +152,16 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
         if (st) break;
         if (history) history[n_prompt + n] = tok;
         out[n++] = tok;
-        if (callback && !callback(tok, user)) { reason = "callback"; break; }
+        if (callback && !callback(tok, user)) { reason = SPINDLE_STOP_CALLBACK; break; }
         if (is_eos(eos, n_eos, tok) ||
             (!params->ignore_eos &&
              is_eos(params->stop_ids, params->n_stop_ids, tok))) {
-            reason = "eos";
+            reason = SPINDLE_STOP_EOS;
             break;
         }
         if (n == params->max_tokens) break;
         if (limit > 0 && spindle_seq_length(seq) >= limit) {
-            reason = "context";
+            reason = SPINDLE_STOP_CONTEXT;
             break;
         }
         spindle_batch_entry e = {.seq = seq, .tokens = &tok, .n_tokens = 1,
@@ -179,7 +186,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
          * counts the forward passes after it. */
         stats->decode_tps = (n > 1 && t2 > t1) ? (n - 1) / (t2 - t1) : 0;
         stats->peak_rss_bytes = peak_rss_bytes();
-        stats->stop_reason = reason;
+        stats->stop_reason = st ? SPINDLE_STOP_ERROR : reason;
     }
     if (st) { free(out); return st; }
     if (tokens) *tokens = out; else free(out);

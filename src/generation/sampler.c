@@ -11,10 +11,8 @@
 #include "base/error.h"
 
 struct spindle_sampler {
-    spindle_sampler_params p;
-    float xtc_probability;
-    float xtc_threshold;
-    int32_t *xtc_special;
+    spindle_sampler_params p;    /* p.xtc_special_tokens: NULL (see below) */
+    int32_t *xtc_special;        /* the copy of the special ids */
     int n_xtc_special;
     uint64_t rng[4];
     float *scratch;   /* grows to the largest vocab seen */
@@ -34,17 +32,6 @@ spindle_sampler_params spindle_sampler_defaults(void) {
         .xtc_threshold = 0.1f,
     };
     return p;
-}
-
-sp_sampler_options sp_sampler_options_defaults(void) {
-    sp_sampler_options o = {
-        .base = spindle_sampler_defaults(),
-        .xtc_probability = 0.0f,
-        .xtc_threshold = 0.1f,
-        .xtc_special_tokens = NULL,
-        .n_xtc_special_tokens = 0,
-    };
-    return o;
 }
 
 /* ------------------------------------------------------------------ rng */
@@ -77,9 +64,10 @@ static double uniform01(uint64_t s[4]) {
 
 /* -------------------------------------------------------------- creation */
 
-static spindle_status validate(const sp_sampler_options *o,
+/* The ranges mlx-lm checks when it builds the chain (top_p, min_p,
+ * min_tokens_to_keep, XTC), and no negative or NaN temperature. */
+static spindle_status validate(const spindle_sampler_params *p,
                                spindle_error *err) {
-    const spindle_sampler_params *p = &o->base;
     if (!(p->temperature >= 0.0f) || isinf(p->temperature))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "temperature must be finite and >= 0, got %g",
@@ -104,67 +92,55 @@ static spindle_status validate(const sp_sampler_options *o,
                            "min_tokens_to_keep must be >= 1, got %d",
                            p->min_tokens_to_keep);
     }
-    if (o->xtc_probability != 0.0f) {
-        if (!(o->xtc_probability >= 0.0f && o->xtc_probability <= 1.0f))
+    if (p->xtc_probability != 0.0f) {
+        if (!(p->xtc_probability >= 0.0f && p->xtc_probability <= 1.0f))
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "xtc probability must be in [0, 1], got %g",
-                           (double)o->xtc_probability);
-        if (!(o->xtc_threshold >= 0.0f && o->xtc_threshold <= 0.5f))
+                           (double)p->xtc_probability);
+        if (!(p->xtc_threshold >= 0.0f && p->xtc_threshold <= 0.5f))
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "xtc threshold must be in [0, 0.5], got %g",
-                           (double)o->xtc_threshold);
+                           (double)p->xtc_threshold);
     }
-    if (o->n_xtc_special_tokens < 0 ||
-        (o->n_xtc_special_tokens > 0 && !o->xtc_special_tokens))
+    if (p->n_xtc_special_tokens < 0 ||
+        (p->n_xtc_special_tokens > 0 && !p->xtc_special_tokens))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "invalid xtc special token list (%d ids)",
-                       o->n_xtc_special_tokens);
-    return SPINDLE_OK;
-}
-
-spindle_status sp_sampler_new_ex(const sp_sampler_options *options,
-                                 spindle_sampler **out, spindle_error *err) {
-    if (!options || !out)
-        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
-                       "sampler: options and out must not be NULL");
-    *out = NULL;
-    spindle_status st = validate(options, err);
-    if (st != SPINDLE_OK) return st;
-
-    spindle_sampler *s = calloc(1, sizeof *s);
-    if (!s) return sp_fail(err, SPINDLE_ERR_MEMORY, "sampler: out of memory");
-    s->p = options->base;
-    s->xtc_probability = options->xtc_probability;
-    s->xtc_threshold = options->xtc_threshold;
-    if (options->n_xtc_special_tokens > 0) {
-        size_t bytes = (size_t)options->n_xtc_special_tokens * sizeof(int32_t);
-        s->xtc_special = malloc(bytes);
-        if (!s->xtc_special) {
-            free(s);
-            return sp_fail(err, SPINDLE_ERR_MEMORY,
-                           "sampler: out of memory for %d xtc special ids",
-                           options->n_xtc_special_tokens);
-        }
-        memcpy(s->xtc_special, options->xtc_special_tokens, bytes);
-        s->n_xtc_special = options->n_xtc_special_tokens;
-    }
-    uint64_t seed = options->base.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
-    *out = s;
+                       p->n_xtc_special_tokens);
     return SPINDLE_OK;
 }
 
 spindle_status spindle_sampler_new(const spindle_sampler_params *params,
                                    spindle_sampler **out, spindle_error *err) {
-    sp_sampler_options o = sp_sampler_options_defaults();
-    if (params) {
-        o.base = *params;
-        o.xtc_probability = params->xtc_probability;
-        o.xtc_threshold = params->xtc_threshold;
-        o.xtc_special_tokens = params->xtc_special_tokens;
-        o.n_xtc_special_tokens = params->n_xtc_special_tokens;
+    if (!out)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "sampler: out must not be NULL");
+    *out = NULL;
+    spindle_sampler_params p = params ? *params : spindle_sampler_defaults();
+    spindle_status st = validate(&p, err);
+    if (st != SPINDLE_OK) return st;
+
+    spindle_sampler *s = calloc(1, sizeof *s);
+    if (!s) return sp_fail(err, SPINDLE_ERR_MEMORY, "sampler: out of memory");
+    if (p.n_xtc_special_tokens > 0) {
+        size_t bytes = (size_t)p.n_xtc_special_tokens * sizeof(int32_t);
+        s->xtc_special = malloc(bytes);
+        if (!s->xtc_special) {
+            free(s);
+            return sp_fail(err, SPINDLE_ERR_MEMORY,
+                           "sampler: out of memory for %d xtc special ids",
+                           p.n_xtc_special_tokens);
+        }
+        memcpy(s->xtc_special, p.xtc_special_tokens, bytes);
+        s->n_xtc_special = p.n_xtc_special_tokens;
     }
-    return sp_sampler_new_ex(&o, out, err);
+    /* The caller's array is borrowed only for this call. */
+    p.xtc_special_tokens = NULL;
+    p.n_xtc_special_tokens = 0;
+    s->p = p;
+    uint64_t seed = p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    *out = s;
+    return SPINDLE_OK;
 }
 
 void spindle_sampler_free(spindle_sampler *sampler) {
@@ -232,9 +208,9 @@ spindle_status sp_sampler_filter(spindle_sampler *sampler, float *logprobs,
         sp_apply_min_p(logprobs, n_vocab, p->min_p, p->min_tokens_to_keep,
                        scratch);
     /* mlx keeps the logits when uniform(0, 1) > probability. */
-    if (sampler->xtc_probability > 0.0f &&
-        uniform01(sampler->rng) <= (double)sampler->xtc_probability)
-        sp_apply_xtc(logprobs, n_vocab, sampler->xtc_threshold,
+    if (sampler->p.xtc_probability > 0.0f &&
+        uniform01(sampler->rng) <= (double)sampler->p.xtc_probability)
+        sp_apply_xtc(logprobs, n_vocab, sampler->p.xtc_threshold,
                      sampler->xtc_special, sampler->n_xtc_special, scratch);
     if (p->top_k > 0) sp_apply_top_k(logprobs, n_vocab, p->top_k, scratch);
     return SPINDLE_OK;

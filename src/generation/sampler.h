@@ -17,26 +17,6 @@
 
 #include "spindle.h"
 
-/* ------------------------------------------------------- sampler options */
-
-/* Everything make_sampler takes: the public parameters plus XTC. */
-typedef struct sp_sampler_options {
-    spindle_sampler_params base;
-    float xtc_probability;      /* 0: off; applied when uniform() <= it */
-    float xtc_threshold;        /* in [0, 0.5]; default 0.1 */
-    /* Ids never removed by XTC (copied by sp_sampler_new_ex). */
-    const int32_t *xtc_special_tokens;
-    int n_xtc_special_tokens;
-} sp_sampler_options;
-
-sp_sampler_options sp_sampler_options_defaults(void);
-
-/* Validates the options as mlx-lm does when it builds the chain (ranges of
- * top_p, min_p, min_tokens_to_keep, XTC) and rejects negative or NaN
- * temperatures. */
-spindle_status sp_sampler_new_ex(const sp_sampler_options *options,
-                                 spindle_sampler **out, spindle_error *err);
-
 /* The chain of filters of a sampler with temperature > 0 (top_p, min_p,
  * XTC with its coin flip, top_k) on log-probabilities, in place; a no-op for
  * greedy samplers. spindle_sampler_sample runs it between the log-softmax

@@ -69,7 +69,7 @@ void sp_norm_rows(sp_forward *f, const float *in, const float *w, float *out) {
     int d = f->m->cfg.hidden_size;
     for (int t = 0; t < f->n_rows; t++)
         sp_rmsnorm(out + (size_t)t * d, in + (size_t)t * d, w, d,
-                   f->m->cfg.rms_norm_eps, f->m->norm_offset);
+                   f->m->cfg.rms_norm_eps, 0.0f);
 }
 
 void sp_add_rows(sp_forward *f, float *x, const float *y) {
@@ -98,7 +98,7 @@ static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
         if (head_norm)
             for (int h = 0; h < n_heads; h++)
                 sp_rmsnorm(row + (size_t)h * hd, row + (size_t)h * hd,
-                           head_norm, hd, c->rms_norm_eps, f->m->norm_offset);
+                           head_norm, hd, c->rms_norm_eps, 0.0f);
         (f->m->rope_interleaved ? sp_rope_apply_interleaved
                                 : sp_rope_apply)(L->rope, row, n_heads, hd,
                                                  f->pos[t]);

@@ -44,7 +44,8 @@ spindle_status sp_forward_reserve(sp_forward **f, spindle_model *m, int rows,
                                   int seqs, spindle_error *err);
 void sp_forward_free(sp_forward *f);
 
-/* out[t] = rmsnorm(in[t]) * (offset + w) for every row. */
+/* out[t] = rmsnorm(in[t]) * w for every row (a family whose norms scale
+ * by 1 + w folds the 1 into w when it binds them). */
 void sp_norm_rows(sp_forward *f, const float *in, const float *w, float *out);
 /* x += y over T rows of hidden width. */
 void sp_add_rows(sp_forward *f, float *x, const float *y);

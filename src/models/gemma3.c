@@ -10,7 +10,10 @@
  *  - local layers attend to a sliding window and use their own RoPE base
  *    (rope_local_base_freq, unscaled); global layers use rope_theta with
  *    rope_scaling;
- *  - score scale query_pre_attn_scalar^-0.5, optional logit softcaps. */
+ *  - score scale query_pre_attn_scalar^-0.5, optional logit softcaps.
+ *
+ * GGUF (llama.cpp's "gemma3"): norm weights carry the 1 already, ffn_norm
+ * is the pre-MLP norm, and queries scale by key_length^-0.5. */
 #include "models/blocks.h"
 #include "base/error.h"
 
@@ -18,6 +21,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The block-output ("sandwich") norms of one layer. */
+typedef struct gemma3_norms {
+    const float *post_attn, *post_mlp;
+} gemma3_norms;
+
+/* What spindle_model.family holds for Gemma 3. */
+typedef struct gemma3 {
+    sp_rope rope_local;          /* the sliding-window layers' rope */
+    float embed_scale;           /* multiplies the embeddings */
+    float attn_scale;            /* query_pre_attn_scalar^-0.5 */
+    float attn_softcap;          /* 0: none */
+    float final_softcap;         /* 0: none; logits = cap * tanh(l / cap) */
+    gemma3_norms *norms;         /* [n_layers] */
+} gemma3;
+
+static void gemma3_free(void *family) {
+    gemma3 *g = family;
+    sp_rope_free(&g->rope_local);
+    free(g->norms);
+    free(g);
+}
 
 /* mlx-lm's Gemma RMSNorm computes `1.0 + weight` in the weight's dtype.
  * llama.cpp's converter stores GGUF norm weights with the 1 already added
@@ -94,7 +119,8 @@ static spindle_status positive(spindle_model *m, const char *key, double dflt,
     return SPINDLE_OK;
 }
 
-static spindle_status init_ropes(spindle_model *m, spindle_error *err) {
+static spindle_status init_ropes(spindle_model *m, gemma3 *g,
+                                 spindle_error *err) {
     double theta = 0, local_theta = 0;
     spindle_status st;
     /* mlx-lm's and transformers' Gemma 3 default, not the generic 10000. */
@@ -109,13 +135,13 @@ static spindle_status init_ropes(spindle_model *m, spindle_error *err) {
     local.factor = 1.0;
     local.theta = local_theta;
     sp_rope_free(&m->rope);
-    sp_rope_free(&m->rope_local);
-    if (sp_rope_init(&m->rope, &global) || sp_rope_init(&m->rope_local, &local))
+    if (sp_rope_init(&m->rope, &global) || sp_rope_init(&g->rope_local, &local))
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     return SPINDLE_OK;
 }
 
-static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
+static spindle_status bind_layers(spindle_model *m, gemma3 *g,
+                                  spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     sp_decoder_options opt = {.qkv_bias = c->attention_bias,
                               .o_bias = c->attention_bias,
@@ -124,20 +150,21 @@ static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
     char p[256];
     for (int l = 0; l < c->n_layers && !st; l++) {
         sp_layer *L = &m->layers[l];
+        gemma3_norms *N = &g->norms[l];
         int d = c->hidden_size, hd = c->head_dim;
         /* The generic binder put post_attention_layernorm where Llama's
          * pre-MLP norm goes; in Gemma it normalizes the attention output. */
-        L->post_attn_norm = L->mlp_norm;
+        N->post_attn = L->mlp_norm;
 #define NAME(fmt) (snprintf(p, sizeof p, "model.layers.%d." fmt, l), p)
         fold_norm_offset(m, NAME("input_layernorm.weight"), L->attn_norm, d);
         fold_norm_offset(m, NAME("post_attention_layernorm.weight"),
-                         L->post_attn_norm, d);
+                         N->post_attn, d);
         fold_norm_offset(m, NAME("self_attn.q_norm.weight"), L->q_norm, hd);
         fold_norm_offset(m, NAME("self_attn.k_norm.weight"), L->k_norm, hd);
         if ((st = bind_norm(m, NAME("pre_feedforward_layernorm.weight"), d,
                             &L->mlp_norm, err)) ||
             (st = bind_norm(m, NAME("post_feedforward_layernorm.weight"), d,
-                            &L->post_mlp_norm, err)))
+                            &N->post_mlp, err)))
             break;
 #undef NAME
     }
@@ -158,7 +185,11 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
                        "embeddings is not supported", m->dir);
     double qscalar = 0, window = 0, attn_cap = 0, final_cap = 0;
     spindle_status st;
-    if ((st = positive(m, "query_pre_attn_scalar", 256.0, &qscalar, err)) ||
+    /* llama.cpp scales GGUF queries by key_length^-0.5; mlx-lm defaults
+     * to 256. */
+    double qscalar_default = m->gguf ? (double)c->head_dim : 256.0;
+    if ((st = positive(m, "query_pre_attn_scalar", qscalar_default, &qscalar,
+                       err)) ||
         (st = positive(m, "sliding_window", 512.0, &window, err)) ||
         (st = positive(m, "attn_logit_softcapping", 0.0, &attn_cap, err)) ||
         (st = positive(m, "final_logit_softcapping", 0.0, &final_cap, err)))
@@ -166,26 +197,33 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     if (window > (double)(1 << 30))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s/config.json: sliding_window is too large", m->dir);
-    if ((st = init_ropes(m, err))) return st;
+    gemma3 *g = calloc(1, sizeof *g);
+    if (g) g->norms = calloc((size_t)c->n_layers, sizeof *g->norms);
+    if (!g || !g->norms) {
+        free(g);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    m->family = g;
+    if ((st = init_ropes(m, g, err))) return st;
 
-    m->attn_scale = (float)(1.0 / sqrt(qscalar));
-    m->attn_softcap = (float)attn_cap;
-    m->final_logit_softcap = (float)final_cap;
+    g->attn_scale = (float)(1.0 / sqrt(qscalar));
+    g->attn_softcap = (float)attn_cap;
+    g->final_softcap = (float)final_cap;
     /* mlx-lm: h *= mx.array(hidden ** 0.5, bfloat16).astype(h.dtype). */
-    m->embed_scale =
+    g->embed_scale =
         sp_bf16_to_f32(sp_f32_to_bf16(sqrtf((float)c->hidden_size)));
     /* llama.cpp (the reference for GGUF files) scales by the f32 value. */
-    if (m->gguf) m->embed_scale = sqrtf((float)c->hidden_size);
-    m->norm_offset = 0.0f; /* the 1 is folded into every norm weight */
+    if (m->gguf) g->embed_scale = sqrtf((float)c->hidden_size);
+    /* The 1 of (1 + w) is folded into every norm weight. */
     fold_norm_offset(m, "model.norm.weight", m->final_norm, c->hidden_size);
 
-    if ((st = bind_layers(m, err))) return st;
+    if ((st = bind_layers(m, g, err))) return st;
 
     bool *local = calloc((size_t)c->n_layers, sizeof *local);
     if (!local) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     st = layer_is_local(m, local, err);
     for (int l = 0; l < c->n_layers && !st; l++) {
-        m->layers[l].rope = local[l] ? &m->rope_local : &m->rope;
+        m->layers[l].rope = local[l] ? &g->rope_local : &m->rope;
         m->layers[l].window = local[l] ? (int)window : 0;
     }
     free(local);
@@ -194,17 +232,67 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
 
 static void gemma3_layer(sp_forward *f, int l) {
     const spindle_model *m = f->m;
+    const gemma3 *g = m->family;
     const sp_layer *L = &m->layers[l];
+    const gemma3_norms *N = &g->norms[l];
 
     sp_norm_rows(f, f->x, L->attn_norm, f->xn);
-    sp_attention_block(f, l, m->attn_scale, m->attn_softcap);
-    sp_norm_rows(f, f->out, L->post_attn_norm, f->out);
+    sp_attention_block(f, l, g->attn_scale, g->attn_softcap);
+    sp_norm_rows(f, f->out, N->post_attn, f->out);
     sp_add_rows(f, f->x, f->out);
 
     sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
     sp_mlp_geglu(f, l);
-    sp_norm_rows(f, f->out, L->post_mlp_norm, f->out);
+    sp_norm_rows(f, f->out, N->post_mlp, f->out);
     sp_add_rows(f, f->x, f->out);
 }
 
-const sp_arch sp_arch_gemma3_text = {"gemma3_text", gemma3_load, gemma3_layer};
+static void gemma3_embed_rows(const spindle_model *m, float *x, int n_rows) {
+    const gemma3 *g = m->family;
+    size_t n = (size_t)n_rows * m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) x[i] *= g->embed_scale;
+}
+
+static void gemma3_logits(const spindle_model *m, float *logits, size_t n) {
+    float cap = ((const gemma3 *)m->family)->final_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+static const sp_gguf_name_map gemma3_gguf_layers[] = {
+    /* The sandwich layers' pre-MLP norm is not the post-attention one. */
+    {"ffn_norm", "pre_feedforward_layernorm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
+    {NULL, NULL},
+};
+
+/* Absent ones take gemma3_load's defaults, which are llama.cpp's. */
+static const sp_gguf_key_map gemma3_gguf_keys[] = {
+    {"attention.sliding_window", "sliding_window", SP_GGUF_KEY_COUNT},
+    {"attention.sliding_window_pattern", "sliding_window_pattern",
+     SP_GGUF_KEY_COUNT},
+    {"final_logit_softcapping", "final_logit_softcapping", SP_GGUF_KEY_REAL},
+    {"attn_logit_softcapping", "attn_logit_softcapping", SP_GGUF_KEY_REAL},
+    {"rope.freq_base_swa", "rope_local_base_freq", SP_GGUF_KEY_REAL},
+    {NULL, NULL, SP_GGUF_KEY_COUNT},
+};
+
+static const sp_gguf_family gemma3_gguf = {
+    .arch = "gemma3",
+    .model_type = "gemma3_text",
+    .hf_class = "Gemma3ForCausalLM",
+    .layer_names = gemma3_gguf_layers,
+    .keys = gemma3_gguf_keys,
+    .norm_plus_one = true,
+};
+
+const sp_arch sp_arch_gemma3_text = {
+    .model_type = "gemma3_text",
+    .gguf = &gemma3_gguf,
+    .load = gemma3_load,
+    .layer = gemma3_layer,
+    .embed_rows = gemma3_embed_rows,
+    .logits = gemma3_logits,
+    .free_family = gemma3_free,
+};

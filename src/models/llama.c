@@ -1,7 +1,10 @@
 /* Llama family (Llama 2/3/3.1/3.2, Mistral-style configs, SmolLM).
  * Pre-norm decoder, SwiGLU MLP, grouped-query attention, RoPE with the
  * default/linear/llama3/yarn scalings. attention_bias puts a bias on all four
- * attention projections, as in transformers' LlamaAttention. */
+ * attention projections, as in transformers' LlamaAttention.
+ *
+ * GGUF: llama.cpp writes Llama and Mistral checkpoints as "llama", with the
+ * q/k rows permuted for its interleaved RoPE (LlamaModel.permute). */
 #include "models/blocks.h"
 
 static spindle_status llama_load(spindle_model *m, spindle_error *err) {
@@ -10,5 +13,17 @@ static spindle_status llama_load(spindle_model *m, spindle_error *err) {
     return sp_bind_decoder_layers(m, &opt, err);
 }
 
-const sp_arch sp_arch_llama = {"llama", llama_load, sp_prenorm_decoder_layer};
-const sp_arch sp_arch_mistral = {"mistral", llama_load, sp_prenorm_decoder_layer};
+static const sp_gguf_family llama_gguf = {
+    .arch = "llama",
+    .model_type = "llama",
+    .hf_class = "LlamaForCausalLM",
+    .rope_interleaved = true,
+};
+
+const sp_arch sp_arch_llama = {.model_type = "llama",
+                               .gguf = &llama_gguf,
+                               .load = llama_load,
+                               .layer = sp_prenorm_decoder_layer};
+const sp_arch sp_arch_mistral = {.model_type = "mistral",
+                                 .load = llama_load,
+                                 .layer = sp_prenorm_decoder_layer};

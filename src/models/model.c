@@ -1,6 +1,7 @@
 /* Loading a model and running the batched forward pass. */
 #include "models/model.h"
 #include "models/blocks.h"
+#include "models/registry.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "compute/matmul/matmul.h"
@@ -63,7 +64,7 @@ spindle_status spindle_model_load(const char *path,
         options && options->use_mmap ? SP_MAP_FILE : SP_MAP_MEMORY);
     spindle_status st = sp_gguf_model_locate(path, &m->dir, err);
     if (!st && m->dir) {
-        st = sp_gguf_weights_open(m->dir, &m->gguf, err);
+        st = sp_gguf_weights_open(m->dir, sp_gguf_families(), &m->gguf, err);
         if (!st) st = sp_gguf_model_config(m->gguf, &m->cfg, err);
     } else if (!st) {
         st = sp_resolve_model_path(path, &m->dir, err);
@@ -85,7 +86,6 @@ spindle_status spindle_model_load(const char *path,
         if (!m->layers) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     }
     if (!st) {
-        m->embed_scale = 1.0f;
         m->kv_type = (sp_kv_dtype)kv_type;
         m->max_context = m->cfg.max_position;
         if (options && options->max_context > 0)
@@ -114,8 +114,8 @@ void spindle_model_free(spindle_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    if (m->family && m->arch->free_family) m->arch->free_family(m->family);
     sp_rope_free(&m->rope);
-    sp_rope_free(&m->rope_local);
     sp_tensor_set_free(m->tensors);
     sp_gguf_weights_free(m->gguf);
     sp_config_free(&m->cfg);
@@ -123,13 +123,13 @@ void spindle_model_free(spindle_model *m) {
     free(m);
 }
 
-const char *spindle_model_dir(const spindle_model *m) { return m->dir; }
-int spindle_model_vocab_size(const spindle_model *m) { return m->cfg.vocab_size; }
-int spindle_model_context_length(const spindle_model *m) { return m->max_context; }
+const char *spindle_model_dir(const spindle_model *m) { return m ? m->dir : NULL; }
+int spindle_model_vocab_size(const spindle_model *m) { return m ? m->cfg.vocab_size : 0; }
+int spindle_model_context_length(const spindle_model *m) { return m ? m->max_context : 0; }
 
 int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
-    if (ids) *ids = m->cfg.eos_ids;
-    return m->cfg.n_eos;
+    if (ids) *ids = m ? m->cfg.eos_ids : NULL;
+    return m ? m->cfg.n_eos : 0;
 }
 
 /* ------------------------------------------------------------- sequences */
@@ -154,10 +154,11 @@ void spindle_seq_free(spindle_seq *s) {
     free(s);
 }
 
-int spindle_seq_length(const spindle_seq *s) { return s->cache.length; }
+int spindle_seq_length(const spindle_seq *s) { return s ? s->cache.length : 0; }
 
 spindle_status spindle_seq_truncate(spindle_seq *s, int length,
                                     spindle_error *err) {
+    if (!s) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "sequence is NULL");
     if (length < 0 || length > s->cache.length)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "cannot truncate a sequence of %d tokens to %d",
@@ -212,12 +213,9 @@ static void compute_logits(spindle_model *m, sp_forward *f,
         one.n_rows = count;
         sp_norm_rows(&one, f->x + (size_t)first * d, m->final_norm, f->xn);
         sp_linear_forward(&one, &m->lm_head, f->xn, e[i].logits);
-        float cap = m->final_logit_softcap;
-        if (cap > 0) {
-            float *l = e[i].logits;
-            size_t nl = (size_t)count * m->cfg.vocab_size;
-            for (size_t j = 0; j < nl; j++) l[j] = cap * tanhf(l[j] / cap);
-        }
+        if (m->arch->logits)
+            m->arch->logits(m, e[i].logits,
+                            (size_t)count * m->cfg.vocab_size);
     }
 }
 
@@ -246,12 +244,10 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
         s->first_pos = s->cache->length;
         for (int t = 0; t < e[i].n_tokens; t++, row++) {
             f->pos[row] = s->first_pos + t;
-            float *x = f->x + (size_t)row * d;
-            sp_weight_row(&m->embed, e[i].tokens[t], x);
-            if (m->embed_scale != 1.0f)
-                for (int j = 0; j < d; j++) x[j] *= m->embed_scale;
+            sp_weight_row(&m->embed, e[i].tokens[t], f->x + (size_t)row * d);
         }
     }
+    if (m->arch->embed_rows) m->arch->embed_rows(m, f->x, rows);
     f->status = SPINDLE_OK;
     f->err = err;
     for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);

@@ -24,27 +24,56 @@ typedef struct sp_linear {
 
 typedef struct sp_layer {
     const float *attn_norm;      /* input_layernorm */
-    const float *mlp_norm;       /* post_attention_layernorm (Llama naming) */
+    const float *mlp_norm;       /* the norm before the MLP */
     const float *q_norm, *k_norm;/* per-head RMSNorm over head_dim (Qwen3) */
-    /* Gemma's sandwich norms on the block outputs (NULL elsewhere); Gemma
-     * binds pre_feedforward_layernorm as mlp_norm. */
-    const float *post_attn_norm, *post_mlp_norm;
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
     const sp_rope *rope;
-    int window;                  /* sliding-window size, 0: full attention */
+    /* The layer's sequence state: a KV cache, attended in full (0) or
+     * through a sliding window of this many positions. */
+    int window;
 } sp_layer;
 
 typedef struct sp_forward sp_forward;
 
 /* What one architecture family contributes. Adding a family means one file
- * in models/ defining one of these and a line in models/registry.c. */
+ * in models/ defining one of these and a line in models/registry.c; what
+ * only that family knows stays in its file, behind the hooks below and
+ * spindle_model.family.
+ *
+ * Room for the families to come (documented slots, not implemented):
+ *  - Sequence state kinds. Each layer's state is a KV cache today, full or
+ *    read through sp_layer.window. A recurrent layer (a short convolution
+ *    plus a delta-rule state, as in Qwen3-Next's linear attention) needs a
+ *    per-layer kind next to `window` and a hook here that sizes and
+ *    initialises that state, called per layer by spindle_seq_new; since
+ *    such state cannot be rolled back, spindle_seq_truncate would refuse
+ *    to shorten it. A sliding-window layer that frees what leaves its
+ *    window is the same slot with a ring-buffer kind.
+ *  - Mixture-of-experts. An MoE layer binds a router (an sp_linear) and
+ *    per-expert gate/up/down weights (GGUF stores them stacked: ffn_*_exps,
+ *    via the family's sp_gguf_name_map) in its load hook, keeps them in
+ *    its spindle_model.family data, and calls a routed MLP block from its
+ *    layer hook in place of sp_mlp_swiglu. */
 typedef struct sp_arch {
     const char *model_type;
+    /* llama.cpp's spelling of the family in GGUF files (tensor names,
+     * metadata keys), handed to the artifacts/ GGUF reader; NULL when the
+     * family has no GGUF form of its own. */
+    const sp_gguf_family *gguf;
     /* Validate family-specific config keys and bind every weight. */
     spindle_status (*load)(spindle_model *m, spindle_error *err);
     /* Transform the residual stream f->x of all batch tokens by layer l. */
     void (*layer)(sp_forward *f, int l);
+
+    /* Optional hooks; NULL means the plain decoder's behaviour. */
+    /* Transform the embedding rows x[n_rows][hidden] just looked up
+     * (default: used as stored). */
+    void (*embed_rows)(const spindle_model *m, float *x, int n_rows);
+    /* Transform n logits as they leave the lm_head (default: none). */
+    void (*logits)(const spindle_model *m, float *logits, size_t n);
+    /* Release spindle_model.family (default: nothing to release). */
+    void (*free_family)(void *family);
 } sp_arch;
 
 struct spindle_model {
@@ -56,21 +85,20 @@ struct spindle_model {
     sp_pool *pool;
 
     sp_weight embed;             /* [vocab][hidden] */
-    float embed_scale;           /* multiplies embeddings (1 but Gemma) */
     sp_linear lm_head;           /* a copy of embed's view when tied */
     bool tied;
     const float *final_norm;
-    float norm_offset;           /* 0, or 1 for Gemma's (1 + w) norms */
-    float attn_scale;            /* family-specific score scale (Gemma) */
-    float attn_softcap;          /* 0: none */
-    float final_logit_softcap;   /* 0: none; logits = cap * tanh(l / cap) */
     sp_layer *layers;
-    sp_rope rope;                /* global rope */
-    sp_rope rope_local;          /* sliding-window layers' rope (Gemma) */
+    sp_rope rope;                /* the rope of every layer unless the
+                                    family points a layer at its own */
     bool rope_interleaved;       /* pairs (2i, 2i+1): rope_traditional, and
                                     llama.cpp's permuted Llama q/k */
     int max_context;
     sp_kv_dtype kv_type;         /* element type of every sequence's cache */
+
+    /* What only the family knows (its per-model and per-layer data),
+     * allocated by arch->load and released by arch->free_family. */
+    void *family;
 
     /* f32 vectors copied out of the files (norm weights, biases). */
     float **owned;

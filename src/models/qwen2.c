@@ -6,4 +6,13 @@ static spindle_status qwen2_load(spindle_model *m, spindle_error *err) {
     return sp_bind_decoder_layers(m, &opt, err);
 }
 
-const sp_arch sp_arch_qwen2 = {"qwen2", qwen2_load, sp_prenorm_decoder_layer};
+static const sp_gguf_family qwen2_gguf = {
+    .arch = "qwen2",
+    .model_type = "qwen2",
+    .hf_class = "Qwen2ForCausalLM",
+};
+
+const sp_arch sp_arch_qwen2 = {.model_type = "qwen2",
+                               .gguf = &qwen2_gguf,
+                               .load = qwen2_load,
+                               .layer = sp_prenorm_decoder_layer};

@@ -10,4 +10,13 @@ static spindle_status qwen3_load(spindle_model *m, spindle_error *err) {
     return sp_bind_decoder_layers(m, &opt, err);
 }
 
-const sp_arch sp_arch_qwen3 = {"qwen3", qwen3_load, sp_prenorm_decoder_layer};
+static const sp_gguf_family qwen3_gguf = {
+    .arch = "qwen3",
+    .model_type = "qwen3",
+    .hf_class = "Qwen3ForCausalLM",
+};
+
+const sp_arch sp_arch_qwen3 = {.model_type = "qwen3",
+                               .gguf = &qwen3_gguf,
+                               .load = qwen3_load,
+                               .layer = sp_prenorm_decoder_layer};

@@ -85,20 +85,20 @@ static spindle_status make_processors(const cJSON *req,
 
 static spindle_status make_sampler(const cJSON *req, spindle_sampler **out,
                                    spindle_error *err) {
-    sp_sampler_options o = sp_sampler_options_defaults();
-    o.base.temperature = (float)num(req, "temperature", 0);
-    o.base.top_k = (int)num(req, "top_k", 0);
-    o.base.top_p = (float)num(req, "top_p", 0);
-    o.base.min_p = (float)num(req, "min_p", 0);
-    o.base.min_tokens_to_keep = (int)num(req, "min_tokens_to_keep", 1);
-    o.base.seed = (uint64_t)num(req, "seed", 0);
+    spindle_sampler_params o = spindle_sampler_defaults();
+    o.temperature = (float)num(req, "temperature", 0);
+    o.top_k = (int)num(req, "top_k", 0);
+    o.top_p = (float)num(req, "top_p", 0);
+    o.min_p = (float)num(req, "min_p", 0);
+    o.min_tokens_to_keep = (int)num(req, "min_tokens_to_keep", 1);
+    o.seed = (uint64_t)num(req, "seed", 0);
     o.xtc_probability = (float)num(req, "xtc_probability", 0);
     o.xtc_threshold = (float)num(req, "xtc_threshold", 0.1);
     int ns;
     int32_t *special = int_array(req, "xtc_special", &ns);
     o.xtc_special_tokens = special;
     o.n_xtc_special_tokens = ns;
-    spindle_status st = sp_sampler_new_ex(&o, out, err);
+    spindle_status st = spindle_sampler_new(&o, out, err);
     free(special);
     return st;
 }

@@ -1,6 +1,9 @@
 /* GGUF reader: a file written here byte by byte (following the GGUF spec,
  * independently of the reader) is read back; then corrupted copies of it
- * must fail cleanly with a one-line error naming the file. */
+ * must fail cleanly with a one-line error naming the file. Then model-shaped
+ * files through the metadata -> config translation: reproducers of what a
+ * fuzz campaign found (a zero head size, integer-typed numbers), and the
+ * config.json counterparts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "artifacts/config.h"
 #include "artifacts/gguf.h"
+#include "artifacts/gguf_model.h"
+#include "models/registry.h"
 
 /* ------------------------------------------------------------ file builder */
 
@@ -204,6 +210,7 @@ static int teardown(void **state) {
     char path[128];
     snprintf(path, sizeof path, "%s/good.gguf", g_dir); unlink(path);
     snprintf(path, sizeof path, "%s/bad.gguf", g_dir); unlink(path);
+    snprintf(path, sizeof path, "%s/model.gguf", g_dir); unlink(path);
     rmdir(g_dir);
     return 0;
 }
@@ -512,6 +519,189 @@ static void test_missing_file(void **state) {
     sp_gguf_close(NULL);
 }
 
+/* ------------------------------------------------- model metadata -> config */
+
+/* Metadata entries under construction, counted. */
+typedef struct kvs {
+    buf b;
+    uint64_t n;
+} kvs;
+
+static void kv_u32(kvs *m, const char *key, uint32_t v) { put_key(&m->b, key, T_U32); put_u32(&m->b, v); m->n++; }
+static void kv_u16(kvs *m, const char *key, uint16_t v) { put_key(&m->b, key, T_U16); put_u16(&m->b, v); m->n++; }
+static void kv_u8(kvs *m, const char *key, uint8_t v) { put_key(&m->b, key, T_U8); put_u8(&m->b, v); m->n++; }
+static void kv_i64(kvs *m, const char *key, int64_t v) { put_key(&m->b, key, T_I64); put_u64(&m->b, (uint64_t)v); m->n++; }
+static void kv_f32(kvs *m, const char *key, float v) { put_key(&m->b, key, T_F32); put_f32(&m->b, v); m->n++; }
+static void kv_f64(kvs *m, const char *key, double v) { put_key(&m->b, key, T_F64); put_f64(&m->b, v); m->n++; }
+static void kv_bool(kvs *m, const char *key, bool v) { put_key(&m->b, key, T_BOOL); put_u8(&m->b, v); m->n++; }
+static void kv_str(kvs *m, const char *key, const char *v) { put_key(&m->b, key, T_STR); put_str(&m->b, v); m->n++; }
+
+#define MODEL_HIDDEN 8
+#define MODEL_VOCAB 4
+
+/* A Llama GGUF with hidden size 8, one layer, the caller's extra metadata
+ * and one tensor, token_embd.weight (F32 [4][8]): what the metadata ->
+ * config translation reads. `heads` is attention.head_count. */
+static const char *model_file(const kvs *extra, uint32_t heads) {
+    kvs m = {0};
+    kv_str(&m, "general.architecture", "llama");
+    kv_u32(&m, "llama.embedding_length", MODEL_HIDDEN);
+    kv_u32(&m, "llama.block_count", 1);
+    kv_u32(&m, "llama.attention.head_count", heads);
+    put(&m.b, extra->b.p, extra->b.n);
+    m.n += extra->n;
+    buf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, 1);
+    put_u64(&b, m.n);
+    put(&b, m.b.p, m.b.n);
+    put_str(&b, "token_embd.weight");
+    put_u32(&b, 2);
+    put_u64(&b, MODEL_HIDDEN);
+    put_u64(&b, MODEL_VOCAB);
+    put_u32(&b, G_F32);
+    put_u64(&b, 0);
+    while (b.n % 32) put_u8(&b, 0);
+    for (int i = 0; i < MODEL_HIDDEN * MODEL_VOCAB; i++) put_f32(&b, 0.5f);
+    const char *path = write_file("model.gguf", b.p, b.n);
+    free(b.p);
+    free(m.b.p);
+    return path;
+}
+
+/* Translate the file's metadata; on failure err says why. */
+static spindle_status model_config(const kvs *extra, uint32_t heads,
+                                   sp_model_config *cfg, spindle_error *err) {
+    sp_gguf_weights *w = NULL;
+    memset(err, 0, sizeof *err);
+    spindle_status st = sp_gguf_weights_open(model_file(extra, heads),
+                                             sp_gguf_families(), &w, err);
+    if (!st) st = sp_gguf_model_config(w, cfg, err);
+    sp_gguf_weights_free(w);
+    return st;
+}
+
+static void expect_config_fail(const kvs *extra, uint32_t heads,
+                               const char *needle) {
+    sp_model_config cfg;
+    spindle_error err;
+    spindle_status st = model_config(extra, heads, &cfg, &err);
+    if (st != SPINDLE_ERR_FORMAT || !strstr(err.message, needle))
+        fail_msg("got status %d (%s), want a format error with '%s'", st,
+                 err.message, needle);
+    assert_null(strchr(err.message, '\n'));
+}
+
+/* More heads than embedding dimensions made the derived head size 0 and
+ * rope.dimension_count / head_dim infinite (then converted to int). */
+static void test_config_zero_head_dim(void **state) {
+    (void)state;
+    kvs m = {0};
+    kv_u32(&m, "llama.feed_forward_length", 16);
+    kv_u32(&m, "llama.rope.dimension_count", 8);
+    expect_config_fail(&m, 2 * MODEL_HIDDEN, "attention.head_count 16 exceeds");
+    free(m.b.p);
+    /* The same heads with an explicit head size are fine. */
+    kvs ok = {0};
+    kv_u32(&ok, "llama.feed_forward_length", 16);
+    kv_u32(&ok, "llama.attention.key_length", 4);
+    sp_model_config cfg;
+    spindle_error err;
+    if (model_config(&ok, 2 * MODEL_HIDDEN, &cfg, &err)) fail_msg("%s", err.message);
+    assert_int_equal(cfg.head_dim, 4);
+    sp_config_free(&cfg);
+    free(ok.b.p);
+    kvs odd = {0};
+    kv_u32(&odd, "llama.feed_forward_length", 16);
+    kv_u32(&odd, "llama.rope.dimension_count", 3);
+    expect_config_fail(&odd, 2, "rope.dimension_count 3 must be even");
+    free(odd.b.p);
+}
+
+/* llama.cpp writes some numbers as integers (original_context_length as
+ * u32): every numeric type reads as a number, bool does not. */
+static void test_config_numeric_types(void **state) {
+    (void)state;
+    kvs m = {0};
+    kv_f32(&m, "llama.feed_forward_length", 16.0f);      /* an integral f32 */
+    kv_u16(&m, "llama.context_length", 4096);
+    kv_str(&m, "llama.rope.scaling.type", "yarn");
+    kv_f32(&m, "llama.rope.scaling.factor", 4.0f);
+    kv_u32(&m, "llama.rope.scaling.original_context_length", 2048);
+    kv_i64(&m, "llama.rope.scaling.yarn_beta_fast", 16);
+    kv_u8(&m, "llama.rope.scaling.yarn_beta_slow", 2);
+    kv_u32(&m, "llama.rope.freq_base", 500000);
+    kv_f64(&m, "llama.attention.layer_norm_rms_epsilon", 1e-5);
+    sp_model_config cfg;
+    spindle_error err;
+    if (model_config(&m, 2, &cfg, &err)) fail_msg("%s", err.message);
+    assert_int_equal(cfg.intermediate_size, 16);
+    assert_int_equal(cfg.max_position, 4096);
+    assert_int_equal(cfg.rope.type, SP_ROPE_YARN);
+    assert_int_equal(cfg.rope.original_max_position, 2048);
+    assert_true(cfg.rope.factor == 4.0);
+    assert_true(cfg.rope.beta_fast == 16.0 && cfg.rope.beta_slow == 2.0);
+    assert_true(cfg.rope.theta == 500000.0);
+    assert_true(cfg.rms_norm_eps == 1e-5f);
+    sp_config_free(&cfg);
+    free(m.b.p);
+
+    kvs flag = {0};
+    kv_u32(&flag, "llama.feed_forward_length", 16);
+    kv_bool(&flag, "llama.rope.freq_base", true);
+    expect_config_fail(&flag, 2, "'llama.rope.freq_base' is not a number");
+    free(flag.b.p);
+    kvs frac = {0};
+    kv_f32(&frac, "llama.feed_forward_length", 16.5f);
+    expect_config_fail(&frac, 2, "'llama.feed_forward_length' is invalid");
+    free(frac.b.p);
+    kvs bcount = {0};
+    kv_bool(&bcount, "llama.feed_forward_length", true);
+    expect_config_fail(&bcount, 2, "'llama.feed_forward_length' is invalid");
+    free(bcount.b.p);
+}
+
+/* config.json: the same dimensions, and doubles that must not reach an
+ * int conversion. */
+static void expect_json_fail(const char *json, const char *needle) {
+    sp_model_config cfg;
+    spindle_error err;
+    memset(&err, 0, sizeof err);
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    spindle_status st = sp_config_from_json(root, "config.json", &cfg, &err);
+    if (st != SPINDLE_ERR_FORMAT || !strstr(err.message, needle))
+        fail_msg("%s: got status %d (%s), want a format error with '%s'",
+                 json, st, err.message, needle);
+}
+
+#define JSON_DIMS(heads) \
+    "{\"model_type\":\"llama\",\"hidden_size\":8,\"num_hidden_layers\":1," \
+    "\"intermediate_size\":16,\"vocab_size\":4,\"num_attention_heads\":" #heads
+
+static void test_config_json_dims(void **state) {
+    (void)state;
+    expect_json_fail(JSON_DIMS(16) "}", "num_attention_heads (16) exceeds hidden_size (8)");
+    expect_json_fail(JSON_DIMS(16) ",\"partial_rotary_factor\":1e300}",
+                     "num_attention_heads (16) exceeds");
+    expect_json_fail(JSON_DIMS(2) ",\"partial_rotary_factor\":1e300}",
+                     "partial_rotary_factor must be in (0, 1]");
+    expect_json_fail(JSON_DIMS(2) ",\"rope_scaling\":{\"type\":\"llama3\","
+                     "\"factor\":8,\"original_max_position_embeddings\":1e300}}",
+                     "original_max_position_embeddings must be an integer");
+    expect_json_fail(JSON_DIMS(2) ",\"quantization\":{\"bits\":1e300,"
+                     "\"group_size\":64}}",
+                     "positive integer 'bits'");
+    sp_model_config cfg;
+    spindle_error err;
+    cJSON *root = cJSON_Parse(JSON_DIMS(2) ",\"partial_rotary_factor\":0.5}");
+    if (sp_config_from_json(root, "config.json", &cfg, &err)) fail_msg("%s", err.message);
+    assert_int_equal(cfg.head_dim, 4);
+    assert_int_equal(cfg.rope.rotary_dim, 2);
+    sp_config_free(&cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars),
@@ -520,6 +710,9 @@ int main(void) {
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_corruptions),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_config_zero_head_dim),
+        cmocka_unit_test(test_config_numeric_types),
+        cmocka_unit_test(test_config_json_dims),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -401,10 +401,10 @@ static void test_rejects(void **state) {
     p = spindle_sampler_defaults();
     p.top_k = -2;
     assert_int_equal(spindle_sampler_new(&p, &s, &err), SPINDLE_ERR_ARGUMENT);
-    sp_sampler_options o = sp_sampler_options_defaults();
-    o.xtc_probability = 0.5f;
-    o.xtc_threshold = 0.7f;
-    assert_int_equal(sp_sampler_new_ex(&o, &s, &err), SPINDLE_ERR_ARGUMENT);
+    p = spindle_sampler_defaults();
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.7f;
+    assert_int_equal(spindle_sampler_new(&p, &s, &err), SPINDLE_ERR_ARGUMENT);
 
     s = new_sampler(spindle_sampler_defaults());
     int32_t tok;
