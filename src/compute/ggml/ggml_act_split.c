@@ -45,14 +45,7 @@ static void split_block(const float *x, int bs, int64_t b, int levels,
 }
 
 static void block_sums(int64_t cols, bool k_quant, sp_ggml_act *a) {
-    for (int64_t g = 0; g < cols / 4; g++)
-        a->sum4[g] = a->q[4 * g] + a->q[4 * g + 1] + a->q[4 * g + 2] +
-                     a->q[4 * g + 3];
-    for (int64_t g = 0; g < cols / 32; g++) {
-        int32_t s = 0;
-        for (int j = 0; j < 8; j++) s += a->sum4[8 * g + j];
-        a->sum32[g] = s;
-    }
+    sp_ggml_act_group_sums(a, cols);
     if (k_quant)
         for (int64_t g = 0; g < cols / 16; g++)
             a->bsums[g] = (int16_t)(a->sum4[4 * g] + a->sum4[4 * g + 1] +

@@ -63,6 +63,9 @@ bool sp_ggml_dot_covered(uint32_t type, int64_t cols);
 bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
                           sp_ggml_act *out);
 
+/* Fill a->sum4 and a->sum32 from a->q (the first `cols` values). */
+void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols);
+
 /* Precision high: `cols` activations as `levels` (1..SP_GGML_SPLIT_MAX_LEVELS)
  * int8 parts of act_type, parts[0..levels) (ggml_act_split.c): x is about
  * sum_l parts[l] (value times its block's f32 d), the error of each part
