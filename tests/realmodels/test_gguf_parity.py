@@ -12,25 +12,36 @@ Prompts are token-id lists made with llama.cpp's own tokenizer from raw text
 and from chat-formatted text (Spindle's GGUF tokenizer is not used here), and
 go to `spindle run --prompt-tokens`.
 
+llama.cpp runs in its f32 configuration: f32 KV cache (type_k = type_v =
+GGML_TYPE_F32; its default f16 cache flips greedy steps the f32 references
+agree on), flash attention off, and without its extra weight buffers
+(use_extra_bufts = False: no AMX / repacked kernels, which also crash under
+some kernels that refuse the AMX state; the generic CPU kernels remain).
+
 Checks, per prompt:
   (a) last-prompt-position logits, both centered (softmax ignores a
-      constant shift): max |spindle - llama.cpp| / std(llama.cpp logits)
-      <= LOGIT_TOL.
+      constant shift): max |spindle - llama.cpp| <= LOGIT_ABS_TOL and
+      / std(llama.cpp logits) <= LOGIT_TOL.
   (b) 64 greedy tokens (EOS ignored) identical to llama.cpp's greedy
       continuation (evaluated token by token, argmax of its logits) up to the
-      first position where llama.cpp's own top-1 margin is a near-tie:
-      below twice the max logit disagreement measured in (a) for that prompt
-      (at least MIN_TIE); a divergence anywhere else fails.
+      first position where llama.cpp's own top-1 margin is below NEAR_TIE
+      logits; a divergence anywhere else fails.
 
-Why not exact: llama.cpp's CPU backend quantizes activations to 8 bits
-(Q8_0 / Q8_K) before every quantized matrix product, keeps the KV cache in
-f16 and sums in its own order, while Spindle multiplies f32 activations by
-the bit-exactly dequantized weights. Measured (uncentered) with
-llama-cpp-python 0.3.36 on x86-64: max logit error / std 0.17-0.39, max
-abs error 0.6-1.7 logits (logit std 2.7-4.5); greedy runs agree until a
-near-tie (llama.cpp margins 0.03-0.27 where they part) or for all 64
-tokens. A wrong weight layout, norm offset, RoPE pairing or scale gives
-errors of several std and different tokens from the first one.
+Why not exact, and why NEAR_TIE is not 0.05: Spindle's default precision
+(high) is exact-equivalent for GGUF weights (activations split into 3 int8
+parts, within 3e-5 logits of precision exact), while llama.cpp's CPU
+backend quantizes activations to 8 bits (Q8_0 / Q8_1 / Q8_K) before every
+quantized matrix product. That single rounding is llama.cpp's own error
+against exact math, and it is chaotic through the layers. Measured teacher-
+forced on llama.cpp's tokens (bench/RESULTS.md, llama-cpp-python 0.3.36,
+x86-64): max |logit error| 0.9-1.4 per prompt (logit std 3-4.5), top-2
+margin error up to MARGIN_ERR; llama.cpp differs as much from Spindle exact
+as from Spindle fast (its own arithmetic, summed in another order), and
+flips greedy steps with margins up to 0.13 against exact math; its f16 KV
+cache flips steps with margins up to 0.11 against its f32 one. So a
+divergence is allowed only where llama.cpp's margin is below NEAR_TIE. A
+wrong weight layout, norm offset, RoPE pairing or scale gives errors of
+several std and different tokens from the first one.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS (2),
 SPINDLE_GGUF_DIR (where the Gemma file is reassembled; tests/.work/gguf).
@@ -51,8 +62,10 @@ THREADS = os.environ.get("SPINDLE_THREADS", "2")
 WORK = Path(os.environ.get("SPINDLE_GGUF_DIR", ROOT / "tests" / ".work" / "gguf"))
 N_GEN = 64
 N_CTX = 256
-LOGIT_TOL = 0.6
-MIN_TIE = 0.25   # logits
+LOGIT_TOL = 0.45       # max |error| / std of llama.cpp's logits
+LOGIT_ABS_TOL = 1.6    # logits
+NEAR_TIE = 0.25        # logits: llama.cpp top-1 margins below this may flip
+GGML_TYPE_F32 = 0
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +118,24 @@ def chat_text(llm, arch, message):
 MODELS = {"smollm2": smollm2_file, "gemma3": gemma3_file}
 
 
+def f32_llama(llama_cpp, path):
+    """llama.cpp with an f32 KV cache, no flash attention and its generic CPU
+    kernels (no extra buffer types: AMX, repacking)."""
+    params = llama_cpp.llama_model_default_params
+    def no_extra_buffers():
+        p = params()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama.llama_cpp.llama_model_default_params = no_extra_buffers
+    try:
+        return llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX,
+                               n_batch=N_CTX, n_threads=int(THREADS),
+                               verbose=False, type_k=GGML_TYPE_F32,
+                               type_v=GGML_TYPE_F32, flash_attn=False)
+    finally:
+        llama_cpp.llama.llama_cpp.llama_model_default_params = params
+
+
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def model(request):
     if importlib.util.find_spec("llama_cpp") is None:
@@ -114,8 +145,7 @@ def model(request):
         pytest.skip(f"spindle binary not found at {SPINDLE_BIN}")
     import llama_cpp
     path = MODELS[request.param]()
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_CTX,
-                          n_threads=int(THREADS), verbose=False)
+    llm = f32_llama(llama_cpp, path)
     arch = llm.metadata["general.architecture"]
     prompts = [llm.tokenize(t.encode(), add_bos=True, special=True)
                for t in RAW]
@@ -174,13 +204,12 @@ def test_gguf_parity(model, prompt, tmp_path):
     rel = max_err / np.std(ref_logits)
     print(f"{model['name']} prompt {prompt}: {len(ids)} tokens, "
           f"centered logit err/std {rel:.4f}, max abs {max_err:.4f}")
-    assert rel <= LOGIT_TOL
-    near_tie = max(MIN_TIE, 2 * max_err)
+    assert rel <= LOGIT_TOL and max_err <= LOGIT_ABS_TOL
 
     assert len(tokens) == N_GEN
     for i, (a, b) in enumerate(zip(tokens, ref_tokens)):
         if a != b:
-            assert margins[i] < near_tie, (
+            assert margins[i] < NEAR_TIE, (
                 f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
                 f"{margins[i]:.3f}; spindle {tokens}, llama.cpp {ref_tokens}")
             print(f"  diverged at token {i} (near-tie, margin "

@@ -9,13 +9,16 @@
  *     arm) quants.c, which differ from the _ref ones in the multiplier
  *     (x86: 127 / amax, not 1 / d) and the rounding (ties to even). Inputs
  *     include a tie and a value where the two multipliers round apart.
- * (b) precision high/fast: sp_matmul equals, on every SIMD level, a double
+ * (b) precision fast: sp_matmul equals, on every SIMD level, a double
  *     reference built from those reference-quantized activations (d * q)
  *     and the bit-exact dequantized weights (plus, for q8_1 partners, ggml's
  *     m * s term, which uses the f16-rounded s rather than d * sum(q)).
- * (c) precision exact: sp_matmul equals the double product of the
- *     dequantized weights with the f32 activations.
- * (d) prefill on AVX-512 VNNI (ggml_gemm_vnni.c): as (b), 5..40 tokens.
+ * (c) precision exact and high: sp_matmul equals the double product of the
+ *     dequantized weights with the f32 activations; high (3 int8 parts per
+ *     activation block, ggml_act_split.c) with an added 2^-23 of
+ *     sum |w| * (the block's largest |x|) (single-level q8 is off by ~2^-8).
+ * (d) prefill on AVX-512 VNNI (ggml_gemm_vnni.c): fast as (b), 5..40
+ *     tokens; high as (c) (f32 tiles).
  *
  * Tolerance: integer block sums are exact, so the kernels differ from the
  * double reference only by f32 rounding: a product per block (d_w * d_x, then
@@ -280,17 +283,27 @@ static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
     }
     sp_matmul(pool, &w, x, nt, y);
     const int64_t bs = tr->block_size;
+    /* precision high splits each activation block into 3 int8 parts: off
+     * by at most 2^-24 of the block's largest |x| (plus f32 rounding) */
+    const bool split = exact && sp_mm_precision() == SP_PRECISION_HIGH;
+    const int64_t abs_ = at == SP_GGML_Q8_K ? 256 : 32;
     for (int64_t r = 0; r < rows; r++) {
         const unsigned char *wr = data + (size_t)r * rb;
         tr->to_f32(wr, row, cols);
         for (int t = 0; t < nt; t++) {
-            double acc = 0, mag = 0;
+            double acc = 0, mag = 0, split_err = 0, amax = 0;
             for (int64_t c = 0; c < cols; c++) {
                 const unsigned char *blk = wr + (size_t)(c / bs) * tr->type_size;
+                if (split && c % abs_ == 0) {
+                    amax = 0;
+                    for (int64_t j = c; j < c + abs_; j++)
+                        amax = fmax(amax, fabs(x[t * cols + j]));
+                }
                 if (exact) {
                     const double p = (double)row[c] * x[t * cols + c];
                     acc += p;
                     mag += fabs(p);
+                    split_err += split ? fabs(row[c]) * amax * 0x1p-23 : 0;
                     continue;
                 }
                 const double xq =
@@ -312,7 +325,8 @@ static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
                     mag += fabs(m * ra[t].s[b]);
                 }
             const double g = y[t * rows + r];
-            const double tol = (double)(cols / 4 + 8) * 0x1p-24 * mag + 1e-30;
+            const double tol =
+                (double)(cols / 4 + 8) * 0x1p-24 * mag + split_err + 1e-30;
             if (!(fabs(g - acc) <= tol))
                 fail_msg("%s %s simd=%s %lldx%lld t=%d r=%lld: got %.9g want "
                          "%.9g (tol %.3g)",
@@ -352,7 +366,7 @@ static void test_levels(void **s) {
         for (size_t m = 0; m < 3; m++) {
             sp_mm_precision_force(modes[m]);
             for (int p = 0; p < 2; p++)
-                run_types(pools[p], modes[m] == SP_PRECISION_EXACT);
+                run_types(pools[p], modes[m] != SP_PRECISION_FAST);
         }
     }
     sp_simd_force(top);
@@ -360,7 +374,7 @@ static void test_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
-/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision high/fast, on the
+/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision fast, on the
  * AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode kernels'
  * per-block values, so the same double reference and tolerance apply (the
  * f32 tiles would miss it by the activations' quantization error, far more
@@ -380,7 +394,7 @@ static void test_prefill(void **s) {
     const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST};
     const uint32_t covered[] = {SP_GGML_Q4_0, SP_GGML_Q8_0, SP_GGML_Q4_1,
                                 SP_GGML_Q5_0, SP_GGML_Q5_1};
-    for (size_t m = 0; m < 2; m++) {
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         sp_mm_precision_force(modes[m]);
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
             bool is_covered = false;
@@ -388,13 +402,14 @@ static void test_prefill(void **s) {
                 is_covered |= types[i].type == covered[c];
             if (!is_covered) continue;
             assert_true(sp_ggml_gemm_covered(types[i].type, 1024));
+            const bool hi = modes[m] == SP_PRECISION_HIGH;
             for (int p = 0; p < 2; p++) {
-                check_matmul(&types[i], 37, 32 * 37, 5, pools[p], false);
-                check_matmul(&types[i], 70, 32, 12, pools[p], false);
-                check_matmul(&types[i], 33, 1024, 40, pools[p], false);
-                check_matmul(&types[i], 5, 64 * 9, 7, pools[p], false);
+                check_matmul(&types[i], 37, 32 * 37, 5, pools[p], hi);
+                check_matmul(&types[i], 70, 32, 12, pools[p], hi);
+                check_matmul(&types[i], 33, 1024, 40, pools[p], hi);
+                check_matmul(&types[i], 5, 64 * 9, 7, pools[p], hi);
                 tame_scales = true;
-                check_matmul(&types[i], 45, 32 * 21, 23, pools[p], false);
+                check_matmul(&types[i], 45, 32 * 21, 23, pools[p], hi);
                 tame_scales = false;
             }
         }

@@ -164,15 +164,19 @@ bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
         break;
     default: return false;
     }
+    sp_ggml_act_group_sums(out, cols);
+    return true;
+}
+
+void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols) {
     for (int64_t g = 0; g < cols / 4; g++)
-        out->sum4[g] = out->q[4 * g] + out->q[4 * g + 1] + out->q[4 * g + 2] +
-                       out->q[4 * g + 3];
+        a->sum4[g] = a->q[4 * g] + a->q[4 * g + 1] + a->q[4 * g + 2] +
+                     a->q[4 * g + 3];
     for (int64_t g = 0; g < cols / 32; g++) {
         int32_t s = 0;
-        for (int j = 0; j < 8; j++) s += out->sum4[8 * g + j];
-        out->sum32[g] = s;
+        for (int j = 0; j < 8; j++) s += a->sum4[8 * g + j];
+        a->sum32[g] = s;
     }
-    return true;
 }
 
 static float f16(uint16_t h) { return sp_f16_to_f32(h); }

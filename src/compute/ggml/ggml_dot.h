@@ -63,6 +63,19 @@ bool sp_ggml_dot_covered(uint32_t type, int64_t cols);
 bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
                           sp_ggml_act *out);
 
+/* Fill a->sum4 and a->sum32 from a->q (the first `cols` values). */
+void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols);
+
+/* Precision high: `cols` activations as `levels` (1..SP_GGML_SPLIT_MAX_LEVELS)
+ * int8 parts of act_type, parts[0..levels) (ggml_act_split.c): x is about
+ * sum_l parts[l] (value times its block's f32 d), the error of each part
+ * quantized by the next; s (q8_1) is exactly sum(q) * d in f32. A product
+ * is the sum of the decode kernels' results over the parts. Returns false,
+ * writing nothing useful, for a bad act_type, levels or cols. */
+#define SP_GGML_SPLIT_MAX_LEVELS 3
+bool sp_ggml_quantize_act_split(uint32_t act_type, const float *x,
+                                int64_t cols, int levels, sp_ggml_act *parts);
+
 /* y[t * w->rows + r] for r in [r0, r1), t < n_tokens (1..4): the integer
  * block products of the rows of w with act[t] (quantized to
  * sp_ggml_dot_act_type(w->ggml_type)), with the kernels of `level`. Returns

@@ -4,14 +4,19 @@
  * Few tokens (decode, n_tokens <= SP_MM_SMALL_TOKENS) stream one weight row
  * after the other (one sequential stream per thread reads DRAM about twice
  * as fast as interleaved row streams):
- *   - precision high/fast (sp_mm_act_levels() >= 1): llama.cpp's own
- *     arithmetic, the reference for GGUF files: the activations are
- *     quantized once per call to the type's q8 partner and each block is an
- *     exact integer dot product (ggml_dot.h);
+ *   - precision fast (sp_mm_act_levels() == 1): llama.cpp's own
+ *     arithmetic: the activations are quantized once per call to the
+ *     type's q8 partner and each block is an exact integer dot product
+ *     (ggml_dot.h);
+ *   - precision high (levels 3): the same kernels, each token's activations
+ *     split into 3 int8 parts (ggml_act_split.c) run as 3 "tokens" of one
+ *     call and added: the f32 product up to ~2^-21 of each block's
+ *     largest value, at the cost of the integer kernels (llama.cpp's single
+ *     rounding moves logits by tenths; bench/RESULTS.md);
  *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
  *     spans with ggml's bit-exact dequantizers and dotted with the f32
  *     activations (exact up to summation order).
- * More tokens (prefill), precision high/fast on AVX-512 VNNI, q4_0 / q8_0 /
+ * More tokens (prefill), precision fast on AVX-512 VNNI, q4_0 / q8_0 /
  * q4_1 / q5_0 / q5_1: every token is quantized once per call as for decode
  * and ggml_gemm_vnni.c computes the same per-block values in panels of rows.
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
@@ -26,6 +31,7 @@
 #include "compute/ggml/ggml_dot.h"
 #include "compute/ggml/ggml_quants.h"
 #include "compute/matmul/matmul_simd.h"
+#include "compute/scratch.h"
 
 #define SP_GG_ROWS 32
 /* A multiple of every block size (32 and 256), so tile edges fall on block
@@ -58,6 +64,8 @@ typedef struct gg_job {
     int n_tokens;
     const sp_mm_kernels *k; /* NULL: portable dot products */
     const sp_ggml_act *act; /* decode, integer path: quantized activations */
+    float *parts;           /* precision high: per-part results, levels x rows */
+    int levels;             /* precision high: parts per token */
     const sp_ggml_acts *acts; /* prefill, integer path: every token, quantized */
     sp_simd_level level;
 } gg_job;
@@ -69,6 +77,46 @@ static void gg_rows_q8(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     const gg_job *job = ctx;
     sp_ggml_rows_q8(job->w, job->act, job->n_tokens, job->y, r0, r1,
                     job->level);
+}
+
+/* Decode, precision high: each token's parts in one kernel call (one pass
+ * over the weights), then added in part order. */
+static void gg_rows_split(void *ctx, int64_t r0, int64_t r1, int thread_id) {
+    (void)thread_id;
+    const gg_job *job = ctx;
+    const int64_t rows = job->w->rows;
+    for (int t = 0; t < job->n_tokens; t++) {
+        sp_ggml_rows_q8(job->w, job->act + t * job->levels, job->levels,
+                        job->parts, r0, r1, job->level);
+        float *y = job->y + (int64_t)t * rows;
+        for (int64_t r = r0; r < r1; r++) {
+            float sum = job->parts[r];
+            for (int l = 1; l < job->levels; l++)
+                sum += job->parts[(int64_t)l * rows + r];
+            y[r] = sum;
+        }
+    }
+}
+
+/* Precision high, few tokens: the parts of every token and room for the
+ * per-part results in this thread's scratch. False: no memory or a row the
+ * quantizer refuses (the caller falls back to the f32 path). */
+static bool gg_split(gg_job *job, int levels) {
+    const sp_weight *w = job->w;
+    const size_t acts = (size_t)levels * job->n_tokens * sizeof(sp_ggml_act);
+    unsigned char *buf = sp_scratch_get(
+        SP_SCRATCH_GGML_SPLIT, acts + (size_t)levels * w->rows * sizeof(float));
+    if (!buf) return false;
+    sp_ggml_act *act = (sp_ggml_act *)buf;
+    const uint32_t at = sp_ggml_dot_act_type(w->ggml_type);
+    for (int t = 0; t < job->n_tokens; t++)
+        if (!sp_ggml_quantize_act_split(at, job->x + (int64_t)t * w->cols,
+                                        w->cols, levels, act + t * levels))
+            return false;
+    job->act = act;
+    job->parts = (float *)(buf + acts);
+    job->levels = levels;
+    return true;
 }
 
 /* Prefill, integer path (AVX-512 VNNI): a pool chunk of rows against every
@@ -148,7 +196,13 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     int64_t grain = (w->rows + threads - 1) / threads;
     if (n_tokens <= SP_MM_SMALL_TOKENS &&
         sp_ggml_dot_covered(w->ggml_type, w->cols)) {
-        if (sp_mm_act_levels() == 0) {
+        const int levels = sp_mm_act_levels();
+        if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
+            gg_split(&job, levels)) {
+            sp_pool_for(pool, w->rows, grain, gg_rows_split, &job);
+            return;
+        }
+        if (levels != 1) {
             sp_pool_for(pool, w->rows, grain, gg_rows_f32, &job);
             return;
         }
@@ -167,7 +221,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
-    if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() >= 1 &&
+    if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() == 1 &&
         sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
         /* quantized once per call (tokens split over the pool) into the
          * caller's thread scratch, which outlives the synchronous pool
