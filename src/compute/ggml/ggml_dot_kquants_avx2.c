@@ -47,8 +47,10 @@ SP_INLINE __m256i low_bits(__m256i v, int shift, int mask) {
 /* For 16-column sub-blocks with int16 scales sc16 (word g: sub-block g):
  * the scale vector of columns 32k .. 32k + 31, scale 2k in the low 128-bit
  * lane and 2k + 1 in the high one. */
-SP_INLINE __m256i sub16_scales(__m256i sc16, int k) {
-    const __m256i half = _mm256_permute2x128_si256(sc16, sc16, k < 4 ? 0x00 : 0x11);
+SP_INLINE __m256i sub16_scale(__m256i sc16, int k) {
+    /* (immediate operands: clang wants them literal) */
+    const __m256i half = k < 4 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                               : _mm256_permute2x128_si256(sc16, sc16, 0x11);
     const int w0 = (2 * k) % 8, w1 = w0 + 1;
     const __m256i idx = _mm256_setr_m128i(_mm_set1_epi16((short)((2 * w0 + 1) << 8 | 2 * w0)),
                                           _mm_set1_epi16((short)((2 * w1 + 1) << 8 | 2 * w1)));
@@ -108,7 +110,7 @@ SP_INLINE void unpack_q6_K(const uint8_t *blk, k_block *kb) {
     kb->d = f16_at((const uint8_t *)&b->d);
     kb->dmin = 0;
     kb->bias = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scales(kb->bias, k);
+    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scale(kb->bias, k);
     for (int n = 0; n < 2; n++) {
         const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
         const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
@@ -129,7 +131,7 @@ SP_INLINE void unpack_q2_K(const uint8_t *blk, k_block *kb) {
     const __m128i nib = _mm_set1_epi8(0x0F);
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, nib));
     kb->bias = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), nib));
-    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scales(sc16, k);
+    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scale(sc16, k);
     for (int n = 0; n < 2; n++) {
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * n));
         for (int j = 0; j < 4; j++) kb->u[4 * n + j] = low_bits(raw, 2 * j, 0x03);
@@ -155,7 +157,7 @@ SP_INLINE void unpack_q3_K(const uint8_t *blk, k_block *kb) {
                       (int)((w0 & nib) | (hi & two) << 4)),
         _mm_set1_epi8(32));
     kb->bias = _mm256_cvtepi8_epi16(sc8);
-    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scales(kb->bias, k);
+    for (int k = 0; k < 8; k++) kb->sc[k] = sub16_scale(kb->bias, k);
     const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
     for (int n = 0; n < 2; n++) {
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * n));
