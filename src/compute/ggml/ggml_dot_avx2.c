@@ -39,7 +39,7 @@ SP_INLINE __m256i fifth_bits(uint32_t qh) {
 }
 
 /* One row of kind 0..4 blocks (ggml_dot_x86.h) against nt tokens. */
-SP_INLINE void avx2_row_q4q8(const uint8_t *row, int64_t nb, int kind,
+SP_INLINE void avx2_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
@@ -88,18 +88,9 @@ bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / 32;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
-#define ROW(n)                                                                 \
-    (kind == 0   ? avx2_row_q4q8(row, nb, 0, act, n, y + r, w->rows)           \
-     : kind == 1 ? avx2_row_q4q8(row, nb, 1, act, n, y + r, w->rows)           \
-     : kind == 2 ? avx2_row_q4q8(row, nb, 2, act, n, y + r, w->rows)           \
-     : kind == 3 ? avx2_row_q4q8(row, nb, 3, act, n, y + r, w->rows)           \
-                 : avx2_row_q4q8(row, nb, 4, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+#define ROW(n) SP_CONST_KIND5(kind, avx2_row_q4q8, row, nb, act, n, y + r, w->rows)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 SP_TARGET_END

@@ -178,7 +178,7 @@ SP_INLINE void unpack_k(const uint8_t *blk, int kt, k_block *kb) {
 }
 
 /* One row of kt super-blocks against nt tokens. */
-SP_INLINE void avx2_row_k(const uint8_t *row, int64_t nb, int kt,
+SP_INLINE void avx2_row_k(int kt, const uint8_t *row, int64_t nb,
                           const sp_ggml_act *act, const int nt, float *y,
                           int64_t ystride) {
     const int shift = K_OFFSET_SHIFT(kt);
@@ -224,18 +224,9 @@ bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / SP_QK_K;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
-#define ROW(n)                                                                 \
-    (kt == K2   ? avx2_row_k(row, nb, K2, act, n, y + r, w->rows)              \
-     : kt == K3 ? avx2_row_k(row, nb, K3, act, n, y + r, w->rows)              \
-     : kt == K4 ? avx2_row_k(row, nb, K4, act, n, y + r, w->rows)              \
-     : kt == K5 ? avx2_row_k(row, nb, K5, act, n, y + r, w->rows)              \
-                : avx2_row_k(row, nb, K6, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+#define ROW(n) SP_CONST_KIND5(kt, avx2_row_k, row, nb, act, n, y + r, w->rows)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 

@@ -183,16 +183,12 @@ bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / SP_QK_K;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
 #define ROW(n)                                                                 \
     (type == SP_GGML_Q4_K   ? vnni_row_q45_K(row, nb, false, act, n, y + r, w->rows) \
      : type == SP_GGML_Q5_K ? vnni_row_q45_K(row, nb, true, act, n, y + r, w->rows)  \
                             : vnni_row_q6_K(row, nb, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 

@@ -117,7 +117,7 @@ SP_INLINE __m512i unoffset(__m512i v, __m512i sums, int kind) {
 }
 
 /* One row of kind 0..4 blocks against nt tokens. */
-SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
+SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
@@ -193,9 +193,6 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
         y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t] + tail_m[t];
 }
 
-typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
-                         int nt, float *y, int64_t ystride);
-
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
@@ -204,18 +201,9 @@ bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / 32;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
-#define ROW(n)                                                                 \
-    (kind == 0   ? vnni_row_q4q8(row, nb, 0, act, n, y + r, w->rows)           \
-     : kind == 1 ? vnni_row_q4q8(row, nb, 1, act, n, y + r, w->rows)           \
-     : kind == 2 ? vnni_row_q4q8(row, nb, 2, act, n, y + r, w->rows)           \
-     : kind == 3 ? vnni_row_q4q8(row, nb, 3, act, n, y + r, w->rows)           \
-                 : vnni_row_q4q8(row, nb, 4, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+#define ROW(n) SP_CONST_KIND5(kind, vnni_row_q4q8, row, nb, act, n, y + r, w->rows)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 

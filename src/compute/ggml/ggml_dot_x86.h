@@ -89,4 +89,25 @@ SP_INLINE float hsum8(__m256 v) {
     default: call(4); break;                                                   \
     }
 
+/* F(k, ...) for k = v in 0..4, k a constant (for the kernels inlined per
+ * block kind). */
+#define SP_CONST_KIND5(v, F, ...)                                              \
+    ((v) == 0   ? F(0, __VA_ARGS__)                                            \
+     : (v) == 1 ? F(1, __VA_ARGS__)                                            \
+     : (v) == 2 ? F(2, __VA_ARGS__)                                            \
+     : (v) == 3 ? F(3, __VA_ARGS__)                                            \
+                : F(4, __VA_ARGS__))
+
+/* The body of a decode entry point: for each row r in [r0, r1) of weight w
+ * (row bytes at `row`), ROW(n) with the token count n_tokens (1..4) as a
+ * constant n; ROW writes y + r, strided by w->rows. */
+#define SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW)                              \
+    do {                                                                       \
+        const size_t row_bytes_ = sp_ggml_row_size((w)->ggml_type, (w)->cols); \
+        for (int64_t r = (r0); r < (r1); r++) {                                \
+            const uint8_t *row = (const uint8_t *)(w)->data + (size_t)r * row_bytes_; \
+            SP_NT_SWITCH(ROW, n_tokens)                                        \
+        }                                                                      \
+    } while (0)
+
 #endif
