@@ -432,12 +432,41 @@ static void test_coverage(void **s) {
     assert_false(sp_ggml_dot_covered(SP_GGML_Q8_K, 256));
 }
 
+/* On an AVX2 CPU, the AVX2 level has its own kernel for every type (none
+ * falls back to the portable loop, which test_levels could not tell). */
+static void test_avx2_covers_all(void **s) {
+    (void)s;
+#if defined(__x86_64__)
+    if (!sp_simd_available(SP_SIMD_AVX2)) {
+        skip();
+        return;
+    }
+    static sp_ggml_act act;
+    float x[256], y[1];
+    fill_acts(x, 256, 0);
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        size_t rb;
+        unsigned char *data = make_weights(&types[i], 1, 256, &rb);
+        const sp_weight w = {.type = SP_W_GGML, .rows = 1, .cols = 256,
+                             .data = data, .ggml_type = types[i].type};
+        assert_true(sp_ggml_quantize_act(sp_ggml_dot_act_type(types[i].type), x, 256, &act));
+        if (!sp_ggml_rows_q8_avx2(&w, &act, 1, y, 0, 1) &&
+            !sp_ggml_rows_q8_kquants_avx2(&w, &act, 1, y, 0, 1))
+            fail_msg("no AVX2 kernel for %s", sp_ggml_traits(types[i].type)->name);
+        free(data);
+    }
+#else
+    skip();
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantizers),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_coverage),
+        cmocka_unit_test(test_avx2_covers_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

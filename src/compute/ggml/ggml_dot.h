@@ -84,8 +84,8 @@ bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
                      float *y, int64_t r0, int64_t r1, sp_simd_level level);
 
 /* The portable kernels (ggml_dot.c) and the x86 ones (ggml_dot_avx2.c,
- * ggml_dot_vnni.c, ggml_dot_kquants_vnni.c); same contract as
- * sp_ggml_rows_q8. The x86 ones return false for a type they leave to the
+ * ggml_dot_kquants_avx2.c, ggml_dot_vnni.c, ggml_dot_kquants_vnni.c); same
+ * contract as sp_ggml_rows_q8. The x86 ones return false for a type they leave to the
  * portable kernels. */
 bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
                               int n_tokens, float *y, int64_t r0, int64_t r1);
@@ -93,6 +93,10 @@ bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
+/* AVX2 + FMA + F16C: the 32-column block types (ggml_dot_avx2.c) and the
+ * k-quants Q2_K .. Q6_K (ggml_dot_kquants_avx2.c). */
+bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,
+                                  int n_tokens, float *y, int64_t r0, int64_t r1);
 /* Q4_K, Q5_K and Q6_K (the others: ggml_dot_vnni.c). */
 bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
                                   int n_tokens, float *y, int64_t r0, int64_t r1);

@@ -47,22 +47,6 @@ SP_INLINE __m512i scaled_dot64(__m512i acc, __m512i w, const int8_t *q8,
 
 /* ---------------- Q4_K and Q5_K: 8 sub-blocks of 32 ---------------- */
 
-/* The 8 6-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a q4_K/q5_K
- * scales[12] field (sp_get_scale_min_k4 for all j at once: sub-blocks 0..3
- * keep the low 6 bits of bytes 0..3 / 4..7; sub-blocks 4..7 take a nibble of
- * bytes 8..11 and the top two bits of bytes 0..3 / 4..7). */
-SP_INLINE __m128i k4_scales_mins(const uint8_t *s) {
-    uint32_t w0, w1, w2;
-    memcpy(&w0, s, 4);
-    memcpy(&w1, s + 4, 4);
-    memcpy(&w2, s + 8, 4);
-    const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, two = 0x03030303u;
-    const uint32_t sc_lo = w0 & low6, m_lo = w1 & low6;
-    const uint32_t sc_hi = (w2 & nib) | ((w0 >> 6) & two) << 4;
-    const uint32_t m_hi = ((w2 >> 4) & nib) | ((w1 >> 6) & two) << 4;
-    return _mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo);
-}
-
 /* One row of q4_K (five = false) or q5_K super-blocks against nt tokens. */
 SP_INLINE void vnni_row_q45_K(const uint8_t *row, int64_t nb, bool five,
                               const sp_ggml_act *act, const int nt, float *y,
@@ -129,13 +113,8 @@ SP_INLINE void vnni_row_q45_K(const uint8_t *row, int64_t nb, bool five,
                                          _mm256_set1_ps(dmin * a->d[i]), acc_min[t]);
         }
     }
-    for (int t = 0; t < nt; t++) {
-        __m256 m = acc_min[t];
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(h);
-    }
+    for (int t = 0; t < nt; t++)
+        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) - hsum8(acc_min[t]);
 }
 
 /* ---------------- Q6_K: 16 sub-blocks of 16 ---------------- */
@@ -204,16 +183,12 @@ bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / SP_QK_K;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
 #define ROW(n)                                                                 \
     (type == SP_GGML_Q4_K   ? vnni_row_q45_K(row, nb, false, act, n, y + r, w->rows) \
      : type == SP_GGML_Q5_K ? vnni_row_q45_K(row, nb, true, act, n, y + r, w->rows)  \
                             : vnni_row_q6_K(row, nb, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 

@@ -24,27 +24,6 @@
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 
-/* Block layouts: kind 0 q4_0 {d, qs[16]}, 1 q8_0 {d, qs[32]}, 2 q4_1
- * {d, m, qs[16]}, 3 q5_0 {d, qh[4], qs[16]}, 4 q5_1 {d, m, qh[4], qs[16]};
- * d (and m) are f16. */
-#define KIND_BYTES(kind) ((kind) == 0   ? sizeof(sp_block_q4_0)             \
-                          : (kind) == 1 ? sizeof(sp_block_q8_0)             \
-                          : (kind) == 2 ? sizeof(sp_block_q4_1)             \
-                          : (kind) == 3 ? sizeof(sp_block_q5_0)             \
-                                        : sizeof(sp_block_q5_1))
-#define KIND_QS(kind) ((kind) == 2 ? 4 : (kind) == 3 ? 6 : (kind) == 4 ? 8 : 2)
-#define KIND_QH(kind) ((kind) == 3 ? 2 : 4)  /* offset of qh (kinds 3, 4) */
-#define KIND_FIVE(kind) ((kind) >= 3)        /* has a fifth bit */
-#define KIND_MIN(kind) ((kind) == 2 || (kind) == 4) /* min term, no offset */
-#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : (kind) == 3 ? 4 : 7) /* log2 offset */
-
-SP_INLINE uint32_t qh_at(const uint8_t *blk, int kind) {
-    uint32_t v;
-    memcpy(&v, blk + KIND_QH(kind), 4);
-    return v;
-}
-
-
 /* The f16 scales at p0 and p1 as f32 lanes 0 and 1. */
 SP_INLINE __m128 f16_pair(const uint8_t *p0, const uint8_t *p1) {
     uint16_t h0, h1;
@@ -95,13 +74,6 @@ SP_INLINE __m256i dot32(__m256i u, const sp_ggml_act *a, int64_t c, int kind) {
                              KIND_SHIFT(kind)));
 }
 
-SP_INLINE __m256i nibbles_one(const uint8_t *p) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)p);
-    const __m256i both = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
 /* Per-block integer sums of 16 blocks from the 8 vpdpbusd results of block
  * pairs (v[k]: 128-bit lanes 0-1 block 2k, lanes 2-3 block 2k + 1), by a
  * transpose-and-add tree. Lane j of the result is block k_perm[j]. */
@@ -145,7 +117,7 @@ SP_INLINE __m512i unoffset(__m512i v, __m512i sums, int kind) {
 }
 
 /* One row of kind 0..4 blocks against nt tokens. */
-SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
+SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
@@ -213,10 +185,7 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
             const __m256i i = dot32(u, act + t, 32 * b, kind);
             const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i),
                                            _mm256_set1_ps(dw * act[t].d[b]));
-            __m128 h = _mm_add_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
-            h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-            h = _mm_add_ss(h, _mm_movehdup_ps(h));
-            tail[t] = _mm_cvtss_f32(h);
+            tail[t] = hsum8(f);
             if (KIND_MIN(kind)) tail[t] += f16_at(p + 2) * act[t].s[b];
         }
     }
@@ -224,34 +193,17 @@ SP_INLINE void vnni_row_q4q8(const uint8_t *row, int64_t nb, int kind,
         y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t] + tail_m[t];
 }
 
-typedef void vnni_row_fn(const uint8_t *row, int64_t nb, const sp_ggml_act *act,
-                         int nt, float *y, int64_t ystride);
-
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
-    const int kind = type == SP_GGML_Q4_0   ? 0
-                     : type == SP_GGML_Q8_0 ? 1
-                     : type == SP_GGML_Q4_1 ? 2
-                     : type == SP_GGML_Q5_0 ? 3
-                     : type == SP_GGML_Q5_1 ? 4
-                                            : -1;
+    const int kind = block_kind(type);
     if (kind < 0 || !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
         n_tokens > SP_MM_SMALL_TOKENS)
         return false;
     const int64_t nb = w->cols / 32;
-    const size_t row_bytes = sp_ggml_row_size(type, w->cols);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
-#define ROW(n)                                                                 \
-    (kind == 0   ? vnni_row_q4q8(row, nb, 0, act, n, y + r, w->rows)           \
-     : kind == 1 ? vnni_row_q4q8(row, nb, 1, act, n, y + r, w->rows)           \
-     : kind == 2 ? vnni_row_q4q8(row, nb, 2, act, n, y + r, w->rows)           \
-     : kind == 3 ? vnni_row_q4q8(row, nb, 3, act, n, y + r, w->rows)           \
-                 : vnni_row_q4q8(row, nb, 4, act, n, y + r, w->rows))
-        SP_NT_SWITCH(ROW, n_tokens)
+#define ROW(n) SP_CONST_KIND5(kind, vnni_row_q4q8, row, nb, act, n, y + r, w->rows)
+    SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW
-    }
     return true;
 }
 

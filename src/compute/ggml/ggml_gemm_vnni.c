@@ -101,30 +101,11 @@ SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #define GG_KC 512 /* columns per panel: 16 KiB of bytes, stays in L1 */
 #define GG_PB (GG_KC / 32) /* blocks per panel */
 
-/* kind 0 q4_0, 1 q8_0, 2 q4_1, 3 q5_0, 4 q5_1 (as ggml_dot_vnni.c) */
-static int gg_kind(uint32_t type) {
-    return type == SP_GGML_Q4_0   ? 0
-           : type == SP_GGML_Q8_0 ? 1
-           : type == SP_GGML_Q4_1 ? 2
-           : type == SP_GGML_Q5_0 ? 3
-           : type == SP_GGML_Q5_1 ? 4
-                                  : -1;
-}
-#define KIND_QS(kind) ((kind) == 2 ? 4 : (kind) == 3 ? 6 : (kind) == 4 ? 8 : 2)
-#define KIND_QH(kind) ((kind) == 3 ? 2 : 4)
-#define KIND_FIVE(kind) ((kind) >= 3)
-#define KIND_MIN(kind) ((kind) == 2 || (kind) == 4)
-#define KIND_SHIFT(kind) ((kind) == 0 ? 3 : (kind) == 3 ? 4 : 7)
+/* (block kinds, KIND_* and qh_at: ggml_dot_x86.h) */
 
 bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {
-    return sp_cpu_features_get()->avx512vnni && gg_kind(type) >= 0 &&
+    return sp_cpu_features_get()->avx512vnni && block_kind(type) >= 0 &&
            sp_ggml_dot_covered(type, cols);
-}
-
-SP_INLINE uint32_t gg_qh(const uint8_t *blk, int kind) {
-    uint32_t v;
-    memcpy(&v, blk + KIND_QH(kind), 4);
-    return v;
 }
 
 /* The unsigned weight bytes of blocks p0, p1 in column order (as
@@ -147,7 +128,7 @@ SP_INLINE __m512i gg_weights_pair(const uint8_t *p0, const uint8_t *p1, int kind
                                                   _mm512_castsi256_si512(hi));
     if (!KIND_FIVE(kind)) return nib;
     /* bit j of qh is the fifth bit of column j: add 16 there */
-    const __mmask64 qh = (__mmask64)gg_qh(p0, kind) | (__mmask64)gg_qh(p1, kind) << 32;
+    const __mmask64 qh = (__mmask64)qh_at(p0, kind) | (__mmask64)qh_at(p1, kind) << 32;
     return _mm512_mask_add_epi8(nib, qh, nib, _mm512_set1_epi8(16));
 }
 
@@ -321,7 +302,7 @@ bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
         !sp_ggml_gemm_covered(w->ggml_type, w->cols) || x->cols != w->cols ||
         x->n_tokens < 1 || r0 < 0 || r1 > w->rows || r0 > r1)
         return false;
-    const int kind = gg_kind(w->ggml_type);
+    const int kind = block_kind(w->ggml_type);
     if (sp_ggml_dot_act_type(w->ggml_type) != (KIND_MIN(kind) ? SP_GGML_Q8_1 : SP_GGML_Q8_0))
         return false;
     switch (kind) {
