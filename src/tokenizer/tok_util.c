@@ -8,6 +8,8 @@
 
 #include "base/error.h"
 
+/* The buffer is a NUL-terminated string from its first reservation on, so
+ * one that stays empty can be handed out as "". */
 bool sp_sbuf_reserve(sp_sbuf *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return true;
     size_t cap = b->cap ? b->cap : 64;
@@ -16,6 +18,7 @@ bool sp_sbuf_reserve(sp_sbuf *b, size_t extra) {
     if (!p) return false;
     b->p = p;
     b->cap = cap;
+    b->p[b->len] = '\0';
     return true;
 }
 

@@ -240,12 +240,33 @@ static void test_stream_byte_run_across_dropped_ids(void **state) {
     spindle_tokenizer_free(tok);
 }
 
+/* Decoding only special tokens while skipping them gives "" (a terminated
+ * empty string, not an unterminated buffer: fuzz corpus
+ * regress-decode-all-special-skipped). */
+static void test_decode_all_skipped(void **state) {
+    (void)state;
+    write_file("tokenizer.json", WP_JSON);
+    spindle_tokenizer *tok = NULL;
+    spindle_error err = {0};
+    assert_int_equal(spindle_tokenizer_load(dir, &tok, &err), SPINDLE_OK);
+    const int32_t ids[] = {1, 0, 2};
+    char *text = NULL;
+    size_t len = 99;
+    assert_int_equal(spindle_tokenizer_decode(tok, ids, 3, true, &text, &len, &err), SPINDLE_OK);
+    assert_int_equal(len, 0);
+    assert_non_null(text);
+    assert_int_equal(text[0], '\0');
+    spindle_free(text);
+    spindle_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_config_and_pipeline),
         cmocka_unit_test(test_stream_byte_fallback),
         cmocka_unit_test(test_stream_byte_run_across_dropped_ids),
+        cmocka_unit_test(test_decode_all_skipped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
