@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,16 @@ bool sp_config_bool(const sp_model_config *cfg, const char *key, bool dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+/* A JSON number that is an integer in [lo, hi] (checked before converting:
+ * a double outside int's range has no defined int value). */
+static bool json_int(const cJSON *v, int lo, int hi, int *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < lo || v->valuedouble > hi)
+        return false;
+    *out = (int)v->valuedouble;
+    return true;
+}
+
 /* Required positive integer with a sanity bound, so that later allocations
  * sized by it cannot be absurd. */
 static spindle_status need_int(const sp_model_config *cfg, const char *path,
@@ -40,12 +51,10 @@ static spindle_status need_int(const sp_model_config *cfg, const char *path,
     const cJSON *v = get(cfg, key);
     if (!v)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing '%s'", path, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < 1 || v->valuedouble > max)
+    if (!json_int(v, 1, max, out))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: '%s' must be an integer in [1, %d]", path, key,
                        max);
-    *out = (int)v->valuedouble;
     return SPINDLE_OK;
 }
 
@@ -78,7 +87,8 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
     r->theta = sp_config_num(cfg, "rope_theta", 10000.0);
     r->factor = 1.0;
     double partial = sp_config_num(cfg, "partial_rotary_factor", 1.0);
-    r->rotary_dim = (int)(cfg->head_dim * partial);
+    const double rotary = cfg->head_dim * partial;
+    r->rotary_dim = rotary >= 0 && rotary <= cfg->head_dim ? (int)rotary : -1;
     if (r->rotary_dim < 2 || r->rotary_dim > cfg->head_dim ||
         r->rotary_dim % 2)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
@@ -108,8 +118,7 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
         r->type = SP_ROPE_LLAMA3;
         r->low_freq_factor = RS_NUM("low_freq_factor", 1.0);
         r->high_freq_factor = RS_NUM("high_freq_factor", 4.0);
-        r->original_max_position =
-            (int)RS_NUM("original_max_position_embeddings", 8192);
+        r->original_max_position = 8192;
     } else if (!strcmp(type, "yarn")) {
         r->type = SP_ROPE_YARN;
         r->beta_fast = RS_NUM("beta_fast", 32.0);
@@ -119,8 +128,7 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
         /* mlx-lm (the parity reference) derives the attention factor from
          * mscale/mscale_all_dim and ignores an explicit attention_factor. */
         r->attention_factor = 0.0;
-        r->original_max_position =
-            (int)RS_NUM("original_max_position_embeddings", 4096);
+        r->original_max_position = 4096;
     } else {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_scaling type '%s' is not supported "
@@ -128,6 +136,12 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
                        path, type);
     }
 #undef RS_NUM
+    const cJSON *omp = cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
+    if ((r->type == SP_ROPE_LLAMA3 || r->type == SP_ROPE_YARN) && omp &&
+        !json_int(omp, 1, INT_MAX, &r->original_max_position))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: rope_scaling 'original_max_position_embeddings' must be "
+                       "a positive integer", path);
     if (!(r->factor > 0) || !isfinite(r->factor))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: rope_scaling factor must be positive", path);
@@ -160,13 +174,12 @@ static spindle_status parse_quantization(sp_model_config *cfg,
                        cJSON_IsString(mode) ? mode->valuestring : "?");
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(q, "bits");
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
-    if (!cJSON_IsNumber(bits) || !cJSON_IsNumber(gs))
+    if (!json_int(bits, 1, 64, &cfg->quant_bits) ||
+        !json_int(gs, 1, 1 << 20, &cfg->quant_group_size))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: 'quantization' needs numeric 'bits' and "
+                       "%s: 'quantization' needs integer 'bits' (1..64) and "
                        "'group_size'", path);
     cfg->quantized = true;
-    cfg->quant_bits = (int)bits->valuedouble;
-    cfg->quant_group_size = (int)gs->valuedouble;
     return SPINDLE_OK;
 }
 
@@ -183,8 +196,8 @@ sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
     if (cJSON_IsObject(m)) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "bits");
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(m, "group_size");
-        if (cJSON_IsNumber(b)) *bits = (int)b->valuedouble;
-        if (cJSON_IsNumber(g)) *group_size = (int)g->valuedouble;
+        json_int(b, 1, 64, bits);
+        json_int(g, 1, 1 << 20, group_size);
         return SP_QUANT_EXPLICIT;
     }
     return SP_QUANT_INFER;
