@@ -80,6 +80,12 @@ static void fuzz_write(const char *path, const void *data, size_t n) {
     }
 }
 
+/* Write the NUL-terminated `text` to path, or remove path when NULL. */
+static void fuzz_write_or_remove(const char *path, const char *text) {
+    if (text) fuzz_write(path, text, strlen(text));
+    else unlink(path);
+}
+
 /* memcmp that accepts NULL for an empty range. */
 static bool fuzz_same_bytes(const void *a, const void *b, size_t n) {
     return n == 0 || !memcmp(a, b, n);

