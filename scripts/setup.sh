@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev \
   clang-16 libclang-rt-16-dev
 
+scripts/apt_install.sh setup clang-16 libclang-rt-16-dev  # libFuzzer (scripts/fuzz.sh)
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -55,6 +55,11 @@ SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
   SPINDLE_BIN="$PWD/build-clang/spindle" .venv/bin/python -m pytest -q \
   -p no:cacheprovider tests/parity
 
+# The parsers under libFuzzer (tests/fuzz): each harness once over its
+# committed corpus (seeds and bug reproducers), then FUZZ_SECONDS of fuzzing.
+echo "== fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-30})"
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+
 # The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
 echo "== AArch64 (qemu-user)"
 scripts/test_arm64.sh

@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,16 @@ bool sp_config_bool(const sp_model_config *cfg, const char *key, bool dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+/* A JSON number that is an integer in [lo, hi] (checked before converting:
+ * a double outside int's range has no defined int value). */
+static bool json_int(const cJSON *v, int lo, int hi, int *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < lo || v->valuedouble > hi)
+        return false;
+    *out = (int)v->valuedouble;
+    return true;
+}
+
 /* Required positive integer with a sanity bound, so that later allocations
  * sized by it cannot be absurd. */
 static spindle_status need_int(const sp_model_config *cfg, const char *path,
@@ -40,12 +51,10 @@ static spindle_status need_int(const sp_model_config *cfg, const char *path,
     const cJSON *v = get(cfg, key);
     if (!v)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing '%s'", path, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < 1 || v->valuedouble > max)
+    if (!json_int(v, 1, max, out))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: '%s' must be an integer in [1, %d]", path, key,
                        max);
-    *out = (int)v->valuedouble;
     return SPINDLE_OK;
 }
 
@@ -80,7 +89,8 @@ static int position_count(double v) { return count_in_range(v, 1 << 30); }
 
 /* A quantization setting (bits, group size), or -1. */
 static int small_count(const cJSON *v) {
-    return cJSON_IsNumber(v) ? count_in_range(v->valuedouble, 1 << 20) : -1;
+    int n;
+    return json_int(v, 1, 1 << 20, &n) ? n : -1;
 }
 
 static spindle_status parse_rope(sp_model_config *cfg, const char *path,

@@ -13,6 +13,32 @@
 
 static _Thread_local sp_map_mode tls_map_mode = SP_MAP_FILE;
 
+/* Under AddressSanitizer the bytes between the end of the file and the end
+ * of its mapping (zeros the kernel pads the last page with, or the rest of
+ * the copy's huge pages) are poisoned, so a parser reading past the file is
+ * reported instead of silently seeing zeros. Unpoisoned before unmapping:
+ * the address range may be reused. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SP_ASAN 1
+#endif
+#endif
+#ifdef SP_ASAN
+#include <sanitizer/asan_interface.h>
+#define SP_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define SP_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define SP_POISON(p, n) ((void)(p), (void)(n))
+#define SP_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static size_t sp_page_round(size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + page - 1) / page * page;
+}
+
 sp_map_mode sp_map_mode_set(sp_map_mode mode) {
     const sp_map_mode old = tls_map_mode;
     tls_map_mode = mode;
@@ -79,6 +105,7 @@ static spindle_status sp_copy_file(int fd, const char *path, size_t align_at,
         got += (size_t)r;
     }
     mprotect(base, len, PROT_READ); /* weights are never written */
+    SP_POISON(p + out->size, len - pad - out->size);
     out->data = p;
     out->copy_base = base;
     out->copy_len = len;
@@ -132,6 +159,7 @@ spindle_status sp_map_file_at(const char *path, size_t align_at,
                            strerror(errno));
         }
         out->data = p;
+        SP_POISON(out->data + out->size, sp_page_round(out->size) - out->size);
     }
     close(fd);
     return SPINDLE_OK;
@@ -139,9 +167,12 @@ spindle_status sp_map_file_at(const char *path, size_t align_at,
 
 void sp_unmap_file(sp_mapped_file *file) {
     if (!file) return;
-    if (file->data)
-        munmap(file->copy_len ? file->copy_base : (void *)file->data,
-               file->copy_len ? file->copy_len : file->size);
+    if (file->data) {
+        void *base = file->copy_len ? file->copy_base : (void *)file->data;
+        const size_t len = file->copy_len ? file->copy_len : sp_page_round(file->size);
+        SP_UNPOISON(base, len);
+        munmap(base, len);
+    }
     free(file->path);
     memset(file, 0, sizeof *file);
 }

@@ -27,6 +27,9 @@ bool sp_strbuf_reserve(sp_strbuf *b, size_t extra) {
     }
     b->p = p;
     b->cap = cap;
+    /* A NUL-terminated string from its first reservation on, so a buffer
+     * that stays empty can be handed out as "". */
+    b->p[b->len] = '\0';
     return true;
 }
 

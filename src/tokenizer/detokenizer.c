@@ -43,6 +43,16 @@ static bool is_byte_token(const spindle_tokenizer *tok, int32_t id) {
     return t && n == 6 && !memcmp(t, "<0x", 3) && t[5] == '>';
 }
 
+/* Ids the decode drops before its decoders run (not in the vocabulary, or
+ * special while skipping them): a byte run continues across them. */
+static bool dropped_by_decode(const spindle_detokenizer *d, int32_t id) {
+    if (d->tok->gguf) return false;
+    size_t n;
+    if (!sp_tokenizer_token(d->tok, id, &n)) return true;
+    const int32_t a = d->tok->added_of_id ? d->tok->added_of_id[id] : -1;
+    return d->skip_special && a >= 0 && d->tok->added.v[a].special;
+}
+
 static bool uses_byte_fallback(const sp_dec *dec) {
     if (!dec) return false;
     if (dec->type == SP_DEC_BYTEFALLBACK) return true;
@@ -105,7 +115,8 @@ spindle_status spindle_detokenizer_push(spindle_detokenizer *d, int32_t id,
     if (!sp_ids_push(&d->ids, id)) return oom(err);
     /* ByteFallback judges a whole run of <0xXX> tokens at once (invalid
      * runs become one U+FFFD per byte), so nothing is final inside a run. */
-    if (d->byte_runs && is_byte_token(d->tok, id)) return SPINDLE_OK;
+    if (d->byte_runs && (is_byte_token(d->tok, id) || dropped_by_decode(d, id)))
+        return SPINDLE_OK;
     char *w = NULL;
     size_t wl = 0;
     spindle_status st = spindle_tokenizer_decode(d->tok, d->ids.v + d->prefix_at,

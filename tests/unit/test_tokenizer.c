@@ -191,11 +191,82 @@ static void test_stream_byte_fallback(void **state) {
     spindle_tokenizer_free(tok);
 }
 
+/* Pieces of `ids` streamed one at a time, concatenated. */
+static char *stream_all(const spindle_tokenizer *tok, const int32_t *ids, int n, bool skip) {
+    spindle_detokenizer *d = NULL;
+    spindle_error err = {0};
+    assert_int_equal(spindle_detokenizer_new(tok, skip, &d, &err), SPINDLE_OK);
+    char *all = calloc(1, 256);
+    for (int i = 0; i <= n; i++) {
+        const char *piece;
+        assert_int_equal(i < n ? spindle_detokenizer_push(d, ids[i], &piece, &err)
+                               : spindle_detokenizer_flush(d, &piece, &err),
+                         SPINDLE_OK);
+        strcat(all, piece);
+    }
+    spindle_detokenizer_free(d);
+    return all;
+}
+
+/* The decode drops ids missing from the vocabulary and (when skipping)
+ * special tokens before ByteFallback sees the run, so a run goes on across
+ * them: "A" must not be streamed before the next byte makes the run
+ * invalid (fuzz corpus regress-detok-hole-in-byte-run). */
+static void test_stream_byte_run_across_dropped_ids(void **state) {
+    (void)state;
+    write_file("tokenizer.json",
+               "{\"added_tokens\":[{\"id\":4,\"content\":\"<s>\",\"special\":true,"
+               "\"normalized\":false,\"lstrip\":false,\"rstrip\":false,\"single_word\":false}],"
+               "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\","
+               "\"vocab\":{\"<unk>\":0,\"<0x41>\":1,\"<0xC3>\":2,\"<s>\":4,\"b\":5},\"merges\":[]},"
+               "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},"
+               "{\"type\":\"Fuse\"}]}}");
+    spindle_tokenizer *tok = NULL;
+    spindle_error err = {0};
+    assert_int_equal(spindle_tokenizer_load(dir, &tok, &err), SPINDLE_OK);
+    const int32_t hole[] = {1, 3, 2, 5}, special[] = {1, 4, 2, 5};
+    const struct { const int32_t *ids; bool skip; } cases[] = {
+        {hole, false}, {hole, true}, {special, true}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *full = NULL;
+        assert_int_equal(spindle_tokenizer_decode(tok, cases[c].ids, 4, cases[c].skip, &full,
+                                                  NULL, &err), SPINDLE_OK);
+        assert_string_equal(full, "\xEF\xBF\xBD\xEF\xBF\xBD" "b");
+        char *streamed = stream_all(tok, cases[c].ids, 4, cases[c].skip);
+        assert_string_equal(streamed, full);
+        free(streamed);
+        spindle_free(full);
+    }
+    spindle_tokenizer_free(tok);
+}
+
+/* Decoding only special tokens while skipping them gives "" (a terminated
+ * empty string, not an unterminated buffer: fuzz corpus
+ * regress-decode-all-special-skipped). */
+static void test_decode_all_skipped(void **state) {
+    (void)state;
+    write_file("tokenizer.json", WP_JSON);
+    spindle_tokenizer *tok = NULL;
+    spindle_error err = {0};
+    assert_int_equal(spindle_tokenizer_load(dir, &tok, &err), SPINDLE_OK);
+    const int32_t ids[] = {1, 0, 2};
+    char *text = NULL;
+    size_t len = 99;
+    assert_int_equal(spindle_tokenizer_decode(tok, ids, 3, true, &text, &len, &err), SPINDLE_OK);
+    assert_int_equal(len, 0);
+    assert_non_null(text);
+    assert_int_equal(text[0], '\0');
+    spindle_free(text);
+    spindle_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_config_and_pipeline),
         cmocka_unit_test(test_stream_byte_fallback),
+        cmocka_unit_test(test_stream_byte_run_across_dropped_ids),
+        cmocka_unit_test(test_decode_all_skipped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

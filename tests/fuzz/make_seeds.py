@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Writes the generated seed inputs of the fuzz harnesses into
+tests/fuzz/corpus/<harness>/seed-* (Python standard library only; run from
+anywhere). The files are committed; rerun after changing this script.
+
+Seeds are small valid inputs that reach deep into each parser: GGUF and
+safetensors files written here by the formats' specifications, config and
+index JSON, tokenizer.json files of every model type, templates, and
+conversations from tests/templates/conversations.py. Reproducers of bugs
+(regress-*) are not generated: they are the fuzzer's own findings.
+"""
+import json
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def put(harness, name, data):
+    d = os.path.join(CORPUS, harness)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def js(obj):
+    return json.dumps(obj, ensure_ascii=False)
+
+
+# ------------------------------------------------------------------- GGUF
+
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i",
+          F32: "<f", BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
+GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gvalue(t, v):
+    if t == STR:
+        return gstr(v)
+    if t == ARR:
+        et, items = v
+        return struct.pack("<IQ", et, len(items)) + b"".join(gvalue(et, x) for x in items)
+    return struct.pack(SCALAR[t], v)
+
+
+def gguf(kvs, tensors, version=3, alignment=32):
+    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims, bytes)]."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += gstr(k) + struct.pack("<I", t) + gvalue(t, v)
+    offset, infos, blobs = 0, b"", []
+    for name, gt, dims, blob in tensors:
+        offset = (offset + alignment - 1) // alignment * alignment
+        infos += gstr(name) + struct.pack("<I", len(dims))
+        infos += b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", gt, offset)
+        blobs.append((offset, blob))
+        offset += len(blob)
+    out += infos
+    out += b"\0" * ((alignment - len(out) % alignment) % alignment)
+    data = bytearray(offset)
+    for off, blob in blobs:
+        data[off:off + len(blob)] = blob
+    return out + bytes(data)
+
+
+def f32s(n, scale=0.01):
+    return b"".join(struct.pack("<f", ((i * 7) % 13 - 6) * scale) for i in range(n))
+
+
+def q8_0_rows(rows, cols):
+    block = struct.pack("<e", 0.01) + bytes(((i * 5) % 255) - 127 & 0xFF for i in range(32))
+    return block * (rows * cols // 32)
+
+
+def llama_gguf(arch, vocab_model, tokens, merges=None, quant=False):
+    h, ff, heads, kv = 64, 128, 4, 2
+    n_vocab = len(tokens)
+    kvs = [
+        ("general.architecture", STR, arch),
+        ("general.name", STR, "fuzz seed"),
+        ("general.alignment", U32, 32),
+        (f"{arch}.block_count", U32, 1),
+        (f"{arch}.context_length", U32, 256),
+        (f"{arch}.embedding_length", U32, h),
+        (f"{arch}.feed_forward_length", U32, ff),
+        (f"{arch}.attention.head_count", U32, heads),
+        (f"{arch}.attention.head_count_kv", U32, kv),
+        (f"{arch}.rope.freq_base", F32, 10000.0),
+        (f"{arch}.attention.layer_norm_rms_epsilon", F32, 1e-6),
+        ("tokenizer.ggml.model", STR, vocab_model),
+        ("tokenizer.ggml.tokens", ARR, (STR, tokens)),
+        ("tokenizer.ggml.scores", ARR, (F32, [float(-i) for i in range(n_vocab)])),
+        ("tokenizer.ggml.token_type", ARR, (I32, [3 if t.startswith("<") and t.endswith(">") and len(t) > 2 and not t.startswith("<0x") else 6 if t.startswith("<0x") else 1 for t in tokens])),
+        ("tokenizer.ggml.bos_token_id", U32, 1),
+        ("tokenizer.ggml.eos_token_id", U32, 2),
+        ("tokenizer.ggml.add_bos_token", BOOL, True),
+    ]
+    if merges is not None:
+        kvs.append(("tokenizer.ggml.merges", ARR, (STR, merges)))
+        kvs.append(("tokenizer.ggml.pre", STR, "llama-bpe" if arch == "llama" else "qwen2"))
+    kvs.append(("tokenizer.chat_template", STR,
+                "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"))
+    wt = GGML_Q8_0 if quant else GGML_F32
+    mat = (lambda r, c: q8_0_rows(r, c)) if quant else (lambda r, c: f32s(r * c))
+    hd = h // heads
+    tensors = [
+        ("token_embd.weight", GGML_F32, [h, n_vocab], f32s(h * n_vocab)),
+        ("blk.0.attn_norm.weight", GGML_F32, [h], f32s(h, 1.0)),
+        ("blk.0.attn_q.weight", wt, [h, h], mat(h, h)),
+        ("blk.0.attn_k.weight", wt, [h, kv * hd], mat(kv * hd, h)),
+        ("blk.0.attn_v.weight", wt, [h, kv * hd], mat(kv * hd, h)),
+        ("blk.0.attn_output.weight", wt, [h, h], mat(h, h)),
+        ("blk.0.ffn_norm.weight", GGML_F32, [h], f32s(h, 1.0)),
+        ("blk.0.ffn_gate.weight", wt, [h, ff], mat(ff, h)),
+        ("blk.0.ffn_up.weight", wt, [h, ff], mat(ff, h)),
+        ("blk.0.ffn_down.weight", wt, [ff, h], mat(h, ff)),
+        ("output_norm.weight", GGML_F32, [h], f32s(h, 1.0)),
+    ]
+    if arch == "qwen3":
+        tensors += [("blk.0.attn_q_norm.weight", GGML_F32, [hd], f32s(hd, 1.0)),
+                    ("blk.0.attn_k_norm.weight", GGML_F32, [hd], f32s(hd, 1.0))]
+    return gguf(kvs, tensors)
+
+
+def gguf_seeds():
+    spm = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + \
+          ["\u2581", "\u2581H", "ello", "\u2581world", "\u2581Hello", "l", "o", "e", "H", "w", "r", "d", "!"]
+    put("fuzz_gguf", "llama-spm", llama_gguf("llama", "llama", spm))
+    byte_chars = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a"]
+    bpe = ["<unk>", "<|begin_of_text|>", "<|end_of_text|>"] + byte_chars + ["\u0120w", "or", "\u0120wor", "ld", "He", "ll"]
+    merges = ["\u0120 w", "o r", "\u0120w or", "l d", "H e", "l l"]
+    put("fuzz_gguf", "llama-bpe", llama_gguf("llama", "gpt2", bpe, merges))
+    put("fuzz_gguf", "qwen3-q8_0", llama_gguf("qwen3", "gpt2", bpe, merges, quant=True))
+    every_type = [
+        ("general.architecture", STR, "llama"),
+        ("u8", U8, 200), ("i8", I8, -5), ("u16", U16, 60000), ("i16", I16, -300),
+        ("u32", U32, 4000000000), ("i32", I32, -70000), ("f32", F32, 0.5),
+        ("bool", BOOL, False), ("u64", U64, 1 << 40), ("i64", I64, -(1 << 40)),
+        ("f64", F64, 1e-300), ("str", STR, "caf\u00e9"),
+        ("arr.u8", ARR, (U8, [1, 2, 3])), ("arr.str", ARR, (STR, ["a", "", "bc"])),
+        ("arr.nested", ARR, (ARR, [(I32, [1, -1]), (STR, ["x"])])),
+        ("arr.empty", ARR, (F64, [])),
+    ]
+    put("fuzz_gguf", "every-type", gguf(every_type, [("t", GGML_F16, [4, 2], b"\0\x3c" * 8)], version=2))
+    put("fuzz_gguf", "empty", gguf([], []))
+
+
+# ------------------------------------------------------------ safetensors
+
+def safetensors(entries, metadata=None, align=8):
+    """entries: [(name, dtype, shape, bytes)]"""
+    header, blob = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    h = json.dumps(header).encode()
+    h += b" " * ((align - len(h) % align) % align)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+def safetensors_seeds():
+    put("fuzz_safetensors", "dtypes", safetensors([
+        ("a.f32", "F32", [2, 2], f32s(4)), ("b.bf16", "BF16", [3], b"\x80\x3f" * 3),
+        ("c.f16", "F16", [1, 2], b"\x00\x3c" * 2), ("d.u8", "U8", [4], b"\x01\x02\x03\x04"),
+        ("e.i32", "I32", [1], b"\xff\xff\xff\xff"), ("f.scalar", "F32", [], f32s(1)),
+        ("g.empty", "F32", [0, 3], b""),
+    ], {"format": "pt", "note": "caf\u00e9"}))
+    put("fuzz_safetensors", "mlx-quantized", safetensors([
+        ("model.layers.0.mlp.up_proj.weight", "U32", [4, 2], bytes(range(32))),
+        ("model.layers.0.mlp.up_proj.scales", "F16", [4, 1], b"\x00\x3c" * 4),
+        ("model.layers.0.mlp.up_proj.biases", "F16", [4, 1], b"\x00\x00" * 4),
+    ], {"format": "mlx"}))
+    put("fuzz_safetensors", "no-tensors", safetensors([], {}))
+
+
+# ------------------------------------------------------- config / index
+
+def config_seeds():
+    llama = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+             "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 300, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+             "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+             "bos_token_id": 1, "eos_token_id": [2, 3],
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    put("fuzz_config", "llama", js(llama) + "\0" + js({"eos_token_id": [2, 4], "do_sample": True}))
+    qwen3 = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1,
+             "intermediate_size": 96, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 64, "vocab_size": 500, "attention_bias": False,
+             "eos_token_id": 151645, "dtype": "float16",
+             "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1,
+                              "original_max_position_embeddings": 32768},
+             "quantization": {"group_size": 64, "bits": 4, "lm_head": False,
+                              "model.layers.0.self_attn.q_proj": {"bits": 8, "group_size": 32}}}
+    put("fuzz_config", "qwen3-mlx", js(qwen3))
+    gemma = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+             "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 2,
+                             "intermediate_size": 128, "num_attention_heads": 4,
+                             "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 262144,
+                             "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+                             "sliding_window": 512, "partial_rotary_factor": 0.5},
+             "quantization_config": {"bits": 4, "group_size": 64}, "eos_token_id": [1, 106]}
+    put("fuzz_config", "gemma3-text-config", js(gemma))
+
+
+def index_seeds():
+    a, b = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    put("fuzz_st_index", "valid", js({"metadata": {"total_size": 26}, "weight_map": {
+        "model.embed_tokens.weight": a, "model.norm.weight": a, "lm_head.weight": b}}))
+    put("fuzz_st_index", "one-shard", js({"weight_map": {"lm_head.weight": b}}))
+    put("fuzz_st_index", "traversal", js({"weight_map": {"lm_head.weight": "../" + b}}))
+
+
+# ------------------------------------------------------------- tokenizers
+
+BYTES_TO_UNICODE = None
+
+
+def byte_level_alphabet():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def tokenizer_seeds():
+    alphabet = byte_level_alphabet()
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n"), ("\u0120", "w")]
+    for l, r in merges:
+        vocab.setdefault(l + r, len(vocab))
+    added = [{"id": len(vocab), "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True},
+             {"id": len(vocab) + 1, "content": "<think>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": True, "special": False}]
+    byte_bpe = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": [f"{l} {r}" for l, r in merges]}}
+    config = {"bos_token": None, "eos_token": "<|endoftext|>", "add_bos_token": False,
+              "chat_template": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"}
+    put("fuzz_tokenizer_load", "byte-bpe", js(byte_bpe) + "\0" + js(config))
+
+    spm_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        spm_vocab[f"<0x{b:02X}>"] = len(spm_vocab)
+    pieces = ["\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "H", "\u2581H", "i"]
+    for p in pieces:
+        spm_vocab[p] = len(spm_vocab)
+    spm = {
+        "version": "1.0", "added_tokens": [
+            {"id": 0, "content": "<unk>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+            {"id": 1, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+            {"id": 2, "content": "</s>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": spm_vocab, "merges": [["\u2581", "a"], ["a", "b"], ["\u2581a", "b"], ["\u2581", "H"]]}}
+    put("fuzz_tokenizer_load", "spm-bpe", js(spm) + "\0" + js({"bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+
+    unigram = {
+        "version": "1.0", "added_tokens": [],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"},
+                       {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        "post_processor": None,
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                  "vocab": [["<unk>", 0.0], ["\u2581", -2.0], ["\u2581he", -3.0], ["llo", -3.5], ["h", -5.0],
+                            ["e", -5.0], ["l", -5.0], ["o", -5.0], ["\u2581w", -4.0], ["orld", -4.0]]}}
+    put("fuzz_tokenizer_load", "unigram", js(unigram))
+
+    wordpiece = {
+        "version": "1.0", "added_tokens": [
+            {"id": 0, "content": "[PAD]", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+            {"id": 1, "content": "[UNK]", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+            {"id": 2, "content": "[CLS]", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+            {"id": 3, "content": "[SEP]", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100,
+                  "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5,
+                            "##s": 6, "!": 7, "un": 8, "##aff": 9, "##able": 10}}}
+    put("fuzz_tokenizer_load", "wordpiece", js(wordpiece))
+
+
+def encode_seeds():
+    texts = ["Hello, world!", "  leading spaces and\ttabs\n\nnew lines ",
+             "caf\u00e9 cafe\u0301 \u4f60\u597d \U0001F600 \u0645\u0631\u062d\u0628\u0627",
+             "<|endoftext|><s></s><think>x</think><|im_start|>user", "don't I'll we've 12345 3.14"]
+    for which in range(6):
+        for i, t in enumerate(texts):
+            put("fuzz_tokenizer_encode", f"t{which}-{i}", bytes([which]) + t.encode())
+        put("fuzz_tokenizer_encode", f"t{which}-ids", bytes([0x80 | which]) + bytes(range(0, 64)))
+    put("fuzz_tokenizer_encode", "invalid-utf8", b"\x00ab\xff\xc3(\xe2\x82 \xf0\x9f\x98")
+
+
+def chat_seeds():
+    sys.path.insert(0, os.path.join(ROOT, "tests", "templates"))
+    import conversations
+    for i, case in enumerate(conversations.CASES[:12]):
+        data = bytes([(0x80 if case.get("add_generation_prompt") else 0) | (i % 5)])
+        data += js(case["messages"]).encode()
+        if case.get("tools") or case.get("extra"):
+            data += b"\0" + (js(case["tools"]).encode() if case.get("tools") else b"null")
+        if case.get("extra"):
+            data += b"\0" + js(case["extra"]).encode()
+        put("fuzz_chat", case["id"], data)
+
+
+def jinja_seeds():
+    feats = os.path.join(ROOT, "tests", "templates", "features")
+    for name in sorted(os.listdir(feats)):
+        with open(os.path.join(feats, name), "rb") as f:
+            put("fuzz_jinja", name, f.read())
+    small = {
+        "loop": "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }} {{ m.role|upper }}{% if not loop.last %},{% endif %}{% else %}none{% endfor %}",
+        "macro": "{% macro f(a, b=2) %}{{ a ~ b }}{{ caller() if caller }}{% endmacro %}{% call f(1) %}c{% endcall %}{{ f(3, b=4) }}",
+        "ns": "{% set ns = namespace(x=0) %}{% for i in range(5) %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}",
+        "filters": "{{ messages|map(attribute='role')|join(', ') }} {{ tools|tojson(indent=2) }} {{ s.split(',')|reverse|list }} {{ '%s-%d'|format('a', 3) }} {{ f|round(1) }} {{ none is none }}",
+        "strings": "{{ 'Hello'[1:3] }}{{ s.strip().startswith('a') }}{{ 'x'.join(['a','b']) }}{{ \"q\"|replace('q','r') }}{{ ' a '.lstrip() }}{{ 'A'.lower() * 3 }}",
+        "dict": "{% set d = {'a': 1, 'b': [1, 2]} %}{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{{ d.get('c', 'dflt') }}{{ d|length }}",
+        "whitespace": "  {%- if true -%}  x  {%- endif -%}  \n{# comment #}{% raw %}{{ raw }}{% endraw %}",
+        "ctx": "{{ a.b[0] }}{{ c }}\0{\"a\": {\"b\": [1.5]}, \"c\": \"\\u00e9\"}",
+        "errors": "{{ raise_exception('bad') if n > 2 }}{{ strftime_now('%Y-%m-%d') }}",
+    }
+    for k, v in small.items():
+        put("fuzz_jinja", k, v)
+
+
+def main():
+    gguf_seeds()
+    safetensors_seeds()
+    config_seeds()
+    index_seeds()
+    tokenizer_seeds()
+    encode_seeds()
+    chat_seeds()
+    jinja_seeds()
+
+
+if __name__ == "__main__":
+    main()
