@@ -263,6 +263,12 @@ RUNTIME_ERRORS = [
     ("{{ [[1], [2], 'x', 4, 5] | sort(reverse=true) }}", {}, None, "sort"),
     ("{{ m | map(attribute='role') | tojson }}", {"m": [{"role": "user"}]}, "not JSON serializable", "tojson"),
     ("{{ m | selectattr('role') | length }}", {"m": [{"role": "user"}]}, "has no len()", "length"),
+    # reverse, items, unique and batch give one-shot iterators too.
+    ("{{ m | reverse | tojson }}", {"m": [1, 2]}, "list_reverseiterator is not JSON serializable", "tojson"),
+    ("{{ m | batch(2) | length }}", {"m": [1, 2, 3]}, "has no len()", "length"),
+    ("{{ m | unique | tojson }}", {"m": [1, 1]}, "generator is not JSON serializable", "tojson"),
+    ("{{ d | items | length }}", {"d": {"a": 1}}, "has no len()", "length"),
+    ("{{ m | map(attribute='n') | last }}", {"m": [{"n": 1}]}, "'generator' object is not reversible", "last"),
 ]
 
 
