@@ -167,6 +167,7 @@ bool jx_getattr(jx_ctx *ctx, jx_value obj, jx_value key, jx_value *out) {
 /* Take the first n items out of an iterator: what was iterated is gone. */
 void jx_drain(jx_value it, size_t n) {
     jx_obj *o = it.u.o;
+    if (n == 0) return; /* an empty list may have no storage to move */
     for (size_t i = 0; i < n; i++) jx_unref(o->u.list.v[i]);
     memmove(o->u.list.v, o->u.list.v + n, (o->u.list.n - n) * sizeof *o->u.list.v);
     o->u.list.n -= n;
