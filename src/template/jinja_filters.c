@@ -22,7 +22,7 @@ static bool length_of(jx_ctx *ctx, jx_value v, int64_t *n) {
     case JX_UNDEF: *n = 0; return true;
     case JX_STR: *n = (int64_t)sp_utf8_count(jx_s(v), jx_slen(v)); return true;
     case JX_LIST:
-        if (v.u.o->u.list.generator) break;
+        if (v.u.o->u.list.iterator) break;
         *n = (int64_t)v.u.o->u.list.n;
         return true;
     case JX_DICT: *n = (int64_t)v.u.o->u.dict.n; return true;
@@ -228,7 +228,7 @@ static bool generator_start(jx_ctx *ctx, jx_value v, jx_value *items, jx_value *
                            : jx_list_new(0, false, items) || jx_fail(ctx, "out of memory");
     if (!ok) return false;
     if (!jx_list_new(0, false, out)) return jx_unref(*items), jx_fail(ctx, "out of memory");
-    out->u.o->u.list.generator = true;
+    out->u.o->u.list.iterator = JX_GENERATOR;
     return true;
 }
 
@@ -396,6 +396,12 @@ static bool f_round(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
 
 static bool f_first_last(jx_ctx *ctx, jx_value v, bool last, jx_value *out) {
     jx_value items;
+    if (jx_iterator(v) && last) return jx_fail(ctx, "'%s' object is not reversible", jx_iterator(v));
+    if (jx_iterator(v)) { /* next(iter(value)): only the first item is used up */
+        *out = v.u.o->u.list.n ? jx_ref(v.u.o->u.list.v[0]) : JX_UNDEFINED;
+        if (v.u.o->u.list.n) jx_drain(v, 1);
+        return true;
+    }
     if (!jx_to_list(ctx, v, &items)) return false;
     size_t n = items.u.o->u.list.n;
     *out = n ? jx_ref(items.u.o->u.list.v[last ? n - 1 : 0]) : JX_UNDEFINED;
@@ -412,6 +418,10 @@ static bool f_reverse(jx_ctx *ctx, jx_value v, jx_value *out) {
         o->u.list.v[i] = o->u.list.v[j];
         o->u.list.v[j] = t;
     }
+    /* reversed(): an iterator over a list or dict; what reversed() cannot
+     * take (an iterator) comes back as a list. */
+    if (v.t == JX_LIST && !jx_iterator(v)) items.u.o->u.list.iterator = JX_LIST_REVERSE;
+    if (jx_is_map(v)) items.u.o->u.list.iterator = JX_DICT_REVERSE;
     if (v.t != JX_STR) return *out = items, true;
     sp_strbuf b = {0};
     for (size_t i = 0; i < o->u.list.n; i++) jx_write_str(&b, o->u.list.v[i]);
@@ -610,6 +620,12 @@ bool jx_known_filter(const char *name, bool test) {
     return false;
 }
 
+/* A list result that jinja2 gives as a generator (its filter yields). */
+static bool generator(bool ok, jx_value *out) {
+    if (ok) out->u.o->u.list.iterator = JX_GENERATOR;
+    return ok;
+}
+
 bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a, jx_value *out) {
     *out = JX_UNDEFINED;
     jx_value s;
@@ -648,15 +664,23 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
             else ok = jx_replace(ctx, s, *o, *n, c && c->t == JX_INT ? c->u.i : -1, out);
         }
         jx_unref(s);
+        /* These work on soft_str(value): a Markup subject stays Markup. */
+        if (ok && jx_is_markup(v) && out->t == JX_STR && !jx_is_markup(*out) &&
+            (is_name(name, "trim") || is_name(name, "upper") || is_name(name, "lower") ||
+             is_name(name, "capitalize"))) {
+            jx_value plain = *out;
+            ok = jx_mark_safe(ctx, plain, out);
+            jx_unref(plain);
+        }
         return ok;
     }
     if (is_name(name, "join")) return f_join(ctx, v, a, out);
     if (is_name(name, "first")) return f_first_last(ctx, v, false, out);
     if (is_name(name, "last")) return f_first_last(ctx, v, true, out);
     if (is_name(name, "items")) {
-        if (v.t == JX_UNDEF) return jx_list_new(0, false, out) || jx_fail(ctx, "out of memory");
+        if (v.t == JX_UNDEF) return generator(jx_list_new(0, false, out) || jx_fail(ctx, "out of memory"), out);
         if (!jx_is_map(v)) return jx_fail(ctx, "items filter expects a mapping, got %s", jx_type_name(v));
-        return jx_dict_items(ctx, v, out);
+        return generator(jx_dict_items(ctx, v, out), out);
     }
     if (is_name(name, "list")) return jx_to_list(ctx, v, out);
     if (is_name(name, "int")) return to_number(ctx, v, true, a, out);
@@ -673,7 +697,7 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
     if (is_name(name, "select")) return f_select(ctx, v, a, false, true, out);
     if (is_name(name, "reject")) return f_select(ctx, v, a, false, false, out);
     if (is_name(name, "map")) return f_map(ctx, v, a, out);
-    if (is_name(name, "unique")) return f_unique(ctx, v, a, out);
+    if (is_name(name, "unique")) return generator(f_unique(ctx, v, a, out), out);
     if (is_name(name, "indent")) return f_indent(ctx, v, a, out);
     if (is_name(name, "e") || is_name(name, "escape") || is_name(name, "forceescape"))
         return jx_escape(ctx, v, is_name(name, "forceescape"), out);
@@ -681,7 +705,7 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
     if (is_name(name, "sort")) return f_sort(ctx, v, a, false, out);
     if (is_name(name, "dictsort")) return f_sort(ctx, v, a, true, out);
     if (is_name(name, "wordcount")) return f_wordcount(ctx, v, out);
-    if (is_name(name, "batch")) return f_batch(ctx, v, a, out);
+    if (is_name(name, "batch")) return generator(f_batch(ctx, v, a, out), out);
     if (is_name(name, "min") || is_name(name, "max") || is_name(name, "sum"))
         return f_minmax_sum(ctx, name, v, a, out);
     if (is_name(name, "attr")) {
@@ -709,7 +733,9 @@ bool jx_apply_test(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a, 
     if (is_name(name, "false")) return *out = v.t == JX_BOOL && !v.u.b, true;
     if (is_name(name, "mapping")) return *out = v.t == JX_DICT, true;
     if (is_name(name, "iterable") || is_name(name, "sequence"))
-        return *out = v.t == JX_STR || v.t == JX_LIST || v.t == JX_DICT || v.t == JX_UNDEF, true;
+        return *out = v.t == JX_STR || v.t == JX_DICT || v.t == JX_UNDEF ||
+                      (v.t == JX_LIST && !(is_name(name, "sequence") && jx_iterator(v))),
+               true;
     if (is_name(name, "callable")) return *out = v.t == JX_FUNC, true;
     if (is_name(name, "lower") || is_name(name, "upper")) {
         if (v.t != JX_STR) return true;

@@ -55,9 +55,11 @@ struct jx_obj {
         /* markup: a jinja2 Markup string (from safe or escape), whose `+`
          * escapes a plain operand. */
         struct { size_t len; char *s; bool markup; } str;
-        /* generator: what jinja2's map/select/reject filters return, a
-         * one-shot iterator that json.dumps rejects and len() refuses. */
-        struct { size_t n, cap; jx_value *v; bool tuple, generator; } list;
+        /* iterator: the Python type of the one-shot iterator that a
+         * jinja2 filter returns (map's generator, reverse's
+         * list_reverseiterator), NULL for a list or tuple. Iterating it
+         * drains it; json.dumps rejects it and len() refuses it. */
+        struct { size_t n, cap; jx_value *v; bool tuple; const char *iterator; } list;
         /* JX_DICT and JX_NS: ordered, linear lookup (chat data is small). */
         struct { size_t n, cap; jx_value *k, *v; } dict;
         struct {
@@ -97,6 +99,13 @@ const jx_value *jx_dict_get_cstr(jx_value dict, const char *key, size_t len);
 static inline const char *jx_s(jx_value v) { return v.u.o->u.str.s; }
 static inline size_t jx_slen(jx_value v) { return v.u.o->u.str.len; }
 static inline bool jx_is_markup(jx_value v) { return v.t == JX_STR && v.u.o->u.str.markup; }
+/* The iterator types (list.iterator). */
+#define JX_GENERATOR "generator"
+#define JX_LIST_REVERSE "list_reverseiterator"
+#define JX_DICT_REVERSE "dict_reversekeyiterator"
+static inline const char *jx_iterator(jx_value v) {
+    return v.t == JX_LIST ? v.u.o->u.list.iterator : NULL;
+}
 static inline bool jx_is_seq(jx_value v) { return v.t == JX_LIST; }
 static inline bool jx_is_map(jx_value v) { return v.t == JX_DICT || v.t == JX_NS; }
 static inline bool jx_is_num(jx_value v) { return v.t == JX_INT || v.t == JX_FLOAT || v.t == JX_BOOL; }
@@ -245,6 +254,7 @@ bool jx_call_value(jx_ctx *ctx, jx_value fn, const jx_args *args,
 bool jx_getattr(jx_ctx *ctx, jx_value obj, jx_value key, jx_value *out);
 /* Iterable -> new list (dict: keys, str: characters, undefined: empty). */
 bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out);
+void jx_drain(jx_value iterator, size_t n);
 bool jx_compare(jx_ctx *ctx, int op, jx_value a, jx_value b, bool *out);
 /* Render a macro/caller body (jinja_eval.c). */
 bool jx_call_macro(jx_ctx *ctx, jx_obj *fn, const jx_args *args,

@@ -30,4 +30,14 @@ bool jx_word_char(uint32_t c);
 /* Python's `str % args` for %s %r %d %i %%. */
 bool jx_percent_format(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out);
 
+/* The str methods (jinja_builtins.c). */
+bool jx_call_str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a, jx_value *out,
+                        bool *found);
+/* Markup (jinja_markup.c): the str methods that markupsafe wraps (their
+ * string arguments escaped, the result Markup) and `Markup % args`. */
+bool jx_markup_method(const char *name);
+bool jx_call_markup_method(jx_ctx *ctx, jx_value self, const char *m, const jx_args *a,
+                           jx_value *out, bool *found);
+bool jx_markup_percent(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out);
+
 #endif

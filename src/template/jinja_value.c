@@ -181,7 +181,7 @@ bool jx_truthy(jx_value v) {
     case JX_INT: return v.u.i != 0;
     case JX_FLOAT: return v.u.f != 0.0;
     case JX_STR: return jx_slen(v) > 0;
-    case JX_LIST: return v.u.o->u.list.n > 0 || v.u.o->u.list.generator;
+    case JX_LIST: return v.u.o->u.list.n > 0 || v.u.o->u.list.iterator;
     case JX_DICT: return v.u.o->u.dict.n > 0;
     default: return true;
     }
@@ -228,7 +228,9 @@ const char *jx_type_name(jx_value v) {
     case JX_INT: return "int";
     case JX_FLOAT: return "float";
     case JX_STR: return v.u.o->u.str.markup ? "Markup" : "str";
-    case JX_LIST: return v.u.o->u.list.generator ? "generator" : v.u.o->u.list.tuple ? "tuple" : "list";
+    case JX_LIST:
+        if (v.u.o->u.list.iterator) return v.u.o->u.list.iterator;
+        return v.u.o->u.list.tuple ? "tuple" : "list";
     case JX_DICT: return "dict";
     case JX_NS: return "Namespace";
     case JX_FUNC: return "function";
@@ -355,8 +357,12 @@ static bool write_value(sp_strbuf *b, jx_value v, bool repr, int depth) {
         return repr ? write_str_repr(b, jx_s(v), jx_slen(v)) : sp_strbuf_add(b, jx_s(v), jx_slen(v));
     case JX_LIST: {
         jx_obj *o = v.u.o;
-        /* jinja2 prints the generator's address, which no output can match. */
-        if (o->u.list.generator) return sp_strbuf_add(b, "<generator object>", 18);
+        /* jinja2 prints the iterator's address, which no output can match. */
+        if (o->u.list.iterator) {
+            sp_strbuf_addc(b, '<');
+            sp_strbuf_add(b, o->u.list.iterator, strlen(o->u.list.iterator));
+            return sp_strbuf_add(b, " object>", 8);
+        }
         bool t = o->u.list.tuple;
         sp_strbuf_addc(b, t ? '(' : '[');
         for (size_t i = 0; i < o->u.list.n; i++) {
@@ -458,6 +464,16 @@ static int cmp_keys(const void *x, const void *y) {
     return c ? c : (la < lb ? -1 : la > lb);
 }
 
+static const char *not_serializable(const char *iterator) {
+    static const char *const messages[][2] = {
+        {JX_GENERATOR, "Object of type generator is not JSON serializable"},
+        {JX_LIST_REVERSE, "Object of type list_reverseiterator is not JSON serializable"},
+        {JX_DICT_REVERSE, "Object of type dict_reversekeyiterator is not JSON serializable"}};
+    for (size_t i = 0; i < sizeof messages / sizeof messages[0]; i++)
+        if (!strcmp(messages[i][0], iterator)) return messages[i][1];
+    return "Object of type iterator is not JSON serializable";
+}
+
 bool jx_write_json(sp_strbuf *b, jx_value v, const jx_json_style *st, int depth,
                    const char **why) {
     const char *indent = st->indent, *item_sep = st->item_sep;
@@ -479,8 +495,8 @@ bool jx_write_json(sp_strbuf *b, jx_value v, const jx_json_style *st, int depth,
     case JX_STR: write_json_str(b, jx_s(v), jx_slen(v), st->ensure_ascii); return true;
     case JX_LIST: {
         jx_obj *o = v.u.o;
-        if (o->u.list.generator) {
-            *why = "Object of type generator is not JSON serializable";
+        if (o->u.list.iterator) {
+            *why = not_serializable(o->u.list.iterator);
             return false;
         }
         if (o->u.list.n == 0) return sp_strbuf_add(b, "[]", 2), true;

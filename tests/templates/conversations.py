@@ -1,7 +1,8 @@
 """Conversations rendered through every chat template by the parity test.
 
-Each case is a dict with: id, messages, tools (or None),
-add_generation_prompt, extra (keyword arguments for apply_chat_template).
+Each case is a dict with: id, messages, tools (or None), documents (or
+None), add_generation_prompt, extra (keyword arguments for
+apply_chat_template).
 Cases that a template rejects (raise_exception, missing fields) are skipped
 for that template only.
 """
@@ -65,8 +66,8 @@ def _call(name, args, call_id="call_1", as_string=False):
 def _cases():
     c = []
 
-    def add(cid, messages, tools=None, agp=False, **extra):
-        c.append({"id": cid, "messages": messages, "tools": tools,
+    def add(cid, messages, tools=None, agp=False, documents=None, **extra):
+        c.append({"id": cid, "messages": messages, "tools": tools, "documents": documents,
                   "add_generation_prompt": agp, "extra": extra})
 
     add("single_user", [_u("Hello!")])
@@ -170,6 +171,80 @@ def _cases():
     add("system_content_parts",
         [{"role": "system", "content": [{"type": "text", "text": "Sys parts."}]}, _u("Hi")], agp=True)
     add("numbers_in_extra", [_u("Hi")], agp=True, custom_number=3, custom_float=0.5, custom_list=[1, "two", None])
+
+    # Paths that the model templates take only with their own keywords,
+    # Mistral's nine-character call ids, documents, flat (unwrapped) tool
+    # schemas, markup-sensitive text and structured tool results.
+    add("mistral_call_ids",
+        [SYSTEM, _u("Weather in Paris?"),
+         {"role": "assistant", "content": None,
+          "tool_calls": [_call("get_weather", {"location": "Paris, France"}, "abcDEF123")]},
+         {"role": "tool", "tool_call_id": "abcDEF123", "name": "get_weather", "content": "sunny"},
+         _a("Sunny."), _u("And Rome?")],
+        tools=tools, agp=True)
+    add("markup_sensitive_text",
+        [{"role": "system", "content": "Use <b>bold</b> & 'quotes' \"wisely\"."},
+         _u("Is 1 < 2 && 3 > 2? It's <true>."),
+         {"role": "assistant", "content": "",
+          "tool_calls": [_call("lookup", {"q": "<a href='x'>&amp;</a>", "n": [1, 2.5, None]}, "Xy0123456")]},
+         {"role": "tool", "tool_call_id": "Xy0123456", "content": "<ok> & 'done'"}],
+        tools=[{"type": "function", "function": {
+            "name": "lookup", "description": "Look up a user's \"profile\" & <settings>.\nSecond line.",
+            "parameters": {"type": "object", "properties": {
+                "q": {"type": "string", "description": "query with <tags> & 'quotes'"},
+                "n": {"type": "array", "items": {"type": ["number", "null"]}},
+                "mode": {"type": "string", "enum": ["a&b", "<c>"], "nullable": True},
+                "nested": {"type": "object", "properties": {"deep": {"type": "boolean"}},
+                           "additionalProperties": False}},
+                "required": ["q"]}}}],
+        agp=True)
+    add("structured_tool_result",
+        [_u("Weather?"),
+         {"role": "assistant", "content": None,
+          "tool_calls": [_call("get_weather", {"location": "Oslo"}, "c0FFee123")]},
+         {"role": "tool", "tool_call_id": "c0FFee123", "content": {"temp": -3, "sky": "snow ❄", "ok": True}}],
+        tools=tools, agp=True)
+    add("named_user_and_tool",
+        [{"role": "user", "name": "alice", "content": "Weather?"},
+         {"role": "assistant", "content": "Checking.",
+          "tool_calls": [_call("get_weather", {"location": "Lima"}, "lima00001")]},
+         {"role": "tool", "name": "get_weather", "tool_call_id": "lima00001", "content": "warm"},
+         {"role": "user", "name": "bob", "content": "thanks"}],
+        tools=tools, agp=True)
+    docs = [{"title": "Tall penguins", "text": "Emperor penguins are the tallest."},
+            {"title": "Penguin habitats", "text": "Emperor penguins only live in Antarctica."}]
+    add("documents_rag", [SYSTEM, _u("Which penguins are the tallest?")], documents=docs, agp=True)
+    add("documents_with_tools", [_u("Tallest penguins?")], tools=tools, documents=docs, agp=True)
+    add("flat_tools",
+        [_u("Search the web for penguins")],
+        tools=[{"name": "internet_search", "description": "Returns a list of relevant document snippets",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+                "parameter_definitions": {"query": {"description": "Query to search the internet with",
+                                                    "type": "str", "required": True}}},
+               {"name": "directly_answer", "description": "Answer directly", "parameters": {},
+                "parameter_definitions": {}}],
+        agp=True)
+    add("llama_builtin_tools",
+        [_u("Search for the news"),
+         {"role": "assistant", "content": "",
+          "tool_calls": [_call("brave_search", {"query": "news today"}, "brave0001")]},
+         {"role": "ipython", "content": "headlines"}],
+        tools=tools, agp=True, builtin_tools=["brave_search", "wolfram_alpha"], date_string="26 Jul 2024")
+    add("llama_tools_in_system",
+        [SYSTEM, _u("Weather?")], tools=tools, agp=True, tools_in_user_message=False)
+    add("model_keywords",
+        [SYSTEM, _u("Solve it"), {"role": "assistant", "content": "Done.", "thinking": "work"}, _u("Again")],
+        tools=[WEATHER_TOOL], agp=True, reasoning_effort="low", model_identity="You are Spindle.",
+        thinking=True, controls={"citations": True, "length": "short", "hallucinations": True},
+        builtin_tools=["browser", "python"], xml_tools=[WEATHER_TOOL], python_tools=[SEARCH_TOOL],
+        functions='[{"name": "get_weather", "description": "Weather", "parameters": {}}]')
+    add("thinking_keyword_off", [_u("Hi")], agp=True, thinking=False, enable_thinking=False)
+    add("assistant_content_parts_with_calls",
+        [_u("Weather?"),
+         {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}],
+          "tool_calls": [_call("get_weather", {"location": "Quito"}, "quito0001")]},
+         {"role": "tool", "tool_call_id": "quito0001", "content": [{"type": "text", "text": "mild"}]}],
+        tools=tools, agp=True)
     return c
 
 

@@ -6,9 +6,11 @@ reference is AutoTokenizer.apply_chat_template(..., tokenize=False); Spindle
 renders the same template through tests/tools/jinja_render (binary from
 $SPINDLE_JINJA_BIN, default build/jinja_render) and must give the same
 bytes. Cases the reference rejects are skipped for that template, but each
-template must accept a good share of them. Feature templates under
-features/ exercise the language beyond what the model templates use, with
-transformers' own renderer as the reference. Malformed templates must fail
+template must accept a good share of them. The chat templates of more public
+models (models/, unpacked by scripts/setup.sh) run over the same cases with
+transformers' renderer as the reference, and where it raises Spindle must
+raise a template error too. Feature templates under features/ exercise the
+language beyond what the model templates use, with the same reference. Malformed templates must fail
 with the line and column of the fault, and the limits must hold.
 """
 
@@ -85,14 +87,13 @@ def test_template_parity(name, path, tmp_path):
         kwargs = dict(case["extra"])
         try:
             ref = tok.apply_chat_template(case["messages"], tools=case["tools"],
+                                          documents=case["documents"],
                                           add_generation_prompt=case["add_generation_prompt"],
                                           tokenize=False, **kwargs)
         except Exception:
             continue  # the template rejects this conversation
         template = tok.get_chat_template(None, case["tools"])
-        context = {"messages": case["messages"], "tools": case["tools"],
-                   "add_generation_prompt": case["add_generation_prompt"],
-                   "special": tok.special_tokens_map, "extra": kwargs}
+        context = chat_context(case, tok.special_tokens_map)
         rc, out, err = run_spindle(tmp_path, template, context)
         ran += 1
         if rc != 0 or out != ref:
@@ -103,6 +104,23 @@ def test_template_parity(name, path, tmp_path):
 
 
 FEATURE_TEMPLATES = sorted((HERE / "features").glob("*.jinja"))
+PLAIN_SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def render_reference(template, case):
+    """transformers' own renderer (its jinja2 sandbox, tojson, raise_exception
+    and strftime_now) over one conversation."""
+    rendered, _ = ctu.render_jinja_template(
+        conversations=[ctu._normalize_chat_messages(case["messages"])], tools=case["tools"],
+        documents=case["documents"], chat_template=template,
+        add_generation_prompt=case["add_generation_prompt"], **PLAIN_SPECIAL, **case["extra"])
+    return rendered[0]
+
+
+def chat_context(case, special):
+    return {"messages": case["messages"], "tools": case["tools"], "documents": case["documents"],
+            "add_generation_prompt": case["add_generation_prompt"], "special": special,
+            "extra": dict(case["extra"])}
 
 
 @pytest.mark.parametrize("path", FEATURE_TEMPLATES, ids=[p.stem for p in FEATURE_TEMPLATES])
@@ -112,23 +130,75 @@ def test_feature_templates(path, tmp_path):
     template = path.read_text(encoding="utf-8")
     ran = 0
     for case in CASES:
-        kwargs = dict(case["extra"])
         try:
-            rendered, _ = ctu.render_jinja_template(
-                conversations=[ctu._normalize_chat_messages(case["messages"])], tools=case["tools"],
-                chat_template=template, add_generation_prompt=case["add_generation_prompt"],
-                bos_token="<s>", eos_token="</s>", **kwargs)
-            ref = rendered[0]
+            ref = render_reference(template, case)
         except Exception:
             continue
-        context = {"messages": case["messages"], "tools": case["tools"],
-                   "add_generation_prompt": case["add_generation_prompt"],
-                   "special": {"bos_token": "<s>", "eos_token": "</s>"}, "extra": kwargs}
-        rc, out, err = run_spindle(tmp_path, template, context)
+        rc, out, err = run_spindle(tmp_path, template, chat_context(case, PLAIN_SPECIAL))
         assert rc == 0, f"{case['id']}: {err}"
         assert out == ref, f"{case['id']}:\nREF: {ref!r}\nOUT: {out!r}"
         ran += 1
     assert ran >= MIN_CASES
+
+
+# Chat templates of public models as llama.cpp collects them; scripts/setup.sh
+# unpacks them from the llama-cpp-python source distribution into models/
+# (SOURCES.md there names each one's model repository).
+MODEL_TEMPLATES = [
+    "mistralai-Mistral-Nemo-Instruct-2407",
+    "Mistral-Small-3.2-24B-Instruct-2506",
+    "Qwen-Qwen2.5-7B-Instruct",
+    "Qwen3-Coder",
+    "meta-llama-Llama-3.2-3B-Instruct",
+    "microsoft-Phi-3.5-mini-instruct",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+    "ibm-granite-granite-3.3-2B-Instruct",
+    "HuggingFaceTB-SmolLM3-3B",
+    "openai-gpt-oss-120b",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "meetkai-functionary-medium-v3.1",
+    "meetkai-functionary-medium-v3.2",
+    "google-gemma-2-2b-it",
+    "google-gemma-4-31B-it",
+    "GLM-4.6",
+    "MiniMax-M2",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+]
+MODEL_MIN_CASES = 15  # accepted by the reference, per template
+
+
+@pytest.mark.parametrize("name", MODEL_TEMPLATES)
+def test_model_templates(name, tmp_path):
+    """Every conversation through a real model's template: the same bytes as
+    transformers, and where jinja2 raises (a rejected role, a bad call id, a
+    missing field) Spindle reports a template error, with raise_exception's
+    message."""
+    _need_bin()
+    path = HERE / "models" / f"{name}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{path} missing (scripts/setup.sh unpacks it)")
+    import jinja2
+
+    template = path.read_text(encoding="utf-8")
+    ran, problems = 0, []
+    for case in CASES:
+        try:
+            ref, ref_err = render_reference(template, case), None
+        except Exception as e:  # noqa: BLE001 - any failure of the reference
+            ref, ref_err = None, e
+        rc, out, err = run_spindle(tmp_path, template, chat_context(case, PLAIN_SPECIAL))
+        if ref_err is None:
+            ran += 1
+            if rc != 0 or out != ref:
+                problems.append(f"--- {case['id']} (rc={rc}) {err}\nREF: {ref!r}\nOUT: {out!r}")
+            continue
+        reported = re.search(r"template line \d+, column \d+: (.*)", err)
+        raised = type(ref_err) is jinja2.TemplateError  # raise_exception's own error
+        if rc != 1 or out or not reported or (raised and str(ref_err) not in reported.group(1)):
+            problems.append(f"--- {case['id']}: jinja2 raised {ref_err!r}; Spindle rc={rc} {err!r} {out[:200]!r}")
+    assert not problems, "\n".join(problems[:5])
+    assert ran >= MODEL_MIN_CASES, f"{name}: only {ran} of {len(CASES)} cases accepted by the reference"
 
 
 # ------------------------------------------------------------ error reports
@@ -193,6 +263,12 @@ RUNTIME_ERRORS = [
     ("{{ [[1], [2], 'x', 4, 5] | sort(reverse=true) }}", {}, None, "sort"),
     ("{{ m | map(attribute='role') | tojson }}", {"m": [{"role": "user"}]}, "not JSON serializable", "tojson"),
     ("{{ m | selectattr('role') | length }}", {"m": [{"role": "user"}]}, "has no len()", "length"),
+    # reverse, items, unique and batch give one-shot iterators too.
+    ("{{ m | reverse | tojson }}", {"m": [1, 2]}, "list_reverseiterator is not JSON serializable", "tojson"),
+    ("{{ m | batch(2) | length }}", {"m": [1, 2, 3]}, "has no len()", "length"),
+    ("{{ m | unique | tojson }}", {"m": [1, 1]}, "generator is not JSON serializable", "tojson"),
+    ("{{ d | items | length }}", {"d": {"a": 1}}, "has no len()", "length"),
+    ("{{ m | map(attribute='n') | last }}", {"m": [{"n": 1}]}, "'generator' object is not reversible", "last"),
 ]
 
 
