@@ -139,6 +139,7 @@ SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 
 #define GG_MP 32  /* rows per panel: two vectors of int32 lanes */
 #define GG_MT 6   /* tokens per micro-kernel call */
+#define GG_MT_PARTS 4 /* the same, several parts per token */
 #define GG_KC 512 /* columns per panel: 16 KiB of bytes, stays in L1 */
 #define GG_PB (GG_KC / 32) /* blocks per panel */
 
@@ -251,12 +252,14 @@ SP_INLINE __m512i gg_dpbusd(__m512i acc, __m512i w, __m512i b) {
 }
 
 /* mt tokens from t0; kind, mt and (precision fast) levels are literals
- * after inlining. Each block adds its parts' terms in part order, each part
- * as one token of the decode kernels: an exact integer sum and one f32
- * scaling (so no int32 overflow whatever the part count). */
+ * after inlining. Each part of a block is one token of the decode kernels:
+ * an exact integer sum (so no int32 overflow whatever the part count) and
+ * an f32 scaling. One part: acc * (d_w d_x) added to the output, as
+ * decode; several: sum_l acc_l d_x,l in f32 first, then times d_w (the
+ * same terms, rounded in another order, two multiplies per part fewer). */
 SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
                         const int mt, int t0) {
-    __m512 out[GG_MT][2];
+    __m512 out[GG_MT][2], part[GG_MT][2];
 #pragma GCC unroll 8
     for (int t = 0; t < mt; t++) out[t][0] = out[t][1] = _mm512_setzero_ps();
     const int8_t *qt = a->q + t0 * a->ldq;
@@ -269,7 +272,14 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
             const int8_t *qb = qt + l * a->ldlq + 32 * b;
             __m512i acc[GG_MT][2];
 #pragma GCC unroll 8
-            for (int t = 0; t < mt; t++) acc[t][0] = acc[t][1] = _mm512_setzero_si512();
+            for (int t = 0; t < mt; t++) {
+                const int64_t i = bo + t * a->ldb + l * a->ldlb + b;
+                /* several parts: the weights' offset share starts the sum */
+                acc[t][0] = levels == 1 || KIND_MIN(kind)
+                    ? _mm512_setzero_si512()
+                    : _mm512_set1_epi32(-a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                acc[t][1] = acc[t][0];
+            }
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 const __m512i w0 = _mm512_loadu_si512(pb + k * GG_MP * 4);
@@ -286,16 +296,29 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
                 const int64_t i = bo + t * a->ldb + l * a->ldlb + b;
+                const __m512 dx = _mm512_set1_ps(a->d[i]);
+                if (levels > 1) {
+                    for (int h = 0; h < 2; h++)
+                        part[t][h] = l == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t][h]), dx)
+                                            : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][h]), dx, part[t][h]);
+                    continue;
+                }
                 if (!KIND_MIN(kind)) { /* the weights' offset share */
                     const __m512i off = _mm512_set1_epi32(a->sum32[i] * (1 << KIND_SHIFT(kind)));
                     acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
                     acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
                 }
-                const __m512 dx = _mm512_set1_ps(a->d[i]);
                 out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][0]),
                                             _mm512_mul_ps(dw0, dx), out[t][0]);
                 out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][1]),
                                             _mm512_mul_ps(dw1, dx), out[t][1]);
+            }
+        }
+        if (levels > 1) {
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                out[t][0] = _mm512_fmadd_ps(part[t][0], dw0, out[t][0]);
+                out[t][1] = _mm512_fmadd_ps(part[t][1], dw1, out[t][1]);
             }
         }
         if (KIND_MIN(kind)) { /* ggml's m_w * s_x per block */
@@ -323,10 +346,11 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
     }
 }
 
-#define GG_TOKENS(kind, levels)                                         \
+/* (several parts keep 3 x 2 x mt vectors live: at most 4 tokens) */
+#define GG_TOKENS(kind, levels, step)                                   \
     do {                                                                \
         int t = 0;                                                      \
-        for (; t + GG_MT <= nt; t += GG_MT) gg_micro(a, kind, levels, GG_MT, t); \
+        for (; t + (step) <= nt; t += (step)) gg_micro(a, kind, levels, step, t); \
         switch (nt - t) {                                               \
         case 0: break;                                                  \
         case 1: gg_micro(a, kind, levels, 1, t); break;                 \
@@ -340,8 +364,8 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
 /* Every token against one packed panel: one part (precision fast) with the
  * part loop gone, or a->levels parts. */
 SP_INLINE void gg_panel_tokens(const gg_args *a, const int kind, int nt) {
-    if (a->levels == 1) GG_TOKENS(kind, 1);
-    else GG_TOKENS(kind, a->levels);
+    if (a->levels == 1) GG_TOKENS(kind, 1, GG_MT);
+    else GG_TOKENS(kind, a->levels, GG_MT_PARTS);
 }
 
 SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
