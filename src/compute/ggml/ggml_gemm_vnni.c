@@ -136,6 +136,7 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 #include "compute/matmul/matmul_transpose.h"
+#include "compute/matmul/matmul_vnni_step.h"
 
 #define GG_MP 32  /* rows per panel: two vectors of int32 lanes */
 #define GG_MT 6   /* tokens per micro-kernel call */
@@ -244,13 +245,6 @@ typedef struct gg_args {
     bool accumulate;
 } gg_args;
 
-/* In asm because gcc 12 wraps the intrinsic in register copies (see
- * matmul_vnni_gemm.c). */
-SP_INLINE __m512i gg_dpbusd(__m512i acc, __m512i w, __m512i b) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(b));
-    return acc;
-}
-
 /* mt tokens from t0; kind, mt and (precision fast) levels are literals
  * after inlining. Each part of a block is one token of the decode kernels:
  * an exact integer sum (so no int32 overflow whatever the part count) and
@@ -284,14 +278,7 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
             for (int k = 0; k < 8; k++) {
                 const __m512i w0 = _mm512_loadu_si512(pb + k * GG_MP * 4);
                 const __m512i w1 = _mm512_loadu_si512(pb + k * GG_MP * 4 + 64);
-#pragma GCC unroll 8
-                for (int t = 0; t < mt; t++) {
-                    int32_t q4;
-                    memcpy(&q4, qb + t * a->ldq + 4 * k, 4);
-                    const __m512i x4 = _mm512_set1_epi32(q4);
-                    acc[t][0] = gg_dpbusd(acc[t][0], w0, x4);
-                    acc[t][1] = gg_dpbusd(acc[t][1], w1, x4);
-                }
+                sp_vnni_step(acc, mt, w0, w1, qb + 4 * k, a->ldq);
             }
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
