@@ -18,7 +18,7 @@
  *     activation block, ggml_act_split.c) with an added 2^-23 of
  *     sum |w| * (the block's largest |x|) (single-level q8 is off by ~2^-8).
  * (d) prefill on AVX-512 VNNI (ggml_gemm_vnni.c): fast as (b), 5..40
- *     tokens; high as (c) (f32 tiles).
+ *     tokens; high (the same 3 parts through the GEMM) as (c).
  *
  * Tolerance: integer block sums are exact, so the kernels differ from the
  * double reference only by f32 rounding: a product per block (d_w * d_x, then
@@ -374,11 +374,12 @@ static void test_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
-/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision fast, on the
- * AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode kernels'
- * per-block values, so the same double reference and tolerance apply (the
- * f32 tiles would miss it by the activations' quantization error, far more
- * than the tolerance). Rows not multiples of the 32-row panel, columns with
+/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision fast and high, on
+ * the AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode
+ * kernels' per-block values, so the same double reference and tolerance
+ * apply (fast: the f32 tiles would miss it by the activations' quantization
+ * error, far more than the tolerance; high: two parts instead of three miss
+ * it by ~4x). Rows not multiples of the 32-row panel, columns with
  * an odd block count and more than one 512-column panel, token counts that
  * are and are not multiples of the 6-token micro-kernel, 1 and 2 threads. */
 static void test_prefill(void **s) {
@@ -416,6 +417,38 @@ static void test_prefill(void **s) {
     }
     sp_mm_precision_force(SP_PRECISION_HIGH);
     sp_pool_destroy(pools[1]);
+}
+
+/* The AVX-512 split of 32-blocks (ggml_act_split_avx512.c) gives the
+ * scalar split's bits at every part: the decode path (either level) and the
+ * prefill GEMM read the same parts. Inputs: fill_acts' ties, zeros and
+ * scale jumps, plus a block with an inf and a NaN. */
+static void test_split_levels_agree(void **s) {
+    (void)s;
+    if (sp_simd_supported() < SP_SIMD_AVX512) {
+        skip();
+        return;
+    }
+    static sp_ggml_act scalar[3], vector[3];
+    float x[1024];
+    for (int variant = 0; variant < 4; variant++) {
+        fill_acts(x, 1024, variant % 3);
+        if (variant == 3) x[100] = INFINITY, x[200] = NAN, x[201] = -INFINITY;
+        for (uint32_t at = SP_GGML_Q8_0; ; at = SP_GGML_Q8_1) {
+            assert_true(sp_simd_force(SP_SIMD_AVX2));
+            assert_true(sp_ggml_quantize_act_split(at, x, 1024, 3, scalar));
+            assert_true(sp_simd_force(SP_SIMD_AVX512));
+            assert_true(sp_ggml_quantize_act_split(at, x, 1024, 3, vector));
+            for (int l = 0; l < 3; l++) {
+                assert_memory_equal(scalar[l].q, vector[l].q, 1024);
+                assert_memory_equal(scalar[l].d, vector[l].d, 32 * sizeof(float));
+                assert_memory_equal(scalar[l].s, vector[l].s, 32 * sizeof(float));
+                assert_memory_equal(scalar[l].sum32, vector[l].sum32, 32 * sizeof(int32_t));
+            }
+            if (at == SP_GGML_Q8_1) break;
+        }
+    }
+    sp_simd_force(sp_simd_supported());
 }
 
 /* Every kernel level gives the portable kernel's result up to f32 order
@@ -465,6 +498,7 @@ int main(void) {
         cmocka_unit_test(test_quantizers),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_prefill),
+        cmocka_unit_test(test_split_levels_agree),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_avx2_covers_all),
     };

@@ -13,6 +13,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/cpu_features.h"
+
 /* Round to nearest, ties to even (|v| <= 2^22). */
 static int nearest(float v) {
     const float t = v + 12582912.f;
@@ -21,26 +23,44 @@ static int nearest(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* One block of `bs` values of `levels` parts: parts[l].q/d/s at block b. */
-static void split_block(const float *x, int bs, int64_t b, int levels,
-                        sp_ggml_act *parts) {
+/* One block of `bs` values in `levels` parts: q[l][0..bs), d[l], sum[l]. */
+static void split_block(const float *x, int bs, int levels, int8_t *const q[],
+                        float d[], int32_t sum[]) {
     float r[SP_QK_K];
     memcpy(r, x, (size_t)bs * sizeof(float));
     for (int l = 0; l < levels; l++) {
         float amax = 0.0f;
         for (int j = 0; j < bs; j++) amax = fmaxf(amax, fabsf(r[j]));
-        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int8_t *q = parts[l].q + b * bs;
-        int32_t sum = 0;
+        const float dl = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t s = 0;
         for (int j = 0; j < bs; j++) {
             int v = nearest(r[j] * id);
             v = v > 127 ? 127 : v < -127 ? -127 : v;
-            q[j] = (int8_t)v;
-            sum += v;
-            r[j] = fmaf((float)-v, d, r[j]); /* exact: |result| <= d */
+            q[l][j] = (int8_t)v;
+            s += v;
+            r[j] = fmaf((float)-v, dl, r[j]); /* exact: |result| <= d */
         }
-        parts[l].d[b] = d;
-        if (bs == 32) parts[l].s[b] = (float)sum * d;
+        d[l] = dl;
+        sum[l] = s;
+    }
+}
+
+void sp_ggml_split_row32(const float *x, int64_t cols, int levels,
+                         int8_t *const q[], float *const d[],
+                         int32_t *const sum32[]) {
+#if defined(__x86_64__)
+    if (sp_simd_current() >= SP_SIMD_AVX512) {
+        sp_ggml_split_row32_avx512(x, cols, levels, q, d, sum32);
+        return;
+    }
+#endif
+    for (int64_t b = 0; b < cols / 32; b++) {
+        int8_t *qb[SP_GGML_SPLIT_MAX_LEVELS] = {0};
+        float db[SP_GGML_SPLIT_MAX_LEVELS];
+        int32_t sb[SP_GGML_SPLIT_MAX_LEVELS];
+        for (int l = 0; l < levels; l++) qb[l] = q[l] + 32 * b;
+        split_block(x + 32 * b, 32, levels, qb, db, sb);
+        for (int l = 0; l < levels; l++) d[l][b] = db[l], sum32[l][b] = sb[l];
     }
 }
 
@@ -62,8 +82,26 @@ bool sp_ggml_quantize_act_split(uint32_t act_type, const float *x,
         return false;
     const int bs = k_quant ? SP_QK_K : 32;
     if (cols % bs) return false;
-    for (int64_t b = 0; b < cols / bs; b++)
-        split_block(x + b * bs, bs, b, levels, parts);
+    int8_t *q[SP_GGML_SPLIT_MAX_LEVELS];
+    float *d[SP_GGML_SPLIT_MAX_LEVELS];
+    int32_t *sum32[SP_GGML_SPLIT_MAX_LEVELS];
+    for (int l = 0; l < levels; l++)
+        q[l] = parts[l].q, d[l] = parts[l].d, sum32[l] = parts[l].sum32;
+    if (k_quant) {
+        for (int64_t b = 0; b < cols / bs; b++) {
+            int8_t *qb[SP_GGML_SPLIT_MAX_LEVELS] = {0};
+            float db[SP_GGML_SPLIT_MAX_LEVELS];
+            int32_t sb[SP_GGML_SPLIT_MAX_LEVELS];
+            for (int l = 0; l < levels; l++) qb[l] = q[l] + b * bs;
+            split_block(x + b * bs, bs, levels, qb, db, sb);
+            for (int l = 0; l < levels; l++) parts[l].d[b] = db[l];
+        }
+    } else {
+        sp_ggml_split_row32(x, cols, levels, q, d, sum32);
+        for (int l = 0; l < levels; l++)
+            for (int64_t b = 0; b < cols / 32; b++)
+                parts[l].s[b] = (float)parts[l].sum32[b] * parts[l].d[b];
+    }
     for (int l = 0; l < levels; l++) block_sums(cols, k_quant, &parts[l]);
     return true;
 }

@@ -76,6 +76,17 @@ void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols);
 bool sp_ggml_quantize_act_split(uint32_t act_type, const float *x,
                                 int64_t cols, int levels, sp_ggml_act *parts);
 
+/* The 32-blocks of that split for one row of `cols` (a multiple of 32)
+ * activations: part l's values at q[l][0..cols), its per-block f32 d and
+ * integer sum at d[l][b], sum32[l][b]. The AVX-512 version (used at that
+ * SIMD level) gives the same bits. */
+void sp_ggml_split_row32(const float *x, int64_t cols, int levels,
+                         int8_t *const q[], float *const d[],
+                         int32_t *const sum32[]);
+void sp_ggml_split_row32_avx512(const float *x, int64_t cols, int levels,
+                                int8_t *const q[], float *const d[],
+                                int32_t *const sum32[]);
+
 /* y[t * w->rows + r] for r in [r0, r1), t < n_tokens (1..4): the integer
  * block products of the rows of w with act[t] (quantized to
  * sp_ggml_dot_act_type(w->ggml_type)), with the kernels of `level`. Returns
@@ -110,24 +121,30 @@ void sp_ggml_span_dot_avx512(const float *w, const float *x, int64_t ldx,
 
 /* ---- prefill (n_tokens > SP_MM_SMALL_TOKENS): ggml_gemm_vnni.c ---- */
 
-/* Every token of a call quantized to q8_0 or q8_1 (values and scales those
- * of sp_ggml_quantize_act), compact: token t's values at q + t * cols, its
- * per-block d, s (q8_1) and sum32 at [t * (cols / 32) + block]. */
+/* Every token of a call quantized to q8_0 or q8_1, compact, as `levels`
+ * rows per token: levels 1, llama.cpp's single rounding (values and f16
+ * scales those of sp_ggml_quantize_act); levels 2..3, the parts of
+ * sp_ggml_quantize_act_split (precision high), part l of token t in row
+ * t * levels + l. Row i's values at q + i * cols, its per-block d, s and
+ * sum32 at [i * (cols / 32) + block]; for a split token, the s of its part-0
+ * row is the sum of its parts' s (the others are not read). */
 typedef struct sp_ggml_acts {
     const int8_t *q;
     const float *d, *s;
     const int32_t *sum32;
-    int n_tokens;
+    int n_tokens, levels;
     int64_t cols;
 } sp_ggml_acts;
 
 /* Quantize n_tokens rows of `cols` activations (x[t * cols + c]) to act_type
- * (SP_GGML_Q8_0 or SP_GGML_Q8_1), the tokens split over `pool` (NULL: this
- * thread), into this (the calling) thread's scratch (grown as
- * needed, never shrunk): *out stays valid until this thread's next call.
- * Returns false, writing nothing to *out, for bad arguments or no memory. */
+ * (SP_GGML_Q8_0 or SP_GGML_Q8_1) in `levels` parts (1..
+ * SP_GGML_SPLIT_MAX_LEVELS), the tokens split over `pool` (NULL: this
+ * thread), into this (the calling) thread's scratch (grown as needed, never
+ * shrunk): *out stays valid until this thread's next call. Returns false,
+ * writing nothing to *out, for bad arguments or no memory. */
 bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
-                           int n_tokens, int64_t cols, sp_ggml_acts *out);
+                           int n_tokens, int64_t cols, int levels,
+                           sp_ggml_acts *out);
 
 /* Whether sp_ggml_gemm_vnni covers weights of `type` with `cols` columns on
  * this CPU (AVX-512 VNNI; q4_0, q8_0, q4_1, q5_0, q5_1). */
@@ -135,7 +152,9 @@ bool sp_ggml_gemm_covered(uint32_t type, int64_t cols);
 
 /* y[t * w->rows + r] for r in [r0, r1) and t < x->n_tokens (any count): the
  * decode kernels' per-block values (exact integer block sums times
- * d_w * d_x, plus m_w * s_x for q4_1 / q5_1), summed in another order. x
+ * d_w * d_x, plus m_w * s_x for q4_1 / q5_1), summed in another order; with
+ * x->levels > 1 the sum over each token's parts, as the decode path of
+ * precision high adds them (per block here, per row there). x
  * must be quantized to sp_ggml_dot_act_type(w->ggml_type). Safe to run
  * concurrently on disjoint row ranges. Returns false, writing nothing, when
  * not covered or for bad arguments. */

@@ -13,6 +13,15 @@
  * and subtracts offset * sum32_x, the block's activation sum; vpdpbusd lanes
  * (4 products of at most 255 * 127) cannot overflow within a block.
  *
+ * Precision high: each activation block is the decode path's 3 int8 parts
+ * (ggml_act_split.c, f32 scales), and every part gets the per-block value
+ * above, so prefill and decode again add the same terms. Unlike the MLX
+ * affine GEMM the parts are not combined in int32 (a1 2^14 + a2 2^7 + a3
+ * with power-of-two scales): that keeps only ~2^-21 of the block's maximum,
+ * 4x the decode split's ~2^-24, and q8_0's 255 * 127 products would
+ * overflow int32 anyway, so it would save at most one of the three
+ * epilogues.
+ *
  * Layout, as the MLX affine GEMM (matmul_vnni_gemm.c): a panel of GG_MP = 32
  * rows by up to GG_KC columns is unpacked once to u8 with the rows in the
  * int32 lanes of two vectors and 4 consecutive columns in each lane's bytes,
@@ -33,44 +42,76 @@ typedef struct gg_quant_job {
     uint32_t act_type;
     const float *x;
     int64_t cols;
+    int levels;
     int8_t *q;
     float *d, *s;
     int32_t *sum32;
     _Atomic int failed;
 } gg_quant_job;
 
-/* Tokens [t0, t1) through the decode quantizer (83 KiB of static per-thread
- * scratch), copied into the compact per-call arrays. */
+/* Tokens [t0, t1): llama.cpp's quantizer (levels 1, through this thread's
+ * scratch, copied into the compact arrays) or the decode split written
+ * there directly, part l of token t in row t * levels + l. A split token's
+ * part-0 s is the sum of its parts' s = sum * d (the kernel adds m_w * s
+ * once per block). */
 static void gg_quantize_range(void *ctx, int64_t t0, int64_t t1, int thread_id) {
     (void)thread_id;
     gg_quant_job *job = ctx;
-    static _Thread_local sp_ggml_act one;
+    const int levels = job->levels;
     const size_t cols = (size_t)job->cols, nb = cols / 32;
+    sp_ggml_act *one = levels > 1 ? NULL : sp_scratch_get(SP_SCRATCH_GGML_PREFILL_PARTS, sizeof *one);
+    if (levels == 1 && !one) {
+        job->failed = 1;
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
-        if (!sp_ggml_quantize_act(job->act_type, job->x + (size_t)t * cols,
-                                  job->cols, &one)) {
-            job->failed = 1;
-            return;
+        const float *x = job->x + (size_t)t * cols;
+        if (one) {
+            if (!sp_ggml_quantize_act(job->act_type, x, job->cols, one)) {
+                job->failed = 1;
+                return;
+            }
+            memcpy(job->q + (size_t)t * cols, one->q, cols);
+            memcpy(job->d + (size_t)t * nb, one->d, sizeof(float) * nb);
+            memcpy(job->s + (size_t)t * nb, one->s, sizeof(float) * nb);
+            memcpy(job->sum32 + (size_t)t * nb, one->sum32, sizeof(int32_t) * nb);
+            continue;
         }
-        memcpy(job->q + (size_t)t * cols, one.q, cols);
-        memcpy(job->d + (size_t)t * nb, one.d, sizeof(float) * nb);
-        memcpy(job->s + (size_t)t * nb, one.s, sizeof(float) * nb);
-        memcpy(job->sum32 + (size_t)t * nb, one.sum32, sizeof(int32_t) * nb);
+        int8_t *q[SP_GGML_SPLIT_MAX_LEVELS];
+        float *d[SP_GGML_SPLIT_MAX_LEVELS];
+        int32_t *sum32[SP_GGML_SPLIT_MAX_LEVELS];
+        for (int l = 0; l < levels; l++) {
+            const size_t row = (size_t)t * (size_t)levels + (size_t)l;
+            q[l] = job->q + row * cols;
+            d[l] = job->d + row * nb;
+            sum32[l] = job->sum32 + row * nb;
+        }
+        sp_ggml_split_row32(x, job->cols, levels, q, d, sum32);
+        float *s = job->s + (size_t)t * (size_t)levels * nb;
+        for (size_t b = 0; b < nb; b++) {
+            float sum = (float)sum32[0][b] * d[0][b];
+            for (int l = 1; l < levels; l++) sum += (float)sum32[l][b] * d[l][b];
+            s[b] = sum;
+        }
     }
 }
 
 bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
-                           int n_tokens, int64_t cols, sp_ggml_acts *out) {
+                           int n_tokens, int64_t cols, int levels,
+                           sp_ggml_acts *out) {
     if (!x || !out || n_tokens < 1 || cols <= 0 || cols % 32 ||
-        cols > SP_GGML_DOT_MAX_COLS ||
+        cols > SP_GGML_DOT_MAX_COLS || levels < 1 ||
+        levels > SP_GGML_SPLIT_MAX_LEVELS ||
         (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1))
         return false;
-    const size_t nt = (size_t)n_tokens, nb = (size_t)cols / 32;
+    /* one row of the arrays per token and part */
+    const size_t nt = (size_t)n_tokens * (size_t)levels, nb = (size_t)cols / 32;
     const size_t qbytes = (nt * (size_t)cols + 63) / 64 * 64;
     uint8_t *buf = sp_scratch_get(SP_SCRATCH_GGML_ACTS, qbytes + 3 * sizeof(float) * nt * nb);
     if (!buf) return false;
     gg_quant_job job = {.act_type = act_type, .x = x, .cols = cols,
-                        .q = (int8_t *)buf, .d = (float *)(buf + qbytes)};
+                        .levels = levels, .q = (int8_t *)buf,
+                        .d = (float *)(buf + qbytes)};
     job.s = job.d + nt * nb;
     job.sum32 = (int32_t *)(job.s + nt * nb);
     /* the scalar quantizer is a sizeable share of a prefill: split it too */
@@ -80,7 +121,7 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
     if (job.failed) return false;
     *out = (sp_ggml_acts){.q = job.q, .d = job.d, .s = job.s,
                           .sum32 = job.sum32, .n_tokens = n_tokens,
-                          .cols = cols};
+                          .levels = levels, .cols = cols};
     return true;
 }
 
@@ -95,9 +136,11 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
 #include "compute/matmul/matmul_transpose.h"
+#include "compute/matmul/matmul_vnni_step.h"
 
 #define GG_MP 32  /* rows per panel: two vectors of int32 lanes */
 #define GG_MT 6   /* tokens per micro-kernel call */
+#define GG_MT_PARTS 4 /* the same, several parts per token */
 #define GG_KC 512 /* columns per panel: 16 KiB of bytes, stays in L1 */
 #define GG_PB (GG_KC / 32) /* blocks per panel */
 
@@ -175,60 +218,76 @@ typedef struct gg_args {
     const float *d, *s;    /* token 0, the panel's first block */
     const int32_t *sum32;
     int64_t ldq, ldb;      /* token strides of q and of the per-block arrays */
+    int64_t ldlq, ldlb;    /* part strides of the same (levels > 1) */
+    int levels;
     float *y;              /* token 0, the panel's first row */
     int64_t ldy;
     int nr;
     bool accumulate;
 } gg_args;
 
-/* In asm because gcc 12 wraps the intrinsic in register copies (see
- * matmul_vnni_gemm.c). */
-SP_INLINE __m512i gg_dpbusd(__m512i acc, __m512i w, __m512i b) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(b));
-    return acc;
-}
-
-/* mt tokens from t0; kind and mt are literals after inlining. */
-SP_INLINE void gg_micro(const gg_args *a, const int kind, const int mt, int t0) {
-    __m512 out[GG_MT][2];
+/* mt tokens from t0; kind, mt and (precision fast) levels are literals
+ * after inlining. Each part of a block is one token of the decode kernels:
+ * an exact integer sum (so no int32 overflow whatever the part count) and
+ * an f32 scaling. One part: acc * (d_w d_x) added to the output, as
+ * decode; several: sum_l acc_l d_x,l in f32 first, then times d_w (the
+ * same terms, rounded in another order, two multiplies per part fewer). */
+SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
+                        const int mt, int t0) {
+    __m512 out[GG_MT][2], part[GG_MT][2];
 #pragma GCC unroll 8
     for (int t = 0; t < mt; t++) out[t][0] = out[t][1] = _mm512_setzero_ps();
     const int8_t *qt = a->q + t0 * a->ldq;
     const int64_t bo = t0 * a->ldb;
     for (int b = 0; b < a->nblk; b++) {
         const uint8_t *pb = a->panel + b * 8 * GG_MP * 4;
-        const int8_t *qb = qt + 32 * b;
-        __m512i acc[GG_MT][2];
-#pragma GCC unroll 8
-        for (int t = 0; t < mt; t++) acc[t][0] = acc[t][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const __m512i w0 = _mm512_loadu_si512(pb + k * GG_MP * 4);
-            const __m512i w1 = _mm512_loadu_si512(pb + k * GG_MP * 4 + 64);
-#pragma GCC unroll 8
-            for (int t = 0; t < mt; t++) {
-                int32_t q4;
-                memcpy(&q4, qb + t * a->ldq + 4 * k, 4);
-                const __m512i x4 = _mm512_set1_epi32(q4);
-                acc[t][0] = gg_dpbusd(acc[t][0], w0, x4);
-                acc[t][1] = gg_dpbusd(acc[t][1], w1, x4);
-            }
-        }
         const __m512 dw0 = _mm512_loadu_ps(a->dw + b * GG_MP);
         const __m512 dw1 = _mm512_loadu_ps(a->dw + b * GG_MP + 16);
+        for (int l = 0; l < levels; l++) {
+            const int8_t *qb = qt + l * a->ldlq + 32 * b;
+            __m512i acc[GG_MT][2];
 #pragma GCC unroll 8
-        for (int t = 0; t < mt; t++) {
-            const int64_t i = bo + t * a->ldb + b;
-            if (!KIND_MIN(kind)) { /* the weights' offset share */
-                const __m512i off = _mm512_set1_epi32(a->sum32[i] * (1 << KIND_SHIFT(kind)));
-                acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
-                acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
+            for (int t = 0; t < mt; t++) {
+                const int64_t i = bo + t * a->ldb + l * a->ldlb + b;
+                /* several parts: the weights' offset share starts the sum */
+                acc[t][0] = levels == 1 || KIND_MIN(kind)
+                    ? _mm512_setzero_si512()
+                    : _mm512_set1_epi32(-a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                acc[t][1] = acc[t][0];
             }
-            const __m512 dx = _mm512_set1_ps(a->d[i]);
-            out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][0]),
-                                        _mm512_mul_ps(dw0, dx), out[t][0]);
-            out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][1]),
-                                        _mm512_mul_ps(dw1, dx), out[t][1]);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i w0 = _mm512_loadu_si512(pb + k * GG_MP * 4);
+                const __m512i w1 = _mm512_loadu_si512(pb + k * GG_MP * 4 + 64);
+                sp_vnni_step(acc, mt, w0, w1, qb + 4 * k, a->ldq);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                const int64_t i = bo + t * a->ldb + l * a->ldlb + b;
+                const __m512 dx = _mm512_set1_ps(a->d[i]);
+                if (levels > 1) {
+                    for (int h = 0; h < 2; h++)
+                        part[t][h] = l == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t][h]), dx)
+                                            : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][h]), dx, part[t][h]);
+                    continue;
+                }
+                if (!KIND_MIN(kind)) { /* the weights' offset share */
+                    const __m512i off = _mm512_set1_epi32(a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                    acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
+                    acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
+                }
+                out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][0]),
+                                            _mm512_mul_ps(dw0, dx), out[t][0]);
+                out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][1]),
+                                            _mm512_mul_ps(dw1, dx), out[t][1]);
+            }
+        }
+        if (levels > 1) {
+#pragma GCC unroll 8
+            for (int t = 0; t < mt; t++) {
+                out[t][0] = _mm512_fmadd_ps(part[t][0], dw0, out[t][0]);
+                out[t][1] = _mm512_fmadd_ps(part[t][1], dw1, out[t][1]);
+            }
         }
         if (KIND_MIN(kind)) { /* ggml's m_w * s_x per block */
             const __m512 mw0 = _mm512_loadu_ps(a->mw + b * GG_MP);
@@ -255,18 +314,26 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int mt, int t0) 
     }
 }
 
-/* Every token against one packed panel. */
+/* (several parts keep 3 x 2 x mt vectors live: at most 4 tokens) */
+#define GG_TOKENS(kind, levels, step)                                   \
+    do {                                                                \
+        int t = 0;                                                      \
+        for (; t + (step) <= nt; t += (step)) gg_micro(a, kind, levels, step, t); \
+        switch (nt - t) {                                               \
+        case 0: break;                                                  \
+        case 1: gg_micro(a, kind, levels, 1, t); break;                 \
+        case 2: gg_micro(a, kind, levels, 2, t); break;                 \
+        case 3: gg_micro(a, kind, levels, 3, t); break;                 \
+        case 4: gg_micro(a, kind, levels, 4, t); break;                 \
+        default: gg_micro(a, kind, levels, 5, t); break;                \
+        }                                                               \
+    } while (0)
+
+/* Every token against one packed panel: one part (precision fast) with the
+ * part loop gone, or a->levels parts. */
 SP_INLINE void gg_panel_tokens(const gg_args *a, const int kind, int nt) {
-    int t = 0;
-    for (; t + GG_MT <= nt; t += GG_MT) gg_micro(a, kind, GG_MT, t);
-    switch (nt - t) {
-    case 0: break;
-    case 1: gg_micro(a, kind, 1, t); break;
-    case 2: gg_micro(a, kind, 2, t); break;
-    case 3: gg_micro(a, kind, 3, t); break;
-    case 4: gg_micro(a, kind, 4, t); break;
-    default: gg_micro(a, kind, 5, t); break;
-    }
+    if (a->levels == 1) GG_TOKENS(kind, 1, GG_MT);
+    else GG_TOKENS(kind, a->levels, GG_MT_PARTS);
 }
 
 SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
@@ -276,8 +343,11 @@ SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
     const size_t bs = sp_ggml_traits(w->ggml_type)->type_size;
     _Alignas(64) uint8_t panel[GG_KC * GG_MP];
     _Alignas(64) float dw[GG_PB * GG_MP], mw[GG_PB * GG_MP];
-    gg_args a = {.panel = panel, .dw = dw, .mw = mw, .ldq = x->cols,
-                 .ldb = nb, .ldy = w->rows};
+    const int levels = x->levels;
+    gg_args a = {.panel = panel, .dw = dw, .mw = mw,
+                 .ldq = levels * x->cols, .ldb = levels * nb,
+                 .ldlq = x->cols, .ldlb = nb, .levels = levels,
+                 .ldy = w->rows};
     for (int64_t r = r0; r < r1; r += GG_MP) {
         const int nr = r1 - r < GG_MP ? (int)(r1 - r) : GG_MP;
         for (int64_t b0 = 0; b0 < nb; b0 += GG_PB) {
@@ -300,7 +370,8 @@ bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
                        int64_t r0, int64_t r1) {
     if (!w || !x || !y || w->type != SP_W_GGML || !w->data ||
         !sp_ggml_gemm_covered(w->ggml_type, w->cols) || x->cols != w->cols ||
-        x->n_tokens < 1 || r0 < 0 || r1 > w->rows || r0 > r1)
+        x->n_tokens < 1 || x->levels < 1 ||
+        x->levels > SP_GGML_SPLIT_MAX_LEVELS || r0 < 0 || r1 > w->rows || r0 > r1)
         return false;
     const int kind = block_kind(w->ggml_type);
     if (sp_ggml_dot_act_type(w->ggml_type) != (KIND_MIN(kind) ? SP_GGML_Q8_1 : SP_GGML_Q8_0))

@@ -16,9 +16,10 @@
  *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
  *     spans with ggml's bit-exact dequantizers and dotted with the f32
  *     activations (exact up to summation order).
- * More tokens (prefill), precision fast on AVX-512 VNNI, q4_0 / q8_0 /
- * q4_1 / q5_0 / q5_1: every token is quantized once per call as for decode
- * and ggml_gemm_vnni.c computes the same per-block values in panels of rows.
+ * More tokens (prefill), precision fast or high on AVX-512 VNNI, q4_0 /
+ * q8_0 / q4_1 / q5_0 / q5_1: every token is quantized (fast) or split into
+ * 3 parts (high) once per call as for decode and ggml_gemm_vnni.c computes
+ * the same per-block values in panels of rows.
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
  * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
  * and the tile is dotted with every token's f32 activations, so the decode
@@ -221,14 +222,16 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
-    if (n_tokens > SP_MM_SMALL_TOKENS && sp_mm_act_levels() == 1 &&
-        sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
-        /* quantized once per call (tokens split over the pool) into the
-         * caller's thread scratch, which outlives the synchronous pool
-         * call; read by every worker */
+    const int levels = sp_mm_act_levels();
+    if (n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
+        levels <= SP_GGML_SPLIT_MAX_LEVELS && sp_ggml_vnni_active() &&
+        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+        /* quantized (fast) or split (high) once per call, tokens split over
+         * the pool, into the caller's thread scratch, which outlives the
+         * synchronous pool call; read by every worker */
         sp_ggml_acts acts;
         if (sp_ggml_quantize_acts(pool, sp_ggml_dot_act_type(w->ggml_type), x,
-                                  n_tokens, w->cols, &acts)) {
+                                  n_tokens, w->cols, levels, &acts)) {
             job.acts = &acts;
             sp_pool_for(pool, w->rows, grain, gg_rows_gemm, &job);
             return;

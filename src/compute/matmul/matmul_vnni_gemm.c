@@ -43,6 +43,7 @@
 
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/matmul/matmul_transpose.h"
+#include "compute/matmul/matmul_vnni_step.h"
 
 #define GV_MP 32     /* rows per panel: two vectors of int32 lanes */
 #define GV_MT 6      /* tokens per micro-kernel call */
@@ -219,15 +220,6 @@ typedef struct gv_args {
     bool accumulate;        /* add to y instead of storing */
 } gv_args;
 
-/* acc + the dot products of w's u8 and b's s8 quadruples, per int32 lane.
- * In asm because gcc 12 wraps the intrinsic in two register copies per
- * call, which doubled the micro-kernel's instruction count. */
-static inline __attribute__((always_inline)) __m512i
-gv_dpbusd(__m512i acc, __m512i w, __m512i b) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(b));
-    return acc;
-}
-
 /* mt tokens from t0 (both literals at each call site after inlining, so the
  * accumulator arrays live in registers). */
 static inline __attribute__((always_inline)) void
@@ -257,14 +249,7 @@ gv_micro(const gv_args *a, const int levels, const int mt, int t0) {
             for (int k = 0; k < a->k4g; k++) {
                 const __m512i w0 = _mm512_loadu_si512(pg + k * GV_MP * 4);
                 const __m512i w1 = _mm512_loadu_si512(pg + k * GV_MP * 4 + 64);
-#pragma GCC unroll 8
-                for (int t = 0; t < mt; t++) {
-                    int32_t q4;
-                    memcpy(&q4, al + t * a->ldq + 4 * k, 4);
-                    const __m512i b = _mm512_set1_epi32(q4);
-                    acc[t][0] = gv_dpbusd(acc[t][0], w0, b);
-                    acc[t][1] = gv_dpbusd(acc[t][1], w1, b);
-                }
+                sp_vnni_step(acc, mt, w0, w1, al + 4 * k, a->ldq);
             }
             if (l == levels - 1 || (a->flush >> l & 1u)) {
                 const __m512 s0 = _mm512_loadu_ps(a->sv + g * GV_MP);
