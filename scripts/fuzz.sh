@@ -30,7 +30,7 @@ else
 fi
 
 mkdir -p "$run/tmp" "$run/logs"
-export TMPDIR=$PWD/$run/tmp   # the harnesses' scratch files
+export TMPDIR; TMPDIR=$(cd "$run/tmp" && pwd)   # the harnesses' scratch files
 
 fuzz_one() {   # $1 harness; output to $run/logs/$1.log
   local h=$1 seeds=tests/fuzz/corpus/$1 log=$run/logs/$1.log

@@ -15,15 +15,9 @@
 #include "spindle.h"
 
 /* Sanitizer settings compiled in, so that a harness run by hand behaves as
- * in scripts/fuzz.sh: UBSan prints stacks, and known_bugs.lsan lists the
- * leaks of bugs already being fixed elsewhere (each line goes when its fix
- * lands). */
+ * in scripts/fuzz.sh: UBSan prints stacks. */
 const char *__ubsan_default_options(void);
 const char *__ubsan_default_options(void) { return "print_stacktrace=1"; }
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void) {
-    return "suppressions=" SPINDLE_SOURCE_DIR "/tests/fuzz/known_bugs.lsan";
-}
 
 #define FUZZ_CHECK(cond, ...)                                              \
     do {                                                                   \

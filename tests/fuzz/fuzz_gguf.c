@@ -10,6 +10,7 @@
 
 #include "artifacts/gguf_model.h"
 #include "compute/ggml/ggml_quants.h"
+#include "models/registry.h"
 
 static unsigned fuzz_sink;
 
@@ -98,7 +99,7 @@ static void check_reader(const char *path, const uint8_t *data, size_t size) {
 static void check_model(const char *path) {
     sp_gguf_weights *w = NULL;
     spindle_error err = {0};
-    spindle_status st = sp_gguf_weights_open(path, &w, &err);
+    spindle_status st = sp_gguf_weights_open(path, sp_gguf_families(), &w, &err);
     if (st != SPINDLE_OK) {
         fuzz_check_error(st, &err);
         return;

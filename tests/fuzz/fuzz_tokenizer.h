@@ -68,7 +68,7 @@ static char *fuzz_decode_both_ways(const spindle_tokenizer *tok, const int32_t *
                    : spindle_detokenizer_flush(d, &piece, &err);
         FUZZ_CHECK(st == SPINDLE_OK, "detokenizer step %zu failed where decode did not: %s", i,
                    err.message);
-        const size_t plen = sp_detokenizer_piece_len(d);
+        const size_t plen = spindle_detokenizer_piece_len(d);
         FUZZ_CHECK(at + plen <= *len && fuzz_same_bytes(text + at, piece, plen),
                    "piece %zu (%zu bytes at %zu) is not the next part of the %zu-byte decode",
                    i, plen, at, *len);
