@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
 
 ROOT = Path(__file__).resolve().parents[2]
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
@@ -156,6 +157,33 @@ def model(request):
     llm.close()
 
 
+@pytest.fixture(scope="module")
+def exact(tmp_path_factory):
+    """exact(model, ids): mlx-lm's last-position logits for ids, in f32, on
+    the model's GGUF converted with `spindle convert --dtype f32` (lossless:
+    Q4_1 / Q8_0 become MLX affine 4 / 8-bit g32, the other ggml types their
+    exact f32 dequantization). Each model is converted and loaded once, on
+    its first use."""
+    if importlib.util.find_spec("mlx_lm") is None:
+        pytest.fail("mlx-lm is missing (pip install -r tests/requirements.txt)")
+    models = {}
+
+    def logits(model, ids):
+        import mlx.core as mx
+        from mlx_lm.models.cache import make_prompt_cache
+        name = model["name"]
+        if name not in models:
+            out = tmp_path_factory.mktemp("exact") / name
+            models[name] = load_f32(convert(SPINDLE_BIN, model["path"], out,
+                                            "--dtype", "f32"))
+        mlx_model = models[name]
+        cache = make_prompt_cache(mlx_model)
+        row = mlx_model(mx.array([ids]), cache=cache)[0, -1]
+        return np.array(row.astype(mx.float32)).astype(np.float64)
+
+    return logits
+
+
 def last_logits(llm):
     """Logits of the last token of the last eval (llama-cpp-python keeps
     `scores` only with logits_all; the context holds that one row)."""
@@ -192,7 +220,7 @@ def spindle(path, ids, tmp_path):
 
 
 @pytest.mark.parametrize("prompt", range(len(RAW) + len(CHAT)))
-def test_gguf_parity(model, prompt, tmp_path):
+def test_gguf_parity(model, exact, prompt, tmp_path):
     ids = model["prompts"][prompt]
     assert 0 < len(ids) < N_CTX - N_GEN
     ref_logits, ref_tokens, margins = reference(model["llm"], ids)
@@ -208,13 +236,25 @@ def test_gguf_parity(model, prompt, tmp_path):
 
     assert len(tokens) == N_GEN
     for i, (a, b) in enumerate(zip(tokens, ref_tokens)):
-        if a != b:
-            assert margins[i] < NEAR_TIE, (
-                f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
-                f"{margins[i]:.3f}; spindle {tokens}, llama.cpp {ref_tokens}")
+        if a == b:
+            continue
+        if margins[i] < NEAR_TIE:
             print(f"  diverged at token {i} (near-tie, margin "
                   f"{margins[i]:.3f})")
             break
+        # llama.cpp was sure: exact math (mlx-lm, f32) decides who is right.
+        lg = exact(model, list(ids) + tokens[:i])
+        tie = TIE_FACTOR * TOL_REL * float(np.std(lg))
+        top = int(np.argmax(lg))
+        print(f"  diverged at token {i} (llama.cpp margin {margins[i]:.3f}): "
+              f"mlx-lm f32 argmax {top}, logit[spindle] - logit[llama.cpp] "
+              f"{lg[a] - lg[b]:.4f}")
+        assert top == a and lg[a] - lg[b] > tie, (
+            f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
+            f"{margins[i]:.3f}; exact math (mlx-lm f32) picks {top}, "
+            f"logit[spindle] - logit[llama.cpp] {lg[a] - lg[b]:.4f}; "
+            f"spindle {tokens}, llama.cpp {ref_tokens}")
+        break   # the continuations differ from here on
 
 
 def test_prompt_token_ids(model):
