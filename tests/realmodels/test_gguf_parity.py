@@ -55,9 +55,9 @@ generated steps it has flipped margins up to 0.344 (Gemma, prompt 4, token
 threshold alone is both tight and reliable: below NEAR_TIE a flip is taken
 as llama.cpp's noise, above it the exact reference must confirm it. A
 wrong weight layout, norm offset, RoPE pairing or scale gives errors of
-several std and different tokens from the first one; smaller errors (a
-few percent on one norm's weights) that stay within (a) and diverge at a
-confident step are caught by the arbitration (bench/RESULTS.md).
+several std and different tokens from the first one; a smaller one (15 %
+noise on three norms' weights) that stays within (a) but diverges at a
+confident step is caught by the arbitration (bench/RESULTS.md).
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS (2),
 SPINDLE_GGUF_DIR (where the Gemma file is reassembled; tests/.work/gguf).
