@@ -46,7 +46,7 @@ quantized matrix product. That single rounding is llama.cpp's own error
 against exact math, and it is chaotic through the layers. Measured teacher-
 forced on llama.cpp's tokens (bench/RESULTS.md, llama-cpp-python 0.3.36,
 x86-64): max |logit error| 0.9-1.4 per prompt (logit std 3-4.5), top-2
-margin error up to MARGIN_ERR; llama.cpp differs as much from Spindle exact
+margin error up to 0.9 logits; llama.cpp differs as much from Spindle exact
 as from Spindle fast (its own arithmetic, summed in another order), and
 flips greedy steps with margins up to 0.13 against exact math; its f16 KV
 cache flips steps with margins up to 0.11 against its f32 one. Over 64
