@@ -356,9 +356,7 @@ static float dot_q6_K(const void *row, const sp_ggml_act *a, int64_t nb) {
 
 bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
                               int n_tokens, float *y, int64_t r0, int64_t r1) {
-    if (!sp_ggml_dot_covered(w->ggml_type, w->cols) || n_tokens < 1 ||
-        n_tokens > SP_MM_SMALL_TOKENS)
-        return false;
+    if (!sp_ggml_rows_q8_takes(w, n_tokens)) return false;
     const sp_ggml_type_traits *tr = sp_ggml_traits(w->ggml_type);
     const int64_t nb = w->cols / tr->block_size;
     const size_t row_bytes = sp_ggml_row_size(w->ggml_type, w->cols);

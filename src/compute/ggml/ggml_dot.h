@@ -57,6 +57,13 @@ uint32_t sp_ggml_dot_act_type(uint32_t type);
  * (integer path and f32 path alike). */
 bool sp_ggml_dot_covered(uint32_t type, int64_t cols);
 
+/* Whether a decode entry point (sp_ggml_rows_q8_*) takes this call: the
+ * weight is covered and 1 <= n_tokens <= SP_MM_SMALL_TOKENS. */
+static inline bool sp_ggml_rows_q8_takes(const sp_weight *w, int n_tokens) {
+    return sp_ggml_dot_covered(w->ggml_type, w->cols) && n_tokens >= 1 &&
+           n_tokens <= SP_MM_SMALL_TOKENS;
+}
+
 /* Quantize `cols` activations (a multiple of the block size of act_type,
  * at most SP_GGML_DOT_MAX_COLS) as ggml's reference quantizer of act_type
  * does. Returns false, writing nothing, for a bad act_type or cols. */

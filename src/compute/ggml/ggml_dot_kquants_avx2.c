@@ -220,9 +220,7 @@ bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,
                    : type == SP_GGML_Q5_K ? K5
                    : type == SP_GGML_Q6_K ? K6
                                           : -1;
-    if (kt < 0 || !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
-        n_tokens > SP_MM_SMALL_TOKENS)
-        return false;
+    if (kt < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
     const int64_t nb = w->cols / SP_QK_K;
 #define ROW(n) SP_CONST_KIND5(kt, avx2_row_k, row, nb, act, n, y + r, w->rows)
     SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);

@@ -179,8 +179,7 @@ bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
                                   int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
     if ((type != SP_GGML_Q4_K && type != SP_GGML_Q5_K && type != SP_GGML_Q6_K) ||
-        !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
-        n_tokens > SP_MM_SMALL_TOKENS)
+        !sp_ggml_rows_q8_takes(w, n_tokens))
         return false;
     const int64_t nb = w->cols / SP_QK_K;
 #define ROW(n)                                                                 \

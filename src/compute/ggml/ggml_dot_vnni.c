@@ -197,9 +197,7 @@ bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
     const int kind = block_kind(type);
-    if (kind < 0 || !sp_ggml_dot_covered(type, w->cols) || n_tokens < 1 ||
-        n_tokens > SP_MM_SMALL_TOKENS)
-        return false;
+    if (kind < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
     const int64_t nb = w->cols / 32;
 #define ROW(n) SP_CONST_KIND5(kind, vnni_row_q4q8, row, nb, act, n, y + r, w->rows)
     SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
