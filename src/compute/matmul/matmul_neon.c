@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "compute/tensor.h"
+
 #define VW 4
 #define VF float32x4_t
 #define K(name) name##_neon
