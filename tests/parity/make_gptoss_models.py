@@ -58,9 +58,22 @@ BASE = dict(
 
 MXFP4 = {"group_size": 32, "bits": 4, "mode": "mxfp4"}
 
+# "-chat": the gpt-oss tokenizer's vocabulary (201088 ids) on a smaller
+# model, with its tokenizer files and the harmony chat template (llama.cpp's
+# copy of openai/gpt-oss-120b's, unpacked by scripts/setup.sh), for
+# `spindle run --chat` (test_gptoss_parity.test_gptoss_chat).
+CHAT_CFG = dict(vocab_size=201088, hidden_size=64, intermediate_size=64,
+                num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16,
+                layer_types=["sliding_attention", "full_attention"])
+TOKENIZER_DIR = HERE.parents[0] / "node_modules" / "@lenml" / \
+    "tokenizer-gptoss" / "models"
+CHAT_TEMPLATE = HERE.parents[0] / "templates" / "models" / \
+    "openai-gpt-oss-120b.jinja"
 
-def _spec(name, dtype, quant=None):
-    return dict(name=name, dtype=dtype, quant=quant)
+
+def _spec(name, dtype, quant=None, chat=False):
+    return dict(name=name, dtype=dtype, quant=quant, chat=chat)
 
 
 SPECS = [
@@ -69,6 +82,7 @@ SPECS = [
     _spec("gptoss-mxfp4-q8", "bfloat16", quant="mxfp4-experts"),
     _spec("gptoss-q8", "bfloat16", quant="q8"),
     _spec("gptoss-mxfp4", "bfloat16", quant="mxfp4"),
+    _spec("gptoss-chat", "bfloat16", quant="mxfp4-experts", chat=True),
 ]
 
 
@@ -81,6 +95,8 @@ def source_hash():
 
 def make_config(spec):
     cfg = json.loads(json.dumps(BASE))
+    if spec["chat"]:
+        cfg.update(CHAT_CFG)
     cfg["tie_word_embeddings"] = False
     cfg["torch_dtype"] = spec["dtype"]
     cfg["eos_token_id"] = cfg["vocab_size"] - 1
@@ -132,6 +148,10 @@ def build_model(spec, path):
     mm.mx.eval(model.parameters())
     mm.mlu.save_model(path, model)
     mm.mlu.save_config(dict(cfg), path / "config.json")
+    if spec["chat"]:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            (path / f).symlink_to(TOKENIZER_DIR / f)
+        (path / "chat_template.jinja").symlink_to(CHAT_TEMPLATE)
     return model
 
 

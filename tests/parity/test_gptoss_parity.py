@@ -12,14 +12,21 @@ biased experts with the clamped SwiGLU, YaRN, and f32 / bf16 / MXFP4-expert
       reference; against the native one max(NATIVE_FACTOR * mlx's own
       native-vs-f32 gap, TOL_F32_REL).
 
+test_gptoss_chat runs `spindle run --chat` on the "-chat" model (the gpt-oss
+tokenizer and harmony template): its prompt ids must be transformers'
+apply_chat_template ids, and its greedy tokens mlx-lm's on them.
+
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GPTOSS_PARITY_DIR (default tests/.work/parity-gptoss).
 """
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -59,3 +66,53 @@ def test_gptoss_last_logits(case, gptoss_models, model, prompt):
     ref, entry, _, dump = case
     tp.assert_last_logits(dump, gptoss_models / model, ref, entry,
                           f"{model}/{prompt}", lambda w: w)
+
+
+CHAT_MESSAGE = "What is the capital of France?"
+CHAT_TOKENS = 12
+
+
+def _greedy_entry(model, prompt):
+    """mlx-lm's greedy continuation of `prompt` (EOS ignored) as a
+    reference entry for parity_common.check_tokens."""
+    toks, _, _, logits = gm.mm.run_reference(model, prompt, set(), CHAT_TOKENS)
+    return {"tokens": toks, "eos_token": None,
+            "margins": [gm.mm.margin(l) for l in logits],
+            "step_std": [float(np.std(l)) for l in logits]}
+
+
+def test_gptoss_chat(spindle_bin, gptoss_models, tmp_path):  # noqa: F811
+    """The harmony format end to end: transformers renders and tokenizes the
+    conversation (today's date, as `spindle run` renders it), Spindle must
+    feed exactly those ids and continue them as mlx-lm does (float32 and
+    native references, near-ties aside)."""
+    from transformers import AutoTokenizer
+    d = gptoss_models / "gptoss-chat"
+    tok = AutoTokenizer.from_pretrained(str(d))
+    ids = list(tok.apply_chat_template(
+        [{"role": "user", "content": CHAT_MESSAGE}],
+        add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"])
+    cmd = [str(spindle_bin), "run", "-m", str(d), "--chat", "-p",
+           CHAT_MESSAGE, "-n", str(CHAT_TOKENS), "--ignore-eos", "--json"]
+    if os.environ.get("SPINDLE_THREADS"):
+        cmd += ["-t", os.environ["SPINDLE_THREADS"]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prompt_tokens"] == ids, "the chat prompt differs from " \
+        "transformers' apply_chat_template"
+    gm.mm._imports()
+    gm.mm.mx.set_default_device(gm.mm.mx.cpu)
+    model, _ = gm.mm.mlu.load_model(d)
+    model32, _ = gm.mm.mlu.load_model(d)
+    model32.set_dtype(gm.mm.mx.float32)
+    ref = tp.load_ref(gptoss_models, "gptoss-chat")
+    got = [int(t) for t in out["tokens"]]
+    errors = [e for e in (
+        tp.check_tokens(got, _greedy_entry(model32, ids), tp.TOL_F32_REL,
+                        "mlx f32-upcast"),
+        tp.check_tokens(got, _greedy_entry(model, ids), tp.native_tol(ref),
+                        "mlx native"),
+    ) if e]
+    assert not errors, "\n".join(errors)
