@@ -25,7 +25,6 @@ affine override per layer.
 Usage: python tests/parity/make_gptoss_models.py [--out DIR] [--only NAME ...]
 """
 
-import hashlib
 import json
 import sys
 import zlib
@@ -87,10 +86,7 @@ SPECS = [
 
 
 def source_hash():
-    """Identity of this generator and of the helpers it borrows."""
-    h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(Path(mm.__file__).read_bytes())
-    return h.hexdigest()
+    return mm.generator_source_hash(__file__)
 
 
 def make_config(spec):

@@ -146,6 +146,14 @@ def source_hash():
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
+def generator_source_hash(path):
+    """Identity of a family's generator at `path` and of these helpers it
+    borrows, stored in STAMP so stale sets get rebuilt."""
+    h = hashlib.sha256(Path(path).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
+
+
 # ---------------------------------------------------------------------------
 # Everything below needs mlx.
 
