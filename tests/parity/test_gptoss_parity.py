@@ -12,6 +12,14 @@ biased experts with the clamped SwiGLU, YaRN, and f32 / bf16 / MXFP4-expert
       reference; against the native one max(NATIVE_FACTOR * mlx's own
       native-vs-f32 gap, TOL_F32_REL).
 
+test_gptoss_gguf_parity writes the float32 model as a GGUF the way
+llama.cpp's converter names it, with MXFP4 experts (make_gptoss_gguf.py),
+and holds Spindle to llama.cpp (llama-cpp-python, f32 configuration) on
+it: last-prompt logits and greedy tokens. In precision fast Spindle does
+llama.cpp's arithmetic (activations quantized to q8_0 for the MXFP4
+products, exact integer block sums), so the tolerance is tight; in the
+default (high) the difference is llama.cpp's own q8_0 rounding.
+
 test_gptoss_chat runs `spindle run --chat` on the "-chat" model (the gpt-oss
 tokenizer and harmony template): its prompt ids must be transformers'
 apply_chat_template ids, and its greedy tokens mlx-lm's on them.
@@ -20,6 +28,7 @@ Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GPTOSS_PARITY_DIR (default tests/.work/parity-gptoss).
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -116,3 +125,65 @@ def test_gptoss_chat(spindle_bin, gptoss_models, tmp_path):  # noqa: F811
                         "mlx native"),
     ) if e]
     assert not errors, "\n".join(errors)
+
+
+GGUF_TOKENS = 16
+# max |spindle - llama.cpp| / std(llama.cpp logits) on the MXFP4 GGUF
+GGUF_TOL = {"fast": 2e-3, "high": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def gptoss_gguf(gptoss_models, tmp_path_factory):
+    """(GGUF path, {prompt name: (ids, llama.cpp last logits, greedy
+    tokens, their margins and logit stds)}) of the float32 model with
+    MXFP4 experts."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.fail("llama-cpp-python is missing (pip install -r "
+                    "tests/requirements.txt)")
+    import make_gptoss_gguf
+    path = make_gptoss_gguf.write(gptoss_models / "gptoss-f32",
+                                  tmp_path_factory.mktemp("gguf") /
+                                  "gptoss-mxfp4.gguf")
+    llm = tp.llama_cpp_f32(path, 128, os.environ.get("SPINDLE_THREADS", "2"))
+    refs = {}
+    for name, ids in gm.PROMPTS.items():
+        llm.reset()
+        llm.eval(ids)
+        logits = first = tp.llama_cpp_last_logits(llm)
+        tokens, margins, stds = [], [], []
+        for i in range(GGUF_TOKENS):
+            tokens.append(int(np.argmax(logits)))
+            margins.append(gm.mm.margin(logits))
+            stds.append(float(np.std(logits)))
+            if i + 1 < GGUF_TOKENS:
+                llm.eval([tokens[-1]])
+                logits = tp.llama_cpp_last_logits(llm)
+        refs[name] = (ids, first, tokens, margins, stds)
+    llm.close()
+    return path, refs
+
+
+@pytest.mark.parametrize("precision", sorted(GGUF_TOL))
+@pytest.mark.parametrize("prompt", list(gm.PROMPTS))
+def test_gptoss_gguf_parity(spindle_bin, gptoss_gguf, tmp_path, precision,  # noqa: F811
+                            prompt):
+    path, refs = gptoss_gguf
+    ids, want, want_tokens, margins, stds = refs[prompt]
+    dump = tmp_path / "logits.npy"
+    cmd = [str(spindle_bin), "run", "-m", str(path), "--prompt-tokens",
+           ",".join(map(str, ids)), "-n", str(GGUF_TOKENS), "--ignore-eos",
+           "--json", "--dump-logits", str(dump)]
+    env = dict(os.environ, SPINDLE_PRECISION=precision)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    got = np.load(dump).astype(np.float64)
+    err = float(np.max(np.abs(got - want)) / np.std(want))
+    print(f"  {prompt} {precision}: max|err|/std = {err:.3g}")
+    assert err <= GGUF_TOL[precision], f"max|err|/std {err:.4g}"
+    tokens = json.loads(r.stdout)["tokens"]
+    entry = {"tokens": want_tokens, "eos_token": None, "margins": margins,
+             "step_std": stds}
+    problem = tp.check_tokens([int(t) for t in tokens], entry,
+                              GGUF_TOL[precision], "llama.cpp")
+    assert problem is None, problem
