@@ -141,6 +141,7 @@ def gptoss_gguf(gptoss_models, tmp_path_factory):
         pytest.fail("llama-cpp-python is missing (pip install -r "
                     "tests/requirements.txt)")
     import make_gptoss_gguf
+    gm.mm._imports()  # (mm.margin)
     path = make_gptoss_gguf.write(gptoss_models / "gptoss-f32",
                                   tmp_path_factory.mktemp("gguf") /
                                   "gptoss-mxfp4.gguf")
