@@ -193,35 +193,3 @@ def assert_last_logits(dump, model_dir, ref, entry, label,
                           f"want {want[worst]:.6g})")
     assert not errors, "; ".join(errors)
 
-
-GGML_TYPE_F32 = 0
-
-
-def llama_cpp_f32(path, n_ctx, threads):
-    """llama.cpp (llama-cpp-python) on a GGUF with an f32 KV cache, no flash
-    attention and its generic CPU kernels (no extra buffer types: AMX and
-    repacked kernels, which crash under some kernels that refuse the AMX
-    state): its most exact configuration."""
-    import llama_cpp
-    params = llama_cpp.llama_model_default_params
-
-    def no_extra_buffers():
-        p = params()
-        p.use_extra_bufts = False
-        return p
-    llama_cpp.llama.llama_cpp.llama_model_default_params = no_extra_buffers
-    try:
-        return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx,
-                               n_batch=n_ctx, n_threads=int(threads),
-                               verbose=False, type_k=GGML_TYPE_F32,
-                               type_v=GGML_TYPE_F32, flash_attn=False)
-    finally:
-        llama_cpp.llama.llama_cpp.llama_model_default_params = params
-
-
-def llama_cpp_last_logits(llm):
-    """Logits of the last token of the last eval (llama-cpp-python keeps
-    `scores` only with logits_all; the context holds that one row)."""
-    row = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-    return row.astype(np.float64)   # a copy: the next eval overwrites it
-

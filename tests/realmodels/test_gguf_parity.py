@@ -67,15 +67,11 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parity"))
-from parity_common import llama_cpp_f32, llama_cpp_last_logits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
@@ -86,6 +82,7 @@ N_CTX = 256
 LOGIT_TOL = 0.45       # max |error| / std of llama.cpp's logits
 LOGIT_ABS_TOL = 1.6    # logits
 NEAR_TIE = 0.25        # logits: llama.cpp top-1 margins below this may flip
+GGML_TYPE_F32 = 0
 
 pytestmark = pytest.mark.slow
 
@@ -139,8 +136,21 @@ MODELS = {"smollm2": smollm2_file, "gemma3": gemma3_file}
 
 
 def f32_llama(llama_cpp, path):
-    """llama.cpp in its f32 configuration (parity_common.llama_cpp_f32)."""
-    return llama_cpp_f32(path, N_CTX, THREADS)
+    """llama.cpp with an f32 KV cache, no flash attention and its generic CPU
+    kernels (no extra buffer types: AMX, repacking)."""
+    params = llama_cpp.llama_model_default_params
+    def no_extra_buffers():
+        p = params()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama.llama_cpp.llama_model_default_params = no_extra_buffers
+    try:
+        return llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX,
+                               n_batch=N_CTX, n_threads=int(THREADS),
+                               verbose=False, type_k=GGML_TYPE_F32,
+                               type_v=GGML_TYPE_F32, flash_attn=False)
+    finally:
+        llama_cpp.llama.llama_cpp.llama_model_default_params = params
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -190,7 +200,11 @@ def exact(tmp_path_factory):
     return logits
 
 
-last_logits = llama_cpp_last_logits
+def last_logits(llm):
+    """Logits of the last token of the last eval (llama-cpp-python keeps
+    `scores` only with logits_all; the context holds that one row)."""
+    row = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+    return row.astype(np.float64)   # a copy: the next eval overwrites it
 
 
 def reference(llm, ids):
