@@ -59,7 +59,7 @@ static bool have_vnni(void) {
 typedef struct tw {
     sp_weight w;
     uint8_t *buf[3];
-    uint8_t *codes;   /* [rows][cols], one code per byte */
+    int16_t *codes;   /* [rows][cols]: each code (mxfp4: its signed value) */
     double *s, *b;    /* [rows][groups], as the kernel reads them */
 } tw;
 
@@ -90,7 +90,7 @@ static void make_weight(tw *t, int64_t rows, int64_t cols, int bits, int gs,
     t->buf[0] = calloc(row_bytes * (size_t)rows + 8, 1);
     t->buf[1] = malloc(groups * qs + 8);
     t->buf[2] = malloc(groups * qs + 8);
-    t->codes = malloc((size_t)(rows * cols));
+    t->codes = malloc((size_t)(rows * cols) * sizeof *t->codes);
     t->s = malloc(groups * sizeof(double));
     t->b = malloc(groups * sizeof(double));
     assert_true(t->buf[0] && t->buf[1] && t->buf[2] && t->codes && t->s && t->b);
@@ -113,16 +113,16 @@ static void make_weight(tw *t, int64_t rows, int64_t cols, int bits, int gs,
                        .qparam_dtype = qt, .scales = sc, .biases = bi};
 }
 
-/* A random MLX mxfp4 weight, held as the affine form the kernel computes:
- * code q read as u = 2 e2m1(q) + 12 (0..24, from the E2M1 definition, not
- * the library's table), s = 2^(e - 128), b = -12 s. Exponents around 2^-5
- * keep the terms comparable to the affine weights'. */
+/* A random MLX mxfp4 weight in check()'s terms: code q as v = 2 e2m1(q)
+ * (from the E2M1 definition, not the library's table), s = 2^(e - 128),
+ * b = 0. Exponents around 2^-5 keep the terms comparable to the affine
+ * weights'. */
 static void make_mxfp4_weight(tw *t, int64_t rows, int64_t cols, int skew) {
     const size_t groups = (size_t)(rows * (cols / 32)), row_bytes = (size_t)cols / 2;
     t->buf[0] = calloc(row_bytes * (size_t)rows + 8, 1);
     t->buf[1] = malloc(groups + 8);
     t->buf[2] = NULL;
-    t->codes = malloc((size_t)(rows * cols));
+    t->codes = malloc((size_t)(rows * cols) * sizeof *t->codes);
     t->s = malloc(groups * sizeof(double));
     t->b = malloc(groups * sizeof(double));
     assert_true(t->buf[0] && t->buf[1] && t->codes && t->s && t->b);
@@ -130,13 +130,13 @@ static void make_mxfp4_weight(tw *t, int64_t rows, int64_t cols, int skew) {
     for (size_t g = 0; g < groups; g++) {
         sc[g] = (uint8_t)(118 + rng_u32() % 8);
         t->s[g] = ldexp(1.0, sc[g] - 128);
-        t->b[g] = -12 * t->s[g];
+        t->b[g] = 0;
     }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             const int q = (int)(rng_u32() & 15u), ex = (q >> 1) & 3, m = q & 1;
             const int twice = ex ? (2 + m) << (ex - 1) : m; /* 2 |e2m1(q)| */
-            t->codes[r * cols + c] = (uint8_t)((q & 8 ? -twice : twice) + 12);
+            t->codes[r * cols + c] = (int16_t)(q & 8 ? -twice : twice);
             d[(size_t)r * row_bytes + (size_t)c / 2] |= (uint8_t)(q << (4 * (c % 2)));
         }
     t->w = (sp_weight){.type = SP_W_MXFP4, .rows = rows, .cols = cols,
