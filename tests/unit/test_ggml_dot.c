@@ -399,7 +399,7 @@ static void test_prefill(void **s) {
     assert_true(sp_simd_force(SP_SIMD_AVX512));
     const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST};
     const uint32_t covered[] = {SP_GGML_Q4_0, SP_GGML_Q8_0, SP_GGML_Q4_1,
-                                SP_GGML_Q5_0, SP_GGML_Q5_1};
+                                SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_MXFP4};
     for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         sp_mm_precision_force(modes[m]);
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
