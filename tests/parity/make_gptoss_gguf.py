@@ -3,7 +3,7 @@ a GGUF the way llama.cpp's converter names it (conversion/gpt_oss.py,
 gguf-py constants: architecture "gpt-oss", blk.N.attn_sinks.weight,
 post_attention_norm, ffn_gate_inp router, stacked ffn_*_exps experts with
 biases), with the expert matrices in MXFP4 (gguf's port of ggml's
-quantize_row_mxfp4_ref) and everything else in f32.
+quantize_row_mxfp4_ref; or F32) and everything else in f32.
 
 The tokenizer is bench/make_gguf.py's synthetic gpt2-style vocabulary: the
 tests feed token ids. llama.cpp takes every other layer as sliding-window
@@ -51,7 +51,8 @@ def gguf_name(hf):
 
 
 def write(model_dir, out, experts_mxfp4=True):
-    """model_dir (float32 safetensors, mlx-lm layout) -> the GGUF `out`."""
+    """model_dir (float32 safetensors, mlx-lm layout) -> the GGUF `out`,
+    the experts in MXFP4 unless experts_mxfp4 is false (then F32)."""
     import gguf
     from gguf.quants import quantize
     from safetensors.numpy import load_file
