@@ -47,7 +47,8 @@ CASES = [
     ("main", "qwen3-q4g64", 0, 3),
     ("gemma3", "gemma3-f32", WINDOW, 0),
     ("gemma3", "gemma3-f32", WINDOW, 2),
-    ("gemma3", "gemma3-wide-q4g64", WINDOW, 0),
+    pytest.param("gemma3", "gemma3-wide-q4g64", WINDOW, 0,
+                 marks=pytest.mark.slow),
 ]
 
 
@@ -76,8 +77,9 @@ def run_harness(spindle_bin, model_dir, *args):  # noqa: F811
 
 
 @pytest.mark.parametrize("which,model,window,k", CASES,
-                         ids=[f"{m}-k{k or 'default'}"
-                              for _, m, _, k in CASES])
+                         ids=["llama-f32", "qwen3-f32", "qwen3-q4g64-k3",
+                              "gemma3-f32", "gemma3-f32-k2",
+                              "gemma3-wide-q4g64"])
 def test_rollback_snapshot_failed_forward(spindle_bin, sets,  # noqa: F811
                                           which, model, window, k):
     args = ["--max-rollback", k] if k else []

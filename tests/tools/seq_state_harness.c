@@ -230,23 +230,22 @@ static void check_snapshot(harness *h, const char *path, size_t *bytes) {
     spindle_seq_free(s);
 }
 
-/* A batch whose second entry runs past the context limit fails; the first
- * entry's sequence must be as it was. */
+/* A batch whose second entry runs past the context limit fails (after the
+ * first entry's sequence was reserved); that sequence must be as it was. */
 static void check_failed_forward(harness *h) {
     const int n = 70;
-    spindle_seq *a = build(h, n), *twin = build(h, n);
-    spindle_seq *full = build(h, CONTEXT - 4);
-    int32_t ids[8];
-    for (int i = 0; i < 8; i++) ids[i] = token(h, n + i, 1);
+    spindle_seq *a = build(h, n), *twin = build(h, n), *empty = build(h, 0);
+    static int32_t ids[CONTEXT + 1];
+    for (int i = 0; i <= CONTEXT; i++) ids[i] = token(h, n + i, 1);
     spindle_batch_entry e[2] = {
         {.seq = a, .tokens = ids, .n_tokens = 8},
-        {.seq = full, .tokens = ids, .n_tokens = 8},
+        {.seq = empty, .tokens = ids, .n_tokens = CONTEXT + 1},
     };
     spindle_error err = {0};
     if (spindle_forward(h->model, e, 2, &err) != SPINDLE_ERR_LIMIT)
         fail(h, "a batch past the context limit: %s", err.message);
     compare_next(h, twin, a, "after a failed batch");
-    spindle_seq_free(full);
+    spindle_seq_free(empty);
     spindle_seq_free(twin);
     spindle_seq_free(a);
 }
