@@ -162,6 +162,19 @@ static void check_rollback(harness *h, int *pairs, int *beyond_ok) {
         spindle_seq_snapshot_free(at_n);
         spindle_seq_free(ref);
     }
+    /* Every N around the first slide (at 64 for K <= 24 here), stepping
+     * exactly K and K - 1 tokens: a slide on the last step is where a
+     * margin one position short shows. */
+    for (int n = 64 - h->k - 2; n <= 66; n++) {
+        spindle_seq *ref = build(h, n);
+        spindle_seq_snapshot *at_n = NULL;
+        spindle_error err = {0};
+        must(spindle_seq_snapshot_take(ref, &at_n, &err), &err, "snapshot");
+        for (int j = h->k > 1 ? h->k - 1 : 1; j <= h->k; j++, ++*pairs)
+            rollback_case(h, ref, at_n, n, j, 0);
+        spindle_seq_snapshot_free(at_n);
+        spindle_seq_free(ref);
+    }
 }
 
 /* Stepped far past N, a window layer no longer holds N's window. */
