@@ -176,7 +176,8 @@ def assert_last_logits(dump, model_dir, ref, entry, label,
     give."""
     assert dump.exists(), f"--dump-logits did not write {dump}"
     got = np.load(dump)
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    cfg = json.loads((model_dir / "config.json").read_text())
+    vocab = cfg.get("text_config", cfg)["vocab_size"]  # multimodal: nested
     assert got.dtype == np.float32 and got.shape == (vocab,), \
         f"logits dump is {got.dtype} {got.shape}, want float32 ({vocab},)"
     assert np.all(np.isfinite(got)), "non-finite logits"
