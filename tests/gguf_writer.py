@@ -30,7 +30,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 import gguf
-from gguf.quants import quantize
+from gguf.quants import dequantize, quantize
 
 QTYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
@@ -284,10 +284,12 @@ def _common_keys(w, cfg, arch, ftype, context_length):
 
 
 def write_gguf(src, out, qtype="f32", name=None, specials=None,
-               context_length=None, bos_id=None):
+               context_length=None, bos_id=None, dequantized=False):
     """Write model directory `src` (float safetensors, config.json) as GGUF
-    file `out` with its matrices in `qtype` (QTYPES); bos_id defaults to
-    the config's. Raises WriterError for what has no GGUF form."""
+    file `out` with its matrices in `qtype` (QTYPES); with `dequantized`,
+    as F32 holding exactly the values of those qtype blocks (an exact-math
+    twin of the qtype file). bos_id defaults to the config's. Raises
+    WriterError for what has no GGUF form."""
     with open(os.path.join(src, "config.json")) as f:
         cfg = text_config(json.load(f))
     if "quantization" in cfg:
@@ -298,8 +300,11 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
     if arch.check:
         arch.check(cfg)
     qt, ftype = QTYPES[qtype]
+    if dequantized:
+        ftype = gguf.LlamaFileType.ALL_F32
     w = gguf.GGUFWriter(out, arch.gguf_arch)
-    w.add_name(name or os.path.basename(os.path.normpath(src)))
+    # (llama.cpp changes token attributes by model name: keep it neutral)
+    w.add_name(name or "spindle-tiny")
     _common_keys(w, cfg, arch, ftype, context_length)
     if arch.keys:
         arch.keys(w, cfg)
@@ -328,6 +333,8 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
             seen.add(gname)
             if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32:
                 w.add_tensor(gname, arr.astype(np.float32))
+            elif dequantized:
+                w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
             elif qt == gguf.GGMLQuantizationType.F16:
                 w.add_tensor(gname, arr.astype(np.float16))
             else:

@@ -63,8 +63,8 @@ static spindle_status olmo3_load(spindle_model *m, spindle_error *err) {
 }
 
 static const sp_gguf_name_map olmo2_gguf_layers[] = {
-    {"attn_post_norm", "post_attention_layernorm"},
-    {"ffn_post_norm", "post_feedforward_layernorm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
     {NULL, NULL},
 };
 

@@ -16,16 +16,19 @@ architecture's own GGUF form:
   mistral3 yarn rope and attention.temperature_scale over
            rope.scaling.original_context_length.
 Weights are F32 (llama.cpp's f32 kernels: both sides exact up to summation
-order) and, for one model per kind of layer, Q8_0 (llama.cpp quantizes
-activations to Q8_0 for those products, as Spindle's decode does; its
-prefill keeps them exact).
+order) and, for two models, Q8_0. On Q8_0 llama.cpp rounds the
+activations of every product to Q8_0 blocks (measured here: 0.05-0.10 of
+the logit std), Spindle's default precision does not (exact-equivalent),
+so a Q8_0 file is held to llama.cpp on its exact twin, an F32 file of the
+same dequantized values (gguf_writer's `dequantized`), and to llama.cpp on
+the Q8_0 file itself only within Q8_0_LOOSE.
 
 Checks, per prompt (make_models.PROMPTS; 32 generated tokens):
-  (a) last-prompt logits: max |spindle - llama.cpp| / std(llama.cpp) within
-      TOL[type];
+  (a) last-prompt logits: max |spindle - llama.cpp| / std(llama.cpp)
+      <= TOL (1e-4; measured ~5e-6);
   (b) greedy tokens identical to llama.cpp's greedy continuation, up to a
       step where llama.cpp's own top-1 margin is below
-      TIE_FACTOR * TOL[type] * std of that step (a near-tie).
+      TIE_FACTOR * TOL * std of the last-prompt logits (a near-tie).
 """
 import importlib.util
 import json
@@ -48,9 +51,8 @@ OUT = Path(os.environ.get("SPINDLE_DENSE_PARITY_DIR", dm.DEFAULT_OUT))
 THREADS = int(os.environ.get("SPINDLE_THREADS", "2"))
 N_GEN = dm.MAX_TOKENS
 N_CTX = 128
-# Measured max|err|/std: F32 up to ~2e-6, Q8_0 up to ~1e-2 (see the module
-# docstring for why Q8_0 is not exact on llama.cpp's side).
-TOL = {"f32": 1e-4, "q8_0": 5e-2}
+TOL = 1e-4
+Q8_0_LOOSE = 0.2
 TIE_FACTOR = 2.0
 
 CASES = [
@@ -76,16 +78,27 @@ def dense_models(spindle_bin):  # noqa: F811
 @pytest.fixture(scope="module", params=CASES,
                 ids=[f"{m}-{q}" for m, q in CASES])
 def gguf_case(request, dense_models, tmp_path_factory):
-    """(GGUF path, llama.cpp context) of one case, written once."""
+    """The GGUF file of one case and llama.cpp contexts on it ("llm") and
+    on its exact F32 twin ("exact"; the same one for F32 files)."""
     import gguf_writer
     import llama_cpp
     import llama_cpp_ref
     name, qtype = request.param
-    path = tmp_path_factory.mktemp("gguf") / f"{name}-{qtype}.gguf"
-    gguf_writer.write_gguf(dense_models / name, str(path), qtype)
+    d = tmp_path_factory.mktemp("gguf")
+    path = gguf_writer.write_gguf(dense_models / name,
+                                  str(d / f"{name}-{qtype}.gguf"), qtype)
     llm = llama_cpp_ref.f32_llama(llama_cpp, path, N_CTX, THREADS)
-    yield {"path": path, "llm": llm, "qtype": qtype, "name": name}
+    exact = llm
+    if qtype != "f32":
+        twin = gguf_writer.write_gguf(dense_models / name,
+                                      str(d / f"{name}-{qtype}-exact.gguf"),
+                                      qtype, dequantized=True)
+        exact = llama_cpp_ref.f32_llama(llama_cpp, twin, N_CTX, THREADS)
+    yield {"path": path, "llm": llm, "exact": exact, "qtype": qtype,
+           "name": name}
     llm.close()
+    if exact is not llm:
+        exact.close()
 
 
 def spindle_run(bin_path, path, ids, tmp_path):
@@ -99,26 +112,36 @@ def spindle_run(bin_path, path, ids, tmp_path):
     return np.load(npy).astype(np.float64), json.loads(r.stdout)["tokens"]
 
 
+def rel_err(got, ref):
+    return float(np.max(np.abs(got - ref)) / np.std(ref))
+
+
 @pytest.mark.parametrize("prompt", sorted(dm.PROMPTS))
 def test_dense_gguf_parity(spindle_bin, gguf_case, prompt,  # noqa: F811
                            tmp_path):
     import llama_cpp_ref
     ids = dm.PROMPTS[prompt]
-    tol = TOL[gguf_case["qtype"]]
+    label = f"{gguf_case['name']}/{gguf_case['qtype']}/{prompt}"
     ref, ref_tokens, margins = llama_cpp_ref.greedy_reference(
-        gguf_case["llm"], ids, N_GEN)
+        gguf_case["exact"], ids, N_GEN)
     got, tokens = spindle_run(spindle_bin, gguf_case["path"], ids, tmp_path)
     assert got.shape == ref.shape
-    err = float(np.max(np.abs(got - ref)) / np.std(ref))
-    print(f"{gguf_case['name']}/{gguf_case['qtype']}/{prompt}: "
-          f"max|err|/std {err:.3g} (tolerance {tol:.3g})")
-    assert err <= tol, f"logits off llama.cpp's by {err:.4g} of their std"
+    err = rel_err(got, ref)
+    print(f"{label}: max|err|/std {err:.3g} vs llama.cpp (exact weights)")
+    assert err <= TOL, f"logits off llama.cpp's by {err:.4g} of their std"
+    if gguf_case["exact"] is not gguf_case["llm"]:
+        llm_ref, _, _ = llama_cpp_ref.greedy_reference(gguf_case["llm"], ids,
+                                                       1)
+        loose = rel_err(got, llm_ref)
+        print(f"{label}: max|err|/std {loose:.3g} vs llama.cpp on the "
+              f"{gguf_case['qtype']} file")
+        assert loose <= Q8_0_LOOSE, f"off llama.cpp's Q8_0 run by {loose:.4g}"
 
     std = float(np.std(ref))
     for i, (a, b) in enumerate(zip(tokens, ref_tokens)):
         if a == b:
             continue
-        assert margins[i] < TIE_FACTOR * tol * std, (
+        assert margins[i] < TIE_FACTOR * TOL * std, (
             f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
             f"{margins[i]:.4g} (no near-tie)\n  spindle   {tokens}\n"
             f"  llama.cpp {ref_tokens}")
