@@ -241,28 +241,42 @@ static spindle_status bind_norms(spindle_model *m, int l,
     return st;
 }
 
+/* The n matrices of one input (q/k/v, gate/up) of layer l: rows[i] x cols
+ * each, under their own names, or as parts of the one `fused` matrix. */
+static spindle_status bind_inputs(spindle_model *m, int l, bool fused,
+                                  const char *fused_name,
+                                  const char *const *names, int n,
+                                  const int64_t *rows, int64_t cols,
+                                  bool bias, sp_linear *const *out,
+                                  spindle_error *err) {
+    char p[256];
+    if (fused) {
+        snprintf(p, sizeof p, "model.layers.%d.%s", l, fused_name);
+        return sp_bind_linear_parts(m, p, n, rows, cols, bias, out, err);
+    }
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; i < n && !st; i++) {
+        snprintf(p, sizeof p, "model.layers.%d.%s", l, names[i]);
+        st = sp_bind_linear(m, p, rows[i], cols, bias, out[i], err);
+    }
+    return st;
+}
+
 static spindle_status bind_attention(spindle_model *m, int l,
                                      const sp_decoder_options *opt,
                                      spindle_error *err) {
+    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                        "self_attn.v_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
     int64_t d = c->hidden_size, hd = c->head_dim;
     int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
+    int64_t rows[3] = {qw, kw, kw};
+    sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
     char p[256];
     spindle_status st;
-    if (opt->fused_qkv) {
-        int64_t rows[3] = {qw, kw, kw};
-        sp_linear *parts[3] = {&L->q, &L->k, &L->v};
-        st = sp_bind_linear_parts(m, NAME("self_attn.qkv_proj"), 3, rows, d,
-                                  opt->qkv_bias, parts, err);
-    } else if (!(st = sp_bind_linear(m, NAME("self_attn.q_proj"), qw, d,
-                                     opt->qkv_bias, &L->q, err)) &&
-               !(st = sp_bind_linear(m, NAME("self_attn.k_proj"), kw, d,
-                                     opt->qkv_bias, &L->k, err))) {
-        st = sp_bind_linear(m, NAME("self_attn.v_proj"), kw, d,
-                            opt->qkv_bias, &L->v, err);
-    }
-    if (st ||
+    if ((st = bind_inputs(m, l, opt->fused_qkv, "self_attn.qkv_proj", names,
+                          3, rows, d, opt->qkv_bias, qkv, err)) ||
         (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias,
                              &L->o, err)))
         return st;
@@ -278,22 +292,17 @@ static spindle_status bind_attention(spindle_model *m, int l,
 static spindle_status bind_mlp(spindle_model *m, int l,
                                const sp_decoder_options *opt,
                                spindle_error *err) {
+    static const char *const names[] = {"mlp.gate_proj", "mlp.up_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
     int64_t d = c->hidden_size, inter = c->intermediate_size;
+    int64_t rows[2] = {inter, inter};
+    sp_linear *gate_up[2] = {&L->gate, &L->up};
     char p[256];
-    spindle_status st;
     L->mlp_geglu = opt->geglu;
-    if (opt->fused_gate_up) {
-        int64_t rows[2] = {inter, inter};
-        sp_linear *parts[2] = {&L->gate, &L->up};
-        st = sp_bind_linear_parts(m, NAME("mlp.gate_up_proj"), 2, rows, d,
-                                  c->mlp_bias, parts, err);
-    } else if (!(st = sp_bind_linear(m, NAME("mlp.gate_proj"), inter, d,
-                                     c->mlp_bias, &L->gate, err))) {
-        st = sp_bind_linear(m, NAME("mlp.up_proj"), inter, d, c->mlp_bias,
-                            &L->up, err);
-    }
+    spindle_status st = bind_inputs(m, l, opt->fused_gate_up,
+                                    "mlp.gate_up_proj", names, 2, rows, d,
+                                    c->mlp_bias, gate_up, err);
     if (st) return st;
     return sp_bind_linear(m, NAME("mlp.down_proj"), d, inter, c->mlp_bias,
                           &L->down, err);

@@ -28,31 +28,18 @@ import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 OUT = Path(os.environ.get("SPINDLE_DENSE_PARITY_DIR", dm.DEFAULT_OUT))
-N_TOKENS = dm.MAX_TOKENS
-CASES = [(s["name"], p) for s in dm.SPECS for p in dm.PROMPTS]
-IDS = [f"{m}-{p}" for m, p in CASES]
-
-
-@pytest.fixture(scope="session")
-def dense_models(spindle_bin):  # noqa: F811
-    """The model set, rebuilt when its generator or mlx changed."""
-    return pc.ensure_models(OUT, dm)
-
-
-@pytest.fixture
-def case(spindle_bin, dense_models, tmp_path_factory, model, prompt):  # noqa: F811
-    return pc.run_case(spindle_bin, dense_models, model, prompt,
-                       tmp_path_factory.getbasetemp(), N_TOKENS)
+models, case = pc.parity_fixtures(dm, OUT)
+CASES, IDS = pc.parity_cases(dm)
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
-def test_dense_greedy_tokens(case, dense_models, model, prompt):
+def test_dense_greedy_tokens(case, model, prompt):
     ref, entry, out, _ = case
     pc.assert_greedy_tokens(out, ref, entry)
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
-def test_dense_last_logits(case, dense_models, model, prompt):
+def test_dense_last_logits(case, models, model, prompt):
     ref, entry, _, dump = case
-    pc.assert_last_logits(dump, dense_models / model, ref, entry,
+    pc.assert_last_logits(dump, models / model, ref, entry,
                           f"{model}/{prompt}")
