@@ -1,5 +1,6 @@
 /* Shared transformer blocks: the math of one decoder layer, written once. */
 #include "models/blocks.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 
@@ -60,6 +61,7 @@ void sp_forward_free(sp_forward *f) {
     free(f->x); free(f->xn); free(f->out);
     free(f->q); free(f->k); free(f->v); free(f->attn);
     free(f->gate); free(f->up);
+    sp_moe_scratch_free(f->moe);
     free(f);
 }
 
@@ -77,13 +79,18 @@ void sp_add_rows(sp_forward *f, float *x, const float *y) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y) {
+    sp_matmul(pool, &lin->w, x, n, y);
+    if (!lin->bias) return;
+    size_t rows = (size_t)lin->w.rows;
+    for (int t = 0; t < n; t++)
+        for (size_t i = 0; i < rows; i++) y[(size_t)t * rows + i] += lin->bias[i];
+}
+
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
-    sp_matmul(f->m->pool, &lin->w, x, f->n_rows, y);
-    if (!lin->bias) return;
-    size_t n = (size_t)lin->w.rows;
-    for (int t = 0; t < f->n_rows; t++)
-        for (size_t i = 0; i < n; i++) y[(size_t)t * n + i] += lin->bias[i];
+    sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
 }
 
 /* ----------------------------------------------------------- attention */
@@ -172,7 +179,10 @@ void sp_prenorm_decoder_layer(sp_forward *f, int l) {
     sp_add_rows(f, f->x, f->out);
 
     sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
-    sp_mlp_swiglu(f, l);
+    if (L->moe)
+        sp_moe_block(f, L->moe);
+    else
+        sp_mlp_swiglu(f, l);
     sp_add_rows(f, f->x, f->out);
 }
 
@@ -194,10 +204,12 @@ spindle_status sp_bind_decoder_layers(spindle_model *m,
             (st = sp_bind_linear(m, NAME("self_attn.q_proj"), qw, d, opt->qkv_bias, &L->q, err)) ||
             (st = sp_bind_linear(m, NAME("self_attn.k_proj"), kw, d, opt->qkv_bias, &L->k, err)) ||
             (st = sp_bind_linear(m, NAME("self_attn.v_proj"), kw, d, opt->qkv_bias, &L->v, err)) ||
-            (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias, &L->o, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.gate_proj"), inter, d, c->mlp_bias, &L->gate, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.up_proj"), inter, d, c->mlp_bias, &L->up, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.down_proj"), d, inter, c->mlp_bias, &L->down, err)))
+            (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias, &L->o, err)))
+            break;
+        if (!(opt->own_mlp && opt->own_mlp[l]) &&
+            ((st = sp_bind_linear(m, NAME("mlp.gate_proj"), inter, d, c->mlp_bias, &L->gate, err)) ||
+             (st = sp_bind_linear(m, NAME("mlp.up_proj"), inter, d, c->mlp_bias, &L->up, err)) ||
+             (st = sp_bind_linear(m, NAME("mlp.down_proj"), d, inter, c->mlp_bias, &L->down, err))))
             break;
         if (opt->qk_norm &&
             ((st = sp_bind_vector(m, NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err)) ||

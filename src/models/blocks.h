@@ -32,6 +32,7 @@ struct sp_forward {
     float *k, *v;             /* n_kv_heads * head_dim */
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
+    struct sp_moe_scratch *moe; /* sp_moe_block's, NULL until needed */
 
     /* The first failure of the pass (the layer hooks return nothing):
      * later layers are skipped and spindle_forward returns it. */
@@ -53,6 +54,9 @@ void sp_add_rows(sp_forward *f, float *x, const float *y);
 /* y = W x + b over all rows. */
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y);
+/* The same over n rows of x ([n][cols] -> [n][rows]). */
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y);
 
 /* Self-attention of layer l: projections, optional per-head q/k norms, RoPE,
  * cache update, causal attention per sequence, output projection.
@@ -64,8 +68,9 @@ void sp_mlp_swiglu(sp_forward *f, int l);
 /* GeGLU MLP with tanh-approximated GELU (Gemma). */
 void sp_mlp_geglu(sp_forward *f, int l);
 
-/* The standard pre-norm decoder layer (Llama, Qwen2, Qwen3):
- *   h = x + attn(norm(x));  x' = h + mlp(norm(h)). */
+/* The standard pre-norm decoder layer (Llama, Qwen2, Qwen3, Qwen3-MoE):
+ *   h = x + attn(norm(x));  x' = h + mlp(norm(h)),
+ * the MLP being the layer's routed experts when sp_layer.moe is set. */
 void sp_prenorm_decoder_layer(sp_forward *f, int l);
 
 /* Bind the standard Hugging Face decoder weight names of every layer:
@@ -76,6 +81,9 @@ typedef struct sp_decoder_options {
     bool qkv_bias;
     bool o_bias;
     bool qk_norm;
+    /* [n_layers], or NULL: layers whose MLP the family binds itself (its
+     * MoE layers); their mlp.* dense weights are not looked up. */
+    const bool *own_mlp;
 } sp_decoder_options;
 
 spindle_status sp_bind_decoder_layers(spindle_model *m,

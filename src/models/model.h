@@ -22,12 +22,17 @@ typedef struct sp_linear {
     const float *bias;   /* NULL when the layer has none */
 } sp_linear;
 
+struct sp_moe;
+
 typedef struct sp_layer {
     const float *attn_norm;      /* input_layernorm */
     const float *mlp_norm;       /* the norm before the MLP */
     const float *q_norm, *k_norm;/* per-head RMSNorm over head_dim (Qwen3) */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
+    /* A routed-experts MLP (models/moe.h) in place of gate/up/down, owned
+     * by the family data; NULL for a dense MLP. */
+    const struct sp_moe *moe;
     const sp_rope *rope;
     /* The layer's sequence state: a KV cache, attended in full (0) or
      * through a sliding window of this many positions. */
@@ -50,11 +55,10 @@ typedef struct sp_forward sp_forward;
  *    such state cannot be rolled back, spindle_seq_truncate would refuse
  *    to shorten it. A sliding-window layer that frees what leaves its
  *    window is the same slot with a ring-buffer kind.
- *  - Mixture-of-experts. An MoE layer binds a router (an sp_linear) and
- *    per-expert gate/up/down weights (GGUF stores them stacked: ffn_*_exps,
- *    via the family's sp_gguf_name_map) in its load hook, keeps them in
- *    its spindle_model.family data, and calls a routed MLP block from its
- *    layer hook in place of sp_mlp_swiglu. */
+ *  - Mixture-of-experts (models/moe.h): a family binds each MoE layer's
+ *    router and experts with sp_moe_bind into its spindle_model.family
+ *    data and points sp_layer.moe at it; the shared blocks then run
+ *    sp_moe_block in place of the dense MLP. */
 typedef struct sp_arch {
     const char *model_type;
     /* llama.cpp's spelling of the family in GGUF files (tensor names,
@@ -125,6 +129,14 @@ size_t sp_model_tensor_count(const spindle_model *m);
 spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
                               int64_t rows, int64_t cols, bool need_bias,
                               sp_linear *out, spindle_error *err);
+/* Bind a stacked tensor `<prefix>.weight` of n matrices [n][rows][cols]
+ * (float; MLX affine with 3-D weight, scales and biases; or a GGUF block
+ * type) as n views into it, out[i].w (no copy), and `<prefix>.bias`
+ * [n][rows] when present (required if `need_bias`). */
+spindle_status sp_bind_stacked_linear(spindle_model *m, const char *prefix,
+                                      int64_t n, int64_t rows, int64_t cols,
+                                      bool need_bias, sp_linear *out,
+                                      spindle_error *err);
 /* Copy a float vector of n elements to an owned f32 array. */
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
                               const float **out, spindle_error *err);

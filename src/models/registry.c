@@ -9,11 +9,11 @@
 #include <string.h>
 
 extern const sp_arch sp_arch_llama, sp_arch_mistral, sp_arch_qwen2,
-    sp_arch_qwen3, sp_arch_gemma3_text;
+    sp_arch_qwen3, sp_arch_qwen3_moe, sp_arch_gemma3_text;
 
 static const sp_arch *const archs[] = {
     &sp_arch_llama, &sp_arch_mistral, &sp_arch_qwen2, &sp_arch_qwen3,
-    &sp_arch_gemma3_text,
+    &sp_arch_qwen3_moe, &sp_arch_gemma3_text,
 };
 #define N_ARCHS (sizeof archs / sizeof *archs)
 

@@ -162,8 +162,8 @@ def _imports():
     from mlx_lm.utils import _get_classes as get_model_classes
 
 
-def make_config(spec):
-    cfg = dict(BASE[spec["arch"]])
+def make_config(spec, base=BASE):
+    cfg = dict(base[spec["arch"]])
     cfg.update(spec["cfg"])
     cfg["tie_word_embeddings"] = spec["tied"]
     cfg["torch_dtype"] = spec["dtype"]
@@ -241,8 +241,10 @@ def save_sharded(path, model, shards):
         mlu.make_shards = orig
 
 
-def build_model(spec, path):
-    cfg = make_config(spec)
+def build_model(spec, path, base=BASE):
+    """Build, quantize and save `spec` (its config from base[spec["arch"]]);
+    returns the in-memory model."""
+    cfg = make_config(spec, base)
     model_cls, args_cls = get_model_classes(cfg)
     model = model_cls(args_cls.from_dict(cfg))
     init_weights(model, zlib.crc32(spec["name"].encode()))
@@ -355,10 +357,17 @@ def fresh_dir(path):
     path.mkdir(parents=True)
 
 
-def build_one(spec, out):
+def build_one(spec, out, base=BASE, rewrite=None, native=True):
+    """Build spec's directory and its reference.json; `rewrite(path)` may
+    change the saved files first (another layout of the same weights),
+    which mlx-lm's reload must then turn back into the same model.
+    native=False: mlx cannot run the stored dtype (its CPU gather_mm takes
+    float32 only), so the "native" reference is the float32 one."""
     path = out / spec["name"]
     fresh_dir(path)
-    mem_model = build_model(spec, path)
+    mem_model = build_model(spec, path, base)
+    if rewrite:
+        rewrite(path)
 
     if spec["eos"] == "probe":
         # generation_config.json overrides config.json's eos_token_id in
@@ -373,6 +382,9 @@ def build_one(spec, out):
     eos_ids = eos_set(cfg)
     model32, _ = mlu.load_model(path)
     model32.set_dtype(mx.float32)  # floating params only; packed ints stay
+    if not native:
+        model = model32
+        mem_model.set_dtype(mx.float32)
 
     ref = {"model": spec["name"], "arch": spec["arch"], "dtype": spec["dtype"],
            "quantization": cfg.get("quantization"), "tied": spec["tied"],
