@@ -1,10 +1,15 @@
 """Convert bench/make_model.py's bf16 safetensors dir to a GGUF for llama.cpp.
 
-usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f16|bf16|q8_0|q4_0
+usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f32|f16|bf16|q8_0|q4_0
 
 Used by bench/compare so that Spindle and llama.cpp run the SAME random
-weights. Architecture "qwen3"; tensor names follow llama.cpp's qwen3 loader
-(src/models/qwen3.cpp, LLM_TENSOR_NAMES); qwen3 needs no Q/K row permutation
+weights, and by tests/parity/test_moe_gguf.py (write_gguf). Architecture
+"qwen3", or "qwen3moe" for a qwen3_moe dir (every layer MoE: llama.cpp's
+loader has no dense layers; mlx-lm's stacked switch_mlp experts become
+ffn_*_exps, the router ffn_gate_inp stays F32 as llama.cpp's converter
+keeps it, expert_count / expert_used_count / expert_feed_forward_length
+metadata); tensor names follow llama.cpp's loaders (src/models/qwen3.cpp,
+qwen3moe.cpp, LLM_TENSOR_NAMES); qwen3 needs no Q/K row permutation
 (convert_hf_to_gguf.py only permutes for the llama arch). Tied embeddings: only
 token_embd is written and llama.cpp reuses it as the output head.
 
@@ -27,6 +32,7 @@ import gguf
 from gguf.quants import quantize
 
 QTYPES = {
+    "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
@@ -94,8 +100,9 @@ def gguf_name(hf):
     parts = hf.split(".")
     if len(parts) >= 4 and parts[0] == "model" and parts[1] == "layers":
         suffix = ".".join(parts[3:])
-        if suffix in LAYER_NAMES:
-            return f"blk.{int(parts[2])}.{LAYER_NAMES[suffix]}"
+        if suffix in LAYER_NAMES or suffix in MOE_LAYER_NAMES:
+            gg = LAYER_NAMES.get(suffix) or MOE_LAYER_NAMES[suffix]
+            return f"blk.{int(parts[2])}.{gg}"
     sys.exit(f"make_gguf: no GGUF name for tensor {hf}")
 
 
@@ -136,23 +143,55 @@ def add_tokenizer(w, vocab_size, bos_id, eos_id):
     w.add_add_bos_token(False)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("--type", choices=sorted(QTYPES), required=True)
-    a = ap.parse_args()
-    with open(os.path.join(a.src, "config.json")) as f:
+# Per-layer names of qwen3_moe's MoE layers (llama.cpp's qwen3moe loader:
+# src/models/qwen3moe.cpp); mlx-lm's stacked experts are already GGUF's
+# [n_expert][rows][cols] layout.
+MOE_LAYER_NAMES = {
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.switch_mlp.gate_proj.weight": "ffn_gate_exps.weight",
+    "mlp.switch_mlp.up_proj.weight": "ffn_up_exps.weight",
+    "mlp.switch_mlp.down_proj.weight": "ffn_down_exps.weight",
+}
+# llama.cpp's converter keeps the router in F32 (convert_hf_to_gguf.py:
+# FFN_GATE_INP is among the tensors always written as float32).
+F32_ALWAYS = ("ffn_gate_inp.weight",)
+
+
+def check_config(cfg):
+    mt = cfg.get("model_type")
+    if mt not in ("qwen3", "qwen3_moe") or "quantization" in cfg:
+        sys.exit("make_gguf: expects an unquantized qwen3 or qwen3_moe model dir")
+    if mt == "qwen3_moe":
+        n = cfg["num_hidden_layers"]
+        step = cfg.get("decoder_sparse_step", 1)
+        if cfg.get("mlp_only_layers") or any((l + 1) % step for l in range(n)):
+            sys.exit("make_gguf: llama.cpp's qwen3moe has no dense layers "
+                     "(mlp_only_layers / decoder_sparse_step)")
+        if not cfg.get("norm_topk_prob", False):
+            sys.exit("make_gguf: llama.cpp's qwen3moe always renormalizes "
+                     "the top-k weights (norm_topk_prob true only)")
+
+
+def add_moe_metadata(w, cfg):
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+
+
+def write_gguf(src, out, type_name):
+    """Write the model directory `src` as a GGUF at `out`, its matrices of
+    type `type_name` (a QTYPES key); returns out."""
+    with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") != "qwen3" or "quantization" in cfg:
-        sys.exit("make_gguf: expects an unquantized qwen3 model dir")
-    qtype, ftype = QTYPES[a.type]
+    check_config(cfg)
+    moe = cfg["model_type"] == "qwen3_moe"
+    qtype, ftype = QTYPES[type_name]
     hidden = cfg["hidden_size"]
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or hidden // heads
 
-    w = gguf.GGUFWriter(a.out, "qwen3")
-    w.add_name("spindle-bench-qwen3-0.6b-random")
+    w = gguf.GGUFWriter(out, "qwen3moe" if moe else "qwen3")
+    w.add_name(f"spindle-bench-{cfg['model_type']}-random")
     w.add_context_length(cfg.get("max_position_embeddings", 40960))
     w.add_embedding_length(hidden)
     w.add_block_count(cfg["num_hidden_layers"])
@@ -164,33 +203,47 @@ def main():
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(float(cfg["rope_theta"]))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    if moe:
+        add_moe_metadata(w, cfg)
     w.add_file_type(ftype)
     eos = cfg.get("eos_token_id", 151645)
-    add_tokenizer(w, cfg["vocab_size"], 151643, eos if isinstance(eos, int) else eos[0])
+    add_tokenizer(w, cfg["vocab_size"], cfg.get("bos_token_id", 151643),
+                  eos if isinstance(eos, int) else eos[0])
 
-    files = sorted(p for p in os.listdir(a.src) if p.endswith(".safetensors"))
+    files = sorted(p for p in os.listdir(src) if p.endswith(".safetensors"))
     if not files:
-        sys.exit(f"make_gguf: no .safetensors in {a.src}")
+        sys.exit(f"make_gguf: no .safetensors in {src}")
     seen = set()
     for fn in files:
-        for hf, arr in read_safetensors(os.path.join(a.src, fn)):
+        for hf, arr in read_safetensors(os.path.join(src, fn)):
             if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
                 continue
             name = gguf_name(hf)
             seen.add(name)
-            if arr.ndim == 1:
+            if arr.ndim == 1 or name.endswith(F32_ALWAYS) or \
+                    qtype == gguf.GGMLQuantizationType.F32:
                 w.add_tensor(name, arr.astype(np.float32))
             elif qtype == gguf.GGMLQuantizationType.F16:
                 w.add_tensor(name, arr.astype(np.float16))
             else:
                 w.add_tensor(name, quantize(arr, qtype), raw_dtype=qtype)
+            del arr
     if "token_embd.weight" not in seen:
         sys.exit("make_gguf: the model has no embedding")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(a.out)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("src")
+    ap.add_argument("out")
+    ap.add_argument("--type", choices=sorted(QTYPES), required=True)
+    a = ap.parse_args()
+    print(write_gguf(a.src, a.out, a.type))
 
 
 if __name__ == "__main__":
