@@ -21,6 +21,7 @@ SPINDLE_MOE_PARITY_DIR (default tests/.work/parity-moe).
 """
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,3 +64,48 @@ def test_moe_last_logits(case, moe_models, model, prompt):
     ref, entry, _, dump = case
     tp.assert_last_logits(dump, moe_models / model, ref, entry,
                           f"{model}/{prompt}")
+
+
+def _safetensors_elements(model_dir):
+    """name -> element count, from the safetensors headers."""
+    import json
+    import struct
+    out = {}
+    for f in model_dir.glob("*.safetensors"):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name != "__metadata__":
+                count = 1
+                for d in info["shape"]:
+                    count *= d
+                out[name] = count
+    return out
+
+
+@pytest.mark.parametrize("model", ["qmoe-f32", "qmoe-sparse-f32",
+                                   "qmoe-f32-hf"])
+def test_moe_info(spindle_bin, moe_models, model):  # noqa: F811
+    """`spindle info`: the expert counts of config.json, every tensor's
+    parameters, and per token all but the (E - k) / E of the expert
+    parameters a token skips."""
+    import json
+    d = moe_models / model
+    cfg = json.loads((d / "config.json").read_text())
+    r = subprocess.run([str(spindle_bin), "info", "-m", str(d)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    elems = _safetensors_elements(d)
+    experts = sum(v for k, v in elems.items()
+                  if ".switch_mlp." in k or ".mlp.experts." in k)
+    n_moe = len({k.split(".mlp.")[0] for k in elems if ".mlp.gate." in k})
+    e, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    assert info["experts"] == {"count": e, "used_per_token": k,
+                               "intermediate_size":
+                                   cfg["moe_intermediate_size"],
+                               "moe_layers": n_moe}
+    assert info["parameters"] == sum(elems.values())
+    assert info["active_parameters"] == \
+        sum(elems.values()) - experts * (e - k) // e
