@@ -126,6 +126,18 @@ sp_moe_size sp_moe_measure(const sp_moe *moe) {
 
 /* ---------------------------------------------------------------- scratch */
 
+/* The experts run in two parallel phases (gate/up and activation, then
+ * down), each over units: output rows [r0, r1) of one expert's projection
+ * for its n grouped rows starting at position `first`. A decode step has
+ * top_k experts of one row each; their rows are cut into blocks so that
+ * every thread gets about UNITS_PER_THREAD units. */
+#define UNITS_PER_THREAD 4
+
+typedef struct unit {
+    int expert, first, n;
+    int64_t r0, r1;
+} unit;
+
 struct sp_moe_scratch {
     size_t cap_rows, cap_experts, cap_x, cap_h;
     float *logits;   /* [T][n_experts] router logits; [T] shared gates */
@@ -137,13 +149,15 @@ struct sp_moe_scratch {
     int *fill;       /* [n_experts] next free position while grouping */
     float *x;        /* [T*k][hidden] gathered rows, then expert outputs */
     float *gate, *up;/* [T*k][inter] */
+    struct unit *units; /* [cap_units] work items of one parallel phase */
+    size_t cap_units;
 };
 
 void sp_moe_scratch_free(sp_moe_scratch *s) {
     if (!s) return;
     free(s->logits); free(s->idx); free(s->weight); free(s->order);
     free(s->pos); free(s->first); free(s->fill); free(s->x);
-    free(s->gate); free(s->up);
+    free(s->gate); free(s->up); free(s->units);
     free(s);
 }
 
@@ -183,6 +197,12 @@ static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
         if (!GROW(s->gate, h) || !GROW(s->up, h)) goto oom;
         s->cap_h = h;
     }
+    /* At most every expert once plus the extra blocks split_rows adds. */
+    const size_t units = E + UNITS_PER_THREAD * (size_t)sp_pool_size(f->m->pool);
+    if (units > s->cap_units) {
+        if (!GROW(s->units, units)) goto oom;
+        s->cap_units = units;
+    }
     return SPINDLE_OK;
 oom:
     return sp_fail(f->err, SPINDLE_ERR_MEMORY,
@@ -206,16 +226,90 @@ static void group_by_expert(sp_moe_scratch *s, int n_assigned, int E) {
     }
 }
 
-/* h = act(gate(x)) * up(x), y = down(h) for n rows of one expert (or the
- * shared expert); y may be x's storage. */
-static void run_expert(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
-                       const sp_linear *u, const sp_linear *d, float *x,
+/* Rows [r0, r1) of lin (its bias with them). */
+static sp_linear row_block(const sp_linear *lin, int64_t r0, int64_t r1) {
+    return (sp_linear){.w = sp_weight_row_block(&lin->w, r0, r1 - r0),
+                       .bias = lin->bias ? lin->bias + r0 : NULL};
+}
+
+static sp_moe_act_fn activation(const sp_moe *moe) {
+    return moe->spec.act ? moe->spec.act : sp_silu_mul;
+}
+
+/* h = act(gate(x)) * up(x), y = down(h) for n rows through one pooled
+ * product at a time (the shared expert: every row). */
+static void run_pooled(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
+                       const sp_linear *u, const sp_linear *d, const float *x,
                        int n, float *gate, float *up, float *y) {
     sp_linear_rows(pool, g, x, n, gate);
     sp_linear_rows(pool, u, x, n, up);
-    (moe->spec.act ? moe->spec.act : sp_silu_mul)(gate, up,
-                                                  n * (int)g->w.rows);
+    activation(moe)(gate, up, n * (int)g->w.rows);
     sp_linear_rows(pool, d, gate, n, y);
+}
+
+typedef struct phase {
+    const sp_moe *moe;
+    sp_moe_scratch *s;
+    bool down;          /* phase 2: down(h); else gate/up and activation */
+} phase;
+
+/* One thread's units; the products inside run on that thread alone. */
+static void run_units(void *ctx, int64_t u0, int64_t u1, int thread_id) {
+    (void)thread_id;
+    const phase *ph = ctx;
+    const sp_moe *moe = ph->moe;
+    sp_moe_scratch *s = ph->s;
+    const size_t D = (size_t)moe->hidden, I = (size_t)moe->spec.inter;
+    for (int64_t i = u0; i < u1; i++) {
+        const unit *u = &s->units[i];
+        /* n == 1 or the whole rows: the block's outputs are contiguous. */
+        const size_t h = (size_t)u->first * I;
+        if (ph->down) {
+            sp_linear d = row_block(&moe->down[u->expert], u->r0, u->r1);
+            sp_linear_rows(NULL, &d, s->gate + h, u->n,
+                           s->x + (size_t)u->first * D + u->r0);
+            continue;
+        }
+        const float *x = s->x + (size_t)u->first * D;
+        sp_linear g = row_block(&moe->gate[u->expert], u->r0, u->r1);
+        sp_linear up = row_block(&moe->up[u->expert], u->r0, u->r1);
+        sp_linear_rows(NULL, &g, x, u->n, s->gate + h + u->r0);
+        sp_linear_rows(NULL, &up, x, u->n, s->up + h + u->r0);
+        activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
+                        u->n * (int)(u->r1 - u->r0));
+    }
+}
+
+/* The units of one phase over `rows` output rows per expert: one unit per
+ * expert with several rows (a prefill), row blocks of whole 32-row tiles
+ * for one-row experts when there are too few units for the threads. */
+static int plan_units(sp_moe_scratch *s, int E, int64_t rows, int threads) {
+    int active = 0, n_units = 0;
+    for (int e = 0; e < E; e++) active += s->first[e + 1] > s->first[e];
+    int64_t blocks = (UNITS_PER_THREAD * threads + active - 1) / active;
+    int64_t block = (rows + blocks - 1) / blocks;
+    block = (block + 31) / 32 * 32;
+    for (int e = 0; e < E; e++) {
+        int first = s->first[e], n = s->first[e + 1] - first;
+        if (!n) continue;
+        int64_t step = n == 1 && threads > 1 ? block : rows;
+        for (int64_t r0 = 0; r0 < rows; r0 += step)
+            s->units[n_units++] = (unit){e, first, n, r0,
+                                         r0 + step < rows ? r0 + step : rows};
+    }
+    return n_units;
+}
+
+/* Every routed expert over its grouped rows in s->x; the outputs replace
+ * the inputs there (phase 2 starts once phase 1 has read them all). */
+static void run_experts(sp_pool *pool, const sp_moe *moe, sp_moe_scratch *s) {
+    const int E = moe->spec.n_experts, threads = sp_pool_size(pool);
+    phase ph = {.moe = moe, .s = s};
+    int n = plan_units(s, E, moe->spec.inter, threads);
+    sp_pool_for(pool, n, 1, run_units, &ph);
+    ph.down = true;
+    n = plan_units(s, E, moe->hidden, threads);
+    sp_pool_for(pool, n, 1, run_units, &ph);
 }
 
 /* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn). */
@@ -224,7 +318,7 @@ static void add_shared_expert(sp_forward *f, const sp_moe *moe) {
     sp_pool *pool = f->m->pool;
     const int T = f->n_rows;
     const size_t D = (size_t)moe->hidden;
-    run_expert(pool, moe, &moe->shared_gate_proj, &moe->shared_up,
+    run_pooled(pool, moe, &moe->shared_gate_proj, &moe->shared_up,
                &moe->shared_down, f->xn, T, s->gate, s->up, s->x);
     const bool gated = moe->shared_expert_gate.w.rows > 0;
     if (gated) sp_linear_rows(pool, &moe->shared_expert_gate, f->xn, T,
@@ -244,7 +338,7 @@ void sp_moe_block(sp_forward *f, const sp_moe *moe) {
     sp_pool *pool = f->m->pool;
     const sp_moe_spec *sp = &moe->spec;
     const int T = f->n_rows, E = sp->n_experts, k = sp->top_k;
-    const size_t D = (size_t)moe->hidden, I = (size_t)sp->inter;
+    const size_t D = (size_t)moe->hidden;
 
     sp_linear_forward(f, &moe->router, f->xn, s->logits);
     for (int t = 0; t < T; t++)
@@ -254,14 +348,7 @@ void sp_moe_block(sp_forward *f, const sp_moe *moe) {
     for (int p = 0; p < T * k; p++)
         memcpy(s->x + (size_t)p * D, f->xn + (size_t)(s->order[p] / k) * D,
                D * sizeof(float));
-    /* Each expert's rows, in place: its outputs overwrite its inputs. */
-    for (int e = 0; e < E; e++) {
-        int p = s->first[e], n = s->first[e + 1] - p;
-        if (!n) continue;
-        float *x = s->x + (size_t)p * D;
-        run_expert(pool, moe, &moe->gate[e], &moe->up[e], &moe->down[e], x, n,
-                   s->gate + (size_t)p * I, s->up + (size_t)p * I, x);
-    }
+    run_experts(pool, moe, s);
     for (int t = 0; t < T; t++) {
         float *o = f->out + (size_t)t * D;
         memset(o, 0, D * sizeof(float));
