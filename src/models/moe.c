@@ -197,7 +197,7 @@ static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
         if (!GROW(s->gate, h) || !GROW(s->up, h)) goto oom;
         s->cap_h = h;
     }
-    /* At most every expert once plus the extra blocks split_rows adds. */
+    /* At most every expert once plus the extra blocks plan_units adds. */
     const size_t units = E + UNITS_PER_THREAD * (size_t)sp_pool_size(f->m->pool);
     if (units > s->cap_units) {
         if (!GROW(s->units, units)) goto oom;
