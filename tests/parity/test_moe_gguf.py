@@ -22,6 +22,14 @@ margin below TIE_FACTOR * tolerance * std). Tolerances:
     q8 rounding, 0.05-0.35 of the std here, so only the logits are checked
     there, against the realmodels suite's 0.45.
 
+And `spindle convert --dtype f32` of the Q8_0 / Q4_0 files (2-D Q8_0
+matrices become MLX 8-bit g32 losslessly, everything else, the 3-D
+experts included, its exact dequantization; config.json gets the expert
+keys llama.cpp implies) must load in mlx-lm's qwen3_moe and give, in f32,
+the logits Spindle computes on the GGUF itself in SPINDLE_PRECISION=exact:
+1e-4 (measured 2-4e-6). Exact math on both sides, independent of
+llama.cpp's rounding.
+
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS (2).
 """
 import importlib.util
@@ -43,6 +51,7 @@ import make_moe_models as mo  # noqa: E402
 import parity_common as tp  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 from llama_ref import f32_llama, greedy_reference  # noqa: E402
+from test_convert import TOL_REL, convert, load_f32  # noqa: E402
 
 SOURCE = "qmoe-f32"
 N_GEN = mo.MAX_TOKENS
@@ -130,3 +139,18 @@ def test_moe_gguf_vs_llama_cpp(ggufs, llama_runs, qtype, prompt, tmp_path):
             print(f"  {label}: near-tie at token {stop} "
                   f"(margin {margins[stop]:.3g}), accepted")
     assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0"])
+def test_moe_gguf_convert_vs_mlx(ggufs, qtype, tmp_path):
+    import mlx.core as mx
+    model = load_f32(convert(tp.SPINDLE_BIN, ggufs[qtype], tmp_path / "hf",
+                             "--dtype", "f32"))
+    for name, ids in mo.PROMPTS.items():
+        want = np.array(model(mx.array([ids]))[0, -1].astype(mx.float32),
+                        dtype=np.float64)
+        got, _ = spindle_run(ggufs[qtype], ids, "exact", tmp_path)
+        rel = float(np.max(np.abs(got - want)) / np.std(want))
+        print(f"  {qtype}/{name}: spindle exact vs mlx-lm on the converted "
+              f"dir: err/std {rel:.3g}")
+        assert rel <= TOL_REL, f"{qtype}/{name}: err/std {rel:.4g}"
