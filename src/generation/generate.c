@@ -11,7 +11,7 @@
 
 const char *spindle_stop_reason_name(spindle_stop_reason reason) {
     static const char *const names[] = {"length", "eos", "callback",
-                                        "context", "error"};
+                                        "context", "error", "cancelled"};
     return (unsigned)reason < sizeof names / sizeof *names ? names[reason]
                                                            : NULL;
 }
