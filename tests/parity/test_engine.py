@@ -199,7 +199,9 @@ def test_seeded_sampling_independent_of_batch(models_dir, tmp_path, model):
     alone = solo(mdir, tmp_path, reqs)
     check_finished_once(batched)
     for i, (got, want) in enumerate(zip(batched, alone)):
-        assert_same_tokens(got, want, f"{model} request {i}")
+        # A draw flips only if the uniform lands within summation-order
+        # noise of a CDF boundary: exact equality.
+        assert got["tokens"] == want["tokens"], f"{model} request {i}"
     assert batched[0]["tokens"] == batched[1]["tokens"]
     assert batched[0]["tokens"] != batched[2]["tokens"], \
         "different seeds gave the same 24 sampled tokens"
