@@ -100,19 +100,21 @@ def build_membw():
     return exe
 
 
-def make_models(py):
-    """Write each model once; a file named .done marks a finished one."""
+def make_models(py, dirs=("bf16", "mlx4-g64", "mlx8-g64"),
+                ggufs=("q4_0", "q8_0", "bf16", "f16")):
+    """Write each model once; a file named .done marks a finished one. The
+    GGUFs are made from the bf16 dir, so it is always written."""
     os.makedirs(MODELS, exist_ok=True)
     mk = os.path.join(ROOT, "bench", "make_model.py")
-    dirs = [("bf16", ["--dtype", "bfloat16"]),
-            ("mlx4-g64", ["--dtype", "bfloat16", "--bits", "4", "--group-size", "64"]),
-            ("mlx8-g64", ["--dtype", "bfloat16", "--bits", "8", "--group-size", "64"])]
-    for name, args in dirs:
+    recipes = {"bf16": ["--dtype", "bfloat16"],
+               "mlx4-g64": ["--dtype", "bfloat16", "--bits", "4", "--group-size", "64"],
+               "mlx8-g64": ["--dtype", "bfloat16", "--bits", "8", "--group-size", "64"]}
+    for name in dict.fromkeys(("bf16",) + tuple(dirs)):
         out = os.path.join(MODELS, name)
         if not os.path.exists(os.path.join(out, ".done")):
-            run([py, mk, out] + args)
+            run([py, mk, out] + recipes[name])
             open(os.path.join(out, ".done"), "w").close()
-    for qt in ("q4_0", "q8_0", "bf16", "f16"):
+    for qt in ggufs:
         out = os.path.join(MODELS, f"{qt}.gguf")
         if not os.path.exists(out + ".done"):
             run([py, os.path.join(ROOT, "bench", "make_gguf.py"),

@@ -434,7 +434,9 @@ typedef struct spindle_request {
  * another model, or one that an unfinished request holds, is
  * SPINDLE_ERR_ARGUMENT; so is a submit during spindle_engine_free. On error
  * nothing is queued and no callback runs; on success on_finish will run
- * exactly once. Thread-safe. */
+ * exactly once. In background mode the callbacks may run before submit
+ * returns: find the caller's state through `user`, not through *id.
+ * Thread-safe. */
 spindle_status spindle_engine_submit(spindle_engine *engine,
                                      const spindle_request *request,
                                      spindle_request_id *id,
