@@ -431,5 +431,22 @@ int main(int argc, char **argv) {
         cJSON_AddItemToArray(arr, request_json(&H.reqs[i], logits_dir));
     char *s = cJSON_PrintUnformatted(out);
     puts(s);
+    free(s);
+    cJSON_Delete(out);
+    for (int i = 0; i < H.n_reqs; i++) {
+        req_run *r = &H.reqs[i];
+        spindle_seq_free(r->seq);
+        free(r->prompt);
+        free(r->stop_ids);
+        free(r->tokens);
+        free(r->logprobs);
+        free(r->top);
+        free(r->logits);
+    }
+    free(H.reqs);
+    spindle_model_free(H.foreign);
+    spindle_model_free(H.model);
+    cJSON_Delete(sc);
+    free(text);
     return 0;
 }
