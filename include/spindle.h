@@ -419,7 +419,8 @@ typedef struct spindle_request {
      * Otherwise a caller-owned sequence of the same model to continue (as
      * spindle_generate does): the prompt goes in at its current length;
      * the caller must not touch it until on_finish has run. It ends holding
-     * the prompt and every generated token except the last. */
+     * the prompt and every generated token except the last (after a cancel
+     * or an error: what was computed until then). */
     spindle_seq *seq;
     spindle_request_token_fn on_token;   /* may be NULL */
     spindle_request_finish_fn on_finish; /* may be NULL */
