@@ -13,7 +13,8 @@ biased experts with the clamped SwiGLU, YaRN, and f32 / bf16 / MXFP4-expert
       native-vs-f32 gap, TOL_F32_REL).
 
 test_gptoss_gguf_parity writes the float32 model as a GGUF the way
-llama.cpp's converter names it, with MXFP4 experts (make_gptoss_gguf.py),
+llama.cpp's converter names it (tests/gguf_writer.py's gpt_oss entry),
+with F32 or MXFP4 experts,
 and holds Spindle to llama.cpp (llama-cpp-python, f32 configuration) on
 it: last-prompt logits and greedy tokens. In precision fast Spindle does
 llama.cpp's arithmetic (activations quantized to q8_0 for the MXFP4
@@ -152,15 +153,15 @@ def gptoss_gguf(gptoss_models, tmp_path_factory):
         pytest.fail("llama-cpp-python is missing (pip install -r "
                     "tests/requirements.txt)")
     import llama_cpp
-    import make_gptoss_gguf
-    sys.path.insert(0, str(HERE.parent / "realmodels"))
-    from llama_ref import f32_llama, greedy_reference
+    sys.path.insert(0, str(HERE.parent))
+    import gguf_writer
+    from llama_cpp_ref import f32_llama, greedy_reference
     out = {}
     for experts in GGUF_CHECKS:
-        path = make_gptoss_gguf.write(
-            gptoss_models / "gptoss-f32",
-            tmp_path_factory.mktemp("gguf") / f"gptoss-{experts}.gguf",
-            experts_mxfp4=experts == "mxfp4")
+        path = gguf_writer.write_gguf(
+            str(gptoss_models / "gptoss-f32"),
+            str(tmp_path_factory.mktemp("gguf") / f"gptoss-{experts}.gguf"),
+            experts)
         llm = f32_llama(llama_cpp, path, 128,
                         os.environ.get("SPINDLE_THREADS", "2"))
         out[experts] = (path, {name: greedy_reference(llm, ids, GGUF_TOKENS)
