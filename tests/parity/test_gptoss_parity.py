@@ -163,7 +163,7 @@ def gptoss_gguf(gptoss_models, tmp_path_factory):
             str(tmp_path_factory.mktemp("gguf") / f"gptoss-{experts}.gguf"),
             experts)
         llm = f32_llama(llama_cpp, path, 128,
-                        os.environ.get("SPINDLE_THREADS", "2"))
+                        int(os.environ.get("SPINDLE_THREADS", "2")))
         out[experts] = (path, {name: greedy_reference(llm, ids, GGUF_TOKENS)
                                for name, ids in gm.PROMPTS.items()})
         llm.close()
