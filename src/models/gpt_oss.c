@@ -75,6 +75,10 @@ static spindle_status gpt_oss_load(spindle_model *m, spindle_error *err) {
         (st = sp_model_int(m, "num_experts_per_tok", true, 0, 1, 1 << 16,
                            &used, err)))
         return st;
+    if (used > experts)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: num_experts_per_tok %d exceeds "
+                       "num_local_experts %d", m->dir, used, experts);
     const sp_moe_spec spec = {
         .n_experts = experts,
         .top_k = used,

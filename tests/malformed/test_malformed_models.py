@@ -52,7 +52,8 @@ SHARD1 = "model-00001-of-00002.safetensors"
 SHARD2 = "model-00002-of-00002.safetensors"
 INDEX = "model.safetensors.index.json"
 
-ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16"}
+ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16",
+             np.dtype("uint32"): "U32", np.dtype("uint8"): "U8"}
 
 
 def llama_tensors():
