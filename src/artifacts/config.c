@@ -235,7 +235,8 @@ static spindle_status parse_quantization(sp_model_config *cfg,
         if (qc && cJSON_GetObjectItemCaseSensitive(qc, "quant_method"))
             return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                            "%s: quantization_config with quant_method is not "
-                           "supported (only MLX affine quantization)", path);
+                           "supported (only MLX's affine and mxfp4 modes)",
+                           path);
         q = qc;
     }
     if (!q) return SPINDLE_OK;
