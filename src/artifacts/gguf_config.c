@@ -210,7 +210,7 @@ static spindle_status family_keys(const meta *m, const sp_gguf_family *family,
         if (v && v->type == SP_GGUF_ARRAY &&
             !strcmp(k->key, "attention.sliding_window_pattern"))
             continue;
-        st = k->kind == SP_GGUF_KEY_COUNT
+        st = k->kind != SP_GGUF_KEY_REAL
                  ? put_int(m, json, k->key, k->json, false, NULL)
                  : put_num(m, json, k->key, k->json);
     }
