@@ -33,6 +33,7 @@ Checks, per prompt (make_models.PROMPTS; 32 generated tokens):
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,15 +56,25 @@ TOL = 1e-4
 Q8_0_LOOSE = 0.2
 TIE_FACTOR = 2.0
 
+
+def _yarn_mscale_all_dim(cfg):
+    """Ministral 3's real yarn: mscale_all_dim 1 (rope.scaling.
+    yarn_log_multiplier), which cancels yarn's attention factor."""
+    cfg["rope_parameters"]["mscale_all_dim"] = 1.0
+
+
+# (model, weight type, config edit before writing the GGUF or None): the
+# edited files have no mlx-lm reference, only llama.cpp's.
 CASES = [
-    ("smollm3-bf16", "f32"),
-    ("phi3-bf16", "f32"),
-    ("olmo2-f32", "f32"),
-    ("olmo2-f32", "q8_0"),
-    ("olmo3-f32-yarn", "f32"),
-    ("granite-f32", "f32"),
-    ("granite-f32", "q8_0"),
-    ("ministral3-f32", "f32"),
+    ("smollm3-bf16", "f32", None),
+    ("phi3-bf16", "f32", None),
+    ("olmo2-f32", "f32", None),
+    ("olmo2-f32", "q8_0", None),
+    ("olmo3-f32-yarn", "f32", None),
+    ("granite-f32", "f32", None),
+    ("granite-f32", "q8_0", None),
+    ("ministral3-f32", "f32", None),
+    ("ministral3-f32", "f32", _yarn_mscale_all_dim),
 ]
 
 
@@ -76,21 +87,29 @@ def dense_models(spindle_bin):  # noqa: F811
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=[f"{m}-{q}" for m, q in CASES])
+                ids=[f"{m}-{q}" + (f"-{e.__name__[1:]}" if e else "")
+                     for m, q, e in CASES])
 def gguf_case(request, dense_models, tmp_path_factory):
     """The GGUF file of one case and llama.cpp contexts on it ("llm") and
     on its exact F32 twin ("exact"; the same one for F32 files)."""
     import gguf_writer
     import llama_cpp
     import llama_cpp_ref
-    name, qtype = request.param
+    name, qtype, edit = request.param
     d = tmp_path_factory.mktemp("gguf")
-    path = gguf_writer.write_gguf(dense_models / name,
-                                  str(d / f"{name}-{qtype}.gguf"), qtype)
+    src = dense_models / name
+    if edit:
+        src = d / name
+        shutil.copytree(dense_models / name, src)
+        cfg = json.loads((src / "config.json").read_text())
+        edit(cfg)
+        (src / "config.json").write_text(json.dumps(cfg))
+    path = gguf_writer.write_gguf(src, str(d / f"{name}-{qtype}.gguf"),
+                                  qtype)
     llm = llama_cpp_ref.f32_llama(llama_cpp, path, N_CTX, THREADS)
     exact = llm
     if qtype != "f32":
-        twin = gguf_writer.write_gguf(dense_models / name,
+        twin = gguf_writer.write_gguf(src,
                                       str(d / f"{name}-{qtype}-exact.gguf"),
                                       qtype, dequantized=True)
         exact = llama_cpp_ref.f32_llama(llama_cpp, twin, N_CTX, THREADS)
