@@ -15,6 +15,7 @@
  * N_SNAP snapshots. OUT receives, as f32: y [T][HV DV] (after the gated
  * norm), the final state, the final window, then N_SNAP states and N_SNAP
  * windows. Exit status 2 on bad arguments, 1 on a failed call. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static float *take(float **cursor, size_t n) {
 
 typedef struct layer {
     int hk, hv, dk, dv, kernel, channels;
-    const float *x, *w_t, *A_log, *dt_bias, *a, *b, *z, *norm_w;
+    const float *x, *w_t, *a_scale, *dt_bias, *a, *b, *z, *norm_w;
     float *window, *state, *y;
     sp_delta_form form;
     sp_pool *pool;
@@ -58,7 +59,7 @@ static int run(const layer *L, int t0, int n, int n_snap, float **snaps,
     const sp_delta_prepare_args pa = {
         .n_tokens = n, .n_k_heads = L->hk, .k_dim = L->dk, .q = conv,
         .k = conv + L->hk * L->dk, .qk_stride = C, .n_v_heads = L->hv,
-        .a = a, .b = b, .A_log = L->A_log, .dt_bias = L->dt_bias};
+        .a = a, .b = b, .a_scale = L->a_scale, .dt_bias = L->dt_bias};
     sp_gated_delta_prepare(&pa);
     const sp_gated_delta_args da = {
         .n_tokens = n, .n_k_heads = L->hk, .n_v_heads = L->hv,
@@ -116,7 +117,7 @@ int main(int argc, char **argv) {
     L.window = take(&cur, (size_t)(K - 1) * C);
     L.a = take(&cur, (size_t)T * L.hv);
     L.b = take(&cur, (size_t)T * L.hv);
-    L.A_log = take(&cur, L.hv);
+    float *A_log = take(&cur, L.hv);
     L.dt_bias = take(&cur, L.hv);
     L.z = take(&cur, (size_t)T * vw);
     L.norm_w = take(&cur, L.dv);
@@ -131,6 +132,8 @@ int main(int argc, char **argv) {
     for (int c = 0; c < C; c++)
         for (int j = 0; j < K; j++) w_t[(size_t)j * C + c] = w[(size_t)c * K + j];
     L.w_t = w_t;
+    for (int h = 0; h < L.hv; h++) A_log[h] = -expf(A_log[h]); /* in place */
+    L.a_scale = A_log;
     L.y = outbuf;
     float *snap_base = outbuf + (size_t)T * vw + state_n + (size_t)(K - 1) * C;
     for (int i = 0; i < n_snap; i++) {

@@ -37,8 +37,9 @@ static void ref_delta(const sp_gated_delta_args *a, double *state,
               dv = a->v_dim;
     for (int t = 0; t < a->n_tokens; t++) {
         for (int h = 0; h < a->n_v_heads; h++) {
-            const float *q = a->q + t * a->qk_stride + (h / group) * dk;
-            const float *k = a->k + t * a->qk_stride + (h / group) * dk;
+            const int kh = a->heads_tiled ? h % a->n_k_heads : h / group;
+            const float *q = a->q + t * a->qk_stride + kh * dk;
+            const float *k = a->k + t * a->qk_stride + kh * dk;
             const float *v = a->v + t * a->v_stride + h * dv;
             const double g = exp((double)a->log_g[t * a->n_v_heads + h]);
             const double beta = a->beta[t * a->n_v_heads + h];
@@ -69,6 +70,7 @@ static void ref_delta(const sp_gated_delta_args *a, double *state,
 
 typedef struct delta_shape {
     int T, n_k_heads, n_v_heads, k_dim, v_dim, n_snapshots;
+    bool tiled;              /* llama.cpp's tiled value-head order */
     float min_log_g;         /* log decays drawn from [min_log_g, 0] */
 } delta_shape;
 
@@ -130,7 +132,7 @@ static void delta_case_init(delta_case *c, const delta_shape *sh) {
     }
     c->a = (sp_gated_delta_args){
         .n_tokens = T, .n_k_heads = hk, .n_v_heads = hv, .k_dim = dk,
-        .v_dim = dv, .q = c->qk, .k = c->qk + (int64_t)hk * dk,
+        .v_dim = dv, .heads_tiled = sh->tiled, .q = c->qk, .k = c->qk + (int64_t)hk * dk,
         .qk_stride = qk_stride, .v = c->v, .v_stride = v_stride,
         .log_g = c->log_g, .beta = c->beta, .out = c->out,
         .out_stride = v_stride, .snapshots = c->snaps,
@@ -198,6 +200,9 @@ static const delta_shape delta_shapes[] = {
     /* one token, GQA 2:4 */
     {.T = 1, .n_k_heads = 2, .n_v_heads = 4, .k_dim = 32, .v_dim = 16,
      .min_log_g = -3},
+    /* the tiled head order, over more than a chunk */
+    {.T = 80, .n_k_heads = 2, .n_v_heads = 6, .k_dim = 16, .v_dim = 16,
+     .n_snapshots = 2, .min_log_g = -1, .tiled = true},
     /* a partial chunk, snapshots */
     {.T = 7, .n_k_heads = 1, .n_v_heads = 2, .k_dim = 64, .v_dim = 32,
      .n_snapshots = 3, .min_log_g = -1},
@@ -372,12 +377,14 @@ static void test_conv1d(void **s) {
 static void test_prepare(void **s) {
     (void)s;
     enum { T = 3, HK = 2, DK = 24, HV = 4, stride = 2 * HK * DK + 5 };
-    float qk[T * stride], a[T * HV], b[T * HV], A_log[HV], dt_bias[HV];
+    float qk[T * stride], a[T * HV], b[T * HV], A_log[HV], a_scale[HV];
+    float dt_bias[HV];
     float qk0[T * stride], a0[T * HV], b0[T * HV];
     fill_uniform(qk, T * (int)stride, -3, 3);
     fill_uniform(a, T * HV, -100, 100); /* both branches; e^x overflows f32 */
     fill_uniform(b, T * HV, -30, 30);
     fill_uniform(A_log, HV, -2, 2);
+    for (int h = 0; h < HV; h++) a_scale[h] = -expf(A_log[h]);
     fill_uniform(dt_bias, HV, -1, 1);
     memcpy(qk0, qk, sizeof qk);
     memcpy(a0, a, sizeof a);
@@ -385,7 +392,7 @@ static void test_prepare(void **s) {
     const sp_delta_prepare_args args = {
         .n_tokens = T, .n_k_heads = HK, .k_dim = DK, .q = qk,
         .k = qk + HK * DK, .qk_stride = stride, .n_v_heads = HV, .a = a,
-        .b = b, .A_log = A_log, .dt_bias = dt_bias};
+        .b = b, .a_scale = a_scale, .dt_bias = dt_bias};
     sp_gated_delta_prepare(&args);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < 2 * HK; h++) {

@@ -115,7 +115,7 @@ void sp_gated_delta_prepare(const sp_delta_prepare_args *a) {
         float *ga = a->a + (int64_t)t * a->n_v_heads;
         float *gb = a->b + (int64_t)t * a->n_v_heads;
         for (int h = 0; h < a->n_v_heads; h++) {
-            ga[h] = -expf(a->A_log[h]) * softplus(ga[h] + a->dt_bias[h]);
+            ga[h] = a->a_scale[h] * softplus(ga[h] + a->dt_bias[h]);
             gb[h] = 1.0f / (1.0f + expf(-gb[h]));
         }
     }
@@ -155,7 +155,7 @@ static void delta_heads(void *ctx, int64_t begin, int64_t end, int thread_id) {
     const int64_t state_floats = (int64_t)a->v_dim * a->k_dim;
     const int tail = a->n_tokens - job->n_chunked;
     for (int64_t h = begin; h < end; h++) {
-        const int64_t kh = h / group;
+        const int64_t kh = a->heads_tiled ? h % a->n_k_heads : h / group;
         const sp_delta_head hd = {
             .q = a->q + kh * a->k_dim, .k = a->k + kh * a->k_dim,
             .qk_stride = a->qk_stride,

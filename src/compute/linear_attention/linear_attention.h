@@ -14,10 +14,12 @@
  * Everything is f32. The state of a value head is S[Dv][Dk] (mlx-lm's
  * [B, Hv, Dv, Dk] and llama.cpp's layout); per token t
  *   S = g_t S;  S += beta_t (v_t - S k_t) k_t^T;  y_t = S q_t.
- * Value head h reads key head h / (Hv / Hk) (mlx-lm's repeat of q and k). */
+ * Value head h reads key head h / (Hv / Hk) (mlx-lm's repeat of q and k),
+ * or h % Hk where the value heads are tiled (llama.cpp's qwen35 GGUF). */
 #ifndef SP_COMPUTE_LINEAR_ATTENTION_H
 #define SP_COMPUTE_LINEAR_ATTENTION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "compute/threadpool.h"
@@ -66,8 +68,9 @@ spindle_status sp_conv1d_silu(sp_pool *pool, const sp_conv1d_args *args,
 /* In place, for T rows: every key head of q and k is L2-normalized and q is
  * scaled by Dk^-1/2, exactly as mlx-lm's normalize_qk (an RMSNorm with eps
  * 1e-6 / Dk, times Dk^-1 for q and Dk^-1/2 for k); and for every value head
- * log_g = -exp(A_log) * softplus(a + dt_bias) (the log of mlx-lm's
- * compute_g), beta = sigmoid(b), written over a and b. */
+ * log_g = a_scale * softplus(a + dt_bias) with a_scale = -exp(A_log) (the
+ * log of mlx-lm's compute_g; llama.cpp stores a_scale as ssm_a),
+ * beta = sigmoid(b), written over a and b. */
 typedef struct sp_delta_prepare_args {
     int n_tokens;
     int n_k_heads, k_dim;
@@ -77,7 +80,7 @@ typedef struct sp_delta_prepare_args {
     int n_v_heads;
     float *a;                /* [T][n_v_heads]: in a, out log_g */
     float *b;                /* [T][n_v_heads]: in b, out beta */
-    const float *A_log;      /* [n_v_heads] */
+    const float *a_scale;    /* [n_v_heads]: -exp(A_log) */
     const float *dt_bias;    /* [n_v_heads] */
 } sp_delta_prepare_args;
 
@@ -101,6 +104,7 @@ typedef struct sp_gated_delta_args {
     int n_tokens;            /* T >= 1 */
     int n_k_heads, n_v_heads;/* n_v_heads a multiple of n_k_heads */
     int k_dim, v_dim;
+    bool heads_tiled;        /* value head h reads key head h % n_k_heads */
     const float *q, *k;      /* as prepared: key head h of row t at
                                 q + t * qk_stride + h * k_dim */
     int64_t qk_stride;
