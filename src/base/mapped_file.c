@@ -1,5 +1,6 @@
 #include "base/mapped_file.h"
 #include "base/error.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -203,6 +204,14 @@ spindle_status sp_read_text_file(const char *path, char **out, size_t *len,
         return sp_fail(err, SPINDLE_ERR_IO, "%s: read error", path);
     }
     buf[n] = '\0';
+    /* Every text file Spindle reads (JSON, templates) must be UTF-8, as the
+     * reference loaders require (Rust read_to_string, Python's json). */
+    size_t bad = sp_utf8_invalid_at(buf, n);
+    if (bad < n) {
+        free(buf);
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: not valid UTF-8 (byte %zu)", path, bad);
+    }
     *out = buf;
     if (len) *len = n;
     return SPINDLE_OK;

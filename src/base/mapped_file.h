@@ -39,7 +39,8 @@ spindle_status sp_map_file_at(const char *path, size_t align_at,
                               sp_mapped_file *out, spindle_error *err);
 void sp_unmap_file(sp_mapped_file *file);
 
-/* Read a whole (small) text file into a NUL-terminated heap buffer. */
+/* Read a whole (small) text file into a NUL-terminated heap buffer; a
+ * file that is not well-formed UTF-8 fails with SPINDLE_ERR_FORMAT. */
 spindle_status sp_read_text_file(const char *path, char **out, size_t *len,
                                  spindle_error *err);
 

@@ -67,16 +67,20 @@ size_t sp_utf8_encode(uint32_t cp, char out[4]) {
     return 4;
 }
 
-bool sp_utf8_valid(const char *s, size_t n) {
+size_t sp_utf8_invalid_at(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
         if (u[i] < 0x80) { i++; continue; }
         int sub, l = utf8_seq(u + i, n - i, &sub);
-        if (!l) return false;
+        if (!l) return i;
         i += (size_t)l;
     }
-    return true;
+    return n;
+}
+
+bool sp_utf8_valid(const char *s, size_t n) {
+    return sp_utf8_invalid_at(s, n) == n;
 }
 
 bool sp_utf8_lossy(const char *s, size_t n, sp_strbuf *out) {

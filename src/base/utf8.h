@@ -17,6 +17,9 @@ uint32_t sp_utf8_next(const char *s, size_t n, int *len);
 size_t sp_utf8_encode(uint32_t cp, char out[4]);
 /* True when s[0..n) is well-formed UTF-8. */
 bool sp_utf8_valid(const char *s, size_t n);
+/* Offset of the first byte of s[0..n) that starts no well-formed sequence,
+ * or n when there is none. */
+size_t sp_utf8_invalid_at(const char *s, size_t n);
 /* Append s to out, replacing every maximal invalid subpart with U+FFFD
  * (the rule of Rust's String::from_utf8_lossy and Python's 'replace'). */
 bool sp_utf8_lossy(const char *s, size_t n, sp_strbuf *out);

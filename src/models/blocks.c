@@ -108,6 +108,20 @@ static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
 void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     const sp_model_config *c = &f->m->cfg;
     const sp_layer *L = &f->m->layers[l];
+    /* This block computes the config's heads: the layer's state must be
+     * KV of that shape (a family's layer_state hook could say otherwise). */
+    const sp_layer_state_desc *sd = &f->m->state_desc[l];
+    if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
+        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != c->head_dim) {
+        if (!f->status)
+            f->status = sp_fail(f->err, SPINDLE_ERR_INTERNAL,
+                                "layer %d: attention of %d KV heads of %d "
+                                "over a %s state of %d heads of %d", l,
+                                c->n_kv_heads, c->head_dim,
+                                sp_state_kind_name(sd->kind), sd->n_kv_heads,
+                                sd->head_dim);
+        return;
+    }
     sp_linear_forward(f, &L->q, f->xn, f->q);
     sp_linear_forward(f, &L->k, f->xn, f->k);
     sp_linear_forward(f, &L->v, f->xn, f->v);
@@ -122,8 +136,8 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
          * token sees itself and everything before it. */
         for (int i = 0; i < sq->n_rows; i++) {
             size_t t = (size_t)(sq->first_row + i);
-            sp_kv_store(sq->cache, l, sq->first_pos + i, f->k + t * kw,
-                        f->v + t * kw);
+            sp_seq_state_kv_store(sq->state, l, sq->first_pos + i,
+                                  f->k + t * kw, f->v + t * kw);
         }
         sp_attention_args a = {
             .q = f->q + (size_t)sq->first_row * qw,
@@ -133,7 +147,7 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
             .head_dim = c->head_dim,
-            .kv = sp_kv_layer(sq->cache, l),
+            .kv = sp_seq_state_kv_view(sq->state, l),
             .scale = scale,
             .window = L->window,
             .softcap = softcap,

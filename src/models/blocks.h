@@ -2,7 +2,7 @@
  *
  * A forward pass flattens every sequence's new tokens into T rows; matrix
  * products run once over all T rows (weights are read once per pass), while
- * attention runs per sequence against that sequence's own KV cache. */
+ * attention runs per sequence against that sequence's own state. */
 #ifndef SP_MODELS_BLOCKS_H
 #define SP_MODELS_BLOCKS_H
 
@@ -10,7 +10,7 @@
 
 /* One sequence's slice of the flattened batch. */
 typedef struct sp_forward_seq {
-    sp_kv_cache *cache;
+    sp_seq_state *state;  /* reserved for n_rows new tokens */
     int first_row;      /* index of its first token among the T rows */
     int n_rows;
     int first_pos;      /* position of its first new token */

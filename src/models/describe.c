@@ -73,6 +73,18 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "context_length", m->max_context);
+    /* Each layer's sequence state kind (runtime/seq_state.h). */
+    static const char *const kind_keys[] = {"full_kv", "window_kv",
+                                            "recurrent", "none"};
+    int kinds[4] = {0};
+    for (int l = 0; l < c->n_layers; l++)
+        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 4)
+            kinds[m->state_desc[l].kind]++;
+    cJSON *state = cJSON_AddObjectToObject(o, "state");
+    for (int k = 0; state && k < 4; k++)
+        if (k < 3 || kinds[k])
+            cJSON_AddNumberToObject(state, kind_keys[k], kinds[k]);
+    if (state) cJSON_AddNumberToObject(state, "max_rollback", m->max_rollback);
     cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope.theta);
     static const char *rope_names[] = {"default", "linear", "llama3", "yarn"};

@@ -125,6 +125,21 @@ def test_cli_errors(tmp_path):
     assert p.returncode == 1 and p.stderr.count("\n") == 1
 
 
+def test_invalid_utf8_tokenizer_json_is_refused(tmp_path):
+    """A tokenizer.json with one invalid UTF-8 byte inside a token string:
+    Hugging Face refuses the file, and so must Spindle, in one line."""
+    require_bin()
+    data = (model_dir("qwen3") / "tokenizer.json").read_bytes()
+    at = data.index(b'"<|im_start|>"') + 2
+    (tmp_path / "tokenizer.json").write_bytes(data[:at] + b"\xff" + data[at + 1:])
+    with pytest.raises(Exception):
+        tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    p = subprocess.run([BIN, "tokenize", "-m", str(tmp_path), "--text", "x"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert "tokenizer.json" in p.stderr and "UTF-8" in p.stderr, p.stderr
+
+
 def test_cli_plain_forms():
     d = model_dir("qwen3")
     hf = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
