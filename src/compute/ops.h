@@ -30,7 +30,8 @@ typedef enum sp_rope_type {
     SP_ROPE_DEFAULT = 0,
     SP_ROPE_LINEAR,
     SP_ROPE_LLAMA3,
-    SP_ROPE_YARN
+    SP_ROPE_YARN,
+    SP_ROPE_LONGROPE       /* Phi-3's "longrope" / "su" */
 } sp_rope_type;
 
 typedef struct sp_rope_config {
@@ -45,6 +46,10 @@ typedef struct sp_rope_config {
     double beta_fast, beta_slow;
     double mscale, mscale_all_dim; /* 0 when absent */
     double attention_factor;       /* 0 when absent: derived */
+    /* longrope: rotary_dim / 2 divisors of the frequencies (borrowed; read
+     * only by sp_rope_init), and `factor` is the context extension
+     * max_position / original_max_position. */
+    const float *long_factor;
 } sp_rope_config;
 
 typedef struct sp_rope {

@@ -55,8 +55,14 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
                                   &L->gate, &L->up, &L->down};
         for (size_t i = 0; i < sizeof lin / sizeof *lin; i++)
             count_linear(&t, lin[i], &vec);
-        vec += 2 * c->hidden_size;
-        if (L->q_norm) vec += 2 * c->head_dim;
+        const float *norms[] = {L->attn_norm, L->mlp_norm, L->post_attn_norm,
+                                L->post_mlp_norm};
+        for (size_t i = 0; i < sizeof norms / sizeof *norms; i++)
+            if (norms[i]) vec += c->hidden_size;
+        if (L->q_norm)
+            vec += L->qk_norm_full
+                       ? (int64_t)(c->n_heads + c->n_kv_heads) * c->head_dim
+                       : 2 * c->head_dim;
     }
     t.params += vec;
     t.bytes += vec * (int64_t)sp_dtype_size(c->torch_dtype);
@@ -87,7 +93,10 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     if (state) cJSON_AddNumberToObject(state, "max_rollback", m->max_rollback);
     cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope.theta);
-    static const char *rope_names[] = {"default", "linear", "llama3", "yarn"};
+    static const char *rope_names[] = {"default", "linear", "llama3", "yarn",
+                                       "longrope"};
+    _Static_assert(sizeof rope_names / sizeof *rope_names ==
+                       SP_ROPE_LONGROPE + 1, "a name per sp_rope_type");
     cJSON_AddStringToObject(o, "rope_scaling", rope_names[c->rope.type]);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", m->tied);
     cJSON_AddStringToObject(o, "torch_dtype", sp_dtype_name(c->torch_dtype));

@@ -23,12 +23,24 @@ typedef struct sp_linear {
 } sp_linear;
 
 typedef struct sp_layer {
-    const float *attn_norm;      /* input_layernorm */
-    const float *mlp_norm;       /* the norm before the MLP */
-    const float *q_norm, *k_norm;/* per-head RMSNorm over head_dim (Qwen3) */
+    /* The norms before the attention and the MLP (input_layernorm, the
+     * pre-MLP norm), and after them, on the block's output before it joins
+     * the residual stream (Gemma's sandwich, OLMo 2's post-norms); NULL
+     * where the layer has none. */
+    const float *attn_norm, *mlp_norm;
+    const float *post_attn_norm, *post_mlp_norm;
+    /* RMSNorm of queries and keys before RoPE: per head over head_dim
+     * (Qwen3), or over the whole projection when qk_norm_full (OLMo 2). */
+    const float *q_norm, *k_norm;
+    bool qk_norm_full;
+    bool mlp_geglu;              /* GeGLU (tanh GELU) instead of SwiGLU */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
-    const sp_rope *rope;
+    const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
+    /* Llama 4 attention temperature: queries at position p are scaled by
+     * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
+    float attn_temp_beta;
+    int attn_temp_period;
     /* Attention through a sliding window of this many positions (0: all).
      * Unless the family's layer_state hook says otherwise, it also gives
      * the layer's sequence state: full KV for 0, window KV otherwise. */
@@ -118,6 +130,11 @@ struct spindle_model {
     int n_owned, cap_owned;
 
     sp_forward *fwd;             /* reusable forward scratch */
+
+    /* Prepended to every tensor name and quantization path: multimodal
+     * checkpoints written by mlx-lm keep the language model under
+     * "language_model." (decided by the files). Empty otherwise. */
+    char tensor_prefix[32];
 };
 
 struct spindle_seq {
@@ -142,6 +159,16 @@ size_t sp_model_tensor_count(const spindle_model *m);
 spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
                               int64_t rows, int64_t cols, bool need_bias,
                               sp_linear *out, spindle_error *err);
+/* One matrix stored as several along its rows (fused projections:
+ * qkv_proj, gate_up_proj), each part a view of its own rows, with the
+ * matching slice of the bias. Every storage type keeps rows independent
+ * (float, MLX affine rows with their own scales, GGML rows of blocks), so
+ * nothing is copied. */
+spindle_status sp_bind_linear_parts(spindle_model *m, const char *prefix,
+                                    int n_parts, const int64_t *rows,
+                                    int64_t cols, bool need_bias,
+                                    sp_linear *const *out,
+                                    spindle_error *err);
 /* Copy a float vector of n elements to an owned f32 array. */
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
                               const float **out, spindle_error *err);

@@ -12,8 +12,13 @@
 
 const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
                                            const char *name) {
-    return m->gguf ? sp_gguf_weights_find(m->gguf, name)
-                   : sp_tensor_set_find(m->tensors, name);
+    if (m->gguf) return sp_gguf_weights_find(m->gguf, name);
+    if (!m->tensor_prefix[0]) return sp_tensor_set_find(m->tensors, name);
+    char full[400];
+    if ((size_t)snprintf(full, sizeof full, "%s%s", m->tensor_prefix, name) >=
+        sizeof full)
+        return NULL;
+    return sp_tensor_set_find(m->tensors, full);
 }
 
 size_t sp_model_tensor_count(const spindle_model *m) {
@@ -175,7 +180,9 @@ static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
     if (w->ggml_quant) return bind_ggml(w, rows, cols, out, err);
 
     int bits, group;
-    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, prefix, &bits, &group);
+    char path[300];
+    snprintf(path, sizeof path, "%s%s", m->tensor_prefix, prefix);
+    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, path, &bits, &group);
     snprintf(name, sizeof name, "%s.scales", prefix);
     const sp_tensor_info *scales = find(m, name);
     if (rule != SP_QUANT_FLOAT && scales)
@@ -228,9 +235,58 @@ spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
     return st;
 }
 
+/* Rows first .. first + n - 1 of w, as a view of the same storage. */
+static sp_weight weight_rows(const sp_weight *w, int64_t first, int64_t n) {
+    sp_weight v = *w;
+    const unsigned char *d = w->data;
+    size_t r = (size_t)first;
+    v.rows = n;
+    switch (w->type) {
+    case SP_W_F32: v.data = d + r * (size_t)w->cols * 4; break;
+    case SP_W_F16:
+    case SP_W_BF16: v.data = d + r * (size_t)w->cols * 2; break;
+    case SP_W_AFFINE: {
+        size_t q = r * (size_t)(w->cols / w->group_size) *
+                   sp_dtype_size(w->qparam_dtype);
+        v.data = d + r * sp_affine_row_bytes(w);
+        v.scales = (const unsigned char *)w->scales + q;
+        v.biases = (const unsigned char *)w->biases + q;
+        break;
+    }
+    case SP_W_GGML: v.data = d + r * sp_ggml_row_size(w->ggml_type, w->cols); break;
+    }
+    return v;
+}
+
+spindle_status sp_bind_linear_parts(spindle_model *m, const char *prefix,
+                                    int n_parts, const int64_t *rows,
+                                    int64_t cols, bool need_bias,
+                                    sp_linear *const *out,
+                                    spindle_error *err) {
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += rows[i];
+    sp_linear whole;
+    spindle_status st = sp_bind_linear(m, prefix, total, cols, need_bias,
+                                       &whole, err);
+    if (st) return st;
+    int64_t first = 0;
+    for (int i = 0; i < n_parts; first += rows[i++]) {
+        out[i]->w = weight_rows(&whole.w, first, rows[i]);
+        out[i]->bias = whole.bias ? whole.bias + first : NULL;
+    }
+    return SPINDLE_OK;
+}
+
 spindle_status sp_bind_embeddings_and_head(spindle_model *m,
                                            spindle_error *err) {
     const sp_model_config *c = &m->cfg;
+    /* mlx-lm saves a multimodal model's language model under its
+     * attribute name. */
+    if (!m->gguf && !find(m, "model.embed_tokens.weight") &&
+        sp_tensor_set_find(m->tensors,
+                           "language_model.model.embed_tokens.weight"))
+        snprintf(m->tensor_prefix, sizeof m->tensor_prefix,
+                 "language_model.");
     spindle_status st = bind_matrix(m, "model.embed_tokens", c->vocab_size,
                                     c->hidden_size, &m->embed, err);
     if (st) return st;

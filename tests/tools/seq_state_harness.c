@@ -209,39 +209,33 @@ static int rollback_case(harness *h, spindle_seq *ref,
     return st == SPINDLE_OK;
 }
 
+/* Rollbacks to n of j in [j_from, j_to] tokens, stepped (and in one chunk
+ * if `chunks`), against one reference sequence that saw n. */
+static void rollbacks_at(harness *h, int n, int j_from, int j_to, int chunks,
+                         int *pairs, int *beyond_ok) {
+    spindle_seq *ref = build(h, n);
+    spindle_seq_snapshot *at_n = NULL;
+    spindle_error err = {0};
+    must(spindle_seq_snapshot_take(ref, &at_n, &err), &err, "snapshot");
+    for (int j = j_from; j <= j_to; j++)
+        for (int chunked = 0; chunked <= chunks; chunked++, ++*pairs)
+            *beyond_ok += rollback_case(h, ref, at_n, n, j, chunked) && j > h->k;
+    spindle_seq_snapshot_free(at_n);
+    spindle_seq_free(ref);
+}
+
 /* Lengths around the first slides of a window-8 buffer (K = 8: at 64 and
- * 113), and j past the guarantee by more than a window. */
+ * 113) with j past the guarantee by more than a window; then every N
+ * around the first slide (at 64 for K <= 24 here) stepping exactly K - 1
+ * and K tokens: a slide on the last step is where a margin short by a
+ * position shows. */
 static void check_rollback(harness *h, int *pairs, int *beyond_ok) {
     const int lengths[] = {1, PROMPT, 56, 64, 100};
     const int extra = h->window ? h->window + 2 : 2;
-    for (size_t a = 0; a < sizeof lengths / sizeof *lengths; a++) {
-        spindle_seq *ref = build(h, lengths[a]);
-        spindle_seq_snapshot *at_n = NULL;
-        spindle_error err = {0};
-        must(spindle_seq_snapshot_take(ref, &at_n, &err), &err, "snapshot");
-        for (int j = 1; j <= h->k + extra; j++)
-            for (int chunked = 0; chunked < 2; chunked++) {
-                *beyond_ok +=
-                    rollback_case(h, ref, at_n, lengths[a], j, chunked) &&
-                    j > h->k;
-                ++*pairs;
-            }
-        spindle_seq_snapshot_free(at_n);
-        spindle_seq_free(ref);
-    }
-    /* Every N around the first slide (at 64 for K <= 24 here), stepping
-     * exactly K and K - 1 tokens: a slide on the last step is where a
-     * margin one position short shows. */
-    for (int n = 64 - h->k - 2; n <= 66; n++) {
-        spindle_seq *ref = build(h, n);
-        spindle_seq_snapshot *at_n = NULL;
-        spindle_error err = {0};
-        must(spindle_seq_snapshot_take(ref, &at_n, &err), &err, "snapshot");
-        for (int j = h->k > 1 ? h->k - 1 : 1; j <= h->k; j++, ++*pairs)
-            rollback_case(h, ref, at_n, n, j, 0);
-        spindle_seq_snapshot_free(at_n);
-        spindle_seq_free(ref);
-    }
+    for (size_t a = 0; a < sizeof lengths / sizeof *lengths; a++)
+        rollbacks_at(h, lengths[a], 1, h->k + extra, 1, pairs, beyond_ok);
+    for (int n = 64 - h->k - 2; n <= 66; n++)
+        rollbacks_at(h, n, h->k > 1 ? h->k - 1 : 1, h->k, 0, pairs, beyond_ok);
 }
 
 /* Stepped far past N, a window layer no longer holds N's window. */

@@ -103,8 +103,9 @@ static void check_same_as_full_view(const sp_attention_args *a, sp_pool *pool,
     for (int h = 0; h < a->n_kv_heads; h++) {
         const size_t head = (size_t)h * (size_t)stride * es;
         for (int j = 0; j < base; j++) {
-            sp_kv_convert(k + head + (size_t)j * hd * es, nan_row, (size_t)hd, a->kv.type);
-            sp_kv_convert(v + head + (size_t)j * hd * es, nan_row, (size_t)hd, a->kv.type);
+            const size_t row = head + (size_t)j * hd * es;
+            sp_kv_convert(k + row, nan_row, (size_t)hd, a->kv.type);
+            sp_kv_convert(v + row, nan_row, (size_t)hd, a->kv.type);
         }
         const size_t from = (size_t)h * (size_t)a->kv.head_stride * es;
         memcpy(k + head + (size_t)base * hd * es,
