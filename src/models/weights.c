@@ -76,6 +76,25 @@ static spindle_status track(spindle_model *m, float *p, spindle_error *err) {
     return SPINDLE_OK;
 }
 
+/* An owned f32 copy of the n elements of float tensor t. */
+static spindle_status copy_floats(spindle_model *m, const sp_tensor_info *t,
+                                  int64_t n, const float **out,
+                                  spindle_error *err) {
+    if (t->ggml_quant || !is_float(t->dtype))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' has dtype %s, expected a float type",
+                       t->file, t->name,
+                       t->ggml_quant ? sp_ggml_type_name(t->ggml_type)
+                                     : sp_dtype_name(t->dtype));
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, (size_t)i);
+    spindle_status st = track(m, v, err);
+    if (st) return st;
+    *out = v;
+    return SPINDLE_OK;
+}
+
 spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
                                   int64_t n, const float **out,
                                   spindle_error *err) {
@@ -83,19 +102,47 @@ spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
     const sp_tensor_info *t = find(m, name);
     if (!t) return SPINDLE_OK;
     spindle_status st = expect_shape(t, n, -1, err);
-    if (st) return st;
-    if (t->ggml_quant || !is_float(t->dtype))
+    return st ? st : copy_floats(m, t, n, out, err);
+}
+
+spindle_status sp_bind_float_matrix(spindle_model *m, const char *name,
+                                    int64_t rows, int64_t cols,
+                                    const float **out, spindle_error *err) {
+    const sp_tensor_info *t = find(m, name);
+    if (!t) return missing(m, name, err);
+    /* The dimensions other than 1, in order, must be those of [rows, cols]. */
+    int64_t want[2], got[SP_MAX_DIMS];
+    int nw = 0, ng = 0;
+    if (rows != 1) want[nw++] = rows;
+    if (cols != 1) want[nw++] = cols;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1) got[ng++] = t->shape[d];
+    bool ok = ng == nw;
+    for (int i = 0; ok && i < nw; i++) ok = got[i] == want[i];
+    if (!ok) {
+        char shape[128];
+        shape_text(t, shape, sizeof shape);
         return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor '%s' has dtype %s, expected a float type",
-                       t->file, name,
-                       t->ggml_quant ? sp_ggml_type_name(t->ggml_type)
-                                     : sp_dtype_name(t->dtype));
-    float *v = malloc((size_t)n * sizeof(float));
-    if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    for (int64_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, (size_t)i);
-    if ((st = track(m, v, err))) return st;
-    *out = v;
-    return SPINDLE_OK;
+                       "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
+                       "(with any dimensions of 1)", t->file, name, shape,
+                       (long long)rows, (long long)cols);
+    }
+    return copy_floats(m, t, rows * cols, out, err);
+}
+
+void sp_fold_norm_plus_one(spindle_model *m, const char *name, const float *w,
+                           int n) {
+    if (m->gguf) return;
+    const sp_tensor_info *t = sp_model_find_tensor(m, name);
+    float *v = (float *)w; /* an owned copy made by sp_bind_vector */
+    for (int i = 0; i < n; i++) {
+        float s = 1.0f + v[i];
+        if (t && t->dtype == SP_DTYPE_BF16)
+            s = sp_bf16_to_f32(sp_f32_to_bf16(s));
+        else if (t && t->dtype == SP_DTYPE_F16)
+            s = sp_f16_to_f32(sp_f32_to_f16(s));
+        v[i] = s;
+    }
 }
 
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
