@@ -126,3 +126,45 @@ def test_hybrid_bad_config(spindle_bin, hybrid_models, tmp_path,  # noqa: F811
     assert r.returncode != 0, "a malformed config was accepted"
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def _harness(spindle_bin, model_dir, *args):  # noqa: F811
+    build = Path(os.environ.get("SPINDLE_BUILD_DIR", spindle_bin.parent))
+    path = build / "seq_state_harness"
+    if not path.is_file():
+        pytest.fail(f"seq_state_harness not found at {path}")
+    cmd = [str(path), str(model_dir), "--recurrent", "1", *map(str, args)]
+    if os.environ.get("SPINDLE_THREADS"):
+        cmd += ["--threads", os.environ["SPINDLE_THREADS"]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode not in (0, 1):
+        pytest.fail(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr}")
+    return json.loads(r.stdout), r.returncode
+
+
+@pytest.mark.parametrize("model,k", [("qwen3_5-f32", 0),
+                                     ("qwen3_5-q4g64", 3),
+                                     ("qwen3_next-f32", 2)])
+def test_hybrid_rollback_and_snapshot(spindle_bin, hybrid_models,  # noqa: F811
+                                      model, k):
+    """Truncation within the last pass of at most max_rollback tokens is
+    exact (to its start and, for passes up to 4 tokens, to every length
+    inside it), beyond that a one-line refusal naming the recurrent layer
+    that leaves the sequence unchanged; snapshots restore bit for bit; a
+    failed batch changes nothing (seq_state_harness --recurrent)."""
+    out, rc = _harness(spindle_bin, hybrid_models / model,
+                       *(["--max-rollback", k] if k else []))
+    print(f"  {model}: {out}")
+    assert out["failures"] == [] and rc == 0, out["failures"]
+    assert out["max_rollback"] == (k or 8)
+    assert out["recurrent_refused"] > 0 and out["beyond_k_accepted"] == 0
+    assert out["checks"] > 100
+
+
+def test_hybrid_info_state_kinds(spindle_bin, hybrid_models):  # noqa: F811
+    r = subprocess.run([str(spindle_bin), "info", "-m",
+                        str(hybrid_models / "qwen3_5-wide-f32")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == {
+        "full_kv": 2, "window_kv": 0, "recurrent": 4, "max_rollback": 8}
