@@ -14,7 +14,8 @@ The configs:
   * "small" (qwen3_5, the text_config form mlx-community ships): 4 layers,
     full_attention_interval 4 (linear, linear, linear, full), 2 key heads
     for 4 value heads, tied embeddings, partial rotary factor 0.25 from
-    rope_parameters;
+    rope_parameters (whose mrope_section covers the 4 rotated pairs the way
+    llama.cpp's interleaved M-RoPE assigns them: pairs 0, 3 / 1 / 2);
   * "wide" (qwen3_5): 6 layers with an explicit layer_types (interval 3),
     as many key as value heads, key head 64 != value head 32, untied;
   * "next" (qwen3_next): 4 layers, interval 4, a sparse-MoE MLP of 8
@@ -54,7 +55,7 @@ TEXT = {
         max_position_embeddings=4096, full_attention_interval=4,
         rope_parameters={"rope_type": "default", "rope_theta": 100000.0,
                          "partial_rotary_factor": 0.25,
-                         "mrope_section": [1, 1, 2],
+                         "mrope_section": [2, 1, 1],
                          "mrope_interleaved": True},
         **_LINEAR),
     "wide": dict(
