@@ -168,3 +168,41 @@ def test_hybrid_info_state_kinds(spindle_bin, hybrid_models):  # noqa: F811
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["state"] == {
         "full_kv": 2, "window_kv": 0, "recurrent": 4, "max_rollback": 8}
+
+
+NORMS_PLUS_ONE = (".input_layernorm.weight", ".post_attention_layernorm.weight",
+                  "model.norm.weight", ".q_norm.weight", ".k_norm.weight")
+
+
+def test_hybrid_hf_layout(spindle_bin, hybrid_models, tmp_path):  # noqa: F811
+    """A Hugging Face checkpoint (flat config, conv1d [C, 1, K], the (1 + w)
+    norms stored as w, no "language_model." prefix), written from the MLX
+    model: Spindle must compute what mlx-lm computes after its sanitize
+    (which moves the conv axis and adds the 1 in the weights' dtype)."""
+    mx = pytest.importorskip("mlx.core")
+    mlu = pytest.importorskip("mlx_lm.utils")
+    src = hybrid_models / "qwen3_5-bf16"
+    weights = {}
+    for f in sorted(src.glob("*.safetensors")):
+        weights.update(mx.load(str(f)))
+    hf = {}
+    for k, v in weights.items():
+        k = k.removeprefix("language_model.")
+        if "conv1d.weight" in k:
+            v = v.moveaxis(2, 1)
+        elif k.endswith(NORMS_PLUS_ONE):
+            v = v - 1.0
+        hf[k] = v
+    d = tmp_path / "hf"
+    d.mkdir()
+    mx.save_safetensors(str(d / "model.safetensors"), hf)
+    cfg = json.loads((src / "config.json").read_text())
+    flat = dict(cfg.pop("text_config"), model_type="qwen3_5")
+    (d / "config.json").write_text(json.dumps(flat))
+    prompt = hm.PROMPTS["len40"]
+    model, _ = mlu.load_model(d)
+    model.set_dtype(mx.float32)
+    want = np.array(model(mx.array([prompt]))[0, -1])
+    _, dump = tp.run_spindle(spindle_bin, d, prompt, tmp_path, 1)
+    err = float(np.max(np.abs(np.load(dump) - want)) / np.std(want))
+    assert err <= tp.TOL_F32_REL, f"max|err|/std {err:.4g}"
