@@ -1,11 +1,12 @@
 """Convert bench/make_model.py's bf16 safetensors dir to a GGUF for llama.cpp.
 
-usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f16|bf16|q8_0|q4_0
+usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f32|f16|bf16|q8_0|q4_0
 
 Used by bench/compare so that Spindle and llama.cpp run the SAME random
 weights. The writer is tests/gguf_writer.py (llama.cpp's tensor names and
 metadata per architecture, a synthetic gpt2 vocabulary); here it writes
-the qwen3 model with Qwen's three special tokens at their real ids.
+the qwen3 or qwen3_moe model (every layer MoE: llama.cpp's qwen3moe has
+no dense layers) with Qwen's three special tokens at their real ids.
 Quantization uses gguf-py's numpy ports of ggml's reference quantizers.
 """
 import argparse
@@ -25,16 +26,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
     ap.add_argument("out")
-    ap.add_argument("--type", choices=["f16", "bf16", "q8_0", "q4_0"],
+    ap.add_argument("--type", choices=["f32", "f16", "bf16", "q8_0", "q4_0"],
                     required=True)
     a = ap.parse_args()
     with open(os.path.join(a.src, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") != "qwen3" or "quantization" in cfg:
-        sys.exit("make_gguf: expects an unquantized qwen3 model dir")
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe") or \
+            "quantization" in cfg:
+        sys.exit("make_gguf: expects an unquantized qwen3 or qwen3_moe "
+                 "model dir")
     try:
         gguf_writer.write_gguf(a.src, a.out, a.type,
-                               name="spindle-bench-qwen3-0.6b-random",
+                               name=f"spindle-bench-{cfg['model_type']}-random",
                                specials=QWEN_SPECIALS, bos_id=151643,
                                context_length=cfg.get(
                                    "max_position_embeddings", 40960))

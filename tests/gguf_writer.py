@@ -289,6 +289,35 @@ def _hybrid_tensor(cfg, hf, arr, reorder):
     return arr
 
 
+# qwen3_moe's MoE layers (llama.cpp's qwen3moe loader, src/models/
+# qwen3moe.cpp): mlx-lm's stacked switch_mlp experts are already GGUF's
+# [n_expert][rows][cols] layout; the router stays F32, as llama.cpp's
+# converter keeps FFN_GATE_INP.
+_QWEN3_MOE_NAMES = {
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.switch_mlp.gate_proj.weight": "ffn_gate_exps.weight",
+    "mlp.switch_mlp.up_proj.weight": "ffn_up_exps.weight",
+    "mlp.switch_mlp.down_proj.weight": "ffn_down_exps.weight",
+}
+
+
+def _qwen3_moe_check(cfg):
+    n = cfg["num_hidden_layers"]
+    step = cfg.get("decoder_sparse_step", 1)
+    if cfg.get("mlp_only_layers") or any((l + 1) % step for l in range(n)):
+        raise WriterError("llama.cpp's qwen3moe has no dense layers "
+                          "(mlp_only_layers / decoder_sparse_step)")
+    if not cfg.get("norm_topk_prob", False):
+        raise WriterError("llama.cpp's qwen3moe always renormalizes the "
+                          "top-k weights (norm_topk_prob true only)")
+
+
+def _qwen3_moe_keys(w, cfg):
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+
+
 @dataclass
 class Arch:
     gguf_arch: str
@@ -299,6 +328,7 @@ class Arch:
     rope_block: str = "rope_scaling"         # where the config keeps it
     theta_in_block: bool = False             # rope_theta inside that block
     tensor: Optional[Callable] = None        # (cfg, hf, arr) -> arr
+    f32_names: tuple = ()                    # GGUF name suffixes kept F32
 
 
 _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -306,6 +336,9 @@ _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
 
 ARCHS = {
     "qwen3": Arch("qwen3"),
+    "qwen3_moe": Arch("qwen3moe", layer_names=_QWEN3_MOE_NAMES,
+                      keys=_qwen3_moe_keys, check=_qwen3_moe_check,
+                      f32_names=("ffn_gate_inp.weight",)),
     "llama": Arch("llama", permute_qk=True),
     "smollm3": Arch("smollm3", permute_qk=True),
     "phi3": Arch("phi3", check=_phi3_check, layer_names={
@@ -318,18 +351,17 @@ ARCHS = {
                        rope_block="rope_parameters", theta_in_block=True),
     "qwen3_5_text": Arch("qwen35", layer_names=_HYBRID_NAMES,
                          keys=_qwen35_keys, rope_block="rope_parameters",
-                         theta_in_block=True,
+                         theta_in_block=True, f32_names=("ssm_conv1d.weight",),
                          tensor=lambda c, hf, a: _hybrid_tensor(c, hf, a, True)),
 }
 
 
 def _keeps_f32(gname, arr):
-    """Tensors llama.cpp's converter never quantizes (base.py: 1-D ones,
-    norms, names without .weight, routers, conv kernels)."""
-    kinds = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight",
-             "ssm_conv1d.weight")
+    """Tensors llama.cpp's converter never quantizes, whatever the
+    architecture (base.py: 1-D ones, norms, names without .weight); an
+    Arch's f32_names adds its own kinds (routers, conv kernels)."""
     return (arr.ndim <= 1 or gname.endswith("_norm.weight")
-            or not gname.endswith(".weight") or gname.endswith(kinds))
+            or not gname.endswith(".weight"))
 
 
 def text_config(cfg):
@@ -422,7 +454,8 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
                 arr = arch.tensor(cfg, hf, arr)
             gname = gguf_name(hf, arch)
             seen.add(gname)
-            if _keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32:
+            if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
+                    or gname.endswith(arch.f32_names)):
                 w.add_tensor(gname, arr.astype(np.float32))
             elif dequantized:
                 w.add_tensor(gname, dequantize(quantize(arr, qt), qt))

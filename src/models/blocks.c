@@ -1,5 +1,6 @@
 /* Shared transformer blocks: the math of one decoder layer, written once. */
 #include "models/blocks.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 
@@ -60,6 +61,7 @@ void sp_forward_free(sp_forward *f) {
     free(f->x); free(f->xn); free(f->out);
     free(f->q); free(f->k); free(f->v); free(f->attn);
     free(f->gate); free(f->up);
+    sp_moe_scratch_free(f->moe);
     free(f);
 }
 
@@ -77,13 +79,18 @@ void sp_add_rows(sp_forward *f, float *x, const float *y) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y) {
+    sp_matmul(pool, &lin->w, x, n, y);
+    if (!lin->bias) return;
+    size_t rows = (size_t)lin->w.rows;
+    for (int t = 0; t < n; t++)
+        for (size_t i = 0; i < rows; i++) y[(size_t)t * rows + i] += lin->bias[i];
+}
+
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
-    sp_matmul(f->m->pool, &lin->w, x, f->n_rows, y);
-    if (!lin->bias) return;
-    size_t n = (size_t)lin->w.rows;
-    for (int t = 0; t < f->n_rows; t++)
-        for (size_t i = 0; i < n; i++) y[(size_t)t * n + i] += lin->bias[i];
+    sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
 }
 
 /* ----------------------------------------------------------- attention */
@@ -223,7 +230,10 @@ void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s) {
     join_residual(f, L->post_attn_norm, s->residual);
 
     norm_or_copy(f, f->x, L->mlp_norm, f->xn);
-    (L->mlp_geglu ? sp_mlp_geglu : sp_mlp_swiglu)(f, l);
+    if (L->moe)
+        sp_moe_block(f, L->moe);
+    else
+        (L->mlp_geglu ? sp_mlp_geglu : sp_mlp_swiglu)(f, l);
     join_residual(f, L->post_mlp_norm, s->residual);
 }
 
@@ -336,7 +346,8 @@ spindle_status sp_bind_decoder_layers(spindle_model *m,
     for (int l = 0; l < m->cfg.n_layers && !st; l++) {
         m->layers[l].rope = &m->rope;
         if (!(st = bind_norms(m, l, opt, err)) &&
-            !(st = bind_attention(m, l, opt, err)))
+            !(st = bind_attention(m, l, opt, err)) &&
+            !(opt->own_mlp && opt->own_mlp[l]))
             st = bind_mlp(m, l, opt, err);
     }
     return st;

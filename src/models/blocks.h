@@ -32,6 +32,7 @@ struct sp_forward {
     float *k, *v;             /* n_kv_heads * head_dim */
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
+    struct sp_moe_scratch *moe; /* sp_moe_block's, NULL until needed */
 
     /* The first failure of the pass (the layer hooks return nothing):
      * later layers are skipped and spindle_forward returns it. */
@@ -53,6 +54,9 @@ void sp_add_rows(sp_forward *f, float *x, const float *y);
 /* y = W x + b over all rows. */
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y);
+/* The same over n rows of x ([n][cols] -> [n][rows]). */
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y);
 
 /* Self-attention of layer l: projections, optional per-head q/k norms, RoPE,
  * cache update, causal attention per sequence, output projection.
@@ -85,7 +89,8 @@ void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s);
 
 /* The standard decoder layer: the above with scale head_dim^-0.5 and
  * residual 1, over the layer's own norms (pre-norms in Llama, Qwen2,
- * Qwen3; post-norms in OLMo 2). */
+ * Qwen3; post-norms in OLMo 2); the MLP is the layer's routed experts
+ * when sp_layer.moe is set (Qwen3-MoE). */
 void sp_prenorm_decoder_layer(sp_forward *f, int l);
 
 /* Which norms a layer has, under their Hugging Face names. */
@@ -117,6 +122,9 @@ typedef struct sp_decoder_options {
     bool fused_gate_up;
     bool geglu;
     sp_norm_layout norms;
+    /* [n_layers], or NULL: layers whose MLP the family binds itself (its
+     * MoE layers); their mlp.* dense weights are not looked up. */
+    const bool *own_mlp;
 } sp_decoder_options;
 
 spindle_status sp_bind_decoder_layers(spindle_model *m,

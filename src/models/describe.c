@@ -1,5 +1,6 @@
 /* spindle_model_describe: what `spindle info` prints, as JSON. */
 #include "models/model.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/ggml/ggml_quants.h"
 
@@ -46,6 +47,10 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     const sp_model_config *c = &m->cfg;
     tally t = {0};
     int64_t vec = 0;   /* elements of small float vectors (norms, biases) */
+    /* MoE layers: what a token does not read (the experts it skips). */
+    int64_t idle_params = 0, idle_bytes = 0;
+    int moe_layers = 0;
+    const sp_moe *moe = NULL;
     count_weight(&t, &m->embed);
     if (!m->tied) count_linear(&t, &m->lm_head, &vec);
     vec += c->hidden_size;
@@ -63,6 +68,23 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
             vec += L->qk_norm_full
                        ? (int64_t)(c->n_heads + c->n_kv_heads) * c->head_dim
                        : 2 * c->head_dim;
+        if (L->moe) {
+            moe = L->moe;
+            const sp_linear *always[] = {&moe->router, &moe->shared_gate_proj,
+                                         &moe->shared_up, &moe->shared_down,
+                                         &moe->shared_expert_gate};
+            for (size_t i = 0; i < sizeof always / sizeof *always; i++)
+                count_linear(&t, always[i], &vec);
+            for (int e = 0; e < moe->spec.n_experts; e++) {
+                count_linear(&t, &moe->gate[e], &vec);
+                count_linear(&t, &moe->up[e], &vec);
+                count_linear(&t, &moe->down[e], &vec);
+            }
+            sp_moe_size z = sp_moe_measure(moe);
+            idle_params += z.params - z.active_params;
+            idle_bytes += z.bytes - z.active_bytes;
+            moe_layers++;
+        }
     }
     t.params += vec;
     t.bytes += vec * (int64_t)sp_dtype_size(c->torch_dtype);
@@ -121,8 +143,25 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
         for (int i = 0; used && i < t.n_quant; i++)
             cJSON_AddItemToArray(used, cJSON_CreateString(t.quant[i]));
     }
+    if (moe) {
+        cJSON *x = cJSON_AddObjectToObject(o, "experts");
+        cJSON_AddNumberToObject(x, "count", moe->spec.n_experts);
+        cJSON_AddNumberToObject(x, "used_per_token", moe->spec.top_k);
+        cJSON_AddNumberToObject(x, "intermediate_size", (double)moe->spec.inter);
+        if (moe->spec.shared_inter > 0)
+            cJSON_AddNumberToObject(x, "shared_intermediate_size",
+                                    (double)moe->spec.shared_inter);
+        cJSON_AddNumberToObject(x, "moe_layers", moe_layers);
+    }
     cJSON_AddNumberToObject(o, "parameters", (double)t.params);
     cJSON_AddNumberToObject(o, "bytes", (double)t.bytes);
+    if (moe) {
+        /* Read per token: everything but the experts a token skips. */
+        cJSON_AddNumberToObject(o, "active_parameters",
+                                (double)(t.params - idle_params));
+        cJSON_AddNumberToObject(o, "active_bytes",
+                                (double)(t.bytes - idle_bytes));
+    }
     cJSON_AddNumberToObject(o, "tensors", (double)sp_model_tensor_count(m));
     *json = cJSON_Print(o);
     cJSON_Delete(o);

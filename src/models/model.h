@@ -22,6 +22,8 @@ typedef struct sp_linear {
     const float *bias;   /* NULL when the layer has none */
 } sp_linear;
 
+struct sp_moe;
+
 typedef struct sp_layer {
     /* The norms before the attention and the MLP (input_layernorm, the
      * pre-MLP norm), and after them, on the block's output before it joins
@@ -36,6 +38,9 @@ typedef struct sp_layer {
     bool mlp_geglu;              /* GeGLU (tanh GELU) instead of SwiGLU */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
+    /* A routed-experts MLP (models/moe.h) in place of gate/up/down, owned
+     * by the family data; NULL for a dense MLP. */
+    const struct sp_moe *moe;
     const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
     /* Llama 4 attention temperature: queries at position p are scaled by
      * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
@@ -67,11 +72,10 @@ typedef struct sp_forward sp_forward;
  * sp_seq_state_first_checkpoint(state) on); the forward pass commits the
  * work copies only when every layer succeeded.
  *
- * Mixture-of-experts (not implemented yet). An MoE layer binds a router
- * (an sp_linear) and per-expert gate/up/down weights (GGUF stores them
- * stacked: ffn_*_exps, via the family's sp_gguf_name_map) in its load hook,
- * keeps them in its spindle_model.family data, and calls a routed MLP
- * block from its layer hook in place of sp_mlp_swiglu. */
+ * Mixture-of-experts (models/moe.h): a family binds each MoE layer's
+ * router and experts with sp_moe_bind into its spindle_model.family data
+ * and points sp_layer.moe at it; the shared blocks then run sp_moe_block
+ * in place of the dense MLP. */
 typedef struct sp_arch {
     const char *model_type;
     /* llama.cpp's spelling of the family in GGUF files (tensor names,
@@ -169,6 +173,14 @@ spindle_status sp_bind_linear_parts(spindle_model *m, const char *prefix,
                                     int64_t cols, bool need_bias,
                                     sp_linear *const *out,
                                     spindle_error *err);
+/* Bind a stacked tensor `<prefix>.weight` of n matrices [n][rows][cols]
+ * (float; MLX affine with 3-D weight, scales and biases; or a GGUF block
+ * type) as n views into it, out[i].w (no copy), and `<prefix>.bias`
+ * [n][rows] when present (required if `need_bias`). */
+spindle_status sp_bind_stacked_linear(spindle_model *m, const char *prefix,
+                                      int64_t n, int64_t rows, int64_t cols,
+                                      bool need_bias, sp_linear *out,
+                                      spindle_error *err);
 /* Copy a float vector of n elements to an owned f32 array. */
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
                               const float **out, spindle_error *err);

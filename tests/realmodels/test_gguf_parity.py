@@ -12,11 +12,8 @@ Prompts are token-id lists made with llama.cpp's own tokenizer from raw text
 and from chat-formatted text (Spindle's GGUF tokenizer is not used here), and
 go to `spindle run --prompt-tokens`.
 
-llama.cpp runs in its f32 configuration: f32 KV cache (type_k = type_v =
-GGML_TYPE_F32; its default f16 cache flips greedy steps the f32 references
-agree on), flash attention off, and without its extra weight buffers
-(use_extra_bufts = False: no AMX / repacked kernels, which also crash under
-some kernels that refuse the AMX state; the generic CPU kernels remain).
+llama.cpp runs in its f32 configuration (llama_ref.py): f32 KV cache, flash
+attention off, no extra weight buffers.
 
 Checks, per prompt:
   (a) last-prompt-position logits, both centered (softmax ignores a
@@ -72,6 +69,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llama_ref import f32_llama, greedy_reference
 from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
