@@ -38,6 +38,8 @@ QTYPES = {
     "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "mxfp4": (gguf.GGMLQuantizationType.MXFP4,
+              gguf.LlamaFileType.MOSTLY_MXFP4_MOE),
 }
 
 # HF suffix -> GGUF suffix, per layer (llama.cpp's common spelling).
@@ -318,6 +320,37 @@ def _qwen3_moe_keys(w, cfg):
     w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
 
 
+# gpt-oss (llama.cpp's "gpt-oss", conversion/gpt_oss.py, src/models/
+# openai-moe.cpp), from mlx-lm's sanitized layout: the pre-MLP norm is
+# post_attention_norm, the sinks attn_sinks.weight, the router
+# ffn_gate_inp (F32), the stacked experts ffn_*_exps with their biases.
+_GPT_OSS_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "self_attn.sinks": "attn_sinks.weight",
+    "mlp.router.weight": "ffn_gate_inp.weight",
+    "mlp.router.bias": "ffn_gate_inp.bias",
+}
+for _hf, _gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"),
+                 ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+    _GPT_OSS_NAMES[f"self_attn.{_hf}.bias"] = f"{_gg}.bias"
+for _p in ("gate", "up", "down"):
+    for _kind in ("weight", "bias"):
+        _GPT_OSS_NAMES[f"mlp.experts.{_p}_proj.{_kind}"] = f"ffn_{_p}_exps.{_kind}"
+
+
+def _gpt_oss_keys(w, cfg):
+    """GptOssModel.set_gguf_parameters (llama.cpp takes every other layer
+    as sliding from layer 0, mlx-lm's default layer_types)."""
+    types = cfg.get("layer_types") or []
+    if any(t != ("sliding_attention" if i % 2 == 0 else "full_attention")
+           for i, t in enumerate(types)):
+        raise WriterError("llama.cpp's gpt-oss slides on even layers only")
+    w.add_sliding_window(int(cfg["sliding_window"]))
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+
+
 @dataclass
 class Arch:
     gguf_arch: str
@@ -329,6 +362,9 @@ class Arch:
     theta_in_block: bool = False             # rope_theta inside that block
     tensor: Optional[Callable] = None        # (cfg, hf, arr) -> arr
     f32_names: tuple = ()                    # GGUF name suffixes kept F32
+    # only the matrices of these GGUF name suffixes take the qtype, the
+    # rest stay F32 (empty: every matrix takes it)
+    qtype_names: tuple = ()
 
 
 _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -336,6 +372,9 @@ _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
 
 ARCHS = {
     "qwen3": Arch("qwen3"),
+    "gpt_oss": Arch("gpt-oss", layer_names=_GPT_OSS_NAMES, keys=_gpt_oss_keys,
+                    f32_names=("ffn_gate_inp.weight", ".bias"),
+                    qtype_names=("_exps.weight",)),
     "qwen3_moe": Arch("qwen3moe", layer_names=_QWEN3_MOE_NAMES,
                       keys=_qwen3_moe_keys, check=_qwen3_moe_check,
                       f32_names=("ffn_gate_inp.weight",)),
@@ -455,7 +494,9 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
             gname = gguf_name(hf, arch)
             seen.add(gname)
             if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
-                    or gname.endswith(arch.f32_names)):
+                    or gname.endswith(arch.f32_names) or (
+                        arch.qtype_names and
+                        not gname.endswith(arch.qtype_names))):
                 w.add_tensor(gname, arr.astype(np.float32))
             elif dequantized:
                 w.add_tensor(gname, dequantize(quantize(arr, qt), qt))

@@ -169,6 +169,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .scale = scale,
             .window = L->window,
             .softcap = softcap,
+            .sinks = L->sinks,
         };
         if (!f->status) f->status = sp_attention(f->m->pool, &a, f->err);
     }
@@ -373,6 +374,27 @@ spindle_status sp_model_positive(spindle_model *m, const char *key,
                        "%s/config.json: '%s' must be a positive number",
                        m->dir, key);
     *out = v->valuedouble;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_model_int(const spindle_model *m, const char *key,
+                            bool required, int dflt, int lo, int hi, int *out,
+                            spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: %s needs '%s'", m->dir,
+                           m->cfg.model_type, key);
+        *out = dflt;
+        return SPINDLE_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < lo || v->valuedouble > hi)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: '%s' must be an integer in %d..%d",
+                       m->dir, key, lo, hi);
+    *out = (int)v->valuedouble;
     return SPINDLE_OK;
 }
 

@@ -146,6 +146,11 @@ spindle_status sp_model_positive(spindle_model *m, const char *key,
 spindle_status sp_model_layer_kinds(spindle_model *m, const char *kind,
                                     int pattern, bool *is_kind,
                                     spindle_error *err);
+/* config.json `key` as an integer in [lo, hi]; absent or null gives
+ * `dflt`, or the error that the family needs it when `required`. */
+spindle_status sp_model_int(const spindle_model *m, const char *key,
+                            bool required, int dflt, int lo, int hi, int *out,
+                            spindle_error *err);
 
 /* Sliding-window layers: those `layer_types` lists as
  * "sliding_attention", or without that list every layer but each

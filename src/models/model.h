@@ -42,6 +42,9 @@ typedef struct sp_layer {
      * by the family data; NULL for a dense MLP. */
     const struct sp_moe *moe;
     const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
+    /* Attention sinks: one logit per query head in each softmax's
+     * denominator (gpt-oss); NULL: none. */
+    const float *sinks;
     /* Llama 4 attention temperature: queries at position p are scaled by
      * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
     float attn_temp_beta;

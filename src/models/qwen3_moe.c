@@ -37,33 +37,11 @@ static void qwen3_moe_free(void *family) {
     free(q);
 }
 
-/* An integer config value in [lo, hi]: `dflt` when absent or null, unless
- * it is required. */
-static spindle_status int_key(const spindle_model *m, const char *key,
-                              bool required, int dflt, int lo, int hi,
-                              int *out, spindle_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required)
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s/config.json: qwen3_moe needs '%s'", m->dir, key);
-        *out = dflt;
-        return SPINDLE_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < lo || v->valuedouble > hi)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: '%s' must be an integer in %d..%d",
-                       m->dir, key, lo, hi);
-    *out = (int)v->valuedouble;
-    return SPINDLE_OK;
-}
-
 /* is_moe[l] as mlx-lm's Qwen3MoeDecoderLayer decides it. */
 static spindle_status moe_layers(const spindle_model *m, bool *is_moe,
                                  spindle_error *err) {
     int step;
-    spindle_status st = int_key(m, "decoder_sparse_step", false, 1, 1,
+    spindle_status st = sp_model_int(m, "decoder_sparse_step", false, 1, 1,
                                 1 << 30, &step, err);
     if (st) return st;
     for (int l = 0; l < m->cfg.n_layers; l++) is_moe[l] = (l + 1) % step == 0;
@@ -92,8 +70,8 @@ static spindle_status moe_spec(const spindle_model *m, sp_moe_spec *spec,
     const sp_model_config *c = &m->cfg;
     int experts, used, inter = 0;
     spindle_status st;
-    if ((st = int_key(m, "num_experts", true, 0, 1, 1 << 16, &experts, err)) ||
-        (st = int_key(m, "num_experts_per_tok", true, 0, 1, 1 << 16, &used,
+    if ((st = sp_model_int(m, "num_experts", true, 0, 1, 1 << 16, &experts, err)) ||
+        (st = sp_model_int(m, "num_experts_per_tok", true, 0, 1, 1 << 16, &used,
                       err)))
         return st;
     if (used > experts)
@@ -104,7 +82,7 @@ static spindle_status moe_spec(const spindle_model *m, sp_moe_spec *spec,
     bool derive = m->gguf && !cJSON_GetObjectItemCaseSensitive(
                                  c->json, "moe_intermediate_size");
     if (derive) inter = c->intermediate_size / used;
-    else if ((st = int_key(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
+    else if ((st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
                            &inter, err)))
         return st;
     if (inter < 1)

@@ -229,6 +229,42 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
     return SPINDLE_OK;
 }
 
+/* MLX mxfp4: <prefix>.weight U32 [rows, cols/8] (4-bit E2M1 codes), .scales
+ * U8 [rows, cols/32] (E8M0 exponents), no biases (each with the leading
+ * stack dimension when stacked, as mlx-lm's QuantizedSwitchLinear stores
+ * them). */
+static spindle_status bind_mxfp4(const sp_tensor_info *w,
+                                 const sp_tensor_info *scales, int bits,
+                                 int group, bool explicit_params,
+                                 matrix_shape s, sp_weight *out,
+                                 spindle_error *err) {
+    if (w->dtype != SP_DTYPE_U32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: quantized tensor '%s' has dtype %s, expected U32",
+                       w->file, w->name, sp_dtype_name(w->dtype));
+    if (explicit_params && (bits != 4 || group != 32))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor '%s': mxfp4 with %d bits and group size %d "
+                       "(mxfp4 is 4 bits in groups of 32)", w->file, w->name,
+                       bits, group);
+    if (s.cols % 32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s': %lld input features are not a "
+                       "multiple of the mxfp4 group size 32", w->file, w->name,
+                       (long long)s.cols);
+    spindle_status st;
+    if ((st = expect_matrix(w, s.stack, s.rows, s.cols / 8, err)) ||
+        (st = expect_matrix(scales, s.stack, s.rows, s.cols / 32, err)))
+        return st;
+    out->type = SP_W_MXFP4;
+    out->data = w->data;
+    out->bits = 4;
+    out->group_size = 32;
+    out->qparam_dtype = SP_DTYPE_U8;
+    out->scales = scales->data;
+    return SPINDLE_OK;
+}
+
 static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
                                        matrix_shape s, sp_weight *out,
                                        spindle_error *err) {
@@ -248,14 +284,30 @@ static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
     }
 
     int bits, group;
+    bool mxfp4;
     char path[300];
     snprintf(path, sizeof path, "%s%s", m->tensor_prefix, prefix);
-    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, path, &bits, &group);
+    sp_quant_rule rule =
+        sp_config_quant_rule(&m->cfg, path, &bits, &group, &mxfp4);
     snprintf(name, sizeof name, "%s.scales", prefix);
     const sp_tensor_info *scales = find(m, name);
-    if (rule != SP_QUANT_FLOAT && scales)
-        return bind_affine(m, prefix, w, scales, bits, group,
-                           rule == SP_QUANT_EXPLICIT, s, out, err);
+    if (rule != SP_QUANT_FLOAT && scales) {
+        /* mlx-lm tells the modes apart by the scales: uint8 exponents for
+         * mxfp4, floats for affine; a module's own entry must agree. */
+        const bool u8 = scales->dtype == SP_DTYPE_U8;
+        const bool explicit_params = rule == SP_QUANT_EXPLICIT;
+        if (explicit_params && u8 != mxfp4)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s: tensor '%s' has %s scales, but the config "
+                           "quantizes '%s' in %s mode", scales->file,
+                           scales->name, sp_dtype_name(scales->dtype), prefix,
+                           mxfp4 ? "mxfp4" : "affine");
+        if (u8)
+            return bind_mxfp4(w, scales, bits, group, explicit_params, s, out,
+                              err);
+        return bind_affine(m, prefix, w, scales, bits, group, explicit_params,
+                           s, out, err);
+    }
 
     if ((st = expect_matrix(w, s.stack, s.rows, s.cols, err))) return st;
     switch (w->dtype) {

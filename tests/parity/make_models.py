@@ -75,8 +75,9 @@ BASE = {
 }
 
 
-def _q(bits, group_size, predicate=None):
-    return {"bits": bits, "group_size": group_size, "predicate": predicate}
+def _q(bits, group_size, predicate=None, mode="affine"):
+    return {"bits": bits, "group_size": group_size, "predicate": predicate,
+            "mode": mode}
 
 
 def _spec(name, arch, dtype="float32", tied=True, quant=None, cfg=None,
@@ -118,6 +119,12 @@ def _build_specs():
         _spec("qwen2-q5g64", "qwen2", "bfloat16", tied=False, quant=_q(5, 64)),
         _spec("qwen3-q6g32", "qwen3", "float32", tied=True, quant=_q(6, 32)),
         _spec("qwen3-q3g64", "qwen3", "bfloat16", tied=False, quant=_q(3, 64)),
+        # MLX's mxfp4 mode everywhere (a quantized tied embedding / a
+        # separate quantized head).
+        _spec("llama-mxfp4", "llama", "bfloat16", tied=True,
+              quant=_q(4, 32, mode="mxfp4")),
+        _spec("qwen3-mxfp4", "qwen3", "float32", tied=False,
+              quant=_q(4, 32, mode="mxfp4")),
         _spec("llama-rope-llama3", "llama", "float32", tied=False, cfg={
             "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -144,6 +151,14 @@ SPECS = _build_specs()
 def source_hash():
     """Identity of this generator, stored in STAMP so stale sets get rebuilt."""
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def generator_source_hash(path):
+    """Identity of a family's generator at `path` and of these helpers it
+    borrows, stored in STAMP so stale sets get rebuilt."""
+    h = hashlib.sha256(Path(path).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------
@@ -264,7 +279,7 @@ def build_model(spec, path, cfg=None, base=BASE):
             pred = mixed_quant_predicate_builder(q["predicate"], model,
                                                  q["group_size"])
         model, cfg = mlu.quantize_model(model, cfg, q["group_size"], q["bits"],
-                                        quant_predicate=pred)
+                                        mode=q["mode"], quant_predicate=pred)
     mx.eval(model.parameters())
     save_sharded(path, model, spec["shards"])
     mlu.save_config(dict(cfg), path / "config.json")
