@@ -20,6 +20,7 @@ static const command commands[] = {
     {"template", sp_cmd_template, "render a chat template"},
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
     {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
+    {"serve", sp_cmd_serve, "serve an OpenAI-compatible HTTP API"},
 };
 
 static void usage(FILE *out) {
