@@ -26,7 +26,8 @@ static const char *serve_usage =
     "  --max-header BYTES      header memory per connection (default 65536)\n"
     "  --max-connections N     open connections at most (default 128)\n"
     "  --idle-timeout S        close a connection silent for S seconds (default 60)\n"
-    "  --read-timeout S        a request body not received in S seconds: 408 (default 30)\n"
+    "  --read-timeout S        close a connection whose request body takes longer\n"
+    "                          than S seconds to arrive (default 30)\n"
     "  --shutdown-timeout S    on SIGINT/SIGTERM, let requests finish for S seconds,\n"
     "                          then cancel them (default 10)\n"
     "  --verbose               one line per request on stderr\n";

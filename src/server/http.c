@@ -19,7 +19,7 @@
 typedef struct http_request {
     sp_strbuf body;
     bool too_large;
-    bool too_slow;
+    bool too_slow;        /* past --read-timeout: the connection is closed */
     struct timespec start;
 } http_request;
 
@@ -206,9 +206,6 @@ static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_ent
 static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const route_entry *r,
                                 http_request *rq) {
     char msg[96];
-    if (rq->too_slow)
-        return reply_problem(s, c, r->route, 408, "request_timeout",
-                             "the request body was not received in time");
     if (rq->too_large) {
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->opts.max_body_bytes);
         return reply_problem(s, c, r->route, 413, "request_too_large", msg);
@@ -252,8 +249,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         if (!rq->too_large && !rq->too_slow && !sp_strbuf_add(&rq->body, upload, *upload_size))
             rq->too_large = true;
         *upload_size = 0;
-        /* A client past the deadline is answered now, not after its body. */
-        return rq->too_slow ? dispatch(s, c, r, rq) : MHD_YES;
+        /* A client past the deadline is dropped now (MHD 0.9 cannot queue
+         * an answer before the body has been read). */
+        return rq->too_slow ? MHD_NO : MHD_YES;
     }
     return dispatch(s, c, r, rq);
 }

@@ -335,6 +335,17 @@ static void stream_free(void *cls) { job_release(cls); }
 
 /* ---------------------------------------------------------- the prompt */
 
+/* Room for the prompt and at least one generated token. */
+static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_error *e) {
+    const char *param = r->kind == SP_API_CHAT ? "messages" : "prompt";
+    if (n == 0) return sp_api_bad(e, param, "the prompt has no tokens");
+    if (n >= s->context_length)
+        return sp_api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                           "This model's maximum context length is %d tokens, but the "
+                           "prompt has %d tokens", s->context_length, n);
+    return true;
+}
+
 static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
                        sp_api_error *e) {
     spindle_error err = {0};
@@ -357,7 +368,7 @@ static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
         *n = r->n_prompt_ids;
         r->prompt_ids = NULL;
         r->n_prompt_ids = 0;
-        return true;
+        return prompt_fits(s, r, *n, e);
     } else {
         st = spindle_tokenizer_encode(s->tok, r->prompt_text, strlen(r->prompt_text), true,
                                       ids, &count, &err);
@@ -368,16 +379,7 @@ static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
         return false;
     }
     *n = (int)count;
-    if (count == 0)
-        return sp_api_bad(e, r->kind == SP_API_CHAT ? "messages" : "prompt",
-                          "the prompt has no tokens");
-    if (*n >= s->context_length)
-        return sp_api_fail(e, 400, "invalid_request_error",
-                           r->kind == SP_API_CHAT ? "messages" : "prompt",
-                           "context_length_exceeded",
-                           "This model's maximum context length is %d tokens, but the "
-                           "prompt has %d tokens", s->context_length, *n);
-    return true;
+    return prompt_fits(s, r, *n, e);
 }
 
 /* Join the jobs in flight, unless the queue is full (429). */

@@ -29,7 +29,7 @@ typedef struct sp_server_options {
     size_t max_header_bytes;    /* per-connection header memory */
     int max_connections;
     int idle_timeout_s;         /* a connection silent this long is closed */
-    int read_timeout_s;         /* a request not received within this: 408 */
+    int read_timeout_s;         /* a body not received within this: closed */
     int shutdown_timeout_s;     /* in-flight requests get this long on SIGTERM */
     bool log_requests;          /* one stderr line per request */
 } sp_server_options;
