@@ -126,6 +126,24 @@ enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
     return sp_reply_json(s, c, SP_ROUTE_TOKENIZE, 200, json);
 }
 
+/* {key: text} (text freed), or the library's error naming `param`. */
+static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_route route,
+                                  spindle_status st, const spindle_error *err,
+                                  const char *param, const char *key, char *text) {
+    if (st) {
+        sp_api_error e;
+        spindle_free(text);
+        sp_api_error_from_status(&e, st, param, err->message);
+        return sp_reply_error(s, c, route, &e);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, key, text);
+    spindle_free(text);
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return sp_reply_json(s, c, route, 200, json);
+}
+
 enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
                                      const char *body, size_t len) {
     sp_api_error e;
@@ -139,16 +157,7 @@ enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
     spindle_status st = spindle_tokenizer_decode(s->tok, ids, (size_t)n, false, &text,
                                                  &text_len, &err);
     free(ids);
-    if (st) {
-        sp_api_error_from_status(&e, st, "tokens", err.message);
-        return sp_reply_error(s, c, SP_ROUTE_DETOKENIZE, &e);
-    }
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "content", text);
-    spindle_free(text);
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return sp_reply_json(s, c, SP_ROUTE_DETOKENIZE, 200, json);
+    return reply_text(s, c, SP_ROUTE_DETOKENIZE, st, &err, "tokens", "content", text);
 }
 
 enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
@@ -162,14 +171,5 @@ enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
     spindle_status st = spindle_chat_render(s->tok, r.messages_json, r.tools_json, true,
                                             r.template_kwargs_json, NULL, &text, &err);
     sp_api_request_free(&r);
-    if (st) {
-        sp_api_error_from_status(&e, st, "messages", err.message);
-        return sp_reply_error(s, c, SP_ROUTE_APPLY_TEMPLATE, &e);
-    }
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "prompt", text);
-    spindle_free(text);
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return sp_reply_json(s, c, SP_ROUTE_APPLY_TEMPLATE, 200, json);
+    return reply_text(s, c, SP_ROUTE_APPLY_TEMPLATE, st, &err, "messages", "prompt", text);
 }
