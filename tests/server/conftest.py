@@ -23,7 +23,7 @@ def server(server_model):
     try:
         yield s
     finally:
-        s.stop()
+        s.stop_cleanly()
 
 
 @pytest.fixture(scope="module")

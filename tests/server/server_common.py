@@ -108,7 +108,9 @@ class Server:
             self._reader.join(5)
 
     def stop(self):
-        """Always ends the process: SIGTERM, then SIGKILL after 20 s."""
+        """Always ends the process: SIGTERM, then SIGKILL after 20 s. Returns
+        the exit status (0 for a clean shutdown; the sanitizer build exits
+        non-zero on a leak or an error)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -118,6 +120,11 @@ class Server:
                 self.proc.wait(10)
         self._reader.join(5)
         return self.proc.returncode
+
+    def stop_cleanly(self):
+        """stop(), failing unless the server exited 0."""
+        rc = self.stop()
+        assert rc == 0, f"server exit status {rc}:\n" + self.stderr()[-6000:]
 
 
 def request(port, method, path, body=None, headers=None, timeout=REQUEST_TIMEOUT):

@@ -158,7 +158,7 @@ def guarded(server_model):
     try:
         yield s
     finally:
-        s.stop()
+        s.stop_cleanly()
 
 
 def test_api_key(guarded):
@@ -259,7 +259,7 @@ def test_health_is_503_while_loading(server_model):
         assert_api_error(status, data, 503)
         s.wait_status("/health", 200, 120)
     finally:
-        s.stop()
+        s.stop_cleanly()
 
 
 def read_sse_until_first_content(resp_sock):
@@ -330,4 +330,4 @@ def test_queue_full_is_429(server_model):
         assert hdrs.get("retry-after") == "1"
         sock.close()
     finally:
-        s.stop()
+        s.stop_cleanly()
