@@ -419,7 +419,8 @@ typedef struct spindle_request {
      * Otherwise a caller-owned sequence of the same model to continue (as
      * spindle_generate does): the prompt goes in at its current length;
      * the caller must not touch it until on_finish has run. It ends holding
-     * the prompt and every generated token except the last. */
+     * the prompt and every generated token except the last (after a cancel
+     * or an error: what was computed until then). */
     spindle_seq *seq;
     spindle_request_token_fn on_token;   /* may be NULL */
     spindle_request_finish_fn on_finish; /* may be NULL */
@@ -434,7 +435,9 @@ typedef struct spindle_request {
  * another model, or one that an unfinished request holds, is
  * SPINDLE_ERR_ARGUMENT; so is a submit during spindle_engine_free. On error
  * nothing is queued and no callback runs; on success on_finish will run
- * exactly once. Thread-safe. */
+ * exactly once. In background mode the callbacks may run before submit
+ * returns: find the caller's state through `user`, not through *id.
+ * Thread-safe. */
 spindle_status spindle_engine_submit(spindle_engine *engine,
                                      const spindle_request *request,
                                      spindle_request_id *id,

@@ -420,8 +420,16 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     spindle_request rq = {.prompt = j->prompt, .n_prompt = j->n_prompt,
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
-    if (!st) st = spindle_engine_submit(s->engine, &rq, &j->id, &err);
-    if (!st) return true;
+    spindle_request_id id = 0;
+    if (!st) st = spindle_engine_submit(s->engine, &rq, &id, &err);
+    if (!st) {
+        /* Under the server's lock: sp_cancel_all_jobs reads it. (The
+         * callbacks may already have run; they find the job via `user`.) */
+        pthread_mutex_lock(&s->lock);
+        j->id = id;
+        pthread_mutex_unlock(&s->lock);
+        return true;
+    }
     j->finished = true;   /* no callback will run */
     sp_api_error_from_status(e, st, NULL, err.message);
     if (st == SPINDLE_ERR_LIMIT) snprintf(e->code, sizeof e->code, "context_length_exceeded");
