@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Fetch llama.cpp's source through PyPI (the llama-cpp-python sdist vendors it
-# under vendor/llama.cpp) and build only llama-bench, natively tuned, into
-# bench/.work/compare/. PyPI is the one registry here that carries the whole
-# llama.cpp tree; the build is cached, so a rerun only checks the binary.
+# under vendor/llama.cpp) and build only llama-bench and llama-batched-bench,
+# natively tuned, into bench/.work/compare/. PyPI is the one registry here that
+# carries the whole llama.cpp tree (an sdist already in .venv/sdist/ is used
+# as is); the build is cached, so a rerun only checks the binaries.
 #
 # usage: bench/build_llama.sh [PYTHON]     prints the llama-bench path
+#        (llama-batched-bench is beside it)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,14 +16,19 @@ WORK="$ROOT/bench/.work/compare"
 SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
 BUILD="$WORK/llama-build-$VERSION"
 BIN="$BUILD/bin/llama-bench"
+BATCHED_BIN="$BUILD/bin/llama-batched-bench"
 JOBS="${JOBS:-2}"
 
-if [[ -x "$BIN" ]]; then
+if [[ -x "$BIN" && -x "$BATCHED_BIN" ]]; then
     echo "$BIN"
     exit 0
 fi
 mkdir -p "$WORK/dl"
 TARBALL="$WORK/dl/llama_cpp_python-$VERSION.tar.gz"
+VENDORED="$ROOT/.venv/sdist/llama_cpp_python-$VERSION.tar.gz"
+if [[ ! -f "$TARBALL" && -f "$VENDORED" ]]; then
+    cp "$VENDORED" "$TARBALL"
+fi
 if [[ ! -f "$TARBALL" ]]; then
     echo "build_llama: downloading llama-cpp-python==$VERSION sdist" >&2
     # pip prepares the sdist's metadata, fetching scikit-build-core into an
@@ -33,7 +40,7 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
     tar -xzf "$TARBALL" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
 fi
 echo "build_llama: configuring llama.cpp (log: $BUILD.log)" >&2
-# Everything but the tools' common library and llama-bench is switched off;
+# Everything but the tools' common library and the two benches is switched off;
 # LLAMA_CURL / LLAMA_OPENSSL off keeps the build offline and dependency-free.
 # No AMX (as scripts/setup.sh): its matmul crashes under some hypervisors.
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
@@ -43,8 +50,8 @@ cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON \
     >"$BUILD.log" 2>&1
-echo "build_llama: building llama-bench with -j$JOBS (several minutes on 2 cores)" >&2
-cmake --build "$BUILD" --target llama-bench -j"$JOBS" >>"$BUILD.log" 2>&1 || {
+echo "build_llama: building llama-bench and llama-batched-bench with -j$JOBS (several minutes on 2 cores)" >&2
+cmake --build "$BUILD" --target llama-bench llama-batched-bench -j"$JOBS" >>"$BUILD.log" 2>&1 || {
     tail -30 "$BUILD.log" >&2
     exit 1
 }

@@ -1,4 +1,5 @@
-"""Spindle vs llama.cpp, side by side, on the same random Qwen3-0.6B weights.
+"""Spindle vs llama.cpp, side by side, on the same random Qwen3-0.6B weights
+(--moe: Qwen3-30B-A3B's MoE layer shape, 8 layers).
 
 Run through bench/compare (which picks the project's venv). Steps:
   1. build llama-bench from PyPI's llama-cpp-python sdist (bench/build_llama.sh)
@@ -12,7 +13,9 @@ Run through bench/compare (which picks the project's venv). Steps:
      the same background load, and print one table.
 Roofline share of decode = weight bytes read per token * tg t/s / bandwidth,
 where the bytes are every tensor once (the tied embedding counted once, as
-the output head; the per-token embedding row lookup is negligible and left out).
+the output head; the per-token embedding row lookup is negligible and left out)
+and, for the MoE model, of each layer's stacked experts only the
+num_experts_per_tok / num_experts a token reads (its 8 of 128).
 """
 import argparse
 import datetime
@@ -38,6 +41,11 @@ PAIRINGS = [
     ("MLX 8-bit g64 vs Q8_0", "mlx8-g64", "q8_0.gguf"),
     ("bf16 vs bf16", "bf16", "bf16.gguf"),
     ("bf16 vs f16", "bf16", "f16.gguf"),
+]
+# --moe: the qwen3_moe model (bench/make_model.py --moe); its directories
+# and files carry a moe- prefix.
+MOE_PAIRINGS = [
+    ("MoE MLX 4-bit g64 vs Q4_0", "moe-mlx4-g64", "moe-q4_0.gguf"),
 ]
 
 # --spindle-gguf also runs `spindle bench` on every GGUF above, adding
@@ -100,29 +108,42 @@ def build_membw():
     return exe
 
 
-def make_models(py):
-    """Write each model once; a file named .done marks a finished one."""
+def make_models(py, pairings, moe):
+    """Write each model the pairings need once, from the bf16 dir (moe:
+    the MoE model's); a file named .done marks a finished one."""
     os.makedirs(MODELS, exist_ok=True)
     mk = os.path.join(ROOT, "bench", "make_model.py")
+    pre, extra = ("moe-", ["--moe"]) if moe else ("", [])
     dirs = [("bf16", ["--dtype", "bfloat16"]),
             ("mlx4-g64", ["--dtype", "bfloat16", "--bits", "4", "--group-size", "64"]),
             ("mlx8-g64", ["--dtype", "bfloat16", "--bits", "8", "--group-size", "64"])]
+    wanted = {p[1] for p in pairings} | {pre + "bf16"}
     for name, args in dirs:
-        out = os.path.join(MODELS, name)
-        if not os.path.exists(os.path.join(out, ".done")):
-            run([py, mk, out] + args)
+        out = os.path.join(MODELS, pre + name)
+        if pre + name in wanted and not os.path.exists(os.path.join(out, ".done")):
+            run([py, mk, out] + args + extra)
             open(os.path.join(out, ".done"), "w").close()
-    for qt in ("q4_0", "q8_0", "bf16", "f16"):
-        out = os.path.join(MODELS, f"{qt}.gguf")
+    for gf in sorted({p[2] for p in pairings}):
+        out = os.path.join(MODELS, gf)
+        qt = gf[len(pre):-len(".gguf")]
         if not os.path.exists(out + ".done"):
             run([py, os.path.join(ROOT, "bench", "make_gguf.py"),
-                 os.path.join(MODELS, "bf16"), out, "--type", qt])
+                 os.path.join(MODELS, pre + "bf16"), out, "--type", qt])
             open(out + ".done", "w").close()
 
 
 # --- weight bytes per decoded token ------------------------------------------
 
+def expert_share(n_experts, used):
+    """The share of a stacked expert tensor one token reads (1: dense)."""
+    return used / n_experts if n_experts else 1.0
+
+
 def safetensors_bytes(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    share = expert_share(cfg.get("num_experts", 0),
+                         cfg.get("num_experts_per_tok", 0))
     total, names = 0, {}
     for fn in sorted(os.listdir(model_dir)):
         if not fn.endswith(".safetensors"):
@@ -133,7 +154,7 @@ def safetensors_bytes(model_dir):
         for k, v in header.items():
             if k != "__metadata__":
                 a, b = v["data_offsets"]
-                names[k] = b - a
+                names[k] = (b - a) * (share if ".switch_mlp." in k else 1)
     total = sum(names.values())
     # An untied model reads lm_head for logits and only one embedding row.
     if any(k.startswith("lm_head.") for k in names):
@@ -143,7 +164,16 @@ def safetensors_bytes(model_dir):
 
 def gguf_bytes(path):
     from gguf import GGUFReader
-    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    r = GGUFReader(path)
+    arch = r.fields["general.architecture"]
+    arch = bytes(arch.parts[arch.data[0]]).decode()
+
+    def meta(key):
+        f = r.fields.get(f"{arch}.{key}")
+        return int(f.parts[f.data[0]][0]) if f else 0
+    share = expert_share(meta("expert_count"), meta("expert_used_count"))
+    sizes = {t.name: int(t.n_bytes) * (share if "_exps." in t.name else 1)
+             for t in r.tensors}
     total = sum(sizes.values())
     if "output.weight" in sizes:
         total -= sizes.get("token_embd.weight", 0)
@@ -224,7 +254,9 @@ def table(res, a):
         head += [f"spindle({mode}) {pp}", f"ratio {pp}", f"spindle({mode}) {tg}",
                  f"ratio {tg}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, sdir, gf in PAIRINGS:
+    for label, sdir, gf in a.pairings:
+        if sdir not in res["bytes"]:
+            continue
         s, l = res["spindle"].get(sdir), res["llama"].get(gf)
         sb, lb = res["bytes"][sdir], res["bytes"][gf]
         row = [label, fmt(s, "pp"), fmt(l, "pp"), ratio(s, l, "pp"),
@@ -261,6 +293,9 @@ def main():
                          "fast); the first fills the main columns, the others get their own")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per engine run")
     ap.add_argument("--json-out", help="also write the raw results here")
+    ap.add_argument("--moe", action="store_true",
+                    help="the MoE model instead: Qwen3-30B-A3B's layer shape, 8 layers "
+                         "(128 experts, 8 per token), MLX 4-bit vs Q4_0")
     a = ap.parse_args()
     if a.quick:
         a.p, a.n, a.r = 128, 32, 1
@@ -270,16 +305,16 @@ def main():
     py = sys.executable
     os.makedirs(WORK, exist_ok=True)
 
-    pairings = PAIRINGS
+    pairings = a.pairings = MOE_PAIRINGS if a.moe else PAIRINGS
     if a.only:
         keys = [k.strip() for k in a.only.split(",")]
-        pairings = [p for p in PAIRINGS if any(k in p[0] for k in keys)]
+        pairings = [p for p in a.pairings if any(k in p[0] for k in keys)]
 
     llama = build_llama(py)
     spindle_src = a.spindle or build_spindle(a.build_dir)
     spindle = snapshot(spindle_src)
     bwexe = build_membw()
-    make_models(py)
+    make_models(py, pairings, a.moe)
 
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "threads": a.threads,
@@ -288,7 +323,7 @@ def main():
            "precision": a.modes,
            "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": [],
            "spindle_modes": {m: {} for m in a.modes[1:]}}
-    for _, sdir, gf in PAIRINGS:
+    for _, sdir, gf in pairings:
         res["bytes"][sdir] = safetensors_bytes(os.path.join(MODELS, sdir))
         res["bytes"][gf] = gguf_bytes(os.path.join(MODELS, gf))
 
@@ -317,7 +352,8 @@ def main():
 
     llama_info = next(iter(res["llama"].values()), {})
     print(f"# Spindle vs llama.cpp — {res['date']}, {res['cpus']} CPUs, "
-          f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}")
+          f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}"
+          + (", MoE model (Qwen3-30B-A3B layers x 8)" if a.moe else ""))
     print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
           f"llama-cpp-python {LLAMA_VERSION} sdist, GGML_NATIVE, OpenMP, "
           f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}, "

@@ -1,195 +1,48 @@
 """Convert bench/make_model.py's bf16 safetensors dir to a GGUF for llama.cpp.
 
-usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f16|bf16|q8_0|q4_0
+usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f32|f16|bf16|q8_0|q4_0
 
 Used by bench/compare so that Spindle and llama.cpp run the SAME random
-weights. Architecture "qwen3"; tensor names follow llama.cpp's qwen3 loader
-(src/models/qwen3.cpp, LLM_TENSOR_NAMES); qwen3 needs no Q/K row permutation
-(convert_hf_to_gguf.py only permutes for the llama arch). Tied embeddings: only
-token_embd is written and llama.cpp reuses it as the output head.
-
-The tokenizer is a synthetic gpt2-style vocabulary (llama.cpp refuses a model
-without one): the 256 GPT-2 byte symbols, filler tokens, and Qwen's three
-special tokens at their real ids. Benchmarks feed token ids, so its contents
-do not matter; only that it loads and has vocab_size entries.
-
-Quantization uses gguf-py's numpy ports of ggml's reference quantizers. The
-1-D norm weights stay F32, as llama.cpp's converter keeps them.
+weights. The writer is tests/gguf_writer.py (llama.cpp's tensor names and
+metadata per architecture, a synthetic gpt2 vocabulary); here it writes
+the qwen3 or qwen3_moe model (every layer MoE: llama.cpp's qwen3moe has
+no dense layers) with Qwen's three special tokens at their real ids.
+Quantization uses gguf-py's numpy ports of ggml's reference quantizers.
 """
 import argparse
 import json
 import os
-import struct
 import sys
 
-import numpy as np
-import gguf
-from gguf.quants import quantize
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests"))
+import gguf_writer  # noqa: E402
 
-QTYPES = {
-    "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
-    "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
-    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
-    "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
-}
-
-# HF suffix -> GGUF suffix, per layer.
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-GLOBAL_NAMES = {
-    "model.embed_tokens.weight": "token_embd.weight",
-    "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
-}
-
-
-def read_safetensors(path):
-    """Yield (name, float32 array) from one safetensors file (bf16/f16/f32)."""
-    with open(path, "rb") as f:
-        (hlen,) = struct.unpack("<Q", f.read(8))
-        if hlen > 100 * 1024 * 1024:
-            sys.exit(f"make_gguf: {path}: header length {hlen} is implausible")
-        header = json.loads(f.read(hlen))
-        base = 8 + hlen
-        size = os.fstat(f.fileno()).st_size
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = info["data_offsets"]
-            shape = info["shape"]
-            if not (0 <= start <= end and base + end <= size):
-                sys.exit(f"make_gguf: {path}: {name} lies outside the file")
-            f.seek(base + start)
-            raw = f.read(end - start)
-            dt = info["dtype"]
-            if dt == "BF16":
-                bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-                arr = bits.view(np.float32)
-            elif dt == "F16":
-                arr = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-            elif dt == "F32":
-                arr = np.frombuffer(raw, dtype="<f4").copy()
-            else:
-                sys.exit(f"make_gguf: {path}: {name} has dtype {dt}; "
-                         "convert the unquantized (bf16) model")
-            if arr.size != int(np.prod(shape)):
-                sys.exit(f"make_gguf: {path}: {name} size does not match shape")
-            yield name, arr.reshape(shape)
-
-
-def gguf_name(hf):
-    if hf in GLOBAL_NAMES:
-        return GLOBAL_NAMES[hf]
-    parts = hf.split(".")
-    if len(parts) >= 4 and parts[0] == "model" and parts[1] == "layers":
-        suffix = ".".join(parts[3:])
-        if suffix in LAYER_NAMES:
-            return f"blk.{int(parts[2])}.{LAYER_NAMES[suffix]}"
-    sys.exit(f"make_gguf: no GGUF name for tensor {hf}")
-
-
-def gpt2_byte_symbols():
-    """GPT-2's bytes_to_unicode(): the 256 printable stand-ins for bytes."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
-
-
-def add_tokenizer(w, vocab_size, bos_id, eos_id):
-    specials = {151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>"}
-    tokens = gpt2_byte_symbols() + ["ĠĠ"]
-    types = [gguf.TokenType.NORMAL] * len(tokens)
-    for i in range(len(tokens), vocab_size):
-        if i in specials:
-            tokens.append(specials[i])
-            types.append(gguf.TokenType.CONTROL)
-        else:
-            tokens.append(f"[tok{i}]")
-            types.append(gguf.TokenType.NORMAL)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    # The loader requires the merges key; one merge whose result is in the
-    # vocabulary keeps the array typed and the tokenizer consistent.
-    w.add_token_merges(["Ġ Ġ"])
-    w.add_bos_token_id(bos_id)
-    w.add_eos_token_id(eos_id)
-    w.add_add_bos_token(False)
+QWEN_SPECIALS = {151643: "<|endoftext|>", 151644: "<|im_start|>",
+                 151645: "<|im_end|>"}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
     ap.add_argument("out")
-    ap.add_argument("--type", choices=sorted(QTYPES), required=True)
+    ap.add_argument("--type", choices=["f32", "f16", "bf16", "q8_0", "q4_0"],
+                    required=True)
     a = ap.parse_args()
     with open(os.path.join(a.src, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") != "qwen3" or "quantization" in cfg:
-        sys.exit("make_gguf: expects an unquantized qwen3 model dir")
-    qtype, ftype = QTYPES[a.type]
-    hidden = cfg["hidden_size"]
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or hidden // heads
-
-    w = gguf.GGUFWriter(a.out, "qwen3")
-    w.add_name("spindle-bench-qwen3-0.6b-random")
-    w.add_context_length(cfg.get("max_position_embeddings", 40960))
-    w.add_embedding_length(hidden)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(heads)
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
-    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
-    w.add_file_type(ftype)
-    eos = cfg.get("eos_token_id", 151645)
-    add_tokenizer(w, cfg["vocab_size"], 151643, eos if isinstance(eos, int) else eos[0])
-
-    files = sorted(p for p in os.listdir(a.src) if p.endswith(".safetensors"))
-    if not files:
-        sys.exit(f"make_gguf: no .safetensors in {a.src}")
-    seen = set()
-    for fn in files:
-        for hf, arr in read_safetensors(os.path.join(a.src, fn)):
-            if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
-                continue
-            name = gguf_name(hf)
-            seen.add(name)
-            if arr.ndim == 1:
-                w.add_tensor(name, arr.astype(np.float32))
-            elif qtype == gguf.GGMLQuantizationType.F16:
-                w.add_tensor(name, arr.astype(np.float16))
-            else:
-                w.add_tensor(name, quantize(arr, qtype), raw_dtype=qtype)
-    if "token_embd.weight" not in seen:
-        sys.exit("make_gguf: the model has no embedding")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe") or \
+            "quantization" in cfg:
+        sys.exit("make_gguf: expects an unquantized qwen3 or qwen3_moe "
+                 "model dir")
+    try:
+        gguf_writer.write_gguf(a.src, a.out, a.type,
+                               name=f"spindle-bench-{cfg['model_type']}-random",
+                               specials=QWEN_SPECIALS, bos_id=151643,
+                               context_length=cfg.get(
+                                   "max_position_embeddings", 40960))
+    except gguf_writer.WriterError as e:
+        sys.exit(f"make_gguf: {e}")
     print(a.out)
 
 

@@ -1,10 +1,17 @@
 """Write a random-weight model with Qwen3-0.6B's shapes for benchmarks.
 
 usage: python bench/make_model.py OUT_DIR [--dtype bfloat16|float16|float32]
-                                 [--bits 4|8 --group-size 64]
+                                 [--bits 4|8 --group-size 64] [--moe]
+
+--moe: Qwen3-30B-A3B's layer shape (hidden 2048, 32 heads / 4 KV heads,
+head_dim 128, 128 experts of 768, 8 per token, vocab 151936, untied head)
+but 8 layers instead of 48, as mlx-lm's qwen3_moe; quantized by mlx-lm's
+quantize_model, whose qwen3_moe predicate keeps the router at 8 bits.
 
 The weights are random (speed does not depend on them); the layout, dtypes
-and MLX quantization are written by mlx / mlx-lm's own code.
+and MLX quantization are written by mlx / mlx-lm's own code. They stay lazy
+until save_model writes them shard by shard, so the 8-layer MoE (4.8 G
+parameters) never needs all of its bf16 weights in memory at once.
 """
 import argparse
 import os
@@ -12,8 +19,8 @@ import os
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map
-from mlx_lm.models import qwen3
-from mlx_lm.utils import save_config, save_model
+from mlx_lm.models import qwen3, qwen3_moe
+from mlx_lm.utils import quantize_model, save_config, save_model
 
 QWEN3_06B = dict(
     model_type="qwen3", hidden_size=1024, num_hidden_layers=28,
@@ -23,6 +30,16 @@ QWEN3_06B = dict(
     eos_token_id=151645,
 )
 
+QWEN3_30B_A3B_8L = dict(
+    model_type="qwen3_moe", hidden_size=2048, num_hidden_layers=8,
+    intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4,
+    head_dim=128, num_experts=128, num_experts_per_tok=8,
+    moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1,
+    mlp_only_layers=[], rms_norm_eps=1e-6, vocab_size=151936,
+    rope_theta=1000000.0, max_position_embeddings=40960,
+    tie_word_embeddings=False, eos_token_id=151645,
+)
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -30,17 +47,23 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--bits", type=int, default=0)
     ap.add_argument("--group-size", type=int, default=64)
+    ap.add_argument("--moe", action="store_true",
+                    help="Qwen3-30B-A3B's layer shape, 8 layers (qwen3_moe)")
     a = ap.parse_args()
-    cfg = dict(QWEN3_06B, torch_dtype=a.dtype)
+    family = qwen3_moe if a.moe else qwen3
+    cfg = dict(QWEN3_30B_A3B_8L if a.moe else QWEN3_06B, torch_dtype=a.dtype)
     mx.random.seed(0)
-    model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
+    model = family.Model(family.ModelArgs.from_dict(cfg))
     dtype = getattr(mx, a.dtype)
     model.update(tree_map(lambda p: (mx.random.normal(p.shape) * 0.02).astype(dtype),
                           model.parameters()))
-    if a.bits:
+    if a.bits and a.moe:
+        model, cfg = quantize_model(model, cfg, a.group_size, a.bits)
+    elif a.bits:
         nn.quantize(model, group_size=a.group_size, bits=a.bits)
         cfg["quantization"] = {"group_size": a.group_size, "bits": a.bits}
-    mx.eval(model.parameters())
+    if not a.moe:
+        mx.eval(model.parameters())
     os.makedirs(a.out, exist_ok=True)
     save_model(a.out, model)
     save_config(cfg, os.path.join(a.out, "config.json"))

@@ -91,7 +91,19 @@ typedef struct spindle_load_options {
      * decode faster (every token streams all weights through the TLB);
      * files larger than half the available memory are mapped anyway. */
     int use_mmap;
+    /* How many tokens back spindle_seq_truncate is guaranteed to reach for
+     * every layer kind (0: SPINDLE_DEFAULT_MAX_ROLLBACK; a negative value
+     * or one above SPINDLE_MAX_ROLLBACK_LIMIT fails the load with
+     * SPINDLE_ERR_ARGUMENT). Full-KV layers can always be truncated to any
+     * length; sliding-window layers keep this many positions beyond their
+     * window; recurrent layers keep the states after each of the last this
+     * many tokens of the last forward pass (each a full copy of the layer's
+     * state, so memory grows with it). */
+    int max_rollback;
 } spindle_load_options;
+
+#define SPINDLE_DEFAULT_MAX_ROLLBACK 8
+#define SPINDLE_MAX_ROLLBACK_LIMIT 4096
 
 /* "f32", "bf16", "f16" (static strings); NULL for a value outside the
  * enum. Thread-safe. */
@@ -132,27 +144,63 @@ spindle_status spindle_model_describe(const spindle_model *model, char **json,
 
 /* --------------------------------------------------------------- sequences */
 
-/* A sequence owns the KV cache of one conversation with a model; it must
- * not outlive the model. One thread at a time per sequence: these calls are
- * not safe concurrently with each other or with a forward pass or
- * generation that uses the same sequence. spindle_seq_new is safe
- * concurrently with any model call. */
+/* A sequence owns the state of one conversation with a model, layer by
+ * layer: keys/values (all positions, or what a sliding window still needs)
+ * or a recurrent state. It must not outlive the model. One thread at a
+ * time per sequence: these calls are not safe concurrently with each other
+ * or with a forward pass or generation that uses the same sequence.
+ * spindle_seq_new is safe concurrently with any model call. */
 typedef struct spindle_seq spindle_seq;
 
 spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
                                spindle_error *err);
 void spindle_seq_free(spindle_seq *seq);
-/* Number of tokens whose keys/values are cached; 0 for NULL. */
+/* Number of tokens the sequence has seen; 0 for NULL. */
 int spindle_seq_length(const spindle_seq *seq);
-/* Roll the cache back to its first `length` tokens (length <= current);
- * SPINDLE_ERR_ARGUMENT for a NULL sequence or a length out of range. */
+/* Bytes of memory the sequence's state holds now; 0 for NULL. */
+size_t spindle_seq_state_bytes(const spindle_seq *seq);
+/* Roll the sequence back to its first `length` tokens (length <= current),
+ * exactly: what follows gives the bits a sequence that only saw those
+ * tokens would give. Always possible to 0, and for full-KV layers to any
+ * length; sliding-window and recurrent layers reach at least
+ * max_rollback tokens back (spindle_load_options), recurrent ones only
+ * within the last forward pass. Beyond that: SPINDLE_ERR_UNSUPPORTED naming
+ * the layer kind and its limit, the sequence unchanged (start again from
+ * 0, or from a snapshot). SPINDLE_ERR_ARGUMENT for a NULL sequence or a
+ * length out of range. */
 spindle_status spindle_seq_truncate(spindle_seq *seq, int length,
                                     spindle_error *err);
+
+/* A copy of a sequence's whole state at its length, to continue from later
+ * (bit-identically) in the same or another sequence of the same model:
+ * one flat block of raw buffers (prompt caches and checkpoint files build
+ * on it). It belongs to the model it was taken from and must be freed
+ * before that model. Once taken it is read-only: restore, bytes and length
+ * may run on it from several threads at once; free must not overlap them.
+ * Truncation after a restore reaches as far as the snapshot holds: any
+ * length for full-KV layers, the window margin for sliding-window layers,
+ * only 0 or the restored length for recurrent layers. */
+typedef struct spindle_seq_snapshot spindle_seq_snapshot;
+
+spindle_status spindle_seq_snapshot_take(const spindle_seq *seq,
+                                         spindle_seq_snapshot **out,
+                                         spindle_error *err);
+/* Replace seq's state by the snapshot's; SPINDLE_ERR_ARGUMENT when the
+ * snapshot comes from another model (seq is then unchanged, as on any
+ * failure). */
+spindle_status spindle_seq_snapshot_restore(spindle_seq *seq,
+                                            const spindle_seq_snapshot *snap,
+                                            spindle_error *err);
+void spindle_seq_snapshot_free(spindle_seq_snapshot *snap);
+/* Bytes of the snapshot's data (what storing it would take); 0 for NULL. */
+size_t spindle_seq_snapshot_bytes(const spindle_seq_snapshot *snap);
+/* The sequence length it was taken at; 0 for NULL. */
+int spindle_seq_snapshot_length(const spindle_seq_snapshot *snap);
 
 /* ----------------------------------------------------------------- forward */
 
 typedef enum spindle_logits_mode {
-    SPINDLE_LOGITS_NONE = 0,  /* only fill the cache (prefill chunks) */
+    SPINDLE_LOGITS_NONE = 0,  /* only advance the state (prefill chunks) */
     SPINDLE_LOGITS_LAST,      /* logits of the last new token */
     SPINDLE_LOGITS_ALL        /* logits of every new token (verification) */
 } spindle_logits_mode;
@@ -169,7 +217,8 @@ typedef struct spindle_batch_entry {
 } spindle_batch_entry;
 
 /* Run the model over every entry in one pass; all entries must belong to
- * `model` and name distinct sequences. On error no cache is extended.
+ * `model` and name distinct sequences. On error every sequence is left as
+ * it was (length, caches and recurrent states).
  * Thread-safety: one forward pass or generation at a time per model (the
  * pass uses the model's scratch and thread pool); distinct models run
  * concurrently. */

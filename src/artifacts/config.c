@@ -93,12 +93,42 @@ static int small_count(const cJSON *v) {
     return json_int(v, 1, 1 << 20, &n) ? n : -1;
 }
 
-static spindle_status parse_rope(sp_model_config *cfg, const char *path,
-                                 spindle_error *err) {
-    sp_rope_config *r = &cfg->rope;
+/* longrope's long_factor: one number for every frequency, or a list of
+ * rotary_dim / 2, copied to cfg->rope_long_factor. */
+static spindle_status parse_long_factor(sp_model_config *cfg, const cJSON *rs,
+                                        int half, const char *path,
+                                        spindle_error *err) {
+    const cJSON *lf = cJSON_GetObjectItemCaseSensitive(rs, "long_factor");
+    bool list = cJSON_IsArray(lf);
+    if (!(cJSON_IsNumber(lf) || (list && cJSON_GetArraySize(lf) == half)))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: rope_scaling long_factor must be a number or a "
+                       "list of %d numbers (rotary dimension / 2)", path,
+                       half);
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (int i = 0; i < half; i++) {
+        const cJSON *e = list ? cJSON_GetArrayItem(lf, i) : lf;
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) ||
+            !isfinite(e->valuedouble)) {
+            free(f);
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s: rope_scaling long_factor[%d] must be a "
+                           "positive number", path, i);
+        }
+        f[i] = (float)e->valuedouble;
+    }
+    free(cfg->rope_long_factor);
+    cfg->rope_long_factor = f;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_config_parse_rope(sp_model_config *cfg, const cJSON *rs,
+                                    double theta, const char *path,
+                                    sp_rope_config *r, spindle_error *err) {
     memset(r, 0, sizeof *r);
     r->type = SP_ROPE_DEFAULT;
-    r->theta = sp_config_num(cfg, "rope_theta", 10000.0);
+    r->theta = theta;
     r->factor = 1.0;
     double partial = sp_config_num(cfg, "partial_rotary_factor", 1.0);
     /* Checked as a double first: converting an out-of-range one to int is
@@ -114,7 +144,6 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
                        "dimension %d", path, r->rotary_dim);
     r->original_max_position = cfg->max_position;
 
-    const cJSON *rs = get(cfg, "rope_scaling");
     if (!rs) return SPINDLE_OK;
     if (!cJSON_IsObject(rs))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
@@ -149,10 +178,24 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
         r->attention_factor = 0.0;
         r->original_max_position =
             position_count(RS_NUM("original_max_position_embeddings", 4096));
+    } else if (!strcmp(type, "longrope") || !strcmp(type, "su")) {
+        r->type = SP_ROPE_LONGROPE;
+        spindle_status st = parse_long_factor(cfg, rs, r->rotary_dim / 2,
+                                              path, err);
+        if (st) return st;
+        r->long_factor = cfg->rope_long_factor;
+        r->original_max_position = position_count(RS_NUM(
+            "original_max_position_embeddings",
+            sp_config_num(cfg, "original_max_position_embeddings", 4096)));
+        /* The context extension that sizes the attention scale; a config
+         * without max_position_embeddings extends nothing. */
+        r->factor = r->original_max_position > 0 && cfg->max_position > 0
+                        ? (double)cfg->max_position / r->original_max_position
+                        : 1.0;
     } else {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_scaling type '%s' is not supported "
-                       "(supported: default, linear, llama3, yarn)",
+                       "(supported: default, linear, llama3, yarn, longrope)",
                        path, type);
     }
 #undef RS_NUM
@@ -164,6 +207,13 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
                        "%s: rope_scaling original_max_position_embeddings "
                        "must be an integer in [1, 2^30]", path);
     return SPINDLE_OK;
+}
+
+static spindle_status parse_rope(sp_model_config *cfg, const char *path,
+                                 spindle_error *err) {
+    return sp_config_parse_rope(cfg, get(cfg, "rope_scaling"),
+                                sp_config_num(cfg, "rope_theta", 10000.0),
+                                path, &cfg->rope, err);
 }
 
 static spindle_status parse_quantization(sp_model_config *cfg,
@@ -363,6 +413,9 @@ spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
 
 void sp_config_free(sp_model_config *cfg) {
     if (!cfg) return;
+    free(cfg->rope_long_factor);
+    cfg->rope_long_factor = NULL;
+    cfg->rope.long_factor = NULL;
     cJSON_Delete(cfg->json);
     cJSON_Delete(cfg->root);
     cfg->json = cfg->root = NULL;

@@ -25,6 +25,7 @@ typedef struct sp_model_config {
     int max_position;           /* max_position_embeddings, 0 if absent */
     float rms_norm_eps;
     sp_rope_config rope;
+    float *rope_long_factor;    /* owned: what rope.long_factor points to */
     bool rope_traditional;      /* mlx-lm: interleaved pairs instead of halves */
     int tie_word_embeddings;    /* 1, 0, or -1 when config.json is silent */
     bool attention_bias;
@@ -65,6 +66,17 @@ spindle_status sp_config_load(const char *dir, sp_model_config *cfg,
 spindle_status sp_config_from_json(cJSON *root, const char *label,
                                    sp_model_config *cfg, spindle_error *err);
 void sp_config_free(sp_model_config *cfg);
+
+/* The RoPE of a scaling block `scaling` (rope_scaling's form; NULL: none)
+ * with base `theta`, and the rotary dimension of cfg's head_dim and
+ * partial_rotary_factor, into *out (families whose config keeps these
+ * elsewhere, e.g. rope_parameters). A longrope block's factors are stored
+ * in cfg (replacing any before) and live as long as it. `label` names the
+ * source in error messages. */
+spindle_status sp_config_parse_rope(sp_model_config *cfg,
+                                    const cJSON *scaling, double theta,
+                                    const char *label, sp_rope_config *out,
+                                    spindle_error *err);
 
 /* Typed getters on cfg->json with defaults; they never fail. */
 int sp_config_int(const sp_model_config *cfg, const char *key, int dflt);

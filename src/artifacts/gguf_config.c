@@ -172,14 +172,48 @@ static spindle_status special_ids(const meta *m, cJSON *json) {
     return SPINDLE_OK;
 }
 
-/* The family's own optional keys (sp_gguf_family.keys). */
+/* llama.cpp's attention.sliding_window_pattern as a flag per layer (its
+ * other form is a period, which families read as a count) is transformers'
+ * layer_types. */
+static spindle_status layer_types(const meta *m, cJSON *json) {
+    const sp_gguf_value *v = arch_key(m, "attention.sliding_window_pattern");
+    if (!v || v->type != SP_GGUF_ARRAY) return SPINDLE_OK;
+    uint64_t n = sp_gguf_array_count(v);
+    if (n > 4096) /* block_count's own bound */
+        return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.attention.sliding_window_pattern' lists %llu "
+                       "layers", m->path, m->arch, (unsigned long long)n);
+    cJSON *types = cJSON_AddArrayToObject(json, "layer_types");
+    if (!types) return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        sp_gguf_value e;
+        bool sliding;
+        if (!sp_gguf_array_at(v, i, &e) || !sp_gguf_value_bool(&e, &sliding))
+            return sp_fail(m->err, SPINDLE_ERR_FORMAT,
+                           "%s: '%s.attention.sliding_window_pattern' must "
+                           "be a count or an array of bools", m->path,
+                           m->arch);
+        if (!cJSON_AddItemToArray(types, cJSON_CreateString(
+                sliding ? "sliding_attention" : "full_attention")))
+            return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    return SPINDLE_OK;
+}
+
+/* The family's own optional keys (sp_gguf_family.keys); a count given as
+ * an array is layer_types' form, read above. */
 static spindle_status family_keys(const meta *m, const sp_gguf_family *family,
                                   cJSON *json) {
-    spindle_status st = SPINDLE_OK;
-    for (const sp_gguf_key_map *k = family->keys; k && k->key && !st; k++)
+    spindle_status st = layer_types(m, json);
+    for (const sp_gguf_key_map *k = family->keys; k && k->key && !st; k++) {
+        const sp_gguf_value *v = arch_key(m, k->key);
+        if (v && v->type == SP_GGUF_ARRAY &&
+            !strcmp(k->key, "attention.sliding_window_pattern"))
+            continue;
         st = k->kind == SP_GGUF_KEY_COUNT
                  ? put_int(m, json, k->key, k->json, false, NULL)
                  : put_num(m, json, k->key, k->json);
+    }
     return st;
 }
 

@@ -71,7 +71,10 @@ bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out) {
     return false;
 }
 
-bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
+/* A comma-separated list of integers in [lo, hi]; `what` names them in
+ * the error line. */
+static bool int_list(const char *opt, const char *s, long lo, long hi,
+                     const char *what, int32_t **out, int *n) {
     size_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
     int32_t *v = malloc(cap * sizeof *v);
@@ -82,10 +85,10 @@ bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (errno || end == p || x < 0 || x > INT32_MAX ||
+        if (errno || end == p || x < lo || x > hi ||
             (*end && *end != ',')) {
-            fprintf(stderr, "spindle: %s expects comma-separated token ids, "
-                            "got '%s'\n", opt, s);
+            fprintf(stderr, "spindle: %s expects comma-separated %s, "
+                            "got '%s'\n", opt, what, s);
             free(v);
             return false;
         }
@@ -97,7 +100,18 @@ bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
         free(v);
         return false;
     }
-    *ids = v;
+    *out = v;
     *n = count;
     return true;
+}
+
+bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n) {
+    return int_list(opt, s, 0, INT32_MAX, "token ids", ids, n);
+}
+
+bool sp_arg_count_list(const char *opt, const char *s, long hi, int32_t **v,
+                       int *n) {
+    char what[64];
+    snprintf(what, sizeof what, "counts in [1, %ld]", hi);
+    return int_list(opt, s, 1, hi, what, v, n);
 }

@@ -31,5 +31,8 @@ bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
     "                          reading them into huge-page memory\n"
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
+/* "1,2,4" → malloc'd counts, each in [1, hi]. */
+bool sp_arg_count_list(const char *opt, const char *s, long hi, int32_t **v,
+                       int *n);
 
 #endif

@@ -2,8 +2,9 @@
  *
  * The whole conversation is re-rendered with the chat template every turn
  * (templates may rewrite earlier turns, e.g. dropping old reasoning), and
- * only the tokens after the longest prefix already in the KV cache are
- * prefilled: the cache is rolled back to that prefix first. */
+ * only the tokens after the longest prefix already in the sequence are
+ * prefilled: the sequence is rolled back to that prefix first, or to the
+ * start when one of its layers cannot roll back that far. */
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
@@ -64,6 +65,12 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
         while (keep < n && keep < c->n_cached && ids[keep] == c->cached[keep]) keep++;
         if (keep == n) keep--;   /* the last token must be fed for logits */
         st = spindle_seq_truncate(c->seq, keep, err);
+        if (st == SPINDLE_ERR_UNSUPPORTED) {
+            /* A sliding-window or recurrent layer cannot go back that far:
+             * prefill the whole conversation again. */
+            keep = 0;
+            st = spindle_seq_truncate(c->seq, 0, err);
+        }
         if (!st) st = sp_text_stream_init(&stream, c->tok, stdout, err);
         if (!st)
             st = spindle_generate(c->model, c->seq, ids + keep, n - keep,

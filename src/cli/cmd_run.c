@@ -26,6 +26,7 @@ static const char *run_usage =
     "  --logit-bias ID=BIAS    add BIAS to a token's logit (repeatable)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
     "  --ctx N                 context limit (default: the model's)\n"
+    "  --max-rollback N        tokens a sequence can surely be rolled back (default 8)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
@@ -39,6 +40,7 @@ typedef struct run_options {
     int n_prompt;
     int threads;
     int ctx;
+    int max_rollback;
     spindle_kv_type kv_type;
     bool use_mmap;
     bool json;
@@ -131,6 +133,9 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--ctx")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
             o->ctx = (int)n;
+        } else if (!strcmp(a, "--max-rollback")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, SPINDLE_MAX_ROLLBACK_LIMIT, &n)) return 2;
+            o->max_rollback = (int)n;
         } else if (!strcmp(a, "--kv-type")) {
             VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
         } else if (!strcmp(a, "--prefill-chunk")) {
@@ -253,7 +258,8 @@ int sp_cmd_run(int argc, char **argv) {
     float *logits = NULL;
     spindle_gen_stats stats;
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
-                               .kv_type = o.kv_type, .use_mmap = o.use_mmap};
+                               .kv_type = o.kv_type, .use_mmap = o.use_mmap,
+                               .max_rollback = o.max_rollback};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */

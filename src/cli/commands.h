@@ -6,6 +6,7 @@
 int sp_cmd_run(int argc, char **argv);
 int sp_cmd_info(int argc, char **argv);
 int sp_cmd_bench(int argc, char **argv);
+int sp_cmd_batched_bench(int argc, char **argv);
 int sp_cmd_chat(int argc, char **argv);
 int sp_cmd_tokenize(int argc, char **argv);
 int sp_cmd_detokenize(int argc, char **argv);

@@ -19,6 +19,8 @@ static const command commands[] = {
     {"detokenize", sp_cmd_detokenize, "token ids to text"},
     {"template", sp_cmd_template, "render a chat template"},
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
+    {"batched-bench", sp_cmd_batched_bench,
+     "aggregate throughput of parallel sequences (llama-batched-bench)"},
     {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
     {"serve", sp_cmd_serve, "serve an OpenAI-compatible HTTP API"},
 };
@@ -28,7 +30,7 @@ static void usage(FILE *out) {
                  "usage: spindle <command> [options]\n\ncommands:\n",
             SPINDLE_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n'spindle <command> --help' describes a command's options.\n");
 }
 

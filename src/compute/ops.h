@@ -30,7 +30,8 @@ typedef enum sp_rope_type {
     SP_ROPE_DEFAULT = 0,
     SP_ROPE_LINEAR,
     SP_ROPE_LLAMA3,
-    SP_ROPE_YARN
+    SP_ROPE_YARN,
+    SP_ROPE_LONGROPE       /* Phi-3's "longrope" / "su" */
 } sp_rope_type;
 
 typedef struct sp_rope_config {
@@ -45,6 +46,10 @@ typedef struct sp_rope_config {
     double beta_fast, beta_slow;
     double mscale, mscale_all_dim; /* 0 when absent */
     double attention_factor;       /* 0 when absent: derived */
+    /* longrope: rotary_dim / 2 divisors of the frequencies (borrowed; read
+     * only by sp_rope_init), and `factor` is the context extension
+     * max_position / original_max_position. */
+    const float *long_factor;
 } sp_rope_config;
 
 typedef struct sp_rope {
@@ -78,13 +83,17 @@ typedef enum sp_kv_dtype {
 } sp_kv_dtype;
 
 /* Keys and values of one layer of one sequence, elements of `type`:
- * k[h * head_stride + pos * head_dim + d], same for v, h < n_kv_heads.
- * Attention reads them as f32 (bf16/f16 widen exactly). */
+ * position pos >= first_key_pos is at
+ * k[h * head_stride + (pos - first_key_pos) * head_dim + d], same for v,
+ * h < n_kv_heads. A sliding-window cache drops old positions, so its view
+ * starts later than position 0. Attention reads them as f32 (bf16/f16
+ * widen exactly). */
 typedef struct sp_kv_view {
     const void *k;
     const void *v;
     int64_t head_stride;  /* in elements */
     sp_kv_dtype type;
+    int first_key_pos;    /* position of the first row (0: a full cache) */
 } sp_kv_view;
 
 /* Causal grouped-query attention for n_q consecutive query tokens of one
@@ -110,7 +119,8 @@ typedef struct sp_attention_args {
 /* Fails with SPINDLE_ERR_ARGUMENT (a one-line message in err), writing
  * nothing, when the arguments are inconsistent: NULL buffers, non-positive
  * sizes, n_heads not a multiple of n_kv_heads, a negative first_pos, an
- * unknown cache type, or positions past the cache (head_stride). */
+ * unknown cache type, positions past the cache (head_stride), or a first
+ * query that needs keys before kv.first_key_pos. */
 spindle_status sp_attention(sp_pool *pool, const sp_attention_args *args,
                             spindle_error *err);
 

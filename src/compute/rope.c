@@ -22,6 +22,10 @@
  *    in double and rounded once to float, so entries may differ from either
  *    reference by an ulp or so (the references also differ from each other
  *    at that level: mlx-lm inverts frequencies, transformers divides them).
+ *  - longrope (mlx-lm's SuScaledRoPE): the frequencies are always divided
+ *    by long_factor (transformers switches to short_factor below the
+ *    original context), and the rotated dimensions are scaled by
+ *    sqrt(1 + log(factor) / log(original context)) when factor > 1.
  * Defaults for absent (<= 0) values follow mlx-lm: llama3 low/high freq
  * factor 1/4, original context 8192; yarn beta_fast/beta_slow 32/1, original
  * context 4096. */
@@ -99,6 +103,17 @@ static float init_yarn(float *inv, int half, int dim,
                    yarn_get_mscale(factor, c->mscale_all_dim));
 }
 
+static float init_longrope(float *inv, int half, int dim,
+                           const sp_rope_config *c) {
+    for (int i = 0; i < half; i++)
+        inv[i] = (float)(1.0 / ((double)c->long_factor[i] *
+                                base_freq(c->theta, i, dim)));
+    double orig = c->original_max_position > 0 ? c->original_max_position
+                                               : 4096.0;
+    if (c->factor <= 1.0) return 1.0f;
+    return (float)sqrt(1.0 + log(c->factor) / log(orig));
+}
+
 int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg) {
     rope->rotary_dim = 0;
     rope->inv_freq = NULL;
@@ -106,6 +121,7 @@ int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg) {
     int dim = cfg->rotary_dim;
     if (dim <= 0 || dim % 2 != 0 || !(cfg->theta > 0.0)) return -1;
     if (cfg->type != SP_ROPE_DEFAULT && !(cfg->factor > 0.0)) return -1;
+    if (cfg->type == SP_ROPE_LONGROPE && !cfg->long_factor) return -1;
     if (cfg->type == SP_ROPE_LLAMA3 &&
         or_default(cfg->low_freq_factor, 1.0) ==
             or_default(cfg->high_freq_factor, 4.0))
@@ -128,6 +144,9 @@ int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg) {
         break;
     case SP_ROPE_YARN:
         attn = init_yarn(inv, half, dim, cfg);
+        break;
+    case SP_ROPE_LONGROPE:
+        attn = init_longrope(inv, half, dim, cfg);
         break;
     default:
         free(inv);

@@ -39,6 +39,31 @@ size_t sp_weight_nbytes(const sp_weight *w) {
     return 0;
 }
 
+sp_weight sp_weight_row_block(const sp_weight *w, int64_t first, int64_t n) {
+    sp_weight v = *w;
+    v.rows = n;
+    const unsigned char *data = w->data;
+    size_t r = (size_t)first;
+    switch (w->type) {
+    case SP_W_F32: v.data = data + r * (size_t)w->cols * 4; break;
+    case SP_W_F16: case SP_W_BF16:
+        v.data = data + r * (size_t)w->cols * 2;
+        break;
+    case SP_W_AFFINE: {
+        size_t qrow = (size_t)(w->cols / w->group_size) *
+                      sp_dtype_size(w->qparam_dtype);
+        v.data = data + r * sp_affine_row_bytes(w);
+        v.scales = (const unsigned char *)w->scales + r * qrow;
+        v.biases = (const unsigned char *)w->biases + r * qrow;
+        break;
+    }
+    case SP_W_GGML:
+        v.data = data + r * sp_ggml_row_size(w->ggml_type, w->cols);
+        break;
+    }
+    return v;
+}
+
 float sp_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

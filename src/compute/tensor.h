@@ -69,6 +69,11 @@ static inline size_t sp_affine_row_bytes(const sp_weight *w) {
 /* Bytes the weight occupies (data + scales + biases). */
 size_t sp_weight_nbytes(const sp_weight *w);
 
+/* Rows [first, first + n) of w as a view of their own, pointing into w's
+ * data (no copy): one expert of a stacked [experts * rows][cols] tensor, or
+ * a block of rows. Every kernel takes it as it takes w. */
+sp_weight sp_weight_row_block(const sp_weight *w, int64_t first, int64_t n);
+
 /* Exact IEEE conversions (round-to-nearest-even on the way down). */
 static inline float sp_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

@@ -140,6 +140,18 @@ spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
     const char *hf_class = s->family->hf_class;
     const char *model_type = s->family->model_type;
     bool gemma = !strcmp(s->arch, "gemma3");
+    /* A family's own keys (Granite's multipliers, OLMo 3's windows, the
+     * Mistral 3 temperature) have no config.json form here yet: refuse
+     * rather than write a config that means another model. */
+    for (const sp_gguf_key_map *k = s->family->keys; !gemma && k && k->key;
+         k++)
+        if (sp_gguf_arch_value(g, s->arch, k->key)) {
+            cJSON_Delete(c.json);
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s: converting '%s' files with '%s.%s' is not "
+                           "supported", sp_gguf_path(g), s->arch, s->arch,
+                           k->key);
+        }
     int64_t hidden, layers, ffn, heads, kv, head_dim, ctx_len;
     spindle_status st;
     if ((st = get_int(&c, "embedding_length", 0, &hidden)) ||

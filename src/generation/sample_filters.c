@@ -77,6 +77,23 @@ spindle_status sp_sample_log_softmax(float *logits, int n, float *lse_out,
     return SPINDLE_OK;
 }
 
+int sp_sample_top_n(const float *x, int n, int k, spindle_token_logprob *top) {
+    if (k > n) k = n;
+    int have = 0;
+    /* Insertion into a sorted list of at most k (<= 20) entries: one pass
+     * over the vocabulary, almost every entry rejected by one compare. */
+    for (int i = 0; i < n; i++) {
+        if (have == k && !(x[i] > top[k - 1].logprob)) continue;
+        int j = have < k ? have++ : k - 1;
+        while (j > 0 && x[i] > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = (spindle_token_logprob){(int32_t)i, x[i]};
+    }
+    return have;
+}
+
 int32_t sp_sample_argmax(const float *x, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)

@@ -219,6 +219,15 @@ spindle_status sp_sampler_filter(spindle_sampler *sampler, float *logprobs,
 spindle_status spindle_sampler_sample(spindle_sampler *sampler, float *logits,
                                       int n_vocab, int32_t *token,
                                       float *logprob, spindle_error *err) {
+    return sp_sampler_sample_top(sampler, logits, n_vocab, token, logprob, 0,
+                                 NULL, err);
+}
+
+spindle_status sp_sampler_sample_top(spindle_sampler *sampler, float *logits,
+                                     int n_vocab, int32_t *token,
+                                     float *logprob, int n_top,
+                                     spindle_token_logprob *top,
+                                     spindle_error *err) {
     if (!sampler || !logits || !token)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "sampler_sample: sampler, logits and token are required");
@@ -227,6 +236,7 @@ spindle_status spindle_sampler_sample(spindle_sampler *sampler, float *logits,
                        "sampler_sample: vocabulary size %d", n_vocab);
     spindle_status st = sp_sample_log_softmax(logits, n_vocab, NULL, err);
     if (st != SPINDLE_OK) return st;
+    if (n_top > 0 && top) sp_sample_top_n(logits, n_vocab, n_top, top);
 
     int32_t tok;
     if (sampler->p.temperature == 0.0f) {

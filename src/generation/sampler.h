@@ -24,6 +24,15 @@
 spindle_status sp_sampler_filter(spindle_sampler *sampler, float *logprobs,
                                  int n_vocab, spindle_error *err);
 
+/* spindle_sampler_sample, also writing the n_top most likely entries of the
+ * same log-softmax (before any filter) to `top`, most likely first (ties:
+ * lower id first). */
+spindle_status sp_sampler_sample_top(spindle_sampler *sampler, float *logits,
+                                     int n_vocab, int32_t *token,
+                                     float *logprob, int n_top,
+                                     spindle_token_logprob *top,
+                                     spindle_error *err);
+
 /* --------------------------------------------------- individual transforms
  * Each takes log-probabilities (entries may already be -inf), masks entries
  * to -inf in place, and never changes a kept value. `scratch` holds at least
@@ -36,6 +45,9 @@ spindle_status sp_sampler_filter(spindle_sampler *sampler, float *logprobs,
  * -inf. */
 spindle_status sp_sample_log_softmax(float *logits, int n, float *lse,
                                      spindle_error *err);
+/* The k largest entries of x (k <= n), largest first, ties broken toward
+ * lower ids; returns how many were written (min(k, n)). */
+int sp_sample_top_n(const float *x, int n, int k, spindle_token_logprob *top);
 /* Index of the first maximum (mx.argmax). */
 int32_t sp_sample_argmax(const float *x, int n);
 /* apply_top_p: keeps the smallest set of most likely tokens whose mass

@@ -1,5 +1,6 @@
 /* Shared transformer blocks: the math of one decoder layer, written once. */
 #include "models/blocks.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 
@@ -60,6 +61,7 @@ void sp_forward_free(sp_forward *f) {
     free(f->x); free(f->xn); free(f->out);
     free(f->q); free(f->k); free(f->v); free(f->attn);
     free(f->gate); free(f->up);
+    sp_moe_scratch_free(f->moe);
     free(f);
 }
 
@@ -77,42 +79,75 @@ void sp_add_rows(sp_forward *f, float *x, const float *y) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y) {
+    sp_matmul(pool, &lin->w, x, n, y);
+    if (!lin->bias) return;
+    size_t rows = (size_t)lin->w.rows;
+    for (int t = 0; t < n; t++)
+        for (size_t i = 0; i < rows; i++) y[(size_t)t * rows + i] += lin->bias[i];
+}
+
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
-    sp_matmul(f->m->pool, &lin->w, x, f->n_rows, y);
-    if (!lin->bias) return;
-    size_t n = (size_t)lin->w.rows;
-    for (int t = 0; t < f->n_rows; t++)
-        for (size_t i = 0; i < n; i++) y[(size_t)t * n + i] += lin->bias[i];
+    sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
 }
 
 /* ----------------------------------------------------------- attention */
 
-/* Per-head RMSNorm then RoPE on each row's heads of q or k. */
+/* Llama 4's attention temperature of position pos (1: none). */
+static float attn_temperature(const sp_layer *L, int pos) {
+    if (L->attn_temp_beta == 0.0f) return 1.0f;
+    float period = (float)L->attn_temp_period;
+    return 1.0f + L->attn_temp_beta * logf(1.0f + floorf((float)pos / period));
+}
+
+/* The q or k norm of one row (per head, or over all n_heads heads), then
+ * RoPE, then (queries only) the attention temperature, on every row. */
 static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
-                            int n_heads, const float *head_norm) {
+                            int n_heads, const float *head_norm,
+                            bool queries) {
     const sp_model_config *c = &f->m->cfg;
     int hd = c->head_dim;
+    int width = L->qk_norm_full ? n_heads * hd : hd;
     for (int t = 0; t < f->n_rows; t++) {
         float *row = rows + (size_t)t * n_heads * hd;
         if (head_norm)
-            for (int h = 0; h < n_heads; h++)
-                sp_rmsnorm(row + (size_t)h * hd, row + (size_t)h * hd,
-                           head_norm, hd, c->rms_norm_eps, 0.0f);
-        (f->m->rope_interleaved ? sp_rope_apply_interleaved
-                                : sp_rope_apply)(L->rope, row, n_heads, hd,
-                                                 f->pos[t]);
+            for (int h = 0; h < n_heads * hd; h += width)
+                sp_rmsnorm(row + h, row + h, head_norm, width,
+                           c->rms_norm_eps, 0.0f);
+        if (L->rope)
+            (f->m->rope_interleaved ? sp_rope_apply_interleaved
+                                    : sp_rope_apply)(L->rope, row, n_heads,
+                                                     hd, f->pos[t]);
+        float temp = queries ? attn_temperature(L, f->pos[t]) : 1.0f;
+        if (temp != 1.0f)
+            for (int i = 0; i < n_heads * hd; i++) row[i] *= temp;
     }
 }
 
 void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     const sp_model_config *c = &f->m->cfg;
     const sp_layer *L = &f->m->layers[l];
+    /* This block computes the config's heads: the layer's state must be
+     * KV of that shape (a family's layer_state hook could say otherwise). */
+    const sp_layer_state_desc *sd = &f->m->state_desc[l];
+    if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
+        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != c->head_dim) {
+        if (!f->status)
+            f->status = sp_fail(f->err, SPINDLE_ERR_INTERNAL,
+                                "layer %d: attention of %d KV heads of %d "
+                                "over a %s state of %d heads of %d", l,
+                                c->n_kv_heads, c->head_dim,
+                                sp_state_kind_name(sd->kind), sd->n_kv_heads,
+                                sd->head_dim);
+        return;
+    }
     sp_linear_forward(f, &L->q, f->xn, f->q);
     sp_linear_forward(f, &L->k, f->xn, f->k);
     sp_linear_forward(f, &L->v, f->xn, f->v);
-    norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm);
-    norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm);
+    norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm, true);
+    norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm, false);
 
     size_t qw = (size_t)c->n_heads * c->head_dim;
     size_t kw = (size_t)c->n_kv_heads * c->head_dim;
@@ -122,8 +157,8 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
          * token sees itself and everything before it. */
         for (int i = 0; i < sq->n_rows; i++) {
             size_t t = (size_t)(sq->first_row + i);
-            sp_kv_store(sq->cache, l, sq->first_pos + i, f->k + t * kw,
-                        f->v + t * kw);
+            sp_seq_state_kv_store(sq->state, l, sq->first_pos + i,
+                                  f->k + t * kw, f->v + t * kw);
         }
         sp_attention_args a = {
             .q = f->q + (size_t)sq->first_row * qw,
@@ -133,7 +168,7 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
             .head_dim = c->head_dim,
-            .kv = sp_kv_layer(sq->cache, l),
+            .kv = sp_seq_state_kv_view(sq->state, l),
             .scale = scale,
             .window = L->window,
             .softcap = softcap,
@@ -163,47 +198,231 @@ void sp_mlp_geglu(sp_forward *f, int l) {
 
 /* --------------------------------------------------- the common layer */
 
-void sp_prenorm_decoder_layer(sp_forward *f, int l) {
-    const sp_layer *L = &f->m->layers[l];
-    float scale = 1.0f / sqrtf((float)f->m->cfg.head_dim);
-
-    sp_norm_rows(f, f->x, L->attn_norm, f->xn);
-    sp_attention_block(f, l, scale, 0.0f);
-    sp_add_rows(f, f->x, f->out);
-
-    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
-    sp_mlp_swiglu(f, l);
-    sp_add_rows(f, f->x, f->out);
+/* out = norm(in) where the layer has that norm, else a copy of in. */
+static void norm_or_copy(sp_forward *f, const float *in, const float *w,
+                         float *out) {
+    if (w) sp_norm_rows(f, in, w, out);
+    else memcpy(out, in, (size_t)f->n_rows * f->m->cfg.hidden_size *
+                             sizeof *out);
 }
+
+/* x += scale * post_norm(out): a block's output joins the residual. */
+static void join_residual(sp_forward *f, const float *post_norm,
+                          float scale) {
+    if (post_norm) sp_norm_rows(f, f->out, post_norm, f->out);
+    if (scale == 1.0f) {
+        sp_add_rows(f, f->x, f->out);
+        return;
+    }
+    size_t n = (size_t)f->n_rows * f->m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) f->x[i] += f->out[i] * scale;
+}
+
+void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s) {
+    const sp_layer *L = &f->m->layers[l];
+    norm_or_copy(f, f->x, L->attn_norm, f->xn);
+    sp_attention_block(f, l, s->attn, s->attn_softcap);
+    join_residual(f, L->post_attn_norm, s->residual);
+
+    norm_or_copy(f, f->x, L->mlp_norm, f->xn);
+    if (L->moe)
+        sp_moe_block(f, L->moe);
+    else
+        (L->mlp_geglu ? sp_mlp_geglu : sp_mlp_swiglu)(f, l);
+    join_residual(f, L->post_mlp_norm, s->residual);
+}
+
+void sp_prenorm_decoder_layer(sp_forward *f, int l) {
+    sp_layer_scales s = {.attn = 1.0f / sqrtf((float)f->m->cfg.head_dim),
+                         .residual = 1.0f};
+    sp_decoder_layer(f, l, &s);
+}
+
+#define NAME(fmt) (snprintf(p, sizeof p, "model.layers.%d." fmt, l), p)
+
+static spindle_status bind_norms(spindle_model *m, int l,
+                                 const sp_decoder_options *opt,
+                                 spindle_error *err) {
+    sp_layer *L = &m->layers[l];
+    int64_t d = m->cfg.hidden_size;
+    char p[256];
+    spindle_status st = SPINDLE_OK;
+    if (opt->norms != SP_NORMS_POST &&
+        (st = sp_bind_vector(m, NAME("input_layernorm.weight"), d,
+                             &L->attn_norm, err)))
+        return st;
+    if (opt->norms == SP_NORMS_PRE)
+        return sp_bind_vector(m, NAME("post_attention_layernorm.weight"), d,
+                              &L->mlp_norm, err);
+    if ((st = sp_bind_vector(m, NAME("post_attention_layernorm.weight"), d,
+                             &L->post_attn_norm, err)) ||
+        (st = sp_bind_vector(m, NAME("post_feedforward_layernorm.weight"), d,
+                             &L->post_mlp_norm, err)))
+        return st;
+    if (opt->norms == SP_NORMS_SANDWICH)
+        st = sp_bind_vector(m, NAME("pre_feedforward_layernorm.weight"), d,
+                            &L->mlp_norm, err);
+    return st;
+}
+
+/* The n matrices of one input (q/k/v, gate/up) of layer l: rows[i] x cols
+ * each, under their own names, or as parts of the one `fused` matrix. */
+static spindle_status bind_inputs(spindle_model *m, int l, bool fused,
+                                  const char *fused_name,
+                                  const char *const *names, int n,
+                                  const int64_t *rows, int64_t cols,
+                                  bool bias, sp_linear *const *out,
+                                  spindle_error *err) {
+    char p[256];
+    if (fused) {
+        snprintf(p, sizeof p, "model.layers.%d.%s", l, fused_name);
+        return sp_bind_linear_parts(m, p, n, rows, cols, bias, out, err);
+    }
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; i < n && !st; i++) {
+        snprintf(p, sizeof p, "model.layers.%d.%s", l, names[i]);
+        st = sp_bind_linear(m, p, rows[i], cols, bias, out[i], err);
+    }
+    return st;
+}
+
+static spindle_status bind_attention(spindle_model *m, int l,
+                                     const sp_decoder_options *opt,
+                                     spindle_error *err) {
+    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                        "self_attn.v_proj"};
+    const sp_model_config *c = &m->cfg;
+    sp_layer *L = &m->layers[l];
+    int64_t d = c->hidden_size, hd = c->head_dim;
+    int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
+    int64_t rows[3] = {qw, kw, kw};
+    sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
+    char p[256];
+    spindle_status st;
+    if ((st = bind_inputs(m, l, opt->fused_qkv, "self_attn.qkv_proj", names,
+                          3, rows, d, opt->qkv_bias, qkv, err)) ||
+        (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias,
+                             &L->o, err)))
+        return st;
+    L->qk_norm_full = opt->qk_norm_full;
+    if (!opt->qk_norm && !opt->qk_norm_full) return SPINDLE_OK;
+    if ((st = sp_bind_vector(m, NAME("self_attn.q_norm.weight"),
+                             opt->qk_norm_full ? qw : hd, &L->q_norm, err)))
+        return st;
+    return sp_bind_vector(m, NAME("self_attn.k_norm.weight"),
+                          opt->qk_norm_full ? kw : hd, &L->k_norm, err);
+}
+
+static spindle_status bind_mlp(spindle_model *m, int l,
+                               const sp_decoder_options *opt,
+                               spindle_error *err) {
+    static const char *const names[] = {"mlp.gate_proj", "mlp.up_proj"};
+    const sp_model_config *c = &m->cfg;
+    sp_layer *L = &m->layers[l];
+    int64_t d = c->hidden_size, inter = c->intermediate_size;
+    int64_t rows[2] = {inter, inter};
+    sp_linear *gate_up[2] = {&L->gate, &L->up};
+    char p[256];
+    L->mlp_geglu = opt->geglu;
+    spindle_status st = bind_inputs(m, l, opt->fused_gate_up,
+                                    "mlp.gate_up_proj", names, 2, rows, d,
+                                    c->mlp_bias, gate_up, err);
+    if (st) return st;
+    return sp_bind_linear(m, NAME("mlp.down_proj"), d, inter, c->mlp_bias,
+                          &L->down, err);
+}
+
+#undef NAME
 
 spindle_status sp_bind_decoder_layers(spindle_model *m,
                                       const sp_decoder_options *opt,
                                       spindle_error *err) {
-    const sp_model_config *c = &m->cfg;
-    int64_t d = c->hidden_size, hd = c->head_dim;
-    int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
-    int64_t inter = c->intermediate_size;
-    char p[256];
     spindle_status st = SPINDLE_OK;
-    for (int l = 0; l < c->n_layers && !st; l++) {
-        sp_layer *L = &m->layers[l];
-        L->rope = &m->rope;
-#define NAME(fmt) (snprintf(p, sizeof p, "model.layers.%d." fmt, l), p)
-        if ((st = sp_bind_vector(m, NAME("input_layernorm.weight"), d, &L->attn_norm, err)) ||
-            (st = sp_bind_vector(m, NAME("post_attention_layernorm.weight"), d, &L->mlp_norm, err)) ||
-            (st = sp_bind_linear(m, NAME("self_attn.q_proj"), qw, d, opt->qkv_bias, &L->q, err)) ||
-            (st = sp_bind_linear(m, NAME("self_attn.k_proj"), kw, d, opt->qkv_bias, &L->k, err)) ||
-            (st = sp_bind_linear(m, NAME("self_attn.v_proj"), kw, d, opt->qkv_bias, &L->v, err)) ||
-            (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias, &L->o, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.gate_proj"), inter, d, c->mlp_bias, &L->gate, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.up_proj"), inter, d, c->mlp_bias, &L->up, err)) ||
-            (st = sp_bind_linear(m, NAME("mlp.down_proj"), d, inter, c->mlp_bias, &L->down, err)))
-            break;
-        if (opt->qk_norm &&
-            ((st = sp_bind_vector(m, NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err)) ||
-             (st = sp_bind_vector(m, NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err))))
-            break;
-#undef NAME
+    for (int l = 0; l < m->cfg.n_layers && !st; l++) {
+        m->layers[l].rope = &m->rope;
+        if (!(st = bind_norms(m, l, opt, err)) &&
+            !(st = bind_attention(m, l, opt, err)) &&
+            !(opt->own_mlp && opt->own_mlp[l]))
+            st = bind_mlp(m, l, opt, err);
     }
+    return st;
+}
+
+/* ------------------------------------------------ family config values */
+
+spindle_status sp_model_positive(spindle_model *m, const char *key,
+                                 double dflt, double *out,
+                                 spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (isnan(dflt))
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: %s needs '%s'", m->dir,
+                           m->cfg.model_type, key);
+        *out = dflt;
+        return SPINDLE_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
+        !isfinite(v->valuedouble))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: '%s' must be a positive number",
+                       m->dir, key);
+    *out = v->valuedouble;
+    return SPINDLE_OK;
+}
+
+/* Which layers slide: `layer_types` when the config lists them (newer
+ * transformers configs), else every layer but each pattern-th one. */
+static spindle_status layer_kinds(spindle_model *m, int pattern,
+                                  bool *sliding, spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    const cJSON *types =
+        cJSON_GetObjectItemCaseSensitive(c->json, "layer_types");
+    if (!types || cJSON_IsNull(types)) {
+        for (int l = 0; l < c->n_layers; l++)
+            sliding[l] = pattern > 0 && (l + 1) % pattern != 0;
+        return SPINDLE_OK;
+    }
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: 'layer_types' must list %d layer "
+                       "types", m->dir, c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        const cJSON *t = cJSON_GetArrayItem(types, l);
+        const char *s = cJSON_IsString(t) ? t->valuestring : "";
+        if (!strcmp(s, "sliding_attention")) sliding[l] = true;
+        else if (!strcmp(s, "full_attention")) sliding[l] = false;
+        else
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: layer_types[%d] is neither "
+                           "'sliding_attention' nor 'full_attention'",
+                           m->dir, l);
+    }
+    return SPINDLE_OK;
+}
+
+spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
+                                       double window_dflt,
+                                       const sp_rope *sliding_rope,
+                                       spindle_error *err) {
+    int n = m->cfg.n_layers;
+    bool *sliding = calloc((size_t)n, sizeof *sliding);
+    if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    spindle_status st = layer_kinds(m, pattern, sliding, err);
+    bool any = false;
+    for (int l = 0; l < n; l++) any |= sliding[l];
+    double window = 0;
+    if (!st && any)
+        st = sp_model_positive(m, "sliding_window", window_dflt, &window,
+                               err);
+    if (!st && window > (double)(1 << 30))
+        st = sp_fail(err, SPINDLE_ERR_FORMAT,
+                     "%s/config.json: sliding_window is too large", m->dir);
+    for (int l = 0; l < n && !st; l++) {
+        if (!sliding[l]) continue;
+        m->layers[l].window = (int)window;
+        if (sliding_rope) m->layers[l].rope = sliding_rope;
+    }
+    free(sliding);
     return st;
 }

@@ -2,7 +2,7 @@
  *
  * A forward pass flattens every sequence's new tokens into T rows; matrix
  * products run once over all T rows (weights are read once per pass), while
- * attention runs per sequence against that sequence's own KV cache. */
+ * attention runs per sequence against that sequence's own state. */
 #ifndef SP_MODELS_BLOCKS_H
 #define SP_MODELS_BLOCKS_H
 
@@ -10,7 +10,7 @@
 
 /* One sequence's slice of the flattened batch. */
 typedef struct sp_forward_seq {
-    sp_kv_cache *cache;
+    sp_seq_state *state;  /* reserved for n_rows new tokens */
     int first_row;      /* index of its first token among the T rows */
     int n_rows;
     int first_pos;      /* position of its first new token */
@@ -32,6 +32,7 @@ struct sp_forward {
     float *k, *v;             /* n_kv_heads * head_dim */
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
+    struct sp_moe_scratch *moe; /* sp_moe_block's, NULL until needed */
 
     /* The first failure of the pass (the layer hooks return nothing):
      * later layers are skipped and spindle_forward returns it. */
@@ -53,6 +54,9 @@ void sp_add_rows(sp_forward *f, float *x, const float *y);
 /* y = W x + b over all rows. */
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y);
+/* The same over n rows of x ([n][cols] -> [n][rows]). */
+void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
+                    int n, float *y);
 
 /* Self-attention of layer l: projections, optional per-head q/k norms, RoPE,
  * cache update, causal attention per sequence, output projection.
@@ -64,22 +68,81 @@ void sp_mlp_swiglu(sp_forward *f, int l);
 /* GeGLU MLP with tanh-approximated GELU (Gemma). */
 void sp_mlp_geglu(sp_forward *f, int l);
 
-/* The standard pre-norm decoder layer (Llama, Qwen2, Qwen3):
- *   h = x + attn(norm(x));  x' = h + mlp(norm(h)). */
+/* The scalars of one decoder layer's math. */
+typedef struct sp_layer_scales {
+    float attn;          /* attention score scale (usually head_dim^-0.5) */
+    float attn_softcap;  /* 0: none */
+    float residual;      /* multiplies each block's output (Granite) */
+} sp_layer_scales;
+
+/* The decoder layer every family here shares, shaped by the layer's own
+ * norms (sp_layer: pre-norms, post-norms, both or neither) and MLP kind:
+ *   h  = x + residual * post_attn_norm(attn(attn_norm(x)))
+ *   x' = h + residual * post_mlp_norm(mlp(mlp_norm(h)))
+ * where an absent norm is the identity. */
+void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s);
+
+/* The standard decoder layer: the above with scale head_dim^-0.5 and
+ * residual 1, over the layer's own norms (pre-norms in Llama, Qwen2,
+ * Qwen3; post-norms in OLMo 2); the MLP is the layer's routed experts
+ * when sp_layer.moe is set (Qwen3-MoE). */
 void sp_prenorm_decoder_layer(sp_forward *f, int l);
 
-/* Bind the standard Hugging Face decoder weight names of every layer:
- * model.layers.N.{input_layernorm, post_attention_layernorm,
- * self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj}; q/k/v biases when
- * `qkv_bias`; self_attn.{q,k}_norm when `qk_norm`. */
+/* Which norms a layer has, under their Hugging Face names. */
+typedef enum sp_norm_layout {
+    /* input_layernorm before attention, post_attention_layernorm before
+     * the MLP (Llama) */
+    SP_NORMS_PRE = 0,
+    /* input_layernorm, post_attention_layernorm (on the attention output),
+     * pre_feedforward_layernorm, post_feedforward_layernorm (Gemma) */
+    SP_NORMS_SANDWICH,
+    /* only post_attention_layernorm and post_feedforward_layernorm, on the
+     * blocks' outputs (OLMo 2) */
+    SP_NORMS_POST
+} sp_norm_layout;
+
+/* Bind the Hugging Face decoder weights of every layer:
+ * model.layers.N.{norms per `norms`, self_attn.{q,k,v,o}_proj,
+ * mlp.{gate,up,down}_proj}, every layer's rope the model's; q/k/v biases
+ * when `qkv_bias`, o's when `o_bias`; self_attn.{q,k}_norm over head_dim
+ * when `qk_norm`, over the whole projection when `qk_norm_full`;
+ * self_attn.qkv_proj (q, k, v rows in that order) when `fused_qkv`, and
+ * mlp.gate_up_proj (gate rows, then up) when `fused_gate_up`. */
 typedef struct sp_decoder_options {
     bool qkv_bias;
     bool o_bias;
     bool qk_norm;
+    bool qk_norm_full;
+    bool fused_qkv;
+    bool fused_gate_up;
+    bool geglu;
+    sp_norm_layout norms;
+    /* [n_layers], or NULL: layers whose MLP the family binds itself (its
+     * MoE layers); their mlp.* dense weights are not looked up. */
+    const bool *own_mlp;
 } sp_decoder_options;
 
 spindle_status sp_bind_decoder_layers(spindle_model *m,
                                       const sp_decoder_options *opt,
                                       spindle_error *err);
+
+/* ---- family config values (one-line errors naming config.json) ---- */
+
+/* config.json `key` as a positive finite number; absent or null gives
+ * `dflt`, or the error that the family needs it when dflt is NAN. */
+spindle_status sp_model_positive(spindle_model *m, const char *key,
+                                 double dflt, double *out,
+                                 spindle_error *err);
+
+/* Sliding-window layers: those `layer_types` lists as
+ * "sliding_attention", or without that list every layer but each
+ * pattern-th (pattern 0: none). They attend through config.json's
+ * sliding_window (absent: window_dflt; NAN: required when some layer
+ * slides) and, when sliding_rope is not NULL, rotate with it. Call after
+ * binding the layers. */
+spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
+                                       double window_dflt,
+                                       const sp_rope *sliding_rope,
+                                       spindle_error *err);
 
 #endif

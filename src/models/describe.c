@@ -1,5 +1,6 @@
 /* spindle_model_describe: what `spindle info` prints, as JSON. */
 #include "models/model.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/ggml/ggml_quants.h"
 
@@ -46,6 +47,10 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     const sp_model_config *c = &m->cfg;
     tally t = {0};
     int64_t vec = 0;   /* elements of small float vectors (norms, biases) */
+    /* MoE layers: what a token does not read (the experts it skips). */
+    int64_t idle_params = 0, idle_bytes = 0;
+    int moe_layers = 0;
+    const sp_moe *moe = NULL;
     count_weight(&t, &m->embed);
     if (!m->tied) count_linear(&t, &m->lm_head, &vec);
     vec += c->hidden_size;
@@ -55,8 +60,31 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
                                   &L->gate, &L->up, &L->down};
         for (size_t i = 0; i < sizeof lin / sizeof *lin; i++)
             count_linear(&t, lin[i], &vec);
-        vec += 2 * c->hidden_size;
-        if (L->q_norm) vec += 2 * c->head_dim;
+        const float *norms[] = {L->attn_norm, L->mlp_norm, L->post_attn_norm,
+                                L->post_mlp_norm};
+        for (size_t i = 0; i < sizeof norms / sizeof *norms; i++)
+            if (norms[i]) vec += c->hidden_size;
+        if (L->q_norm)
+            vec += L->qk_norm_full
+                       ? (int64_t)(c->n_heads + c->n_kv_heads) * c->head_dim
+                       : 2 * c->head_dim;
+        if (L->moe) {
+            moe = L->moe;
+            const sp_linear *always[] = {&moe->router, &moe->shared_gate_proj,
+                                         &moe->shared_up, &moe->shared_down,
+                                         &moe->shared_expert_gate};
+            for (size_t i = 0; i < sizeof always / sizeof *always; i++)
+                count_linear(&t, always[i], &vec);
+            for (int e = 0; e < moe->spec.n_experts; e++) {
+                count_linear(&t, &moe->gate[e], &vec);
+                count_linear(&t, &moe->up[e], &vec);
+                count_linear(&t, &moe->down[e], &vec);
+            }
+            sp_moe_size z = sp_moe_measure(moe);
+            idle_params += z.params - z.active_params;
+            idle_bytes += z.bytes - z.active_bytes;
+            moe_layers++;
+        }
     }
     t.params += vec;
     t.bytes += vec * (int64_t)sp_dtype_size(c->torch_dtype);
@@ -73,9 +101,24 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "context_length", m->max_context);
+    /* Each layer's sequence state kind (runtime/seq_state.h). */
+    static const char *const kind_keys[] = {"full_kv", "window_kv",
+                                            "recurrent", "none"};
+    int kinds[4] = {0};
+    for (int l = 0; l < c->n_layers; l++)
+        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 4)
+            kinds[m->state_desc[l].kind]++;
+    cJSON *state = cJSON_AddObjectToObject(o, "state");
+    for (int k = 0; state && k < 4; k++)
+        if (k < 3 || kinds[k])
+            cJSON_AddNumberToObject(state, kind_keys[k], kinds[k]);
+    if (state) cJSON_AddNumberToObject(state, "max_rollback", m->max_rollback);
     cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope.theta);
-    static const char *rope_names[] = {"default", "linear", "llama3", "yarn"};
+    static const char *rope_names[] = {"default", "linear", "llama3", "yarn",
+                                       "longrope"};
+    _Static_assert(sizeof rope_names / sizeof *rope_names ==
+                       SP_ROPE_LONGROPE + 1, "a name per sp_rope_type");
     cJSON_AddStringToObject(o, "rope_scaling", rope_names[c->rope.type]);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", m->tied);
     cJSON_AddStringToObject(o, "torch_dtype", sp_dtype_name(c->torch_dtype));
@@ -100,8 +143,25 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
         for (int i = 0; used && i < t.n_quant; i++)
             cJSON_AddItemToArray(used, cJSON_CreateString(t.quant[i]));
     }
+    if (moe) {
+        cJSON *x = cJSON_AddObjectToObject(o, "experts");
+        cJSON_AddNumberToObject(x, "count", moe->spec.n_experts);
+        cJSON_AddNumberToObject(x, "used_per_token", moe->spec.top_k);
+        cJSON_AddNumberToObject(x, "intermediate_size", (double)moe->spec.inter);
+        if (moe->spec.shared_inter > 0)
+            cJSON_AddNumberToObject(x, "shared_intermediate_size",
+                                    (double)moe->spec.shared_inter);
+        cJSON_AddNumberToObject(x, "moe_layers", moe_layers);
+    }
     cJSON_AddNumberToObject(o, "parameters", (double)t.params);
     cJSON_AddNumberToObject(o, "bytes", (double)t.bytes);
+    if (moe) {
+        /* Read per token: everything but the experts a token skips. */
+        cJSON_AddNumberToObject(o, "active_parameters",
+                                (double)(t.params - idle_params));
+        cJSON_AddNumberToObject(o, "active_bytes",
+                                (double)(t.bytes - idle_bytes));
+    }
     cJSON_AddNumberToObject(o, "tensors", (double)sp_model_tensor_count(m));
     *json = cJSON_Print(o);
     cJSON_Delete(o);

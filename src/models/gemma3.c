@@ -22,25 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The block-output ("sandwich") norms of one layer. */
-typedef struct gemma3_norms {
-    const float *post_attn, *post_mlp;
-} gemma3_norms;
-
 /* What spindle_model.family holds for Gemma 3. */
 typedef struct gemma3 {
     sp_rope rope_local;          /* the sliding-window layers' rope */
     float embed_scale;           /* multiplies the embeddings */
-    float attn_scale;            /* query_pre_attn_scalar^-0.5 */
-    float attn_softcap;          /* 0: none */
+    sp_layer_scales scales;      /* query_pre_attn_scalar^-0.5, softcap */
     float final_softcap;         /* 0: none; logits = cap * tanh(l / cap) */
-    gemma3_norms *norms;         /* [n_layers] */
 } gemma3;
 
 static void gemma3_free(void *family) {
     gemma3 *g = family;
     sp_rope_free(&g->rope_local);
-    free(g->norms);
     free(g);
 }
 
@@ -62,71 +54,14 @@ static void fold_norm_offset(spindle_model *m, const char *name,
     }
 }
 
-static spindle_status bind_norm(spindle_model *m, const char *name, int n,
-                                const float **out, spindle_error *err) {
-    spindle_status st = sp_bind_vector(m, name, n, out, err);
-    if (!st) fold_norm_offset(m, name, *out, n);
-    return st;
-}
-
-/* Which layers are local: `layer_types` when the config lists them (newer
- * transformers configs), else every layer but each sliding_window_pattern-th
- * one, as mlx-lm decides. */
-static spindle_status layer_is_local(spindle_model *m, bool *local,
-                                     spindle_error *err) {
-    const sp_model_config *c = &m->cfg;
-    const cJSON *types =
-        cJSON_GetObjectItemCaseSensitive(c->json, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s/config.json: 'layer_types' must list %d layer "
-                           "types", m->dir, c->n_layers);
-        for (int l = 0; l < c->n_layers; l++) {
-            const cJSON *t = cJSON_GetArrayItem(types, l);
-            const char *s = cJSON_IsString(t) ? t->valuestring : "";
-            if (!strcmp(s, "sliding_attention")) local[l] = true;
-            else if (!strcmp(s, "full_attention")) local[l] = false;
-            else
-                return sp_fail(err, SPINDLE_ERR_FORMAT,
-                               "%s/config.json: layer_types[%d] is neither "
-                               "'sliding_attention' nor 'full_attention'",
-                               m->dir, l);
-        }
-        return SPINDLE_OK;
-    }
-    int pattern = sp_config_int(c, "sliding_window_pattern", 6);
-    if (pattern < 1)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: sliding_window_pattern %d is not "
-                       "positive", m->dir, pattern);
-    for (int l = 0; l < c->n_layers; l++) local[l] = (l + 1) % pattern != 0;
-    return SPINDLE_OK;
-}
-
-/* A config value that must be a positive finite number unless it is absent
- * or null (then `dflt`; 0 for the softcaps means none). */
-static spindle_status positive(spindle_model *m, const char *key, double dflt,
-                               double *out, spindle_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
-    if (!v || cJSON_IsNull(v)) { *out = dflt; return SPINDLE_OK; }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
-        !isfinite(v->valuedouble))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: '%s' must be a positive number",
-                       m->dir, key);
-    *out = v->valuedouble;
-    return SPINDLE_OK;
-}
-
 static spindle_status init_ropes(spindle_model *m, gemma3 *g,
                                  spindle_error *err) {
     double theta = 0, local_theta = 0;
     spindle_status st;
     /* mlx-lm's and transformers' Gemma 3 default, not the generic 10000. */
-    if ((st = positive(m, "rope_theta", 1000000.0, &theta, err)) ||
-        (st = positive(m, "rope_local_base_freq", 10000.0, &local_theta,
-                       err)))
+    if ((st = sp_model_positive(m, "rope_theta", 1000000.0, &theta, err)) ||
+        (st = sp_model_positive(m, "rope_local_base_freq", 10000.0,
+                                &local_theta, err)))
         return st;
     sp_rope_config global = m->cfg.rope;
     global.theta = theta;
@@ -140,33 +75,28 @@ static spindle_status init_ropes(spindle_model *m, gemma3 *g,
     return SPINDLE_OK;
 }
 
-static spindle_status bind_layers(spindle_model *m, gemma3 *g,
-                                  spindle_error *err) {
+static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     sp_decoder_options opt = {.qkv_bias = c->attention_bias,
                               .o_bias = c->attention_bias,
-                              .qk_norm = true};
+                              .qk_norm = true,
+                              .geglu = true,
+                              .norms = SP_NORMS_SANDWICH};
     spindle_status st = sp_bind_decoder_layers(m, &opt, err);
     char p[256];
     for (int l = 0; l < c->n_layers && !st; l++) {
         sp_layer *L = &m->layers[l];
-        gemma3_norms *N = &g->norms[l];
         int d = c->hidden_size, hd = c->head_dim;
-        /* The generic binder put post_attention_layernorm where Llama's
-         * pre-MLP norm goes; in Gemma it normalizes the attention output. */
-        N->post_attn = L->mlp_norm;
-#define NAME(fmt) (snprintf(p, sizeof p, "model.layers.%d." fmt, l), p)
-        fold_norm_offset(m, NAME("input_layernorm.weight"), L->attn_norm, d);
-        fold_norm_offset(m, NAME("post_attention_layernorm.weight"),
-                         N->post_attn, d);
-        fold_norm_offset(m, NAME("self_attn.q_norm.weight"), L->q_norm, hd);
-        fold_norm_offset(m, NAME("self_attn.k_norm.weight"), L->k_norm, hd);
-        if ((st = bind_norm(m, NAME("pre_feedforward_layernorm.weight"), d,
-                            &L->mlp_norm, err)) ||
-            (st = bind_norm(m, NAME("post_feedforward_layernorm.weight"), d,
-                            &N->post_mlp, err)))
-            break;
-#undef NAME
+#define FOLD(fmt, w, n)                                                       \
+    (snprintf(p, sizeof p, "model.layers.%d." fmt, l),                       \
+     fold_norm_offset(m, p, w, n))
+        FOLD("input_layernorm.weight", L->attn_norm, d);
+        FOLD("post_attention_layernorm.weight", L->post_attn_norm, d);
+        FOLD("pre_feedforward_layernorm.weight", L->mlp_norm, d);
+        FOLD("post_feedforward_layernorm.weight", L->post_mlp_norm, d);
+        FOLD("self_attn.q_norm.weight", L->q_norm, hd);
+        FOLD("self_attn.k_norm.weight", L->k_norm, hd);
+#undef FOLD
     }
     return st;
 }
@@ -183,31 +113,33 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s/config.json: gemma3 with partial rotary "
                        "embeddings is not supported", m->dir);
-    double qscalar = 0, window = 0, attn_cap = 0, final_cap = 0;
+    double qscalar = 0, attn_cap = 0, final_cap = 0;
     spindle_status st;
     /* llama.cpp scales GGUF queries by key_length^-0.5; mlx-lm defaults
      * to 256. */
     double qscalar_default = m->gguf ? (double)c->head_dim : 256.0;
-    if ((st = positive(m, "query_pre_attn_scalar", qscalar_default, &qscalar,
-                       err)) ||
-        (st = positive(m, "sliding_window", 512.0, &window, err)) ||
-        (st = positive(m, "attn_logit_softcapping", 0.0, &attn_cap, err)) ||
-        (st = positive(m, "final_logit_softcapping", 0.0, &final_cap, err)))
+    if ((st = sp_model_positive(m, "query_pre_attn_scalar", qscalar_default,
+                                &qscalar, err)) ||
+        (st = sp_model_positive(m, "attn_logit_softcapping", 0.0, &attn_cap,
+                                err)) ||
+        (st = sp_model_positive(m, "final_logit_softcapping", 0.0,
+                                &final_cap, err)))
         return st;
-    if (window > (double)(1 << 30))
+    /* Without layer_types, mlx-lm makes every sliding_window_pattern-th
+     * layer global. */
+    int pattern = sp_config_int(c, "sliding_window_pattern", 6);
+    if (pattern < 1)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: sliding_window is too large", m->dir);
+                       "%s/config.json: sliding_window_pattern %d is not "
+                       "positive", m->dir, pattern);
     gemma3 *g = calloc(1, sizeof *g);
-    if (g) g->norms = calloc((size_t)c->n_layers, sizeof *g->norms);
-    if (!g || !g->norms) {
-        free(g);
-        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    }
+    if (!g) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     m->family = g;
     if ((st = init_ropes(m, g, err))) return st;
 
-    g->attn_scale = (float)(1.0 / sqrt(qscalar));
-    g->attn_softcap = (float)attn_cap;
+    g->scales = (sp_layer_scales){.attn = (float)(1.0 / sqrt(qscalar)),
+                                  .attn_softcap = (float)attn_cap,
+                                  .residual = 1.0f};
     g->final_softcap = (float)final_cap;
     /* mlx-lm: h *= mx.array(hidden ** 0.5, bfloat16).astype(h.dtype). */
     g->embed_scale =
@@ -217,34 +149,13 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     /* The 1 of (1 + w) is folded into every norm weight. */
     fold_norm_offset(m, "model.norm.weight", m->final_norm, c->hidden_size);
 
-    if ((st = bind_layers(m, g, err))) return st;
+    if ((st = bind_layers(m, err))) return st;
 
-    bool *local = calloc((size_t)c->n_layers, sizeof *local);
-    if (!local) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    st = layer_is_local(m, local, err);
-    for (int l = 0; l < c->n_layers && !st; l++) {
-        m->layers[l].rope = local[l] ? &g->rope_local : &m->rope;
-        m->layers[l].window = local[l] ? (int)window : 0;
-    }
-    free(local);
-    return st;
+    return sp_model_sliding_layers(m, pattern, 512.0, &g->rope_local, err);
 }
 
 static void gemma3_layer(sp_forward *f, int l) {
-    const spindle_model *m = f->m;
-    const gemma3 *g = m->family;
-    const sp_layer *L = &m->layers[l];
-    const gemma3_norms *N = &g->norms[l];
-
-    sp_norm_rows(f, f->x, L->attn_norm, f->xn);
-    sp_attention_block(f, l, g->attn_scale, g->attn_softcap);
-    sp_norm_rows(f, f->out, N->post_attn, f->out);
-    sp_add_rows(f, f->x, f->out);
-
-    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
-    sp_mlp_geglu(f, l);
-    sp_norm_rows(f, f->out, N->post_mlp, f->out);
-    sp_add_rows(f, f->x, f->out);
+    sp_decoder_layer(f, l, &((const gemma3 *)f->m->family)->scales);
 }
 
 static void gemma3_embed_rows(const spindle_model *m, float *x, int n_rows) {

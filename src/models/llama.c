@@ -3,6 +3,9 @@
  * default/linear/llama3/yarn scalings. attention_bias puts a bias on all four
  * attention projections, as in transformers' LlamaAttention.
  *
+ * "mistral3" configs whose text_config names no model_type are this model
+ * too (mlx-lm's mistral3.py; the weights under "language_model.").
+ *
  * GGUF: llama.cpp writes Llama and Mistral checkpoints as "llama", with the
  * q/k rows permuted for its interleaved RoPE (LlamaModel.permute). */
 #include "models/blocks.h"
@@ -27,3 +30,6 @@ const sp_arch sp_arch_llama = {.model_type = "llama",
 const sp_arch sp_arch_mistral = {.model_type = "mistral",
                                  .load = llama_load,
                                  .layer = sp_prenorm_decoder_layer};
+const sp_arch sp_arch_mistral3 = {.model_type = "mistral3",
+                                  .load = llama_load,
+                                  .layer = sp_prenorm_decoder_layer};

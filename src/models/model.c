@@ -58,8 +58,15 @@ spindle_status spindle_model_load(const char *path,
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "unknown KV cache type %d (expected SPINDLE_KV_F32, "
                        "SPINDLE_KV_BF16 or SPINDLE_KV_F16)", (int)kv_type);
+    int max_rollback = options ? options->max_rollback : 0;
+    if (max_rollback < 0 || max_rollback > SPINDLE_MAX_ROLLBACK_LIMIT)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "max_rollback %d is outside 0..%d", max_rollback,
+                       SPINDLE_MAX_ROLLBACK_LIMIT);
     spindle_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    m->max_rollback = max_rollback ? max_rollback
+                                   : SPINDLE_DEFAULT_MAX_ROLLBACK;
     const sp_map_mode saved_mode = sp_map_mode_set(
         options && options->use_mmap ? SP_MAP_FILE : SP_MAP_MEMORY);
     spindle_status st = sp_gguf_model_locate(path, &m->dir, err);
@@ -94,6 +101,7 @@ spindle_status spindle_model_load(const char *path,
     }
     if (!st) st = sp_bind_embeddings_and_head(m, err);
     if (!st) st = m->arch->load(m, err);
+    if (!st) st = sp_model_init_state_desc(m, err);
     if (!st) {
         m->pool = sp_pool_create(options ? options->n_threads : 0);
         if (!m->pool)
@@ -114,6 +122,7 @@ void spindle_model_free(spindle_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->state_desc);
     if (m->family && m->arch->free_family) m->arch->free_family(m->family);
     sp_rope_free(&m->rope);
     sp_tensor_set_free(m->tensors);
@@ -130,41 +139,6 @@ int spindle_model_context_length(const spindle_model *m) { return m ? m->max_con
 int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
     if (ids) *ids = m ? m->cfg.eos_ids : NULL;
     return m ? m->cfg.n_eos : 0;
-}
-
-/* ------------------------------------------------------------- sequences */
-
-spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
-                               spindle_error *err) {
-    if (!model || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
-    spindle_seq *s = calloc(1, sizeof *s);
-    if (!s) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    s->model = model;
-    spindle_status st = sp_kv_init(&s->cache, model->cfg.n_layers,
-                                   model->cfg.n_kv_heads, model->cfg.head_dim,
-                                   model->max_context, model->kv_type, err);
-    if (st) { free(s); return st; }
-    *out = s;
-    return SPINDLE_OK;
-}
-
-void spindle_seq_free(spindle_seq *s) {
-    if (!s) return;
-    sp_kv_free(&s->cache);
-    free(s);
-}
-
-int spindle_seq_length(const spindle_seq *s) { return s ? s->cache.length : 0; }
-
-spindle_status spindle_seq_truncate(spindle_seq *s, int length,
-                                    spindle_error *err) {
-    if (!s) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "sequence is NULL");
-    if (length < 0 || length > s->cache.length)
-        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
-                       "cannot truncate a sequence of %d tokens to %d",
-                       s->cache.length, length);
-    s->cache.length = length;
-    return SPINDLE_OK;
 }
 
 /* --------------------------------------------------------------- forward */
@@ -227,9 +201,10 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     int rows;
     spindle_status st = check_batch(m, e, n, &rows, err);
     if (!st) st = sp_forward_reserve(&m->fwd, m, rows, n, err);
+    /* Everything a pass allocates, before any layer runs: a failure here
+     * or in a layer leaves every sequence as it was (nothing is committed). */
     for (int i = 0; i < n && !st; i++)
-        st = sp_kv_reserve(&e[i].seq->cache,
-                           e[i].seq->cache.length + e[i].n_tokens, err);
+        st = sp_seq_state_reserve(e[i].seq->state, e[i].n_tokens, err);
     if (st) return st;
 
     sp_forward *f = m->fwd;
@@ -238,10 +213,10 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     int d = m->cfg.hidden_size, row = 0;
     for (int i = 0; i < n; i++) {
         sp_forward_seq *s = &f->seqs[i];
-        s->cache = &e[i].seq->cache;
+        s->state = e[i].seq->state;
         s->first_row = row;
         s->n_rows = e[i].n_tokens;
-        s->first_pos = s->cache->length;
+        s->first_pos = sp_seq_state_length(s->state);
         for (int t = 0; t < e[i].n_tokens; t++, row++) {
             f->pos[row] = s->first_pos + t;
             sp_weight_row(&m->embed, e[i].tokens[t], f->x + (size_t)row * d);
@@ -253,6 +228,6 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);
     if (f->status) return f->status;
     compute_logits(m, f, e, n);
-    for (int i = 0; i < n; i++) e[i].seq->cache.length += e[i].n_tokens;
+    for (int i = 0; i < n; i++) sp_seq_state_commit(e[i].seq->state);
     return SPINDLE_OK;
 }

@@ -14,7 +14,7 @@
 #include "compute/ops.h"
 #include "compute/tensor.h"
 #include "compute/threadpool.h"
-#include "runtime/kv_cache.h"
+#include "runtime/seq_state.h"
 
 /* y = W x (+ b) */
 typedef struct sp_linear {
@@ -22,15 +22,33 @@ typedef struct sp_linear {
     const float *bias;   /* NULL when the layer has none */
 } sp_linear;
 
+struct sp_moe;
+
 typedef struct sp_layer {
-    const float *attn_norm;      /* input_layernorm */
-    const float *mlp_norm;       /* the norm before the MLP */
-    const float *q_norm, *k_norm;/* per-head RMSNorm over head_dim (Qwen3) */
+    /* The norms before the attention and the MLP (input_layernorm, the
+     * pre-MLP norm), and after them, on the block's output before it joins
+     * the residual stream (Gemma's sandwich, OLMo 2's post-norms); NULL
+     * where the layer has none. */
+    const float *attn_norm, *mlp_norm;
+    const float *post_attn_norm, *post_mlp_norm;
+    /* RMSNorm of queries and keys before RoPE: per head over head_dim
+     * (Qwen3), or over the whole projection when qk_norm_full (OLMo 2). */
+    const float *q_norm, *k_norm;
+    bool qk_norm_full;
+    bool mlp_geglu;              /* GeGLU (tanh GELU) instead of SwiGLU */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
-    const sp_rope *rope;
-    /* The layer's sequence state: a KV cache, attended in full (0) or
-     * through a sliding window of this many positions. */
+    /* A routed-experts MLP (models/moe.h) in place of gate/up/down, owned
+     * by the family data; NULL for a dense MLP. */
+    const struct sp_moe *moe;
+    const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
+    /* Llama 4 attention temperature: queries at position p are scaled by
+     * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
+    float attn_temp_beta;
+    int attn_temp_period;
+    /* Attention through a sliding window of this many positions (0: all).
+     * Unless the family's layer_state hook says otherwise, it also gives
+     * the layer's sequence state: full KV for 0, window KV otherwise. */
     int window;
 } sp_layer;
 
@@ -41,20 +59,23 @@ typedef struct sp_forward sp_forward;
  * only that family knows stays in its file, behind the hooks below and
  * spindle_model.family.
  *
- * Room for the families to come (documented slots, not implemented):
- *  - Sequence state kinds. Each layer's state is a KV cache today, full or
- *    read through sp_layer.window. A recurrent layer (a short convolution
- *    plus a delta-rule state, as in Qwen3-Next's linear attention) needs a
- *    per-layer kind next to `window` and a hook here that sizes and
- *    initialises that state, called per layer by spindle_seq_new; since
- *    such state cannot be rolled back, spindle_seq_truncate would refuse
- *    to shorten it. A sliding-window layer that frees what leaves its
- *    window is the same slot with a ring-buffer kind.
- *  - Mixture-of-experts. An MoE layer binds a router (an sp_linear) and
- *    per-expert gate/up/down weights (GGUF stores them stacked: ffn_*_exps,
- *    via the family's sp_gguf_name_map) in its load hook, keeps them in
- *    its spindle_model.family data, and calls a routed MLP block from its
- *    layer hook in place of sp_mlp_swiglu. */
+ * Sequence state. Each layer keeps one kind of state between forward
+ * passes (runtime/seq_state.h): full KV, window KV (what a sliding window
+ * still needs plus the rollback margin), recurrent (a conv window and a
+ * fixed-size f32 state, e.g. gated DeltaNet's), or none. The layer_state
+ * hook declares it per layer; without the hook it follows sp_layer.window.
+ * Attention layers use sp_attention_block, which stores into and reads the
+ * KV kinds. A recurrent layer's hook gets its sequence's state through
+ * f->seqs[i].state: sp_seq_state_recurrent(state, l) is the work copy to
+ * update in place token by token, sp_seq_state_checkpoint(state, l, t)
+ * after new token t records it for rollback (from
+ * sp_seq_state_first_checkpoint(state) on); the forward pass commits the
+ * work copies only when every layer succeeded.
+ *
+ * Mixture-of-experts (models/moe.h): a family binds each MoE layer's
+ * router and experts with sp_moe_bind into its spindle_model.family data
+ * and points sp_layer.moe at it; the shared blocks then run sp_moe_block
+ * in place of the dense MLP. */
 typedef struct sp_arch {
     const char *model_type;
     /* llama.cpp's spelling of the family in GGUF files (tensor names,
@@ -74,6 +95,12 @@ typedef struct sp_arch {
     void (*logits)(const spindle_model *m, float *logits, size_t n);
     /* Release spindle_model.family (default: nothing to release). */
     void (*free_family)(void *family);
+    /* The sequence state of layer l, called once per layer after load
+     * (default: sp_layer.window > 0 ? window KV of that window : full KV,
+     * with the config's KV heads and head_dim). The model checks it
+     * (sp_layer_state_desc_check) and fails the load if it is invalid. */
+    void (*layer_state)(const spindle_model *m, int l,
+                        sp_layer_state_desc *out);
 } sp_arch;
 
 struct spindle_model {
@@ -95,6 +122,8 @@ struct spindle_model {
                                     llama.cpp's permuted Llama q/k */
     int max_context;
     sp_kv_dtype kv_type;         /* element type of every sequence's cache */
+    sp_layer_state_desc *state_desc; /* [n_layers] each layer's state kind */
+    int max_rollback;            /* tokens truncation is guaranteed back */
 
     /* What only the family knows (its per-model and per-layer data),
      * allocated by arch->load and released by arch->free_family. */
@@ -105,12 +134,21 @@ struct spindle_model {
     int n_owned, cap_owned;
 
     sp_forward *fwd;             /* reusable forward scratch */
+
+    /* Prepended to every tensor name and quantization path: multimodal
+     * checkpoints written by mlx-lm keep the language model under
+     * "language_model." (decided by the files). Empty otherwise. */
+    char tensor_prefix[32];
 };
 
 struct spindle_seq {
     spindle_model *model;
-    sp_kv_cache cache;
+    sp_seq_state *state;
 };
+
+/* Fill m->state_desc from the layer_state hook or sp_layer.window, and
+ * check it (models/sequence.c). */
+spindle_status sp_model_init_state_desc(spindle_model *m, spindle_error *err);
 
 /* ---- weight binding helpers (models/weights.c) ---- */
 
@@ -125,6 +163,24 @@ size_t sp_model_tensor_count(const spindle_model *m);
 spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
                               int64_t rows, int64_t cols, bool need_bias,
                               sp_linear *out, spindle_error *err);
+/* One matrix stored as several along its rows (fused projections:
+ * qkv_proj, gate_up_proj), each part a view of its own rows, with the
+ * matching slice of the bias. Every storage type keeps rows independent
+ * (float, MLX affine rows with their own scales, GGML rows of blocks), so
+ * nothing is copied. */
+spindle_status sp_bind_linear_parts(spindle_model *m, const char *prefix,
+                                    int n_parts, const int64_t *rows,
+                                    int64_t cols, bool need_bias,
+                                    sp_linear *const *out,
+                                    spindle_error *err);
+/* Bind a stacked tensor `<prefix>.weight` of n matrices [n][rows][cols]
+ * (float; MLX affine with 3-D weight, scales and biases; or a GGUF block
+ * type) as n views into it, out[i].w (no copy), and `<prefix>.bias`
+ * [n][rows] when present (required if `need_bias`). */
+spindle_status sp_bind_stacked_linear(spindle_model *m, const char *prefix,
+                                      int64_t n, int64_t rows, int64_t cols,
+                                      bool need_bias, sp_linear *out,
+                                      spindle_error *err);
 /* Copy a float vector of n elements to an owned f32 array. */
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
                               const float **out, spindle_error *err);

@@ -12,8 +12,13 @@
 
 const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
                                            const char *name) {
-    return m->gguf ? sp_gguf_weights_find(m->gguf, name)
-                   : sp_tensor_set_find(m->tensors, name);
+    if (m->gguf) return sp_gguf_weights_find(m->gguf, name);
+    if (!m->tensor_prefix[0]) return sp_tensor_set_find(m->tensors, name);
+    char full[400];
+    if ((size_t)snprintf(full, sizeof full, "%s%s", m->tensor_prefix, name) >=
+        sizeof full)
+        return NULL;
+    return sp_tensor_set_find(m->tensors, full);
 }
 
 size_t sp_model_tensor_count(const spindle_model *m) {
@@ -35,28 +40,36 @@ static bool is_float(sp_dtype t) {
     return t == SP_DTYPE_F32 || t == SP_DTYPE_F16 || t == SP_DTYPE_BF16;
 }
 
-static void shape_text(const sp_tensor_info *t, char *buf, size_t n) {
+static void shape_text(int nd, const int64_t *d, char *buf, size_t n) {
     size_t used = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && used < n; i++)
+    for (int i = 0; i < nd && used < n; i++)
         used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld",
-                                 (long long)t->shape[i]);
+                                 (long long)d[i]);
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-static spindle_status expect_shape(const sp_tensor_info *t, int64_t a,
-                                   int64_t b, spindle_error *err) {
-    bool ok = (b < 0) ? (t->ndim == 1 && t->shape[0] == a)
-                      : (t->ndim == 2 && t->shape[0] == a && t->shape[1] == b);
+/* t has exactly the nd dimensions d[]. */
+static spindle_status expect_dims(const sp_tensor_info *t, int nd,
+                                  const int64_t *d, spindle_error *err) {
+    bool ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == d[i];
     if (ok) return SPINDLE_OK;
-    char got[128];
-    shape_text(t, got, sizeof got);
-    if (b < 0)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor '%s' has shape %s, expected [%lld]",
-                       t->file, t->name, got, (long long)a);
+    char got[128], want[128];
+    shape_text(t->ndim, t->shape, got, sizeof got);
+    shape_text(nd, d, want, sizeof want);
     return sp_fail(err, SPINDLE_ERR_FORMAT,
-                   "%s: tensor '%s' has shape %s, expected [%lld, %lld]",
-                   t->file, t->name, got, (long long)a, (long long)b);
+                   "%s: tensor '%s' has shape %s, expected %s", t->file,
+                   t->name, got, want);
+}
+
+/* [rows, cols], or [stack, rows, cols] when stack > 0 (a stacked tensor of
+ * `stack` matrices, one per expert). */
+static spindle_status expect_matrix(const sp_tensor_info *t, int64_t stack,
+                                    int64_t rows, int64_t cols,
+                                    spindle_error *err) {
+    const int64_t d[3] = {stack, rows, cols};
+    return stack > 0 ? expect_dims(t, 3, d, err)
+                     : expect_dims(t, 2, d + 1, err);
 }
 
 static spindle_status track(spindle_model *m, float *p, spindle_error *err) {
@@ -71,13 +84,15 @@ static spindle_status track(spindle_model *m, float *p, spindle_error *err) {
     return SPINDLE_OK;
 }
 
-spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
-                                  int64_t n, const float **out,
+/* A float tensor of the nd dimensions d[] copied to an owned f32 array;
+ * *out = NULL when it is absent. */
+static spindle_status bind_floats(spindle_model *m, const char *name, int nd,
+                                  const int64_t *d, const float **out,
                                   spindle_error *err) {
     *out = NULL;
     const sp_tensor_info *t = find(m, name);
     if (!t) return SPINDLE_OK;
-    spindle_status st = expect_shape(t, n, -1, err);
+    spindle_status st = expect_dims(t, nd, d, err);
     if (st) return st;
     if (t->ggml_quant || !is_float(t->dtype))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
@@ -85,12 +100,20 @@ spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
                        t->file, name,
                        t->ggml_quant ? sp_ggml_type_name(t->ggml_type)
                                      : sp_dtype_name(t->dtype));
-    float *v = malloc((size_t)n * sizeof(float));
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)d[i];
+    float *v = malloc(n * sizeof(float));
     if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    for (int64_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, (size_t)i);
+    for (size_t i = 0; i < n; i++) v[i] = sp_load_float(t->data, t->dtype, i);
     if ((st = track(m, v, err))) return st;
     *out = v;
     return SPINDLE_OK;
+}
+
+spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
+                                  int64_t n, const float **out,
+                                  spindle_error *err) {
+    return bind_floats(m, name, 1, &n, out, err);
 }
 
 spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
@@ -104,13 +127,21 @@ static bool valid_bits(int b) {
     return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8;
 }
 
+/* The matrix (or stack of matrices) a binder expects: `stack` > 0 for a
+ * 3-D tensor of that many [rows, cols] matrices, bound as one view of
+ * stack * rows rows. */
+typedef struct matrix_shape {
+    int64_t stack, rows, cols;
+} matrix_shape;
+
 /* MLX affine: <prefix>.weight U32 [rows, cols*bits/32], .scales and .biases
- * [rows, cols/group_size] in one float type. */
+ * [rows, cols/group_size] in one float type (each with the leading stack
+ * dimension when stacked, as mlx-lm's QuantizedSwitchLinear stores them). */
 static spindle_status bind_affine(spindle_model *m, const char *prefix,
                                   const sp_tensor_info *w,
                                   const sp_tensor_info *scales, int bits,
                                   int group, bool explicit_params,
-                                  int64_t rows, int64_t cols, sp_weight *out,
+                                  matrix_shape s, sp_weight *out,
                                   spindle_error *err) {
     char name[300];
     snprintf(name, sizeof name, "%s.biases", prefix);
@@ -120,12 +151,13 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: quantized tensor '%s' has dtype %s, expected U32",
                        w->file, w->name, sp_dtype_name(w->dtype));
+    const int nd = s.stack > 0 ? 3 : 2;
     if (!explicit_params) {
         /* mlx-lm infers the packing of a module from its shapes. */
-        if (scales->ndim == 2 && scales->shape[1] > 0 && w->ndim == 2 &&
-            cols > 0) {
-            group = (int)(cols / scales->shape[1]);
-            bits = (int)(w->shape[1] * 32 / cols);
+        if (scales->ndim == nd && scales->shape[nd - 1] > 0 && w->ndim == nd &&
+            s.cols > 0) {
+            group = (int)(s.cols / scales->shape[nd - 1]);
+            bits = (int)(w->shape[nd - 1] * 32 / s.cols);
         }
     }
     if (!valid_bits(bits) || !(group == 32 || group == 64 || group == 128))
@@ -133,79 +165,77 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
                        "%s: tensor '%s': %d-bit quantization with group size "
                        "%d is not supported (bits 2,3,4,5,6,8; groups "
                        "32,64,128)", w->file, w->name, bits, group);
-    if (cols % group)
+    if (s.cols % group)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor '%s': %lld input features are not a "
                        "multiple of the group size %d", w->file, w->name,
-                       (long long)cols, group);
+                       (long long)s.cols, group);
     spindle_status st;
-    if ((st = expect_shape(w, rows, cols * bits / 32, err)) ||
-        (st = expect_shape(scales, rows, cols / group, err)) ||
-        (st = expect_shape(biases, rows, cols / group, err)))
+    if ((st = expect_matrix(w, s.stack, s.rows, s.cols * bits / 32, err)) ||
+        (st = expect_matrix(scales, s.stack, s.rows, s.cols / group, err)) ||
+        (st = expect_matrix(biases, s.stack, s.rows, s.cols / group, err)))
         return st;
     if (!is_float(scales->dtype) || scales->dtype != biases->dtype)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor '%s': scales and biases must share one "
                        "float dtype", scales->file, scales->name);
-    *out = (sp_weight){.type = SP_W_AFFINE, .rows = rows, .cols = cols,
-                       .data = w->data, .bits = bits, .group_size = group,
-                       .qparam_dtype = scales->dtype, .scales = scales->data,
-                       .biases = biases->data};
+    out->type = SP_W_AFFINE;
+    out->data = w->data;
+    out->bits = bits;
+    out->group_size = group;
+    out->qparam_dtype = scales->dtype;
+    out->scales = scales->data;
+    out->biases = biases->data;
     return SPINDLE_OK;
 }
 
-/* A GGUF block-quantized matrix, used in place (matmul_ggml.c). */
-static spindle_status bind_ggml(const sp_tensor_info *w, int64_t rows,
-                                int64_t cols, sp_weight *out,
-                                spindle_error *err) {
-    spindle_status st = expect_shape(w, rows, cols, err);
-    if (st) return st;
-    *out = (sp_weight){.type = SP_W_GGML, .rows = rows, .cols = cols,
-                       .data = w->data, .ggml_type = w->ggml_type};
-    return SPINDLE_OK; /* (bind_matrix checks that a kernel can use it) */
-}
-
 static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
-                                       int64_t rows, int64_t cols,
-                                       sp_weight *out, spindle_error *err) {
+                                       matrix_shape s, sp_weight *out,
+                                       spindle_error *err) {
     char name[300];
     snprintf(name, sizeof name, "%s.weight", prefix);
     const sp_tensor_info *w = find(m, name);
     if (!w) return missing(m, name, err);
-    if (w->ggml_quant) return bind_ggml(w, rows, cols, out, err);
+    *out = (sp_weight){.rows = (s.stack > 0 ? s.stack : 1) * s.rows,
+                       .cols = s.cols, .data = w->data};
+    spindle_status st;
+    if (w->ggml_quant) {
+        /* A GGUF block-quantized matrix, used in place (matmul_ggml.c);
+         * bind_matrix checks that a kernel can use it. */
+        out->type = SP_W_GGML;
+        out->ggml_type = w->ggml_type;
+        return expect_matrix(w, s.stack, s.rows, s.cols, err);
+    }
 
     int bits, group;
-    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, prefix, &bits, &group);
+    char path[300];
+    snprintf(path, sizeof path, "%s%s", m->tensor_prefix, prefix);
+    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, path, &bits, &group);
     snprintf(name, sizeof name, "%s.scales", prefix);
     const sp_tensor_info *scales = find(m, name);
     if (rule != SP_QUANT_FLOAT && scales)
         return bind_affine(m, prefix, w, scales, bits, group,
-                           rule == SP_QUANT_EXPLICIT, rows, cols, out, err);
+                           rule == SP_QUANT_EXPLICIT, s, out, err);
 
-    spindle_status st = expect_shape(w, rows, cols, err);
-    if (st) return st;
-    sp_wtype type;
+    if ((st = expect_matrix(w, s.stack, s.rows, s.cols, err))) return st;
     switch (w->dtype) {
-    case SP_DTYPE_F32: type = SP_W_F32; break;
-    case SP_DTYPE_F16: type = SP_W_F16; break;
-    case SP_DTYPE_BF16: type = SP_W_BF16; break;
+    case SP_DTYPE_F32: out->type = SP_W_F32; return SPINDLE_OK;
+    case SP_DTYPE_F16: out->type = SP_W_F16; return SPINDLE_OK;
+    case SP_DTYPE_BF16: out->type = SP_W_BF16; return SPINDLE_OK;
     default:
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has dtype %s, which is not a weight "
                        "type Spindle reads (F32, F16, BF16, MLX affine U32)",
                        w->file, w->name, sp_dtype_name(w->dtype));
     }
-    *out = (sp_weight){.type = type, .rows = rows, .cols = cols,
-                       .data = w->data};
-    return SPINDLE_OK;
 }
 
 /* A view the kernels cannot multiply would give NaNs at run time: refuse it
  * here, naming the tensor. */
 static spindle_status bind_matrix(spindle_model *m, const char *prefix,
-                                  int64_t rows, int64_t cols, sp_weight *out,
+                                  matrix_shape s, sp_weight *out,
                                   spindle_error *err) {
-    spindle_status st = bind_matrix_view(m, prefix, rows, cols, out, err);
+    spindle_status st = bind_matrix_view(m, prefix, s, out, err);
     const char *why = st ? NULL : sp_matmul_check(out);
     if (!why) return st;
     char name[300];
@@ -215,24 +245,77 @@ static spindle_status bind_matrix(spindle_model *m, const char *prefix,
                    t ? t->file : m->dir, name, why);
 }
 
+/* `<prefix>.bias` of the given dimensions, required if need_bias. */
+static spindle_status bind_bias(spindle_model *m, const char *prefix, int nd,
+                                const int64_t *d, bool need_bias,
+                                const float **out, spindle_error *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    spindle_status st = bind_floats(m, name, nd, d, out, err);
+    if (!st && need_bias && !*out) return missing(m, name, err);
+    return st;
+}
+
 spindle_status sp_bind_linear(spindle_model *m, const char *prefix,
                               int64_t rows, int64_t cols, bool need_bias,
                               sp_linear *out, spindle_error *err) {
     memset(out, 0, sizeof *out);
-    spindle_status st = bind_matrix(m, prefix, rows, cols, &out->w, err);
-    if (st) return st;
-    char name[300];
-    snprintf(name, sizeof name, "%s.bias", prefix);
-    st = need_bias ? sp_bind_vector(m, name, rows, &out->bias, err)
-                   : sp_bind_vector_opt(m, name, rows, &out->bias, err);
+    matrix_shape s = {0, rows, cols};
+    spindle_status st = bind_matrix(m, prefix, s, &out->w, err);
+    if (!st) st = bind_bias(m, prefix, 1, &rows, need_bias, &out->bias, err);
     return st;
+}
+
+spindle_status sp_bind_stacked_linear(spindle_model *m, const char *prefix,
+                                      int64_t n, int64_t rows, int64_t cols,
+                                      bool need_bias, sp_linear *out,
+                                      spindle_error *err) {
+    memset(out, 0, (size_t)n * sizeof *out);
+    matrix_shape s = {n, rows, cols};
+    sp_weight all;
+    const float *bias;
+    const int64_t d[2] = {n, rows};
+    spindle_status st = bind_matrix(m, prefix, s, &all, err);
+    if (!st) st = bind_bias(m, prefix, 2, d, need_bias, &bias, err);
+    for (int64_t i = 0; i < n && !st; i++) {
+        out[i].w = sp_weight_row_block(&all, i * rows, rows);
+        out[i].bias = bias ? bias + i * rows : NULL;
+    }
+    return st;
+}
+
+spindle_status sp_bind_linear_parts(spindle_model *m, const char *prefix,
+                                    int n_parts, const int64_t *rows,
+                                    int64_t cols, bool need_bias,
+                                    sp_linear *const *out,
+                                    spindle_error *err) {
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += rows[i];
+    sp_linear whole;
+    spindle_status st = sp_bind_linear(m, prefix, total, cols, need_bias,
+                                       &whole, err);
+    if (st) return st;
+    int64_t first = 0;
+    for (int i = 0; i < n_parts; first += rows[i++]) {
+        out[i]->w = sp_weight_row_block(&whole.w, first, rows[i]);
+        out[i]->bias = whole.bias ? whole.bias + first : NULL;
+    }
+    return SPINDLE_OK;
 }
 
 spindle_status sp_bind_embeddings_and_head(spindle_model *m,
                                            spindle_error *err) {
     const sp_model_config *c = &m->cfg;
-    spindle_status st = bind_matrix(m, "model.embed_tokens", c->vocab_size,
-                                    c->hidden_size, &m->embed, err);
+    /* mlx-lm saves a multimodal model's language model under its
+     * attribute name. */
+    if (!m->gguf && !find(m, "model.embed_tokens.weight") &&
+        sp_tensor_set_find(m->tensors,
+                           "language_model.model.embed_tokens.weight"))
+        snprintf(m->tensor_prefix, sizeof m->tensor_prefix,
+                 "language_model.");
+    matrix_shape s = {0, c->vocab_size, c->hidden_size};
+    spindle_status st = bind_matrix(m, "model.embed_tokens", s, &m->embed,
+                                    err);
     if (st) return st;
     if ((st = sp_bind_vector(m, "model.norm.weight", c->hidden_size,
                              &m->final_norm, err)))

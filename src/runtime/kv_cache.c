@@ -15,83 +15,78 @@ size_t sp_kv_elem_size(sp_kv_dtype type) {
     return 0;
 }
 
-spindle_status sp_kv_init(sp_kv_cache *c, int n_layers, int n_kv_heads,
-                          int head_dim, int max_length, sp_kv_dtype type,
-                          spindle_error *err) {
-    memset(c, 0, sizeof *c);
+spindle_status sp_kv_buffer_init(sp_kv_buffer *b, int n_kv_heads,
+                                 int head_dim, sp_kv_dtype type,
+                                 spindle_error *err) {
+    memset(b, 0, sizeof *b);
     size_t es = sp_kv_elem_size(type);
     if (!es)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "unknown KV cache type %d",
                        (int)type);
-    c->n_layers = n_layers;
-    c->n_kv_heads = n_kv_heads;
-    c->head_dim = head_dim;
-    c->max_length = max_length;
-    c->type = type;
-    c->elem_size = es;
-    c->k = calloc((size_t)n_layers, sizeof *c->k);
-    c->v = calloc((size_t)n_layers, sizeof *c->v);
-    if (!c->k || !c->v) {
-        sp_kv_free(c);
-        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory for KV cache");
-    }
+    if (n_kv_heads <= 0 || head_dim <= 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "KV cache of %d heads of %d elements", n_kv_heads,
+                       head_dim);
+    b->n_kv_heads = n_kv_heads;
+    b->head_dim = head_dim;
+    b->type = type;
+    b->elem_size = es;
     return SPINDLE_OK;
 }
 
-void sp_kv_free(sp_kv_cache *c) {
-    if (!c) return;
-    for (int l = 0; c->k && l < c->n_layers; l++) free(c->k[l]);
-    for (int l = 0; c->v && l < c->n_layers; l++) free(c->v[l]);
-    free(c->k);
-    free(c->v);
-    memset(c, 0, sizeof *c);
+void sp_kv_buffer_free(sp_kv_buffer *b) {
+    if (!b) return;
+    free(b->k);
+    free(b->v);
+    b->k = b->v = NULL;
+    b->capacity = 0;
+    b->base = 0;
 }
 
-/* Move every head's rows to the new capacity's stride. The stored bits are
- * copied, never converted again. */
-static void *regrow(const void *old, int n_heads, size_t row_bytes,
-                    int old_cap, int new_cap, int used) {
-    unsigned char *p = malloc((size_t)n_heads * (size_t)new_cap * row_bytes);
-    if (!p) return NULL;
-    const unsigned char *o = old;
-    for (int h = 0; o && h < n_heads; h++)
-        memcpy(p + (size_t)h * new_cap * row_bytes,
-               o + (size_t)h * old_cap * row_bytes, (size_t)used * row_bytes);
-    return p;
+static size_t row_bytes(const sp_kv_buffer *b) {
+    return (size_t)b->head_dim * b->elem_size;
 }
 
-spindle_status sp_kv_reserve(sp_kv_cache *c, int length, spindle_error *err) {
-    if (length <= c->capacity) return SPINDLE_OK;
-    if (c->max_length > 0 && length > c->max_length)
-        return sp_fail(err, SPINDLE_ERR_LIMIT,
-                       "context of %d tokens exceeds the limit of %d", length,
-                       c->max_length);
-    int cap = c->capacity ? c->capacity : 256;
-    while (cap < length) cap = cap > (1 << 29) ? length : cap * 2;
-    if (c->max_length > 0 && cap > c->max_length) cap = c->max_length;
-    const size_t row_bytes = (size_t)c->head_dim * c->elem_size;
-    /* Allocate everything first so a failure leaves the cache unchanged. */
-    size_t n = (size_t)c->n_layers * 2;
-    void **fresh = calloc(n, sizeof *fresh);
-    if (!fresh) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory for KV cache");
-    for (int l = 0; l < c->n_layers; l++) {
-        fresh[2 * l] = regrow(c->k[l], c->n_kv_heads, row_bytes, c->capacity, cap, c->length);
-        fresh[2 * l + 1] = regrow(c->v[l], c->n_kv_heads, row_bytes, c->capacity, cap, c->length);
-        if (!fresh[2 * l] || !fresh[2 * l + 1]) {
-            for (size_t i = 0; i < n; i++) free(fresh[i]);
-            free(fresh);
-            return sp_fail(err, SPINDLE_ERR_MEMORY,
-                           "out of memory growing the KV cache to %d tokens", cap);
-        }
+/* Rows [first, first + n) of every head of `old` (rows per head old_cap)
+ * to rows [0, n) of `dst` (rows per head new_cap); memmove, so dst may be
+ * old when the capacities agree. */
+static void move_rows(unsigned char *dst, const unsigned char *old,
+                      int n_heads, size_t rb, int old_cap, int new_cap,
+                      int first, int n) {
+    for (int h = 0; old && n > 0 && h < n_heads; h++)
+        memmove(dst + (size_t)h * new_cap * rb,
+                old + ((size_t)h * old_cap + (size_t)first) * rb,
+                (size_t)n * rb);
+}
+
+spindle_status sp_kv_buffer_relayout(sp_kv_buffer *b, int base, int capacity,
+                                     int used_end, spindle_error *err) {
+    const size_t rb = row_bytes(b);
+    int first = base - b->base, n = used_end - base;
+    if (n < 0 || !b->k) n = 0;
+    if (capacity == b->capacity && b->k) {
+        move_rows(b->k, b->k, b->n_kv_heads, rb, capacity, capacity, first, n);
+        move_rows(b->v, b->v, b->n_kv_heads, rb, capacity, capacity, first, n);
+        b->base = base;
+        return SPINDLE_OK;
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        free(c->k[l]);
-        free(c->v[l]);
-        c->k[l] = fresh[2 * l];
-        c->v[l] = fresh[2 * l + 1];
+    const size_t bytes = (size_t)b->n_kv_heads * (size_t)capacity * rb;
+    unsigned char *k = malloc(bytes), *v = malloc(bytes);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return sp_fail(err, SPINDLE_ERR_MEMORY,
+                       "out of memory growing a KV cache to %d tokens",
+                       capacity);
     }
-    free(fresh);
-    c->capacity = cap;
+    move_rows(k, b->k, b->n_kv_heads, rb, b->capacity, capacity, first, n);
+    move_rows(v, b->v, b->n_kv_heads, rb, b->capacity, capacity, first, n);
+    free(b->k);
+    free(b->v);
+    b->k = k;
+    b->v = v;
+    b->capacity = capacity;
+    b->base = base;
     return SPINDLE_OK;
 }
 
@@ -113,20 +108,58 @@ void sp_kv_convert(void *dst, const float *src, size_t n, sp_kv_dtype type) {
     }
 }
 
-void sp_kv_store(sp_kv_cache *c, int layer, int pos, const float *k,
-                 const float *v) {
-    const size_t hd = (size_t)c->head_dim, es = c->elem_size;
-    const size_t stride = (size_t)c->capacity * hd * es;
-    unsigned char *kl = c->k[layer], *vl = c->v[layer];
-    for (int h = 0; h < c->n_kv_heads; h++) {
-        size_t at = h * stride + (size_t)pos * hd * es;
-        sp_kv_convert(kl + at, k + h * hd, hd, c->type);
-        sp_kv_convert(vl + at, v + h * hd, hd, c->type);
+void sp_kv_buffer_store(sp_kv_buffer *b, int pos, const float *k,
+                        const float *v) {
+    const size_t hd = (size_t)b->head_dim, rb = row_bytes(b);
+    const size_t stride = (size_t)b->capacity * rb;
+    const size_t row = (size_t)(pos - b->base) * rb;
+    unsigned char *kl = b->k, *vl = b->v;
+    for (int h = 0; h < b->n_kv_heads; h++) {
+        sp_kv_convert(kl + h * stride + row, k + h * hd, hd, b->type);
+        sp_kv_convert(vl + h * stride + row, v + h * hd, hd, b->type);
     }
 }
 
-sp_kv_view sp_kv_layer(const sp_kv_cache *c, int layer) {
-    sp_kv_view view = {c->k[layer], c->v[layer],
-                       (int64_t)c->capacity * c->head_dim, c->type};
+size_t sp_kv_rows_bytes(const sp_kv_buffer *b, int from, int to) {
+    return to > from ? 2 * (size_t)b->n_kv_heads * (size_t)(to - from) *
+                           row_bytes(b)
+                     : 0;
+}
+
+/* The rows of positions [from, to) of head h of k (kv 0) or v (kv 1). */
+static unsigned char *rows_at(const sp_kv_buffer *b, int kv, int h,
+                              int from) {
+    unsigned char *base = kv ? b->v : b->k;
+    return base + ((size_t)h * b->capacity + (size_t)(from - b->base)) *
+                      row_bytes(b);
+}
+
+void sp_kv_buffer_read(const sp_kv_buffer *b, int from, int to, void *dst) {
+    if (to <= from) return;
+    const size_t n = (size_t)(to - from) * row_bytes(b);
+    unsigned char *out = dst;
+    for (int kv = 0; kv < 2; kv++)
+        for (int h = 0; h < b->n_kv_heads; h++, out += n)
+            memcpy(out, rows_at(b, kv, h, from), n);
+}
+
+void sp_kv_buffer_write(sp_kv_buffer *b, int from, int to, const void *src) {
+    if (to <= from) return;
+    const size_t n = (size_t)(to - from) * row_bytes(b);
+    const unsigned char *in = src;
+    for (int kv = 0; kv < 2; kv++)
+        for (int h = 0; h < b->n_kv_heads; h++, in += n)
+            memcpy(rows_at(b, kv, h, from), in, n);
+}
+
+sp_kv_view sp_kv_buffer_view(const sp_kv_buffer *b) {
+    sp_kv_view view = {b->k, b->v, (int64_t)b->capacity * b->head_dim,
+                       b->type, b->base};
     return view;
+}
+
+size_t sp_kv_buffer_bytes(const sp_kv_buffer *b) {
+    return b->k ? 2 * (size_t)b->n_kv_heads * (size_t)b->capacity *
+                      row_bytes(b)
+                : 0;
 }

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(
 
 # The subcommands README.md documents; the list `spindle --help` prints must
 # hold at least these (and every one it prints is tested below).
-DOCUMENTED = {"run", "chat", "info", "bench", "convert", "tokenize",
+DOCUMENTED = {"run", "chat", "info", "bench", "batched-bench", "convert", "tokenize",
               "detokenize", "template"}
 
 

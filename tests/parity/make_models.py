@@ -162,8 +162,8 @@ def _imports():
     from mlx_lm.utils import _get_classes as get_model_classes
 
 
-def make_config(spec):
-    cfg = dict(BASE[spec["arch"]])
+def make_config(spec, base=BASE):
+    cfg = dict(base[spec["arch"]])
     cfg.update(spec["cfg"])
     cfg["tie_word_embeddings"] = spec["tied"]
     cfg["torch_dtype"] = spec["dtype"]
@@ -182,7 +182,8 @@ def init_weights(model, seed):
     new = []
     for name, p in sorted(tree_flatten(model.parameters())):
         shape = p.shape
-        if name == "model.norm.weight":
+        # (endswith / "in": a multimodal wrapper nests the names)
+        if name.endswith("model.norm.weight") and ".layers." not in name:
             # Sets the logit scale: std ~ LOGIT_STD whatever EMB_SCALE is.
             gain = LOGIT_STD / (EMB_SCALE * np.sqrt(shape[0]))
             w = gain * (1.0 + 0.2 * rng.standard_normal(shape))
@@ -190,7 +191,7 @@ def init_weights(model, seed):
             w = 1.0 + 0.2 * rng.standard_normal(shape)
         elif name.endswith(".bias"):
             w = 0.1 * rng.standard_normal(shape)
-        elif "embed_tokens" in name or name.startswith("lm_head"):
+        elif "embed_tokens" in name or "lm_head" in name:
             rows = np.exp(ROW_SIGMA * rng.standard_normal((shape[0], 1)))
             w = EMB_SCALE * rows * rng.standard_normal(shape)
         else:
@@ -241,8 +242,11 @@ def save_sharded(path, model, shards):
         mlu.make_shards = orig
 
 
-def build_model(spec, path):
-    cfg = make_config(spec)
+def build_model(spec, path, cfg=None, base=BASE):
+    """The spec's model (config `cfg`, default make_config(spec, base))
+    built, seeded, cast and quantized by mlx-lm's code and saved in `path`;
+    returns the in-memory model."""
+    cfg = cfg if cfg is not None else make_config(spec, base)
     model_cls, args_cls = get_model_classes(cfg)
     model = model_cls(args_cls.from_dict(cfg))
     init_weights(model, zlib.crc32(spec["name"].encode()))
@@ -355,10 +359,19 @@ def fresh_dir(path):
     path.mkdir(parents=True)
 
 
-def build_one(spec, out):
+def build_one(spec, out, cfg=None, base=BASE, rewrite=None, native=True):
+    """Build one model of `spec` (config `cfg`, default make_config(spec,
+    base)) in out/NAME with its references; returns reference.json's
+    content. `rewrite(path)` may change the saved files first (another
+    layout of the same weights), which mlx-lm's reload must then turn back
+    into the same model. native=False: mlx cannot run the stored dtype (its
+    CPU gather_mm takes float32 only), so the "native" reference is the
+    float32 one."""
     path = out / spec["name"]
     fresh_dir(path)
-    mem_model = build_model(spec, path)
+    mem_model = build_model(spec, path, cfg, base)
+    if rewrite:
+        rewrite(path)
 
     if spec["eos"] == "probe":
         # generation_config.json overrides config.json's eos_token_id in
@@ -373,8 +386,12 @@ def build_one(spec, out):
     eos_ids = eos_set(cfg)
     model32, _ = mlu.load_model(path)
     model32.set_dtype(mx.float32)  # floating params only; packed ints stay
+    if not native:
+        model = model32
+        mem_model.set_dtype(mx.float32)
 
-    ref = {"model": spec["name"], "arch": spec["arch"], "dtype": spec["dtype"],
+    ref = {"model": spec["name"], "arch": cfg.get("model_type"),
+           "dtype": spec["dtype"],
            "quantization": cfg.get("quantization"), "tied": spec["tied"],
            "eos_token_ids": sorted(eos_ids), "max_tokens": MAX_TOKENS,
            "mlx_version": mx.__version__, "prompts": {}}

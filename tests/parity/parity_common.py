@@ -78,6 +78,31 @@ def ensure_models(out, gen):
     return out
 
 
+def parity_fixtures(gen, out, models_name="models"):
+    """The fixtures of a parity test module over generator module `gen`
+    (make_models, make_gemma3_models...) and its model set in `out`: the
+    set's directory (named `models_name`; rebuilt when the generator or mlx
+    changed) and `case` ((reference, its prompt entry, Spindle's output,
+    logits dump) of the parametrized `model` and `prompt`; Spindle runs
+    once per pair). Assign both to module names of the same spelling."""
+    @pytest.fixture(scope="session", name=models_name)
+    def models(spindle_bin):  # noqa: F811
+        return ensure_models(out, gen)
+
+    @pytest.fixture(name="case")
+    def case(request, spindle_bin, tmp_path_factory, model, prompt):  # noqa: F811
+        return run_case(spindle_bin, request.getfixturevalue(models_name),
+                        model, prompt, tmp_path_factory.getbasetemp(),
+                        gen.MAX_TOKENS)
+    return models, case
+
+
+def parity_cases(gen):
+    """(model, prompt) pairs of every model and prompt of `gen`, and ids."""
+    cases = [(s["name"], p) for s in gen.SPECS for p in gen.PROMPTS]
+    return cases, [f"{m}-{p}" for m, p in cases]
+
+
 _runs = {}
 
 
@@ -176,7 +201,8 @@ def assert_last_logits(dump, model_dir, ref, entry, label,
     give."""
     assert dump.exists(), f"--dump-logits did not write {dump}"
     got = np.load(dump)
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    cfg = json.loads((model_dir / "config.json").read_text())
+    vocab = cfg.get("text_config", cfg)["vocab_size"]  # multimodal: nested
     assert got.dtype == np.float32 and got.shape == (vocab,), \
         f"logits dump is {got.dtype} {got.shape}, want float32 ({vocab},)"
     assert np.all(np.isfinite(got)), "non-finite logits"

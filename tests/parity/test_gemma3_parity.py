@@ -41,22 +41,8 @@ from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 OUT = Path(os.environ.get("SPINDLE_GEMMA3_PARITY_DIR", gm.DEFAULT_OUT))
 N_TOKENS = gm.MAX_TOKENS
-CASES = [(s["name"], p) for s in gm.SPECS for p in gm.PROMPTS]
-IDS = [f"{m}-{p}" for m, p in CASES]
-
-
-@pytest.fixture(scope="session")
-def gemma3_models(spindle_bin):  # noqa: F811
-    """The model set, rebuilt when its generator or mlx changed."""
-    return tp.ensure_models(OUT, gm)
-
-
-@pytest.fixture
-def case(spindle_bin, gemma3_models, tmp_path_factory, model, prompt):  # noqa: F811
-    """(reference, prompt entry, Spindle's output, logits dump) of the
-    parametrized model and prompt; Spindle runs once per pair."""
-    return tp.run_case(spindle_bin, gemma3_models, model, prompt,
-                       tmp_path_factory.getbasetemp(), N_TOKENS)
+gemma3_models, case = tp.parity_fixtures(gm, OUT, "gemma3_models")
+CASES, IDS = tp.parity_cases(gm)
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)

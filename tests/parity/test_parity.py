@@ -41,35 +41,18 @@ import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 OUT = Path(os.environ.get("SPINDLE_PARITY_DIR", mm.DEFAULT_OUT))
-N_TOKENS = mm.MAX_TOKENS
-
-CASES = [(s["name"], p) for s in mm.SPECS for p in mm.PROMPTS]
-
-
-@pytest.fixture(scope="session")
-def models_dir(spindle_bin):  # noqa: F811
-    """The model set, rebuilt when make_models.py or mlx changed."""
-    return pc.ensure_models(OUT, mm)
+models, case = pc.parity_fixtures(mm, OUT)
+CASES, IDS = pc.parity_cases(mm)
 
 
-@pytest.fixture
-def case(spindle_bin, models_dir, tmp_path_factory, model, prompt):  # noqa: F811
-    """(reference, prompt entry, Spindle's output, logits dump) of the
-    parametrized model and prompt; Spindle runs once per pair."""
-    return pc.run_case(spindle_bin, models_dir, model, prompt,
-                       tmp_path_factory.getbasetemp(), N_TOKENS)
-
-
-@pytest.mark.parametrize("model,prompt", CASES,
-                         ids=[f"{m}-{p}" for m, p in CASES])
-def test_greedy_tokens(case, models_dir, model, prompt):
+@pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
+def test_greedy_tokens(case, model, prompt):
     ref, entry, out, _ = case
     pc.assert_greedy_tokens(out, ref, entry)
 
 
-@pytest.mark.parametrize("model,prompt", CASES,
-                         ids=[f"{m}-{p}" for m, p in CASES])
-def test_last_logits(case, models_dir, model, prompt):
+@pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
+def test_last_logits(case, models, model, prompt):
     ref, entry, _, dump = case
-    pc.assert_last_logits(dump, models_dir / model, ref, entry,
+    pc.assert_last_logits(dump, models / model, ref, entry,
                           f"{model}/{prompt}")

@@ -12,11 +12,8 @@ Prompts are token-id lists made with llama.cpp's own tokenizer from raw text
 and from chat-formatted text (Spindle's GGUF tokenizer is not used here), and
 go to `spindle run --prompt-tokens`.
 
-llama.cpp runs in its f32 configuration: f32 KV cache (type_k = type_v =
-GGML_TYPE_F32; its default f16 cache flips greedy steps the f32 references
-agree on), flash attention off, and without its extra weight buffers
-(use_extra_bufts = False: no AMX / repacked kernels, which also crash under
-some kernels that refuse the AMX state; the generic CPU kernels remain).
+llama.cpp runs in its f32 configuration (llama_ref.py): f32 KV cache, flash
+attention off, no extra weight buffers.
 
 Checks, per prompt:
   (a) last-prompt-position logits, both centered (softmax ignores a
@@ -67,11 +64,16 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from llama_ref import f32_llama, greedy_reference
 from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import llama_cpp_ref  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
@@ -82,7 +84,6 @@ N_CTX = 256
 LOGIT_TOL = 0.45       # max |error| / std of llama.cpp's logits
 LOGIT_ABS_TOL = 1.6    # logits
 NEAR_TIE = 0.25        # logits: llama.cpp top-1 margins below this may flip
-GGML_TYPE_F32 = 0
 
 pytestmark = pytest.mark.slow
 
@@ -135,24 +136,6 @@ def chat_text(llm, arch, message):
 MODELS = {"smollm2": smollm2_file, "gemma3": gemma3_file}
 
 
-def f32_llama(llama_cpp, path):
-    """llama.cpp with an f32 KV cache, no flash attention and its generic CPU
-    kernels (no extra buffer types: AMX, repacking)."""
-    params = llama_cpp.llama_model_default_params
-    def no_extra_buffers():
-        p = params()
-        p.use_extra_bufts = False
-        return p
-    llama_cpp.llama.llama_cpp.llama_model_default_params = no_extra_buffers
-    try:
-        return llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX,
-                               n_batch=N_CTX, n_threads=int(THREADS),
-                               verbose=False, type_k=GGML_TYPE_F32,
-                               type_v=GGML_TYPE_F32, flash_attn=False)
-    finally:
-        llama_cpp.llama.llama_cpp.llama_model_default_params = params
-
-
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def model(request):
     if importlib.util.find_spec("llama_cpp") is None:
@@ -162,7 +145,8 @@ def model(request):
         pytest.skip(f"spindle binary not found at {SPINDLE_BIN}")
     import llama_cpp
     path = MODELS[request.param]()
-    llm = f32_llama(llama_cpp, path)
+    # f32 KV cache, no flash attention, no extra buffers (llama_cpp_ref)
+    llm = llama_cpp_ref.f32_llama(llama_cpp, path, N_CTX, int(THREADS))
     arch = llm.metadata["general.architecture"]
     prompts = [llm.tokenize(t.encode(), add_bos=True, special=True)
                for t in RAW]
@@ -200,30 +184,6 @@ def exact(tmp_path_factory):
     return logits
 
 
-def last_logits(llm):
-    """Logits of the last token of the last eval (llama-cpp-python keeps
-    `scores` only with logits_all; the context holds that one row)."""
-    row = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-    return row.astype(np.float64)   # a copy: the next eval overwrites it
-
-
-def reference(llm, ids):
-    """llama.cpp: last-prompt logits, greedy tokens and their top-1 margins."""
-    llm.reset()
-    llm.eval(ids)
-    logits = last_logits(llm)
-    first = logits.copy()
-    tokens, margins = [], []
-    for i in range(N_GEN):
-        top2 = np.partition(logits, -2)[-2:]
-        tokens.append(int(np.argmax(logits)))
-        margins.append(float(top2[1] - top2[0]))
-        if i + 1 < N_GEN:
-            llm.eval([tokens[-1]])
-            logits = last_logits(llm)
-    return first, tokens, margins
-
-
 def spindle(path, ids, tmp_path):
     npy = tmp_path / "logits.npy"
     r = subprocess.run(
@@ -239,7 +199,8 @@ def spindle(path, ids, tmp_path):
 def test_gguf_parity(model, exact, prompt, tmp_path):
     ids = model["prompts"][prompt]
     assert 0 < len(ids) < N_CTX - N_GEN
-    ref_logits, ref_tokens, margins = reference(model["llm"], ids)
+    ref_logits, ref_tokens, margins = llama_cpp_ref.greedy_reference(
+        model["llm"], ids, N_GEN)
     logits, tokens = spindle(model["path"], ids, tmp_path)
 
     assert logits.shape == ref_logits.shape

@@ -17,7 +17,8 @@ static void test_stop_reason_names(void **state) {
     assert_string_equal(spindle_stop_reason_name(SPINDLE_STOP_CALLBACK), "callback");
     assert_string_equal(spindle_stop_reason_name(SPINDLE_STOP_CONTEXT), "context");
     assert_string_equal(spindle_stop_reason_name(SPINDLE_STOP_ERROR), "error");
-    assert_null(spindle_stop_reason_name((spindle_stop_reason)(SPINDLE_STOP_ERROR + 1)));
+    assert_string_equal(spindle_stop_reason_name(SPINDLE_STOP_CANCELLED), "cancelled");
+    assert_null(spindle_stop_reason_name((spindle_stop_reason)(SPINDLE_STOP_CANCELLED + 1)));
     assert_null(spindle_stop_reason_name((spindle_stop_reason)-1));
 }
 

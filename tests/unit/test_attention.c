@@ -30,6 +30,7 @@
 static const sp_kv_dtype kv_types[] = {SP_KV_F32, SP_KV_BF16, SP_KV_F16};
 static const char *const kv_type_names[] = {"f32", "bf16", "f16"};
 #define N_KV_TYPES 3
+#define SP_ATTN_TEST_MAX_HD 256
 
 /* The cache type run_case uses (each test loops over kv_types). */
 static sp_kv_dtype case_type = SP_KV_F32;
@@ -43,6 +44,7 @@ static float widen_ref(const void *buf, size_t i, sp_kv_dtype type) {
 
 typedef struct shape {
     int n_q, first_pos, n_heads, n_kv_heads, head_dim, window;
+    int first_key; /* position of the view's first key (a window cache) */
     float softcap;
     float q_amp; /* queries uniform in [-q_amp, q_amp]; 0 means 2 */
 } shape;
@@ -59,12 +61,15 @@ static void ref_attention(double *out, const float *q, const float *k,
         if (lo < 0) lo = 0;
         for (int h = 0; h < sh->n_heads; h++) {
             const float *qh = q + ((size_t)t * sh->n_heads + h) * hd;
+            /* row r of a head holds position first_key + r */
             const float *kh = k + (h / group) * stride;
             const float *vh = v + (h / group) * stride;
+            const int f = sh->first_key;
             double m = -INFINITY;
             for (int j = lo; j <= p; j++) {
                 double s = 0.0;
-                for (int d = 0; d < hd; d++) s += (double)qh[d] * kh[j * hd + d];
+                for (int d = 0; d < hd; d++)
+                    s += (double)qh[d] * kh[(j - f) * hd + d];
                 s *= scale;
                 if (sh->softcap > 0) s = sh->softcap * tanh(s / sh->softcap);
                 sc[j] = s;
@@ -75,7 +80,7 @@ static void ref_attention(double *out, const float *q, const float *k,
             double *o = out + ((size_t)t * sh->n_heads + h) * hd;
             for (int d = 0; d < hd; d++) {
                 double acc = 0.0;
-                for (int j = lo; j <= p; j++) acc += sc[j] * vh[j * hd + d];
+                for (int j = lo; j <= p; j++) acc += sc[j] * vh[(j - f) * hd + d];
                 o[d] = acc / z;
             }
         }
@@ -83,10 +88,53 @@ static void ref_attention(double *out, const float *q, const float *k,
     free(sc);
 }
 
+/* A view starting at position first_key > 0 must give the bits of a view
+ * from position 0 that holds the same rows there and NaN before (which a
+ * kernel reading before the window would turn into NaN outputs). */
+static void check_same_as_full_view(const sp_attention_args *a, sp_pool *pool,
+                                    int cap) {
+    const int base = a->kv.first_key_pos, hd = a->head_dim;
+    const size_t es = sp_kv_elem_size(a->kv.type);
+    const int64_t stride = (int64_t)(base + cap) * hd;
+    const size_t n = (size_t)a->n_kv_heads * (size_t)stride * es;
+    unsigned char *k = malloc(n), *v = malloc(n);
+    float nan_row[SP_ATTN_TEST_MAX_HD];
+    for (int d = 0; d < hd; d++) nan_row[d] = NAN;
+    for (int h = 0; h < a->n_kv_heads; h++) {
+        const size_t head = (size_t)h * (size_t)stride * es;
+        for (int j = 0; j < base; j++) {
+            const size_t row = head + (size_t)j * hd * es;
+            sp_kv_convert(k + row, nan_row, (size_t)hd, a->kv.type);
+            sp_kv_convert(v + row, nan_row, (size_t)hd, a->kv.type);
+        }
+        const size_t from = (size_t)h * (size_t)a->kv.head_stride * es;
+        memcpy(k + head + (size_t)base * hd * es,
+               (const unsigned char *)a->kv.k + from, (size_t)cap * hd * es);
+        memcpy(v + head + (size_t)base * hd * es,
+               (const unsigned char *)a->kv.v + from, (size_t)cap * hd * es);
+    }
+    const size_t q_n = (size_t)a->n_q * a->n_heads * hd;
+    float *out = malloc(sizeof(float) * q_n);
+    sp_attention_args full = *a;
+    full.out = out;
+    full.kv = (sp_kv_view){.k = k, .v = v, .head_stride = stride,
+                           .type = a->kv.type};
+    assert_int_equal(sp_attention(pool, &full, NULL), SPINDLE_OK);
+    for (size_t i = 0; i < q_n; i++)
+        if (memcmp(&out[i], &a->out[i], sizeof(float)))
+            fail_msg("%s: the view from position %d gives out[%zu] = %.9g, "
+                     "the view from 0 %.9g", sp_simd_name(sp_simd_current()),
+                     base, i, a->out[i], out[i]);
+    free(out);
+    free(k);
+    free(v);
+}
+
 static void run_case(const shape *sh, sp_pool *pool) {
     int hd = sh->head_dim;
     int last = sh->first_pos + sh->n_q - 1;
-    int cap = last + 1 + 5; /* slack: the stride is not just the length */
+    /* slack: the stride is not just the length */
+    int cap = last + 1 - sh->first_key + 5;
     int64_t stride = (int64_t)cap * hd;
     size_t kv_n = (size_t)sh->n_kv_heads * (size_t)stride;
     size_t q_n = (size_t)sh->n_q * sh->n_heads * hd;
@@ -97,8 +145,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
         for (int j = 0; j < cap; j++)
             for (int d = 0; d < hd; d++) {
                 size_t i = (size_t)h * stride + (size_t)j * hd + d;
-                k[i] = j <= last ? frand(-2.0f, 2.0f) : NAN;
-                v[i] = j <= last ? frand(-1.0f, 1.0f) : NAN;
+                k[i] = sh->first_key + j <= last ? frand(-2.0f, 2.0f) : NAN;
+                v[i] = sh->first_key + j <= last ? frand(-1.0f, 1.0f) : NAN;
             }
     /* The cache in the case's type; the reference reads the rounded
      * values back (NaN slots stay NaN in every type). */
@@ -119,7 +167,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
                            .first_pos = sh->first_pos, .n_heads = sh->n_heads,
                            .n_kv_heads = sh->n_kv_heads, .head_dim = hd,
                            .kv = {.k = kc, .v = vc, .head_stride = stride,
-                                  .type = case_type},
+                                  .type = case_type,
+                                  .first_key_pos = sh->first_key},
                            .scale = scale, .window = sh->window,
                            .softcap = sh->softcap};
     assert_int_equal(sp_attention(pool, &a, NULL), SPINDLE_OK);
@@ -140,7 +189,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
         sp_attention_args a32 = a;
         a32.out = out32;
         a32.kv = (sp_kv_view){.k = k, .v = v, .head_stride = stride,
-                              .type = SP_KV_F32};
+                              .type = SP_KV_F32,
+                              .first_key_pos = sh->first_key};
         assert_int_equal(sp_attention(pool, &a32, NULL), SPINDLE_OK);
         for (size_t i = 0; i < q_n; i++)
             if (memcmp(&out[i], &out32[i], sizeof(float)))
@@ -150,6 +200,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
                          sp_simd_name(sp_simd_current()), i, out[i], out32[i]);
         free(out32);
     }
+    if (sh->first_key > 0)
+        check_same_as_full_view(&a, pool, cap);
     free(kc), free(vc);
     free(k), free(v), free(q), free(out), free(ref);
 }
@@ -211,6 +263,31 @@ static void test_window(void **s) {
     }
 }
 
+static void test_window_view(void **s) {
+    (void)s;
+    /* A sliding-window cache keeps positions from some base on: every base
+     * from 0 up to the first query's first key, on both paths' shapes. */
+    const int windows[] = {1, 3, 8, 25};
+    for (size_t i = 0; i < sizeof windows / sizeof *windows; i++) {
+        const int w = windows[i];
+        shape sh = {.n_q = 9, .first_pos = 36, .n_heads = 4, .n_kv_heads = 1,
+                    .head_dim = 16, .window = w};
+        const int lo = sh.first_pos - w + 1;
+        const int bases[] = {lo, lo - 1, lo / 2, 1};
+        for (size_t b = 0; b < 4; b++) {
+            sh.first_key = bases[b];
+            run_case(&sh, NULL);
+        }
+        shape big = {.n_q = 17, .first_pos = 60, .n_heads = 16,
+                     .n_kv_heads = 2, .head_dim = 128, .window = w,
+                     .first_key = 60 - w + 1};
+        run_case(&big, NULL);
+        big.n_q = 1;
+        big.first_key -= 5;
+        run_case(&big, NULL);
+    }
+}
+
 static void test_window_one_is_value(void **s) {
     (void)s;
     /* window 1: the output is exactly the token's own value vector. */
@@ -268,6 +345,7 @@ static void every_type_and_path(void (*body)(void **), void **state) {
 EVERY(test_serial)
 EVERY(test_two_threads)
 EVERY(test_window)
+EVERY(test_window_view)
 EVERY(test_softcap)
 EVERY(test_long_context)
 
@@ -294,6 +372,8 @@ static void test_invalid_arguments(void **s) {
         {"past the cache", "beyond the KV cache", good},
         {"q", "NULL buffer", good},
         {"kv.v", "NULL buffer", good},
+        {"first key", "before the start of the KV view", good},
+        {"first key < 0", "before the start of the KV view", good},
     };
     cases[0].a.n_q = 0;
     cases[1].a.n_heads = 0;
@@ -305,6 +385,8 @@ static void test_invalid_arguments(void **s) {
     cases[7].a.first_pos = CAP - 1; /* positions 3 and 4 of a 4-slot cache */
     cases[8].a.q = NULL;
     cases[9].a.kv.v = NULL;
+    cases[10].a.kv.first_key_pos = 1; /* no window: position 0 is needed */
+    cases[11].a.kv.first_key_pos = -1;
     assert_int_equal(sp_attention(NULL, &good, NULL), SPINDLE_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (size_t j = 0; j < sizeof out / sizeof out[0]; j++) out[j] = 42.0f;
@@ -324,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_serial_all),
         cmocka_unit_test(test_two_threads_all),
         cmocka_unit_test(test_window_all),
+        cmocka_unit_test(test_window_view_all),
         cmocka_unit_test(test_window_one_is_value),
         cmocka_unit_test(test_softcap_all),
         cmocka_unit_test(test_long_context_all),

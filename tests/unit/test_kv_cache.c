@@ -1,7 +1,8 @@
-/* The KV cache (src/runtime/kv_cache.c) in each element type: the rounding
- * of a store against a reference rounding computed in double from the
- * formats' definitions, and growth / rollback keeping what was stored. Also
- * the public kv_type option's validation. (Attention over each type is in
+/* The KV cache (src/runtime/kv_cache.c, through runtime/seq_state.h) in
+ * each element type: the rounding of a store against a reference rounding
+ * computed in double from the formats' definitions, growth / rollback
+ * keeping what was stored, and a sliding-window layer's bounded buffer.
+ * Also the public kv_type option's validation. (Attention over each type is in
  * test_attention.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "runtime/kv_cache.h"
+#include "runtime/seq_state.h"
 #include "spindle.h"
 
 #define TEST_RNG_SEED 0xD1B54A32D192ED03ull
@@ -108,7 +110,8 @@ static float value_at(int l, int p, int i, int kv, int generation) {
 
 enum { LAYERS = 2, HEADS = 3, HD = 5 };
 
-static void store_positions(sp_kv_cache *c, int from, int to, int generation) {
+/* Store positions [from, to) of every layer through a reserved pass. */
+static void store_positions(sp_seq_state *s, int from, int to, int generation) {
     float k[HEADS * HD], v[HEADS * HD];
     for (int l = 0; l < LAYERS; l++)
         for (int p = from; p < to; p++) {
@@ -116,78 +119,141 @@ static void store_positions(sp_kv_cache *c, int from, int to, int generation) {
                 k[i] = value_at(l, p, i, 0, generation);
                 v[i] = value_at(l, p, i, 1, generation);
             }
-            sp_kv_store(c, l, p, k, v);
+            sp_seq_state_kv_store(s, l, p, k, v);
         }
 }
 
 /* Positions [from, to) of the cache hold generation's values, rounded. */
-static void check_positions(const sp_kv_cache *c, int from, int to,
-                            int generation) {
+static void check_positions(const sp_seq_state *s, sp_kv_dtype type, int from,
+                            int to, int generation) {
     for (int l = 0; l < LAYERS; l++) {
-        const sp_kv_view view = sp_kv_layer(c, l);
-        assert_int_equal(view.type, c->type);
-        assert_int_equal(view.head_stride, (int64_t)c->capacity * HD);
+        const sp_kv_view view = sp_seq_state_kv_view(s, l);
+        assert_int_equal(view.type, type);
         for (int p = from; p < to; p++)
             for (int h = 0; h < HEADS; h++)
                 for (int d = 0; d < HD; d++) {
-                    const size_t at = (size_t)h * view.head_stride + (size_t)p * HD + d;
+                    const size_t at = (size_t)h * view.head_stride +
+                                      (size_t)(p - view.first_key_pos) * HD + d;
                     for (int kv = 0; kv < 2; kv++) {
                         const void *base = kv ? view.v : view.k;
                         const float x = value_at(l, p, h * HD + d, kv, generation);
                         double got;
-                        if (c->type == SP_KV_F32)
+                        if (type == SP_KV_F32)
                             got = ((const float *)base)[at];
                         else
-                            got = stored_value((const uint16_t *)base + at, c->type);
+                            got = stored_value((const uint16_t *)base + at, type);
                         const double want =
-                            c->type == SP_KV_F32 ? x
-                            : round_ref(x, c->type == SP_KV_BF16 ? BF16 : F16);
+                            type == SP_KV_F32 ? x
+                            : round_ref(x, type == SP_KV_BF16 ? BF16 : F16);
                         if (got != want)
                             fail_msg("type %d layer %d pos %d head %d dim %d %s: "
-                                     "%a, want %a", (int)c->type, l, p, h, d,
+                                     "%a, want %a", (int)type, l, p, h, d,
                                      kv ? "v" : "k", got, want);
                     }
                 }
     }
 }
 
+/* A forward pass of positions [from, to) through the state interface. */
+static void pass(sp_seq_state *s, int from, int to, int generation) {
+    spindle_error err = {0};
+    assert_int_equal(sp_seq_state_length(s), from);
+    assert_int_equal(sp_seq_state_reserve(s, to - from, &err), SPINDLE_OK);
+    store_positions(s, from, to, generation);
+    sp_seq_state_commit(s);
+}
+
 static void test_growth_and_rollback(void **s) {
     (void)s;
     const sp_kv_dtype types[] = {SP_KV_F32, SP_KV_BF16, SP_KV_F16};
     for (size_t t = 0; t < 3; t++) {
-        sp_kv_cache c;
+        const sp_layer_state_desc full = {.kind = SP_STATE_FULL_KV,
+                                          .n_kv_heads = HEADS, .head_dim = HD};
+        const sp_layer_state_desc layers[LAYERS] = {full, full};
+        const sp_seq_state_options opt = {.kv_type = types[t],
+                                          .max_length = 1000};
+        sp_seq_state *c;
         spindle_error err = {0};
-        assert_int_equal(sp_kv_init(&c, LAYERS, HEADS, HD, 1000, types[t], &err),
+        assert_int_equal(sp_seq_state_new(layers, LAYERS, &opt, &c, &err),
                          SPINDLE_OK);
-        assert_int_equal(c.elem_size, types[t] == SP_KV_F32 ? 4 : 2);
-        assert_int_equal(sp_kv_reserve(&c, 200, &err), SPINDLE_OK);
-        store_positions(&c, 0, 200, 0);
-        c.length = 200;
+        pass(c, 0, 200, 0);
         /* Two doublings (256 -> 512 -> 1000, the limit): every head's rows
-         * move to the new stride. */
-        assert_int_equal(sp_kv_reserve(&c, 600, &err), SPINDLE_OK);
-        assert_int_equal(c.capacity, 1000);
-        check_positions(&c, 0, 200, 0);
+         * move to the new stride. A reserve without a commit changes
+         * nothing the sequence holds. */
+        assert_int_equal(sp_seq_state_reserve(c, 400, &err), SPINDLE_OK);
+        assert_int_equal(sp_seq_state_kv_view(c, 0).head_stride, 1000 * HD);
+        check_positions(c, types[t], 0, 200, 0);
+        assert_int_equal(sp_seq_state_length(c), 200);
         /* Rollback to 50, then new tokens overwrite 50..119 only. */
-        c.length = 50;
-        store_positions(&c, 50, 120, 1);
-        c.length = 120;
-        check_positions(&c, 0, 50, 0);
-        check_positions(&c, 50, 120, 1);
+        assert_int_equal(sp_seq_state_truncate(c, 50, &err), SPINDLE_OK);
+        pass(c, 50, 120, 1);
+        check_positions(c, types[t], 0, 50, 0);
+        check_positions(c, types[t], 50, 120, 1);
         /* Past the limit: refused, the cache unchanged. */
-        assert_int_equal(sp_kv_reserve(&c, 1001, &err), SPINDLE_ERR_LIMIT);
-        assert_int_equal(c.capacity, 1000);
-        check_positions(&c, 0, 50, 0);
-        sp_kv_free(&c);
+        assert_int_equal(sp_seq_state_reserve(c, 881, &err), SPINDLE_ERR_LIMIT);
+        assert_non_null(strstr(err.message, "exceeds the limit of 1000"));
+        assert_int_equal(sp_seq_state_length(c), 120);
+        check_positions(c, types[t], 0, 50, 0);
+        /* Out of range. */
+        assert_int_equal(sp_seq_state_truncate(c, 121, &err), SPINDLE_ERR_ARGUMENT);
+        assert_int_equal(sp_seq_state_truncate(c, -1, &err), SPINDLE_ERR_ARGUMENT);
+        sp_seq_state_free(c);
+    }
+}
+
+/* A window layer keeps only what its window and the rollback margin need,
+ * sliding the kept rows to the front (their bits unchanged), so that its
+ * memory stays bounded however long the sequence grows. */
+static void test_window_slides(void **s) {
+    (void)s;
+    enum { WINDOW = 6, K = 3 };
+    const sp_layer_state_desc win = {.kind = SP_STATE_WINDOW_KV,
+                                     .n_kv_heads = HEADS, .head_dim = HD,
+                                     .window = WINDOW};
+    const sp_layer_state_desc layers[LAYERS] = {win, win};
+    const sp_kv_dtype types[] = {SP_KV_F32, SP_KV_BF16};
+    for (size_t t = 0; t < 2; t++) {
+        const sp_seq_state_options opt = {.kv_type = types[t],
+                                          .max_length = 100000,
+                                          .max_rollback = K};
+        sp_seq_state *c;
+        spindle_error err = {0};
+        assert_int_equal(sp_seq_state_new(layers, LAYERS, &opt, &c, &err),
+                         SPINDLE_OK);
+        size_t most = 0;
+        int slid = 0, last_base = 0;
+        for (int len = 0; len < 5000;) {
+            const int n = len % 7 == 3 ? 5 : 1; /* chunks now and then */
+            pass(c, len, len + n, 0);
+            len += n;
+            const sp_kv_view v = sp_seq_state_kv_view(c, 0);
+            slid += v.first_key_pos != last_base;
+            last_base = v.first_key_pos;
+            /* Everything the window and K rollbacks need is still there. */
+            const int need = len - (WINDOW - 1) - K;
+            assert_true(v.first_key_pos <= (need > 0 ? need : 0));
+            check_positions(c, types[t], need > 0 ? need : 0, len, 0);
+            if (sp_seq_state_bytes(c) > most) most = sp_seq_state_bytes(c);
+        }
+        assert_true(slid > 50);
+        /* 2 layers x (k, v) x heads x rows: rows stay near the window. */
+        const size_t row = 2 * LAYERS * HEADS * HD * sp_kv_elem_size(types[t]);
+        if (most > 1024 + 64 * row)
+            fail_msg("a window-%d cache grew to %zu bytes", WINDOW, most);
+        sp_seq_state_free(c);
     }
 }
 
 static void test_bad_types(void **s) {
     (void)s;
     spindle_error err = {0};
-    sp_kv_cache c;
-    assert_int_equal(sp_kv_init(&c, 1, 1, 16, 0, (sp_kv_dtype)7, &err),
+    const sp_layer_state_desc full = {.kind = SP_STATE_FULL_KV,
+                                      .n_kv_heads = 1, .head_dim = 16};
+    const sp_seq_state_options bad = {.kv_type = (sp_kv_dtype)7};
+    sp_seq_state *c = NULL;
+    assert_int_equal(sp_seq_state_new(&full, 1, &bad, &c, &err),
                      SPINDLE_ERR_ARGUMENT);
+    assert_null(c);
     assert_non_null(strstr(err.message, "7"));
 
     spindle_kv_type t = SPINDLE_KV_F32;
@@ -216,6 +282,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rounding),
         cmocka_unit_test(test_growth_and_rollback),
+        cmocka_unit_test(test_window_slides),
         cmocka_unit_test(test_bad_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

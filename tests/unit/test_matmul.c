@@ -344,6 +344,59 @@ static void test_affine(void **state) {
                 }
 }
 
+/* sp_weight_row_block: each block of a stacked weight (an expert of a
+ * [3 * 17][cols] tensor) multiplies and decodes exactly as the same rows of
+ * the whole weight, bit for bit, in decode and prefill. */
+static void check_row_blocks(const test_weight *tw, const char *what) {
+    const int64_t rows = tw->w.rows, cols = tw->w.cols, per = rows / 3;
+    static const int tokens[] = {1, 5};
+    float *x = malloc((size_t)(9 * cols) * sizeof(float));
+    float *full = malloc((size_t)(9 * rows) * sizeof(float));
+    float *part = malloc((size_t)(9 * rows) * sizeof(float));
+    float *row = malloc((size_t)cols * sizeof(float));
+    float *want = malloc((size_t)cols * sizeof(float));
+    assert_true(x && full && part && row && want);
+    fill_uniform(x, (int)(9 * cols), -1.0f, 1.0f);
+    for (int ti = 0; ti < 2; ti++) {
+        const int nt = tokens[ti];
+        sp_matmul(pools[1], &tw->w, x, nt, full);
+        for (int64_t e = 0; e < 3; e++) {
+            sp_weight b = sp_weight_row_block(&tw->w, e * per, per);
+            assert_int_equal(b.rows, per);
+            sp_matmul(pools[1], &b, x, nt, part);
+            for (int t = 0; t < nt; t++)
+                for (int64_t r = 0; r < per; r++)
+                    if (part[t * per + r] != full[t * rows + e * per + r])
+                        fail_msg("%s: block %lld row %lld token %d: %g vs %g",
+                                 what, (long long)e, (long long)r, t,
+                                 part[t * per + r],
+                                 full[t * rows + e * per + r]);
+            sp_weight_row(&b, per - 1, row);
+            sp_weight_row(&tw->w, e * per + per - 1, want);
+            assert_memory_equal(row, want, (size_t)cols * sizeof(float));
+        }
+    }
+    free(x), free(full), free(part), free(row), free(want);
+}
+
+static void test_row_blocks(void **state) {
+    (void)state;
+    static const sp_wtype types[] = {SP_W_F32, SP_W_F16, SP_W_BF16};
+    test_weight tw;
+    for (size_t ti = 0; ti < 3; ti++) {
+        make_float_weight(&tw, types[ti], 3 * 17, 640, 1);
+        check_row_blocks(&tw, "float");
+        free_weight(&tw);
+    }
+    static const int bits_list[] = {3, 4, 8};
+    for (size_t bi = 0; bi < 3; bi++) {
+        make_affine_weight(&tw, 3 * 17, 640, bits_list[bi], 64,
+                           SP_DTYPE_BF16, 1);
+        check_row_blocks(&tw, "affine");
+        free_weight(&tw);
+    }
+}
+
 /* Every f16 bit pattern, through sp_weight_row, bit for bit (NaNs: sign
  * and payload, the quiet bit aside). */
 static void test_f16_all_values(void **state) {
@@ -671,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_f16_all_values),
         cmocka_unit_test(test_float_types),
         cmocka_unit_test(test_affine),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_tile_kernels),

@@ -160,6 +160,42 @@ static void test_all_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
+/* sp_weight_row_block on a stacked ggml tensor (3 experts of 13 rows): each
+ * block gives, bit for bit, the same products (decode and prefill, in the
+ * default precision) and rows as those rows of the whole tensor. */
+static void test_row_blocks(void **s) {
+    (void)s;
+    static const uint32_t types[] = {SP_GGML_F16, SP_GGML_Q4_0, SP_GGML_Q8_0,
+                                     SP_GGML_Q4_K};
+    static const int tokens[] = {1, 5};
+    sp_pool *pool = sp_pool_create(2);
+    const int64_t per = 13, rows = 3 * per, cols = 768;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        size_t rb;
+        unsigned char *data = make_weights(types[i], rows, cols, &rb);
+        sp_weight w = {.type = SP_W_GGML, .rows = rows, .cols = cols,
+                       .data = data, .ggml_type = types[i]};
+        float x[5 * 768], full[5 * 39], part[5 * 13], a[768], b[768];
+        for (int64_t j = 0; j < 5 * cols; j++) x[j] = rng_unit();
+        for (int ti = 0; ti < 2; ti++) {
+            sp_matmul(pool, &w, x, tokens[ti], full);
+            for (int64_t e = 0; e < 3; e++) {
+                sp_weight blk = sp_weight_row_block(&w, e * per, per);
+                sp_matmul(pool, &blk, x, tokens[ti], part);
+                for (int t = 0; t < tokens[ti]; t++)
+                    assert_memory_equal(part + t * per,
+                                        full + t * rows + e * per,
+                                        (size_t)per * sizeof(float));
+                sp_weight_row(&blk, per - 1, a);
+                sp_weight_row(&w, e * per + per - 1, b);
+                assert_memory_equal(a, b, sizeof a);
+            }
+        }
+        free(data);
+    }
+    sp_pool_destroy(pool);
+}
+
 /* Descriptors the kernels cannot run produce NaNs, never a wild read. */
 static void test_unusable(void **s) {
     (void)s;
@@ -193,6 +229,7 @@ static void test_unusable(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_levels),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_unusable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,6 +105,9 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
                                  (size_t)kvh * (size_t)a->kv.head_stride * es;
     const unsigned char *vbase = (const unsigned char *)a->kv.v +
                                  (size_t)kvh * (size_t)a->kv.head_stride * es;
+    /* Rows count from the view's first position; the loops run over
+     * positions, so a view that starts later gives the same bits. */
+    const int base = a->kv.first_key_pos;
 
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -115,7 +118,8 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
         float tmax = -INFINITY;
         for (int j = 0; j < n; j++) {
             float v = a->scale *
-                      dot_kv(q, kbase + (size_t)(j0 + j) * row_bytes, type, hd);
+                      dot_kv(q, kbase + (size_t)(j0 + j - base) * row_bytes, type,
+                             hd);
             if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
             s[j] = v;
             if (v > tmax) tmax = v;
@@ -131,7 +135,8 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
         for (int j = 0; j < n; j++) {
             float e = expf(s[j] - m);
             l += e;
-            axpy_kv(acc, e, vbase + (size_t)(j0 + j) * row_bytes, type, hd);
+            axpy_kv(acc, e, vbase + (size_t)(j0 + j - base) * row_bytes, type,
+                    hd);
         }
     }
     /* l >= 1 (the max term contributes exp(0)) unless every score was NaN. */
@@ -161,8 +166,14 @@ static const char *attention_args_problem(const sp_attention_args *a) {
     if (a->kv.type != SP_KV_F32 && a->kv.type != SP_KV_BF16 &&
         a->kv.type != SP_KV_F16)
         return "an unknown KV cache type";
-    /* the cache must hold every position up to the last query's */
-    if (((int64_t)a->first_pos + a->n_q) * a->head_dim > a->kv.head_stride)
+    /* the cache must hold every position from the first query's first key
+     * up to the last query's own */
+    const int64_t first_key = a->window > 0 && a->first_pos - a->window + 1 > 0
+                                  ? a->first_pos - a->window + 1 : 0;
+    if (a->kv.first_key_pos < 0 || a->kv.first_key_pos > first_key)
+        return "keys before the start of the KV view";
+    if (((int64_t)a->first_pos + a->n_q - a->kv.first_key_pos) * a->head_dim >
+        a->kv.head_stride)
         return "positions beyond the KV cache";
     return NULL;
 }

@@ -133,8 +133,10 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
     const int rows = nt * g->group;
     if (rows <= 0) return;
     const size_t qrow = (size_t)a->n_heads * (size_t)hd;
-    /* Element offsets from the layer's base (bytes depend on the type). */
+    /* Element offsets from the layer's base (bytes depend on the type);
+     * row r of a head holds position first_key_pos + r. */
     const size_t head0 = (size_t)kvh * (size_t)a->kv.head_stride;
+    const int base = a->kv.first_key_pos;
 
     float m[MAX_ROWS], l[MAX_ROWS];
     int lo[MAX_ROWS], hi[MAX_ROWS];
@@ -159,11 +161,11 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
         const int n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
         /* Transpose the tile's keys; rows past n are zeros (the cache
          * beyond the last position may hold anything). */
+        const size_t tile = head0 + (size_t)(j0 - base) * hd;
         for (int c = 0; c < nv && rows >= TRANSPOSE_ROWS; c++) {
             __m512 r[16];
             for (int j = 0; j < 16; j++)
-                r[j] = j < n ? load_kv16(a->kv.k,
-                                         head0 + (size_t)(j0 + j) * hd + 16 * c,
+                r[j] = j < n ? load_kv16(a->kv.k, tile + (size_t)j * hd + 16 * c,
                                          type)
                              : _mm512_setzero_ps();
             sp_transpose16(r);
@@ -179,7 +181,7 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
             __m512 s = _mm512_mul_ps(
                 rows >= TRANSPOSE_ROWS
                     ? tile_scores(q[i], kt, hd)
-                    : row_scores(q[i], a->kv.k, head0 + (size_t)j0 * hd, n, hd, type),
+                    : row_scores(q[i], a->kv.k, tile, n, hd, type),
                 _mm512_set1_ps(a->scale));
             s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s);
             const float tmax = _mm512_reduce_max_ps(s);
@@ -199,7 +201,7 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
                                      _mm512_set1_ps(rescale));
             for (int j = from - j0; j <= to - j0; j++) {
                 const __m512 w = _mm512_set1_ps(e[j]);
-                const size_t v = head0 + (size_t)(j0 + j) * hd;
+                const size_t v = tile + (size_t)j * hd;
                 for (int c = 0; c < nv; c++)
                     o[c] = _mm512_fmadd_ps(
                         w, load_kv16(a->kv.v, v + 16 * (size_t)c, type), o[c]);

@@ -1,0 +1,121 @@
+/* The step engine's internals, shared by engine.c (the public calls, the
+ * locked queue, the background thread) and engine_sched.c (one scheduler
+ * step) and request.c (one request's tokens, sampler and stop rules).
+ *
+ * Ownership and threads: a request is allocated by submit and freed by the
+ * stepping thread right after its on_finish. Fields marked (lock) are
+ * guarded by spindle_engine.lock; fields marked (step) belong to the
+ * stepping thread; the rest are written once by submit before the request
+ * is visible to anyone else. */
+#ifndef SP_GENERATION_ENGINE_H
+#define SP_GENERATION_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "spindle.h"
+#include "generation/sampler.h"
+
+typedef struct sp_request {
+    spindle_request_id id;
+    atomic_bool cancelled;          /* set by spindle_engine_cancel */
+    struct sp_request *next;        /* queue link: incoming (lock) or
+                                       waiting (step) */
+
+    /* The prompt, then every generated token: the processors' history and
+     * what a decode row feeds (its last entry). Room for every token the
+     * request can generate, so a step never grows it. */
+    int32_t *tokens;
+    int n_prompt, n_generated, cap;
+    int max_tokens;
+    const int32_t *eos;             /* the model's (none with ignore_eos) */
+    int n_eos;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    int top_logprobs;
+    bool want_logits;
+    spindle_sampler *sampler;
+    sp_logits_processors *procs;    /* NULL when none is active */
+    spindle_seq *seq;               /* the caller's, or made at admission */
+    bool owns_seq;
+    spindle_request_token_fn on_token;
+    spindle_request_finish_fn on_finish;
+    void *user;
+
+    /* (step) */
+    int prefilled;                  /* prompt tokens already in seq */
+    double t_submit, t_first_chunk, t_first_token;
+    /* Finished in this step: how (ended after the step's forward pass). */
+    bool done;
+    spindle_stop_reason reason;
+    spindle_error error;            /* status SPINDLE_OK unless it failed */
+} sp_request;
+
+struct spindle_engine {
+    spindle_model *model;
+    int vocab, context;
+    int max_seqs, max_batch_tokens;
+    bool background;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;            /* submit, cancel, free */
+    pthread_t thread;
+    bool thread_started;
+    /* (lock) */
+    sp_request *in_head, *in_tail;  /* submitted, not yet taken by a step */
+    sp_request **live;              /* every unfinished request (cancel,
+                                       the sequence-in-use check) */
+    int n_live, cap_live;
+    int n_incoming;
+    int n_waiting_seen, n_running_seen; /* the step's counts, for counts() */
+    bool kick;                      /* a cancel the idle thread must see */
+    bool stopping;                  /* free has begun */
+    spindle_request_id next_id;
+
+    /* (step) */
+    sp_request *wait_head, *wait_tail;  /* admitted in this order (FCFS) */
+    int n_waiting;
+    sp_request **running;           /* [max_seqs], in admission order */
+    int n_running;
+    spindle_batch_entry *entries;   /* [max_seqs], one per running request */
+    sp_request **entry_req;
+    float *logits;                  /* [max_seqs][vocab], row per entry */
+    float *raw;                     /* [vocab]: want_logits' copy */
+    spindle_token_logprob top[SPINDLE_MAX_TOP_LOGPROBS];
+};
+
+double sp_engine_now(void);
+
+/* ---- request.c ---- */
+
+/* A request from the caller's description, everything copied and
+ * validated (the errors spindle_engine_submit documents except the
+ * sequence-in-use check, which needs the lock). */
+spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
+                              sp_request **out, spindle_error *err);
+void sp_request_free(sp_request *r);
+/* Choose the next token from `logits` (the request's row, clobbered),
+ * report it to on_token and decide whether the request stops: returns
+ * true and sets *reason when it does. A failed sampler sets *st. */
+bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
+                           spindle_stop_reason *reason, spindle_status *st,
+                           spindle_error *err);
+
+/* ---- engine.c ---- */
+
+/* End request r: remove it from the live set, call on_finish, free it. */
+void sp_engine_finish(spindle_engine *e, sp_request *r,
+                      spindle_stop_reason reason, spindle_status status,
+                      const char *error);
+
+/* ---- engine_sched.c ---- */
+
+/* One scheduler step on the stepping thread; returns the requests still
+ * queued or running. */
+int sp_engine_run_step(spindle_engine *e);
+/* Finish every unfinished request as cancelled (spindle_engine_free). */
+void sp_engine_cancel_all(spindle_engine *e);
+
+#endif

@@ -1,0 +1,196 @@
+/* One scheduler step of the engine, on the stepping thread:
+ *   1. take what was submitted into the waiting queue, end what was
+ *      cancelled;
+ *   2. plan one batch: a decode row per running request, then prompt
+ *      chunks of the running requests still prefilling (oldest first),
+ *      then new requests from the queue (FCFS) while fewer than max_seqs
+ *      run, all within max_batch_tokens rows;
+ *   3. one spindle_forward over the whole batch (per entry again only when
+ *      it fails, to find the requests that fail alone);
+ *   4. per request whose last prompt token or decode row was in it: pick a
+ *      token (request.c), call on_token, apply the stop rules; end the
+ *      requests that stopped.
+ * Nothing here allocates except admission (a new request's sequence). */
+#include "generation/engine.h"
+
+#include <string.h>
+
+#include "base/error.h"
+
+/* Move the submitted requests to the end of the waiting queue. */
+static void take_incoming(spindle_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    if (e->in_head) {
+        if (e->wait_tail) e->wait_tail->next = e->in_head;
+        else e->wait_head = e->in_head;
+        e->wait_tail = e->in_tail;
+        e->n_waiting += e->n_incoming;
+        e->n_waiting_seen += e->n_incoming;
+        e->in_head = e->in_tail = NULL;
+        e->n_incoming = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* End, in order, the running requests marked done (or, with `cancel`,
+ * every one that was cancelled), keeping the others in admission order. */
+static void retire_running(spindle_engine *e, bool cancel) {
+    int kept = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        sp_request *r = e->running[i];
+        if (cancel && atomic_load(&r->cancelled)) {
+            r->done = true;
+            r->reason = SPINDLE_STOP_CANCELLED;
+        }
+        if (r->done)
+            sp_engine_finish(e, r, r->reason, r->error.status,
+                             r->error.message);
+        else
+            e->running[kept++] = r;
+    }
+    e->n_running = kept;
+}
+
+static void drop_cancelled_waiting(spindle_engine *e) {
+    sp_request **link = &e->wait_head, *last = NULL;
+    while (*link) {
+        sp_request *r = *link;
+        if (atomic_load(&r->cancelled)) {
+            *link = r->next;
+            e->n_waiting--;
+            sp_engine_finish(e, r, SPINDLE_STOP_CANCELLED, SPINDLE_OK, NULL);
+        } else {
+            last = r;
+            link = &r->next;
+        }
+    }
+    e->wait_tail = last;
+}
+
+static void add_entry(spindle_engine *e, int *n, sp_request *r,
+                      const int32_t *tokens, int n_tokens, bool last) {
+    int i = (*n)++;
+    e->entries[i] = (spindle_batch_entry){
+        .seq = r->seq, .tokens = tokens, .n_tokens = n_tokens,
+        .logits_mode = last ? SPINDLE_LOGITS_LAST : SPINDLE_LOGITS_NONE,
+        .logits = last ? e->logits + (size_t)i * e->vocab : NULL};
+    e->entry_req[i] = r;
+}
+
+/* The next prompt chunk of r, as much as the budget allows. */
+static void add_chunk(spindle_engine *e, int *n, sp_request *r, int *budget) {
+    int left = r->n_prompt - r->prefilled;
+    int take = left < *budget ? left : *budget;
+    if (take <= 0) return;
+    add_entry(e, n, r, r->tokens + r->prefilled, take, take == left);
+    *budget -= take;
+}
+
+/* Admit the head of the queue: its sequence (a fresh one unless the caller
+ * gave one). False when it could not start (it has been ended). */
+static bool admit(spindle_engine *e, sp_request *r) {
+    if (!r->seq) {
+        if (spindle_seq_new(e->model, &r->seq, &r->error)) {
+            sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
+                             r->error.message);
+            return false;
+        }
+        r->owns_seq = true;
+    }
+    r->t_first_chunk = sp_engine_now();
+    e->running[e->n_running++] = r;
+    return true;
+}
+
+/* Fill e->entries for this step; returns their count. */
+static int plan_batch(spindle_engine *e) {
+    int n = 0, budget = e->max_batch_tokens;
+    for (int i = 0; i < e->n_running; i++) {
+        sp_request *r = e->running[i];
+        if (r->prefilled == r->n_prompt) {
+            add_entry(e, &n, r, r->tokens + r->n_prompt + r->n_generated - 1,
+                      1, true);
+            budget--;
+        }
+    }
+    for (int i = 0; i < e->n_running && budget > 0; i++)
+        if (e->running[i]->prefilled < e->running[i]->n_prompt)
+            add_chunk(e, &n, e->running[i], &budget);
+    while (budget > 0 && e->n_running < e->max_seqs && e->wait_head) {
+        sp_request *r = e->wait_head;
+        e->wait_head = r->next;
+        if (!e->wait_head) e->wait_tail = NULL;
+        r->next = NULL;
+        e->n_waiting--;
+        if (admit(e, r)) add_chunk(e, &n, r, &budget);
+    }
+    return n;
+}
+
+/* The batch failed as a whole: run each entry alone, so that only the
+ * requests that fail by themselves end (a failed pass extends no
+ * sequence, so the retry starts from the same state). */
+static void forward_each(spindle_engine *e, int n) {
+    for (int i = 0; i < n; i++) {
+        sp_request *r = e->entry_req[i];
+        if (spindle_forward(e->model, &e->entries[i], 1, &r->error)) {
+            r->done = true;
+            r->reason = SPINDLE_STOP_ERROR;
+        }
+    }
+}
+
+/* After the pass: advance the prompts, pick the tokens, apply the stop
+ * rules (request.c). */
+static void take_results(spindle_engine *e, int n) {
+    for (int i = 0; i < n; i++) {
+        sp_request *r = e->entry_req[i];
+        const spindle_batch_entry *en = &e->entries[i];
+        if (r->done) continue;
+        if (r->prefilled < r->n_prompt) r->prefilled += en->n_tokens;
+        if (en->logits_mode == SPINDLE_LOGITS_NONE) continue;
+        spindle_status st = SPINDLE_OK;
+        if (r->max_tokens == 0) {
+            r->done = true;
+            r->reason = SPINDLE_STOP_LENGTH;
+        } else if (sp_request_take_token(e, r, en->logits, &r->reason, &st,
+                                         &r->error)) {
+            r->done = true;
+            if (st) r->reason = SPINDLE_STOP_ERROR;
+        }
+    }
+}
+
+int sp_engine_run_step(spindle_engine *e) {
+    take_incoming(e);
+    retire_running(e, true);
+    drop_cancelled_waiting(e);
+    int n = plan_batch(e);
+    if (n > 0) {
+        spindle_error err;
+        if (spindle_forward(e->model, e->entries, n, &err)) forward_each(e, n);
+        take_results(e, n);
+        retire_running(e, false);
+    }
+    pthread_mutex_lock(&e->lock);
+    e->n_waiting_seen = e->n_waiting;
+    e->n_running_seen = e->n_running;
+    int active = e->n_incoming + e->n_waiting + e->n_running;
+    pthread_mutex_unlock(&e->lock);
+    return active;
+}
+
+void sp_engine_cancel_all(spindle_engine *e) {
+    take_incoming(e);
+    for (int i = 0; i < e->n_running; i++) {
+        e->running[i]->done = true;
+        e->running[i]->reason = SPINDLE_STOP_CANCELLED;
+    }
+    retire_running(e, false);
+    for (sp_request *r = e->wait_head; r; r = e->wait_head) {
+        e->wait_head = r->next;
+        sp_engine_finish(e, r, SPINDLE_STOP_CANCELLED, SPINDLE_OK, NULL);
+    }
+    e->wait_tail = NULL;
+    e->n_waiting = 0;
+}

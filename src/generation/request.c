@@ -1,0 +1,188 @@
+/* One request of the step engine: what submit copies and validates, and
+ * the per-token rule that every generation (engine requests and, through
+ * them, spindle_generate) shares: logits processors over prompt ++
+ * generated, the sampler, then the stop checks in mlx-lm's order. */
+#include "generation/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+/* The processors the parameters ask for, or NULL when none is active. */
+static spindle_status make_processors(const spindle_gen_params *g,
+                                      sp_logits_processors **out,
+                                      spindle_error *err) {
+    *out = NULL;
+    bool any = g->n_logit_bias > 0 ||
+               (g->repetition_penalty != 0 && g->repetition_penalty != 1) ||
+               g->presence_penalty != 0 || g->frequency_penalty != 0;
+    if (!any) return SPINDLE_OK;
+    sp_logits_params p = sp_logits_params_defaults();
+    sp_logit_bias *bias = NULL;
+    if (g->n_logit_bias > 0) {
+        if (!g->logit_bias_ids || !g->logit_bias_values)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT, "logit bias without ids or values");
+        bias = malloc((size_t)g->n_logit_bias * sizeof *bias);
+        if (!bias) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+        for (int i = 0; i < g->n_logit_bias; i++)
+            bias[i] = (sp_logit_bias){g->logit_bias_ids[i], g->logit_bias_values[i]};
+    }
+    p.logit_bias = bias;
+    p.n_logit_bias = g->n_logit_bias > 0 ? g->n_logit_bias : 0;
+    p.repetition_penalty = g->repetition_penalty;
+    p.repetition_context_size = g->repetition_context_size;
+    p.presence_penalty = g->presence_penalty;
+    p.presence_context_size = g->presence_context_size;
+    p.frequency_penalty = g->frequency_penalty;
+    p.frequency_context_size = g->frequency_context_size;
+    spindle_status st = sp_logits_processors_new(&p, out, err);
+    free(bias);
+    return st;
+}
+
+static spindle_status check_request(const spindle_engine *e,
+                                    const spindle_request *r,
+                                    const spindle_gen_params *g,
+                                    spindle_error *err) {
+    if (!r->prompt || r->n_prompt < 1)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "the prompt must hold at least one token");
+    if (g->max_tokens < 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "max_tokens is negative");
+    if (r->top_logprobs < 0 || r->top_logprobs > SPINDLE_MAX_TOP_LOGPROBS)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "top_logprobs must be in [0, %d], got %d",
+                       SPINDLE_MAX_TOP_LOGPROBS, r->top_logprobs);
+    if (g->n_stop_ids < 0 || (g->n_stop_ids > 0 && !g->stop_ids))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "invalid stop id list");
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "prompt token %d is %d, outside the vocabulary (%d)",
+                           i, (int)r->prompt[i], e->vocab);
+    int start = spindle_seq_length(r->seq);
+    if (e->context > 0 && r->n_prompt > e->context - start)
+        return sp_fail(err, SPINDLE_ERR_LIMIT,
+                       "a prompt of %d tokens does not fit in the context "
+                       "(%d of %d left)", r->n_prompt, e->context - start,
+                       e->context);
+    return SPINDLE_OK;
+}
+
+/* Generated tokens the request can reach: max_tokens, or fewer when the
+ * context ends first (the last token is never fed back). */
+static int64_t max_generated(const spindle_engine *e, const spindle_request *r,
+                             int max_tokens) {
+    if (e->context <= 0) return max_tokens;
+    int64_t room = (int64_t)e->context - spindle_seq_length(r->seq) - r->n_prompt + 1;
+    return room < max_tokens ? room : max_tokens;
+}
+
+spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
+                              sp_request **out, spindle_error *err) {
+    *out = NULL;
+    spindle_gen_params defaults = spindle_gen_defaults();
+    const spindle_gen_params *g = r->params ? r->params : &defaults;
+    spindle_status st = check_request(e, r, g, err);
+    if (st) return st;
+    sp_request *q = calloc(1, sizeof *q);
+    if (!q) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    atomic_init(&q->cancelled, false);
+    q->n_prompt = r->n_prompt;
+    q->max_tokens = g->max_tokens;
+    int64_t cap = r->n_prompt + max_generated(e, r, g->max_tokens);
+    q->cap = cap > INT32_MAX ? INT32_MAX : (int)cap;
+    q->tokens = cap > INT32_MAX ? NULL : malloc((size_t)cap * sizeof *q->tokens);
+    if (!g->ignore_eos) {
+        q->n_eos = spindle_model_eos_ids(e->model, &q->eos);
+        q->n_stop_ids = g->n_stop_ids;
+        if (g->n_stop_ids > 0)
+            q->stop_ids = malloc((size_t)g->n_stop_ids * sizeof *q->stop_ids);
+    }
+    if (!q->tokens || (q->n_stop_ids > 0 && !q->stop_ids)) {
+        sp_request_free(q);
+        return sp_fail(err, SPINDLE_ERR_MEMORY,
+                       "out of memory for a request of %lld tokens",
+                       (long long)cap);
+    }
+    memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+    if (q->n_stop_ids > 0)
+        memcpy(q->stop_ids, g->stop_ids, (size_t)q->n_stop_ids * sizeof *q->stop_ids);
+    q->top_logprobs = r->top_logprobs;
+    q->want_logits = r->want_logits;
+    q->seq = r->seq;
+    q->on_token = r->on_token;
+    q->on_finish = r->on_finish;
+    q->user = r->user;
+    st = spindle_sampler_new(&g->sampler, &q->sampler, err);
+    if (!st) st = make_processors(g, &q->procs, err);
+    if (st) {
+        sp_request_free(q);
+        return st;
+    }
+    *out = q;
+    return SPINDLE_OK;
+}
+
+void sp_request_free(sp_request *r) {
+    if (!r) return;
+    if (r->owns_seq) spindle_seq_free(r->seq);
+    spindle_sampler_free(r->sampler);
+    sp_logits_processors_free(r->procs);
+    free(r->stop_ids);
+    free(r->tokens);
+    free(r);
+}
+
+static bool contains(const int32_t *ids, int n, int32_t t) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == t) return true;
+    return false;
+}
+
+bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
+                           spindle_stop_reason *reason, spindle_status *st,
+                           spindle_error *err) {
+    const float *raw = NULL;
+    if (r->want_logits) {
+        memcpy(e->raw, logits, (size_t)e->vocab * sizeof *e->raw);
+        raw = e->raw;
+    }
+    int n_history = r->n_prompt + r->n_generated;
+    *st = r->procs ? sp_logits_process(r->procs, r->tokens, n_history, logits,
+                                       e->vocab, err)
+                   : SPINDLE_OK;
+    int32_t tok = 0;
+    float logprob = 0;
+    if (!*st)
+        *st = sp_sampler_sample_top(r->sampler, logits, e->vocab, &tok,
+                                    &logprob, r->top_logprobs, e->top, err);
+    if (*st) return true;
+    r->tokens[n_history] = tok;
+    if (r->n_generated++ == 0) r->t_first_token = sp_engine_now();
+    if (r->on_token) {
+        spindle_token_info info = {
+            .token = tok, .logprob = logprob, .index = r->n_generated - 1,
+            .n_top = r->top_logprobs, .top = r->top_logprobs ? e->top : NULL,
+            .logits = raw};
+        if (!r->on_token(r->id, &info, r->user)) {
+            *reason = SPINDLE_STOP_CALLBACK;
+            return true;
+        }
+    }
+    if (contains(r->eos, r->n_eos, tok) ||
+        contains(r->stop_ids, r->n_stop_ids, tok)) {
+        *reason = SPINDLE_STOP_EOS;
+        return true;
+    }
+    if (r->n_generated == r->max_tokens) {
+        *reason = SPINDLE_STOP_LENGTH;
+        return true;
+    }
+    if (e->context > 0 && spindle_seq_length(r->seq) >= e->context) {
+        *reason = SPINDLE_STOP_CONTEXT;
+        return true;
+    }
+    return false;
+}

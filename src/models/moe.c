@@ -1,0 +1,362 @@
+/* The routed mixture-of-experts MLP (moe.h): binding and the forward pass. */
+#include "models/moe.h"
+#include "base/error.h"
+#include "compute/matmul/matmul.h"
+#include "compute/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- binding */
+
+/* The experts' gate/up/down under `prefix`: stacked when
+ * <prefix>.<stacked>.gate_proj.weight exists, else one tensor per expert. */
+static spindle_status bind_experts(spindle_model *m, const char *prefix,
+                                   sp_moe *moe, spindle_error *err) {
+    const sp_moe_spec *s = &moe->spec;
+    const int64_t d = moe->hidden, n = s->n_experts;
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    sp_linear *const dst[3] = {moe->gate, moe->up, moe->down};
+    char name[320];
+    snprintf(name, sizeof name, "%s.%s.gate_proj.weight", prefix, s->stacked);
+    bool stacked = !s->per_expert || sp_model_find_tensor(m, name);
+    spindle_status st = SPINDLE_OK;
+    for (int p = 0; p < 3 && !st; p++) {
+        const int64_t rows = p < 2 ? s->inter : d, cols = p < 2 ? d : s->inter;
+        if (stacked) {
+            snprintf(name, sizeof name, "%s.%s.%s", prefix, s->stacked,
+                     proj[p]);
+            st = sp_bind_stacked_linear(m, name, n, rows, cols,
+                                        s->expert_bias, dst[p], err);
+            continue;
+        }
+        for (int64_t e = 0; e < n && !st; e++) {
+            snprintf(name, sizeof name, "%s.%s.%lld.%s", prefix,
+                     s->per_expert, (long long)e, proj[p]);
+            st = sp_bind_linear(m, name, rows, cols, s->expert_bias,
+                                &dst[p][e], err);
+        }
+    }
+    return st;
+}
+
+static spindle_status bind_shared(spindle_model *m, const char *prefix,
+                                  sp_moe *moe, spindle_error *err) {
+    const sp_moe_spec *s = &moe->spec;
+    const int64_t d = moe->hidden, i = s->shared_inter;
+    char name[320];
+    spindle_status st;
+#define NAME(what) (snprintf(name, sizeof name, "%s.%s%s", prefix, s->shared, \
+                             what), name)
+    if ((st = sp_bind_linear(m, NAME(".gate_proj"), i, d, false,
+                             &moe->shared_gate_proj, err)) ||
+        (st = sp_bind_linear(m, NAME(".up_proj"), i, d, false, &moe->shared_up,
+                             err)) ||
+        (st = sp_bind_linear(m, NAME(".down_proj"), d, i, false,
+                             &moe->shared_down, err)))
+        return st;
+#undef NAME
+    if (!s->shared_gate) return SPINDLE_OK;
+    snprintf(name, sizeof name, "%s.%s", prefix, s->shared_gate);
+    return sp_bind_linear(m, name, 1, d, false, &moe->shared_expert_gate, err);
+}
+
+spindle_status sp_moe_bind(spindle_model *m, const char *prefix,
+                           const sp_moe_spec *spec, sp_moe *out,
+                           spindle_error *err) {
+    memset(out, 0, sizeof *out);
+    if (spec->n_experts < 1 || spec->top_k < 1 ||
+        spec->top_k > spec->n_experts || spec->inter < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: %s: %d of %d experts per token (size %lld) is "
+                       "not a valid mixture of experts", m->dir, prefix,
+                       spec->top_k, spec->n_experts, (long long)spec->inter);
+    out->spec = *spec;
+    out->hidden = m->cfg.hidden_size;
+    size_t n = (size_t)spec->n_experts;
+    out->gate = calloc(3 * n, sizeof *out->gate);
+    if (!out->gate) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    out->up = out->gate + n;
+    out->down = out->up + n;
+    char name[320];
+    snprintf(name, sizeof name, "%s.%s", prefix, spec->router);
+    spindle_status st = sp_bind_linear(m, name, spec->n_experts, out->hidden,
+                                       false, &out->router, err);
+    if (!st) st = bind_experts(m, prefix, out, err);
+    if (!st && spec->shared_inter > 0) st = bind_shared(m, prefix, out, err);
+    if (st) sp_moe_free(out);
+    return st;
+}
+
+void sp_moe_free(sp_moe *moe) {
+    if (!moe) return;
+    free(moe->gate); /* up and down share its allocation */
+    moe->gate = moe->up = moe->down = NULL;
+}
+
+static void add_linear(const sp_linear *l, int64_t *params, int64_t *bytes) {
+    if (l->w.rows == 0) return;
+    *params += l->w.rows * l->w.cols + (l->bias ? l->w.rows : 0);
+    *bytes += (int64_t)sp_weight_nbytes(&l->w) +
+              (l->bias ? l->w.rows * (int64_t)sizeof(float) : 0);
+}
+
+sp_moe_size sp_moe_measure(const sp_moe *moe) {
+    sp_moe_size z = {0};
+    int64_t ep = 0, eb = 0; /* all experts */
+    for (int e = 0; e < moe->spec.n_experts; e++) {
+        add_linear(&moe->gate[e], &ep, &eb);
+        add_linear(&moe->up[e], &ep, &eb);
+        add_linear(&moe->down[e], &ep, &eb);
+    }
+    const sp_linear *always[] = {&moe->router, &moe->shared_gate_proj,
+                                 &moe->shared_up, &moe->shared_down,
+                                 &moe->shared_expert_gate};
+    for (size_t i = 0; i < sizeof always / sizeof *always; i++)
+        add_linear(always[i], &z.active_params, &z.active_bytes);
+    /* Every expert has the same shapes and storage type. */
+    z.params = z.active_params + ep;
+    z.bytes = z.active_bytes + eb;
+    z.active_params += ep / moe->spec.n_experts * moe->spec.top_k;
+    z.active_bytes += eb / moe->spec.n_experts * moe->spec.top_k;
+    return z;
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+/* The experts run in two parallel phases (gate/up and activation, then
+ * down), each over units: output rows [r0, r1) of one expert's projection
+ * for its n grouped rows starting at position `first`. A decode step has
+ * top_k experts of one row each; their rows are cut into blocks so that
+ * every thread gets about UNITS_PER_THREAD units. */
+#define UNITS_PER_THREAD 4
+
+typedef struct unit {
+    int expert, first, n;
+    int64_t r0, r1;
+} unit;
+
+struct sp_moe_scratch {
+    size_t cap_rows, cap_experts, cap_x, cap_h;
+    float *logits;   /* [T][n_experts] router logits; [T] shared gates */
+    int *idx;        /* [T][k] chosen experts, best first */
+    float *weight;   /* [T][k] their weights */
+    int *order;      /* [T*k] assignment t*k+j at each grouped position */
+    int *pos;        /* [T*k] grouped position of assignment t*k+j */
+    int *first;      /* [n_experts + 1] first grouped position per expert */
+    int *fill;       /* [n_experts] next free position while grouping */
+    float *x;        /* [T*k][hidden] gathered rows, then expert outputs */
+    float *gate, *up;/* [T*k][inter] */
+    struct unit *units; /* [cap_units] work items of one parallel phase */
+    size_t cap_units;
+};
+
+void sp_moe_scratch_free(sp_moe_scratch *s) {
+    if (!s) return;
+    free(s->logits); free(s->idx); free(s->weight); free(s->order);
+    free(s->pos); free(s->first); free(s->fill); free(s->x);
+    free(s->gate); free(s->up); free(s->units);
+    free(s);
+}
+
+/* Grow array p to n elements (false: out of memory, p unchanged). */
+#define GROW(p, n) \
+    ((tmp = realloc((p), (n) * sizeof *(p))) != NULL ? ((p) = tmp, true) \
+                                                     : false)
+
+static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
+    const sp_moe_spec *sp = &moe->spec;
+    const size_t T = (size_t)f->n_rows;
+    size_t E = (size_t)sp->n_experts;
+    const size_t assigned = T * (size_t)sp->top_k;
+    size_t rows = assigned > T ? assigned : T;
+    size_t h = assigned * (size_t)sp->inter;
+    if (T * (size_t)sp->shared_inter > h) h = T * (size_t)sp->shared_inter;
+    const size_t x = rows * (size_t)moe->hidden;
+    void *tmp;
+    if (!f->moe && !(f->moe = calloc(1, sizeof *f->moe))) goto oom;
+    sp_moe_scratch *s = f->moe;
+    if (rows > s->cap_rows || E > s->cap_experts) {
+        if (rows < s->cap_rows) rows = s->cap_rows;
+        if (E < s->cap_experts) E = s->cap_experts;
+        if (!GROW(s->logits, rows * E) || !GROW(s->idx, rows) ||
+            !GROW(s->weight, rows) || !GROW(s->order, rows) ||
+            !GROW(s->pos, rows) || !GROW(s->first, E + 1) ||
+            !GROW(s->fill, E))
+            goto oom;
+        s->cap_rows = rows;
+        s->cap_experts = E;
+    }
+    if (x > s->cap_x) {
+        if (!GROW(s->x, x)) goto oom;
+        s->cap_x = x;
+    }
+    if (h > s->cap_h) {
+        if (!GROW(s->gate, h) || !GROW(s->up, h)) goto oom;
+        s->cap_h = h;
+    }
+    /* At most every expert once plus the extra blocks plan_units adds. */
+    const size_t units = E + UNITS_PER_THREAD * (size_t)sp_pool_size(f->m->pool);
+    if (units > s->cap_units) {
+        if (!GROW(s->units, units)) goto oom;
+        s->cap_units = units;
+    }
+    return SPINDLE_OK;
+oom:
+    return sp_fail(f->err, SPINDLE_ERR_MEMORY,
+                   "out of memory for the experts of %d tokens", f->n_rows);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Counting sort of the T*k assignments by expert, stable in row order. */
+static void group_by_expert(sp_moe_scratch *s, int n_assigned, int E) {
+    memset(s->first, 0, (size_t)(E + 1) * sizeof *s->first);
+    for (int a = 0; a < n_assigned; a++) s->first[s->idx[a] + 1]++;
+    for (int e = 0; e < E; e++) {
+        s->first[e + 1] += s->first[e];
+        s->fill[e] = s->first[e];
+    }
+    for (int a = 0; a < n_assigned; a++) {
+        int p = s->fill[s->idx[a]]++;
+        s->order[p] = a;
+        s->pos[a] = p;
+    }
+}
+
+/* Rows [r0, r1) of lin (its bias with them). */
+static sp_linear row_block(const sp_linear *lin, int64_t r0, int64_t r1) {
+    return (sp_linear){.w = sp_weight_row_block(&lin->w, r0, r1 - r0),
+                       .bias = lin->bias ? lin->bias + r0 : NULL};
+}
+
+static sp_moe_act_fn activation(const sp_moe *moe) {
+    return moe->spec.act ? moe->spec.act : sp_silu_mul;
+}
+
+/* h = act(gate(x)) * up(x), y = down(h) for n rows through one pooled
+ * product at a time (the shared expert: every row). */
+static void run_pooled(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
+                       const sp_linear *u, const sp_linear *d, const float *x,
+                       int n, float *gate, float *up, float *y) {
+    sp_linear_rows(pool, g, x, n, gate);
+    sp_linear_rows(pool, u, x, n, up);
+    activation(moe)(gate, up, n * (int)g->w.rows);
+    sp_linear_rows(pool, d, gate, n, y);
+}
+
+typedef struct phase {
+    const sp_moe *moe;
+    sp_moe_scratch *s;
+    bool down;          /* phase 2: down(h); else gate/up and activation */
+} phase;
+
+/* One thread's units; the products inside run on that thread alone. */
+static void run_units(void *ctx, int64_t u0, int64_t u1, int thread_id) {
+    (void)thread_id;
+    const phase *ph = ctx;
+    const sp_moe *moe = ph->moe;
+    sp_moe_scratch *s = ph->s;
+    const size_t D = (size_t)moe->hidden, I = (size_t)moe->spec.inter;
+    for (int64_t i = u0; i < u1; i++) {
+        const unit *u = &s->units[i];
+        /* n == 1 or the whole rows: the block's outputs are contiguous. */
+        const size_t h = (size_t)u->first * I;
+        if (ph->down) {
+            sp_linear d = row_block(&moe->down[u->expert], u->r0, u->r1);
+            sp_linear_rows(NULL, &d, s->gate + h, u->n,
+                           s->x + (size_t)u->first * D + u->r0);
+            continue;
+        }
+        const float *x = s->x + (size_t)u->first * D;
+        sp_linear g = row_block(&moe->gate[u->expert], u->r0, u->r1);
+        sp_linear up = row_block(&moe->up[u->expert], u->r0, u->r1);
+        sp_linear_rows(NULL, &g, x, u->n, s->gate + h + u->r0);
+        sp_linear_rows(NULL, &up, x, u->n, s->up + h + u->r0);
+        activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
+                        u->n * (int)(u->r1 - u->r0));
+    }
+}
+
+/* The units of one phase over `rows` output rows per expert: one unit per
+ * expert with several rows (a prefill), row blocks of whole 32-row tiles
+ * for one-row experts when there are too few units for the threads. */
+static int plan_units(sp_moe_scratch *s, int E, int64_t rows, int threads) {
+    int active = 0, n_units = 0;
+    for (int e = 0; e < E; e++) active += s->first[e + 1] > s->first[e];
+    int64_t blocks = (UNITS_PER_THREAD * threads + active - 1) / active;
+    int64_t block = (rows + blocks - 1) / blocks;
+    block = (block + 31) / 32 * 32;
+    for (int e = 0; e < E; e++) {
+        int first = s->first[e], n = s->first[e + 1] - first;
+        if (!n) continue;
+        int64_t step = n == 1 && threads > 1 ? block : rows;
+        for (int64_t r0 = 0; r0 < rows; r0 += step)
+            s->units[n_units++] = (unit){e, first, n, r0,
+                                         r0 + step < rows ? r0 + step : rows};
+    }
+    return n_units;
+}
+
+/* Every routed expert over its grouped rows in s->x; the outputs replace
+ * the inputs there (phase 2 starts once phase 1 has read them all). */
+static void run_experts(sp_pool *pool, const sp_moe *moe, sp_moe_scratch *s) {
+    const int E = moe->spec.n_experts, threads = sp_pool_size(pool);
+    phase ph = {.moe = moe, .s = s};
+    int n = plan_units(s, E, moe->spec.inter, threads);
+    sp_pool_for(pool, n, 1, run_units, &ph);
+    ph.down = true;
+    n = plan_units(s, E, moe->hidden, threads);
+    sp_pool_for(pool, n, 1, run_units, &ph);
+}
+
+/* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn). */
+static void add_shared_expert(sp_forward *f, const sp_moe *moe) {
+    sp_moe_scratch *s = f->moe;
+    sp_pool *pool = f->m->pool;
+    const int T = f->n_rows;
+    const size_t D = (size_t)moe->hidden;
+    run_pooled(pool, moe, &moe->shared_gate_proj, &moe->shared_up,
+               &moe->shared_down, f->xn, T, s->gate, s->up, s->x);
+    const bool gated = moe->shared_expert_gate.w.rows > 0;
+    if (gated) sp_linear_rows(pool, &moe->shared_expert_gate, f->xn, T,
+                              s->logits);
+    for (int t = 0; t < T; t++) {
+        float g = gated ? 1.0f / (1.0f + expf(-s->logits[t])) : 1.0f;
+        const float *y = s->x + (size_t)t * D;
+        float *o = f->out + (size_t)t * D;
+        for (size_t i = 0; i < D; i++) o[i] += g * y[i];
+    }
+}
+
+void sp_moe_block(sp_forward *f, const sp_moe *moe) {
+    if (f->status) return;
+    if ((f->status = reserve(f, moe))) return;
+    sp_moe_scratch *s = f->moe;
+    sp_pool *pool = f->m->pool;
+    const sp_moe_spec *sp = &moe->spec;
+    const int T = f->n_rows, E = sp->n_experts, k = sp->top_k;
+    const size_t D = (size_t)moe->hidden;
+
+    sp_linear_forward(f, &moe->router, f->xn, s->logits);
+    for (int t = 0; t < T; t++)
+        sp_route(s->logits + (size_t)t * E, E, k, sp->routing, sp->norm_topk,
+                 s->idx + (size_t)t * k, s->weight + (size_t)t * k);
+    group_by_expert(s, T * k, E);
+    for (int p = 0; p < T * k; p++)
+        memcpy(s->x + (size_t)p * D, f->xn + (size_t)(s->order[p] / k) * D,
+               D * sizeof(float));
+    run_experts(pool, moe, s);
+    for (int t = 0; t < T; t++) {
+        float *o = f->out + (size_t)t * D;
+        memset(o, 0, D * sizeof(float));
+        for (int j = 0; j < k; j++) {
+            const float w = s->weight[(size_t)t * k + j];
+            const float *y = s->x + (size_t)s->pos[(size_t)t * k + j] * D;
+            for (size_t i = 0; i < D; i++) o[i] += w * y[i];
+        }
+    }
+    if (sp->shared_inter > 0) add_shared_expert(f, moe);
+}

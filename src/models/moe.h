@@ -1,0 +1,93 @@
+/* The routed mixture-of-experts MLP, shared by every MoE family.
+ *
+ * A router (an sp_linear, optional bias) gives n_experts logits per row;
+ * sp_route (compute/routing.h) picks top_k experts and their weights; each
+ * chosen expert is a gated MLP down(act(gate(x)) * up(x)) with optional
+ * biases; the row's output is the weighted sum of its experts' outputs,
+ * plus an optional shared expert that every row goes through (scaled by
+ * sigmoid(shared_expert_gate(x)) when that gate exists).
+ *
+ * The experts are views into the files' tensors, never copies: a stacked
+ * [n_experts][out][in] tensor (mlx-lm's switch_mlp.*, float or MLX affine
+ * with 3-D weight/scales/biases; GGUF's ffn_*_exps in any block type) is
+ * cut into per-expert sp_weight views (sp_weight_row_block), and the
+ * Hugging Face layout (one tensor per expert) binds each expert's own
+ * tensor; every matmul kernel then runs per expert unchanged.
+ *
+ * A forward pass groups the rows by expert (gather the rows routed to
+ * expert e, one sp_matmul per projection over them, scatter-add with the
+ * routing weights), so each chosen expert's weights are read once per pass
+ * and a decode step reads only the top_k experts it picked. Scratch lives
+ * in the forward state and grows; nothing is allocated per token. */
+#ifndef SP_MODELS_MOE_H
+#define SP_MODELS_MOE_H
+
+#include "models/blocks.h"
+#include "compute/routing.h"
+
+/* gate[i] = act(gate[i], up[i]) for i < n (sp_silu_mul's contract). */
+typedef void (*sp_moe_act_fn)(float *gate, const float *up, int n);
+
+/* What a family states about its MoE layers. Module names are relative to
+ * the prefix handed to sp_moe_bind (the layer's MLP, "model.layers.N.mlp"). */
+typedef struct sp_moe_spec {
+    int n_experts;
+    int top_k;                  /* 1 <= top_k <= n_experts */
+    int64_t inter;              /* each expert's intermediate size */
+    sp_route_mode routing;
+    bool norm_topk;             /* SP_ROUTE_SOFTMAX_TOPK: renormalize */
+    bool expert_bias;           /* experts' .bias tensors are required */
+    sp_moe_act_fn act;          /* NULL: SwiGLU, silu(gate) * up */
+    const char *router;         /* "gate": <router>.weight [n_experts][hidden],
+                                   optional <router>.bias */
+    /* Stacked experts: <stacked>.{gate,up,down}_proj.weight (3-D), e.g.
+     * "switch_mlp"; when absent, the per-expert layout
+     * <per_expert>.N.{gate,up,down}_proj.weight (NULL: none), e.g.
+     * "experts". */
+    const char *stacked;
+    const char *per_expert;
+    /* Shared expert: <shared>.{gate,up,down}_proj of shared_inter
+     * (0: none) and its gate <shared_gate>.weight [1][hidden] (NULL:
+     * added ungated). */
+    int64_t shared_inter;
+    const char *shared;
+    const char *shared_gate;
+} sp_moe_spec;
+
+/* One bound MoE layer. */
+typedef struct sp_moe {
+    sp_moe_spec spec;
+    int64_t hidden;
+    sp_linear router;
+    sp_linear *gate, *up, *down;     /* [n_experts] each; owned */
+    sp_linear shared_gate_proj, shared_up, shared_down;
+    sp_linear shared_expert_gate;    /* rows 0: none */
+} sp_moe;
+
+/* Bind the layer's router and experts under `prefix` (m->cfg.hidden_size
+ * wide), checking every shape against the spec: a tensor with another
+ * expert count or size fails naming it. On failure *out holds nothing to
+ * free. */
+spindle_status sp_moe_bind(spindle_model *m, const char *prefix,
+                           const sp_moe_spec *spec, sp_moe *out,
+                           spindle_error *err);
+/* Release what sp_moe_bind allocated (not moe itself). */
+void sp_moe_free(sp_moe *moe);
+
+/* Weights and parameters of the layer: every expert (total) and what one
+ * row reads (active: router, top_k experts, shared expert). */
+typedef struct sp_moe_size {
+    int64_t params, bytes;
+    int64_t active_params, active_bytes;
+} sp_moe_size;
+sp_moe_size sp_moe_measure(const sp_moe *moe);
+
+/* f->out = moe(f->xn) over the pass's rows. A failure (out of memory for
+ * the scratch) is left in f->status. */
+void sp_moe_block(sp_forward *f, const sp_moe *moe);
+
+/* The scratch sp_moe_block keeps in sp_forward.moe. */
+typedef struct sp_moe_scratch sp_moe_scratch;
+void sp_moe_scratch_free(sp_moe_scratch *s);
+
+#endif

@@ -1,0 +1,59 @@
+/* What seq_state.c and seq_state_snapshot.c share: the layout of a
+ * sequence state. Internal to runtime/. */
+#ifndef SP_RUNTIME_SEQ_STATE_IMPL_H
+#define SP_RUNTIME_SEQ_STATE_IMPL_H
+
+#include <stdbool.h>
+
+#include "runtime/kv_cache.h"
+#include "runtime/seq_state.h"
+
+/* What a recurrent state slot holds. */
+typedef enum sp_slot_role {
+    SP_SLOT_FREE = 0,
+    SP_SLOT_CURRENT,  /* the state at the sequence's length */
+    SP_SLOT_WORK,     /* the pass in progress updates it */
+    SP_SLOT_KEPT,     /* a state of the last committed pass, at `length` */
+    SP_SLOT_NEW,      /* a checkpoint of the pass in progress */
+} sp_slot_role;
+
+typedef struct sp_state_slot {
+    float *data;      /* conv window, then the recurrent state */
+    sp_slot_role role;
+    int length;       /* the sequence length whose state it holds */
+} sp_state_slot;
+
+typedef struct sp_layer_state {
+    sp_layer_state_desc d;
+    sp_kv_buffer kv;              /* the KV kinds */
+    size_t floats;                /* recurrent: floats per slot */
+    sp_state_slot *slots;         /* recurrent: allocated slots */
+    int n_slots, cap_slots;
+    int current;                  /* recurrent: slot of the current state */
+    int work;                     /* recurrent: slot of the pass, or -1 */
+} sp_layer_state;
+
+struct sp_seq_state {
+    int n_layers;
+    sp_layer_state *layers;
+    sp_seq_state_options opt;
+    int length;
+    int pending;                  /* n_new of the reserved pass, or 0 */
+};
+
+bool sp_layer_is_kv(const sp_layer_state *L);
+int64_t sp_recurrent_conv_floats(const sp_layer_state_desc *d);
+
+/* Capacity for positions [.., end) (full KV), or for the window's kept
+ * positions up to `end` and at least `rows_at_least` rows (window KV); the
+ * stored positions the state needs stay. */
+spindle_status sp_full_fit(sp_seq_state *s, sp_layer_state *L, int64_t end,
+                           spindle_error *err);
+spindle_status sp_window_fit(sp_seq_state *s, sp_layer_state *L,
+                             int64_t end, int64_t rows_at_least,
+                             spindle_error *err);
+
+/* Release every recurrent slot's role but the current state's. */
+void sp_recurrent_forget_kept(sp_layer_state *L);
+
+#endif

@@ -1,0 +1,382 @@
+"""GGUF files from float safetensors model directories, spelled the way
+llama.cpp's converter (convert_hf_to_gguf.py / conversion/*.py) writes each
+architecture, with the `gguf` package's writer and quantizers.
+
+Used by the GGUF parity tests (tests/parity/test_dense_gguf.py) and by
+bench/make_gguf.py, so that Spindle and llama.cpp run the same weights.
+
+Table-driven: ARCHS maps a config.json model_type to an Arch, which says
+  * the GGUF architecture (general.architecture),
+  * tensor names beyond llama.cpp's common ones (LAYER_NAMES),
+  * whether q/k rows are permuted for llama.cpp's interleaved ("normal")
+    RoPE, as LlamaModel.permute does for the archs llama.cpp ropes that way
+    (llama_model_rope_type: LLAMA_ROPE_TYPE_NORM),
+  * a function adding the architecture's own metadata keys.
+Adding an architecture is one entry. Configs are read as mlx-lm / HF write
+them; multimodal wrappers (mistral3) are unwrapped to their text_config
+and their tensors' "language_model." prefix dropped.
+
+The tokenizer is a synthetic gpt2-style vocabulary (llama.cpp refuses a
+model without one): the 256 GPT-2 byte symbols, filler tokens, and
+optional special tokens at given ids. The tests feed token ids, so its
+contents do not matter; only that it loads and has vocab_size entries.
+The 1-D norm weights stay F32, as llama.cpp's converter keeps them.
+"""
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import gguf
+from gguf.quants import dequantize, quantize
+
+QTYPES = {
+    "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
+    "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
+    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+}
+
+# HF suffix -> GGUF suffix, per layer (llama.cpp's common spelling).
+LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+GLOBAL_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+
+
+class WriterError(Exception):
+    """The model cannot be written as GGUF (and why)."""
+
+
+def read_safetensors(path):
+    """Yield (name, float32 array) from one safetensors file (bf16/f16/f32)."""
+    with open(path, "rb") as f:
+        (hlen,) = struct.unpack("<Q", f.read(8))
+        if hlen > 100 * 1024 * 1024:
+            raise WriterError(f"{path}: header length {hlen} is implausible")
+        header = json.loads(f.read(hlen))
+        base = 8 + hlen
+        size = os.fstat(f.fileno()).st_size
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = info["data_offsets"]
+            shape = info["shape"]
+            if not (0 <= start <= end and base + end <= size):
+                raise WriterError(f"{path}: {name} lies outside the file")
+            f.seek(base + start)
+            raw = f.read(end - start)
+            dt = info["dtype"]
+            if dt == "BF16":
+                bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+                arr = bits.view(np.float32)
+            elif dt == "F16":
+                arr = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+            elif dt == "F32":
+                arr = np.frombuffer(raw, dtype="<f4").copy()
+            else:
+                raise WriterError(f"{path}: {name} has dtype {dt}; convert "
+                                  "an unquantized model")
+            if arr.size != int(np.prod(shape)):
+                raise WriterError(f"{path}: {name} size does not match shape")
+            yield name, arr.reshape(shape)
+
+
+def gpt2_byte_symbols():
+    """GPT-2's bytes_to_unicode(): the 256 printable stand-ins for bytes."""
+    bs = (list(range(ord("!"), ord("~") + 1))
+          + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+def add_tokenizer(w, vocab_size, bos_id, eos_id, specials=None, pre="qwen2"):
+    """A gpt2 tokenizer of vocab_size tokens; `specials` maps ids to
+    control-token texts."""
+    specials = specials or {}
+    tokens = gpt2_byte_symbols() + ["ĠĠ"]
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    for i in range(len(tokens), vocab_size):
+        if i in specials:
+            tokens.append(specials[i])
+            types.append(gguf.TokenType.CONTROL)
+        else:
+            tokens.append(f"[tok{i}]")
+            types.append(gguf.TokenType.NORMAL)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    # The loader requires the merges key; one merge whose result is in the
+    # vocabulary keeps the array typed and the tokenizer consistent.
+    w.add_token_merges(["Ġ Ġ"])
+    w.add_bos_token_id(bos_id)
+    w.add_eos_token_id(eos_id)
+    w.add_add_bos_token(False)
+
+
+def permute(weights, n_head, n_head_kv):
+    """convert_hf_to_gguf.py's LlamaModel.permute: rotate-half pairs to the
+    interleaved pairs of llama.cpp's normal RoPE."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2,
+                            *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def _rope_scaling(w, cfg, rs):
+    """rope.scaling.* of a rope_scaling block (linear, yarn)."""
+    if not rs:
+        return
+    kind = rs.get("type") or rs.get("rope_type", "default")
+    if kind == "default":
+        return
+    if kind == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(rs["factor"]))
+    elif kind == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rs["factor"]))
+        w.add_rope_scaling_orig_ctx_len(
+            int(rs.get("original_max_position_embeddings", 4096)))
+        w.add_rope_scaling_yarn_beta_fast(float(rs.get("beta_fast", 32.0)))
+        w.add_rope_scaling_yarn_beta_slow(float(rs.get("beta_slow", 1.0)))
+        if rs.get("mscale_all_dim"):
+            w.add_rope_scaling_yarn_log_mul(float(rs["mscale_all_dim"]))
+        if rs.get("mscale", 1.0) != 1.0:
+            raise WriterError("llama.cpp assumes yarn mscale 1")
+    else:
+        raise WriterError(f"rope_scaling {kind} has no GGUF form here")
+
+
+def _sliding_pattern(w, cfg, default_period):
+    """Olmo2Model.set_gguf_parameters: the window and a flag per layer."""
+    w.add_sliding_window(int(cfg["sliding_window"]))
+    types = cfg.get("layer_types") or [
+        "full_attention" if (i + 1) % default_period == 0
+        else "sliding_attention" for i in range(cfg["num_hidden_layers"])]
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in types])
+
+
+def _olmo3_keys(w, cfg):
+    _sliding_pattern(w, cfg, 4)
+
+
+def _granite_keys(w, cfg):
+    """GraniteModel.set_gguf_parameters: the multipliers as *_scale."""
+    w.add_attention_scale(float(cfg["attention_multiplier"]))
+    w.add_embedding_scale(float(cfg["embedding_multiplier"]))
+    w.add_residual_scale(float(cfg["residual_multiplier"]))
+    w.add_logit_scale(float(cfg["logits_scaling"]))
+
+
+def _ministral3_keys(w, cfg):
+    """Mistral3Model.Ministral3Model: rope_parameters' yarn and the Llama 4
+    temperature (whose period is the yarn original context)."""
+    rp = cfg["rope_parameters"]
+    w.add_attn_temperature_scale(float(rp["llama_4_scaling_beta"]))
+    if (rp.get("rope_type") or rp.get("type")) != "yarn":
+        w.add_rope_scaling_orig_ctx_len(
+            int(rp["original_max_position_embeddings"]))
+
+
+def _phi3_check(cfg):
+    rs = cfg.get("rope_scaling") or {}
+    if (rs.get("type") or rs.get("rope_type")) in ("longrope", "su"):
+        raise WriterError("longrope needs rope_factors_long/short tensors, "
+                          "which Spindle refuses")
+
+
+# qwen3_moe's MoE layers (llama.cpp's qwen3moe loader, src/models/
+# qwen3moe.cpp): mlx-lm's stacked switch_mlp experts are already GGUF's
+# [n_expert][rows][cols] layout; the router stays F32, as llama.cpp's
+# converter keeps FFN_GATE_INP.
+_QWEN3_MOE_NAMES = {
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.switch_mlp.gate_proj.weight": "ffn_gate_exps.weight",
+    "mlp.switch_mlp.up_proj.weight": "ffn_up_exps.weight",
+    "mlp.switch_mlp.down_proj.weight": "ffn_down_exps.weight",
+}
+
+
+def _qwen3_moe_check(cfg):
+    n = cfg["num_hidden_layers"]
+    step = cfg.get("decoder_sparse_step", 1)
+    if cfg.get("mlp_only_layers") or any((l + 1) % step for l in range(n)):
+        raise WriterError("llama.cpp's qwen3moe has no dense layers "
+                          "(mlp_only_layers / decoder_sparse_step)")
+    if not cfg.get("norm_topk_prob", False):
+        raise WriterError("llama.cpp's qwen3moe always renormalizes the "
+                          "top-k weights (norm_topk_prob true only)")
+
+
+def _qwen3_moe_keys(w, cfg):
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+
+
+@dataclass
+class Arch:
+    gguf_arch: str
+    permute_qk: bool = False
+    layer_names: Dict[str, str] = field(default_factory=dict)
+    keys: Optional[Callable] = None          # (writer, cfg): own metadata
+    check: Optional[Callable] = None         # (cfg): raise WriterError
+    rope_block: str = "rope_scaling"         # where the config keeps it
+    theta_in_block: bool = False             # rope_theta inside that block
+    f32_names: tuple = ()                    # GGUF name suffixes kept F32
+
+
+_OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+               "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+
+ARCHS = {
+    "qwen3": Arch("qwen3"),
+    "qwen3_moe": Arch("qwen3moe", layer_names=_QWEN3_MOE_NAMES,
+                      keys=_qwen3_moe_keys, check=_qwen3_moe_check,
+                      f32_names=("ffn_gate_inp.weight",)),
+    "llama": Arch("llama", permute_qk=True),
+    "smollm3": Arch("smollm3", permute_qk=True),
+    "phi3": Arch("phi3", check=_phi3_check, layer_names={
+        "self_attn.qkv_proj.weight": "attn_qkv.weight",
+        "mlp.gate_up_proj.weight": "ffn_up.weight"}),
+    "olmo2": Arch("olmo2", layer_names=_OLMO_NAMES),
+    "olmo3": Arch("olmo2", layer_names=_OLMO_NAMES, keys=_olmo3_keys),
+    "granite": Arch("granite", permute_qk=True, keys=_granite_keys),
+    "ministral3": Arch("mistral3", permute_qk=True, keys=_ministral3_keys,
+                       rope_block="rope_parameters", theta_in_block=True),
+}
+
+
+def text_config(cfg):
+    """The language model's config of a (possibly multimodal) config."""
+    return cfg["text_config"] if "text_config" in cfg else cfg
+
+
+def gguf_name(hf, arch):
+    if hf in GLOBAL_NAMES:
+        return GLOBAL_NAMES[hf]
+    parts = hf.split(".")
+    if len(parts) >= 4 and parts[0] == "model" and parts[1] == "layers":
+        suffix = ".".join(parts[3:])
+        name = arch.layer_names.get(suffix, LAYER_NAMES.get(suffix))
+        if name:
+            return f"blk.{int(parts[2])}.{name}"
+    raise WriterError(f"no GGUF name for tensor {hf}")
+
+
+def _common_keys(w, cfg, arch, ftype, context_length):
+    hd = head_dim(cfg)
+    w.add_context_length(context_length or cfg.get("max_position_embeddings",
+                                                   4096))
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg.get("num_key_value_heads",
+                                cfg["num_attention_heads"]))
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(int(hd * cfg.get("partial_rotary_factor", 1.0)))
+    block = cfg.get(arch.rope_block)
+    theta = block["rope_theta"] if arch.theta_in_block else cfg["rope_theta"]
+    w.add_rope_freq_base(float(theta))
+    _rope_scaling(w, cfg, block)
+    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    w.add_file_type(ftype)
+
+
+def write_gguf(src, out, qtype="f32", name=None, specials=None,
+               context_length=None, bos_id=None, dequantized=False):
+    """Write model directory `src` (float safetensors, config.json) as GGUF
+    file `out` with its matrices in `qtype` (QTYPES); with `dequantized`,
+    as F32 holding exactly the values of those qtype blocks (an exact-math
+    twin of the qtype file). bos_id defaults to the config's. Raises
+    WriterError for what has no GGUF form."""
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = text_config(json.load(f))
+    if "quantization" in cfg:
+        raise WriterError("expects an unquantized model directory")
+    arch = ARCHS.get(cfg["model_type"])
+    if arch is None:
+        raise WriterError(f"no GGUF table for model_type {cfg['model_type']}")
+    if arch.check:
+        arch.check(cfg)
+    qt, ftype = QTYPES[qtype]
+    if dequantized:
+        ftype = gguf.LlamaFileType.ALL_F32
+    w = gguf.GGUFWriter(out, arch.gguf_arch)
+    # (llama.cpp changes token attributes by model name: keep it neutral)
+    w.add_name(name or "spindle-tiny")
+    _common_keys(w, cfg, arch, ftype, context_length)
+    if arch.keys:
+        arch.keys(w, cfg)
+    eos = cfg.get("eos_token_id", cfg["vocab_size"] - 1)
+    if bos_id is None:
+        bos_id = cfg.get("bos_token_id", 1)
+    add_tokenizer(w, cfg["vocab_size"], bos_id,
+                  eos if isinstance(eos, int) else eos[0], specials)
+
+    files = sorted(p for p in os.listdir(src) if p.endswith(".safetensors"))
+    if not files:
+        raise WriterError(f"no .safetensors in {src}")
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    seen = set()
+    for fn in files:
+        for hf, arr in read_safetensors(os.path.join(src, fn)):
+            hf = hf.removeprefix("language_model.")
+            if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+                continue
+            if arch.permute_qk and hf.endswith("self_attn.q_proj.weight"):
+                arr = permute(arr, heads, heads)
+            elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
+                arr = permute(arr, heads, kv_heads)
+            gname = gguf_name(hf, arch)
+            seen.add(gname)
+            if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32 or \
+                    gname.endswith(arch.f32_names):
+                w.add_tensor(gname, arr.astype(np.float32))
+            elif dequantized:
+                w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
+            elif qt == gguf.GGMLQuantizationType.F16:
+                w.add_tensor(gname, arr.astype(np.float16))
+            else:
+                w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
+    if "token_embd.weight" not in seen:
+        raise WriterError("the model has no embedding")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

@@ -1,0 +1,452 @@
+/* engine_harness — drives the step engine (include/spindle.h, spindle_engine_*)
+ * through a scripted scenario for tests/parity/test_engine.py.
+ *
+ * usage: engine_harness SCENARIO.json   (the result is one JSON object on
+ * stdout; logits go to raw float32 files, [steps][vocab], in logits_dir)
+ *
+ * Scenario: {"model": DIR, "threads": N, "max_context": N,
+ *   "mode": "step" | "background" | "generate",
+ *   "max_seqs": N, "max_batch_tokens": N, "logits_dir": DIR,
+ *   "free_after_tokens": N (background: free the engine once N tokens came),
+ *   "requests": [{"prompt": [...], "max_tokens": N, "temperature": T,
+ *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
+ *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
+ *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
+ *     "foreign_seq": B}]}
+ * "step": the harness calls spindle_engine_step; before step K it submits
+ *   the requests with submit_at K and cancels those with cancel_at K.
+ * "background": K counts tokens generated so far by all requests.
+ * "after": I submits the request from request I's on_finish callback.
+ * "stop_after": N makes on_token return false at the N-th token.
+ * "foreign_seq": the request continues a sequence of a second copy of the
+ *   model, which the forward pass must refuse (for that request only).
+ * "generate": each request alone through spindle_generate (its prompt
+ *   logits as the one logits row). */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spindle.h"
+
+typedef struct req_run {
+    int index;
+    int32_t *prompt, *stop_ids;
+    int n_prompt, n_stop_ids;
+    spindle_gen_params params;
+    int top_logprobs, submit_at, cancel_at, after, stop_after;
+    bool want_logits, foreign_seq;
+    spindle_seq *seq;
+
+    spindle_request_id id;
+    bool submitted, cancel_result, stream_matches;
+    spindle_status submit_status;
+    char submit_error[512];
+    int32_t *tokens;
+    float *logprobs;
+    spindle_token_logprob *top;
+    int n_tokens, cap;
+    float *logits;
+    size_t rows, rows_cap;
+    int finish_calls;
+    spindle_stop_reason reason;
+    spindle_status status;
+    char error[512];
+    spindle_request_stats stats;
+} req_run;
+
+typedef struct harness {
+    spindle_model *model, *foreign;
+    spindle_engine *engine;
+    int vocab;
+    req_run *reqs;
+    int n_reqs;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    long total_tokens;
+    int finished;
+} harness;
+
+static harness H;
+
+static double num(const cJSON *o, const char *key, double fallback) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
+}
+
+static bool flag(const cJSON *o, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+static int32_t *ints(const cJSON *o, const char *key, int *n) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    *n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+    int32_t *out = malloc(((size_t)*n + 1) * sizeof *out);
+    int i = 0;
+    const cJSON *e;
+    if (*n) cJSON_ArrayForEach(e, a) out[i++] = (int32_t)e->valuedouble;
+    return out;
+}
+
+static void parse_request(const cJSON *j, int index, req_run *r) {
+    memset(r, 0, sizeof *r);
+    r->index = index;
+    r->prompt = ints(j, "prompt", &r->n_prompt);
+    r->stop_ids = ints(j, "stop_ids", &r->n_stop_ids);
+    spindle_gen_params *p = &r->params;
+    *p = spindle_gen_defaults();
+    p->max_tokens = (int)num(j, "max_tokens", 32);
+    p->sampler.temperature = (float)num(j, "temperature", 0);
+    p->sampler.top_p = (float)num(j, "top_p", 1);
+    p->sampler.top_k = (int)num(j, "top_k", 0);
+    p->sampler.seed = (uint64_t)num(j, "seed", 0);
+    p->repetition_penalty = (float)num(j, "repetition_penalty", 0);
+    p->ignore_eos = flag(j, "ignore_eos");
+    p->stop_ids = r->stop_ids;
+    p->n_stop_ids = r->n_stop_ids;
+    r->top_logprobs = (int)num(j, "top_logprobs", 0);
+    r->want_logits = flag(j, "logits");
+    r->submit_at = (int)num(j, "submit_at", 0);
+    r->cancel_at = (int)num(j, "cancel_at", -1);
+    r->after = (int)num(j, "after", -1);
+    r->stop_after = (int)num(j, "stop_after", 0);
+    r->foreign_seq = flag(j, "foreign_seq");
+    r->stream_matches = true;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+static void grow_tokens(req_run *r) {
+    if (r->n_tokens < r->cap) return;
+    r->cap = r->cap ? 2 * r->cap : 64;
+    r->tokens = realloc(r->tokens, (size_t)r->cap * sizeof *r->tokens);
+    r->logprobs = realloc(r->logprobs, (size_t)r->cap * sizeof *r->logprobs);
+    r->top = realloc(r->top, (size_t)r->cap * SPINDLE_MAX_TOP_LOGPROBS * sizeof *r->top);
+}
+
+static void add_logits_row(req_run *r, const float *row) {
+    if (r->rows == r->rows_cap) {
+        r->rows_cap = r->rows_cap ? 2 * r->rows_cap : 8;
+        r->logits = realloc(r->logits, r->rows_cap * (size_t)H.vocab * sizeof(float));
+    }
+    memcpy(r->logits + r->rows++ * (size_t)H.vocab, row, (size_t)H.vocab * sizeof(float));
+}
+
+static bool on_token(spindle_request_id id, const spindle_token_info *info,
+                     void *user) {
+    (void)id;
+    req_run *r = user;
+    grow_tokens(r);
+    if (info->index != r->n_tokens) r->stream_matches = false;
+    r->tokens[r->n_tokens] = info->token;
+    r->logprobs[r->n_tokens] = info->logprob;
+    if (info->n_top != r->top_logprobs || (info->n_top && !info->top))
+        r->stream_matches = false;
+    for (int k = 0; k < info->n_top && info->top; k++)
+        r->top[(size_t)r->n_tokens * SPINDLE_MAX_TOP_LOGPROBS + k] = info->top[k];
+    r->n_tokens++;
+    if (r->want_logits) {
+        if (info->logits) add_logits_row(r, info->logits);
+        else r->stream_matches = false;
+    }
+    pthread_mutex_lock(&H.lock);
+    H.total_tokens++;
+    pthread_cond_broadcast(&H.changed);
+    pthread_mutex_unlock(&H.lock);
+    return !(r->stop_after > 0 && r->n_tokens >= r->stop_after);
+}
+
+static void submit(req_run *r);
+
+static void on_finish(spindle_request_id id, const spindle_request_result *res,
+                      void *user) {
+    req_run *r = user;
+    pthread_mutex_lock(&H.lock);  /* submit writes r->id under it */
+    if (id != r->id) r->stream_matches = false;
+    pthread_mutex_unlock(&H.lock);
+    r->finish_calls++;
+    r->reason = res->stop_reason;
+    r->status = res->status;
+    snprintf(r->error, sizeof r->error, "%s", res->error);
+    r->stats = res->stats;
+    if (res->n_tokens != r->n_tokens ||
+        (r->n_tokens && memcmp(res->tokens, r->tokens,
+                               (size_t)r->n_tokens * sizeof *r->tokens)))
+        r->stream_matches = false;
+    for (int i = 0; i < H.n_reqs; i++)  /* submit from inside a callback */
+        if (H.reqs[i].after == r->index && !H.reqs[i].submitted)
+            submit(&H.reqs[i]);
+    pthread_mutex_lock(&H.lock);
+    H.finished++;
+    pthread_cond_broadcast(&H.changed);
+    pthread_mutex_unlock(&H.lock);
+}
+
+static void submit(req_run *r) {
+    spindle_error err = {0};
+    if (r->foreign_seq && !r->seq && spindle_seq_new(H.foreign, &r->seq, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", err.message);
+        exit(1);
+    }
+    spindle_request q = {
+        .prompt = r->prompt, .n_prompt = r->n_prompt, .params = &r->params,
+        .top_logprobs = r->top_logprobs, .want_logits = r->want_logits,
+        .seq = r->seq, .on_token = on_token, .on_finish = on_finish,
+        .user = r};
+    r->submitted = true;
+    pthread_mutex_lock(&H.lock);  /* on_finish may run before *id is set */
+    r->submit_status = spindle_engine_submit(H.engine, &q, &r->id, &err);
+    pthread_mutex_unlock(&H.lock);
+    if (r->submit_status) {
+        snprintf(r->submit_error, sizeof r->submit_error, "%s", err.message);
+        pthread_mutex_lock(&H.lock);
+        H.finished++;  /* counts as done: no callback will come */
+        pthread_mutex_unlock(&H.lock);
+    }
+}
+
+/* ---------------------------------------------------------------- modes */
+
+static int run_steps(void) {
+    int step = 0;
+    for (;; step++) {
+        bool pending = false;
+        for (int i = 0; i < H.n_reqs; i++) {
+            req_run *r = &H.reqs[i];
+            if (!r->submitted && r->after < 0 && r->submit_at == step) submit(r);
+            if (r->cancel_at == step && r->submitted)
+                r->cancel_result = spindle_engine_cancel(H.engine, r->id);
+            if (!r->submitted && r->after < 0) pending = true;
+        }
+        int active = 0;
+        spindle_error err = {0};
+        if (spindle_engine_step(H.engine, &active, &err)) {
+            fprintf(stderr, "engine_harness: step: %s\n", err.message);
+            exit(1);
+        }
+        if (!active && !pending) return step + 1;
+        if (step > 100000) {
+            fprintf(stderr, "engine_harness: no end after %d steps\n", step);
+            exit(1);
+        }
+    }
+}
+
+/* Background mode: submit_at / cancel_at count generated tokens. */
+static void run_background(long free_after) {
+    int done_actions = 0, n_actions = 0;
+    for (int i = 0; i < H.n_reqs; i++)
+        n_actions += (H.reqs[i].after < 0) + (H.reqs[i].cancel_at >= 0);
+    pthread_mutex_lock(&H.lock);
+    while (done_actions < n_actions) {
+        for (int i = 0; i < H.n_reqs; i++) {
+            req_run *r = &H.reqs[i];
+            if (!r->submitted && r->after < 0 && H.total_tokens >= r->submit_at) {
+                pthread_mutex_unlock(&H.lock);
+                submit(r);
+                pthread_mutex_lock(&H.lock);
+                done_actions++;
+            }
+            if (r->cancel_at >= 0 && r->submitted && r->id &&
+                H.total_tokens >= r->cancel_at) {
+                r->cancel_result = spindle_engine_cancel(H.engine, r->id);
+                r->cancel_at = -1;
+                done_actions++;
+            }
+        }
+        if (done_actions < n_actions) pthread_cond_wait(&H.changed, &H.lock);
+    }
+    if (free_after > 0) {
+        while (H.total_tokens < free_after && H.finished < H.n_reqs)
+            pthread_cond_wait(&H.changed, &H.lock);
+    } else {
+        while (H.finished < H.n_reqs) pthread_cond_wait(&H.changed, &H.lock);
+    }
+    pthread_mutex_unlock(&H.lock);
+}
+
+static bool generate_token(int32_t token, void *user) {
+    (void)token;
+    req_run *r = user;
+    r->n_tokens++;
+    return !(r->stop_after > 0 && r->n_tokens >= r->stop_after);
+}
+
+static void run_generate(void) {
+    float *row = malloc((size_t)H.vocab * sizeof *row);
+    for (int i = 0; i < H.n_reqs; i++) {
+        req_run *r = &H.reqs[i];
+        spindle_error err = {0};
+        spindle_seq *seq = NULL;
+        spindle_gen_stats st;
+        int32_t *toks = NULL;
+        int n = 0;
+        r->submitted = true;
+        r->status = spindle_seq_new(H.model, &seq, &err);
+        if (!r->status)
+            r->status = spindle_generate(H.model, seq, r->prompt, r->n_prompt,
+                                         &r->params, generate_token, r, &toks,
+                                         &n, row, &st, &err);
+        spindle_seq_free(seq);
+        snprintf(r->error, sizeof r->error, "%s", r->status ? err.message : "");
+        r->reason = r->status ? SPINDLE_STOP_ERROR : st.stop_reason;
+        r->stream_matches = r->status || n == r->n_tokens;
+        r->n_tokens = 0;
+        for (int k = 0; k < n; k++) {
+            grow_tokens(r);
+            r->tokens[r->n_tokens] = toks[k];
+            r->logprobs[r->n_tokens++] = 0;
+        }
+        if (!r->status && r->want_logits) add_logits_row(r, row);
+        r->finish_calls = 1;
+        spindle_free(toks);
+    }
+    free(row);
+}
+
+/* --------------------------------------------------------------- output */
+
+static cJSON *request_json(const req_run *r, const char *logits_dir) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)r->id);
+    if (r->submit_status) {
+        cJSON_AddStringToObject(o, "submit_status", spindle_status_name(r->submit_status));
+        cJSON_AddStringToObject(o, "submit_error", r->submit_error);
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top");
+    for (int i = 0; i < r->n_tokens; i++) {
+        cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens[i]));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->logprobs[i]));
+        if (!r->top_logprobs) continue;
+        cJSON *t = cJSON_CreateArray();
+        for (int k = 0; k < r->top_logprobs; k++) {
+            const spindle_token_logprob *e = &r->top[(size_t)i * SPINDLE_MAX_TOP_LOGPROBS + k];
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(e->token));
+            cJSON_AddItemToArray(pair, cJSON_CreateNumber(e->logprob));
+            cJSON_AddItemToArray(t, pair);
+        }
+        cJSON_AddItemToArray(tops, t);
+    }
+    cJSON_AddStringToObject(o, "stop_reason", spindle_stop_reason_name(r->reason));
+    cJSON_AddStringToObject(o, "status", spindle_status_name(r->status));
+    cJSON_AddStringToObject(o, "error", r->error);
+    cJSON_AddNumberToObject(o, "finish_calls", r->finish_calls);
+    cJSON_AddBoolToObject(o, "stream_matches", r->stream_matches);
+    cJSON_AddBoolToObject(o, "cancel_result", r->cancel_result);
+    cJSON *s = cJSON_AddObjectToObject(o, "stats");
+    cJSON_AddNumberToObject(s, "prompt_tokens", r->stats.prompt_tokens);
+    cJSON_AddNumberToObject(s, "generated_tokens", r->stats.generated_tokens);
+    cJSON_AddNumberToObject(s, "ttft_seconds", r->stats.ttft_seconds);
+    cJSON_AddNumberToObject(s, "queue_seconds", r->stats.queue_seconds);
+    cJSON_AddNumberToObject(s, "total_seconds", r->stats.total_seconds);
+    if (r->rows && logits_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/req%d.f32", logits_dir, r->index);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(r->logits, sizeof(float) * (size_t)H.vocab, r->rows, f) != r->rows) {
+            fprintf(stderr, "engine_harness: cannot write %s\n", path);
+            exit(1);
+        }
+        fclose(f);
+        cJSON_AddStringToObject(o, "logits_file", path);
+        cJSON_AddNumberToObject(o, "logits_rows", (double)r->rows);
+    }
+    return o;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: engine_harness SCENARIO.json\n");
+        return 2;
+    }
+    char *text = read_file(argv[1]);
+    cJSON *sc = text ? cJSON_Parse(text) : NULL;
+    if (!sc) {
+        fprintf(stderr, "engine_harness: cannot read %s\n", argv[1]);
+        return 2;
+    }
+    const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "mode"));
+    const char *model_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "model"));
+    const char *logits_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "logits_dir"));
+    spindle_load_options lo = {.n_threads = (int)num(sc, "threads", 0),
+                               .max_context = (int)num(sc, "max_context", 0)};
+    spindle_error err = {0};
+    if (!mode || !model_dir || spindle_model_load(model_dir, &lo, &H.model, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", mode && model_dir ? err.message : "mode and model are required");
+        return 1;
+    }
+    H.vocab = spindle_model_vocab_size(H.model);
+    pthread_mutex_init(&H.lock, NULL);
+    pthread_cond_init(&H.changed, NULL);
+    const cJSON *reqs = cJSON_GetObjectItem(sc, "requests");
+    H.n_reqs = cJSON_GetArraySize(reqs);
+    H.reqs = calloc((size_t)H.n_reqs + 1, sizeof *H.reqs);
+    bool foreign = false;
+    for (int i = 0; i < H.n_reqs; i++) {
+        parse_request(cJSON_GetArrayItem(reqs, i), i, &H.reqs[i]);
+        foreign |= H.reqs[i].foreign_seq;
+    }
+    if (foreign && spindle_model_load(model_dir, &lo, &H.foreign, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", err.message);
+        return 1;
+    }
+    int steps = 0;
+    if (!strcmp(mode, "generate")) {
+        run_generate();
+    } else {
+        spindle_engine_options eo = spindle_engine_defaults();
+        eo.max_seqs = (int)num(sc, "max_seqs", 16);
+        eo.max_batch_tokens = (int)num(sc, "max_batch_tokens", 512);
+        eo.background = !strcmp(mode, "background");
+        if (spindle_engine_new(H.model, &eo, &H.engine, &err)) {
+            fprintf(stderr, "engine_harness: %s\n", err.message);
+            return 1;
+        }
+        if (eo.background) run_background((long)num(sc, "free_after_tokens", 0));
+        else steps = run_steps();
+        spindle_engine_free(H.engine);
+    }
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddNumberToObject(out, "steps", steps);
+    cJSON *arr = cJSON_AddArrayToObject(out, "requests");
+    for (int i = 0; i < H.n_reqs; i++)
+        cJSON_AddItemToArray(arr, request_json(&H.reqs[i], logits_dir));
+    char *s = cJSON_PrintUnformatted(out);
+    puts(s);
+    free(s);
+    cJSON_Delete(out);
+    for (int i = 0; i < H.n_reqs; i++) {
+        req_run *r = &H.reqs[i];
+        spindle_seq_free(r->seq);
+        free(r->prompt);
+        free(r->stop_ids);
+        free(r->tokens);
+        free(r->logprobs);
+        free(r->top);
+        free(r->logits);
+    }
+    free(H.reqs);
+    spindle_model_free(H.foreign);
+    spindle_model_free(H.model);
+    cJSON_Delete(sc);
+    free(text);
+    return 0;
+}
