@@ -1,6 +1,9 @@
 /* The server's stop-string matcher (src/server/stop_strings.h) against a
- * plain reference: the concatenated text cut at the earliest occurrence of
- * any stop string.
+ * plain reference over the whole text: generation stops after the first
+ * piece (token) by whose end some stop string has occurred, and the text is
+ * cut at the earliest start among the occurrences complete by then (a stop
+ * string still incomplete at that point never counts, even if it starts
+ * earlier).
  *
  * Input: up to 4 stop strings, each ended by a NUL byte, then a 0x01 byte,
  * then the generated text split into pieces at every 0x02 byte. Invariants:
@@ -28,8 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p += n + (nul ? 1 : 0);
         if (!nul) break;
     }
-    /* The reference: the text without the separators, cut at the earliest
-     * stop string. */
+    /* The reference: the text without the separators; at each piece's end
+     * E, the occurrences ending by E; the first E that has one cuts at
+     * their earliest start. */
     const char *text = sep + 1;
     size_t text_len = (size_t)(end - text);
     char *all = malloc(text_len + 1);
@@ -37,12 +41,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t all_len = 0;
     for (size_t i = 0; i < text_len; i++)
         if (text[i] != 2) all[all_len++] = text[i];
-    size_t cut = all_len;
-    for (int i = 0; i < n_stops; i++) {
-        const char *hit = memmem(all, all_len, stops[i], strlen(stops[i]));
-        if (hit && (size_t)(hit - all) < cut) cut = (size_t)(hit - all);
+    size_t cut = all_len, piece_end = 0;
+    bool want_match = false;
+    for (size_t i = 0; i <= text_len && !want_match; i++) {
+        if (i < text_len && text[i] != 2) {
+            piece_end++;
+            continue;
+        }
+        for (int k = 0; k < n_stops; k++) {
+            const char *hit = memmem(all, piece_end, stops[k], strlen(stops[k]));
+            if (hit && (size_t)(hit - all) < cut) cut = (size_t)(hit - all);
+        }
+        want_match = cut < all_len;
     }
-    bool want_match = cut < all_len;
 
     sp_stop_matcher m;
     sp_stop_init(&m, stops, n_stops);
