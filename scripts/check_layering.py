@@ -39,10 +39,13 @@ PEER_HEADERS = {
 # may include exactly these internal headers: `spindle convert` is a tool
 # over the converter's internal API, and `spindle template` reads its JSON
 # files with base's whole-file reader, and `spindle tokenize` decodes its own
-# JSON string lines (cJSON cannot keep \u0000) with base's UTF-8 encoder.
+# JSON string lines (cJSON cannot keep \u0000) with base's UTF-8 encoder;
+# `spindle serve` starts the server through server/'s one entry header.
+# The server keeps request bodies, held-back stop text and its SSE output in
+# base's growable string (sp_strbuf), the project's one such buffer.
 FRONT_END_HEADERS = {
-    "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h"),
-    "server": (),
+    "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h", "server/server.h"),
+    "server": ("base/strbuf.h",),
 }
 
 PUBLIC_HEADER = "spindle.h"

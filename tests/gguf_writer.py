@@ -218,6 +218,79 @@ def _phi3_check(cfg):
                           "which Spindle refuses")
 
 
+# ---- the hybrid (gated DeltaNet) families: conversion/qwen.py's
+# Qwen3NextModel and _LinearAttentionVReorderBase, from mlx-lm's (already
+# converted) layout: norms hold 1 + w already, conv1d is [C, K, 1].
+
+_HYBRID_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
+    "linear_attn.in_proj_z.weight": "attn_gate.weight",
+    "linear_attn.in_proj_b.weight": "ssm_beta.weight",
+    "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
+    "linear_attn.in_proj_ba.weight": "ssm_ba.weight",
+    "linear_attn.conv1d.weight": "ssm_conv1d.weight",
+    "linear_attn.dt_bias": "ssm_dt.bias",
+    "linear_attn.A_log": "ssm_a",
+    "linear_attn.norm.weight": "ssm_norm.weight",
+    "linear_attn.out_proj.weight": "ssm_out.weight",
+}
+
+
+def _hybrid_keys(w, cfg):
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(cfg["linear_key_head_dim"])
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(cfg["linear_value_head_dim"] * nv)
+    w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
+    if cfg["linear_key_head_dim"] != cfg["linear_value_head_dim"]:
+        raise WriterError("llama.cpp's delta net needs equal key and value "
+                          "head sizes")
+
+
+def _qwen35_keys(w, cfg):
+    _hybrid_keys(w, cfg)
+    sections = list(cfg.get("rope_parameters", {}).get("mrope_section",
+                                                       [11, 11, 10]))
+    w.add_rope_dimension_sections((sections + [0, 0, 0, 0])[:4])
+
+
+def _reorder_v_heads(a, axis, nk, per_k, head):
+    """_LinearAttentionVReorderBase._reorder_v_heads: value heads grouped
+    by key head -> tiled over the key heads."""
+    a = np.moveaxis(a, axis, 0)
+    rest = a.shape[1:]
+    a = a.reshape(nk, per_k, head, *rest).swapaxes(0, 1).reshape(-1, *rest)
+    return np.moveaxis(a, 0, axis)
+
+
+def _hybrid_tensor(cfg, hf, arr, reorder):
+    """Qwen3NextModel.modify_tensors (A_log -> -exp(A_log), conv1d to
+    [C, K]; the norms' + 1 is already in mlx-lm's weights) and, for
+    qwen35, the value-head reorder."""
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    if hf.endswith(".A_log"):
+        arr = -np.exp(arr.astype(np.float64)).astype(np.float32)
+    elif hf.endswith("conv1d.weight"):
+        arr = arr.reshape(arr.shape[0], -1)
+    if not reorder or nk == nv or ".linear_attn." not in hf:
+        return arr
+    r, kd = nv // nk, 2 * nk * dk
+    if hf.endswith("in_proj_qkv.weight") or hf.endswith("conv1d.weight"):
+        return np.concatenate([arr[:kd], _reorder_v_heads(arr[kd:], 0, nk, r, dv)])
+    if hf.endswith("in_proj_z.weight"):
+        return _reorder_v_heads(arr, 0, nk, r, dv)
+    if hf.endswith(("in_proj_b.weight", "in_proj_a.weight", ".A_log",
+                    ".dt_bias")):
+        return _reorder_v_heads(arr, 0, nk, r, 1)
+    if hf.endswith("out_proj.weight"):
+        return _reorder_v_heads(arr, 1, nk, r, dv)
+    return arr
+
+
 # qwen3_moe's MoE layers (llama.cpp's qwen3moe loader, src/models/
 # qwen3moe.cpp): mlx-lm's stacked switch_mlp experts are already GGUF's
 # [n_expert][rows][cols] layout; the router stays F32, as llama.cpp's
@@ -287,6 +360,7 @@ class Arch:
     check: Optional[Callable] = None         # (cfg): raise WriterError
     rope_block: str = "rope_scaling"         # where the config keeps it
     theta_in_block: bool = False             # rope_theta inside that block
+    tensor: Optional[Callable] = None        # (cfg, hf, arr) -> arr
     f32_names: tuple = ()                    # GGUF name suffixes kept F32
     # only the matrices of these GGUF name suffixes take the qtype, the
     # rest stay F32 (empty: every matrix takes it)
@@ -314,7 +388,19 @@ ARCHS = {
     "granite": Arch("granite", permute_qk=True, keys=_granite_keys),
     "ministral3": Arch("mistral3", permute_qk=True, keys=_ministral3_keys,
                        rope_block="rope_parameters", theta_in_block=True),
+    "qwen3_5_text": Arch("qwen35", layer_names=_HYBRID_NAMES,
+                         keys=_qwen35_keys, rope_block="rope_parameters",
+                         theta_in_block=True, f32_names=("ssm_conv1d.weight",),
+                         tensor=lambda c, hf, a: _hybrid_tensor(c, hf, a, True)),
 }
+
+
+def _keeps_f32(gname, arr):
+    """Tensors llama.cpp's converter never quantizes, whatever the
+    architecture (base.py: 1-D ones, norms, names without .weight); an
+    Arch's f32_names adds its own kinds (routers, conv kernels)."""
+    return (arr.ndim <= 1 or gname.endswith("_norm.weight")
+            or not gname.endswith(".weight"))
 
 
 def text_config(cfg):
@@ -346,8 +432,10 @@ def _common_keys(w, cfg, arch, ftype, context_length):
                                 cfg["num_attention_heads"]))
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(int(hd * cfg.get("partial_rotary_factor", 1.0)))
     block = cfg.get(arch.rope_block)
+    partial = cfg.get("partial_rotary_factor",
+                      (block or {}).get("partial_rotary_factor", 1.0))
+    w.add_rope_dimension_count(int(hd * partial))
     theta = block["rope_theta"] if arch.theta_in_block else cfg["rope_theta"]
     w.add_rope_freq_base(float(theta))
     _rope_scaling(w, cfg, block)
@@ -401,12 +489,14 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
                 arr = permute(arr, heads, heads)
             elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
                 arr = permute(arr, heads, kv_heads)
+            if arch.tensor:
+                arr = arch.tensor(cfg, hf, arr)
             gname = gguf_name(hf, arch)
             seen.add(gname)
-            if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32 or \
-                    gname.endswith(arch.f32_names) or (
+            if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
+                    or gname.endswith(arch.f32_names) or (
                         arch.qtype_names and
-                        not gname.endswith(arch.qtype_names)):
+                        not gname.endswith(arch.qtype_names))):
                 w.add_tensor(gname, arr.astype(np.float32))
             elif dequantized:
                 w.add_tensor(gname, dequantize(quantize(arr, qt), qt))

@@ -12,5 +12,6 @@ int sp_cmd_tokenize(int argc, char **argv);
 int sp_cmd_detokenize(int argc, char **argv);
 int sp_cmd_template(int argc, char **argv);
 int sp_cmd_convert(int argc, char **argv);
+int sp_cmd_serve(int argc, char **argv);
 
 #endif

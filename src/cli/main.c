@@ -22,6 +22,7 @@ static const command commands[] = {
     {"batched-bench", sp_cmd_batched_bench,
      "aggregate throughput of parallel sequences (llama-batched-bench)"},
     {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
+    {"serve", sp_cmd_serve, "serve an OpenAI-compatible HTTP API"},
 };
 
 static void usage(FILE *out) {

@@ -191,6 +191,19 @@ spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
 spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
                                   int64_t n, const float **out,
                                   spindle_error *err);
+/* Copy a float tensor of rows * cols elements, [rows][cols] up to any
+ * dimensions of 1 (a depthwise Conv1d weight: MLX [C, K, 1], Hugging Face
+ * [C, 1, K], GGUF [C, K]), to an owned f32 array. */
+spindle_status sp_bind_float_matrix(spindle_model *m, const char *name,
+                                    int64_t rows, int64_t cols,
+                                    const float **out, spindle_error *err);
+/* The norm weight w (n floats, an owned copy bound from `name`) becomes
+ * 1 + w, rounded to the tensor's dtype as mlx-lm computes it, for the
+ * (1 + w) RMSNorms of Gemma and of the Qwen3-Next family's Hugging Face
+ * checkpoints. Nothing for a GGUF model: llama.cpp's converter stores the
+ * weights with the 1 added. */
+void sp_fold_norm_plus_one(spindle_model *m, const char *name, const float *w,
+                           int n);
 /* Embedding table, final norm and (tied or separate) lm_head, HF names. */
 spindle_status sp_bind_embeddings_and_head(spindle_model *m,
                                            spindle_error *err);

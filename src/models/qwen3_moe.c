@@ -143,10 +143,10 @@ static const sp_gguf_name_map qwen3_moe_gguf_layers[] = {
 };
 
 static const sp_gguf_key_map qwen3_moe_gguf_keys[] = {
-    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},
-    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},
+    {"expert_count", "num_experts", SP_GGUF_KEY_HF_COUNT},
+    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_HF_COUNT},
     {"expert_feed_forward_length", "moe_intermediate_size",
-     SP_GGUF_KEY_COUNT},
+     SP_GGUF_KEY_HF_COUNT},
     {NULL, NULL, SP_GGUF_KEY_COUNT},
 };
 
@@ -156,6 +156,8 @@ static const sp_gguf_family qwen3_moe_gguf = {
     .hf_class = "Qwen3MoeForCausalLM",
     .layer_names = qwen3_moe_gguf_layers,
     .keys = qwen3_moe_gguf_keys,
+    .implied_config = "{\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], "
+                      "\"norm_topk_prob\": true}",
 };
 
 const sp_arch sp_arch_qwen3_moe = {.model_type = "qwen3_moe",

@@ -123,6 +123,46 @@ spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
     return st;
 }
 
+spindle_status sp_bind_float_matrix(spindle_model *m, const char *name,
+                                    int64_t rows, int64_t cols,
+                                    const float **out, spindle_error *err) {
+    const sp_tensor_info *t = find(m, name);
+    if (!t) return missing(m, name, err);
+    /* The dimensions other than 1, in order, must be those of [rows, cols]. */
+    int64_t want[2], got[SP_MAX_DIMS];
+    int nw = 0, ng = 0;
+    if (rows != 1) want[nw++] = rows;
+    if (cols != 1) want[nw++] = cols;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1) got[ng++] = t->shape[d];
+    bool ok = ng == nw;
+    for (int i = 0; ok && i < nw; i++) ok = got[i] == want[i];
+    if (!ok) {
+        char shape[128];
+        shape_text(t->ndim, t->shape, shape, sizeof shape);
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
+                       "(with any dimensions of 1)", t->file, name, shape,
+                       (long long)rows, (long long)cols);
+    }
+    return bind_floats(m, name, t->ndim, t->shape, out, err);
+}
+
+void sp_fold_norm_plus_one(spindle_model *m, const char *name, const float *w,
+                           int n) {
+    if (m->gguf) return;
+    const sp_tensor_info *t = sp_model_find_tensor(m, name);
+    float *v = (float *)w; /* an owned copy made by sp_bind_vector */
+    for (int i = 0; i < n; i++) {
+        float s = 1.0f + v[i];
+        if (t && t->dtype == SP_DTYPE_BF16)
+            s = sp_bf16_to_f32(sp_f32_to_bf16(s));
+        else if (t && t->dtype == SP_DTYPE_F16)
+            s = sp_f16_to_f32(sp_f32_to_f16(s));
+        v[i] = s;
+    }
+}
+
 static bool valid_bits(int b) {
     return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8;
 }

@@ -367,7 +367,52 @@ def jinja_seeds():
         put("fuzz_jinja", k, v)
 
 
+def server_seeds():
+    """fuzz_server_request: route byte (0 chat, 1 completions, 2 tokenize,
+    3 detokenize, 4 apply-template) + body; fuzz_server_stop: stop strings
+    (NUL-ended), 0x01, text pieces split at 0x02."""
+    msgs = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                         {"type": "text", "text": "there"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+            {"role": "tool", "content": "42", "tool_call_id": "c1"}]
+    chat = {"model": "tiny", "messages": msgs, "stream": True,
+            "stream_options": {"include_usage": True}, "max_completion_tokens": 8,
+            "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3,
+            "stop": ["\n\n", "END"], "logprobs": True, "top_logprobs": 5,
+            "presence_penalty": 0.5, "frequency_penalty": -0.5,
+            "repetition_penalty": 1.1, "repetition_context_size": 32,
+            "logit_bias": {"5": -100, "17": 2.5}, "xtc_probability": 0.5,
+            "xtc_threshold": 0.1, "n": 1, "tools": [{"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "chat_template_kwargs": {"enable_thinking": False}, "unknown": [1]}
+    put("fuzz_server_request", "chat", b"\0" + js(chat).encode())
+    put("fuzz_server_request", "chat-minimal", b"\0" + js({"messages": [
+        {"role": "user", "content": "x"}]}).encode())
+    # Values at the bounds, one mutation away from out of range.
+    put("fuzz_server_request", "chat-bounds", b"\0" + js({
+        "messages": [{"role": "user", "content": "x"}], "logit_bias": {"999": 100},
+        "top_logprobs": 20, "logprobs": True, "max_tokens": 16777216,
+        "stop": ["a", "b", "c", "d"], "top_p": 1, "n": 1}).encode())
+    put("fuzz_server_request", "completion-text", b"\1" + js({
+        "model": "/models/tiny", "prompt": ["Once"], "max_tokens": 4, "logprobs": 2,
+        "stop": "\n", "echo": False, "best_of": 1}).encode())
+    put("fuzz_server_request", "completion-ids", b"\1" + js({
+        "prompt": [1, 2, 999], "stream": False, "seed": -7}).encode())
+    put("fuzz_server_request", "tokenize", b"\2" + js({
+        "content": "héllo <|im_end|>", "add_special": True, "with_pieces": True}).encode())
+    put("fuzz_server_request", "detokenize", b"\3" + js({"tokens": [0, 5, 999]}).encode())
+    put("fuzz_server_request", "apply-template", b"\4" + js({
+        "messages": msgs, "chat_template_kwargs": {"a": 1}}).encode())
+    put("fuzz_server_stop", "across", b"ab\0\n\n\0\1xa\2b\2cd\n\2\ne")
+    put("fuzz_server_stop", "prefix-held", b"abcd\0bc\0\1a\2b\2c\2x")
+    put("fuzz_server_stop", "none", b"\1hello\2 world")
+
+
 def main():
+    server_seeds()
     gguf_seeds()
     safetensors_seeds()
     config_seeds()

@@ -216,11 +216,15 @@ def init_weights(model, seed):
 
 
 def cast_like_convert(model, dtype):
-    """Same cast as mlx_lm.convert: floating parameters only."""
+    """Same cast as mlx_lm.convert: floating parameters only, and only those
+    the model's cast_predicate (when it has one) lets through."""
     dt = getattr(mx, dtype)
+    cast = getattr(model, "cast_predicate", lambda _: True)
 
-    def f(_, v):
-        return v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v
+    def f(path, v):
+        if cast(path) and mx.issubdtype(v.dtype, mx.floating):
+            return v.astype(dt)
+        return v
 
     model.update(tree_map_with_path(f, model.parameters()))
 
@@ -335,13 +339,14 @@ def rel_gap(a, b):
     return float(np.max(np.abs(a - b)) / np.std(b))
 
 
-def record_references(name, path, model, model32, mem_model, eos_ids):
-    """Per prompt: the native and float32 references (tokens, finish reason,
-    margins, step std; last-position logits saved in `path`), checked
-    against the in-memory model.  Returns (prompts entry, max native-vs-f32
-    gap)."""
+def record_references(name, path, model, model32, mem_model, eos_ids,
+                      prompt_set=None):
+    """Per prompt of `prompt_set` (default PROMPTS): the native and float32
+    references (tokens, finish reason, margins, step std; last-position
+    logits saved in `path`), checked against the in-memory model.  Returns
+    (prompts entry, max native-vs-f32 gap)."""
     prompts = {}
-    for pname, prompt in PROMPTS.items():
+    for pname, prompt in (prompt_set or PROMPTS).items():
         entry = {"prompt_tokens": prompt}
         for kind, m in (("native", model), ("f32", model32)):
             toks, finish, eos_hit, logits = run_reference(m, prompt, eos_ids)

@@ -1,0 +1,106 @@
+/* spindle serve: the OpenAI-compatible HTTP server (src/server/). */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "server/server.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *serve_usage =
+    "usage: spindle serve -m MODEL [options]\n"
+    "  -m, --model PATH        model directory, .gguf file or Hugging Face repo id\n"
+    "  --alias NAME            the model's name in the API (default: MODEL as given)\n"
+    "  --host ADDR             listen address (default 127.0.0.1)\n"
+    "  --port N                listen port (default 8080; 0: any free port)\n"
+    "  --api-key KEY           require 'Authorization: Bearer KEY' (not on /health, /)\n"
+    "  --cors ORIGIN           allow browser requests from ORIGIN ('*': any; default off)\n"
+    "  --parallel N            sequences generating at once (default 4)\n"
+    "  --queue N               requests waiting beyond those, then 429 (default 64)\n"
+    "  --max-batch-tokens N    rows per engine step (default 512)\n"
+    "  --max-tokens N          tokens per answer when a request gives none (default 512)\n"
+    "  -t, --threads N         compute threads (default: all cores)\n"
+    "  --ctx N                 context limit (default: the model's)\n"
+    SP_ARG_KV_TYPE_HELP
+    SP_ARG_MMAP_HELP
+    "  --max-body BYTES        largest request body, else 413 (default 8388608)\n"
+    "  --max-header BYTES      header memory per connection (default 65536)\n"
+    "  --max-connections N     open connections at most (default 128)\n"
+    "  --idle-timeout S        close a connection silent for S seconds (default 60)\n"
+    "  --read-timeout S        close a connection whose request body takes longer\n"
+    "                          than S seconds to arrive (default 30)\n"
+    "  --shutdown-timeout S    on SIGINT/SIGTERM, let requests finish for S seconds,\n"
+    "                          then cancel them (default 10)\n"
+    "  --verbose               one line per request on stderr\n";
+
+static bool int_opt(const char *a, const char *v, long lo, long hi, int *out) {
+    long n;
+    if (!sp_arg_int(a, v, lo, hi, &n)) return false;
+    *out = (int)n;
+    return true;
+}
+
+static bool size_opt(const char *a, const char *v, long lo, long hi, size_t *out) {
+    long n;
+    if (!sp_arg_int(a, v, lo, hi, &n)) return false;
+    *out = (size_t)n;
+    return true;
+}
+
+/* 0: parsed; 1: --help printed; 2: a usage error (printed). */
+static int parse(int argc, char **argv, sp_server_options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        bool ok = true;
+#define IS(name) !strcmp(a, name)
+#define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
+        if (sp_arg_is_help(a)) {
+            fputs(serve_usage, stdout);
+            return 1;
+        } else if (IS("-m") || IS("--model")) { VALUE(); o->model_path = v;
+        } else if (IS("--alias")) { VALUE(); o->alias = v;
+        } else if (IS("--host")) { VALUE(); o->host = v;
+        } else if (IS("--port")) { VALUE(); ok = int_opt(a, v, 0, 65535, &o->port);
+        } else if (IS("--api-key")) { VALUE(); o->api_key = v;
+        } else if (IS("--cors")) { VALUE(); o->cors_origin = v;
+        } else if (IS("--parallel")) { VALUE(); ok = int_opt(a, v, 1, 1024, &o->parallel);
+        } else if (IS("--queue")) { VALUE(); ok = int_opt(a, v, 0, 1 << 20, &o->queue_size);
+        } else if (IS("--max-batch-tokens")) {
+            VALUE(); ok = int_opt(a, v, 1, 1 << 20, &o->max_batch_tokens);
+        } else if (IS("--max-tokens")) {
+            VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->default_max_tokens);
+        } else if (IS("-t") || IS("--threads")) { VALUE(); ok = int_opt(a, v, 1, 1024, &o->threads);
+        } else if (IS("--ctx")) { VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->ctx);
+        } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
+        } else if (IS("--mmap")) { o->use_mmap = true;
+        } else if (IS("--max-body")) {
+            VALUE(); ok = size_opt(a, v, 1, 1L << 32, &o->max_body_bytes);
+        } else if (IS("--max-header")) {
+            VALUE(); ok = size_opt(a, v, 4096, 1L << 24, &o->max_header_bytes);
+        } else if (IS("--max-connections")) {
+            VALUE(); ok = int_opt(a, v, 1, 65536, &o->max_connections);
+        } else if (IS("--idle-timeout")) { VALUE(); ok = int_opt(a, v, 1, 86400, &o->idle_timeout_s);
+        } else if (IS("--read-timeout")) { VALUE(); ok = int_opt(a, v, 1, 86400, &o->read_timeout_s);
+        } else if (IS("--shutdown-timeout")) {
+            VALUE(); ok = int_opt(a, v, 0, 86400, &o->shutdown_timeout_s);
+        } else if (IS("--verbose")) { o->log_requests = true;
+        } else {
+            return sp_arg_unknown("serve", a);
+        }
+        if (!ok) return 2;
+#undef IS
+#undef VALUE
+    }
+    if (!o->model_path) {
+        fprintf(stderr, "spindle serve: -m MODEL is required\n");
+        return 2;
+    }
+    return 0;
+}
+
+int sp_cmd_serve(int argc, char **argv) {
+    sp_server_options o;
+    sp_server_defaults(&o);
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    return sp_server_run(&o);
+}

@@ -1,0 +1,27 @@
+/* cJSON-level helpers shared by the request parsers (api_request.c,
+ * api_messages.c); everything public is in api_request.h. */
+#ifndef SP_SERVER_API_JSON_H
+#define SP_SERVER_API_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "server/api_request.h"
+
+/* An integral JSON number in [lo, hi] into *out; else a 400 naming param. */
+bool sp_api_read_long(const cJSON *v, const char *param, long lo, long hi,
+                      long *out, sp_api_error *err);
+
+/* `messages` (NULL when absent) as the JSON text spindle_chat_render takes:
+ * an array of objects with a string role; content a string, null, or an
+ * array of {"type": "text", "text"} parts, which are joined (other part
+ * types are refused); tool-call arguments given as JSON strings become
+ * objects, as chat templates expect (mlx_lm.server does the same). */
+bool sp_api_messages_json(const cJSON *messages, char **out, sp_api_error *err);
+
+/* `v` (NULL when absent) printed as JSON text into *out when it is of
+ * cJSON type `type` (cJSON_Array, cJSON_Object); else a 400 naming it. */
+bool sp_api_optional_json(const cJSON *v, const char *name, int type, char **out,
+                          sp_api_error *err);
+
+#endif

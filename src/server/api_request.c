@@ -1,0 +1,439 @@
+/* Request bodies -> validated structs (api_request.h): the typed field
+ * readers, the sampling fields shared by both generation routes, and the
+ * routes' own fields. The chat messages are normalized in api_messages.c. */
+#include "server/api_request.h"
+#include "server/api_json.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool sp_api_fail(sp_api_error *err, int http_status, const char *type,
+                 const char *param, const char *code, const char *fmt, ...) {
+    err->http_status = http_status;
+    err->type = type;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    snprintf(err->code, sizeof err->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool sp_api_bad(sp_api_error *err, const char *param, const char *fmt, ...) {
+    err->http_status = 400;
+    err->type = "invalid_request_error";
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    err->code[0] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* ------------------------------------------------------- typed field reads
+ * Each returns false (with err) for a present field of the wrong type or
+ * out of range, and leaves *out alone when the field is absent or null. */
+
+static const cJSON *field(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool read_bool(const cJSON *obj, const char *key, bool *out,
+                      sp_api_error *err) {
+    const cJSON *v = field(obj, key);
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return sp_api_bad(err, key, "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+bool sp_api_read_long(const cJSON *v, const char *param, long lo, long hi,
+                      long *out, sp_api_error *err) {
+    if (!cJSON_IsNumber(v))
+        return sp_api_bad(err, param, "'%s' must be an integer", param);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d))
+        return sp_api_bad(err, param, "'%s' must be an integer", param);
+    if (d < (double)lo || d > (double)hi)
+        return sp_api_bad(err, param, "'%s' must be in [%ld, %ld], got %.17g",
+                          param, lo, hi, d);
+    *out = (long)d;
+    return true;
+}
+
+static bool read_int(const cJSON *obj, const char *key, long lo, long hi,
+                     int *out, sp_api_error *err) {
+    const cJSON *v = field(obj, key);
+    long x = 0;
+    if (!v) return true;
+    if (!sp_api_read_long(v, key, lo, hi, &x, err)) return false;
+    *out = (int)x;
+    return true;
+}
+
+static bool read_float(const cJSON *obj, const char *key, double lo, double hi,
+                       float *out, sp_api_error *err) {
+    const cJSON *v = field(obj, key);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return sp_api_bad(err, key, "'%s' must be a number", key);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return sp_api_bad(err, key, "'%s' must be in [%g, %g], got %.17g", key,
+                          lo, hi, v->valuedouble);
+    *out = (float)v->valuedouble;
+    return true;
+}
+
+static bool dup_text(const cJSON *v, char **out, sp_api_error *err) {
+    if (!(*out = strdup(v->valuestring)))
+        return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
+    return true;
+}
+
+/* The body as a JSON object; trailing bytes after it are malformed too. */
+static cJSON *parse_object(const char *body, size_t len, sp_api_error *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        /* cJSON points `end` at the failure (its global error pointer is
+         * shared between threads). */
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : len;
+        sp_api_bad(err, NULL, "request body is not valid JSON (at byte %zu)", at);
+        return NULL;
+    }
+    while (end && end < body + len && strchr(" \t\r\n", *end) && *end) end++;
+    if (end && end < body + len) {
+        cJSON_Delete(root);
+        sp_api_bad(err, NULL, "request body has bytes after the JSON value (at byte %zu)",
+                   (size_t)(end - body));
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        sp_api_bad(err, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* --------------------------------------------------------- shared fields */
+
+static bool read_model(const cJSON *root, const sp_api_limits *limits,
+                       sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "model");
+    if (!v) return true;
+    if (!cJSON_IsString(v)) return sp_api_bad(err, "model", "'model' must be a string");
+    bool known = limits->n_model_names == 0;
+    for (int i = 0; i < limits->n_model_names && !known; i++)
+        known = !strcmp(v->valuestring, limits->model_names[i]);
+    if (!known)
+        return sp_api_fail(err, 404, "invalid_request_error", "model", "model_not_found",
+                           "The model '%.200s' does not exist (this server serves '%.150s')",
+                           v->valuestring, limits->model_names[0]);
+    return dup_text(v, &r->model, err);
+}
+
+static bool read_stop(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "stop");
+    if (!v) return true;
+    if (cJSON_IsString(v)) {
+        if (!v->valuestring[0]) return true;
+        r->n_stop = 1;
+        return dup_text(v, &r->stop[0], err);
+    }
+    if (!cJSON_IsArray(v))
+        return sp_api_bad(err, "stop", "'stop' must be a string or an array of strings");
+    if (cJSON_GetArraySize(v) > SP_API_MAX_STOP)
+        return sp_api_bad(err, "stop", "'stop' takes at most %d strings", SP_API_MAX_STOP);
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v) {
+        if (!cJSON_IsString(s))
+            return sp_api_bad(err, "stop", "'stop' must be a string or an array of strings");
+        if (!s->valuestring[0]) continue;
+        if (!dup_text(s, &r->stop[r->n_stop], err)) return false;
+        r->n_stop++;
+    }
+    return true;
+}
+
+/* {"token id": bias}: ids as decimal strings, biases in [-100, 100]. */
+static bool read_logit_bias(const cJSON *root, const sp_api_limits *limits,
+                            sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "logit_bias");
+    if (!v) return true;
+    if (!cJSON_IsObject(v))
+        return sp_api_bad(err, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(v);
+    if (n > SP_API_MAX_LOGIT_BIAS)
+        return sp_api_bad(err, "logit_bias", "'logit_bias' takes at most %d entries",
+                          SP_API_MAX_LOGIT_BIAS);
+    if (n == 0) return true;
+    r->bias_ids = malloc((size_t)n * sizeof *r->bias_ids);
+    r->bias_values = malloc((size_t)n * sizeof *r->bias_values);
+    if (!r->bias_ids || !r->bias_values)
+        return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        char *end;
+        long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || id < 0 || id >= limits->vocab_size)
+            return sp_api_bad(err, "logit_bias",
+                              "'logit_bias' key '%.40s' is not a token id in [0, %d)",
+                              e->string, limits->vocab_size);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
+            e->valuedouble < -100 || e->valuedouble > 100)
+            return sp_api_bad(err, "logit_bias",
+                              "'logit_bias' values must be numbers in [-100, 100]");
+        r->bias_ids[k] = (int32_t)id;
+        r->bias_values[k++] = (float)e->valuedouble;
+    }
+    r->gen.logit_bias_ids = r->bias_ids;
+    r->gen.logit_bias_values = r->bias_values;
+    r->gen.n_logit_bias = k;
+    return true;
+}
+
+/* temperature, top_p, top_k, min_p, seed, the penalties and their context
+ * sizes (mlx_lm.server's names), XTC. Ranges: OpenAI's where it has them,
+ * else what mlx-lm's sampler accepts. */
+static bool read_sampling(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    spindle_sampler_params *s = &r->gen.sampler;
+    spindle_gen_params *g = &r->gen;
+    const cJSON *seed = field(root, "seed");
+    if (seed) {
+        long x;
+        /* 2^53: every integer a double holds exactly. */
+        if (!sp_api_read_long(seed, "seed", -(1L << 53), 1L << 53, &x, err)) return false;
+        s->seed = (uint64_t)x;
+        r->seed_given = true;
+    }
+    return read_float(root, "temperature", 0, 100, &s->temperature, err) &&
+           read_float(root, "top_p", 0, 1, &s->top_p, err) &&
+           read_int(root, "top_k", 0, 1 << 30, &s->top_k, err) &&
+           read_float(root, "min_p", 0, 1, &s->min_p, err) &&
+           read_float(root, "xtc_probability", 0, 1, &s->xtc_probability, err) &&
+           read_float(root, "xtc_threshold", 0, 0.5, &s->xtc_threshold, err) &&
+           read_float(root, "repetition_penalty", 0, 100, &g->repetition_penalty, err) &&
+           read_float(root, "presence_penalty", -100, 100, &g->presence_penalty, err) &&
+           read_float(root, "frequency_penalty", -100, 100, &g->frequency_penalty, err) &&
+           read_int(root, "repetition_context_size", 0, 1 << 24,
+                    &g->repetition_context_size, err) &&
+           read_int(root, "presence_context_size", 0, 1 << 24,
+                    &g->presence_context_size, err) &&
+           read_int(root, "frequency_context_size", 0, 1 << 24,
+                    &g->frequency_context_size, err);
+}
+
+static bool read_stream(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    if (!read_bool(root, "stream", &r->stream, err)) return false;
+    const cJSON *opts = field(root, "stream_options");
+    if (!opts) return true;
+    if (!cJSON_IsObject(opts))
+        return sp_api_bad(err, "stream_options", "'stream_options' must be an object");
+    if (!r->stream)
+        return sp_api_bad(err, "stream_options",
+                          "'stream_options' is only allowed when 'stream' is true");
+    return read_bool(opts, "include_usage", &r->include_usage, err);
+}
+
+static bool read_max_tokens(const cJSON *root, const sp_api_limits *limits,
+                            sp_api_request *r, sp_api_error *err) {
+    r->max_tokens = limits->default_max_tokens;
+    /* max_completion_tokens is the newer name and wins. */
+    return read_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, err) &&
+           read_int(root, "max_completion_tokens", 1, 1 << 24, &r->max_tokens, err);
+}
+
+static bool read_n(const cJSON *root, sp_api_error *err) {
+    int n = 1;
+    if (!read_int(root, "n", 1, 128, &n, err)) return false;
+    if (n != 1)
+        return sp_api_bad(err, "n", "'n' must be 1 (one choice per request), got %d", n);
+    return true;
+}
+
+/* chat: logprobs (bool) and top_logprobs (0..20, needs logprobs);
+ * completions: logprobs as the number of alternatives, 0..5. */
+static bool read_logprobs(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    if (r->kind == SP_API_COMPLETION) {
+        int n = -1;
+        if (!read_int(root, "logprobs", 0, 5, &n, err)) return false;
+        r->logprobs = n >= 0;
+        r->top_logprobs = n > 0 ? n : 0;
+        return true;
+    }
+    if (!read_bool(root, "logprobs", &r->logprobs, err) ||
+        !read_int(root, "top_logprobs", 0, SPINDLE_MAX_TOP_LOGPROBS, &r->top_logprobs, err))
+        return false;
+    if (r->top_logprobs > 0 && !r->logprobs)
+        return sp_api_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    return true;
+}
+
+/* ------------------------------------------------------------ the routes */
+
+static bool read_prompt_ids(const cJSON *v, const sp_api_limits *limits,
+                            sp_api_request *r, sp_api_error *err) {
+    int n = cJSON_GetArraySize(v);
+    if (!(r->prompt_ids = malloc((size_t)n * sizeof *r->prompt_ids)))
+        return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        long id = 0;
+        if (!sp_api_read_long(e, "prompt", 0, limits->vocab_size - 1L, &id, err))
+            return false;
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
+    }
+    return true;
+}
+
+/* A string, an array of one string, or an array of token ids. */
+static bool read_prompt(const cJSON *root, const sp_api_limits *limits,
+                        sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "prompt");
+    if (!v) return sp_api_bad(err, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child))
+        v = v->child;
+    if (cJSON_IsString(v)) {
+        if (!v->valuestring[0]) return sp_api_bad(err, "prompt", "'prompt' is empty");
+        return dup_text(v, &r->prompt_text, err);
+    }
+    if (!cJSON_IsArray(v))
+        return sp_api_bad(err, "prompt", "'prompt' must be a string or an array of token ids");
+    if (cJSON_GetArraySize(v) == 0) return sp_api_bad(err, "prompt", "'prompt' is empty");
+    if (cJSON_IsString(v->child))
+        return sp_api_bad(err, "prompt", "'prompt' takes one string (batches of prompts "
+                                         "are not supported)");
+    return read_prompt_ids(v, limits, r, err);
+}
+
+static bool read_completion_only(const cJSON *root, sp_api_error *err) {
+    bool echo = false;
+    int best_of = 1;
+    if (!read_bool(root, "echo", &echo, err) ||
+        !read_int(root, "best_of", 1, 128, &best_of, err))
+        return false;
+    if (echo) return sp_api_bad(err, "echo", "'echo' is not supported");
+    if (best_of != 1) return sp_api_bad(err, "best_of", "'best_of' must be 1");
+    return true;
+}
+
+static bool read_chat_inputs(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    return sp_api_messages_json(field(root, "messages"), &r->messages_json, err) &&
+           sp_api_optional_json(field(root, "tools"), "tools", cJSON_Array,
+                                &r->tools_json, err) &&
+           sp_api_optional_json(field(root, "chat_template_kwargs"),
+                                "chat_template_kwargs", cJSON_Object,
+                                &r->template_kwargs_json, err);
+}
+
+bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
+                             const sp_api_limits *limits, sp_api_request *out,
+                             sp_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->gen = spindle_gen_defaults();
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return false;
+    bool ok = read_model(root, limits, out, err) &&
+              (kind == SP_API_CHAT ? read_chat_inputs(root, out, err)
+                                   : read_prompt(root, limits, out, err) &&
+                                         read_completion_only(root, err)) &&
+              read_stream(root, out, err) && read_max_tokens(root, limits, out, err) &&
+              read_n(root, err) && read_sampling(root, out, err) &&
+              read_stop(root, out, err) && read_logit_bias(root, limits, out, err) &&
+              read_logprobs(root, out, err);
+    cJSON_Delete(root);
+    if (!ok) sp_api_request_free(out);
+    else out->gen.max_tokens = out->max_tokens;
+    return ok;
+}
+
+void sp_api_request_free(sp_api_request *r) {
+    free(r->model);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->template_kwargs_json);
+    free(r->prompt_text);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->bias_ids);
+    free(r->bias_values);
+    sp_api_kind kind = r->kind;
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}
+
+bool sp_api_parse_tokenize(const char *body, size_t len, sp_api_tokenize *out,
+                           sp_api_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return false;
+    bool parse_special = true, ok = true;
+    const cJSON *content = field(root, "content");
+    if (!cJSON_IsString(content))
+        ok = sp_api_bad(err, "content", "'content' must be a string");
+    ok = ok && read_bool(root, "add_special", &out->add_special, err) &&
+         read_bool(root, "parse_special", &parse_special, err) &&
+         read_bool(root, "with_pieces", &out->with_pieces, err);
+    if (ok && !parse_special)
+        ok = sp_api_bad(err, "parse_special",
+                        "'parse_special': false is not supported (special tokens are "
+                        "always matched)");
+    if (ok && (ok = dup_text(content, &out->content, err)))
+        out->content_len = strlen(out->content);
+    cJSON_Delete(root);
+    if (!ok) sp_api_tokenize_free(out);
+    return ok;
+}
+
+void sp_api_tokenize_free(sp_api_tokenize *t) {
+    free(t->content);
+    memset(t, 0, sizeof *t);
+}
+
+bool sp_api_parse_detokenize(const char *body, size_t len,
+                             const sp_api_limits *limits, int32_t **ids,
+                             int *n_ids, sp_api_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return false;
+    const cJSON *v = field(root, "tokens");
+    sp_api_request tmp = {0};
+    bool ok = cJSON_IsArray(v)
+                  ? read_prompt_ids(v, limits, &tmp, err)
+                  : sp_api_bad(err, "tokens", "'tokens' must be an array of token ids");
+    if (!ok && !strcmp(err->param, "prompt")) {
+        snprintf(err->param, sizeof err->param, "tokens");
+        snprintf(err->message, sizeof err->message,
+                 "'tokens' must be an array of token ids in [0, %d)", limits->vocab_size);
+    }
+    cJSON_Delete(root);
+    if (!ok) {
+        free(tmp.prompt_ids);
+        return false;
+    }
+    *ids = tmp.prompt_ids;
+    *n_ids = tmp.n_prompt_ids;
+    return true;
+}
+
+bool sp_api_parse_apply_template(const char *body, size_t len,
+                                 sp_api_request *out, sp_api_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = parse_object(body, len, err);
+    if (!root) return false;
+    bool ok = read_chat_inputs(root, out, err);
+    cJSON_Delete(root);
+    if (!ok) sp_api_request_free(out);
+    return ok;
+}

@@ -1,0 +1,118 @@
+/* The request bodies of the server's JSON routes, parsed and validated.
+ *
+ * Every parser here is a pure function from bytes (plus the served model's
+ * fixed facts, sp_api_limits) to a request struct or an sp_api_error: no
+ * model, tokenizer or socket is touched, so tests/fuzz/fuzz_server_request
+ * drives them directly. Unknown fields are ignored, as OpenAI clients
+ * expect; a JSON null counts as an absent field. */
+#ifndef SP_SERVER_API_REQUEST_H
+#define SP_SERVER_API_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
+
+/* OpenAI's error object: {"error": {"message", "type", "param", "code"}}
+ * (param and code null when empty), sent with http_status. */
+typedef struct sp_api_error {
+    int http_status;
+    const char *type;     /* static: "invalid_request_error", ... */
+    char param[64];
+    char code[48];
+    char message[400];
+} sp_api_error;
+
+/* Fill `err` (printf-style message) and return false, so that a check reads
+ * `return sp_api_fail(...)`. `param` and `code` may be NULL. */
+bool sp_api_fail(sp_api_error *err, int http_status, const char *type,
+                 const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The common case: 400 invalid_request_error naming `param`. */
+bool sp_api_bad(sp_api_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The most stop strings a request may give (OpenAI's limit). */
+#define SP_API_MAX_STOP 4
+/* The most logit_bias entries (OpenAI's documented maximum is 300). */
+#define SP_API_MAX_LOGIT_BIAS 1024
+
+/* What a parser needs to know of the served model. */
+typedef struct sp_api_limits {
+    int vocab_size;                /* token ids must be below it */
+    const char *const *model_names;/* names `model` may take (any if none) */
+    int n_model_names;
+    int default_max_tokens;        /* when the request gives none */
+} sp_api_limits;
+
+typedef enum sp_api_kind {
+    SP_API_CHAT = 0,    /* POST /v1/chat/completions */
+    SP_API_COMPLETION   /* POST /v1/completions */
+} sp_api_kind;
+
+/* A generation request. Strings and arrays are malloc'd and owned by the
+ * struct (sp_api_request_free). */
+typedef struct sp_api_request {
+    sp_api_kind kind;
+    char *model;                 /* as requested; NULL when absent */
+    /* chat: the messages with text content parts joined and tool-call
+     * arguments parsed to objects (what chat templates expect), tools and
+     * chat_template_kwargs as given; JSON text, NULL when absent */
+    char *messages_json;
+    char *tools_json;
+    char *template_kwargs_json;
+    /* completion: prompt text, or token ids (prompt_ids non-NULL) */
+    char *prompt_text;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+
+    bool stream;
+    bool include_usage;          /* stream_options.include_usage */
+    int max_tokens;              /* max_completion_tokens, max_tokens or the
+                                    default */
+    spindle_gen_params gen;      /* sampler and logits processors; its
+                                    arrays point into this struct */
+    bool seed_given;
+    char *stop[SP_API_MAX_STOP];
+    int n_stop;
+    /* chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs
+     * as an integer 0..5 of alternatives */
+    bool logprobs;
+    int top_logprobs;
+    int32_t *bias_ids;
+    float *bias_values;
+} sp_api_request;
+
+/* Parse a chat or completion body. On failure `*out` is left empty (safe to
+ * free) and `err` says why. */
+bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
+                             const sp_api_limits *limits, sp_api_request *out,
+                             sp_api_error *err);
+void sp_api_request_free(sp_api_request *r);
+
+/* POST /tokenize: llama-server's {"content", "add_special" (default false),
+ * "parse_special" (default true; false is refused: Spindle's tokenizers
+ * always match special tokens), "with_pieces"}. */
+typedef struct sp_api_tokenize {
+    char *content;
+    size_t content_len;
+    bool add_special;
+    bool with_pieces;
+} sp_api_tokenize;
+
+bool sp_api_parse_tokenize(const char *body, size_t len, sp_api_tokenize *out,
+                           sp_api_error *err);
+void sp_api_tokenize_free(sp_api_tokenize *t);
+
+/* POST /detokenize: {"tokens": [ids]}, each id below vocab_size. */
+bool sp_api_parse_detokenize(const char *body, size_t len,
+                             const sp_api_limits *limits, int32_t **ids,
+                             int *n_ids, sp_api_error *err);
+
+/* POST /apply-template: {"messages", "tools", "chat_template_kwargs"} as for
+ * chat completions; only those three fields of `out` are set. */
+bool sp_api_parse_apply_template(const char *body, size_t len,
+                                 sp_api_request *out, sp_api_error *err);
+
+#endif

@@ -1,0 +1,485 @@
+/* One generation request from its parsed body to its last byte: the prompt
+ * (chat template or text or ids), admission (the queue bound), the engine
+ * request and its callbacks, and the response, whole or streamed.
+ *
+ * Two threads touch a job. The engine's thread runs on_token / on_finish:
+ * they detokenize, match stop strings and append text and logprobs under
+ * the job's lock, and signal. The connection's thread (MHD runs one per
+ * connection) waits on that signal, 50 ms at a time so that it notices a
+ * client that has gone (then it cancels the request), and formats what has
+ * arrived. A job is freed only after on_finish has run. */
+#include "server/api_response.h"
+#include "server/state.h"
+#include "server/stop_strings.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct sp_job {
+    sp_server *srv;
+    struct MHD_Connection *conn;
+    sp_job *next;                 /* the server's list of jobs in flight */
+    sp_api_request req;
+    int32_t *prompt;
+    int n_prompt;
+    spindle_request_id id;
+    char id_text[48];
+    sp_api_head head;
+
+    /* Written by the engine's thread, read by the connection's: under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    spindle_detokenizer *detok;
+    sp_stop_matcher stop;
+    sp_strbuf text;               /* everything that may be sent */
+    sp_api_logprob *logprobs;
+    int n_logprobs, cap_logprobs;
+    bool finished;
+    spindle_stop_reason stop_reason;
+    spindle_status status;
+    char error[256];
+    int n_generated;
+
+    /* The connection's thread only. */
+    size_t text_sent;
+    int logprobs_sent;
+    bool role_sent, stream_done, cancelled;
+    bool admitted;                /* counted in the server's in_flight */
+    sp_strbuf out;                /* formatted events not yet written */
+    size_t out_pos;
+};
+
+/* ------------------------------------------------------- engine callbacks */
+
+/* Append a detokenized piece; a decoded U+0000 becomes U+FFFD, since the
+ * JSON strings are built from NUL-terminated text. */
+static bool feed_text(sp_job *j, const char *piece, size_t len) {
+    bool stopped = false;
+    size_t at = 0;
+    while (at < len && !stopped) {
+        const char *nul = memchr(piece + at, '\0', len - at);
+        size_t n = nul ? (size_t)(nul - (piece + at)) : len - at;
+        stopped = sp_stop_feed(&j->stop, piece + at, n, &j->text);
+        if (nul && !stopped) stopped = sp_stop_feed(&j->stop, "\xEF\xBF\xBD", 3, &j->text);
+        at += n + (nul ? 1 : 0);
+    }
+    return stopped;
+}
+
+static void keep_logprob(sp_job *j, const spindle_token_info *info) {
+    if (j->n_logprobs == j->cap_logprobs) {
+        int cap = j->cap_logprobs ? j->cap_logprobs * 2 : 16;
+        sp_api_logprob *p = realloc(j->logprobs, (size_t)cap * sizeof *p);
+        if (!p) return;   /* the text goes on; this token's logprob is lost */
+        j->logprobs = p;
+        j->cap_logprobs = cap;
+    }
+    sp_api_logprob *lp = &j->logprobs[j->n_logprobs++];
+    lp->token = info->token;
+    lp->logprob = info->logprob;
+    lp->n_top = info->n_top < SPINDLE_MAX_TOP_LOGPROBS ? info->n_top : SPINDLE_MAX_TOP_LOGPROBS;
+    if (lp->n_top > 0) memcpy(lp->top, info->top, (size_t)lp->n_top * sizeof *lp->top);
+}
+
+static bool on_token(spindle_request_id id, const spindle_token_info *info, void *user) {
+    sp_job *j = user;
+    (void)id;
+    pthread_mutex_lock(&j->mu);
+    if (j->req.logprobs) keep_logprob(j, info);
+    const char *piece = NULL;
+    bool stopped = false;
+    if (spindle_detokenizer_push(j->detok, info->token, &piece, NULL) == SPINDLE_OK)
+        stopped = feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return !stopped;
+}
+
+static void on_finish(spindle_request_id id, const spindle_request_result *r, void *user) {
+    sp_job *j = user;
+    (void)id;
+    sp_metrics_count_generation(&j->srv->metrics, &r->stats, r->n_tokens);
+    pthread_mutex_lock(&j->mu);
+    const char *piece = NULL;
+    if (!j->stop.matched &&
+        spindle_detokenizer_flush(j->detok, &piece, NULL) == SPINDLE_OK)
+        feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    sp_stop_flush(&j->stop, &j->text);
+    j->stop_reason = r->stop_reason;
+    j->status = r->status;
+    snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
+    j->n_generated = r->n_tokens;
+    j->finished = true;
+    /* Broadcast before unlocking: the connection's thread may free the job
+     * as soon as it sees `finished`. */
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ------------------------------------------------------------ job life */
+
+static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *req) {
+    sp_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->srv = s;
+    j->conn = c;
+    j->req = *req;            /* the job owns the request's memory now */
+    memset(req, 0, sizeof *req);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    sp_stop_init(&j->stop, j->req.stop, j->req.n_stop);
+    uint64_t serial = atomic_fetch_add(&s->next_id, 1);
+    snprintf(j->id_text, sizeof j->id_text, "%s-%llx%06llx",
+             j->req.kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->started, (unsigned long long)serial);
+    j->head = (sp_api_head){.kind = j->req.kind, .id = j->id_text,
+                            .created = (long long)time(NULL),
+                            .model = j->req.model ? j->req.model : s->model_names[0]};
+    return j;
+}
+
+/* Ask the engine to stop the request (once). */
+static void job_cancel(sp_job *j) {
+    if (j->cancelled || !j->id) return;
+    j->cancelled = true;
+    spindle_engine_cancel(j->srv->engine, j->id);
+}
+
+/* Wait for on_finish (cancelling first), leave the server's list, free. */
+static void job_release(sp_job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->finished) {
+        pthread_mutex_unlock(&j->mu);
+        job_cancel(j);
+        pthread_mutex_lock(&j->mu);
+        while (!j->finished) pthread_cond_wait(&j->cv, &j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    sp_server *s = j->srv;
+    pthread_mutex_lock(&s->lock);
+    for (sp_job **p = &s->jobs; j->admitted && *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            break;
+        }
+    if (j->admitted) s->in_flight--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    spindle_detokenizer_free(j->detok);
+    sp_stop_free(&j->stop);
+    sp_strbuf_free(&j->text);
+    sp_strbuf_free(&j->out);
+    free(j->logprobs);
+    spindle_free(j->prompt);
+    sp_api_request_free(&j->req);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void sp_cancel_all_jobs(sp_server *s) {
+    pthread_mutex_lock(&s->lock);
+    for (sp_job *j = s->jobs; j; j = j->next)
+        if (j->id) spindle_engine_cancel(s->engine, j->id);
+    pthread_mutex_unlock(&s->lock);
+}
+
+typedef bool (*job_ready_fn)(const sp_job *j);
+
+static bool finished(const sp_job *j) { return j->finished; }
+
+static bool has_news(const sp_job *j) {
+    return j->finished || j->text.len > j->text_sent || j->n_logprobs > j->logprobs_sent;
+}
+
+/* Wait until ready(j); false (the request cancelled) when the client has
+ * gone meanwhile. */
+static bool job_wait(sp_job *j, job_ready_fn ready) {
+    pthread_mutex_lock(&j->mu);
+    while (!ready(j)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !ready(j) &&
+            !sp_client_connected(j->conn)) {
+            pthread_mutex_unlock(&j->mu);
+            job_cancel(j);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}
+
+/* ---------------------------------------------------------- responses */
+
+static const char *finish_reason(spindle_stop_reason r) {
+    return r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT ? "length" : "stop";
+}
+
+/* A request that ended without an answer: an engine error, or cancelled by
+ * the shutdown. False when it ended normally. */
+static bool job_failure(const sp_job *j, sp_api_error *e) {
+    if (j->stop_reason == SPINDLE_STOP_ERROR)
+        return !sp_api_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s",
+                            j->error[0] ? j->error : spindle_status_name(j->status));
+    if (j->stop_reason == SPINDLE_STOP_CANCELLED)
+        return !sp_api_fail(e, 503, "server_error", NULL, NULL,
+                            "the request was cancelled: the server is shutting down");
+    return false;
+}
+
+static sp_api_usage job_usage(const sp_job *j) {
+    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated};
+}
+
+static enum MHD_Result reply_whole(sp_job *j) {
+    sp_server *s = j->srv;
+    sp_route route = j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+    sp_api_error e;
+    if (job_failure(j, &e)) return sp_reply_error(s, j->conn, route, &e);
+    sp_api_delta d = {.text = j->text.p ? j->text.p : "", .len = j->text.len,
+                      .logprobs = j->logprobs, .n_logprobs = j->n_logprobs,
+                      .want_logprobs = j->req.logprobs,
+                      .finish_reason = finish_reason(j->stop_reason)};
+    sp_api_usage u = job_usage(j);
+    char *json = sp_api_response_json(&j->head, &d, &u, s->tok);
+    if (!json) {
+        sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
+        return sp_reply_error(s, j->conn, route, &e);
+    }
+    return sp_reply_json(s, j->conn, route, 200, json);
+}
+
+/* The events that end a stream: the finish chunk (or an error), usage,
+ * [DONE]. */
+static void stream_end(sp_job *j) {
+    sp_api_error e;
+    if (job_failure(j, &e)) {
+        sp_api_error_event(&j->out, &e);
+    } else {
+        sp_api_delta d = {.text = "", .finish_reason = finish_reason(j->stop_reason)};
+        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
+        if (j->req.include_usage) {
+            sp_api_usage u = job_usage(j);
+            sp_api_usage_event(&j->out, &j->head, &u);
+        }
+    }
+    sp_strbuf_add(&j->out, "data: [DONE]\n\n", 14);
+    j->stream_done = true;
+}
+
+/* Format the next events into j->out; false when the client has gone. */
+static bool stream_next(sp_job *j) {
+    sp_api_delta d = {.want_logprobs = j->req.logprobs};
+    if (j->req.kind == SP_API_CHAT && !j->role_sent) {
+        j->role_sent = true;
+        d.text = "";
+        sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
+        return true;
+    }
+    if (!job_wait(j, has_news)) return false;
+    /* Copy what arrived, then format without the lock (the engine's thread
+     * appends meanwhile). */
+    pthread_mutex_lock(&j->mu);
+    size_t len = j->text.len - j->text_sent;
+    int n_lp = j->n_logprobs - j->logprobs_sent;
+    char *text = malloc(len + 1);
+    sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
+    bool done = j->finished, ok = text && (!n_lp || lps);
+    if (ok) {
+        if (len) memcpy(text, j->text.p + j->text_sent, len);
+        if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
+        j->text_sent += len;
+        j->logprobs_sent += n_lp;
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (ok && (len || n_lp)) {
+        d.text = text;
+        d.len = len;
+        d.logprobs = lps;
+        d.n_logprobs = n_lp;
+        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
+    }
+    free(text);
+    free(lps);
+    if (!ok) j->out.oom = true;
+    else if (done) stream_end(j);
+    return true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sp_job *j = cls;
+    (void)pos;
+    while (j->out_pos >= j->out.len) {
+        if (j->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        j->out.len = 0;
+        j->out_pos = 0;
+        if (!stream_next(j) || j->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = j->out.len - j->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, j->out.p + j->out_pos, n);
+    j->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { job_release(cls); }
+
+/* ---------------------------------------------------------- the prompt */
+
+/* Room for the prompt and at least one generated token. */
+static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_error *e) {
+    const char *param = r->kind == SP_API_CHAT ? "messages" : "prompt";
+    if (n == 0) return sp_api_bad(e, param, "the prompt has no tokens");
+    if (n >= s->context_length)
+        return sp_api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                           "This model's maximum context length is %d tokens, but the "
+                           "prompt has %d tokens", s->context_length, n);
+    return true;
+}
+
+static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
+                       sp_api_error *e) {
+    spindle_error err = {0};
+    spindle_status st;
+    size_t count = 0;
+    if (r->kind == SP_API_CHAT) {
+        char *text = NULL;
+        st = spindle_chat_render(s->tok, r->messages_json, r->tools_json, true,
+                                 r->template_kwargs_json, NULL, &text, &err);
+        if (st) {
+            sp_api_error_from_status(e, st, "messages", err.message);
+            return false;
+        }
+        /* The template wrote the special tokens itself (as mlx-lm and
+         * transformers' apply_chat_template(tokenize=True) do). */
+        st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, &count, &err);
+        spindle_free(text);
+    } else if (r->prompt_ids) {
+        *ids = r->prompt_ids;
+        *n = r->n_prompt_ids;
+        r->prompt_ids = NULL;
+        r->n_prompt_ids = 0;
+        return prompt_fits(s, r, *n, e);
+    } else {
+        st = spindle_tokenizer_encode(s->tok, r->prompt_text, strlen(r->prompt_text), true,
+                                      ids, &count, &err);
+    }
+    if (st) {
+        sp_api_error_from_status(e, st, r->kind == SP_API_CHAT ? "messages" : "prompt",
+                                 err.message);
+        return false;
+    }
+    *n = (int)count;
+    return prompt_fits(s, r, *n, e);
+}
+
+/* Join the jobs in flight, unless the queue is full (429). */
+static bool admit(sp_server *s, sp_job *j, sp_api_error *e) {
+    pthread_mutex_lock(&s->lock);
+    bool room = s->in_flight < s->opts.parallel + s->opts.queue_size;
+    if (room) {
+        j->admitted = true;
+        s->in_flight++;
+        j->next = s->jobs;
+        s->jobs = j;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!room)
+        sp_api_fail(e, 429, "rate_limit_error", NULL, "queue_full",
+                    "the server is busy (%d requests running or queued); retry later",
+                    s->opts.parallel + s->opts.queue_size);
+    return room;
+}
+
+static uint64_t fresh_seed(sp_server *s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (atomic_load(&s->next_id) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    return x * 0xBF58476D1CE4E5B9ull;
+}
+
+/* Submit to the engine; on failure nothing runs and *e says why. */
+static bool job_submit(sp_job *j, sp_api_error *e) {
+    sp_server *s = j->srv;
+    spindle_error err = {0};
+    spindle_status st = spindle_detokenizer_new(s->tok, true, &j->detok, &err);
+    if (!j->req.seed_given) j->req.gen.sampler.seed = fresh_seed(s);
+    j->req.gen.stop_ids = s->stop_ids;
+    j->req.gen.n_stop_ids = s->n_stop_ids;
+    spindle_request rq = {.prompt = j->prompt, .n_prompt = j->n_prompt,
+                          .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
+                          .on_token = on_token, .on_finish = on_finish, .user = j};
+    spindle_request_id id = 0;
+    if (!st) st = spindle_engine_submit(s->engine, &rq, &id, &err);
+    if (!st) {
+        /* Under the server's lock: sp_cancel_all_jobs reads it. (The
+         * callbacks may already have run; they find the job via `user`.) */
+        pthread_mutex_lock(&s->lock);
+        j->id = id;
+        pthread_mutex_unlock(&s->lock);
+        return true;
+    }
+    j->finished = true;   /* no callback will run */
+    sp_api_error_from_status(e, st, NULL, err.message);
+    if (st == SPINDLE_ERR_LIMIT) snprintf(e->code, sizeof e->code, "context_length_exceeded");
+    return false;
+}
+
+static bool phase_allows(sp_server *s, sp_api_error *e) {
+    int phase = atomic_load(&s->phase);
+    if (phase == SP_PHASE_READY) return true;
+    return sp_api_fail(e, 503, "server_error", NULL, NULL,
+                       phase == SP_PHASE_LOADING ? "the model is still loading"
+                                                 : "the server is shutting down");
+}
+
+enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
+                                     sp_api_kind kind, const char *body, size_t len) {
+    sp_route route = kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+    sp_api_error e;
+    sp_api_request req;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
+    if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
+        return sp_reply_error(s, c, route, &e);
+    if (!prompt_ids(s, &req, &ids, &n, &e)) {
+        sp_api_request_free(&req);
+        spindle_free(ids);
+        return sp_reply_error(s, c, route, &e);
+    }
+    sp_job *j = job_new(s, c, &req);
+    if (!j) {
+        sp_api_request_free(&req);
+        spindle_free(ids);
+        sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
+        return sp_reply_error(s, c, route, &e);
+    }
+    j->prompt = ids;
+    j->n_prompt = n;
+    if (!admit(s, j, &e)) {
+        j->finished = true;
+        job_release(j);
+        return sp_reply_error(s, c, route, &e);
+    }
+    if (!job_submit(j, &e)) {
+        job_release(j);
+        return sp_reply_error(s, c, route, &e);
+    }
+    if (j->req.stream)
+        return sp_reply_stream(s, c, route, stream_read, j, stream_free);
+    enum MHD_Result rc = job_wait(j, finished) ? reply_whole(j) : MHD_NO;
+    job_release(j);
+    return rc;
+}

@@ -1,0 +1,114 @@
+#include "server/metrics.h"
+
+#include <string.h>
+
+static const char *const route_names[SP_ROUTE_COUNT] = {
+    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize",
+    "/detokenize", "/apply-template", "/metrics", "/", "other",
+};
+
+/* Upper bounds of the time-to-first-token buckets, seconds. */
+static const double ttft_bounds[SP_METRICS_TTFT_BUCKETS] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80,
+};
+
+const char *sp_route_name(sp_route route) {
+    return route >= 0 && route < SP_ROUTE_COUNT ? route_names[route] : "other";
+}
+
+void sp_metrics_init(sp_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->lock, NULL);
+}
+
+void sp_metrics_destroy(sp_metrics *m) { pthread_mutex_destroy(&m->lock); }
+
+void sp_metrics_count_request(sp_metrics *m, sp_route route, int status) {
+    if (route < 0 || route >= SP_ROUTE_COUNT) route = SP_ROUTE_OTHER;
+    pthread_mutex_lock(&m->lock);
+    /* The first free slot, or the last one for any further status (a
+     * route sees a handful of statuses; the table stays bounded). */
+    for (int i = 0; i < SP_METRICS_STATUSES; i++) {
+        if (m->requests[route][i].status == status || m->requests[route][i].status == 0 ||
+            i == SP_METRICS_STATUSES - 1) {
+            if (m->requests[route][i].status == 0) m->requests[route][i].status = status;
+            m->requests[route][i].count++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
+                                 int n_generated) {
+    pthread_mutex_lock(&m->lock);
+    m->generations++;
+    m->prompt_tokens += (uint64_t)(s->prompt_tokens > 0 ? s->prompt_tokens : 0);
+    m->generated_tokens += (uint64_t)(n_generated > 0 ? n_generated : 0);
+    m->prefill_seconds += s->prefill_seconds;
+    m->decode_seconds += s->decode_seconds;
+    if (n_generated > 0) {
+        m->ttft_count++;
+        m->ttft_sum += s->ttft_seconds;
+        for (int i = 0; i < SP_METRICS_TTFT_BUCKETS; i++)
+            if (s->ttft_seconds <= ttft_bounds[i]) m->ttft_buckets[i]++;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void family(sp_strbuf *out, const char *name, const char *type, const char *help) {
+    sp_strbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_requests(const sp_metrics *m, sp_strbuf *out) {
+    family(out, "spindle_requests_total", "counter",
+           "HTTP requests answered, by route and status code.");
+    for (int r = 0; r < SP_ROUTE_COUNT; r++)
+        for (int i = 0; i < SP_METRICS_STATUSES && m->requests[r][i].status; i++)
+            sp_strbuf_printf(out, "spindle_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
+                             route_names[r], m->requests[r][i].status,
+                             (unsigned long long)m->requests[r][i].count);
+}
+
+static void render_ttft(const sp_metrics *m, sp_strbuf *out) {
+    const char *h = "spindle_time_to_first_token_seconds";
+    family(out, h, "histogram", "Time from a request's arrival to its first generated token.");
+    for (int i = 0; i < SP_METRICS_TTFT_BUCKETS; i++)
+        sp_strbuf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", h, ttft_bounds[i],
+                         (unsigned long long)m->ttft_buckets[i]);
+    sp_strbuf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", h,
+                     (unsigned long long)m->ttft_count, h, m->ttft_sum, h,
+                     (unsigned long long)m->ttft_count);
+}
+
+static void scalar(sp_strbuf *out, const char *name, const char *type, const char *help,
+                   double value) {
+    family(out, name, type, help);
+    sp_strbuf_printf(out, "%s %.17g\n", name, value);
+}
+
+void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
+    pthread_mutex_lock(&m->lock);
+    render_requests(m, out);
+    scalar(out, "spindle_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+           (double)m->prompt_tokens);
+    scalar(out, "spindle_generation_tokens_total", "counter", "Tokens generated.",
+           (double)m->generated_tokens);
+    scalar(out, "spindle_generations_total", "counter", "Generation requests finished.",
+           (double)m->generations);
+    scalar(out, "spindle_prefill_seconds_total", "counter",
+           "Seconds spent prefilling prompts, summed over requests "
+           "(prompt tokens / this: prefill throughput).", m->prefill_seconds);
+    scalar(out, "spindle_decode_seconds_total", "counter",
+           "Seconds spent decoding, summed over requests.", m->decode_seconds);
+    render_ttft(m, out);
+    pthread_mutex_unlock(&m->lock);
+    scalar(out, "spindle_requests_waiting", "gauge",
+           "Generation requests queued, not yet running.", queued);
+    scalar(out, "spindle_requests_running", "gauge", "Sequences running in the engine.",
+           running);
+    scalar(out, "vllm:num_requests_waiting", "gauge",
+           "Alias of spindle_requests_waiting (Gateway API Inference Extension).", queued);
+    scalar(out, "vllm:num_requests_running", "gauge",
+           "Alias of spindle_requests_running (Gateway API Inference Extension).", running);
+}

@@ -1,0 +1,58 @@
+/* What GET /metrics reports, in Prometheus' text format: HTTP requests by
+ * route and status, prompt and generated tokens, the engine's queue and
+ * running counts, time to first token, prefill/decode time. The gauges of
+ * the Kubernetes Gateway API Inference Extension's model-server protocol are
+ * also given under vLLM's names (vllm:num_requests_waiting/running), which
+ * its endpoint picker reads by default. Thread-safe (one lock). */
+#ifndef SP_SERVER_METRICS_H
+#define SP_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "base/strbuf.h"
+#include "spindle.h"
+
+typedef enum sp_route {
+    SP_ROUTE_CHAT = 0,
+    SP_ROUTE_COMPLETIONS,
+    SP_ROUTE_MODELS,
+    SP_ROUTE_HEALTH,
+    SP_ROUTE_TOKENIZE,
+    SP_ROUTE_DETOKENIZE,
+    SP_ROUTE_APPLY_TEMPLATE,
+    SP_ROUTE_METRICS,
+    SP_ROUTE_INDEX,
+    SP_ROUTE_OTHER,      /* unknown paths */
+    SP_ROUTE_COUNT
+} sp_route;
+
+/* The canonical path of a route ("/v1/chat/completions"; "other"). */
+const char *sp_route_name(sp_route route);
+
+#define SP_METRICS_STATUSES 12   /* distinct statuses kept per route */
+#define SP_METRICS_TTFT_BUCKETS 14
+
+typedef struct sp_metrics {
+    pthread_mutex_t lock;
+    struct {
+        int status;
+        uint64_t count;
+    } requests[SP_ROUTE_COUNT][SP_METRICS_STATUSES];
+    uint64_t prompt_tokens, generated_tokens, generations;
+    double prefill_seconds, decode_seconds;
+    uint64_t ttft_buckets[SP_METRICS_TTFT_BUCKETS];
+    uint64_t ttft_count;
+    double ttft_sum;
+} sp_metrics;
+
+void sp_metrics_init(sp_metrics *m);
+void sp_metrics_destroy(sp_metrics *m);
+void sp_metrics_count_request(sp_metrics *m, sp_route route, int status);
+/* A finished generation: its token counts and timings. */
+void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
+                                 int n_generated);
+/* The exposition text into `out`; queued/running from the engine. */
+void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out);
+
+#endif

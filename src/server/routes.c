@@ -1,0 +1,175 @@
+/* The routes besides generation: GET /health, /v1/models, /metrics and /,
+ * and llama-server's POST /tokenize, /detokenize and /apply-template. */
+#include "server/api_response.h"
+#include "server/state.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
+                              const char *message) {
+    const char *msg = message && message[0] ? message : spindle_status_name(st);
+    switch (st) {
+    case SPINDLE_ERR_MEMORY:
+        sp_api_fail(e, 503, "server_error", NULL, NULL, "%s", msg);
+        break;
+    case SPINDLE_ERR_ARGUMENT:
+    case SPINDLE_ERR_FORMAT:
+    case SPINDLE_ERR_TEMPLATE:
+    case SPINDLE_ERR_LIMIT:
+    case SPINDLE_ERR_UNSUPPORTED:
+        sp_api_bad(e, param, "%s", msg);
+        break;
+    default:
+        sp_api_fail(e, 500, "server_error", NULL, NULL, "%s", msg);
+    }
+}
+
+static bool ready(sp_server *s, sp_api_error *e) {
+    int phase = atomic_load(&s->phase);
+    if (phase == SP_PHASE_LOADING)
+        return sp_api_fail(e, 503, "unavailable_error", NULL, NULL, "Loading model");
+    return true;
+}
+
+enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c) {
+    int phase = atomic_load(&s->phase);
+    if (phase == SP_PHASE_READY)
+        return sp_reply(s, c, SP_ROUTE_HEALTH, 200, "application/json",
+                        "{\"status\":\"ok\"}", 15);
+    /* llama-server's body while loading; the same shape while draining. */
+    const char *body = phase == SP_PHASE_LOADING
+                           ? "{\"error\":{\"code\":503,\"message\":\"Loading model\","
+                             "\"type\":\"unavailable_error\"}}"
+                           : "{\"error\":{\"code\":503,\"message\":\"Shutting down\","
+                             "\"type\":\"unavailable_error\"}}";
+    return sp_reply(s, c, SP_ROUTE_HEALTH, 503, "application/json", body, strlen(body));
+}
+
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    cJSON_AddStringToObject(m, "id", s->model_names[0]);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->started);
+    cJSON_AddStringToObject(m, "owned_by", "spindle");
+    if (atomic_load(&s->phase) != SP_PHASE_LOADING) {
+        cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+        cJSON_AddNumberToObject(meta, "context_length", s->context_length);
+        cJSON_AddNumberToObject(meta, "vocab_size", s->limits.vocab_size);
+    } else {
+        cJSON_AddNullToObject(m, "meta");
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return sp_reply_json(s, c, SP_ROUTE_MODELS, 200, json);
+}
+
+enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c) {
+    int queued = 0, running = 0;
+    if (s->engine) spindle_engine_counts(s->engine, &queued, &running);
+    sp_strbuf out = {0};
+    sp_metrics_render(&s->metrics, queued, running, &out);
+    enum MHD_Result rc = sp_reply(s, c, SP_ROUTE_METRICS, out.oom ? 503 : 200,
+                                  "text/plain; version=0.0.4; charset=utf-8",
+                                  out.p ? out.p : "", out.len);
+    sp_strbuf_free(&out);
+    return rc;
+}
+
+enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c) {
+    return sp_reply(s, c, SP_ROUTE_INDEX, 200, "text/html; charset=utf-8", sp_webui_html,
+                    strlen(sp_webui_html));
+}
+
+/* {"id", "piece"} of one token (llama-server's with_pieces). */
+static cJSON *token_piece(const spindle_tokenizer *tok, int32_t id) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", id);
+    char *text = NULL;
+    size_t len = 0;
+    spindle_tokenizer_decode(tok, &id, 1, false, &text, &len, NULL);
+    cJSON_AddStringToObject(o, "piece", text ? text : "");
+    spindle_free(text);
+    return o;
+}
+
+enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
+                                   const char *body, size_t len) {
+    sp_api_error e;
+    sp_api_tokenize t;
+    if (!ready(s, &e) || !sp_api_parse_tokenize(body, len, &t, &e))
+        return sp_reply_error(s, c, SP_ROUTE_TOKENIZE, &e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    spindle_error err = {0};
+    spindle_status st = spindle_tokenizer_encode(s->tok, t.content, t.content_len,
+                                                 t.add_special, &ids, &n, &err);
+    if (st) {
+        sp_api_tokenize_free(&t);
+        sp_api_error_from_status(&e, st, "content", err.message);
+        return sp_reply_error(s, c, SP_ROUTE_TOKENIZE, &e);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(root, "tokens");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, t.with_pieces ? token_piece(s->tok, ids[i])
+                                                : cJSON_CreateNumber(ids[i]));
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    spindle_free(ids);
+    sp_api_tokenize_free(&t);
+    return sp_reply_json(s, c, SP_ROUTE_TOKENIZE, 200, json);
+}
+
+/* {key: text} (text freed), or the library's error naming `param`. */
+static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_route route,
+                                  spindle_status st, const spindle_error *err,
+                                  const char *param, const char *key, char *text) {
+    if (st) {
+        sp_api_error e;
+        spindle_free(text);
+        sp_api_error_from_status(&e, st, param, err->message);
+        return sp_reply_error(s, c, route, &e);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, key, text);
+    spindle_free(text);
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return sp_reply_json(s, c, route, 200, json);
+}
+
+enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
+                                     const char *body, size_t len) {
+    sp_api_error e;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!ready(s, &e) || !sp_api_parse_detokenize(body, len, &s->limits, &ids, &n, &e))
+        return sp_reply_error(s, c, SP_ROUTE_DETOKENIZE, &e);
+    char *text = NULL;
+    size_t text_len = 0;
+    spindle_error err = {0};
+    spindle_status st = spindle_tokenizer_decode(s->tok, ids, (size_t)n, false, &text,
+                                                 &text_len, &err);
+    free(ids);
+    return reply_text(s, c, SP_ROUTE_DETOKENIZE, st, &err, "tokens", "content", text);
+}
+
+enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
+                                         const char *body, size_t len) {
+    sp_api_error e;
+    sp_api_request r;
+    if (!ready(s, &e) || !sp_api_parse_apply_template(body, len, &r, &e))
+        return sp_reply_error(s, c, SP_ROUTE_APPLY_TEMPLATE, &e);
+    char *text = NULL;
+    spindle_error err = {0};
+    spindle_status st = spindle_chat_render(s->tok, r.messages_json, r.tools_json, true,
+                                            r.template_kwargs_json, NULL, &text, &err);
+    sp_api_request_free(&r);
+    return reply_text(s, c, SP_ROUTE_APPLY_TEMPLATE, st, &err, "messages", "prompt", text);
+}

@@ -1,0 +1,186 @@
+/* sp_server_run: listen first (GET /health says 503 while loading), load
+ * the model, tokenizer and engine, serve, and on SIGINT/SIGTERM shut down
+ * in order: stop accepting, let requests in flight finish until the
+ * deadline, cancel the rest, close the connections, free the engine. */
+#include "server/http.h"
+#include "server/state.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void sp_server_defaults(sp_server_options *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->parallel = 4;
+    o->queue_size = 64;
+    o->default_max_tokens = 512;
+    o->max_body_bytes = 8u << 20;
+    o->max_header_bytes = 64u << 10;
+    o->max_connections = 128;
+    o->idle_timeout_s = 60;
+    o->read_timeout_s = 30;
+    o->shutdown_timeout_s = 10;
+}
+
+/* The signal thread: SIGINT and SIGTERM are blocked everywhere and taken
+ * here with sigwait, so no handler runs in the middle of library code. */
+typedef struct signal_watch {
+    pthread_t thread;
+    sigset_t set;
+    sp_server *srv;
+} signal_watch;
+
+static void *watch_signals(void *arg) {
+    signal_watch *w = arg;
+    int sig = 0;
+    sigwait(&w->set, &sig);
+    pthread_mutex_lock(&w->srv->lock);
+    w->srv->stop_requested = true;
+    pthread_cond_broadcast(&w->srv->changed);
+    pthread_mutex_unlock(&w->srv->lock);
+    return NULL;
+}
+
+static bool start_signal_watch(signal_watch *w, sp_server *s) {
+    w->srv = s;
+    sigemptyset(&w->set);
+    sigaddset(&w->set, SIGINT);
+    sigaddset(&w->set, SIGTERM);
+    signal(SIGPIPE, SIG_IGN);
+    return pthread_sigmask(SIG_BLOCK, &w->set, NULL) == 0 &&
+           pthread_create(&w->thread, NULL, watch_signals, w) == 0;
+}
+
+static void stop_signal_watch(signal_watch *w) {
+    bool fired;
+    pthread_mutex_lock(&w->srv->lock);
+    fired = w->srv->stop_requested;
+    pthread_mutex_unlock(&w->srv->lock);
+    if (!fired) pthread_kill(w->thread, SIGTERM);   /* ends its sigwait */
+    pthread_join(w->thread, NULL);
+}
+
+static bool load(sp_server *s) {
+    const sp_server_options *o = &s->opts;
+    spindle_error err = {0};
+    spindle_load_options lo = {.n_threads = o->threads, .max_context = o->ctx,
+                               .kv_type = o->kv_type, .use_mmap = o->use_mmap};
+    spindle_engine_options eo = spindle_engine_defaults();
+    eo.max_seqs = o->parallel;
+    if (o->max_batch_tokens) eo.max_batch_tokens = o->max_batch_tokens;
+    if (eo.max_batch_tokens < eo.max_seqs) eo.max_batch_tokens = eo.max_seqs;
+    eo.background = true;
+    spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
+    if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
+    if (!st) st = spindle_engine_new(s->model, &eo, &s->engine, &err);
+    if (st) {
+        fprintf(stderr, "spindle serve: %s\n", err.message[0] ? err.message
+                                                              : spindle_status_name(st));
+        return false;
+    }
+    int32_t eos = spindle_tokenizer_eos_id(s->tok);
+    if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
+    s->limits.vocab_size = spindle_model_vocab_size(s->model);
+    s->context_length = spindle_model_context_length(s->model);
+    return true;
+}
+
+/* Wait on s->changed until pred(s) or `deadline` (CLOCK_REALTIME); true
+ * when pred holds. Called with s->lock held. */
+static bool wait_until(sp_server *s, bool (*pred)(const sp_server *), const struct timespec *deadline) {
+    while (!pred(s))
+        if (pthread_cond_timedwait(&s->changed, &s->lock, deadline) != 0 && !pred(s))
+            return false;
+    return true;
+}
+
+static bool stop_requested(const sp_server *s) { return s->stop_requested; }
+static bool idle(const sp_server *s) { return s->in_flight == 0; }
+
+static struct timespec in_seconds(int secs) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += secs;
+    return t;
+}
+
+static void drain(sp_server *s) {
+    atomic_store(&s->phase, SP_PHASE_DRAINING);
+    sp_http_stop_listening(s);
+    pthread_mutex_lock(&s->lock);
+    struct timespec deadline = in_seconds(s->opts.shutdown_timeout_s);
+    bool done = wait_until(s, idle, &deadline);
+    int left = s->in_flight;
+    pthread_mutex_unlock(&s->lock);
+    if (!done) {
+        fprintf(stderr, "spindle serve: cancelling %d request(s) still running\n", left);
+        sp_cancel_all_jobs(s);
+        pthread_mutex_lock(&s->lock);
+        /* Cancelled requests end at the engine's next step; their
+         * connections then write their last bytes. */
+        deadline = in_seconds(10);
+        wait_until(s, idle, &deadline);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+static void server_free(sp_server *s) {
+    sp_http_stop(s);
+    spindle_engine_free(s->engine);
+    spindle_tokenizer_free(s->tok);
+    spindle_model_free(s->model);
+    sp_metrics_destroy(&s->metrics);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int sp_server_run(const sp_server_options *o) {
+    sp_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        fprintf(stderr, "spindle serve: out of memory\n");
+        return 1;
+    }
+    s->opts = *o;
+    s->started = time(NULL);
+    s->model_names[0] = o->alias ? o->alias : o->model_path;
+    s->model_names[1] = o->model_path;
+    s->limits = (sp_api_limits){.model_names = s->model_names, .n_model_names = 2,
+                                .default_max_tokens = o->default_max_tokens};
+    atomic_init(&s->phase, SP_PHASE_LOADING);
+    atomic_init(&s->next_id, 1);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    sp_metrics_init(&s->metrics);
+
+    signal_watch w;
+    if (!start_signal_watch(&w, s)) {
+        fprintf(stderr, "spindle serve: cannot start the signal thread\n");
+        server_free(s);
+        return 1;
+    }
+    char bound[128];
+    bool ok = sp_http_start(s, bound, sizeof bound);
+    if (ok) {
+        fprintf(stderr, "spindle serve: listening on http://%s (loading %s)\n", bound,
+                o->model_path);
+        ok = load(s);
+    }
+    if (ok) {
+        atomic_store(&s->phase, SP_PHASE_READY);
+        fprintf(stderr, "spindle serve: ready\n");
+        pthread_mutex_lock(&s->lock);
+        while (!stop_requested(s)) pthread_cond_wait(&s->changed, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        fprintf(stderr, "spindle serve: shutting down\n");
+        drain(s);
+    }
+    stop_signal_watch(&w);
+    server_free(s);
+    if (ok) fprintf(stderr, "spindle serve: stopped\n");
+    return ok ? 0 : 1;
+}

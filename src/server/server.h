@@ -1,0 +1,45 @@
+/* `spindle serve`: an OpenAI-compatible HTTP server over the step engine.
+ * The one header of server/ that the command line (cli/cmd_serve.c)
+ * includes. */
+#ifndef SP_SERVER_SERVER_H
+#define SP_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "spindle.h"
+
+typedef struct sp_server_options {
+    const char *model_path;     /* -m: directory, .gguf or repo id */
+    const char *alias;          /* the model's name in the API; NULL: model_path */
+    const char *host;           /* listen address (numeric IPv4/IPv6) */
+    int port;
+    const char *api_key;        /* NULL: no authentication */
+    const char *cors_origin;    /* NULL: no CORS headers */
+    /* model and engine */
+    int threads, ctx;
+    spindle_kv_type kv_type;
+    bool use_mmap;
+    int parallel;               /* sequences running at once */
+    int queue_size;             /* requests waiting beyond those; then 429 */
+    int max_batch_tokens;
+    int default_max_tokens;
+    /* limits */
+    size_t max_body_bytes;      /* 413 beyond */
+    size_t max_header_bytes;    /* per-connection header memory */
+    int max_connections;
+    int idle_timeout_s;         /* a connection silent this long is closed */
+    int read_timeout_s;         /* a body not received within this: closed */
+    int shutdown_timeout_s;     /* in-flight requests get this long on SIGTERM */
+    bool log_requests;          /* one stderr line per request */
+} sp_server_options;
+
+void sp_server_defaults(sp_server_options *o);
+
+/* Listen, load the model (GET /health is 503 meanwhile), serve until
+ * SIGINT/SIGTERM, then drain and stop. Returns the process exit status: 0
+ * after a clean shutdown, 1 when the model or the socket fails. Prints its
+ * own one-line errors and its listening line on stderr. */
+int sp_server_run(const sp_server_options *o);
+
+#endif

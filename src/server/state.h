@@ -1,0 +1,93 @@
+/* The server's shared state and the handlers that the HTTP layer
+ * (http.c) dispatches to. Internal to server/. */
+#ifndef SP_SERVER_STATE_H
+#define SP_SERVER_STATE_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "server/api_request.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "spindle.h"
+
+typedef enum sp_phase {
+    SP_PHASE_LOADING = 0,   /* listening; the model is not ready yet */
+    SP_PHASE_READY,
+    SP_PHASE_DRAINING       /* shutting down: new generations get 503 */
+} sp_phase;
+
+typedef struct sp_job sp_job;
+
+typedef struct sp_server {
+    sp_server_options opts;
+    spindle_model *model;
+    spindle_tokenizer *tok;
+    spindle_engine *engine;
+    atomic_int phase;
+    sp_api_limits limits;
+    const char *model_names[2];
+    int32_t stop_ids[1];
+    int n_stop_ids;
+    int context_length;
+    sp_metrics metrics;
+    time_t started;
+    /* Generation jobs in flight (their count and a list, for shutdown's
+     * cancellation), under `lock`; `changed` signals a job's end and a stop
+     * request. */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int in_flight;
+    sp_job *jobs;
+    bool stop_requested;
+    atomic_uint_fast64_t next_id;
+    struct MHD_Daemon *daemon;
+} sp_server;
+
+/* ---- http.c: replies (each queues one response and counts it) */
+enum MHD_Result sp_reply(sp_server *s, struct MHD_Connection *c, sp_route route,
+                         int status, const char *content_type, const char *body,
+                         size_t len);
+/* `json` is freed. */
+enum MHD_Result sp_reply_json(sp_server *s, struct MHD_Connection *c, sp_route route,
+                              int status, char *json);
+enum MHD_Result sp_reply_error(sp_server *s, struct MHD_Connection *c, sp_route route,
+                               const sp_api_error *e);
+/* An SSE stream whose body comes from `reader` (MHD's content reader). */
+enum MHD_Result sp_reply_stream(sp_server *s, struct MHD_Connection *c, sp_route route,
+                                MHD_ContentReaderCallback reader, void *cls,
+                                MHD_ContentReaderFreeCallback free_cls);
+/* Whether the peer of `c` is still connected (a peek at its socket). */
+bool sp_client_connected(struct MHD_Connection *c);
+
+/* ---- job.c: POST /v1/chat/completions and /v1/completions */
+enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
+                                     sp_api_kind kind, const char *body, size_t len);
+/* Cancel every job in flight (shutdown past its deadline). */
+void sp_cancel_all_jobs(sp_server *s);
+
+/* ---- routes.c: the other routes */
+enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c);
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c);
+enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c);
+enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c);
+enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
+                                   const char *body, size_t len);
+enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
+                                     const char *body, size_t len);
+enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
+                                         const char *body, size_t len);
+
+/* A library failure on the client's input as an API error: argument,
+ * format, template and limit errors are the request's fault (400), memory
+ * 503, anything else 500. */
+void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
+                              const char *message);
+
+/* ---- webui.c */
+extern const char sp_webui_html[];
+
+#endif

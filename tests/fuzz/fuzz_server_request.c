@@ -1,0 +1,122 @@
+/* The HTTP server's request parsers (src/server/api_request.h) on fuzzed
+ * bodies: pure functions from bytes to a request or an OpenAI error, so no
+ * model is loaded.
+ *
+ * Input: one byte choosing the route (low 3 bits: chat, completions,
+ * tokenize, detokenize, apply-template), then the body. Invariants: an
+ * error is a 4xx (or 503 for memory) with a type and a message, and its
+ * JSON object parses with exactly the four OpenAI keys; a parsed request
+ * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
+ * stop strings, max_tokens >= 1, top_logprobs <= 20, message JSON that
+ * parses as an array of objects with string roles). */
+#include "fuzz_common.h"
+
+#include <cjson/cJSON.h>
+
+#include "server/api_request.h"
+#include "server/api_response.h"
+
+#define VOCAB 1000
+
+static const char *const names[] = {"tiny", "/models/tiny"};
+static const sp_api_limits limits = {.vocab_size = VOCAB, .model_names = names,
+                                     .n_model_names = 2, .default_max_tokens = 16};
+
+static void check_error(const sp_api_error *e) {
+    if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "rejected (%d): %s\n", e->http_status, e->message);
+    FUZZ_CHECK((e->http_status >= 400 && e->http_status < 500) || e->http_status == 503,
+               "status %d", e->http_status);
+    FUZZ_CHECK(e->type && e->message[0], "error without type or message");
+    char *json = sp_api_error_json(e);
+    FUZZ_CHECK(json, "error JSON");
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "error");
+    FUZZ_CHECK(cJSON_GetArraySize(root) == 1 && cJSON_GetArraySize(o) == 4 &&
+                   cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "message")),
+               "error object %s", json);
+    cJSON_Delete(root);
+    free(json);
+}
+
+static void check_messages(const char *json) {
+    cJSON *m = cJSON_Parse(json);
+    FUZZ_CHECK(cJSON_IsArray(m) && cJSON_GetArraySize(m) > 0, "messages %s", json);
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, m) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        FUZZ_CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(msg, "role")), "role");
+        FUZZ_CHECK(!content || cJSON_IsString(content) || cJSON_IsNull(content),
+                   "content parts left unjoined");
+    }
+    cJSON_Delete(m);
+}
+
+static void check_generation(const sp_api_request *r) {
+    FUZZ_CHECK(r->max_tokens >= 1 && r->max_tokens <= (1 << 24) &&
+                   r->gen.max_tokens == r->max_tokens, "max_tokens %d", r->max_tokens);
+    FUZZ_CHECK(r->n_stop >= 0 && r->n_stop <= SP_API_MAX_STOP, "n_stop %d", r->n_stop);
+    for (int i = 0; i < r->n_stop; i++) FUZZ_CHECK(r->stop[i] && r->stop[i][0], "stop");
+    FUZZ_CHECK(r->top_logprobs >= 0 && r->top_logprobs <= SPINDLE_MAX_TOP_LOGPROBS, "top");
+    FUZZ_CHECK(!r->include_usage || r->stream, "include_usage without stream");
+    for (int i = 0; i < r->gen.n_logit_bias; i++)
+        FUZZ_CHECK(r->gen.logit_bias_ids[i] >= 0 && r->gen.logit_bias_ids[i] < VOCAB &&
+                       r->gen.logit_bias_values[i] >= -100 && r->gen.logit_bias_values[i] <= 100,
+                   "logit bias");
+    if (r->kind == SP_API_CHAT) {
+        check_messages(r->messages_json);
+    } else {
+        FUZZ_CHECK(!r->prompt_text != !r->prompt_ids, "one prompt form");
+        FUZZ_CHECK(!r->prompt_text || r->prompt_text[0], "empty prompt");
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            FUZZ_CHECK(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < VOCAB, "prompt id");
+    }
+    FUZZ_CHECK(!r->model || !strcmp(r->model, names[0]) || !strcmp(r->model, names[1]),
+               "unknown model accepted");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    sp_api_error e;
+    memset(&e, 0, sizeof e);
+    int route = data[0] & 7;
+    if (route <= 1) {
+        sp_api_request r;
+        if (sp_api_parse_generation(route ? SP_API_COMPLETION : SP_API_CHAT, body, len,
+                                    &limits, &r, &e)) {
+            check_generation(&r);
+            sp_api_request_free(&r);
+        } else {
+            check_error(&e);
+            sp_api_request_free(&r);   /* left empty: freeing again is safe */
+        }
+    } else if (route == 2) {
+        sp_api_tokenize t;
+        if (sp_api_parse_tokenize(body, len, &t, &e)) {
+            FUZZ_CHECK(t.content && strlen(t.content) == t.content_len, "content");
+            sp_api_tokenize_free(&t);
+        } else {
+            check_error(&e);
+        }
+    } else if (route == 3) {
+        int32_t *ids = NULL;
+        int n = 0;
+        if (sp_api_parse_detokenize(body, len, &limits, &ids, &n, &e)) {
+            for (int i = 0; i < n; i++) FUZZ_CHECK(ids[i] >= 0 && ids[i] < VOCAB, "id");
+            free(ids);
+        } else {
+            check_error(&e);
+            FUZZ_CHECK(!ids, "ids returned with an error");
+        }
+    } else {
+        sp_api_request r;
+        if (sp_api_parse_apply_template(body, len, &r, &e)) {
+            check_messages(r.messages_json);
+            sp_api_request_free(&r);
+        } else {
+            check_error(&e);
+        }
+    }
+    return 0;
+}
