@@ -21,7 +21,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import test_malformed_models as tm  # noqa: E402
-from test_malformed_moe import run_info  # noqa: E402
+from test_malformed_moe import _drop, _replace, config_with, run_info  # noqa: E402
 
 pytestmark = tm.pytestmark
 
@@ -86,34 +86,12 @@ def write(d: Path, t, cfg):
     return d
 
 
-def config_with(**changes):
-    cfg = json.loads(json.dumps(CONFIG))
-    for k, v in changes.items():
-        if v is None:
-            cfg.pop(k)
-        else:
-            cfg[k] = v
-    return cfg
-
-
 def test_valid_gptoss_model_is_accepted(tmp_path):
     proc = run_info(write(tmp_path / "m", tensors(), CONFIG))
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["model_type"] == "gpt_oss"
     assert info["weight_types"]["MLX mxfp4"] == LAYERS * EXPERTS * 3
-
-
-def _replace(name, arr):
-    def edit(t):
-        t[name] = arr
-    return edit
-
-
-def _drop(name):
-    def edit(t):
-        del t[name]
-    return edit
 
 
 def _affine_mode(cfg):
@@ -158,10 +136,10 @@ def test_malformed_gptoss(tmp_path, changes, edit, needle):
     if edit:
         edit(t)
     if callable(changes):
-        cfg = config_with()
+        cfg = config_with(CONFIG)
         changes(cfg)
     else:
-        cfg = config_with(**changes)
+        cfg = config_with(CONFIG, **changes)
     proc = run_info(write(tmp_path / "m", t, cfg))
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
     assert proc.returncode > 0, f"accepted; stdout: {proc.stdout[:300]!r}"

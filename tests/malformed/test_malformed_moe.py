@@ -80,8 +80,10 @@ def write(d: Path, t, cfg=None):
     return d
 
 
-def config_with(**changes):
-    cfg = dict(CONFIG)
+def config_with(base=None, **changes):
+    """`base` (default: this file's CONFIG), copied, with `changes` (None
+    removes a key)."""
+    cfg = json.loads(json.dumps(base or CONFIG))
     for k, v in changes.items():
         if v is None:
             cfg.pop(k)
