@@ -79,12 +79,12 @@ def test_metrics_parse_with_prometheus_client(server, client, reference):
         assert families[name].type == "gauge" and samples[(name, ())] == 0
 
 
-def test_models_and_page(server):
+def test_models_and_page(server, reference):
     status, _, body = request(server.port, "GET", "/v1/models")
     models = json.loads(body)
     assert status == 200 and models["object"] == "list"
     assert models["data"][0]["id"] == "tiny-qwen3"
-    assert models["data"][0]["meta"]["context_length"] == 512
+    assert models["data"][0]["meta"]["context_length"] == reference["context"]
     status, hdrs, page = request(server.port, "GET", "/")
     assert status == 200 and hdrs["content-type"].startswith("text/html")
     for needle in (b"/v1/chat/completions", b"stream: true", b'id="stop"',
