@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from conftest import ALIAS
-from server_common import Server, assert_api_error, post_json, request
+from server_common import ALIAS, Server, assert_api_error, post_json, request
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Hello"}]
