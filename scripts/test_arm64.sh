@@ -18,7 +18,7 @@ OUT=build-arm64
 JOBS=${JOBS:-2}
 # Compute tests only; test_matmul itself runs every level the CPU has
 # (portable and NEON) against its reference.
-TESTS="test_matmul test_matmul_check test_matmul_ggml test_ops test_attention test_rope test_rope_interleaved test_threadpool"
+TESTS="test_matmul test_matmul_check test_matmul_ggml test_ops test_attention test_linear_attention test_rope test_rope_interleaved test_threadpool"
 
 scripts/apt_install.sh test_arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 

@@ -38,6 +38,8 @@ QTYPES = {
     "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
     "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "mxfp4": (gguf.GGMLQuantizationType.MXFP4,
+              gguf.LlamaFileType.MOSTLY_MXFP4_MOE),
 }
 
 # HF suffix -> GGUF suffix, per layer (llama.cpp's common spelling).
@@ -216,6 +218,79 @@ def _phi3_check(cfg):
                           "which Spindle refuses")
 
 
+# ---- the hybrid (gated DeltaNet) families: conversion/qwen.py's
+# Qwen3NextModel and _LinearAttentionVReorderBase, from mlx-lm's (already
+# converted) layout: norms hold 1 + w already, conv1d is [C, K, 1].
+
+_HYBRID_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
+    "linear_attn.in_proj_z.weight": "attn_gate.weight",
+    "linear_attn.in_proj_b.weight": "ssm_beta.weight",
+    "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
+    "linear_attn.in_proj_ba.weight": "ssm_ba.weight",
+    "linear_attn.conv1d.weight": "ssm_conv1d.weight",
+    "linear_attn.dt_bias": "ssm_dt.bias",
+    "linear_attn.A_log": "ssm_a",
+    "linear_attn.norm.weight": "ssm_norm.weight",
+    "linear_attn.out_proj.weight": "ssm_out.weight",
+}
+
+
+def _hybrid_keys(w, cfg):
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(cfg["linear_key_head_dim"])
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(cfg["linear_value_head_dim"] * nv)
+    w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
+    if cfg["linear_key_head_dim"] != cfg["linear_value_head_dim"]:
+        raise WriterError("llama.cpp's delta net needs equal key and value "
+                          "head sizes")
+
+
+def _qwen35_keys(w, cfg):
+    _hybrid_keys(w, cfg)
+    sections = list(cfg.get("rope_parameters", {}).get("mrope_section",
+                                                       [11, 11, 10]))
+    w.add_rope_dimension_sections((sections + [0, 0, 0, 0])[:4])
+
+
+def _reorder_v_heads(a, axis, nk, per_k, head):
+    """_LinearAttentionVReorderBase._reorder_v_heads: value heads grouped
+    by key head -> tiled over the key heads."""
+    a = np.moveaxis(a, axis, 0)
+    rest = a.shape[1:]
+    a = a.reshape(nk, per_k, head, *rest).swapaxes(0, 1).reshape(-1, *rest)
+    return np.moveaxis(a, 0, axis)
+
+
+def _hybrid_tensor(cfg, hf, arr, reorder):
+    """Qwen3NextModel.modify_tensors (A_log -> -exp(A_log), conv1d to
+    [C, K]; the norms' + 1 is already in mlx-lm's weights) and, for
+    qwen35, the value-head reorder."""
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    if hf.endswith(".A_log"):
+        arr = -np.exp(arr.astype(np.float64)).astype(np.float32)
+    elif hf.endswith("conv1d.weight"):
+        arr = arr.reshape(arr.shape[0], -1)
+    if not reorder or nk == nv or ".linear_attn." not in hf:
+        return arr
+    r, kd = nv // nk, 2 * nk * dk
+    if hf.endswith("in_proj_qkv.weight") or hf.endswith("conv1d.weight"):
+        return np.concatenate([arr[:kd], _reorder_v_heads(arr[kd:], 0, nk, r, dv)])
+    if hf.endswith("in_proj_z.weight"):
+        return _reorder_v_heads(arr, 0, nk, r, dv)
+    if hf.endswith(("in_proj_b.weight", "in_proj_a.weight", ".A_log",
+                    ".dt_bias")):
+        return _reorder_v_heads(arr, 0, nk, r, 1)
+    if hf.endswith("out_proj.weight"):
+        return _reorder_v_heads(arr, 1, nk, r, dv)
+    return arr
+
+
 # qwen3_moe's MoE layers (llama.cpp's qwen3moe loader, src/models/
 # qwen3moe.cpp): mlx-lm's stacked switch_mlp experts are already GGUF's
 # [n_expert][rows][cols] layout; the router stays F32, as llama.cpp's
@@ -239,10 +314,76 @@ def _qwen3_moe_check(cfg):
                           "top-k weights (norm_topk_prob true only)")
 
 
+_SHARED_EXPERT_NAMES = {
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+}
+
+
+def _qwen3next_keys(w, cfg):
+    _hybrid_keys(w, cfg)
+    _qwen3_moe_keys(w, cfg)
+    w.add_expert_shared_feed_forward_length(
+        cfg["shared_expert_intermediate_size"])
+
+
+def _qwen3next_tensors(cfg, hf, arr):
+    """Qwen3NextModel.modify_tensors: in_proj_qkvz, [q, k, v, z] per key
+    head, regrouped into attn_qkv (every q, every k, every v) and
+    attn_gate (every z); the shared expert's gate a vector."""
+    if hf.endswith("shared_expert_gate.weight"):
+        return [(hf, arr.reshape(-1))]
+    if not hf.endswith("in_proj_qkvz.weight"):
+        return [(hf, _hybrid_tensor(cfg, hf, arr, False))]
+    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+    rv = cfg["linear_num_value_heads"] // nk * cfg["linear_value_head_dim"]
+    g = arr.reshape(nk, 2 * dk + 2 * rv, -1)
+    q, k = g[:, :dk], g[:, dk:2 * dk]
+    v, z = g[:, 2 * dk:2 * dk + rv], g[:, 2 * dk + rv:]
+    flat = lambda t: t.reshape(-1, arr.shape[-1])
+    base = hf.removesuffix("in_proj_qkvz.weight")
+    return [(base + "in_proj_qkv.weight",
+             np.concatenate([flat(q), flat(k), flat(v)])),
+            (base + "in_proj_z.weight", flat(z))]
+
+
 def _qwen3_moe_keys(w, cfg):
     w.add_expert_count(cfg["num_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+
+
+# gpt-oss (llama.cpp's "gpt-oss", conversion/gpt_oss.py, src/models/
+# openai-moe.cpp), from mlx-lm's sanitized layout: the pre-MLP norm is
+# post_attention_norm, the sinks attn_sinks.weight, the router
+# ffn_gate_inp (F32), the stacked experts ffn_*_exps with their biases.
+_GPT_OSS_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "self_attn.sinks": "attn_sinks.weight",
+    "mlp.router.weight": "ffn_gate_inp.weight",
+    "mlp.router.bias": "ffn_gate_inp.bias",
+}
+for _hf, _gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"),
+                 ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+    _GPT_OSS_NAMES[f"self_attn.{_hf}.bias"] = f"{_gg}.bias"
+for _p in ("gate", "up", "down"):
+    for _kind in ("weight", "bias"):
+        _GPT_OSS_NAMES[f"mlp.experts.{_p}_proj.{_kind}"] = f"ffn_{_p}_exps.{_kind}"
+
+
+def _gpt_oss_keys(w, cfg):
+    """GptOssModel.set_gguf_parameters (llama.cpp takes every other layer
+    as sliding from layer 0, mlx-lm's default layer_types)."""
+    types = cfg.get("layer_types") or []
+    if any(t != ("sliding_attention" if i % 2 == 0 else "full_attention")
+           for i, t in enumerate(types)):
+        raise WriterError("llama.cpp's gpt-oss slides on even layers only")
+    w.add_sliding_window(int(cfg["sliding_window"]))
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
 
 
 @dataclass
@@ -254,7 +395,12 @@ class Arch:
     check: Optional[Callable] = None         # (cfg): raise WriterError
     rope_block: str = "rope_scaling"         # where the config keeps it
     theta_in_block: bool = False             # rope_theta inside that block
+    # (cfg, hf, arr) -> [(hf, arr), ...]: converter transforms and splits
+    tensors: Optional[Callable] = None
     f32_names: tuple = ()                    # GGUF name suffixes kept F32
+    # only the matrices of these GGUF name suffixes take the qtype, the
+    # rest stay F32 (empty: every matrix takes it)
+    qtype_names: tuple = ()
 
 
 _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -262,6 +408,9 @@ _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
 
 ARCHS = {
     "qwen3": Arch("qwen3"),
+    "gpt_oss": Arch("gpt-oss", layer_names=_GPT_OSS_NAMES, keys=_gpt_oss_keys,
+                    f32_names=("ffn_gate_inp.weight", ".bias"),
+                    qtype_names=("_exps.weight",)),
     "qwen3_moe": Arch("qwen3moe", layer_names=_QWEN3_MOE_NAMES,
                       keys=_qwen3_moe_keys, check=_qwen3_moe_check,
                       f32_names=("ffn_gate_inp.weight",)),
@@ -275,7 +424,25 @@ ARCHS = {
     "granite": Arch("granite", permute_qk=True, keys=_granite_keys),
     "ministral3": Arch("mistral3", permute_qk=True, keys=_ministral3_keys,
                        rope_block="rope_parameters", theta_in_block=True),
+    "qwen3_5_text": Arch("qwen35", layer_names=_HYBRID_NAMES,
+                         keys=_qwen35_keys, rope_block="rope_parameters",
+                         theta_in_block=True, f32_names=("ssm_conv1d.weight",),
+                         tensors=lambda c, hf, a: [(hf, _hybrid_tensor(c, hf, a, True))]),
+    "qwen3_next": Arch("qwen3next",
+                       layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
+                                    **_SHARED_EXPERT_NAMES},
+                       keys=_qwen3next_keys, check=_qwen3_moe_check,
+                       f32_names=("ssm_conv1d.weight", "ffn_gate_inp.weight"),
+                       tensors=_qwen3next_tensors),
 }
+
+
+def _keeps_f32(gname, arr):
+    """Tensors llama.cpp's converter never quantizes, whatever the
+    architecture (base.py: 1-D ones, norms, names without .weight); an
+    Arch's f32_names adds its own kinds (routers, conv kernels)."""
+    return (arr.ndim <= 1 or gname.endswith("_norm.weight")
+            or not gname.endswith(".weight"))
 
 
 def text_config(cfg):
@@ -307,8 +474,10 @@ def _common_keys(w, cfg, arch, ftype, context_length):
                                 cfg["num_attention_heads"]))
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(int(hd * cfg.get("partial_rotary_factor", 1.0)))
     block = cfg.get(arch.rope_block)
+    partial = cfg.get("partial_rotary_factor",
+                      (block or {}).get("partial_rotary_factor", 1.0))
+    w.add_rope_dimension_count(int(hd * partial))
     theta = block["rope_theta"] if arch.theta_in_block else cfg["rope_theta"]
     w.add_rope_freq_base(float(theta))
     _rope_scaling(w, cfg, block)
@@ -362,17 +531,21 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
                 arr = permute(arr, heads, heads)
             elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
                 arr = permute(arr, heads, kv_heads)
-            gname = gguf_name(hf, arch)
-            seen.add(gname)
-            if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32 or \
-                    gname.endswith(arch.f32_names):
-                w.add_tensor(gname, arr.astype(np.float32))
-            elif dequantized:
-                w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
-            elif qt == gguf.GGMLQuantizationType.F16:
-                w.add_tensor(gname, arr.astype(np.float16))
-            else:
-                w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
+            parts = arch.tensors(cfg, hf, arr) if arch.tensors else [(hf, arr)]
+            for hf, arr in parts:
+                gname = gguf_name(hf, arch)
+                seen.add(gname)
+                if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
+                        or gname.endswith(arch.f32_names) or (
+                            arch.qtype_names and
+                            not gname.endswith(arch.qtype_names))):
+                    w.add_tensor(gname, arr.astype(np.float32))
+                elif dequantized:
+                    w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
+                elif qt == gguf.GGMLQuantizationType.F16:
+                    w.add_tensor(gname, arr.astype(np.float16))
+                else:
+                    w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
     if "token_embd.weight" not in seen:
         raise WriterError("the model has no embedding")
     w.write_header_to_file()

@@ -216,6 +216,14 @@ static spindle_status parse_rope(sp_model_config *cfg, const char *path,
                                 path, &cfg->rope, err);
 }
 
+/* A "mode" value: 0 affine, 1 mxfp4, -1 another. */
+static int quant_mode(const cJSON *mode) {
+    if (!cJSON_IsString(mode)) return -1;
+    return !strcmp(mode->valuestring, "affine")  ? 0
+           : !strcmp(mode->valuestring, "mxfp4") ? 1
+                                                 : -1;
+}
+
 static spindle_status parse_quantization(sp_model_config *cfg,
                                          const char *path,
                                          spindle_error *err) {
@@ -235,11 +243,12 @@ static spindle_status parse_quantization(sp_model_config *cfg,
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: 'quantization' must be an object", path);
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode");
-    if (mode && !(cJSON_IsString(mode) && !strcmp(mode->valuestring, "affine")))
+    if (mode && quant_mode(mode) < 0)
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: quantization mode '%s' is not supported (only "
-                       "affine)", path,
+                       "affine and mxfp4)", path,
                        cJSON_IsString(mode) ? mode->valuestring : "?");
+    cfg->quant_mxfp4 = mode && quant_mode(mode) == 1;
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(q, "bits");
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
     if (small_count(bits) < 0 || small_count(gs) < 0)
@@ -254,9 +263,10 @@ static spindle_status parse_quantization(sp_model_config *cfg,
 
 sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
                                    const char *module_path, int *bits,
-                                   int *group_size) {
+                                   int *group_size, bool *mxfp4) {
     *bits = cfg->quant_bits;
     *group_size = cfg->quant_group_size;
+    *mxfp4 = cfg->quant_mxfp4;
     const cJSON *q = get(cfg, "quantization");
     if (!q) q = get(cfg, "quantization_config");
     const cJSON *m = q ? cJSON_GetObjectItemCaseSensitive(q, module_path) : NULL;
@@ -269,6 +279,9 @@ sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
         if (cJSON_IsNumber(b)) *bits = small_count(b) < 0 ? 0 : small_count(b);
         if (cJSON_IsNumber(g))
             *group_size = small_count(g) < 0 ? 0 : small_count(g);
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(m, "mode");
+        *mxfp4 = mode && quant_mode(mode) == 1;
+        if (mode && quant_mode(mode) < 0) *bits = 0;
         return SP_QUANT_EXPLICIT;
     }
     return SP_QUANT_INFER;

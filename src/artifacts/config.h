@@ -39,6 +39,7 @@ typedef struct sp_model_config {
     bool quantized;
     int quant_bits;
     int quant_group_size;
+    bool quant_mxfp4;           /* its "mode" is "mxfp4" (else affine) */
 
     /* The effective config object (text_config of multimodal configs merged
      * over the outer object); owned. */
@@ -53,9 +54,13 @@ typedef enum sp_quant_rule {
     SP_QUANT_INFER          /* infer from tensor shapes if .scales exist */
 } sp_quant_rule;
 
+/* The rule for module_path, with the bits, group size and mode ("mxfp4":
+ * *mxfp4 true; else affine) it gives: a module's own entry names its mode
+ * (mlx-lm's default for one without: affine); the others take the
+ * block's. An unknown mode gives bits 0, which the binder rejects. */
 sp_quant_rule sp_config_quant_rule(const sp_model_config *cfg,
                                    const char *module_path, int *bits,
-                                   int *group_size);
+                                   int *group_size, bool *mxfp4);
 
 /* Parse dir/config.json (and dir/generation_config.json when present). */
 spindle_status sp_config_load(const char *dir, sp_model_config *cfg,

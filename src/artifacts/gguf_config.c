@@ -120,7 +120,11 @@ static spindle_status rope_scaling(const meta *m, cJSON *json) {
         (st = put_num(m, rs, "rope.scaling.original_context_length",
                       "original_max_position_embeddings")) ||
         (st = put_num(m, rs, "rope.scaling.yarn_beta_fast", "beta_fast")) ||
-        (st = put_num(m, rs, "rope.scaling.yarn_beta_slow", "beta_slow")))
+        (st = put_num(m, rs, "rope.scaling.yarn_beta_slow", "beta_slow")) ||
+        /* llama.cpp: mscale 1 over mscale_all_dim = this (DeepSeek-V2's
+         * exception aside) */
+        (st = put_num(m, rs, "rope.scaling.yarn_log_multiplier",
+                      "mscale_all_dim")))
         return st;
     return SPINDLE_OK;
 }
@@ -210,7 +214,7 @@ static spindle_status family_keys(const meta *m, const sp_gguf_family *family,
         if (v && v->type == SP_GGUF_ARRAY &&
             !strcmp(k->key, "attention.sliding_window_pattern"))
             continue;
-        st = k->kind == SP_GGUF_KEY_COUNT
+        st = k->kind != SP_GGUF_KEY_REAL
                  ? put_int(m, json, k->key, k->json, false, NULL)
                  : put_num(m, json, k->key, k->json);
     }

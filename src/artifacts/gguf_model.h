@@ -29,7 +29,11 @@ typedef struct sp_gguf_name_map {
 
 typedef enum sp_gguf_key_kind {
     SP_GGUF_KEY_COUNT,   /* a positive integer, at most 2^30 */
-    SP_GGUF_KEY_REAL     /* a finite number */
+    SP_GGUF_KEY_REAL,    /* a finite number */
+    /* A count that means the same in a Hugging Face / mlx-lm config.json
+     * (Qwen3-MoE's expert sizes), so `spindle convert` writes it there;
+     * convert refuses files carrying any other family key. */
+    SP_GGUF_KEY_HF_COUNT
 } sp_gguf_key_kind;
 
 /* An optional `{arch}.key` copied to config.json's `json` when present. */
@@ -48,6 +52,11 @@ typedef struct sp_gguf_family {
     const sp_gguf_name_map *layer_names;
     /* The family's own metadata keys. {NULL}-terminated, or NULL. */
     const sp_gguf_key_map *keys;
+    /* config.json keys (a JSON object text) that llama.cpp's loader of
+     * this architecture takes as fixed, so that GGUF files carry no key
+     * for them (Qwen3-MoE: every layer MoE, top-k renormalized); `spindle
+     * convert` writes them. NULL: none. */
+    const char *implied_config;
     /* llama.cpp permuted the q/k rows for its interleaved RoPE (Llama). */
     bool rope_interleaved;
     /* llama.cpp's converter stored norm weights with the 1 of a (1 + w)

@@ -288,6 +288,9 @@ static spindle_status parse_tensor(const sp_st_file_ctx *c, const cJSON *entry,
 
 static spindle_status parse_metadata(const sp_st_file_ctx *c,
                                      const cJSON *obj, sp_tensor_set *set) {
+    /* null is no metadata (the safetensors crate reads an Option; mlx's
+     * save_safetensors writes null when given none). */
+    if (cJSON_IsNull(obj)) return SPINDLE_OK;
     if (!cJSON_IsObject(obj))
         return sp_fail(c->err, SPINDLE_ERR_FORMAT,
                        "%s: \"__metadata__\" is not an object", c->path);

@@ -101,7 +101,10 @@ typedef struct sp_kv_view {
  * values are already in the cache. q and out: [n_q][n_heads * head_dim].
  * Query head h reads KV head h / (n_heads / n_kv_heads). Token at position p
  * attends to positions max(0, p - window + 1) .. p (window <= 0: no limit).
- * scores = scale * q.k (+ softcap if > 0: cap * tanh(s / cap)). */
+ * scores = scale * q.k (+ softcap if > 0: cap * tanh(s / cap)). With
+ * `sinks` (gpt-oss), query head h's softmax has one more logit, sinks[h],
+ * in its denominator only: weights exp(s_j) / (exp(sinks[h]) +
+ * sum_j exp(s_j)). */
 typedef struct sp_attention_args {
     const float *q;
     float *out;
@@ -114,6 +117,7 @@ typedef struct sp_attention_args {
     float scale;
     int window;
     float softcap;
+    const float *sinks;   /* [n_heads] or NULL: none */
 } sp_attention_args;
 
 /* Fails with SPINDLE_ERR_ARGUMENT (a one-line message in err), writing

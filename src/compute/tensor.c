@@ -23,6 +23,9 @@ const char *sp_dtype_name(sp_dtype t) {
     return (unsigned)t < SP_DTYPE_COUNT ? names[t] : "?";
 }
 
+const int8_t sp_mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                     0, -1, -2, -3, -4, -6, -8, -12};
+
 size_t sp_weight_nbytes(const sp_weight *w) {
     size_t n = (size_t)w->rows * (size_t)w->cols;
     switch (w->type) {
@@ -35,6 +38,8 @@ size_t sp_weight_nbytes(const sp_weight *w) {
     }
     case SP_W_GGML:
         return (size_t)w->rows * sp_ggml_row_size(w->ggml_type, w->cols);
+    case SP_W_MXFP4:
+        return n / 2 + n / 32;
     }
     return 0;
 }
@@ -59,6 +64,10 @@ sp_weight sp_weight_row_block(const sp_weight *w, int64_t first, int64_t n) {
     }
     case SP_W_GGML:
         v.data = data + r * sp_ggml_row_size(w->ggml_type, w->cols);
+        break;
+    case SP_W_MXFP4:
+        v.data = data + r * (size_t)(w->cols / 2);
+        v.scales = (const unsigned char *)w->scales + r * (size_t)(w->cols / 32);
         break;
     }
     return v;

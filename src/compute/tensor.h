@@ -42,7 +42,13 @@ typedef enum sp_wtype {
     SP_W_AFFINE,
     /* A ggml block format from a GGUF file (ggml_quants.h): each row is
      * cols / block_size consecutive blocks of type `ggml_type`. */
-    SP_W_GGML
+    SP_W_GGML,
+    /* MLX mxfp4 (OCP microscaling FP4): each row holds `cols` 4-bit E2M1
+     * codes packed as AFFINE 4-bit ones (code 2i in the low nibble of byte
+     * i); every 32 consecutive codes share one uint8 E8M0 exponent e in
+     * `scales` ([rows][cols / 32]): w = e2m1(q) * 2^(e - 127). No biases;
+     * bits 4 and group_size 32. */
+    SP_W_MXFP4
 } sp_wtype;
 
 typedef struct sp_weight {
@@ -50,7 +56,7 @@ typedef struct sp_weight {
     int64_t rows;          /* output features */
     int64_t cols;          /* input features */
     const void *data;      /* row-major rows x cols (packed for AFFINE) */
-    /* SP_W_AFFINE only */
+    /* SP_W_AFFINE (and SP_W_MXFP4: bits 4, group_size 32, uint8 scales) */
     int bits;              /* 2, 3, 4, 5, 6 or 8 */
     int group_size;        /* 32, 64 or 128 */
     sp_dtype qparam_dtype; /* F32, F16 or BF16: type of scales and biases */
@@ -64,6 +70,31 @@ typedef struct sp_weight {
  * for every supported group size). */
 static inline size_t sp_affine_row_bytes(const sp_weight *w) {
     return (size_t)w->cols * (size_t)w->bits / 8;
+}
+
+/* MXFP4, as MLX's mxfp4 mode and ggml's MXFP4 blocks store it: E2M1 code q
+ * (sign bit 3) has the value sp_mxfp4_kvalues[q] / 2, the doubled values
+ * being small integers (0, +-1, 2, 3, 4, 6, 8, 12); a block's E8M0 byte e
+ * scales by 2^(e - 127). */
+extern const int8_t sp_mxfp4_kvalues[16];
+
+/* Half the scale of E8M0 byte e, 2^(e - 128), the factor of the doubled
+ * values, exact (a subnormal for e < 2), with ggml's reading of e = 255
+ * (ggml_e8m0_to_fp32_half: 2^126). */
+static inline float sp_e8m0_half_ggml(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The same for MLX, which reads e = 255 as an infinite scale. */
+static inline float sp_e8m0_half_mlx(uint8_t e) {
+    if (e < 255) return sp_e8m0_half_ggml(e);
+    const uint32_t inf = 0x7f800000u;
+    float f;
+    memcpy(&f, &inf, 4);
+    return f;
 }
 
 /* Bytes the weight occupies (data + scales + biases). */

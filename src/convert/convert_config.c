@@ -132,6 +132,25 @@ static void quantization(ctx *c) {
     }
 }
 
+/* The architecture's fixed settings (sp_gguf_family.implied_config). */
+static void implied_keys(ctx *c, const char *json) {
+    cJSON *implied = json ? cJSON_Parse(json) : NULL;
+    if (json && !implied) {
+        c->oom = true;
+        return;
+    }
+    cJSON *item;
+    while (implied && (item = implied->child)) {
+        cJSON_DetachItemViaPointer(implied, item);
+        cJSON_DeleteItemFromObjectCaseSensitive(c->json, item->string);
+        if (!cJSON_AddItemToObject(c->json, item->string, item)) {
+            cJSON_Delete(item);
+            c->oom = true;
+        }
+    }
+    cJSON_Delete(implied);
+}
+
 spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
                               cJSON **out, spindle_error *err) {
     *out = NULL;
@@ -142,16 +161,23 @@ spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
     bool gemma = !strcmp(s->arch, "gemma3");
     /* A family's own keys (Granite's multipliers, OLMo 3's windows, the
      * Mistral 3 temperature) have no config.json form here yet: refuse
-     * rather than write a config that means another model. */
+     * rather than write a config that means another model. Counts that
+     * mean the same there (Qwen3-MoE's expert sizes) are copied. */
     for (const sp_gguf_key_map *k = s->family->keys; !gemma && k && k->key;
-         k++)
-        if (sp_gguf_arch_value(g, s->arch, k->key)) {
-            cJSON_Delete(c.json);
-            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                           "%s: converting '%s' files with '%s.%s' is not "
-                           "supported", sp_gguf_path(g), s->arch, s->arch,
-                           k->key);
+         k++) {
+        int64_t v;
+        if (!sp_gguf_arch_value(g, s->arch, k->key)) continue;
+        if (k->kind == SP_GGUF_KEY_HF_COUNT &&
+            sp_conv_arch_int(g, s->arch, k->key, &v)) {
+            num(&c, c.json, k->json, (double)v);
+            continue;
         }
+        cJSON_Delete(c.json);
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: converting '%s' files with '%s.%s' is not "
+                       "supported", sp_gguf_path(g), s->arch, s->arch,
+                       k->key);
+    }
     int64_t hidden, layers, ffn, heads, kv, head_dim, ctx_len;
     spindle_status st;
     if ((st = get_int(&c, "embedding_length", 0, &hidden)) ||
@@ -201,6 +227,7 @@ spindle_status sp_conv_config(const sp_gguf *g, const sp_conv_summary *s,
         rope_dim != head_dim)
         num(&c, c.json, "partial_rotary_factor", (double)rope_dim / (double)head_dim);
     quantization(&c);
+    implied_keys(&c, s->family->implied_config);
     if (c.oom) {
         cJSON_Delete(c.json);
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");

@@ -126,7 +126,7 @@ static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
     }
 }
 
-void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
+void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     const sp_model_config *c = &f->m->cfg;
     const sp_layer *L = &f->m->layers[l];
     /* This block computes the config's heads: the layer's state must be
@@ -143,9 +143,6 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
                                 sd->head_dim);
         return;
     }
-    sp_linear_forward(f, &L->q, f->xn, f->q);
-    sp_linear_forward(f, &L->k, f->xn, f->k);
-    sp_linear_forward(f, &L->v, f->xn, f->v);
     norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm, true);
     norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm, false);
 
@@ -172,9 +169,18 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
             .scale = scale,
             .window = L->window,
             .softcap = softcap,
+            .sinks = L->sinks,
         };
         if (!f->status) f->status = sp_attention(f->m->pool, &a, f->err);
     }
+}
+
+void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
+    const sp_layer *L = &f->m->layers[l];
+    sp_linear_forward(f, &L->q, f->xn, f->q);
+    sp_linear_forward(f, &L->k, f->xn, f->k);
+    sp_linear_forward(f, &L->v, f->xn, f->v);
+    sp_attention_core(f, l, scale, softcap);
     sp_linear_forward(f, &L->o, f->attn, f->out);
 }
 
@@ -371,16 +377,36 @@ spindle_status sp_model_positive(spindle_model *m, const char *key,
     return SPINDLE_OK;
 }
 
-/* Which layers slide: `layer_types` when the config lists them (newer
- * transformers configs), else every layer but each pattern-th one. */
-static spindle_status layer_kinds(spindle_model *m, int pattern,
-                                  bool *sliding, spindle_error *err) {
+spindle_status sp_model_int(const spindle_model *m, const char *key,
+                            bool required, int dflt, int lo, int hi, int *out,
+                            spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: %s needs '%s'", m->dir,
+                           m->cfg.model_type, key);
+        *out = dflt;
+        return SPINDLE_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < lo || v->valuedouble > hi)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: '%s' must be an integer in %d..%d",
+                       m->dir, key, lo, hi);
+    *out = (int)v->valuedouble;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_model_layer_kinds(spindle_model *m, const char *kind,
+                                    int pattern, bool *is_kind,
+                                    spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     const cJSON *types =
         cJSON_GetObjectItemCaseSensitive(c->json, "layer_types");
     if (!types || cJSON_IsNull(types)) {
         for (int l = 0; l < c->n_layers; l++)
-            sliding[l] = pattern > 0 && (l + 1) % pattern != 0;
+            is_kind[l] = pattern > 0 && (l + 1) % pattern != 0;
         return SPINDLE_OK;
     }
     if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
@@ -390,13 +416,12 @@ static spindle_status layer_kinds(spindle_model *m, int pattern,
     for (int l = 0; l < c->n_layers; l++) {
         const cJSON *t = cJSON_GetArrayItem(types, l);
         const char *s = cJSON_IsString(t) ? t->valuestring : "";
-        if (!strcmp(s, "sliding_attention")) sliding[l] = true;
-        else if (!strcmp(s, "full_attention")) sliding[l] = false;
+        if (!strcmp(s, kind)) is_kind[l] = true;
+        else if (!strcmp(s, "full_attention")) is_kind[l] = false;
         else
             return sp_fail(err, SPINDLE_ERR_FORMAT,
                            "%s/config.json: layer_types[%d] is neither "
-                           "'sliding_attention' nor 'full_attention'",
-                           m->dir, l);
+                           "'%s' nor 'full_attention'", m->dir, l, kind);
     }
     return SPINDLE_OK;
 }
@@ -408,7 +433,8 @@ spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
     int n = m->cfg.n_layers;
     bool *sliding = calloc((size_t)n, sizeof *sliding);
     if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    spindle_status st = layer_kinds(m, pattern, sliding, err);
+    spindle_status st =
+        sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
     bool any = false;
     for (int l = 0; l < n; l++) any |= sliding[l];
     double window = 0;

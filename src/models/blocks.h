@@ -62,6 +62,11 @@ void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
  * cache update, causal attention per sequence, output projection.
  * Reads f->xn, writes f->out. `softcap` 0: none. */
 void sp_attention_block(sp_forward *f, int l, float scale, float softcap);
+/* The block between the projections: q/k norms and RoPE on f->q and f->k
+ * (T rows, already projected), the keys and values into each sequence's
+ * state, attention into f->attn. For families that project or gate
+ * differently (Qwen3-Next's gated attention). */
+void sp_attention_core(sp_forward *f, int l, float scale, float softcap);
 
 /* SwiGLU MLP: out = down(silu(gate(xn)) * up(xn)). */
 void sp_mlp_swiglu(sp_forward *f, int l);
@@ -133,6 +138,19 @@ spindle_status sp_bind_decoder_layers(spindle_model *m,
 spindle_status sp_model_positive(spindle_model *m, const char *key,
                                  double dflt, double *out,
                                  spindle_error *err);
+
+/* Which layers are of `kind`: those `layer_types` (newer transformers
+ * configs) lists as `kind` rather than "full_attention" (any other entry,
+ * or a list of another length, fails naming it), or without that list
+ * every layer but each pattern-th (pattern 0: none). is_kind[n_layers]. */
+spindle_status sp_model_layer_kinds(spindle_model *m, const char *kind,
+                                    int pattern, bool *is_kind,
+                                    spindle_error *err);
+/* config.json `key` as an integer in [lo, hi]; absent or null gives
+ * `dflt`, or the error that the family needs it when `required`. */
+spindle_status sp_model_int(const spindle_model *m, const char *key,
+                            bool required, int dflt, int lo, int hi, int *out,
+                            spindle_error *err);
 
 /* Sliding-window layers: those `layer_types` lists as
  * "sliding_attention", or without that list every layer but each

@@ -23,9 +23,12 @@ static void count_weight(tally *t, const sp_weight *w) {
     t->counts[w->type]++;
     if (w->type == SP_W_GGML && w->ggml_type < SP_GGML_TYPE_LIMIT)
         t->ggml[w->ggml_type]++;
-    if (w->type != SP_W_AFFINE) return;
+    if (w->type != SP_W_AFFINE && w->type != SP_W_MXFP4) return;
     char label[24];
-    snprintf(label, sizeof label, "%d-bit g%d", w->bits, w->group_size);
+    if (w->type == SP_W_MXFP4)
+        snprintf(label, sizeof label, "mxfp4");
+    else
+        snprintf(label, sizeof label, "%d-bit g%d", w->bits, w->group_size);
     for (int i = 0; i < t->n_quant; i++)
         if (!strcmp(t->quant[i], label)) return;
     if (t->n_quant < 16) strcpy(t->quant[t->n_quant++], label);
@@ -37,9 +40,11 @@ static void count_linear(tally *t, const sp_linear *l, int64_t *vec) {
     if (l->bias) *vec += l->w.rows;
 }
 
+/* Names of the sp_wtype counts (GGML weights are counted per ggml type). */
 static const char *wtype_name(int t) {
-    static const char *names[] = {"F32", "F16", "BF16", "MLX affine"};
-    return t >= 0 && t < 4 ? names[t] : "?";
+    static const char *names[] = {"F32", "F16", "BF16", "MLX affine", NULL,
+                                  "MLX mxfp4"};
+    return t >= 0 && t < (int)(sizeof names / sizeof *names) ? names[t] : NULL;
 }
 
 spindle_status spindle_model_describe(const spindle_model *m, char **json,
@@ -126,8 +131,9 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     for (int i = 0; eos && i < c->n_eos; i++)
         cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_ids[i]));
     cJSON *types = cJSON_AddObjectToObject(o, "weight_types");
-    for (int i = 0; types && i < 4; i++)
-        if (t.counts[i]) cJSON_AddNumberToObject(types, wtype_name(i), t.counts[i]);
+    for (int i = 0; types && i < 8; i++)
+        if (t.counts[i] && wtype_name(i))
+            cJSON_AddNumberToObject(types, wtype_name(i), t.counts[i]);
     /* GGUF block formats by ggml's names ("Q4_K"); a GGUF F32 matrix adds
      * to "F32" above. */
     for (int i = 0; types && i < SP_GGML_TYPE_LIMIT; i++)

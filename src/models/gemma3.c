@@ -36,24 +36,6 @@ static void gemma3_free(void *family) {
     free(g);
 }
 
-/* mlx-lm's Gemma RMSNorm computes `1.0 + weight` in the weight's dtype.
- * llama.cpp's converter stores GGUF norm weights with the 1 already added
- * (convert_hf_to_gguf.py, Gemma3Model: norm.weight + 1). */
-static void fold_norm_offset(spindle_model *m, const char *name,
-                             const float *w, int n) {
-    if (m->gguf) return;
-    const sp_tensor_info *t = sp_model_find_tensor(m, name);
-    float *v = (float *)w; /* an owned copy made by sp_bind_vector */
-    for (int i = 0; i < n; i++) {
-        float s = 1.0f + v[i];
-        if (t && t->dtype == SP_DTYPE_BF16)
-            s = sp_bf16_to_f32(sp_f32_to_bf16(s));
-        else if (t && t->dtype == SP_DTYPE_F16)
-            s = sp_f16_to_f32(sp_f32_to_f16(s));
-        v[i] = s;
-    }
-}
-
 static spindle_status init_ropes(spindle_model *m, gemma3 *g,
                                  spindle_error *err) {
     double theta = 0, local_theta = 0;
@@ -89,7 +71,7 @@ static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
         int d = c->hidden_size, hd = c->head_dim;
 #define FOLD(fmt, w, n)                                                       \
     (snprintf(p, sizeof p, "model.layers.%d." fmt, l),                       \
-     fold_norm_offset(m, p, w, n))
+     sp_fold_norm_plus_one(m, p, w, n))
         FOLD("input_layernorm.weight", L->attn_norm, d);
         FOLD("post_attention_layernorm.weight", L->post_attn_norm, d);
         FOLD("pre_feedforward_layernorm.weight", L->mlp_norm, d);
@@ -147,7 +129,7 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     /* llama.cpp (the reference for GGUF files) scales by the f32 value. */
     if (m->gguf) g->embed_scale = sqrtf((float)c->hidden_size);
     /* The 1 of (1 + w) is folded into every norm weight. */
-    fold_norm_offset(m, "model.norm.weight", m->final_norm, c->hidden_size);
+    sp_fold_norm_plus_one(m, "model.norm.weight", m->final_norm, c->hidden_size);
 
     if ((st = bind_layers(m, err))) return st;
 

@@ -42,6 +42,9 @@ typedef struct sp_layer {
      * by the family data; NULL for a dense MLP. */
     const struct sp_moe *moe;
     const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
+    /* Attention sinks: one logit per query head in each softmax's
+     * denominator (gpt-oss); NULL: none. */
+    const float *sinks;
     /* Llama 4 attention temperature: queries at position p are scaled by
      * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
     float attn_temp_beta;
@@ -188,6 +191,19 @@ spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
 spindle_status sp_bind_vector_opt(spindle_model *m, const char *name,
                                   int64_t n, const float **out,
                                   spindle_error *err);
+/* Copy a float tensor of rows * cols elements, [rows][cols] up to any
+ * dimensions of 1 (a depthwise Conv1d weight: MLX [C, K, 1], Hugging Face
+ * [C, 1, K], GGUF [C, K]), to an owned f32 array. */
+spindle_status sp_bind_float_matrix(spindle_model *m, const char *name,
+                                    int64_t rows, int64_t cols,
+                                    const float **out, spindle_error *err);
+/* The norm weight w (n floats, an owned copy bound from `name`) becomes
+ * 1 + w, rounded to the tensor's dtype as mlx-lm computes it, for the
+ * (1 + w) RMSNorms of Gemma and of the Qwen3-Next family's Hugging Face
+ * checkpoints. Nothing for a GGUF model: llama.cpp's converter stores the
+ * weights with the 1 added. */
+void sp_fold_norm_plus_one(spindle_model *m, const char *name, const float *w,
+                           int n);
 /* Embedding table, final norm and (tied or separate) lm_head, HF names. */
 spindle_status sp_bind_embeddings_and_head(spindle_model *m,
                                            spindle_error *err);

@@ -20,7 +20,6 @@
 #include "models/moe.h"
 #include "base/error.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,96 +36,10 @@ static void qwen3_moe_free(void *family) {
     free(q);
 }
 
-/* An integer config value in [lo, hi]: `dflt` when absent or null, unless
- * it is required. */
-static spindle_status int_key(const spindle_model *m, const char *key,
-                              bool required, int dflt, int lo, int hi,
-                              int *out, spindle_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required)
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s/config.json: qwen3_moe needs '%s'", m->dir, key);
-        *out = dflt;
-        return SPINDLE_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < lo || v->valuedouble > hi)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: '%s' must be an integer in %d..%d",
-                       m->dir, key, lo, hi);
-    *out = (int)v->valuedouble;
-    return SPINDLE_OK;
-}
-
-/* is_moe[l] as mlx-lm's Qwen3MoeDecoderLayer decides it. */
-static spindle_status moe_layers(const spindle_model *m, bool *is_moe,
-                                 spindle_error *err) {
-    int step;
-    spindle_status st = int_key(m, "decoder_sparse_step", false, 1, 1,
-                                1 << 30, &step, err);
-    if (st) return st;
-    for (int l = 0; l < m->cfg.n_layers; l++) is_moe[l] = (l + 1) % step == 0;
-    const cJSON *only =
-        cJSON_GetObjectItemCaseSensitive(m->cfg.json, "mlp_only_layers");
-    if (!only || cJSON_IsNull(only)) return SPINDLE_OK;
-    if (!cJSON_IsArray(only))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: 'mlp_only_layers' must be a list of "
-                       "layer indices", m->dir);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, only) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s/config.json: 'mlp_only_layers' holds a value "
-                           "that is not a layer index", m->dir);
-        /* (an index past the last layer names no layer, as in mlx-lm) */
-        if (e->valuedouble >= 0 && e->valuedouble < m->cfg.n_layers)
-            is_moe[(int)e->valuedouble] = false;
-    }
-    return SPINDLE_OK;
-}
-
-static spindle_status moe_spec(const spindle_model *m, sp_moe_spec *spec,
-                               spindle_error *err) {
-    const sp_model_config *c = &m->cfg;
-    int experts, used, inter = 0;
-    spindle_status st;
-    if ((st = int_key(m, "num_experts", true, 0, 1, 1 << 16, &experts, err)) ||
-        (st = int_key(m, "num_experts_per_tok", true, 0, 1, 1 << 16, &used,
-                      err)))
-        return st;
-    if (used > experts)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: num_experts_per_tok %d exceeds "
-                       "num_experts %d", m->dir, used, experts);
-    /* llama.cpp's n_ff_exp fallback for GGUF files without the key. */
-    bool derive = m->gguf && !cJSON_GetObjectItemCaseSensitive(
-                                 c->json, "moe_intermediate_size");
-    if (derive) inter = c->intermediate_size / used;
-    else if ((st = int_key(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
-                           &inter, err)))
-        return st;
-    if (inter < 1)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: no expert feed-forward length", m->dir);
-    *spec = (sp_moe_spec){
-        .n_experts = experts,
-        .top_k = used,
-        .inter = inter,
-        .routing = SP_ROUTE_SOFTMAX_TOPK,
-        .norm_topk = m->gguf || sp_config_bool(c, "norm_topk_prob", false),
-        .router = "gate",
-        .stacked = "switch_mlp",
-        .per_expert = "experts",
-    };
-    return SPINDLE_OK;
-}
-
 static spindle_status qwen3_moe_load(spindle_model *m, spindle_error *err) {
     const int n = m->cfg.n_layers;
     sp_moe_spec spec;
-    spindle_status st = moe_spec(m, &spec, err);
+    spindle_status st = sp_moe_qwen_spec(m, &spec, err);
     if (st) return st;
     qwen3_moe *q = calloc(1, sizeof *q);
     bool *is_moe = calloc((size_t)n, sizeof *is_moe);
@@ -139,7 +52,7 @@ static spindle_status qwen3_moe_load(spindle_model *m, spindle_error *err) {
     }
     q->n_layers = n;
     m->family = q;
-    st = moe_layers(m, is_moe, err);
+    st = sp_moe_qwen_layers(m, is_moe, err);
     sp_decoder_options opt = {.qkv_bias = m->cfg.attention_bias,
                               .o_bias = m->cfg.attention_bias,
                               .qk_norm = true,
@@ -165,10 +78,10 @@ static const sp_gguf_name_map qwen3_moe_gguf_layers[] = {
 };
 
 static const sp_gguf_key_map qwen3_moe_gguf_keys[] = {
-    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},
-    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},
+    {"expert_count", "num_experts", SP_GGUF_KEY_HF_COUNT},
+    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_HF_COUNT},
     {"expert_feed_forward_length", "moe_intermediate_size",
-     SP_GGUF_KEY_COUNT},
+     SP_GGUF_KEY_HF_COUNT},
     {NULL, NULL, SP_GGUF_KEY_COUNT},
 };
 
@@ -178,6 +91,8 @@ static const sp_gguf_family qwen3_moe_gguf = {
     .hf_class = "Qwen3MoeForCausalLM",
     .layer_names = qwen3_moe_gguf_layers,
     .keys = qwen3_moe_gguf_keys,
+    .implied_config = "{\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], "
+                      "\"norm_topk_prob\": true}",
 };
 
 const sp_arch sp_arch_qwen3_moe = {.model_type = "qwen3_moe",

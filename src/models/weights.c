@@ -63,11 +63,15 @@ static spindle_status expect_dims(const sp_tensor_info *t, int nd,
 }
 
 /* [rows, cols], or [stack, rows, cols] when stack > 0 (a stacked tensor of
- * `stack` matrices, one per expert). */
+ * `stack` matrices, one per expert), or [cols] for one row. */
 static spindle_status expect_matrix(const sp_tensor_info *t, int64_t stack,
                                     int64_t rows, int64_t cols,
                                     spindle_error *err) {
     const int64_t d[3] = {stack, rows, cols};
+    /* A one-row matrix may be stored as a vector (llama.cpp's
+     * ffn_gate_inp_shexp, Qwen3-Next's shared-expert gate). */
+    if (stack == 0 && rows == 1 && t->ndim == 1)
+        return expect_dims(t, 1, d + 2, err);
     return stack > 0 ? expect_dims(t, 3, d, err)
                      : expect_dims(t, 2, d + 1, err);
 }
@@ -121,6 +125,46 @@ spindle_status sp_bind_vector(spindle_model *m, const char *name, int64_t n,
     spindle_status st = sp_bind_vector_opt(m, name, n, out, err);
     if (!st && !*out) return missing(m, name, err);
     return st;
+}
+
+spindle_status sp_bind_float_matrix(spindle_model *m, const char *name,
+                                    int64_t rows, int64_t cols,
+                                    const float **out, spindle_error *err) {
+    const sp_tensor_info *t = find(m, name);
+    if (!t) return missing(m, name, err);
+    /* The dimensions other than 1, in order, must be those of [rows, cols]. */
+    int64_t want[2], got[SP_MAX_DIMS];
+    int nw = 0, ng = 0;
+    if (rows != 1) want[nw++] = rows;
+    if (cols != 1) want[nw++] = cols;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1) got[ng++] = t->shape[d];
+    bool ok = ng == nw;
+    for (int i = 0; ok && i < nw; i++) ok = got[i] == want[i];
+    if (!ok) {
+        char shape[128];
+        shape_text(t->ndim, t->shape, shape, sizeof shape);
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s' has shape %s, expected [%lld, %lld] "
+                       "(with any dimensions of 1)", t->file, name, shape,
+                       (long long)rows, (long long)cols);
+    }
+    return bind_floats(m, name, t->ndim, t->shape, out, err);
+}
+
+void sp_fold_norm_plus_one(spindle_model *m, const char *name, const float *w,
+                           int n) {
+    if (m->gguf) return;
+    const sp_tensor_info *t = sp_model_find_tensor(m, name);
+    float *v = (float *)w; /* an owned copy made by sp_bind_vector */
+    for (int i = 0; i < n; i++) {
+        float s = 1.0f + v[i];
+        if (t && t->dtype == SP_DTYPE_BF16)
+            s = sp_bf16_to_f32(sp_f32_to_bf16(s));
+        else if (t && t->dtype == SP_DTYPE_F16)
+            s = sp_f16_to_f32(sp_f32_to_f16(s));
+        v[i] = s;
+    }
 }
 
 static bool valid_bits(int b) {
@@ -189,6 +233,42 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
     return SPINDLE_OK;
 }
 
+/* MLX mxfp4: <prefix>.weight U32 [rows, cols/8] (4-bit E2M1 codes), .scales
+ * U8 [rows, cols/32] (E8M0 exponents), no biases (each with the leading
+ * stack dimension when stacked, as mlx-lm's QuantizedSwitchLinear stores
+ * them). */
+static spindle_status bind_mxfp4(const sp_tensor_info *w,
+                                 const sp_tensor_info *scales, int bits,
+                                 int group, bool explicit_params,
+                                 matrix_shape s, sp_weight *out,
+                                 spindle_error *err) {
+    if (w->dtype != SP_DTYPE_U32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: quantized tensor '%s' has dtype %s, expected U32",
+                       w->file, w->name, sp_dtype_name(w->dtype));
+    if (explicit_params && (bits != 4 || group != 32))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor '%s': mxfp4 with %d bits and group size %d "
+                       "(mxfp4 is 4 bits in groups of 32)", w->file, w->name,
+                       bits, group);
+    if (s.cols % 32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s': %lld input features are not a "
+                       "multiple of the mxfp4 group size 32", w->file, w->name,
+                       (long long)s.cols);
+    spindle_status st;
+    if ((st = expect_matrix(w, s.stack, s.rows, s.cols / 8, err)) ||
+        (st = expect_matrix(scales, s.stack, s.rows, s.cols / 32, err)))
+        return st;
+    out->type = SP_W_MXFP4;
+    out->data = w->data;
+    out->bits = 4;
+    out->group_size = 32;
+    out->qparam_dtype = SP_DTYPE_U8;
+    out->scales = scales->data;
+    return SPINDLE_OK;
+}
+
 static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
                                        matrix_shape s, sp_weight *out,
                                        spindle_error *err) {
@@ -208,14 +288,30 @@ static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
     }
 
     int bits, group;
+    bool mxfp4;
     char path[300];
     snprintf(path, sizeof path, "%s%s", m->tensor_prefix, prefix);
-    sp_quant_rule rule = sp_config_quant_rule(&m->cfg, path, &bits, &group);
+    sp_quant_rule rule =
+        sp_config_quant_rule(&m->cfg, path, &bits, &group, &mxfp4);
     snprintf(name, sizeof name, "%s.scales", prefix);
     const sp_tensor_info *scales = find(m, name);
-    if (rule != SP_QUANT_FLOAT && scales)
-        return bind_affine(m, prefix, w, scales, bits, group,
-                           rule == SP_QUANT_EXPLICIT, s, out, err);
+    if (rule != SP_QUANT_FLOAT && scales) {
+        /* mlx-lm tells the modes apart by the scales: uint8 exponents for
+         * mxfp4, floats for affine; a module's own entry must agree. */
+        const bool u8 = scales->dtype == SP_DTYPE_U8;
+        const bool explicit_params = rule == SP_QUANT_EXPLICIT;
+        if (explicit_params && u8 != mxfp4)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s: tensor '%s' has %s scales, but the config "
+                           "quantizes '%s' in %s mode", scales->file,
+                           scales->name, sp_dtype_name(scales->dtype), prefix,
+                           mxfp4 ? "mxfp4" : "affine");
+        if (u8)
+            return bind_mxfp4(w, scales, bits, group, explicit_params, s, out,
+                              err);
+        return bind_affine(m, prefix, w, scales, bits, group, explicit_params,
+                           s, out, err);
+    }
 
     if ((st = expect_matrix(w, s.stack, s.rows, s.cols, err))) return st;
     switch (w->dtype) {

@@ -37,7 +37,8 @@ static void check_config(const sp_model_config *cfg) {
     }
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
         int bits = 0, group = 0;
-        sp_config_quant_rule(cfg, modules[i], &bits, &group);
+        bool mxfp4 = false;
+        sp_config_quant_rule(cfg, modules[i], &bits, &group, &mxfp4);
         (void)sp_config_int(cfg, modules[i], 0);
         (void)sp_config_num(cfg, modules[i], 0);
         (void)sp_config_bool(cfg, modules[i], false);

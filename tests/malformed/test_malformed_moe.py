@@ -20,7 +20,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "bench"))
+sys.path.insert(0, str(HERE.parents[0]))
 import test_malformed_models as tm  # noqa: E402
 
 pytestmark = tm.pytestmark
@@ -171,9 +171,9 @@ def test_malformed_moe(tmp_path, changes, layout, edit, needle):
 
 def test_gguf_expert_count_mismatch(tmp_path):
     """A GGUF whose expert_count says 4 for tensors of 8 experts."""
-    import make_gguf
+    import gguf_writer
     src = write(tmp_path / "m", tensors(), config_with(num_experts=4))
-    gguf = make_gguf.write_gguf(str(src), str(tmp_path / "m.gguf"), "f32")
+    gguf = gguf_writer.write_gguf(str(src), str(tmp_path / "m.gguf"), "f32")
     proc = run_info(gguf)
     assert proc.returncode > 0, f"accepted; stdout: {proc.stdout[:300]!r}"
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -23,7 +23,6 @@ and test_gemma3_parity.py applies cap * tanh(logits / cap) itself.
 Usage: python tests/parity/make_gemma3_models.py [--out DIR] [--only NAME ...]
 """
 
-import hashlib
 import json
 import sys
 import zlib
@@ -83,10 +82,7 @@ SPECS = [
 
 
 def source_hash():
-    """Identity of this generator and of the helpers it borrows."""
-    h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(Path(mm.__file__).read_bytes())
-    return h.hexdigest()
+    return mm.generator_source_hash(__file__)
 
 
 def make_config(spec):

@@ -75,8 +75,9 @@ BASE = {
 }
 
 
-def _q(bits, group_size, predicate=None):
-    return {"bits": bits, "group_size": group_size, "predicate": predicate}
+def _q(bits, group_size, predicate=None, mode="affine"):
+    return {"bits": bits, "group_size": group_size, "predicate": predicate,
+            "mode": mode}
 
 
 def _spec(name, arch, dtype="float32", tied=True, quant=None, cfg=None,
@@ -118,6 +119,12 @@ def _build_specs():
         _spec("qwen2-q5g64", "qwen2", "bfloat16", tied=False, quant=_q(5, 64)),
         _spec("qwen3-q6g32", "qwen3", "float32", tied=True, quant=_q(6, 32)),
         _spec("qwen3-q3g64", "qwen3", "bfloat16", tied=False, quant=_q(3, 64)),
+        # MLX's mxfp4 mode everywhere (a quantized tied embedding / a
+        # separate quantized head).
+        _spec("llama-mxfp4", "llama", "bfloat16", tied=True,
+              quant=_q(4, 32, mode="mxfp4")),
+        _spec("qwen3-mxfp4", "qwen3", "float32", tied=False,
+              quant=_q(4, 32, mode="mxfp4")),
         _spec("llama-rope-llama3", "llama", "float32", tied=False, cfg={
             "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -144,6 +151,14 @@ SPECS = _build_specs()
 def source_hash():
     """Identity of this generator, stored in STAMP so stale sets get rebuilt."""
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def generator_source_hash(path):
+    """Identity of a family's generator at `path` and of these helpers it
+    borrows, stored in STAMP so stale sets get rebuilt."""
+    h = hashlib.sha256(Path(path).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------
@@ -201,11 +216,15 @@ def init_weights(model, seed):
 
 
 def cast_like_convert(model, dtype):
-    """Same cast as mlx_lm.convert: floating parameters only."""
+    """Same cast as mlx_lm.convert: floating parameters only, and only those
+    the model's cast_predicate (when it has one) lets through."""
     dt = getattr(mx, dtype)
+    cast = getattr(model, "cast_predicate", lambda _: True)
 
-    def f(_, v):
-        return v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v
+    def f(path, v):
+        if cast(path) and mx.issubdtype(v.dtype, mx.floating):
+            return v.astype(dt)
+        return v
 
     model.update(tree_map_with_path(f, model.parameters()))
 
@@ -260,7 +279,7 @@ def build_model(spec, path, cfg=None, base=BASE):
             pred = mixed_quant_predicate_builder(q["predicate"], model,
                                                  q["group_size"])
         model, cfg = mlu.quantize_model(model, cfg, q["group_size"], q["bits"],
-                                        quant_predicate=pred)
+                                        mode=q["mode"], quant_predicate=pred)
     mx.eval(model.parameters())
     save_sharded(path, model, spec["shards"])
     mlu.save_config(dict(cfg), path / "config.json")
@@ -320,13 +339,14 @@ def rel_gap(a, b):
     return float(np.max(np.abs(a - b)) / np.std(b))
 
 
-def record_references(name, path, model, model32, mem_model, eos_ids):
-    """Per prompt: the native and float32 references (tokens, finish reason,
-    margins, step std; last-position logits saved in `path`), checked
-    against the in-memory model.  Returns (prompts entry, max native-vs-f32
-    gap)."""
+def record_references(name, path, model, model32, mem_model, eos_ids,
+                      prompt_set=None):
+    """Per prompt of `prompt_set` (default PROMPTS): the native and float32
+    references (tokens, finish reason, margins, step std; last-position
+    logits saved in `path`), checked against the in-memory model.  Returns
+    (prompts entry, max native-vs-f32 gap)."""
     prompts = {}
-    for pname, prompt in PROMPTS.items():
+    for pname, prompt in (prompt_set or PROMPTS).items():
         entry = {"prompt_tokens": prompt}
         for kind, m in (("native", model), ("f32", model32)):
             toks, finish, eos_hit, logits = run_reference(m, prompt, eos_ids)

@@ -218,3 +218,83 @@ def assert_last_logits(dump, model_dir, ref, entry, label,
                           f" (worst id {worst}: got {got[worst]:.6g}, "
                           f"want {want[worst]:.6g})")
     assert not errors, "; ".join(errors)
+
+
+# ---- GGUF parity: Spindle against llama.cpp on the same tiny GGUF file ----
+# (test_dense_gguf.py, test_hybrid_gguf.py; the method is described there)
+
+def open_gguf_case(model_dir, qtype, tmp_dir, n_ctx, threads):
+    """Write float model directory `model_dir` as a `qtype` GGUF file
+    (tests/gguf_writer.py) and open llama.cpp on it ("llm") and on its
+    exact F32 twin ("exact": the same dequantized values; the same context
+    for an F32 file). Close with close_gguf_case."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import gguf_writer
+    import llama_cpp
+    import llama_cpp_ref
+    name = Path(model_dir).name
+    path = gguf_writer.write_gguf(model_dir, str(tmp_dir / f"{name}-{qtype}.gguf"),
+                                  qtype)
+    llm = llama_cpp_ref.f32_llama(llama_cpp, path, n_ctx, threads)
+    exact = llm
+    if qtype != "f32":
+        twin = gguf_writer.write_gguf(
+            model_dir, str(tmp_dir / f"{name}-{qtype}-exact.gguf"), qtype,
+            dequantized=True)
+        exact = llama_cpp_ref.f32_llama(llama_cpp, twin, n_ctx, threads)
+    return {"path": path, "llm": llm, "exact": exact, "qtype": qtype,
+            "name": name}
+
+
+def close_gguf_case(case):
+    case["llm"].close()
+    if case["exact"] is not case["llm"]:
+        case["exact"].close()
+
+
+def rel_err(got, ref):
+    return float(np.max(np.abs(got - ref)) / np.std(ref))
+
+
+def assert_gguf_parity(bin_path, case, ids, n_gen, threads, tmp_path, tol,
+                       loose):
+    """Spindle on the case's file against llama.cpp: last-prompt logits
+    within `tol` of llama.cpp on the exact twin (and within `loose`, unless
+    None, of llama.cpp on a quantized file itself, which rounds its
+    activations), greedy tokens equal up to a near-tie of llama.cpp's own
+    margins."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import llama_cpp_ref
+    label = f"{case['name']}/{case['qtype']}/{len(ids)} tokens"
+    ref, ref_tokens, margins = llama_cpp_ref.greedy_reference(
+        case["exact"], ids, n_gen)
+    npy = tmp_path / "logits.npy"
+    r = subprocess.run(
+        [str(bin_path), "run", "-m", str(case["path"]), "--prompt-tokens",
+         ",".join(map(str, ids)), "-n", str(n_gen), "--ignore-eos", "--json",
+         "--dump-logits", str(npy), "-t", str(threads)],
+        capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = np.load(npy).astype(np.float64)
+    tokens = json.loads(r.stdout)["tokens"]
+    assert got.shape == ref.shape
+    err = rel_err(got, ref)
+    print(f"{label}: max|err|/std {err:.3g} vs llama.cpp (exact weights)")
+    assert err <= tol, f"logits off llama.cpp's by {err:.4g} of their std"
+    if case["exact"] is not case["llm"] and loose is not None:
+        llm_ref, _, _ = llama_cpp_ref.greedy_reference(case["llm"], ids, 1)
+        off = rel_err(got, llm_ref)
+        print(f"{label}: max|err|/std {off:.3g} vs llama.cpp on the "
+              f"{case['qtype']} file")
+        assert off <= loose, f"off llama.cpp's {case['qtype']} run by {off:.4g}"
+    std = float(np.std(ref))
+    for i, (a, b) in enumerate(zip(tokens, ref_tokens)):
+        if a == b:
+            continue
+        assert margins[i] < TIE_FACTOR * tol * std, (
+            f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
+            f"{margins[i]:.4g} (no near-tie)\n  spindle   {tokens}\n"
+            f"  llama.cpp {ref_tokens}")
+        print(f"  diverged at token {i} (near-tie, margin {margins[i]:.3g})")
+        break
+    assert len(tokens) == n_gen

@@ -33,16 +33,14 @@ Checks, per prompt (make_models.PROMPTS; 32 generated tokens):
 import importlib.util
 import json
 import os
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 import make_dense_models as dm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
@@ -53,17 +51,26 @@ N_GEN = dm.MAX_TOKENS
 N_CTX = 128
 TOL = 1e-4
 Q8_0_LOOSE = 0.2
-TIE_FACTOR = 2.0
 
+
+def _yarn_mscale_all_dim(cfg):
+    """Ministral 3's real yarn: mscale_all_dim 1 (rope.scaling.
+    yarn_log_multiplier), which cancels yarn's attention factor."""
+    cfg["rope_parameters"]["mscale_all_dim"] = 1.0
+
+
+# (model, weight type, config edit before writing the GGUF or None): the
+# edited files have no mlx-lm reference, only llama.cpp's.
 CASES = [
-    ("smollm3-bf16", "f32"),
-    ("phi3-bf16", "f32"),
-    ("olmo2-f32", "f32"),
-    ("olmo2-f32", "q8_0"),
-    ("olmo3-f32-yarn", "f32"),
-    ("granite-f32", "f32"),
-    ("granite-f32", "q8_0"),
-    ("ministral3-f32", "f32"),
+    ("smollm3-bf16", "f32", None),
+    ("phi3-bf16", "f32", None),
+    ("olmo2-f32", "f32", None),
+    ("olmo2-f32", "q8_0", None),
+    ("olmo3-f32-yarn", "f32", None),
+    ("granite-f32", "f32", None),
+    ("granite-f32", "q8_0", None),
+    ("ministral3-f32", "f32", None),
+    ("ministral3-f32", "f32", _yarn_mscale_all_dim),
 ]
 
 
@@ -76,75 +83,28 @@ def dense_models(spindle_bin):  # noqa: F811
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=[f"{m}-{q}" for m, q in CASES])
+                ids=[f"{m}-{q}" + (f"-{e.__name__[1:]}" if e else "")
+                     for m, q, e in CASES])
 def gguf_case(request, dense_models, tmp_path_factory):
-    """The GGUF file of one case and llama.cpp contexts on it ("llm") and
-    on its exact F32 twin ("exact"; the same one for F32 files)."""
-    import gguf_writer
-    import llama_cpp
-    import llama_cpp_ref
-    name, qtype = request.param
+    """The GGUF file of one case (its config edited first where the case
+    says) and llama.cpp contexts on it and on its exact F32 twin
+    (parity_common.open_gguf_case)."""
+    name, qtype, edit = request.param
     d = tmp_path_factory.mktemp("gguf")
-    path = gguf_writer.write_gguf(dense_models / name,
-                                  str(d / f"{name}-{qtype}.gguf"), qtype)
-    llm = llama_cpp_ref.f32_llama(llama_cpp, path, N_CTX, THREADS)
-    exact = llm
-    if qtype != "f32":
-        twin = gguf_writer.write_gguf(dense_models / name,
-                                      str(d / f"{name}-{qtype}-exact.gguf"),
-                                      qtype, dequantized=True)
-        exact = llama_cpp_ref.f32_llama(llama_cpp, twin, N_CTX, THREADS)
-    yield {"path": path, "llm": llm, "exact": exact, "qtype": qtype,
-           "name": name}
-    llm.close()
-    if exact is not llm:
-        exact.close()
-
-
-def spindle_run(bin_path, path, ids, tmp_path):
-    npy = tmp_path / "logits.npy"
-    r = subprocess.run(
-        [str(bin_path), "run", "-m", str(path), "--prompt-tokens",
-         ",".join(map(str, ids)), "-n", str(N_GEN), "--ignore-eos", "--json",
-         "--dump-logits", str(npy), "-t", str(THREADS)],
-        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return np.load(npy).astype(np.float64), json.loads(r.stdout)["tokens"]
-
-
-def rel_err(got, ref):
-    return float(np.max(np.abs(got - ref)) / np.std(ref))
+    src = dense_models / name
+    if edit:
+        src = d / name
+        shutil.copytree(dense_models / name, src)
+        cfg = json.loads((src / "config.json").read_text())
+        edit(cfg)
+        (src / "config.json").write_text(json.dumps(cfg))
+    case = pc.open_gguf_case(src, qtype, d, N_CTX, THREADS)
+    yield case
+    pc.close_gguf_case(case)
 
 
 @pytest.mark.parametrize("prompt", sorted(dm.PROMPTS))
 def test_dense_gguf_parity(spindle_bin, gguf_case, prompt,  # noqa: F811
                            tmp_path):
-    import llama_cpp_ref
-    ids = dm.PROMPTS[prompt]
-    label = f"{gguf_case['name']}/{gguf_case['qtype']}/{prompt}"
-    ref, ref_tokens, margins = llama_cpp_ref.greedy_reference(
-        gguf_case["exact"], ids, N_GEN)
-    got, tokens = spindle_run(spindle_bin, gguf_case["path"], ids, tmp_path)
-    assert got.shape == ref.shape
-    err = rel_err(got, ref)
-    print(f"{label}: max|err|/std {err:.3g} vs llama.cpp (exact weights)")
-    assert err <= TOL, f"logits off llama.cpp's by {err:.4g} of their std"
-    if gguf_case["exact"] is not gguf_case["llm"]:
-        llm_ref, _, _ = llama_cpp_ref.greedy_reference(gguf_case["llm"], ids,
-                                                       1)
-        loose = rel_err(got, llm_ref)
-        print(f"{label}: max|err|/std {loose:.3g} vs llama.cpp on the "
-              f"{gguf_case['qtype']} file")
-        assert loose <= Q8_0_LOOSE, f"off llama.cpp's Q8_0 run by {loose:.4g}"
-
-    std = float(np.std(ref))
-    for i, (a, b) in enumerate(zip(tokens, ref_tokens)):
-        if a == b:
-            continue
-        assert margins[i] < TIE_FACTOR * TOL * std, (
-            f"token {i}: spindle {a}, llama.cpp {b} with top-1 margin "
-            f"{margins[i]:.4g} (no near-tie)\n  spindle   {tokens}\n"
-            f"  llama.cpp {ref_tokens}")
-        print(f"  diverged at token {i} (near-tie, margin {margins[i]:.3g})")
-        break
-    assert len(tokens) == N_GEN
+    pc.assert_gguf_parity(spindle_bin, gguf_case, dm.PROMPTS[prompt], N_GEN,
+                          THREADS, tmp_path, TOL, Q8_0_LOOSE)

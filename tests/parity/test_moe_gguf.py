@@ -87,7 +87,7 @@ def llama_runs(ggufs):
     import llama_cpp
     runs = {}
     for t, path in ggufs.items():
-        llm = f32_llama(llama_cpp, path, N_CTX, THREADS)
+        llm = f32_llama(llama_cpp, path, N_CTX, int(THREADS))
         for name, ids in mo.PROMPTS.items():
             runs[t, name] = greedy_reference(llm, ids, N_GEN)
         llm.close()

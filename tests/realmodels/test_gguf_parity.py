@@ -12,7 +12,7 @@ Prompts are token-id lists made with llama.cpp's own tokenizer from raw text
 and from chat-formatted text (Spindle's GGUF tokenizer is not used here), and
 go to `spindle run --prompt-tokens`.
 
-llama.cpp runs in its f32 configuration (llama_ref.py): f32 KV cache, flash
+llama.cpp runs in its f32 configuration (tests/llama_cpp_ref.py): f32 KV cache, flash
 attention off, no extra weight buffers.
 
 Checks, per prompt:
@@ -69,7 +69,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_ref import f32_llama, greedy_reference
 from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

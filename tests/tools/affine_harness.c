@@ -5,7 +5,9 @@
  *   affine_harness matmul  ROWS COLS BITS GS QDTYPE PACKED SCALES BIASES OUT
  *                          X N_TOKENS THREADS
  *
- * QDTYPE is f32, f16 or bf16 (type of SCALES and BIASES). PACKED holds the
+ * QDTYPE is f32, f16 or bf16 (type of SCALES and BIASES), or mxfp4: MLX's
+ * mxfp4 mode (BITS 4, GS 32, SCALES the uint8 exponents, BIASES ignored:
+ * pass any name). PACKED holds the
  * uint32 words of mx.quantize, X is [N_TOKENS][COLS] f32. dequant writes
  * [ROWS][COLS] f32 (sp_weight_row), matmul writes [N_TOKENS][ROWS] f32
  * (sp_matmul). Inputs are placed one byte past an aligned address, as a
@@ -63,9 +65,12 @@ int main(int argc, char **argv) {
     w.bits = atoi(argv[4]);
     w.group_size = atoi(argv[5]);
     const char *qd = argv[6];
+    const int mxfp4 = strcmp(qd, "mxfp4") == 0;
     w.qparam_dtype = strcmp(qd, "f16") == 0    ? SP_DTYPE_F16
                      : strcmp(qd, "bf16") == 0 ? SP_DTYPE_BF16
+                     : mxfp4                   ? SP_DTYPE_U8
                                                : SP_DTYPE_F32;
+    if (mxfp4) w.type = SP_W_MXFP4;
     if (w.rows <= 0 || w.cols <= 0 || w.group_size <= 0 ||
         w.cols % w.group_size != 0 || w.cols % 32 != 0 || w.bits < 2 ||
         w.bits > 8 || w.bits == 7) {
@@ -73,7 +78,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const size_t groups = (size_t)w.rows * (size_t)(w.cols / w.group_size);
-    const size_t qsize = w.qparam_dtype == SP_DTYPE_F32 ? 4 : 2;
+    const size_t qsize = sp_dtype_size(w.qparam_dtype);
     unsigned char *b_data = NULL, *b_scales = NULL, *b_biases = NULL,
                   *b_x = NULL;
     float *out = NULL;
@@ -81,8 +86,8 @@ int main(int argc, char **argv) {
     w.data = read_exact(argv[7], (size_t)w.rows * sp_affine_row_bytes(&w),
                         &b_data);
     w.scales = read_exact(argv[8], groups * qsize, &b_scales);
-    w.biases = read_exact(argv[9], groups * qsize, &b_biases);
-    if (!w.data || !w.scales || !w.biases) goto done;
+    if (!mxfp4) w.biases = read_exact(argv[9], groups * qsize, &b_biases);
+    if (!w.data || !w.scales || (!mxfp4 && !w.biases)) goto done;
 
     if (!is_matmul) {
         out = malloc((size_t)w.rows * (size_t)w.cols * sizeof *out);

@@ -2,6 +2,7 @@
  *
  *   matmul_bench ROWS COLS TYPE N_TOKENS THREADS [SIMD]
  *     TYPE: f32 | f16 | bf16 | q4 | q8 (MLX affine, group 64, bf16 scales)
+ *           | mxfp4 (MLX mxfp4)
  *     SIMD: scalar | avx2 | avx512 | neon (default: the best the CPU has)
  *     env SPINDLE_BENCH_VNNI_LEVELS=1|2|3: time sp_mm_rows_vnni with that
  *     many activation levels instead of sp_matmul (q4 / q8 only)
@@ -106,7 +107,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "stream") == 0)
         return run_stream(atoi(argv[2]));
     if (argc < 6) {
-        fprintf(stderr, "usage: %s ROWS COLS f32|f16|bf16|q4|q8 N_TOKENS "
+        fprintf(stderr, "usage: %s ROWS COLS f32|f16|bf16|q4|q8|mxfp4 N_TOKENS "
                         "THREADS [scalar|avx2|avx512]\n       %s stream THREADS\n",
                 argv[0], argv[0]);
         return 2;
@@ -136,6 +137,12 @@ int main(int argc, char **argv) {
         w.group_size = 64;
         w.qparam_dtype = SP_DTYPE_BF16;
         data_bytes = (size_t)(rows * cols) * (size_t)w.bits / 8;
+    } else if (strcmp(type, "mxfp4") == 0) {
+        w.type = SP_W_MXFP4;
+        w.bits = 4;
+        w.group_size = 32;
+        w.qparam_dtype = SP_DTYPE_U8;
+        data_bytes = (size_t)(rows * cols) / 2;
     } else {
         w.type = strcmp(type, "f32") == 0   ? SP_W_F32
                  : strcmp(type, "f16") == 0 ? SP_W_F16
@@ -158,6 +165,8 @@ int main(int argc, char **argv) {
     if (w.type == SP_W_F32)
         for (size_t i = 3; i < data_bytes; i += 4) data[i] = 0x3f;
     for (size_t i = 0; i < 2 * groups; i++) sb[i] = 0x3c00;
+    if (w.type == SP_W_MXFP4) /* exponents 2^0, one per 32 columns */
+        memset(sb, 127, (size_t)(rows * cols / 32));
     for (int64_t i = 0; i < nt * cols; i++) x[i] = (float)(i % 7) * 0.1f;
     w.data = data;
     w.scales = sb;

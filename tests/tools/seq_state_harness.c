@@ -2,7 +2,8 @@
  * sequence state through the public API (driven by
  * tests/parity/test_seq_state.py on the tiny parity models).
  *
- *   seq_state_harness MODEL [--max-rollback K] [--window W] [--threads N]
+ *   seq_state_harness MODEL [--max-rollback K] [--window W] [--recurrent 1]
+ *                     [--threads N]
  *   seq_state_harness MODEL --bytes N1,N2,...
  *
  * Every comparison is between two sequences of the same model that must be
@@ -12,7 +13,15 @@
  *    j <= K the truncation must succeed; for larger j it may, and must then
  *    be exact too. With --window W (the model has sliding-window layers of
  *    that window) a sequence stepped far past N must refuse truncation to N
- *    with SPINDLE_ERR_UNSUPPORTED naming "window KV", and be unchanged;
+ *    with SPINDLE_ERR_UNSUPPORTED naming "window KV", and be unchanged.
+ *    With --recurrent (the model has recurrent layers, which keep the
+ *    states of the last forward pass only) the truncation must succeed
+ *    exactly when the j tokens came in one pass and j <= K, and otherwise
+ *    be refused with SPINDLE_ERR_UNSUPPORTED naming "recurrent", the
+ *    sequence unchanged; and within a pass of j <= 4 tokens truncation to
+ *    every length inside it must match a sequence whose last pass ended
+ *    there (up to 4 tokens a pass's products are computed token by token,
+ *    so both hold the same bits);
  *  - snapshot: continue k tokens, restore, continue the same k tokens (in
  *    the sequence itself and in a fresh one); a snapshot restores into no
  *    other model (a second load of the same files);
@@ -36,6 +45,8 @@ typedef struct harness {
     int vocab;
     int k;                 /* guaranteed rollback */
     int window;            /* 0: no window layers expected */
+    int recurrent;         /* recurrent layers expected */
+    int recurrent_refused; /* refusals seen, each as expected */
     int checks, n_failures;
     char failures[MAX_FAILURES][256];
     float *want, *got;     /* vocab floats each */
@@ -117,6 +128,57 @@ static void compare_next(harness *h, spindle_seq *want, spindle_seq *got,
     }
 }
 
+/* Recurrent checkpoints: s saw n tokens, then j drafts in one pass;
+ * truncated to n + a it must be the sequence that saw n, then a drafts. */
+static void check_mid_pass(harness *h, int n, int j) {
+    for (int a = 1; a < j; a++) {
+        spindle_seq *s = build(h, n), *twin = build(h, n);
+        forward(h, s, n, j, 1, NULL);
+        forward(h, twin, n, a, 1, NULL);
+        spindle_error err = {0};
+        char what[128];
+        snprintf(what, sizeof what, "N %d + %d in one chunk, truncated to N + %d",
+                 n, j, a);
+        if (spindle_seq_truncate(s, n + a, &err))
+            fail(h, "%s: %s", what, err.message);
+        else
+            compare_next(h, twin, s, what);
+        spindle_seq_free(twin);
+        spindle_seq_free(s);
+    }
+}
+
+/* The expectations of a model with recurrent layers for the truncation
+ * (status st) of s, which saw n tokens and then j drafts, to n: exact
+ * within one pass of at most K tokens, else refused with s unchanged (as
+ * a twin that saw the same tokens). */
+static void recurrent_case(harness *h, spindle_seq *ref, spindle_seq *s,
+                           int n, int j, int chunked, spindle_status st,
+                           const spindle_error *err, const char *what) {
+    const int reachable = chunked ? j <= h->k : j == 1;
+    if (reachable) {
+        if (st == SPINDLE_OK) compare_next(h, ref, s, what);
+        else fail(h, "%s: refused within one pass of at most %d (%s)", what,
+                  h->k, err->message);
+        if (chunked && j <= 4) check_mid_pass(h, n, j);
+        return;
+    }
+    if (st != SPINDLE_ERR_UNSUPPORTED || !strstr(err->message, "recurrent")) {
+        fail(h, "%s: status %d (%s), want a recurrent refusal", what, (int)st,
+             st ? err->message : "accepted");
+        return;
+    }
+    h->recurrent_refused++;
+    spindle_seq *twin = build(h, n);
+    if (chunked) forward(h, twin, n, j, 1, NULL);
+    else
+        for (int i = 0; i < j; i++) forward(h, twin, n + i, 1, 1, NULL);
+    char after[160];
+    snprintf(after, sizeof after, "%s: after the refusal", what);
+    compare_next(h, twin, s, after);
+    spindle_seq_free(twin);
+}
+
 /* Whether the truncation of a sequence that saw n tokens and j drafts to
  * n was accepted; `ref` (restored from `at_n` here) only saw the n. */
 static int rollback_case(harness *h, spindle_seq *ref,
@@ -132,6 +194,11 @@ static int rollback_case(harness *h, spindle_seq *ref,
     snprintf(what, sizeof what, "N %d + %d %s, truncated to N", n, j,
              chunked ? "in one chunk" : "one at a time");
     spindle_status st = spindle_seq_truncate(s, n, &err);
+    if (h->recurrent) {
+        recurrent_case(h, ref, s, n, j, chunked, st, &err, what);
+        spindle_seq_free(s);
+        return st == SPINDLE_OK;
+    }
     if (st == SPINDLE_OK) compare_next(h, ref, s, what);
     else if (st != SPINDLE_ERR_UNSUPPORTED)
         fail(h, "%s: status %d (%s)", what, (int)st, err.message);
@@ -275,7 +342,8 @@ static void print_bytes(harness *h, const char *list) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: seq_state_harness MODEL [--max-rollback K] "
-                        "[--window W] [--threads N] [--bytes N1,N2,...]\n");
+                        "[--window W] [--recurrent 1] [--threads N] "
+                        "[--bytes N1,N2,...]\n");
         return 2;
     }
     harness h = {0};
@@ -284,6 +352,7 @@ int main(int argc, char **argv) {
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--max-rollback")) max_rollback = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--window")) h.window = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--recurrent")) h.recurrent = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bytes")) bytes = argv[i + 1];
         else return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
@@ -307,8 +376,10 @@ int main(int argc, char **argv) {
         check_failed_forward(&h);
         printf("{\"max_rollback\": %d, \"rollback_cases\": %d, "
                "\"beyond_k_accepted\": %d, \"window_refused\": %s, "
+               "\"recurrent_refused\": %d, "
                "\"snapshot_bytes\": %zu, \"checks\": %d, \"failures\": [",
-               h.k, pairs, beyond_ok, refused ? "true" : "false", snap_bytes,
+               h.k, pairs, beyond_ok, refused ? "true" : "false",
+               h.recurrent_refused, snap_bytes,
                h.checks);
         for (int i = 0; i < h.n_failures && i < MAX_FAILURES; i++) {
             printf("%s\"", i ? ", " : "");

@@ -211,6 +211,7 @@ static const wtype types[] = {
     {SP_GGML_Q5_K, {offsetof(sp_block_q5_K, d), offsetof(sp_block_q5_K, dmin)}, 2},
     {SP_GGML_Q2_K, {offsetof(sp_block_q2_K, d), offsetof(sp_block_q2_K, dmin)}, 2},
     {SP_GGML_Q3_K, {offsetof(sp_block_q3_K, d)}, 1},
+    {SP_GGML_MXFP4, {0}, 0}, /* its E8M0 byte: make_weights */
 };
 
 /* Random blocks; unless `tame_scales`, every 7th block has zero scales and
@@ -234,6 +235,10 @@ static unsigned char *make_weights(const wtype *wt, int64_t rows, int64_t cols,
             if (!tame_scales && b % 5 == 1) h = rng_f16_bits(j ? 1 : 26, j ? 3 : 28);
             put16(d + b * tr->type_size + wt->off[j], h);
         }
+    if (wt->type == SP_GGML_MXFP4) /* exponents 2^-9..2^6; extremes 2^-127, 2^73 */
+        for (size_t b = 0; b < n / tr->type_size; b++)
+            d[b * tr->type_size] = !tame_scales && b % 5 == 1 ? (b % 2 ? 0 : 200)
+                                                              : 118 + rng_u32() % 16;
     return d;
 }
 
@@ -394,7 +399,7 @@ static void test_prefill(void **s) {
     assert_true(sp_simd_force(SP_SIMD_AVX512));
     const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST};
     const uint32_t covered[] = {SP_GGML_Q4_0, SP_GGML_Q8_0, SP_GGML_Q4_1,
-                                SP_GGML_Q5_0, SP_GGML_Q5_1};
+                                SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_MXFP4};
     for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         sp_mm_precision_force(modes[m]);
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

@@ -164,6 +164,42 @@ static void make_affine_weight(test_weight *tw, int64_t rows, int64_t cols,
                         .qparam_dtype = qt, .scales = sc, .biases = bi};
 }
 
+/* E2M1 code q (OCP MX: sign, 2 exponent bits of bias 1, 1 mantissa bit).
+ * Code 8 (-0) decodes as +0, as in ggml's table (MLX gives -0, which no sum
+ * tells apart). */
+static double ref_e2m1(int q) {
+    const int e = (q >> 1) & 3, m = q & 1;
+    const double mag = e ? ldexp(1.0 + 0.5 * m, e - 1) : 0.5 * m;
+    return q & 8 ? 0.0 - mag : mag;
+}
+
+/* MLX mxfp4: codes packed as 4-bit affine ones, one E8M0 byte per 32.
+ * Exponents from `e_lo` to `e_hi` (the edges 0, 1 and 254 decode too). */
+static void make_mxfp4_weight(test_weight *tw, int64_t rows, int64_t cols,
+                              int e_lo, int e_hi, int skew) {
+    memset(tw, 0, sizeof *tw);
+    const size_t row_bytes = (size_t)cols / 2, groups = (size_t)(rows * (cols / 32));
+    tw->data_buf = calloc(row_bytes * (size_t)rows + 8, 1);
+    tw->scale_buf = malloc(groups + 8);
+    tw->dense = malloc((size_t)(rows * cols) * sizeof(float));
+    tw->mag = malloc((size_t)(rows * cols) * sizeof(float));
+    assert_true(tw->data_buf && tw->scale_buf && tw->dense && tw->mag);
+    uint8_t *d = tw->data_buf + skew, *sc = tw->scale_buf + skew;
+    for (size_t g = 0; g < groups; g++)
+        sc[g] = (uint8_t)(e_lo + (int)(rng_u32() % (uint32_t)(e_hi - e_lo + 1)));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const int q = (int)(rng_u32() & 15u);
+            pack_code(d + (size_t)r * row_bytes, c, 4, (uint32_t)q);
+            const int e = sc[(size_t)(r * (cols / 32) + c / 32)];
+            const float v = (float)(ref_e2m1(q) * ldexp(1.0, e - 127));
+            tw->dense[r * cols + c] = v;
+            tw->mag[r * cols + c] = fabsf(v);
+        }
+    tw->w = (sp_weight){.type = SP_W_MXFP4, .rows = rows, .cols = cols,
+                        .data = d, .bits = 4, .group_size = 32, .scales = sc};
+}
+
 static void free_weight(test_weight *tw) {
     free(tw->data_buf);
     free(tw->scale_buf);
@@ -344,6 +380,31 @@ static void test_affine(void **state) {
                 }
 }
 
+/* MLX mxfp4: decoded bit for bit (exponent edges included), products within
+ * the f32 bound of every path (fused rows, tiles, each level). */
+static void test_mxfp4(void **state) {
+    (void)state;
+    static const int64_t cols_list[] = {32, 96, 640};
+    char what[160];
+    for (size_t ri = 0; ri < 4; ri++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            const int skew = (int)((ri + ci) % 2);
+            test_weight tw;
+            make_mxfp4_weight(&tw, test_rows[ri], cols_list[ci], 0, 254, skew);
+            snprintf(what, sizeof what, "mxfp4 decode rows=%lld cols=%lld",
+                     (long long)test_rows[ri], (long long)cols_list[ci]);
+            check_rows(&tw, what);
+            free_weight(&tw);
+            make_mxfp4_weight(&tw, test_rows[ri], cols_list[ci], 118, 130, skew);
+            snprintf(what, sizeof what, "mxfp4 rows=%lld cols=%lld skew=%d",
+                     (long long)test_rows[ri], (long long)cols_list[ci], skew);
+            check_rows(&tw, what);
+            for (int k = 0; k < N_TEST_TOKENS; k++)
+                check_matmul(&tw, test_tokens[k], what);
+            free_weight(&tw);
+        }
+}
+
 /* sp_weight_row_block: each block of a stacked weight (an expert of a
  * [3 * 17][cols] tensor) multiplies and decodes exactly as the same rows of
  * the whole weight, bit for bit, in decode and prefill. */
@@ -395,6 +456,9 @@ static void test_row_blocks(void **state) {
         check_row_blocks(&tw, "affine");
         free_weight(&tw);
     }
+    make_mxfp4_weight(&tw, 3 * 17, 640, 118, 130, 1);
+    check_row_blocks(&tw, "mxfp4");
+    free_weight(&tw);
 }
 
 /* Every f16 bit pattern, through sp_weight_row, bit for bit (NaNs: sign
@@ -724,6 +788,7 @@ int main(void) {
         cmocka_unit_test(test_f16_all_values),
         cmocka_unit_test(test_float_types),
         cmocka_unit_test(test_affine),
+        cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_prefill),

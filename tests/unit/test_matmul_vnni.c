@@ -1,6 +1,7 @@
-/* sp_mm_rows_vnni (matmul_vnni.c): MLX affine 4/8-bit rows times int8
- * activation levels, against a double-precision reference of
- * sum_j (s q_j + b) x_j built here from the codes, scales and biases.
+/* sp_mm_rows_vnni (matmul_vnni.c): MLX affine 4/8-bit and mxfp4 rows times
+ * int8 activation levels, against a double-precision reference of
+ * sum_j (s q_j + b) x_j built here from the codes, scales and biases (for
+ * mxfp4, the affine form of its values).
  *
  * Tolerance, per output (derived from the kernel's representation):
  *   representation: each activation block (the 128 columns of 64 bytes of
@@ -58,7 +59,7 @@ static bool have_vnni(void) {
 typedef struct tw {
     sp_weight w;
     uint8_t *buf[3];
-    uint8_t *codes;   /* [rows][cols], one code per byte */
+    int16_t *codes;   /* [rows][cols]: each code (mxfp4: its signed value) */
     double *s, *b;    /* [rows][groups], as the kernel reads them */
 } tw;
 
@@ -89,7 +90,7 @@ static void make_weight(tw *t, int64_t rows, int64_t cols, int bits, int gs,
     t->buf[0] = calloc(row_bytes * (size_t)rows + 8, 1);
     t->buf[1] = malloc(groups * qs + 8);
     t->buf[2] = malloc(groups * qs + 8);
-    t->codes = malloc((size_t)(rows * cols));
+    t->codes = malloc((size_t)(rows * cols) * sizeof *t->codes);
     t->s = malloc(groups * sizeof(double));
     t->b = malloc(groups * sizeof(double));
     assert_true(t->buf[0] && t->buf[1] && t->buf[2] && t->codes && t->s && t->b);
@@ -110,6 +111,37 @@ static void make_weight(tw *t, int64_t rows, int64_t cols, int bits, int gs,
     t->w = (sp_weight){.type = SP_W_AFFINE, .rows = rows, .cols = cols,
                        .data = d, .bits = bits, .group_size = gs,
                        .qparam_dtype = qt, .scales = sc, .biases = bi};
+}
+
+/* A random MLX mxfp4 weight in check()'s terms: code q as v = 2 e2m1(q)
+ * (from the E2M1 definition, not the library's table), s = 2^(e - 128),
+ * b = 0. Exponents around 2^-5 keep the terms comparable to the affine
+ * weights'. */
+static void make_mxfp4_weight(tw *t, int64_t rows, int64_t cols, int skew) {
+    const size_t groups = (size_t)(rows * (cols / 32)), row_bytes = (size_t)cols / 2;
+    t->buf[0] = calloc(row_bytes * (size_t)rows + 8, 1);
+    t->buf[1] = malloc(groups + 8);
+    t->buf[2] = NULL;
+    t->codes = malloc((size_t)(rows * cols) * sizeof *t->codes);
+    t->s = malloc(groups * sizeof(double));
+    t->b = malloc(groups * sizeof(double));
+    assert_true(t->buf[0] && t->buf[1] && t->codes && t->s && t->b);
+    uint8_t *d = t->buf[0] + skew, *sc = t->buf[1] + skew;
+    for (size_t g = 0; g < groups; g++) {
+        sc[g] = (uint8_t)(118 + rng_u32() % 8);
+        t->s[g] = ldexp(1.0, sc[g] - 128);
+        t->b[g] = 0;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const int q = (int)(rng_u32() & 15u), ex = (q >> 1) & 3, m = q & 1;
+            const int twice = ex ? (2 + m) << (ex - 1) : m; /* 2 |e2m1(q)| */
+            t->codes[r * cols + c] = (int16_t)(q & 8 ? -twice : twice);
+            d[(size_t)r * row_bytes + (size_t)c / 2] |= (uint8_t)(q << (4 * (c % 2)));
+        }
+    t->w = (sp_weight){.type = SP_W_MXFP4, .rows = rows, .cols = cols,
+                       .data = d, .bits = 4, .group_size = 32,
+                       .qparam_dtype = SP_DTYPE_U8, .scales = sc};
 }
 
 static void free_weight(tw *t) {
@@ -214,6 +246,38 @@ static void test_against_reference(void **state) {
     }
 }
 
+/* mxfp4 rows (read as affine 4-bit through a table): the same reference
+ * and bound, every level, 1..4 tokens, split ranges. */
+static void test_mxfp4(void **state) {
+    (void)state;
+    SKIP_WITHOUT_VNNI();
+    static const int64_t cols_list[] = {128, 640, 2048};
+    for (int ci = 0; ci < 3; ci++)
+        for (int nt = 1; nt <= SP_MM_SMALL_TOKENS; nt++) {
+            const int64_t rows = 5 + 8 * ci, cols = cols_list[ci];
+            tw t;
+            make_mxfp4_weight(&t, rows, cols, nt % 2);
+            float *x = malloc(sizeof(float) * (size_t)(nt * cols));
+            float *y = malloc(sizeof(float) * (size_t)(nt * rows));
+            assert_true(x && y);
+            make_x(x, nt, cols);
+            for (int levels = 1; levels <= 3; levels++) {
+                for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
+                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, rows / 2, levels));
+                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, rows / 2, rows, levels));
+                check(&t, x, nt, y, 0, rows, levels);
+            }
+            free(x);
+            free(y);
+            free_weight(&t);
+        }
+    tw t;
+    make_mxfp4_weight(&t, 3, 96, 0); /* not a whole 64-byte load */
+    float x[96], y[3];
+    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 3, 3));
+    free_weight(&t);
+}
+
 /* Three levels against the exact f32 path on typical data (activations of
  * comparable size, no outliers): within 1e-5 of the output's scale. */
 static void test_three_levels_match_f32(void **state) {
@@ -284,6 +348,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_three_levels_match_f32),
+        cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_coverage_and_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

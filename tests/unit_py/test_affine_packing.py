@@ -114,3 +114,49 @@ def test_affine_against_mlx(harness, tmp_path, bits, gs, qdtype):
         diff = np.abs(y.astype(np.float64) - y_mlx)
         assert np.all(diff <= bound), (
             f"tokens={n_tokens}: max diff {diff.max()} bound {bound.min()}")
+
+
+@pytest.mark.parametrize("wdtype", ["f32", "bf16"])
+def test_mxfp4_against_mlx(harness, tmp_path, wdtype):
+    """MLX's mxfp4 mode: codes in the 4-bit affine layout, uint8 E8M0
+    exponents per 32. Decoding is exact (each value is a 2-bit mantissa
+    times a power of two), so sp_weight_row must equal mx.dequantize value
+    for value (MLX's -0 of code 8 equals our +0), and sp_matmul must stay
+    within f32 accumulation of mx.quantized_matmul."""
+    rows, cols = 19, 640
+    mx.random.seed(7)
+    w = (mx.random.normal((rows, cols)) *
+         mx.exp(mx.random.uniform(-4, 4, (rows, 1)))).astype(MX_DTYPES[wdtype])
+    wq, scales = mx.quantize(w, mode="mxfp4")
+    assert wq.dtype == mx.uint32 and wq.shape == (rows, cols // 8)
+    assert scales.dtype == mx.uint8 and scales.shape == (rows, cols // 32)
+    packed = tmp_path / "packed.bin"
+    packed.write_bytes(raw_bytes(wq))
+    sc = tmp_path / "scales.bin"
+    sc.write_bytes(np.array(scales).tobytes())
+    shape = [str(rows), str(cols), "4", "32", "mxfp4"]
+
+    ref = np.array(mx.dequantize(wq, scales, mode="mxfp4", dtype=mx.float32))
+    out = tmp_path / "deq.bin"
+    subprocess.run([harness, "dequant", *shape, str(packed), str(sc), "-",
+                    str(out)], check=True)
+    got = np.fromfile(out, dtype=np.float32).reshape(rows, cols)
+    assert np.array_equal(got, ref), f"max err {np.abs(got - ref).max()}"
+
+    mag = np.abs(ref).astype(np.float64)
+    for n_tokens, threads in ((1, 2), (3, 3), (4, 1), (9, 2)):
+        x = np.random.default_rng(n_tokens).standard_normal(
+            (n_tokens, cols)).astype(np.float32)
+        xp = tmp_path / "x.bin"
+        xp.write_bytes(x.tobytes())
+        yp = tmp_path / "y.bin"
+        subprocess.run([harness, "matmul", *shape, str(packed), str(sc), "-",
+                        str(yp), str(xp), str(n_tokens), str(threads)],
+                       check=True)
+        y = np.fromfile(yp, dtype=np.float32).reshape(n_tokens, rows)
+        y_mlx = np.array(mx.quantized_matmul(
+            mx.array(x), wq, scales, transpose=True, mode="mxfp4"))
+        bound = 1e-5 * np.sqrt(cols) * (np.abs(x) @ mag.T)
+        diff = np.abs(y.astype(np.float64) - y_mlx)
+        assert np.all(diff <= bound), (
+            f"tokens={n_tokens}: max diff {diff.max()} bound {bound.min()}")

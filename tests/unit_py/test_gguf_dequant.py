@@ -42,6 +42,7 @@ F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
     T.Q6_K: [208],
+    T.MXFP4: [],  # an E8M0 byte: every value is a finite power of two
 }
 QUANT_TYPES = list(F16_FIELDS)
 PLAIN_TYPES = [T.F32, T.F16, T.BF16]
@@ -142,6 +143,23 @@ def test_dequant_scale_edge_values(tmp_path):
     write_gguf(path, tensors)
     ref = reference_dequant(path)
     for name, _, _ in tensors:
+        assert_bits_equal(spindle_dequant(path, name, tmp_path), ref[name], name)
+
+
+def test_mxfp4_quantized_and_exponent_edges(tmp_path):
+    """MXFP4 as gguf's quantizer writes it (the port of
+    quantize_row_mxfp4_ref) from floats of many magnitudes, and every E8M0
+    exponent byte (0 and 1: subnormal halves; 255: ggml's 2^126)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((4, 256)) *
+         np.exp2(rng.integers(-20, 20, size=(4, 1)))).astype(np.float32)
+    q = gguf.quants.quantize(x, T.MXFP4)
+    edges = random_tensor_bytes(rng, T.MXFP4, 1, 32 * 256).reshape(256, 17)
+    edges[:, 0] = np.arange(256, dtype=np.uint8)
+    path = tmp_path / "mxfp4.gguf"
+    write_gguf(path, [("q", q, T.MXFP4), ("edges", edges.reshape(1, -1), T.MXFP4)])
+    ref = reference_dequant(path)
+    for name in ("q", "edges"):
         assert_bits_equal(spindle_dequant(path, name, tmp_path), ref[name], name)
 
 

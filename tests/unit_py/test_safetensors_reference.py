@@ -104,6 +104,20 @@ def test_mlx_writer_bf16(tmp_path):
     assert tensors["w.u32"]["dtype"] == "U32"
 
 
+def test_mlx_writer_without_metadata(tmp_path):
+    """mlx's save_safetensors without metadata writes "__metadata__": null,
+    which the safetensors package reads as no metadata; so must Spindle."""
+    mx = pytest.importorskip("mlx.core")
+    st = pytest.importorskip("safetensors.numpy")
+    path = tmp_path / "n.safetensors"
+    mx.save_safetensors(str(path), {"w": mx.arange(6, dtype=mx.float32)})
+    assert b'"__metadata__":null' in path.read_bytes()[:200]
+    ref = st.load_file(str(path))
+    tensors = by_name(dump(path))
+    assert set(tensors) == set(ref) == {"w"}
+    assert bytes.fromhex(tensors["w"]["hex"]) == ref["w"].tobytes()
+
+
 def test_sharded_directory(tmp_path):
     from safetensors.numpy import load_file, save_file
     all_tensors = sample_tensors()

@@ -110,7 +110,9 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
     const int base = a->kv.first_key_pos;
 
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    /* A sink is a score whose value row is zero: the softmax starts from it
+     * (running max sink, normalizer exp(0)). */
+    float m = a->sinks ? a->sinks[h] : -INFINITY, l = a->sinks ? 1.0f : 0.0f;
     float s[SP_ATTN_TILE];
 
     for (int j0 = lo; j0 <= p; j0 += SP_ATTN_TILE) {
@@ -125,8 +127,8 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
             if (v > tmax) tmax = v;
         }
         if (tmax > m) {
-            /* First tile: m = -inf, l = 0, acc = 0; the factor is 0 and
-             * harmless. */
+            /* First tile without a sink: m = -inf, l = 0, acc = 0; the
+             * factor is 0 and harmless. */
             float c = expf(m - tmax);
             l *= c;
             for (int d = 0; d < hd; d++) acc[d] *= c;

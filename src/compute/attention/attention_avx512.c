@@ -150,8 +150,8 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
         q[i] = a->q + (size_t)t * qrow + (size_t)h * hd;
         acc[i] = a->out + (size_t)t * qrow + (size_t)h * hd;
         for (int d = 0; d < hd; d++) acc[i][d] = 0.0f;
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+        m[i] = a->sinks ? a->sinks[h] : -INFINITY; /* (attention.c) */
+        l[i] = a->sinks ? 1.0f : 0.0f;
     }
     const int first = lo[0], last = hi[rows - 1];
     _Alignas(64) float kt[SP_ATTN_MAX_HD * KT];
@@ -187,7 +187,7 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
             const float tmax = _mm512_reduce_max_ps(s);
             float rescale = 1.0f;
             if (tmax > m[i]) {
-                rescale = expf(m[i] - tmax); /* 0 on the first tile */
+                rescale = expf(m[i] - tmax); /* 0 on a first tile, no sink */
                 l[i] *= rescale;
                 m[i] = tmax;
             }

@@ -21,7 +21,8 @@ uint32_t sp_ggml_dot_act_type(uint32_t type) {
     switch (type) {
     case SP_GGML_Q4_0:
     case SP_GGML_Q5_0:
-    case SP_GGML_Q8_0: return SP_GGML_Q8_0;
+    case SP_GGML_Q8_0:
+    case SP_GGML_MXFP4: return SP_GGML_Q8_0;
     case SP_GGML_Q4_1:
     case SP_GGML_Q5_1: return SP_GGML_Q8_1;
     case SP_GGML_Q2_K:
@@ -232,6 +233,24 @@ static float dot_q8_0(const void *row, const sp_ggml_act *a, int64_t nb) {
     return sumf;
 }
 
+/* ggml_vec_dot_mxfp4_q8_0_generic: the doubled E2M1 values as integers,
+ * d = d_x * half the weight scale per block. */
+static float dot_mxfp4(const void *row, const sp_ggml_act *a, int64_t nb) {
+    const sp_block_mxfp4 *x = row;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const int8_t *y = a->q + ib * 32;
+        const float d = a->d[ib] * sp_e8m0_half_ggml(x[ib].e);
+        int sumi1 = 0, sumi2 = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi1 += y[j] * sp_mxfp4_kvalues[x[ib].qs[j] & 0xf];
+            sumi2 += y[j + 16] * sp_mxfp4_kvalues[x[ib].qs[j] >> 4];
+        }
+        sumf += d * (sumi1 + sumi2);
+    }
+    return sumf;
+}
+
 static float dot_q2_K(const void *row, const sp_ggml_act *a, int64_t nb) {
     const sp_block_q2_K *x = row;
     float sumf = 0;
@@ -371,6 +390,7 @@ bool sp_ggml_rows_q8_portable(const sp_weight *w, const sp_ggml_act *act,
             case SP_GGML_Q5_0:
             case SP_GGML_Q5_1: v = dot_q45(row, a, nb, w->ggml_type); break;
             case SP_GGML_Q8_0: v = dot_q8_0(row, a, nb); break;
+            case SP_GGML_MXFP4: v = dot_mxfp4(row, a, nb); break;
             case SP_GGML_Q2_K: v = dot_q2_K(row, a, nb); break;
             case SP_GGML_Q3_K: v = dot_q3_K(row, a, nb); break;
             case SP_GGML_Q4_K: v = dot_q45_K(row, a, nb, false); break;

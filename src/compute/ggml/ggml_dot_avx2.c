@@ -7,7 +7,9 @@
  * / q5_1 codes need no offset, their min enters as m_w * s_x per block
  * (ggml_vec_dot_q4_1_q8_1, _q5_1_q8_1). Lane integers are exact, so each
  * block's integer sum equals ggml's; lanes are scaled by d_w * d_x and
- * summed in f32. The k-quants are in ggml_dot_kquants_avx2.c. */
+ * summed in f32. MXFP4 looks its codes up as signed bytes and takes the
+ * sign trick too (ggml_vec_dot_mxfp4_q8_0). The k-quants are in
+ * ggml_dot_kquants_avx2.c. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -80,12 +82,43 @@ SP_INLINE void avx2_row_q4q8(int kind, const uint8_t *row, int64_t nb,
     for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]) + mins[t];
 }
 
+/* One row of MXFP4 blocks against nt tokens: the nibbles looked up
+ * (pshufb) as the doubled E2M1 values, multiplied with ggml's sign trick
+ * (|v| * sign(q, v); |v| <= 12, so no pair sum saturates). */
+SP_INLINE void avx2_row_mxfp4(const uint8_t *row, int64_t nb,
+                              const sp_ggml_act *act, const int nt, float *y,
+                              int64_t ystride) {
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)sp_mxfp4_kvalues));
+    __m256 acc[SP_MM_SMALL_TOKENS];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = row + (size_t)b * sizeof(sp_block_mxfp4);
+        const __m256i v = _mm256_shuffle_epi8(lut, nibbles_one(p + 1));
+        const __m256i u = _mm256_sign_epi8(v, v);
+        const float dw = sp_e8m0_half_ggml(p[0]);
+        for (int t = 0; t < nt; t++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(act[t].q + 32 * b));
+            const __m256i i = madd_us(u, _mm256_sign_epi8(q, v));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i),
+                                     _mm256_set1_ps(act[t].d[b] * dw), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]);
+}
+
 bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
     const int kind = block_kind(type);
-    if (kind < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
     const int64_t nb = w->cols / 32;
+    if (type == SP_GGML_MXFP4 && sp_ggml_rows_q8_takes(w, n_tokens)) {
+#define ROW(n) avx2_row_mxfp4(row, nb, act, n, y + r, w->rows)
+        SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
+#undef ROW
+        return true;
+    }
+    if (kind < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
 #define ROW(n) SP_CONST_KIND5(kind, avx2_row_q4q8, row, nb, act, n, y + r, w->rows)
     SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW

@@ -12,7 +12,9 @@
  * sum of sumi * d_w * d_x over blocks. q4_1 (kind 2) stores q in 0..15 with
  * a min m: no offset, and ggml's m_w * s_x term is added per block. q5_0
  * (kind 3) and q5_1 (kind 4) add a fifth bit from qh to the nibbles (a
- * masked byte add of 16); q5_0 is read as q + 16, q5_1 has a min as q4_1. */
+ * masked byte add of 16); q5_0 is read as q + 16, q5_1 has a min as q4_1.
+ * MXFP4 codes are looked up (vpshufb) as their doubled E2M1 value plus 12,
+ * and 12 * sum(activations) comes off per lane. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -193,12 +195,78 @@ SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
         y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t] + tail_m[t];
 }
 
+/* MXFP4 codes looked up as their doubled E2M1 value plus 12 (0..24, the
+ * unsigned operand vpdpbusd wants), 16 to a 128-bit lane. */
+SP_INLINE __m128i mxfp4_lut_u(void) {
+    return _mm_add_epi8(_mm_loadu_si128((const __m128i *)sp_mxfp4_kvalues),
+                        _mm_set1_epi8(12));
+}
+
+/* Lane sums of (u - 12) * q: 12 * sum4 taken off vpdpbusd's u * q. */
+SP_INLINE __m512i unoffset12(__m512i d, __m512i sum4) {
+    return _mm512_sub_epi32(d, _mm512_add_epi32(_mm512_slli_epi32(sum4, 3),
+                                                _mm512_slli_epi32(sum4, 2)));
+}
+
+/* One row of MXFP4 blocks against nt tokens, two blocks per vector. */
+SP_INLINE void vnni_row_mxfp4(const uint8_t *row, int64_t nb,
+                              const sp_ggml_act *act, const int nt, float *y,
+                              int64_t ystride) {
+    const size_t bs = sizeof(sp_block_mxfp4);
+    const __m512i lut = _mm512_broadcast_i32x4(mxfp4_lut_u());
+    __m512 acc[SP_MM_SMALL_TOKENS];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *p0 = row + (size_t)b * bs, *p1 = p0 + bs;
+        const __m512i u = _mm512_shuffle_epi8(lut, nibbles_pair(p0 + 1, p1 + 1));
+        const __m128 dw = _mm_set_ps(0, 0, sp_e8m0_half_ggml(p1[0]),
+                                     sp_e8m0_half_ggml(p0[0]));
+        for (int t = 0; t < nt; t++) {
+            const sp_ggml_act *a = act + t;
+            const __m512i i = unoffset12(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                    _mm512_loadu_si512(a->q + 32 * b)),
+                _mm512_loadu_si512(a->sum4 + 8 * b));
+            const __m128 s = _mm_mul_ps(
+                _mm_castpd_ps(_mm_load_sd((const double *)(a->d + b))), dw);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), pair_scales(s), acc[t]);
+        }
+    }
+    float tail[SP_MM_SMALL_TOKENS] = {0};
+    if (b < nb) {
+        const uint8_t *p = row + (size_t)b * bs;
+        const __m256i u = _mm256_shuffle_epi8(_mm512_castsi512_si256(lut),
+                                              nibbles_one(p + 1));
+        const float dw = sp_e8m0_half_ggml(p[0]);
+        for (int t = 0; t < nt; t++) {
+            const __m512i i = unoffset12(
+                _mm512_castsi256_si512(_mm256_dpbusd_epi32(
+                    _mm256_setzero_si256(), u,
+                    _mm256_loadu_si256((const __m256i *)(act[t].q + 32 * b)))),
+                _mm512_castsi256_si512(
+                    _mm256_loadu_si256((const __m256i *)(act[t].sum4 + 8 * b))));
+            tail[t] = hsum8(_mm256_mul_ps(
+                _mm256_cvtepi32_ps(_mm512_castsi512_si256(i)),
+                _mm256_set1_ps(act[t].d[b] * dw)));
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) + tail[t];
+}
+
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
     const int kind = block_kind(type);
-    if (kind < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
     const int64_t nb = w->cols / 32;
+    if (type == SP_GGML_MXFP4 && sp_ggml_rows_q8_takes(w, n_tokens)) {
+#define ROW(n) vnni_row_mxfp4(row, nb, act, n, y + r, w->rows)
+        SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
+#undef ROW
+        return true;
+    }
+    if (kind < 0 || !sp_ggml_rows_q8_takes(w, n_tokens)) return false;
 #define ROW(n) SP_CONST_KIND5(kind, vnni_row_q4q8, row, nb, act, n, y + r, w->rows)
     SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW);
 #undef ROW

@@ -1,4 +1,4 @@
-/* Prefill GEMM of ggml q4_0 / q8_0 / q4_1 / q5_0 / q5_1 weights with
+/* Prefill GEMM of ggml q4_0 / q8_0 / q4_1 / q5_0 / q5_1 / MXFP4 weights with
  * activations quantized as llama.cpp quantizes them (ggml_dot.h), on
  * AVX-512 VNNI.
  *
@@ -9,7 +9,8 @@
  * so prefill and decode give the same per-block terms and differ only in
  * the order the terms are summed. The integer sum uses unsigned weight bytes
  * u = q_w + offset (q4_0: the stored nibble, offset 8; q5_0: nibble + 16 *
- * fifth bit, offset 16; q8_0: q ^ 0x80, offset 128; q4_1 / q5_1: no offset)
+ * fifth bit, offset 16; q8_0: q ^ 0x80, offset 128; MXFP4: the doubled E2M1
+ * value + 12, offset 12; q4_1 / q5_1: no offset)
  * and subtracts offset * sum32_x, the block's activation sum; vpdpbusd lanes
  * (4 products of at most 255 * 127) cannot overflow within a block.
  *
@@ -144,10 +145,20 @@ SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #define GG_KC 512 /* columns per panel: 16 KiB of bytes, stays in L1 */
 #define GG_PB (GG_KC / 32) /* blocks per panel */
 
-/* (block kinds, KIND_* and qh_at: ggml_dot_x86.h) */
+/* (block kinds, KIND_* and qh_at: ggml_dot_x86.h) The GEMM adds kind 5,
+ * MXFP4 {e, qs[16]}: its codes looked up as the doubled E2M1 value plus 12
+ * (unsigned, offset 12), d the E8M0 byte's half scale. */
+#define GG_MXFP4 5
+SP_INLINE int gg_kind(uint32_t type) {
+    return type == SP_GGML_MXFP4 ? GG_MXFP4 : block_kind(type);
+}
+/* The weights' offset (u = q + offset): what offset * sum32_x takes off. */
+SP_INLINE int gg_offset(int kind) {
+    return kind == GG_MXFP4 ? 12 : KIND_MIN(kind) ? 0 : 1 << KIND_SHIFT(kind);
+}
 
 bool sp_ggml_gemm_covered(uint32_t type, int64_t cols) {
-    return sp_cpu_features_get()->avx512vnni && block_kind(type) >= 0 &&
+    return sp_cpu_features_get()->avx512vnni && gg_kind(type) >= 0 &&
            sp_ggml_dot_covered(type, cols);
 }
 
@@ -160,15 +171,21 @@ SP_INLINE __m512i gg_weights_pair(const uint8_t *p0, const uint8_t *p1, int kind
             _mm256_loadu_si256((const __m256i *)(p1 + 2)), 1);
         return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
     }
+    const int qs = kind == GG_MXFP4 ? 1 : KIND_QS(kind);
     const __m256i raw = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + KIND_QS(kind)))),
-        _mm_loadu_si128((const __m128i *)(p1 + KIND_QS(kind))), 1);
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + qs))),
+        _mm_loadu_si128((const __m128i *)(p1 + qs)), 1);
     const __m256i m = _mm256_set1_epi8(0x0F);
     const __m256i lo = _mm256_and_si256(raw, m);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m);
     const __m512i idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
     const __m512i nib = _mm512_permutex2var_epi64(_mm512_castsi256_si512(lo), idx,
                                                   _mm512_castsi256_si512(hi));
+    if (kind == GG_MXFP4)
+        return _mm512_shuffle_epi8(
+            _mm512_broadcast_i32x4(_mm_add_epi8(
+                _mm_loadu_si128((const __m128i *)sp_mxfp4_kvalues), _mm_set1_epi8(12))),
+            nib);
     if (!KIND_FIVE(kind)) return nib;
     /* bit j of qh is the fifth bit of column j: add 16 there */
     const __mmask64 qh = (__mmask64)qh_at(p0, kind) | (__mmask64)qh_at(p1, kind) << 32;
@@ -205,7 +222,9 @@ SP_INLINE void gg_pack(const uint8_t *data, size_t row_bytes, size_t bs,
     for (int b = 0; b < nblk; b++)
         for (int i = 0; i < GG_MP; i++) {
             const uint8_t *p = data + (size_t)(r + i) * row_bytes + (size_t)(b0 + b) * bs;
-            dw[b * GG_MP + i] = i < nr ? f16_at(p) : 0.0f;
+            dw[b * GG_MP + i] = i >= nr              ? 0.0f
+                                : kind == GG_MXFP4 ? sp_e8m0_half_ggml(p[0])
+                                                   : f16_at(p);
             mw[b * GG_MP + i] = i < nr && KIND_MIN(kind) ? f16_at(p + 2) : 0.0f;
         }
 }
@@ -252,7 +271,7 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
                 /* several parts: the weights' offset share starts the sum */
                 acc[t][0] = levels == 1 || KIND_MIN(kind)
                     ? _mm512_setzero_si512()
-                    : _mm512_set1_epi32(-a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                    : _mm512_set1_epi32(-a->sum32[i] * gg_offset(kind));
                 acc[t][1] = acc[t][0];
             }
 #pragma GCC unroll 8
@@ -272,7 +291,7 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
                     continue;
                 }
                 if (!KIND_MIN(kind)) { /* the weights' offset share */
-                    const __m512i off = _mm512_set1_epi32(a->sum32[i] * (1 << KIND_SHIFT(kind)));
+                    const __m512i off = _mm512_set1_epi32(a->sum32[i] * gg_offset(kind));
                     acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
                     acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
                 }
@@ -373,7 +392,7 @@ bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
         x->n_tokens < 1 || x->levels < 1 ||
         x->levels > SP_GGML_SPLIT_MAX_LEVELS || r0 < 0 || r1 > w->rows || r0 > r1)
         return false;
-    const int kind = block_kind(w->ggml_type);
+    const int kind = gg_kind(w->ggml_type);
     if (sp_ggml_dot_act_type(w->ggml_type) != (KIND_MIN(kind) ? SP_GGML_Q8_1 : SP_GGML_Q8_0))
         return false;
     switch (kind) {
@@ -381,7 +400,8 @@ bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
     case 1: gg_rows(w, x, y, r0, r1, 1); break;
     case 2: gg_rows(w, x, y, r0, r1, 2); break;
     case 3: gg_rows(w, x, y, r0, r1, 3); break;
-    default: gg_rows(w, x, y, r0, r1, 4); break;
+    case 4: gg_rows(w, x, y, r0, r1, 4); break;
+    default: gg_rows(w, x, y, r0, r1, GG_MXFP4); break;
     }
     return true;
 }

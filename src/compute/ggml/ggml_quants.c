@@ -107,6 +107,19 @@ void sp_dequantize_row_q8_0(const void *vx, float *y, int64_t k) {
     }
 }
 
+/* ggml's dequantize_row_mxfp4: the doubled value times half the scale. */
+void sp_dequantize_row_mxfp4(const void *vx, float *y, int64_t k) {
+    const sp_block_mxfp4 *x = vx;
+    const int64_t nb = k / SP_QK_MXFP4;
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = sp_e8m0_half_ggml(x[i].e);
+        for (int j = 0; j < SP_QK_MXFP4 / 2; j++) {
+            y[i * SP_QK_MXFP4 + j] = sp_mxfp4_kvalues[x[i].qs[j] & 0x0F] * d;
+            y[i * SP_QK_MXFP4 + j + 16] = sp_mxfp4_kvalues[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 void sp_dequantize_row_q2_K(const void *vx, float *y, int64_t k) {
     const sp_block_q2_K *x = vx;
     const int64_t nb = k / SP_QK_K;
@@ -267,6 +280,7 @@ static const sp_ggml_type_traits k_traits[SP_GGML_TYPE_LIMIT] = {
     [SP_GGML_Q5_K] = {"Q5_K", SP_QK_K, sizeof(sp_block_q5_K), BLOCK(sp_block_q5_K), sp_dequantize_row_q5_K},
     [SP_GGML_Q6_K] = {"Q6_K", SP_QK_K, sizeof(sp_block_q6_K), BLOCK(sp_block_q6_K), sp_dequantize_row_q6_K},
     [SP_GGML_Q8_K] = {"Q8_K", SP_QK_K, sizeof(sp_block_q8_K), BLOCK(sp_block_q8_K), sp_dequantize_row_q8_K},
+    [SP_GGML_MXFP4] = {"MXFP4", SP_QK_MXFP4, sizeof(sp_block_mxfp4), BLOCK(sp_block_mxfp4), sp_dequantize_row_mxfp4},
     /* Known to ggml, not loadable here: sizes from ggml-common.h. */
     [SP_GGML_IQ2_XXS] = {"IQ2_XXS", SP_QK_K, 66, 2, NULL},
     [SP_GGML_IQ2_XS] = {"IQ2_XS", SP_QK_K, 74, 2, NULL},
@@ -284,7 +298,6 @@ static const sp_ggml_type_traits k_traits[SP_GGML_TYPE_LIMIT] = {
     [SP_GGML_IQ1_M] = {"IQ1_M", SP_QK_K, 56, 1, NULL},
     [SP_GGML_TQ1_0] = {"TQ1_0", SP_QK_K, 54, 2, NULL},
     [SP_GGML_TQ2_0] = {"TQ2_0", SP_QK_K, 66, 2, NULL},
-    [SP_GGML_MXFP4] = {"MXFP4", 32, 17, 1, NULL},
     [SP_GGML_NVFP4] = {"NVFP4", 64, 36, 1, NULL},
     [SP_GGML_Q1_0] = {"Q1_0", 128, 18, 2, NULL},
 };

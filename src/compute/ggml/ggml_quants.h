@@ -109,6 +109,15 @@ typedef struct sp_block_q8_0 {
     int8_t qs[SP_QK8_0];
 } sp_block_q8_0;
 
+/* x = (kvalues[q] / 2) * 2^(e - 127): E2M1 codes q (sp_mxfp4_kvalues,
+ * tensor.h) under one E8M0 exponent e; qs as q4_0 (element j low nibble,
+ * j + 16 high). */
+#define SP_QK_MXFP4 32
+typedef struct sp_block_mxfp4 {
+    uint8_t e;
+    uint8_t qs[SP_QK_MXFP4 / 2];
+} sp_block_mxfp4;
+
 /* Activation-side partner of q4_1/q5_1 in dot products: s = d * sum(qs).
  * ggml defines no dequantizer for it and files do not store it. (The `gguf`
  * Python package still lists an older 40-byte layout with f32 d and s.) */
@@ -177,6 +186,7 @@ _Static_assert(sizeof(sp_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(sp_block_q5_1) == 24, "q5_1 layout");
 _Static_assert(sizeof(sp_block_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(sp_block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(sp_block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(sp_block_q2_K) == 84, "q2_K layout");
 _Static_assert(sizeof(sp_block_q3_K) == 110, "q3_K layout");
 _Static_assert(sizeof(sp_block_q4_K) == 144, "q4_K layout");
@@ -230,6 +240,7 @@ void sp_dequantize_row_q4_1(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q5_0(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q5_1(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q8_0(const void *x, float *y, int64_t k);
+void sp_dequantize_row_mxfp4(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q2_K(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q3_K(const void *x, float *y, int64_t k);
 void sp_dequantize_row_q4_K(const void *x, float *y, int64_t k);

@@ -37,6 +37,7 @@ static inline float sp_hsum_avx2(__m256 v) {
 
 #define VU8R(r) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r))
 
+#define VS8R(r) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(r))
 #include "compute/matmul/matmul_simd.inc"
 SP_TARGET_END
 #else

@@ -30,6 +30,7 @@ SP_TARGET_BEGIN(SP_TARGET_AVX512)
 
 #define VU8R(r) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(r))
 
+#define VS8R(r) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r))
 #include "compute/matmul/matmul_simd.inc"
 SP_TARGET_END
 #else

@@ -1,5 +1,5 @@
-/* Weight decoders: spans of F16/BF16/F32 rows and of MLX affine-quantized
- * rows to f32.
+/* Weight decoders: spans of F16/BF16/F32 rows and of MLX affine- and
+ * mxfp4-quantized rows to f32.
  *
  * MLX affine packing (verified against mx.quantize, see
  * tests/unit_py/test_affine_packing.py): a row is one little-endian bit
@@ -97,6 +97,19 @@ void sp_decode_affine(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
     }
 }
 
+/* MXFP4: each code's doubled E2M1 value times half its block's scale (an
+ * exact product: at most 2 significant bits times a power of two). */
+void sp_decode_mxfp4(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
+                     float *restrict out) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)(w->cols / 2);
+    const uint8_t *e = (const uint8_t *)w->scales + (size_t)r * (size_t)(w->cols / 32);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = c0 + i;
+        const int q = (row[c / 2] >> (4 * (c % 2))) & 15;
+        out[i] = (float)sp_mxfp4_kvalues[q] * sp_e8m0_half_mlx(e[c / 32]);
+    }
+}
+
 bool sp_weight_usable(const sp_weight *w) {
     if (!w || !w->data || w->rows <= 0 || w->cols <= 0) return false;
     switch (w->type) {
@@ -113,6 +126,9 @@ bool sp_weight_usable(const sp_weight *w) {
                 q == SP_DTYPE_BF16) &&
                w->scales && w->biases;
     }
+    case SP_W_MXFP4:
+        return w->bits == 4 && w->group_size == 32 && w->cols % 32 == 0 &&
+               w->scales;
     case SP_W_GGML: /* matmul_ggml.c has its own path */
         return false;
     }
@@ -134,6 +150,9 @@ void sp_decode_span(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
         break;
     case SP_W_AFFINE:
         sp_decode_affine(w, r, c0, n, out);
+        break;
+    case SP_W_MXFP4:
+        sp_decode_mxfp4(w, r, c0, n, out);
         break;
     case SP_W_GGML: /* excluded by sp_weight_usable */
         break;

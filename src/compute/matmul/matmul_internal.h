@@ -72,5 +72,7 @@ void sp_decode_f16(const void *src, int64_t n, float *restrict out);
 void sp_decode_bf16(const void *src, int64_t n, float *restrict out);
 void sp_decode_affine(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
                       float *restrict out);
+void sp_decode_mxfp4(const sp_weight *w, int64_t r, int64_t c0, int64_t n,
+                     float *restrict out);
 
 #endif

@@ -7,12 +7,14 @@
  * codes), so weights are widened exactly and every product is an f32 FMA,
  * like the x86 instances: results differ from the portable path only by
  * summation order. The shared body (matmul_simd.inc) needs from an instance
- * without x86 intrinsics its 4-bit step decoder K(ld_q4) and, for VW 4, the
+ * without x86 intrinsics its 4-bit step decoders K(ld_q4), K(ld_mxfp4) and, for VW 4, the
  * in-register transpose K_TRANSPOSE of the GEMM panel packing. */
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "compute/tensor.h"
 
 #define VW 4
 #define VF float32x4_t
@@ -64,6 +66,29 @@ K(ld_q4)(const uint8_t *p, float32x4_t q[8]) {
     const uint8x16_t hi = vshrq_n_u8(b, 4);
     sp_neon_u8x16(vzip1q_u8(lo, hi), q);
     sp_neon_u8x16(vzip2q_u8(lo, hi), q + 4);
+}
+
+/* 16 signed bytes as four vectors of f32. */
+static inline __attribute__((always_inline)) void
+sp_neon_s8x16(int8x16_t c, float32x4_t q[4]) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(c));
+    const int16x8_t hi = vmovl_high_s8(c);
+    q[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+    q[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+    q[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+    q[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+}
+
+/* MXFP4: the codes of K(ld_q4), each looked up (TBL) as its doubled E2M1
+ * value. */
+static inline __attribute__((always_inline)) void
+K(ld_mxfp4)(const uint8_t *p, float32x4_t q[8]) {
+    const int8x16_t lut = vld1q_s8(sp_mxfp4_kvalues);
+    const uint8x16_t b = vld1q_u8(p);
+    const int8x16_t lo = vqtbl1q_s8(lut, vandq_u8(b, vdupq_n_u8(15)));
+    const int8x16_t hi = vqtbl1q_s8(lut, vshrq_n_u8(b, 4));
+    sp_neon_s8x16(vzip1q_s8(lo, hi), q);
+    sp_neon_s8x16(vzip2q_s8(lo, hi), q + 4);
 }
 
 /* 4 x 4 transpose: r[i] holds row i; afterwards r[j] holds column j. */

@@ -47,6 +47,17 @@ static double sp_ref_element(const sp_weight *w, int64_t r, int64_t c) {
         }
         return (double)s * q + bias;
     }
+    case SP_W_MXFP4: {
+        /* OCP MX: E2M1 is sign, 2 exponent bits (bias 1), 1 mantissa bit */
+        const uint8_t byte = d[(size_t)r * (size_t)(w->cols / 2) + (size_t)(c / 2)];
+        const int q = (byte >> (4 * (c % 2))) & 15;
+        const int ex = (q >> 1) & 3, m = q & 1;
+        const double mag = ex ? ldexp(1.0 + 0.5 * m, ex - 1) : 0.5 * m;
+        const int e = ((const uint8_t *)w->scales)[(size_t)r * (size_t)(w->cols / 32) +
+                                                   (size_t)(c / 32)];
+        const double scale = e == 255 ? INFINITY : ldexp(1.0, e - 127);
+        return (q & 8 ? -mag : mag) * scale;
+    }
     case SP_W_GGML: /* not covered: sp_weight_usable rejects it */
         break;
     }

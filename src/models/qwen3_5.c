@@ -1,0 +1,138 @@
+/* Qwen3.5 text models (model_type "qwen3_5_text"; the "qwen3_5"
+ * multimodal configs mlx-community ships reach it through their
+ * text_config, their weights under "language_model."): the hybrid layers of
+ * qwen3_hybrid.h with a dense SwiGLU MLP, as mlx-lm's qwen3_5.py computes
+ * them.
+ *
+ * RoPE comes from rope_parameters (rope_theta, partial_rotary_factor;
+ * mlx-lm's defaults 100000 and 0.25, and its multimodal rope reduces to the
+ * plain one for text). Hugging Face checkpoints (conv1d weights stored
+ * [channels, 1, kernel]) hold their norms as w of (1 + w), which mlx-lm's
+ * sanitize turns into 1 + w.
+ *
+ * GGUF (llama.cpp's "qwen35"): the DeltaNet tensors are ssm_* and
+ * attn_qkv / attn_gate, the pre-MLP norm post_attention_norm, and where key
+ * and value heads differ in number the converter tiles the value heads
+ * (_LinearAttentionVReorderBase). */
+#include "models/qwen3_hybrid.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* mlx-lm's TextModelArgs: rope_parameters replaces the top-level keys,
+ * with its defaults when the config has none (GGUF files give theirs at
+ * the top level). */
+static spindle_status qwen3_5_rope(spindle_model *m, spindle_error *err) {
+    sp_rope_config *r = &m->cfg.rope;
+    const cJSON *rp =
+        cJSON_GetObjectItemCaseSensitive(m->cfg.json, "rope_parameters");
+    if (m->gguf && !rp) return SPINDLE_OK;
+    if (rp && !cJSON_IsObject(rp))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: 'rope_parameters' must be an object",
+                       m->dir);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "type");
+    if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+    if (cJSON_IsString(t) && strcmp(t->valuestring, "default") &&
+        strcmp(t->valuestring, "mrope"))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s/config.json: rope_parameters type '%s' is not "
+                       "supported (supported: default, mrope)", m->dir,
+                       t->valuestring);
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
+    const cJSON *part =
+        cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor");
+    const double th = cJSON_IsNumber(theta) ? theta->valuedouble : 100000.0;
+    const double p = cJSON_IsNumber(part) ? part->valuedouble : 0.25;
+    const int rotary = (int)(m->cfg.head_dim * p);
+    if (!(th > 0) || !(p > 0 && p <= 1) || rotary < 2 || rotary % 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: rope_parameters give an invalid "
+                       "rope_theta or rotary dimension", m->dir);
+    *r = (sp_rope_config){.type = SP_ROPE_DEFAULT, .rotary_dim = rotary,
+                          .theta = th, .factor = 1.0};
+    sp_rope_free(&m->rope);
+    if (sp_rope_init(&m->rope, r))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+static void qwen3_5_free(void *family) {
+    sp_hybrid_release(family);
+    free(family);
+}
+
+static spindle_status bind_mlp(spindle_model *m, spindle_error *err) {
+    const int64_t d = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
+    char p[128];
+    spindle_status st = SPINDLE_OK;
+    for (int l = 0; l < m->cfg.n_layers && !st; l++) {
+        sp_layer *L = &m->layers[l];
+#define NAME(s) (snprintf(p, sizeof p, "model.layers.%d.mlp." s, l), p)
+        if (!(st = sp_bind_linear(m, NAME("gate_proj"), inter, d, false, &L->gate, err)) &&
+            !(st = sp_bind_linear(m, NAME("up_proj"), inter, d, false, &L->up, err)))
+            st = sp_bind_linear(m, NAME("down_proj"), d, inter, false, &L->down, err);
+#undef NAME
+    }
+    return st;
+}
+
+static spindle_status qwen3_5_load(spindle_model *m, spindle_error *err) {
+    if (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+            m->cfg.json, "num_experts")) > 0)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s/config.json: Qwen3.5 with experts (num_experts) "
+                       "is not supported", m->dir);
+    sp_hybrid *h = calloc(1, sizeof *h);
+    if (!h) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    m->family = h;
+    spindle_status st = qwen3_5_rope(m, err);
+    if (st) return st;
+    if ((st = sp_hybrid_config(m, h, err))) return st;
+    /* mlx-lm's sanitize: conv1d weights of [channels, 1, kernel] mark an
+     * unconverted checkpoint, whose norms it shifts by 1. */
+    bool hf = false;
+    for (int l = 0; l < m->cfg.n_layers; l++) hf |= sp_hybrid_hf_conv(m, h, l);
+    const sp_hybrid_options opt = {.norms_plus_one = hf,
+                                   .heads_tiled = m->gguf != NULL};
+    if ((st = sp_hybrid_bind(m, h, &opt, err))) return st;
+    return bind_mlp(m, err);
+}
+
+/* llama.cpp's qwen35 spelling (gguf-py MODEL_TENSORS[QWEN35]). */
+static const sp_gguf_name_map qwen35_names[] = {
+    SP_QWEN_HYBRID_GGUF_NAMES,
+    {"ssm_beta", "linear_attn.in_proj_b"},
+    {"ssm_alpha", "linear_attn.in_proj_a"},
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map qwen35_keys[] = {
+    SP_QWEN_HYBRID_GGUF_KEYS,
+    {NULL, NULL, 0},
+};
+
+static const sp_gguf_family qwen35_gguf = {
+    .arch = "qwen35",
+    .model_type = "qwen3_5_text",
+    .hf_class = "Qwen3_5ForCausalLM",
+    .layer_names = qwen35_names,
+    .keys = qwen35_keys,
+};
+
+const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
+                                      .gguf = &qwen35_gguf,
+                                      .load = qwen3_5_load,
+                                      .layer = sp_hybrid_layer,
+                                      .free_family = qwen3_5_free,
+                                      .layer_state = sp_hybrid_layer_state};
+
+/* A text-only config may name the multimodal type itself (mlx-lm then
+ * reads the whole config as the text config). */
+const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
+                                 .load = qwen3_5_load,
+                                 .layer = sp_hybrid_layer,
+                                 .free_family = qwen3_5_free,
+                                 .layer_state = sp_hybrid_layer_state};
