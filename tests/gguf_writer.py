@@ -314,6 +314,41 @@ def _qwen3_moe_check(cfg):
                           "top-k weights (norm_topk_prob true only)")
 
 
+_SHARED_EXPERT_NAMES = {
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+}
+
+
+def _qwen3next_keys(w, cfg):
+    _hybrid_keys(w, cfg)
+    _qwen3_moe_keys(w, cfg)
+    w.add_expert_shared_feed_forward_length(
+        cfg["shared_expert_intermediate_size"])
+
+
+def _qwen3next_tensors(cfg, hf, arr):
+    """Qwen3NextModel.modify_tensors: in_proj_qkvz, [q, k, v, z] per key
+    head, regrouped into attn_qkv (every q, every k, every v) and
+    attn_gate (every z); the shared expert's gate a vector."""
+    if hf.endswith("shared_expert_gate.weight"):
+        return [(hf, arr.reshape(-1))]
+    if not hf.endswith("in_proj_qkvz.weight"):
+        return [(hf, _hybrid_tensor(cfg, hf, arr, False))]
+    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+    rv = cfg["linear_num_value_heads"] // nk * cfg["linear_value_head_dim"]
+    g = arr.reshape(nk, 2 * dk + 2 * rv, -1)
+    q, k = g[:, :dk], g[:, dk:2 * dk]
+    v, z = g[:, 2 * dk:2 * dk + rv], g[:, 2 * dk + rv:]
+    flat = lambda t: t.reshape(-1, arr.shape[-1])
+    base = hf.removesuffix("in_proj_qkvz.weight")
+    return [(base + "in_proj_qkv.weight",
+             np.concatenate([flat(q), flat(k), flat(v)])),
+            (base + "in_proj_z.weight", flat(z))]
+
+
 def _qwen3_moe_keys(w, cfg):
     w.add_expert_count(cfg["num_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -360,7 +395,8 @@ class Arch:
     check: Optional[Callable] = None         # (cfg): raise WriterError
     rope_block: str = "rope_scaling"         # where the config keeps it
     theta_in_block: bool = False             # rope_theta inside that block
-    tensor: Optional[Callable] = None        # (cfg, hf, arr) -> arr
+    # (cfg, hf, arr) -> [(hf, arr), ...]: converter transforms and splits
+    tensors: Optional[Callable] = None
     f32_names: tuple = ()                    # GGUF name suffixes kept F32
     # only the matrices of these GGUF name suffixes take the qtype, the
     # rest stay F32 (empty: every matrix takes it)
@@ -391,7 +427,13 @@ ARCHS = {
     "qwen3_5_text": Arch("qwen35", layer_names=_HYBRID_NAMES,
                          keys=_qwen35_keys, rope_block="rope_parameters",
                          theta_in_block=True, f32_names=("ssm_conv1d.weight",),
-                         tensor=lambda c, hf, a: _hybrid_tensor(c, hf, a, True)),
+                         tensors=lambda c, hf, a: [(hf, _hybrid_tensor(c, hf, a, True))]),
+    "qwen3_next": Arch("qwen3next",
+                       layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
+                                    **_SHARED_EXPERT_NAMES},
+                       keys=_qwen3next_keys, check=_qwen3_moe_check,
+                       f32_names=("ssm_conv1d.weight", "ffn_gate_inp.weight"),
+                       tensors=_qwen3next_tensors),
 }
 
 
@@ -489,21 +531,21 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
                 arr = permute(arr, heads, heads)
             elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
                 arr = permute(arr, heads, kv_heads)
-            if arch.tensor:
-                arr = arch.tensor(cfg, hf, arr)
-            gname = gguf_name(hf, arch)
-            seen.add(gname)
-            if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
-                    or gname.endswith(arch.f32_names) or (
-                        arch.qtype_names and
-                        not gname.endswith(arch.qtype_names))):
-                w.add_tensor(gname, arr.astype(np.float32))
-            elif dequantized:
-                w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
-            elif qt == gguf.GGMLQuantizationType.F16:
-                w.add_tensor(gname, arr.astype(np.float16))
-            else:
-                w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
+            parts = arch.tensors(cfg, hf, arr) if arch.tensors else [(hf, arr)]
+            for hf, arr in parts:
+                gname = gguf_name(hf, arch)
+                seen.add(gname)
+                if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
+                        or gname.endswith(arch.f32_names) or (
+                            arch.qtype_names and
+                            not gname.endswith(arch.qtype_names))):
+                    w.add_tensor(gname, arr.astype(np.float32))
+                elif dequantized:
+                    w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
+                elif qt == gguf.GGMLQuantizationType.F16:
+                    w.add_tensor(gname, arr.astype(np.float16))
+                else:
+                    w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
     if "token_embd.weight" not in seen:
         raise WriterError("the model has no embedding")
     w.write_header_to_file()

@@ -1,5 +1,6 @@
 /* The routed mixture-of-experts MLP (moe.h): binding and the forward pass. */
 #include "models/moe.h"
+#include "models/blocks.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 #include "compute/ops.h"
@@ -360,3 +361,69 @@ void sp_moe_block(sp_forward *f, const sp_moe *moe) {
     }
     if (sp->shared_inter > 0) add_shared_expert(f, moe);
 }
+
+/* ---- Qwen-style MoE configs (qwen3_moe, qwen3_next) ---- */
+
+spindle_status sp_moe_qwen_layers(const spindle_model *m, bool *is_moe,
+                                  spindle_error *err) {
+    int step;
+    spindle_status st = sp_model_int(m, "decoder_sparse_step", false, 1, 1,
+                                1 << 30, &step, err);
+    if (st) return st;
+    for (int l = 0; l < m->cfg.n_layers; l++) is_moe[l] = (l + 1) % step == 0;
+    const cJSON *only =
+        cJSON_GetObjectItemCaseSensitive(m->cfg.json, "mlp_only_layers");
+    if (!only || cJSON_IsNull(only)) return SPINDLE_OK;
+    if (!cJSON_IsArray(only))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: 'mlp_only_layers' must be a list of "
+                       "layer indices", m->dir);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, only) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: 'mlp_only_layers' holds a value "
+                           "that is not a layer index", m->dir);
+        /* (an index past the last layer names no layer, as in mlx-lm) */
+        if (e->valuedouble >= 0 && e->valuedouble < m->cfg.n_layers)
+            is_moe[(int)e->valuedouble] = false;
+    }
+    return SPINDLE_OK;
+}
+
+spindle_status sp_moe_qwen_spec(const spindle_model *m, sp_moe_spec *spec,
+                                spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    int experts = 0, used = 0, inter = 0;
+    spindle_status st;
+    if ((st = sp_model_int(m, "num_experts", true, 0, 1, 1 << 16, &experts, err)) ||
+        (st = sp_model_int(m, "num_experts_per_tok", true, 0, 1, 1 << 16, &used,
+                      err)))
+        return st;
+    if (used > experts)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: num_experts_per_tok %d exceeds "
+                       "num_experts %d", m->dir, used, experts);
+    /* llama.cpp's n_ff_exp fallback for GGUF files without the key. */
+    bool derive = m->gguf && !cJSON_GetObjectItemCaseSensitive(
+                                 c->json, "moe_intermediate_size");
+    if (derive) inter = c->intermediate_size / used;
+    else if ((st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
+                           &inter, err)))
+        return st;
+    if (inter < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: no expert feed-forward length", m->dir);
+    *spec = (sp_moe_spec){
+        .n_experts = experts,
+        .top_k = used,
+        .inter = inter,
+        .routing = SP_ROUTE_SOFTMAX_TOPK,
+        .norm_topk = m->gguf || sp_config_bool(c, "norm_topk_prob", false),
+        .router = "gate",
+        .stacked = "switch_mlp",
+        .per_expert = "experts",
+    };
+    return SPINDLE_OK;
+}
+

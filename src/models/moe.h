@@ -86,6 +86,19 @@ sp_moe_size sp_moe_measure(const sp_moe *moe);
  * the scratch) is left in f->status. */
 void sp_moe_block(sp_forward *f, const sp_moe *moe);
 
+/* The Qwen MoE config keys, as mlx-lm's qwen3_moe and qwen3_next read
+ * them. is_moe[n_layers]: layer l is MoE unless it is in mlp_only_layers
+ * or (l + 1) is not a multiple of decoder_sparse_step. The spec: softmax
+ * top-k routing over num_experts (num_experts_per_tok, renormalized when
+ * norm_topk_prob, always for GGUF files as llama.cpp does), experts of
+ * moe_intermediate_size (GGUF files without it: feed_forward_length /
+ * top_k), router "gate", stacked "switch_mlp" or per-expert "experts"; no
+ * shared expert (the family adds its own). One-line errors naming the key. */
+spindle_status sp_moe_qwen_layers(const spindle_model *m, bool *is_moe,
+                                  spindle_error *err);
+spindle_status sp_moe_qwen_spec(const spindle_model *m, sp_moe_spec *spec,
+                                spindle_error *err);
+
 /* The scratch sp_moe_block keeps in sp_forward.moe. */
 typedef struct sp_moe_scratch sp_moe_scratch;
 void sp_moe_scratch_free(sp_moe_scratch *s);

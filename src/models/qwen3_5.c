@@ -101,27 +101,11 @@ static spindle_status qwen3_5_load(spindle_model *m, spindle_error *err) {
     return bind_mlp(m, err);
 }
 
-static void qwen3_5_layer(sp_forward *f, int l) {
-    const sp_layer *L = &f->m->layers[l];
-    sp_norm_rows(f, f->x, L->attn_norm, f->xn);
-    sp_hybrid_mixer(f, l);
-    sp_add_rows(f, f->x, f->out);
-    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
-    sp_mlp_swiglu(f, l);
-    sp_add_rows(f, f->x, f->out);
-}
-
 /* llama.cpp's qwen35 spelling (gguf-py MODEL_TENSORS[QWEN35]). */
 static const sp_gguf_name_map qwen35_names[] = {
-    {"attn_qkv", "linear_attn.in_proj_qkv"},
-    {"attn_gate", "linear_attn.in_proj_z"},
+    SP_QWEN_HYBRID_GGUF_NAMES,
     {"ssm_beta", "linear_attn.in_proj_b"},
     {"ssm_alpha", "linear_attn.in_proj_a"},
-    {"ssm_conv1d", "linear_attn.conv1d"},
-    {"ssm_dt", "linear_attn.dt_proj"},
-    {"ssm_norm", "linear_attn.norm"},
-    {"ssm_out", "linear_attn.out_proj"},
-    {"post_attention_norm", "post_attention_layernorm"},
     {NULL, NULL},
 };
 
@@ -141,7 +125,7 @@ static const sp_gguf_family qwen35_gguf = {
 const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
                                       .gguf = &qwen35_gguf,
                                       .load = qwen3_5_load,
-                                      .layer = qwen3_5_layer,
+                                      .layer = sp_hybrid_layer,
                                       .free_family = qwen3_5_free,
                                       .layer_state = sp_hybrid_layer_state};
 
@@ -149,6 +133,6 @@ const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
  * reads the whole config as the text config). */
 const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
                                  .load = qwen3_5_load,
-                                 .layer = qwen3_5_layer,
+                                 .layer = sp_hybrid_layer,
                                  .free_family = qwen3_5_free,
                                  .layer_state = sp_hybrid_layer_state};

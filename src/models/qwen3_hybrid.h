@@ -88,6 +88,18 @@ bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l);
     {"ssm.inner_size", "ssm_inner_size", SP_GGUF_KEY_COUNT},                  \
     {"full_attention_interval", "full_attention_interval", SP_GGUF_KEY_COUNT}
 
+/* llama.cpp's spelling of the tensors both families share (gguf-py's
+ * MODEL_TENSORS[QWEN35] / [QWEN3NEXT]) for their sp_gguf_name_map tables;
+ * A_log is "blk.N.ssm_a" (no suffix, kept under its GGUF name). */
+#define SP_QWEN_HYBRID_GGUF_NAMES                                             \
+    {"attn_qkv", "linear_attn.in_proj_qkv"},                                  \
+    {"attn_gate", "linear_attn.in_proj_z"},                                   \
+    {"ssm_conv1d", "linear_attn.conv1d"},                                     \
+    {"ssm_dt", "linear_attn.dt_proj"},                                        \
+    {"ssm_norm", "linear_attn.norm"},                                         \
+    {"ssm_out", "linear_attn.out_proj"},                                      \
+    {"post_attention_norm", "post_attention_layernorm"}
+
 /* Release what sp_hybrid_config, sp_hybrid_bind and the forward passes
  * allocated in h (not h itself). */
 void sp_hybrid_release(sp_hybrid *h);
@@ -95,6 +107,11 @@ void sp_hybrid_release(sp_hybrid *h);
 /* f->out = mixer of layer l (f->xn): gated attention or the DeltaNet over
  * each sequence's recurrent state. */
 void sp_hybrid_mixer(sp_forward *f, int l);
+
+/* The hybrid decoder layer: x += mixer(input_layernorm(x));
+ * x += mlp(post_attention_layernorm(x)), the MLP the layer's routed
+ * experts when sp_layer.moe is set, else its dense SwiGLU. */
+void sp_hybrid_layer(sp_forward *f, int l);
 
 /* The layer's sequence state: full KV for gated attention, recurrent (the
  * conv window and the delta-rule state) for DeltaNet layers. */

@@ -9,6 +9,7 @@
  * rule); those after it one at a time, each followed by its checkpoint, so
  * that truncation back to any of them restores that state exactly. */
 #include "models/qwen3_hybrid.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/linear_attention/linear_attention.h"
 
@@ -176,4 +177,17 @@ void sp_hybrid_mixer(sp_forward *f, int l) {
     sp_hybrid *h = f->m->family;
     if (f->status || !reserve(f, h)) return;
     (h->linear[l] ? delta_net : gated_attention)(f, l, h);
+}
+
+void sp_hybrid_layer(sp_forward *f, int l) {
+    const sp_layer *L = &f->m->layers[l];
+    sp_norm_rows(f, f->x, L->attn_norm, f->xn);
+    sp_hybrid_mixer(f, l);
+    sp_add_rows(f, f->x, f->out);
+    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
+    if (L->moe)
+        sp_moe_block(f, L->moe);
+    else
+        sp_mlp_swiglu(f, l);
+    sp_add_rows(f, f->x, f->out);
 }

@@ -20,7 +20,6 @@
 #include "models/moe.h"
 #include "base/error.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,74 +36,10 @@ static void qwen3_moe_free(void *family) {
     free(q);
 }
 
-/* is_moe[l] as mlx-lm's Qwen3MoeDecoderLayer decides it. */
-static spindle_status moe_layers(const spindle_model *m, bool *is_moe,
-                                 spindle_error *err) {
-    int step;
-    spindle_status st = sp_model_int(m, "decoder_sparse_step", false, 1, 1,
-                                1 << 30, &step, err);
-    if (st) return st;
-    for (int l = 0; l < m->cfg.n_layers; l++) is_moe[l] = (l + 1) % step == 0;
-    const cJSON *only =
-        cJSON_GetObjectItemCaseSensitive(m->cfg.json, "mlp_only_layers");
-    if (!only || cJSON_IsNull(only)) return SPINDLE_OK;
-    if (!cJSON_IsArray(only))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: 'mlp_only_layers' must be a list of "
-                       "layer indices", m->dir);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, only) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s/config.json: 'mlp_only_layers' holds a value "
-                           "that is not a layer index", m->dir);
-        /* (an index past the last layer names no layer, as in mlx-lm) */
-        if (e->valuedouble >= 0 && e->valuedouble < m->cfg.n_layers)
-            is_moe[(int)e->valuedouble] = false;
-    }
-    return SPINDLE_OK;
-}
-
-static spindle_status moe_spec(const spindle_model *m, sp_moe_spec *spec,
-                               spindle_error *err) {
-    const sp_model_config *c = &m->cfg;
-    int experts, used, inter = 0;
-    spindle_status st;
-    if ((st = sp_model_int(m, "num_experts", true, 0, 1, 1 << 16, &experts, err)) ||
-        (st = sp_model_int(m, "num_experts_per_tok", true, 0, 1, 1 << 16, &used,
-                      err)))
-        return st;
-    if (used > experts)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: num_experts_per_tok %d exceeds "
-                       "num_experts %d", m->dir, used, experts);
-    /* llama.cpp's n_ff_exp fallback for GGUF files without the key. */
-    bool derive = m->gguf && !cJSON_GetObjectItemCaseSensitive(
-                                 c->json, "moe_intermediate_size");
-    if (derive) inter = c->intermediate_size / used;
-    else if ((st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
-                           &inter, err)))
-        return st;
-    if (inter < 1)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: no expert feed-forward length", m->dir);
-    *spec = (sp_moe_spec){
-        .n_experts = experts,
-        .top_k = used,
-        .inter = inter,
-        .routing = SP_ROUTE_SOFTMAX_TOPK,
-        .norm_topk = m->gguf || sp_config_bool(c, "norm_topk_prob", false),
-        .router = "gate",
-        .stacked = "switch_mlp",
-        .per_expert = "experts",
-    };
-    return SPINDLE_OK;
-}
-
 static spindle_status qwen3_moe_load(spindle_model *m, spindle_error *err) {
     const int n = m->cfg.n_layers;
     sp_moe_spec spec;
-    spindle_status st = moe_spec(m, &spec, err);
+    spindle_status st = sp_moe_qwen_spec(m, &spec, err);
     if (st) return st;
     qwen3_moe *q = calloc(1, sizeof *q);
     bool *is_moe = calloc((size_t)n, sizeof *is_moe);
@@ -117,7 +52,7 @@ static spindle_status qwen3_moe_load(spindle_model *m, spindle_error *err) {
     }
     q->n_layers = n;
     m->family = q;
-    st = moe_layers(m, is_moe, err);
+    st = sp_moe_qwen_layers(m, is_moe, err);
     sp_decoder_options opt = {.qkv_bias = m->cfg.attention_bias,
                               .o_bias = m->cfg.attention_bias,
                               .qk_norm = true,

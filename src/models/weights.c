@@ -63,11 +63,15 @@ static spindle_status expect_dims(const sp_tensor_info *t, int nd,
 }
 
 /* [rows, cols], or [stack, rows, cols] when stack > 0 (a stacked tensor of
- * `stack` matrices, one per expert). */
+ * `stack` matrices, one per expert), or [cols] for one row. */
 static spindle_status expect_matrix(const sp_tensor_info *t, int64_t stack,
                                     int64_t rows, int64_t cols,
                                     spindle_error *err) {
     const int64_t d[3] = {stack, rows, cols};
+    /* A one-row matrix may be stored as a vector (llama.cpp's
+     * ffn_gate_inp_shexp, Qwen3-Next's shared-expert gate). */
+    if (stack == 0 && rows == 1 && t->ndim == 1)
+        return expect_dims(t, 1, d + 2, err);
     return stack > 0 ? expect_dims(t, 3, d, err)
                      : expect_dims(t, 2, d + 1, err);
 }

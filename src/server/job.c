@@ -12,7 +12,6 @@
 #include "server/state.h"
 #include "server/stop_strings.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,24 +194,36 @@ static bool has_news(const sp_job *j) {
     return j->finished || j->text.len > j->text_sent || j->n_logprobs > j->logprobs_sent;
 }
 
+static struct timespec after_ms(long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return ts;
+}
+
+static bool passed(const struct timespec *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
 /* Wait until ready(j); false (the request cancelled) when the client has
- * gone meanwhile. */
+ * gone meanwhile. The socket is looked at every 50 ms, however often the
+ * engine's tokens wake the wait. */
 static bool job_wait(sp_job *j, job_ready_fn ready) {
     pthread_mutex_lock(&j->mu);
+    struct timespec next_check = after_ms(50);
     while (!ready(j)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !ready(j) &&
-            !sp_client_connected(j->conn)) {
+        pthread_cond_timedwait(&j->cv, &j->mu, &next_check);
+        if (ready(j) || !passed(&next_check)) continue;
+        if (!sp_client_connected(j->conn)) {
             pthread_mutex_unlock(&j->mu);
             job_cancel(j);
             return false;
         }
+        next_check = after_ms(50);
     }
     pthread_mutex_unlock(&j->mu);
     return true;

@@ -19,8 +19,10 @@ The configs:
   * "wide" (qwen3_5): 6 layers with an explicit layer_types (interval 3),
     as many key as value heads, key head 64 != value head 32, untied;
   * "next" (qwen3_next): 4 layers, interval 4, a sparse-MoE MLP of 8
-    experts, top-2 (norm_topk_prob) with a sigmoid-gated shared expert, and
-    one dense layer (mlp_only_layers).
+    experts, top-2 (norm_topk_prob) with a sigmoid-gated shared expert in
+    every layer, as the real models (and llama.cpp's GGUF form) have it;
+    "next-dense1": the same with one dense layer (mlp_only_layers) and
+    unnormalized top-k weights.
 Besides make_models' prompts (1, 7 and 40 tokens) a 100-token prompt runs
 the chunked delta rule (64-token chunks) over more than one chunk.
 
@@ -76,14 +78,21 @@ TEXT = {
         rms_norm_eps=1e-6, vocab_size=512, max_position_embeddings=4096,
         rope_theta=10000.0, partial_rotary_factor=0.25,
         full_attention_interval=4, num_experts=8, num_experts_per_tok=2,
-        decoder_sparse_step=1, mlp_only_layers=[1], moe_intermediate_size=64,
+        decoder_sparse_step=1, mlp_only_layers=[], moe_intermediate_size=64,
         shared_expert_intermediate_size=96, norm_topk_prob=True,
         **_LINEAR),
 }
+# A dense layer (mlp_only_layers) and unnormalized top-k weights, mlx-lm's
+# default (llama.cpp's qwen3next has neither: no GGUF form).
+TEXT["next-dense1"] = dict(TEXT["next"], mlp_only_layers=[1],
+                           norm_topk_prob=False)
 
 
-def _spec(name, base, dtype, tied, quant=None):
-    return dict(name=name, base=base, dtype=dtype, tied=tied, quant=quant)
+def _spec(name, base, dtype, tied, quant=None, eos=None):
+    """eos: the EOS id (default the last one; another where greedy decoding
+    would otherwise stop within a few tokens)."""
+    return dict(name=name, base=base, dtype=dtype, tied=tied, quant=quant,
+                eos=eos)
 
 
 SPECS = [
@@ -93,8 +102,8 @@ SPECS = [
     _spec("qwen3_5-q8g64", "small", "bfloat16", True, quant=(8, 64)),
     _spec("qwen3_5-wide-f32", "wide", "float32", False),
     _spec("qwen3_5-wide-q4g32", "wide", "bfloat16", False, quant=(4, 32)),
-    _spec("qwen3_next-f32", "next", "float32", False),
-    _spec("qwen3_next-q4g64", "next", "bfloat16", False, quant=(4, 64)),
+    _spec("qwen3_next-f32", "next", "float32", False, eos=0),
+    _spec("qwen3_next-q4g64", "next-dense1", "bfloat16", False, quant=(4, 64)),
 ]
 
 
@@ -107,8 +116,9 @@ def source_hash():
 
 def make_config(spec):
     text = dict(TEXT[spec["base"]])
+    eos = text["vocab_size"] - 1 if spec["eos"] is None else spec["eos"]
     extra = {"tie_word_embeddings": spec["tied"], "torch_dtype": spec["dtype"],
-             "eos_token_id": text["vocab_size"] - 1, "bos_token_id": 1}
+             "eos_token_id": eos, "bos_token_id": 1}
     if text["model_type"] == "qwen3_next":
         return {**text, **extra}
     text.update(extra)

@@ -41,10 +41,16 @@ N_CTX = 256
 TOL = 1e-4
 LOOSE = 0.5
 
+# (model, GGUF type, bound against llama.cpp on the quantized file itself)
 CASES = [
-    ("qwen3_5-f32", "f32"),
-    ("qwen3_5-f32", "q8_0"),
-    ("qwen3_5-f32", "q4_0"),
+    ("qwen3_5-f32", "f32", None),
+    ("qwen3_5-f32", "q8_0", LOOSE),
+    ("qwen3_5-f32", "q4_0", LOOSE),
+    ("qwen3_next-f32", "f32", None),
+    # llama.cpp's Q8_0 activations flip a top-2 expert choice on the
+    # 40-token prompt, moving its logits 2.5 std from mlx-lm's and
+    # Spindle's alike: only the exact twin is a reference there.
+    ("qwen3_next-f32", "q8_0", None),
 ]
 
 
@@ -57,11 +63,12 @@ def hybrid_models(spindle_bin):  # noqa: F811
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=[f"{m}-{q}" for m, q in CASES])
+                ids=[f"{m}-{q}" for m, q, _ in CASES])
 def gguf_case(request, hybrid_models, tmp_path_factory):
-    name, qtype = request.param
+    name, qtype, loose = request.param
     case = pc.open_gguf_case(hybrid_models / name, qtype,
                              tmp_path_factory.mktemp("gguf"), N_CTX, THREADS)
+    case["loose"] = loose
     yield case
     pc.close_gguf_case(case)
 
@@ -70,4 +77,4 @@ def gguf_case(request, hybrid_models, tmp_path_factory):
 def test_hybrid_gguf_parity(spindle_bin, gguf_case, prompt,  # noqa: F811
                             tmp_path):
     pc.assert_gguf_parity(spindle_bin, gguf_case, hm.PROMPTS[prompt], N_GEN,
-                          THREADS, tmp_path, TOL, LOOSE)
+                          THREADS, tmp_path, TOL, gguf_case["loose"])

@@ -174,14 +174,17 @@ NORMS_PLUS_ONE = (".input_layernorm.weight", ".post_attention_layernorm.weight",
                   "model.norm.weight", ".q_norm.weight", ".k_norm.weight")
 
 
-def test_hybrid_hf_layout(spindle_bin, hybrid_models, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("name", ["qwen3_5-bf16", "qwen3_next-f32"])
+def test_hybrid_hf_layout(spindle_bin, hybrid_models, tmp_path,  # noqa: F811
+                          name):
     """A Hugging Face checkpoint (flat config, conv1d [C, 1, K], the (1 + w)
-    norms stored as w, no "language_model." prefix), written from the MLX
-    model: Spindle must compute what mlx-lm computes after its sanitize
-    (which moves the conv axis and adds the 1 in the weights' dtype)."""
+    norms stored as w, no "language_model." prefix, Qwen3-Next's experts
+    one tensor each), written from the MLX model: Spindle must compute
+    what mlx-lm computes after its sanitize (which moves the conv axis,
+    stacks the experts and adds the 1 in the weights' dtype)."""
     mx = pytest.importorskip("mlx.core")
     mlu = pytest.importorskip("mlx_lm.utils")
-    src = hybrid_models / "qwen3_5-bf16"
+    src = hybrid_models / name
     weights = {}
     for f in sorted(src.glob("*.safetensors")):
         weights.update(mx.load(str(f)))
@@ -192,13 +195,18 @@ def test_hybrid_hf_layout(spindle_bin, hybrid_models, tmp_path):  # noqa: F811
             v = v.moveaxis(2, 1)
         elif k.endswith(NORMS_PLUS_ONE):
             v = v - 1.0
+        if ".switch_mlp." in k:
+            for e in range(v.shape[0]):
+                hf[k.replace(".switch_mlp.", f".experts.{e}.")] = v[e]
+            continue
         hf[k] = v
     d = tmp_path / "hf"
     d.mkdir()
     mx.save_safetensors(str(d / "model.safetensors"), hf)
     cfg = json.loads((src / "config.json").read_text())
-    flat = dict(cfg.pop("text_config"), model_type="qwen3_5")
-    (d / "config.json").write_text(json.dumps(flat))
+    if "text_config" in cfg:
+        cfg = dict(cfg.pop("text_config"), model_type="qwen3_5")
+    (d / "config.json").write_text(json.dumps(cfg))
     prompt = hm.PROMPTS["len40"]
     model, _ = mlu.load_model(d)
     model.set_dtype(mx.float32)

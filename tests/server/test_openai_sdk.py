@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from conftest import ALIAS
+from server_common import ALIAS
+
 
 CHATS = ["hello", "system", "turns"]
 TEXTS = ["story", "code"]

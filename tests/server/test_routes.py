@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from server_common import post_json, request
+from server_common import ALIAS, post_json, request
 
 TEXTS = ["Hello world! How are you today?", "Ünïcödé — naïve café, 日本語 🎉",
          "<|im_start|>user\nhi<|im_end|>\n"]
@@ -58,7 +58,7 @@ def test_apply_template_equals_transformers(server, hf_tokenizer, reference):
 def test_metrics_parse_with_prometheus_client(server, client, reference):
     parser = pytest.importorskip("prometheus_client.parser")
     ref = reference["chats"]["hello"]
-    r = client.chat.completions.create(model="tiny-qwen3", messages=ref["messages"],
+    r = client.chat.completions.create(model=ALIAS, messages=ref["messages"],
                                        max_tokens=3, temperature=0)
     assert r.usage.completion_tokens == 3
     request(server.port, "GET", "/v1/nothing")
@@ -79,12 +79,12 @@ def test_metrics_parse_with_prometheus_client(server, client, reference):
         assert families[name].type == "gauge" and samples[(name, ())] == 0
 
 
-def test_models_and_page(server):
+def test_models_and_page(server, reference):
     status, _, body = request(server.port, "GET", "/v1/models")
     models = json.loads(body)
     assert status == 200 and models["object"] == "list"
-    assert models["data"][0]["id"] == "tiny-qwen3"
-    assert models["data"][0]["meta"]["context_length"] == 512
+    assert models["data"][0]["id"] == ALIAS
+    assert models["data"][0]["meta"]["context_length"] == reference["context"]
     status, hdrs, page = request(server.port, "GET", "/")
     assert status == 200 and hdrs["content-type"].startswith("text/html")
     for needle in (b"/v1/chat/completions", b"stream: true", b'id="stop"',
