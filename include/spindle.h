@@ -480,9 +480,10 @@ typedef struct spindle_request {
  * prompt (ids in the vocabulary), the parameters (as spindle_sampler_new
  * and the logits processors do) and top_logprobs at once, with
  * SPINDLE_ERR_ARGUMENT; a prompt that can never fit (longer than the
- * context left in the sequence) fails with SPINDLE_ERR_LIMIT; a `seq` of
- * another model, or one that an unfinished request holds, is
- * SPINDLE_ERR_ARGUMENT; so is a submit during spindle_engine_free. On error
+ * context left in the sequence) fails with SPINDLE_ERR_LIMIT; a `seq`
+ * that an unfinished request holds is SPINDLE_ERR_ARGUMENT, and so is a
+ * submit during spindle_engine_free (a `seq` of another model is accepted
+ * and ends the request with an error at its first step). On error
  * nothing is queued and no callback runs; on success on_finish will run
  * exactly once. In background mode the callbacks may run before submit
  * returns: find the caller's state through `user`, not through *id.
@@ -492,7 +493,8 @@ spindle_status spindle_engine_submit(spindle_engine *engine,
                                      spindle_request_id *id,
                                      spindle_error *err);
 /* Ask that request `id` stop: at the start of the next step it ends with
- * SPINDLE_STOP_CANCELLED (its sequence freed, queued or running). True when
+ * SPINDLE_STOP_CANCELLED, queued or running (a sequence the engine made
+ * is freed then; a caller's keeps what was computed). True when
  * the request had not finished yet (a request finishing in the step that
  * is running keeps its own stop reason); false for an unknown or finished
  * id. Thread-safe. */

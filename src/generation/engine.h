@@ -81,7 +81,9 @@ struct spindle_engine {
     int n_running;
     spindle_batch_entry *entries;   /* [max_seqs], one per running request */
     sp_request **entry_req;
-    float *logits;                  /* [max_seqs][vocab], row per entry */
+    float *logits;                  /* [max_seqs][vocab]: the rows of the
+                                       entries that want logits, in order */
+    int n_logit_rows;
     float *raw;                     /* [vocab]: want_logits' copy */
     spindle_token_logprob top[SPINDLE_MAX_TOP_LOGPROBS];
 };

@@ -67,13 +67,16 @@ static void drop_cancelled_waiting(spindle_engine *e) {
     e->wait_tail = last;
 }
 
+/* Logits rows go to the entries that ask for them in order, one after the
+ * other, so the forward pass runs the lm_head once over all of them. */
 static void add_entry(spindle_engine *e, int *n, sp_request *r,
                       const int32_t *tokens, int n_tokens, bool last) {
     int i = (*n)++;
     e->entries[i] = (spindle_batch_entry){
         .seq = r->seq, .tokens = tokens, .n_tokens = n_tokens,
         .logits_mode = last ? SPINDLE_LOGITS_LAST : SPINDLE_LOGITS_NONE,
-        .logits = last ? e->logits + (size_t)i * e->vocab : NULL};
+        .logits = last ? e->logits + (size_t)e->n_logit_rows++ * e->vocab
+                       : NULL};
     e->entry_req[i] = r;
 }
 
@@ -105,6 +108,7 @@ static bool admit(spindle_engine *e, sp_request *r) {
 /* Fill e->entries for this step; returns their count. */
 static int plan_batch(spindle_engine *e) {
     int n = 0, budget = e->max_batch_tokens;
+    e->n_logit_rows = 0;
     for (int i = 0; i < e->n_running; i++) {
         sp_request *r = e->running[i];
         if (r->prefilled == r->n_prompt) {

@@ -172,25 +172,48 @@ static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
     return SPINDLE_OK;
 }
 
-/* Final norm and lm_head for the rows whose logits were asked for. */
+/* lm_head over the k normalized rows gathered in f->xn, into `out`. */
+static void head_rows(spindle_model *m, sp_forward *f, int k, float *out) {
+    sp_forward rows = *f;
+    rows.n_rows = k;
+    sp_linear_forward(&rows, &m->lm_head, f->xn, out);
+    if (m->arch->logits)
+        m->arch->logits(m, out, (size_t)k * m->cfg.vocab_size);
+}
+
+/* Final norm and lm_head for the rows whose logits were asked for. LAST
+ * entries whose logits buffers follow each other in memory (a batch of
+ * decode rows) share one lm_head product, so the head's weights are read
+ * once for all of them rather than once per sequence. */
 static void compute_logits(spindle_model *m, sp_forward *f,
                            spindle_batch_entry *e, int n) {
     int d = m->cfg.hidden_size;
+    size_t vocab = (size_t)m->cfg.vocab_size;
     sp_forward one = *f;
+    one.n_rows = 1;
+    float *run = NULL;   /* logits of the first LAST row gathered so far */
+    int k = 0;
     for (int i = 0; i < n; i++) {
         if (e[i].logits_mode == SPINDLE_LOGITS_NONE) continue;
         int first = f->seqs[i].first_row, count = f->seqs[i].n_rows;
-        if (e[i].logits_mode == SPINDLE_LOGITS_LAST) {
-            first += count - 1;
-            count = 1;
+        if (k && (e[i].logits_mode != SPINDLE_LOGITS_LAST ||
+                  e[i].logits != run + k * vocab)) {
+            head_rows(m, f, k, run);
+            k = 0;
         }
-        one.n_rows = count;
-        sp_norm_rows(&one, f->x + (size_t)first * d, m->final_norm, f->xn);
-        sp_linear_forward(&one, &m->lm_head, f->xn, e[i].logits);
-        if (m->arch->logits)
-            m->arch->logits(m, e[i].logits,
-                            (size_t)count * m->cfg.vocab_size);
+        if (e[i].logits_mode == SPINDLE_LOGITS_ALL) {
+            sp_forward all = *f;
+            all.n_rows = count;
+            sp_norm_rows(&all, f->x + (size_t)first * d, m->final_norm, f->xn);
+            head_rows(m, f, count, e[i].logits);
+            continue;
+        }
+        if (!k) run = e[i].logits;
+        sp_norm_rows(&one, f->x + (size_t)(first + count - 1) * d,
+                     m->final_norm, f->xn + (size_t)k * d);
+        k++;
     }
+    if (k) head_rows(m, f, k, run);
 }
 
 spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,

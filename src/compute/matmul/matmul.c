@@ -196,6 +196,20 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         .levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1,
     };
     job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
+    /* A few more tokens than the int8 row kernels take (a batch of decode
+     * rows): two passes of those kernels cost less than one of the GEMM,
+     * whose weight packing pays off only for more tokens (8 decode rows of
+     * the 4-bit bench model: 1.4x the tokens/s; bench/RESULTS.md). */
+    if (n_tokens > SP_MM_SMALL_TOKENS && n_tokens <= 2 * SP_MM_SMALL_TOKENS &&
+        job.path == SP_MM_PATH_GEMM_INT8 &&
+        sp_mm_choose(w, SP_MM_SMALL_TOKENS, job.k, job.levels) ==
+            SP_MM_PATH_ROWS_INT8) {
+        sp_matmul(pool, w, x, SP_MM_SMALL_TOKENS, y);
+        sp_matmul(pool, w, x + (size_t)SP_MM_SMALL_TOKENS * w->cols,
+                  n_tokens - SP_MM_SMALL_TOKENS,
+                  y + (size_t)SP_MM_SMALL_TOKENS * w->rows);
+        return;
+    }
     job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
     /* One contiguous block of rows per thread, in whole row tiles. */
     const int threads = sp_pool_size(pool);
