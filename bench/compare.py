@@ -1,5 +1,6 @@
 """Spindle vs llama.cpp, side by side, on the same random Qwen3-0.6B weights
-(--moe: Qwen3-30B-A3B's MoE layer shape, 8 layers).
+(--moe: Qwen3-30B-A3B's MoE layer shape, 8 layers; --hybrid: a Qwen3.5-style
+gated-DeltaNet hybrid of 1.09 G parameters).
 
 Run through bench/compare (which picks the project's venv). Steps:
   1. build llama-bench from PyPI's llama-cpp-python sdist (bench/build_llama.sh)
@@ -47,6 +48,18 @@ PAIRINGS = [
 MOE_PAIRINGS = [
     ("MoE MLX 4-bit g64 vs Q4_0", "moe-mlx4-g64", "moe-q4_0.gguf"),
 ]
+# --hybrid: the qwen3_5 model (bench/make_model.py --hybrid), prefix hybrid-.
+HYBRID_PAIRINGS = [
+    ("Hybrid MLX 4-bit g64 vs Q4_0", "hybrid-mlx4-g64", "hybrid-q4_0.gguf"),
+]
+# The model kinds: (file prefix, make_model.py option, pairings, title).
+KINDS = {
+    "dense": ("", [], PAIRINGS, ""),
+    "moe": ("moe-", ["--moe"], MOE_PAIRINGS,
+            ", MoE model (Qwen3-30B-A3B layers x 8)"),
+    "hybrid": ("hybrid-", ["--hybrid"], HYBRID_PAIRINGS,
+               ", hybrid model (Qwen3.5-style gated DeltaNet, 1.09 G)"),
+}
 
 # --spindle-gguf also runs `spindle bench` on every GGUF above, adding
 # "spindle(gguf)" columns: both engines on byte-identical files and formats.
@@ -108,12 +121,12 @@ def build_membw():
     return exe
 
 
-def make_models(py, pairings, moe):
-    """Write each model the pairings need once, from the bf16 dir (moe:
-    the MoE model's); a file named .done marks a finished one."""
+def make_models(py, pairings, kind):
+    """Write each model the pairings need once, from the bf16 dir of the
+    model kind (KINDS); a file named .done marks a finished one."""
     os.makedirs(MODELS, exist_ok=True)
     mk = os.path.join(ROOT, "bench", "make_model.py")
-    pre, extra = ("moe-", ["--moe"]) if moe else ("", [])
+    pre, extra = KINDS[kind][:2]
     dirs = [("bf16", ["--dtype", "bfloat16"]),
             ("mlx4-g64", ["--dtype", "bfloat16", "--bits", "4", "--group-size", "64"]),
             ("mlx8-g64", ["--dtype", "bfloat16", "--bits", "8", "--group-size", "64"])]
@@ -293,10 +306,15 @@ def main():
                          "fast); the first fills the main columns, the others get their own")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per engine run")
     ap.add_argument("--json-out", help="also write the raw results here")
-    ap.add_argument("--moe", action="store_true",
-                    help="the MoE model instead: Qwen3-30B-A3B's layer shape, 8 layers "
-                         "(128 experts, 8 per token), MLX 4-bit vs Q4_0")
+    kinds = ap.add_mutually_exclusive_group()
+    kinds.add_argument("--moe", action="store_true",
+                       help="the MoE model instead: Qwen3-30B-A3B's layer shape, 8 layers "
+                            "(128 experts, 8 per token), MLX 4-bit vs Q4_0")
+    kinds.add_argument("--hybrid", action="store_true",
+                       help="the hybrid model instead: Qwen3.5-style, 18 gated-DeltaNet "
+                            "and 6 gated-attention layers, 1.09 G, MLX 4-bit vs Q4_0")
     a = ap.parse_args()
+    kind = "moe" if a.moe else "hybrid" if a.hybrid else "dense"
     if a.quick:
         a.p, a.n, a.r = 128, 32, 1
     a.modes = [m.strip() for m in a.precision.split(",") if m.strip()]
@@ -305,7 +323,7 @@ def main():
     py = sys.executable
     os.makedirs(WORK, exist_ok=True)
 
-    pairings = a.pairings = MOE_PAIRINGS if a.moe else PAIRINGS
+    pairings = a.pairings = KINDS[kind][2]
     if a.only:
         keys = [k.strip() for k in a.only.split(",")]
         pairings = [p for p in a.pairings if any(k in p[0] for k in keys)]
@@ -314,7 +332,7 @@ def main():
     spindle_src = a.spindle or build_spindle(a.build_dir)
     spindle = snapshot(spindle_src)
     bwexe = build_membw()
-    make_models(py, pairings, a.moe)
+    make_models(py, pairings, kind)
 
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "threads": a.threads,
@@ -353,7 +371,7 @@ def main():
     llama_info = next(iter(res["llama"].values()), {})
     print(f"# Spindle vs llama.cpp — {res['date']}, {res['cpus']} CPUs, "
           f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}"
-          + (", MoE model (Qwen3-30B-A3B layers x 8)" if a.moe else ""))
+          + KINDS[kind][3])
     print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
           f"llama-cpp-python {LLAMA_VERSION} sdist, GGML_NATIVE, OpenMP, "
           f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}, "

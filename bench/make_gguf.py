@@ -5,8 +5,8 @@ usage: python bench/make_gguf.py SRC_DIR OUT.gguf --type f32|f16|bf16|q8_0|q4_0
 Used by bench/compare so that Spindle and llama.cpp run the SAME random
 weights. The writer is tests/gguf_writer.py (llama.cpp's tensor names and
 metadata per architecture, a synthetic gpt2 vocabulary); here it writes
-the qwen3 or qwen3_moe model (every layer MoE: llama.cpp's qwen3moe has
-no dense layers) with Qwen's three special tokens at their real ids.
+the qwen3, qwen3_moe (every layer MoE: llama.cpp's qwen3moe has no dense
+layers) or qwen3_5 hybrid model (llama.cpp's qwen35) with Qwen's three special tokens at their real ids.
 Quantization uses gguf-py's numpy ports of ggml's reference quantizers.
 """
 import argparse
@@ -31,10 +31,10 @@ def main():
     a = ap.parse_args()
     with open(os.path.join(a.src, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") not in ("qwen3", "qwen3_moe") or \
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe", "qwen3_5") or \
             "quantization" in cfg:
-        sys.exit("make_gguf: expects an unquantized qwen3 or qwen3_moe "
-                 "model dir")
+        sys.exit("make_gguf: expects an unquantized qwen3, qwen3_moe or "
+                 "qwen3_5 model dir")
     try:
         gguf_writer.write_gguf(a.src, a.out, a.type,
                                name=f"spindle-bench-{cfg['model_type']}-random",

@@ -69,6 +69,11 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
                                 L->post_mlp_norm};
         for (size_t i = 0; i < sizeof norms / sizeof *norms; i++)
             if (norms[i]) vec += c->hidden_size;
+        if (m->arch->layer_extra) {
+            const sp_linear *extra[16];
+            int n = m->arch->layer_extra(m, l, extra, 16, &vec);
+            for (int i = 0; i < n; i++) count_linear(&t, extra[i], &vec);
+        }
         if (L->q_norm)
             vec += L->qk_norm_full
                        ? (int64_t)(c->n_heads + c->n_kv_heads) * c->head_dim

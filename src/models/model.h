@@ -104,6 +104,12 @@ typedef struct sp_arch {
      * (sp_layer_state_desc_check) and fails the load if it is invalid. */
     void (*layer_state)(const spindle_model *m, int l,
                         sp_layer_state_desc *out);
+    /* The weights of layer l the family keeps outside sp_layer (in
+     * spindle_model.family), for `spindle info`'s counts: up to max of its
+     * matrices into out (their number returned), and in *vector_floats
+     * the elements of its small float vectors (default: none). */
+    int (*layer_extra)(const spindle_model *m, int l, const sp_linear **out,
+                       int max, int64_t *vector_floats);
 } sp_arch;
 
 struct spindle_model {

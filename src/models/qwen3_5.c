@@ -127,7 +127,8 @@ const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
                                       .load = qwen3_5_load,
                                       .layer = sp_hybrid_layer,
                                       .free_family = qwen3_5_free,
-                                      .layer_state = sp_hybrid_layer_state};
+                                      .layer_state = sp_hybrid_layer_state,
+                                 .layer_extra = sp_hybrid_layer_extra};
 
 /* A text-only config may name the multimodal type itself (mlx-lm then
  * reads the whole config as the text config). */
@@ -135,4 +136,5 @@ const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
                                  .load = qwen3_5_load,
                                  .layer = sp_hybrid_layer,
                                  .free_family = qwen3_5_free,
-                                 .layer_state = sp_hybrid_layer_state};
+                                 .layer_state = sp_hybrid_layer_state,
+                                 .layer_extra = sp_hybrid_layer_extra};

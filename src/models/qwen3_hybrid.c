@@ -264,3 +264,17 @@ void sp_hybrid_layer_state(const spindle_model *m, int l,
                                      .n_kv_heads = m->cfg.n_kv_heads,
                                      .head_dim = m->cfg.head_dim};
 }
+
+int sp_hybrid_layer_extra(const spindle_model *m, int l, const sp_linear **out,
+                          int max, int64_t *vector_floats) {
+    const sp_hybrid *h = m->family;
+    if (!h->linear[l]) return 0;
+    const sp_delta_net *D = &h->delta[l];
+    const sp_linear *all[] = {&D->qkv, &D->z, &D->qkvz, &D->b,
+                              &D->a, &D->ba, &D->out};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof *all && n < max; i++)
+        if (all[i]->w.rows) out[n++] = all[i];
+    *vector_floats += h->conv_kernel * h->conv_dim + 2 * h->n_v_heads + h->v_dim;
+    return n;
+}

@@ -113,6 +113,11 @@ void sp_hybrid_mixer(sp_forward *f, int l);
  * experts when sp_layer.moe is set, else its dense SwiGLU. */
 void sp_hybrid_layer(sp_forward *f, int l);
 
+/* The layer_extra hook: a DeltaNet layer's projections, and its conv
+ * taps, decay, dt_bias and norm as vectors. */
+int sp_hybrid_layer_extra(const spindle_model *m, int l, const sp_linear **out,
+                          int max, int64_t *vector_floats);
+
 /* The layer's sequence state: full KV for gated attention, recurrent (the
  * conv window and the delta-rule state) for DeltaNet layers. */
 void sp_hybrid_layer_state(const spindle_model *m, int l,

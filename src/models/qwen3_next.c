@@ -134,4 +134,5 @@ const sp_arch sp_arch_qwen3_next = {.model_type = "qwen3_next",
                                     .load = qwen3_next_load,
                                     .layer = sp_hybrid_layer,
                                     .free_family = qwen3_next_free,
-                                    .layer_state = sp_hybrid_layer_state};
+                                    .layer_state = sp_hybrid_layer_state,
+                                 .layer_extra = sp_hybrid_layer_extra};

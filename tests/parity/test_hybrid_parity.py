@@ -161,13 +161,24 @@ def test_hybrid_rollback_and_snapshot(spindle_bin, hybrid_models,  # noqa: F811
     assert out["checks"] > 100
 
 
-def test_hybrid_info_state_kinds(spindle_bin, hybrid_models):  # noqa: F811
-    r = subprocess.run([str(spindle_bin), "info", "-m",
-                        str(hybrid_models / "qwen3_5-wide-f32")],
+def test_hybrid_info(spindle_bin, hybrid_models):  # noqa: F811
+    """spindle info: the state kind of every layer, and parameters counting
+    the DeltaNet weights the family keeps (every element of the f32
+    files, read from their headers)."""
+    d = hybrid_models / "qwen3_5-wide-f32"
+    r = subprocess.run([str(spindle_bin), "info", "-m", str(d)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["state"] == {
+    info = json.loads(r.stdout)
+    assert info["state"] == {
         "full_kv": 2, "window_kv": 0, "recurrent": 4, "max_rollback": 8}
+    total = 0
+    for f in d.glob("*.safetensors"):
+        raw = f.read_bytes()
+        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+        total += sum(int(np.prod(t["shape"])) for k, t in header.items()
+                     if k != "__metadata__")
+    assert info["parameters"] == total
 
 
 NORMS_PLUS_ONE = (".input_layernorm.weight", ".post_attention_layernorm.weight",

@@ -26,7 +26,9 @@
  *    the sequence itself and in a fresh one); a snapshot restores into no
  *    other model (a second load of the same files);
  *  - a forward pass that fails (one batch entry over the context limit)
- *    leaves the other entry's sequence as it was.
+ *    leaves the other entry's sequence as it was;
+ *  - one decode step of two sequences in one batch equals each one's step
+ *    alone.
  * Prints one JSON object; exits 1 when a check failed, 2 on a usage or
  * load error. --bytes prints spindle_seq_state_bytes after each length. */
 #include "spindle.h"
@@ -304,6 +306,39 @@ static void check_snapshot(harness *h, const char *path, size_t *bytes) {
     spindle_seq_free(s);
 }
 
+/* One decode step of two sequences of different lengths in one batch
+ * gives each the logits a step of its own gives (up to 4 rows a pass's
+ * products are computed row by row, so the bits must agree). */
+static void check_batched_step(harness *h) {
+    spindle_seq *a = build(h, 70), *b = build(h, 9);
+    spindle_seq *a1 = build(h, 70), *b1 = build(h, 9);
+    float *la = malloc((size_t)h->vocab * sizeof(float));
+    float *lb = malloc((size_t)h->vocab * sizeof(float));
+    const int32_t ta = token(h, 70, 0), tb = token(h, 9, 0);
+    spindle_batch_entry e[2] = {
+        {.seq = a, .tokens = &ta, .n_tokens = 1,
+         .logits_mode = SPINDLE_LOGITS_LAST, .logits = la},
+        {.seq = b, .tokens = &tb, .n_tokens = 1,
+         .logits_mode = SPINDLE_LOGITS_LAST, .logits = lb},
+    };
+    spindle_error err = {0};
+    must(spindle_forward(h->model, e, 2, &err), &err, "batched forward");
+    forward(h, a1, 70, 1, 0, h->want);
+    h->checks += 2;
+    if (memcmp(la, h->want, (size_t)h->vocab * sizeof(float)))
+        fail(h, "a batched step differs from the same step alone (length 70)");
+    forward(h, b1, 9, 1, 0, h->want);
+    if (memcmp(lb, h->want, (size_t)h->vocab * sizeof(float)))
+        fail(h, "a batched step differs from the same step alone (length 9)");
+    compare_next(h, a1, a, "after a batched step");
+    free(la);
+    free(lb);
+    spindle_seq_free(a);
+    spindle_seq_free(b);
+    spindle_seq_free(a1);
+    spindle_seq_free(b1);
+}
+
 /* A batch whose second entry runs past the context limit fails (after the
  * first entry's sequence was reserved); that sequence must be as it was. */
 static void check_failed_forward(harness *h) {
@@ -374,6 +409,7 @@ int main(int argc, char **argv) {
         if (h.window) refused = check_beyond_window(&h);
         check_snapshot(&h, argv[1], &snap_bytes);
         check_failed_forward(&h);
+        check_batched_step(&h);
         printf("{\"max_rollback\": %d, \"rollback_cases\": %d, "
                "\"beyond_k_accepted\": %d, \"window_refused\": %s, "
                "\"recurrent_refused\": %d, "

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compute/linear_attention/linear_attention.h"
+
 /* One value head of one call: where its inputs, state and outputs are. */
 typedef struct sp_delta_head {
     const float *q, *k;      /* its key head in token row 0 */
@@ -33,9 +35,9 @@ typedef struct sp_delta_kernels {
     void (*chunk)(const sp_delta_head *h, int t0, int c, float *scratch);
 } sp_delta_kernels;
 
-/* Floats of chunk scratch a head needs. */
+/* Floats of chunk scratch a head needs: G, L, QK, U, W of a chunk. */
 static inline int64_t sp_delta_chunk_scratch(int k_dim, int v_dim) {
-    const int64_t c = 64; /* SP_DELTA_CHUNK */
+    const int64_t c = SP_DELTA_CHUNK;
     return c + 2 * c * c + c * ((int64_t)v_dim + k_dim);
 }
 
