@@ -5,26 +5,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
+START=$SECONDS
+stage() { echo "== [$(( (SECONDS - START) / 60 )) min] $*"; }
 
 scripts/setup.sh
 
 # Includes must point down the layer order (docs/ARCHITECTURE.md,
 # "Layering"); checked before anything is built.
-echo "== include layering"
+stage "include layering"
 python3 scripts/check_layering.py
 
-run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
-  local dir=$1 flags=$2
-  echo "== building $dir ($flags)"
+run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths (and
+               # options; EXACT_MARK: their marker), $4... pytest selection
+  local dir=$1 flags=$2 exact=$3
+  stage "building $dir ($flags)"
   cmake -S . -B "$dir" $flags >/dev/null
   cmake --build "$dir" -j "$JOBS" 2>&1 | grep -E "error|warning" || true
   cmake --build "$dir" -j "$JOBS" >/dev/null
-  echo "== C unit tests ($dir)"
+  stage "C unit tests ($dir)"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
   # The kernels pick the best SIMD path at run time; run the C tests again
   # on the lower paths so the portable fallback and AVX2 stay tested.
   for level in scalar avx2; do
-    echo "== C unit tests ($dir, SPINDLE_SIMD=$level)"
+    stage "C unit tests ($dir, SPINDLE_SIMD=$level)"
     SPINDLE_SIMD=$level ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
       -R "test_matmul|test_attention|test_ops"
   done
@@ -32,29 +35,31 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   # default mode's int8 kernels are held to the same tolerances above). The
   # GGUF, engine and sequence-state tests choose their precision themselves
   # or do not depend on it, so they run once.
-  echo "== mlx-lm parity ($dir, SPINDLE_PRECISION=exact)"
+  stage "mlx-lm parity ($dir, SPINDLE_PRECISION=exact)"
+  # shellcheck disable=SC2086  # $exact is a list of pytest arguments
   SPINDLE_PRECISION=exact SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" \
     SPINDLE_BIN="$PWD/$dir/spindle" .venv/bin/python -m pytest -q -p no:cacheprovider \
-    tests/parity --ignore-glob='tests/parity/test_*_gguf.py' \
-    --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py
-  echo "== Python suites ($dir)"
+    $exact ${EXACT_MARK:+-m "$EXACT_MARK"}
+  stage "Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${@:3}"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${@:4}"
 }
 
-run_suite build "-DCMAKE_BUILD_TYPE=Release" tests
+EXACT_ALL="tests/parity --ignore-glob=tests/parity/test_*_gguf.py
+  --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py"
+run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT_ALL" tests
 
 # The tree builds with clang as well (its own warnings and its code
 # generation for the SIMD kernels): its C tests and the mlx-lm parity suites
 # whose kernels differ (the base set, the hybrid's DeltaNet, gpt-oss's
 # MXFP4), in the default precision.
-echo "== building build-clang (clang-16, Release)"
+stage "building build-clang (clang-16, Release)"
 CC=clang-16 cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-clang -j "$JOBS" 2>&1 | grep -E "error|warning" || true
 cmake --build build-clang -j "$JOBS" >/dev/null
-echo "== C unit tests (build-clang)"
+stage "C unit tests (build-clang)"
 ctest --test-dir build-clang --output-on-failure -j "$JOBS"
-echo "== mlx-lm parity (build-clang)"
+stage "mlx-lm parity (build-clang)"
 SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
   SPINDLE_BIN="$PWD/build-clang/spindle" .venv/bin/python -m pytest -q \
   -p no:cacheprovider tests/parity/test_parity.py \
@@ -62,18 +67,22 @@ SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
 
 # The parsers under libFuzzer (tests/fuzz): each harness once over its
 # committed corpus (seeds and bug reproducers), then FUZZ_SECONDS of fuzzing.
-echo "== fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-30})"
+stage "fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-30})"
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 
 # The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
-echo "== AArch64 (qemu-user)"
+stage "AArch64 (qemu-user)"
 scripts/test_arm64.sh
 
 if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
   # The sanitizer build runs the same C tests and the Python suites that
-  # drive the binary; ASan's leak checker is on.
+  # drive the binary; ASan's leak checker is on. Its exact-mode rerun covers
+  # the base parity set only (the f32 activation paths; the release build
+  # already holds every family to the reference in that mode).
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export EXACT_MARK="not slow"
   run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
-    tests -m "not slow"
+    tests/parity/test_parity.py tests -m "not slow"
 fi
+stage "done"
