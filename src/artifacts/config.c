@@ -230,13 +230,25 @@ static spindle_status parse_quantization(sp_model_config *cfg,
     const cJSON *q = get(cfg, "quantization");
     if (!q) {
         /* Legacy MLX checkpoints carry the same block under this name; other
-         * quantizers (GPTQ, AWQ...) use it with a quant_method we lack. */
+         * quantizers (GPTQ, AWQ...) use it with a quant_method we lack, but
+         * for Hugging Face's MXFP4 checkpoints (gpt-oss), whose packed
+         * modules mlx-lm reads as mxfp4 in groups of 32. */
         const cJSON *qc = get(cfg, "quantization_config");
-        if (qc && cJSON_GetObjectItemCaseSensitive(qc, "quant_method"))
+        const cJSON *method =
+            qc ? cJSON_GetObjectItemCaseSensitive(qc, "quant_method") : NULL;
+        if (method && cJSON_IsString(method) &&
+            !strcmp(method->valuestring, "mxfp4")) {
+            cfg->quantized = cfg->quant_mxfp4 = true;
+            cfg->quant_bits = 4;
+            cfg->quant_group_size = 32;
+            return SPINDLE_OK;
+        }
+        if (method)
             return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                           "%s: quantization_config with quant_method is not "
-                           "supported (only MLX's affine and mxfp4 modes)",
-                           path);
+                           "%s: quantization_config with quant_method '%s' "
+                           "is not supported (only MLX's affine and mxfp4 "
+                           "modes, and Hugging Face's mxfp4)", path,
+                           cJSON_IsString(method) ? method->valuestring : "?");
         q = qc;
     }
     if (!q) return SPINDLE_OK;

@@ -12,7 +12,10 @@
  *  - YaRN rope_scaling (compute/rope.c, as mlx-lm's YarnRoPE).
  * Weights: mlx-lm's sanitized layout (mlp.router, stacked
  * mlp.experts.{gate,up,down}_proj with biases, self_attn.sinks), float,
- * MLX affine or mxfp4 (mlx-community's MXFP4 experts).
+ * MLX affine or mxfp4 (mlx-community's MXFP4 experts); or the Hugging Face
+ * checkpoints' (openai/gpt-oss-*): MXFP4 experts as gate_up_proj_blocks
+ * with interleaved gate/up rows, used in place (moe.h's gate_up) where
+ * mlx-lm's sanitize splits them.
  *
  * GGUF (llama.cpp's "gpt-oss", src/models/openai-moe.cpp): blk.N.attn_sinks,
  * post_attention_norm as the pre-MLP norm, ffn_gate_inp as the router and
@@ -88,6 +91,7 @@ static spindle_status gpt_oss_load(spindle_model *m, spindle_error *err) {
         .act = swiglu_oai,
         .router = "router",
         .stacked = "experts",
+        .gate_up = "gate_up_proj",
     };
     gpt_oss *g = calloc(1, sizeof *g);
     bool *own = calloc((size_t)n, sizeof *own);

@@ -24,7 +24,16 @@ static spindle_status bind_experts(spindle_model *m, const char *prefix,
     snprintf(name, sizeof name, "%s.%s.gate_proj.weight", prefix, s->stacked);
     bool stacked = !s->per_expert || sp_model_find_tensor(m, name);
     spindle_status st = SPINDLE_OK;
-    for (int p = 0; p < 3 && !st; p++) {
+    int p = 0;
+    if (s->gate_up && !sp_model_find_tensor(m, name)) {
+        snprintf(name, sizeof name, "%s.%s.%s", prefix, s->stacked,
+                 s->gate_up);
+        moe->fused = true;
+        st = sp_bind_stacked_linear(m, name, n, 2 * s->inter, d,
+                                    s->expert_bias, moe->gate, err);
+        p = 2;
+    }
+    for (; p < 3 && !st; p++) {
         const int64_t rows = p < 2 ? s->inter : d, cols = p < 2 ? d : s->inter;
         if (stacked) {
             snprintf(name, sizeof name, "%s.%s.%s", prefix, s->stacked,
@@ -150,6 +159,7 @@ struct sp_moe_scratch {
     int *fill;       /* [n_experts] next free position while grouping */
     float *x;        /* [T*k][hidden] gathered rows, then expert outputs */
     float *gate, *up;/* [T*k][inter] */
+    float *fused;    /* [T*k][2 inter] interleaved gate_up outputs */
     struct unit *units; /* [cap_units] work items of one parallel phase */
     size_t cap_units;
 };
@@ -158,7 +168,7 @@ void sp_moe_scratch_free(sp_moe_scratch *s) {
     if (!s) return;
     free(s->logits); free(s->idx); free(s->weight); free(s->order);
     free(s->pos); free(s->first); free(s->fill); free(s->x);
-    free(s->gate); free(s->up); free(s->units);
+    free(s->gate); free(s->up); free(s->fused); free(s->units);
     free(s);
 }
 
@@ -194,8 +204,11 @@ static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
         if (!GROW(s->x, x)) goto oom;
         s->cap_x = x;
     }
-    if (h > s->cap_h) {
-        if (!GROW(s->gate, h) || !GROW(s->up, h)) goto oom;
+    if (h > s->cap_h || (moe->fused && !s->fused)) {
+        if (h < s->cap_h) h = s->cap_h;
+        if (!GROW(s->gate, h) || !GROW(s->up, h) ||
+            ((moe->fused || s->fused) && !GROW(s->fused, 2 * h)))
+            goto oom;
         s->cap_h = h;
     }
     /* At most every expert once plus the extra blocks plan_units adds. */
@@ -248,6 +261,31 @@ static void run_pooled(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
     sp_linear_rows(pool, d, gate, n, y);
 }
 
+/* The gate and up rows [r0, r1) of a unit from the interleaved gate_up
+ * projection: its fused rows [2 r0, 2 r1) in one product, split into the
+ * usual gate and up outputs, then the activation. */
+static void run_fused_gate_up(const sp_moe *moe, sp_moe_scratch *s,
+                              const unit *u, const float *x) {
+    const size_t I = (size_t)moe->spec.inter, w = (size_t)(u->r1 - u->r0);
+    const size_t h = (size_t)u->first * I;
+    float *fused = s->fused + 2 * h + 2 * (size_t)u->r0;
+    sp_linear gu = row_block(&moe->gate[u->expert], 2 * u->r0, 2 * u->r1);
+    sp_linear_rows(NULL, &gu, x, u->n, fused);
+    /* n == 1 or whole rows (plan_units): each row's outputs are w wide
+     * in gate/up and 2w wide in fused. */
+    for (int t = 0; t < u->n; t++) {
+        float *g = s->gate + h + u->r0 + (size_t)t * w;
+        float *up = s->up + h + u->r0 + (size_t)t * w;
+        const float *f = fused + (size_t)t * 2 * w;
+        for (size_t i = 0; i < w; i++) {
+            g[i] = f[2 * i];
+            up[i] = f[2 * i + 1];
+        }
+    }
+    activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
+                    u->n * (int)w);
+}
+
 typedef struct phase {
     const sp_moe *moe;
     sp_moe_scratch *s;
@@ -272,6 +310,10 @@ static void run_units(void *ctx, int64_t u0, int64_t u1, int thread_id) {
             continue;
         }
         const float *x = s->x + (size_t)u->first * D;
+        if (moe->fused) {
+            run_fused_gate_up(moe, s, u, x);
+            continue;
+        }
         sp_linear g = row_block(&moe->gate[u->expert], u->r0, u->r1);
         sp_linear up = row_block(&moe->up[u->expert], u->r0, u->r1);
         sp_linear_rows(NULL, &g, x, u->n, s->gate + h + u->r0);

@@ -46,6 +46,11 @@ typedef struct sp_moe_spec {
      * "experts". */
     const char *stacked;
     const char *per_expert;
+    /* Fused stacked experts, tried first when set: <stacked>.<gate_up>
+     * [n_experts][2 inter][hidden] with gate row i at 2i and up row i at
+     * 2i + 1 (Hugging Face's gpt-oss "gate_up_proj"), beside
+     * <stacked>.down_proj. */
+    const char *gate_up;
     /* Shared expert: <shared>.{gate,up,down}_proj of shared_inter
      * (0: none) and its gate <shared_gate>.weight [1][hidden] (NULL:
      * added ungated). */
@@ -60,6 +65,7 @@ typedef struct sp_moe {
     int64_t hidden;
     sp_linear router;
     sp_linear *gate, *up, *down;     /* [n_experts] each; owned */
+    bool fused;      /* gate[e] is the interleaved gate_up; up[] unused */
     sp_linear shared_gate_proj, shared_up, shared_down;
     sp_linear shared_expert_gate;    /* rows 0: none */
 } sp_moe;

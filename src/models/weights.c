@@ -269,13 +269,57 @@ static spindle_status bind_mxfp4(const sp_tensor_info *w,
     return SPINDLE_OK;
 }
 
+/* Hugging Face's MXFP4 checkpoints (gpt-oss, transformers' Mxfp4 format):
+ * <prefix>_blocks U8 [.., rows, cols/32, 16], two E2M1 codes a byte, low
+ * nibble first, which are MLX's uint32 words byte for byte, and
+ * <prefix>_scales U8 [.., rows, cols/32]. */
+static spindle_status bind_hf_mxfp4(spindle_model *m, const char *prefix,
+                                    const sp_tensor_info *blocks,
+                                    matrix_shape s, sp_weight *out,
+                                    spindle_error *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s_scales", prefix);
+    const sp_tensor_info *scales = find(m, name);
+    if (!scales) return missing(m, name, err);
+    const int64_t d[4] = {s.stack, s.rows, s.cols / 32, 16};
+    const int lead = s.stack > 0 ? 0 : 1, nd = 4 - lead;
+    spindle_status st;
+    if (s.cols % 32)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor '%s': %lld input features are not a "
+                       "multiple of the mxfp4 group size 32", blocks->file,
+                       blocks->name, (long long)s.cols);
+    if ((st = expect_dims(blocks, nd, d + lead, err)) ||
+        (st = expect_dims(scales, nd - 1, d + lead, err)))
+        return st;
+    if (blocks->dtype != SP_DTYPE_U8 || scales->dtype != SP_DTYPE_U8)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: MXFP4 tensors '%s' and '%s' must be U8",
+                       blocks->file, blocks->name, scales->name);
+    out->type = SP_W_MXFP4;
+    out->data = blocks->data;
+    out->bits = 4;
+    out->group_size = 32;
+    out->qparam_dtype = SP_DTYPE_U8;
+    out->scales = scales->data;
+    return SPINDLE_OK;
+}
+
 static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
                                        matrix_shape s, sp_weight *out,
                                        spindle_error *err) {
     char name[300];
     snprintf(name, sizeof name, "%s.weight", prefix);
     const sp_tensor_info *w = find(m, name);
-    if (!w) return missing(m, name, err);
+    if (!w) {
+        snprintf(name, sizeof name, "%s_blocks", prefix);
+        const sp_tensor_info *blocks = find(m, name);
+        *out = (sp_weight){.rows = (s.stack > 0 ? s.stack : 1) * s.rows,
+                           .cols = s.cols};
+        if (blocks) return bind_hf_mxfp4(m, prefix, blocks, s, out, err);
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        return missing(m, name, err);
+    }
     *out = (sp_weight){.rows = (s.stack > 0 ? s.stack : 1) * s.rows,
                        .cols = s.cols, .data = w->data};
     spindle_status st;
@@ -346,7 +390,9 @@ static spindle_status bind_bias(spindle_model *m, const char *prefix, int nd,
                                 const int64_t *d, bool need_bias,
                                 const float **out, spindle_error *err) {
     char name[300];
-    snprintf(name, sizeof name, "%s.bias", prefix);
+    snprintf(name, sizeof name, "%s_bias", prefix);
+    /* (Hugging Face's name beside MXFP4 blocks) */
+    if (!find(m, name)) snprintf(name, sizeof name, "%s.bias", prefix);
     spindle_status st = bind_floats(m, name, nd, d, out, err);
     if (!st && need_bias && !*out) return missing(m, name, err);
     return st;

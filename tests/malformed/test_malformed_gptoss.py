@@ -7,7 +7,11 @@ block naming them) is written by hand with numpy and
 test_malformed_models.py's safetensors layout; each case breaks one thing:
 the expert counts, sinks of the wrong size, a missing expert bias, a bad
 layer_types entry, mxfp4 tensors of the wrong shape, and scales whose
-dtype contradicts the mode the config gives the module. Spindle must exit
+dtype contradicts the mode the config gives the module. The same model in
+the Hugging Face checkpoint layout (hf_tensors: gate_up_proj_blocks with
+interleaved rows, _scales, _bias; quantization_config {"quant_method":
+"mxfp4"}) is accepted, and broken in its own ways (blocks of the wrong
+shape or dtype, missing scales, an unknown quant_method). Spindle must exit
 non-zero without a signal and print exactly one line on stderr naming the
 key or tensor at fault.
 """
@@ -141,6 +145,62 @@ def test_malformed_gptoss(tmp_path, changes, edit, needle):
     else:
         cfg = config_with(CONFIG, **changes)
     proc = run_info(write(tmp_path / "m", t, cfg))
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
+    assert proc.returncode > 0, f"accepted; stdout: {proc.stdout[:300]!r}"
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"want one stderr line, got: {proc.stderr!r}"
+    assert needle in lines[0], f"does not name {needle}: {lines[0]}"
+
+
+HF_CONFIG = {k: v for k, v in CONFIG.items() if k != "quantization"}
+HF_CONFIG["quantization_config"] = {"quant_method": "mxfp4"}
+
+
+def hf_tensors():
+    """tensors() in the Hugging Face layout (the codes' values do not
+    matter to these checks, only names, shapes and dtypes)."""
+    t = tensors()
+    for layer in range(LAYERS):
+        e = f"model.layers.{layer}.mlp.experts."
+        gate = {k: t.pop(e + "gate_proj." + k) for k in ("weight", "scales", "bias")}
+        up = {k: t.pop(e + "up_proj." + k) for k in ("weight", "scales", "bias")}
+        both = {k: np.concatenate([gate[k], up[k]], axis=1) for k in gate}
+        for stem, parts in (("gate_up_proj", both), ("down_proj", {
+                k: t.pop(e + "down_proj." + k) for k in ("weight", "scales", "bias")})):
+            codes = parts["weight"].view(np.uint8)
+            t[e + stem + "_blocks"] = codes.reshape(*codes.shape[:-1], -1, 16)
+            t[e + stem + "_scales"] = parts["scales"]
+            t[e + stem + "_bias"] = parts["bias"]
+    return t
+
+
+def test_valid_hf_gptoss_model_is_accepted(tmp_path):
+    proc = run_info(write(tmp_path / "m", hf_tensors(), HF_CONFIG))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["weight_types"]["MLX mxfp4"] == LAYERS * EXPERTS * 2
+
+
+HF_GU = L1 + "mlp.experts.gate_up_proj"
+HF_CASES = [
+    ("blocks_shape", {}, _replace(HF_GU + "_blocks", np.zeros(
+        (EXPERTS, INTER, HIDDEN // 32, 16), np.uint8)), HF_GU + "_blocks"),
+    ("blocks_dtype", {}, _replace(HF_GU + "_blocks", np.zeros(
+        (EXPERTS, 2 * INTER, HIDDEN // 32, 16), np.float16)), HF_GU + "_blocks"),
+    ("no_scales", {}, _drop(HF_GU + "_scales"), HF_GU + "_scales"),
+    ("no_bias", {}, _drop(HF_GU + "_bias"), HF_GU),
+    ("quant_method", {"quantization_config": {"quant_method": "gptq"}}, None,
+     "gptq"),
+]
+
+
+@pytest.mark.parametrize("changes,edit,needle", [c[1:] for c in HF_CASES],
+                         ids=[c[0] for c in HF_CASES])
+def test_malformed_hf_gptoss(tmp_path, changes, edit, needle):
+    t = hf_tensors()
+    if edit:
+        edit(t)
+    proc = run_info(write(tmp_path / "m", t, config_with(HF_CONFIG, **changes)))
     assert proc.returncode >= 0, f"killed by signal {-proc.returncode}"
     assert proc.returncode > 0, f"accepted; stdout: {proc.stdout[:300]!r}"
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -20,7 +20,13 @@ MXFP4 (mode mxfp4, group 32, as mlx-community's gpt-oss conversions do) and
 the rest in 8-bit affine; "-q8" is MLX 8-bit everywhere; "-mxfp4" quantizes
 everything in mxfp4 mode except the router (gpt-oss's own quant_predicate:
 8-bit affine, group 64), so config.json's default mode is mxfp4 with one
-affine override per layer.
+affine override per layer. "-hf-mxfp4" is the layout of the Hugging Face
+checkpoints (openai/gpt-oss-20b): MXFP4 experts as transformers stores
+them (gate_up_proj_blocks / _scales / _bias with the gate and up rows
+interleaved, down_proj_blocks ..., the codes as uint8 [.., rows, cols/32,
+16]), everything else bf16, and quantization_config {"quant_method":
+"mxfp4"}; its reference is mlx-lm loading that directory (its gpt_oss
+sanitize splits the interleaved rows).
 
 Usage: python tests/parity/make_gptoss_models.py [--out DIR] [--only NAME ...]
 """
@@ -82,6 +88,7 @@ SPECS = [
     _spec("gptoss-q8", "bfloat16", quant="q8"),
     _spec("gptoss-mxfp4", "bfloat16", quant="mxfp4"),
     _spec("gptoss-chat", "bfloat16", quant="mxfp4-experts", chat=True),
+    _spec("gptoss-hf-mxfp4", "bfloat16", quant="hf-mxfp4"),
 ]
 
 
@@ -120,12 +127,63 @@ def quant_predicate(kind, model):
     own = model.quant_predicate           # the router: 8-bit affine g64
 
     def pred(path, module):
+        if kind == "hf-mxfp4":
+            return dict(MXFP4) if ".experts." in path else False
         if path.endswith("router"):
             return own(path, module)
         if kind == "mxfp4-experts" and ".experts." in path:
             return dict(MXFP4)
         return True
     return pred
+
+
+def save_hf_mxfp4(model, cfg, path):
+    """The model (experts in mxfp4, the rest bf16) in the Hugging Face
+    checkpoint layout: per layer, mlx-lm's split gate/up experts become
+    transformers' fused gate_up_proj with interleaved rows (gate row i at
+    2i, up row i at 2i + 1), the packed codes its uint8 blocks."""
+    mx = mm.mx
+    flat = dict(mm.tree_flatten(model.parameters()))
+    out = {}
+
+    def blocks(w):  # uint32 [.., rows, cols/8] -> uint8 [.., rows, cols/32, 16]
+        u8 = w.view(mx.uint8)
+        return u8.reshape(*u8.shape[:-1], u8.shape[-1] // 16, 16)
+
+    def interleave(g, u):  # [.., rows, ...] x 2 -> [.., 2 rows, ...]
+        both = mx.stack([g, u], axis=2)
+        return both.reshape(g.shape[0], 2 * g.shape[1], *g.shape[2:])
+
+    for k, v in flat.items():
+        if ".experts.up_proj." in k:
+            continue
+        if ".experts.gate_proj." in k:
+            base = k.split(".experts.")[0] + ".experts.gate_up_proj"
+            u = flat[k.replace("gate_proj", "up_proj")]
+            if k.endswith(".weight"):
+                out[base + "_blocks"] = blocks(interleave(v, u))
+            elif k.endswith(".scales"):
+                out[base + "_scales"] = interleave(v, u)
+            else:
+                out[base + "_bias"] = interleave(v, u)
+        elif ".experts.down_proj." in k:
+            base = k.split(".experts.")[0] + ".experts.down_proj"
+            suffix = {"weight": "_blocks", "scales": "_scales",
+                      "bias": "_bias"}[k.rsplit(".", 1)[1]]
+            out[base + suffix] = blocks(v) if suffix == "_blocks" else v
+        else:
+            out[k] = v
+    mx.eval(out)
+    mx.save_safetensors(str(path / "model.safetensors"), out,
+                        metadata={"format": "pt"})
+    cfg = dict(cfg)
+    cfg.pop("quantization", None)
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn",
+                                   "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"]}
+    mm.mlu.save_config(cfg, path / "config.json")
 
 
 def build_model(spec, path):
@@ -136,12 +194,15 @@ def build_model(spec, path):
     mm.cast_like_convert(model, spec["dtype"])
     q = spec["quant"]
     if q:
-        mode = "mxfp4" if q == "mxfp4" else "affine"
+        mode = "mxfp4" if q in ("mxfp4", "hf-mxfp4") else "affine"
         bits, group = (4, 32) if mode == "mxfp4" else (8, 64)
         model, cfg = mm.mlu.quantize_model(
             model, cfg, group, bits, mode=mode,
             quant_predicate=quant_predicate(q, model))
     mm.mx.eval(model.parameters())
+    if q == "hf-mxfp4":
+        save_hf_mxfp4(model, cfg, path)
+        return model
     mm.mlu.save_model(path, model)
     mm.mlu.save_config(dict(cfg), path / "config.json")
     if spec["chat"]:
