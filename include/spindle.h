@@ -128,6 +128,18 @@ void spindle_model_free(spindle_model *model);
 /* Directory the model was resolved to (a snapshot dir for repo ids; the
  * file's path for GGUF). Owned by the model, valid until it is freed. */
 const char *spindle_model_dir(const spindle_model *model);
+/* The identity of the model's files (config.json and every weight file's
+ * name, size, header and content; artifacts/fingerprint.h): 32 lowercase
+ * hex digits and a NUL into `out`. The same files give the same value in
+ * every process; a re-quantized or converted file another. The first call
+ * may read every weight file once (its content hash is then cached beside
+ * the file, or under $SPINDLE_CACHE_DIR / ~/.cache/spindle when the model
+ * directory is read-only); later calls return the model's copy.
+ * Thread-safe. */
+#define SPINDLE_FINGERPRINT_LEN 32
+spindle_status spindle_model_fingerprint(spindle_model *model,
+                                         char out[SPINDLE_FINGERPRINT_LEN + 1],
+                                         spindle_error *err);
 int spindle_model_vocab_size(const spindle_model *model);
 int spindle_model_context_length(const spindle_model *model);
 /* End-of-sequence ids (generation_config.json / config.json, or the GGUF's
