@@ -24,6 +24,7 @@ void sp_server_defaults(sp_server_options *o) {
     o->idle_timeout_s = 60;
     o->read_timeout_s = 30;
     o->shutdown_timeout_s = 10;
+    o->checkpoint_every = 64;
 }
 
 /* The signal thread: SIGINT and SIGTERM are blocked everywhere and taken

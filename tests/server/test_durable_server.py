@@ -1,0 +1,175 @@
+"""`spindle serve --checkpoint-dir`: a request in flight survives kill -9.
+
+  * uninterrupted stream vs (stream until killed) + (resume_id after a
+    restart): the text joins up exactly, the resumed stream sends only what
+    follows the checkpoint, keeps the request's id, and its usage counts the
+    original prompt and every completion token; greedy and seeded T=0.8;
+  * a finished request's checkpoint is gone (404 on a second resume);
+  * resume_id errors: no --checkpoint-dir (400), a malformed id (400), no
+    checkpoint (404), a corrupted or another model's checkpoint (409).
+"""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from server_common import SPINDLE_BIN, Server, assert_api_error, model_dir, post_json
+
+PAUSE_ENV = "SPINDLE_TEST_CHECKPOINT_PAUSE_MS"
+BODY = {"prompt": "The quick brown fox", "max_tokens": 24, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return model_dir()
+
+
+def stream(port, body, kill_after=None, proc=None):
+    """POST /v1/completions streaming; (id, text, usage). With kill_after,
+    SIGKILL `proc` once that many text chunks have arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200, r.read()
+    rid, text, usage, chunks = None, "", None, 0
+    try:
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            rid = ev.get("id", rid)
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices", []):
+                if ch.get("text"):
+                    text += ch["text"]
+                    chunks += 1
+            if kill_after is not None and chunks >= kill_after:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+                break
+    except (OSError, http.client.HTTPException):
+        pass
+    finally:
+        conn.close()
+    return rid, text, usage
+
+
+def whole(body, **extra):
+    """body as a non-streaming request."""
+    b = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    b.update(extra)
+    return b
+
+
+def body_for(sampling):
+    b = dict(BODY)
+    if sampling == "seeded":
+        b.update(temperature=0.8, seed=99)
+    else:
+        b.update(temperature=0)
+    return b
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+def test_kill_then_resume(model, tmp_path, sampling):
+    body = body_for(sampling)
+    ref = Server(model)
+    try:
+        _, full, full_usage = stream(ref.port, body)
+    finally:
+        ref.stop_cleanly()
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    os.environ[PAUSE_ENV] = "300"      # the killed server writes slowly
+    try:
+        first = Server(model, *args)
+    finally:
+        del os.environ[PAUSE_ENV]
+    try:
+        rid, printed, _ = stream(first.port, body, kill_after=10, proc=first.proc)
+    finally:
+        first.stop()
+    assert first.proc.returncode == -signal.SIGKILL
+    assert (ckdir / f"{rid}.ckpt").is_file(), list(ckdir.iterdir())
+    second = Server(model, *args)
+    try:
+        rid2, rest, usage = stream(second.port, dict(body, resume_id=rid))
+        assert rid2 == rid, "the resumed request keeps its id"
+        assert full.startswith(printed) and full.endswith(rest), (full, printed, rest)
+        assert len(full) - len(rest) <= len(printed) and rest, (full, printed, rest)
+        assert usage == full_usage, "usage counts the original request"
+        assert not (ckdir / f"{rid}.ckpt").exists(), "a finished request keeps no checkpoint"
+        status, _, err = post_json(second.port, "/v1/completions",
+                                   whole(body, resume_id=rid))
+        assert_api_error(status, err, 404, "resume_id", "checkpoint_not_found")
+    finally:
+        second.stop_cleanly()
+
+
+def test_resume_errors(model, tmp_path):
+    body = whole(BODY)
+    plain = Server(model)
+    try:
+        status, _, err = post_json(plain.port, "/v1/completions", dict(body, resume_id="cmpl-1"))
+        assert_api_error(status, err, 400, "resume_id")
+    finally:
+        plain.stop_cleanly()
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    # A checkpoint of this model (spindle run), then a damaged copy, and one
+    # of another model under a request's name.
+    good = ckdir / "cmpl-good.ckpt"
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(good), "--checkpoint-every", "4"],
+                   check=True, capture_output=True, timeout=120)
+    blob = bytearray(good.read_bytes())
+    blob[len(blob) // 2] ^= 0x10
+    (ckdir / "cmpl-bad.ckpt").write_bytes(bytes(blob))
+    (ckdir / "cmpl-short.ckpt").write_bytes(bytes(blob[:100]))
+    srv = Server(model, "--checkpoint-dir", ckdir)
+    try:
+        for rid, want, code in [("../cmpl-good", 400, None), ("a b", 400, None),
+                                ("cmpl-none", 404, "checkpoint_not_found"),
+                                ("cmpl-bad", 409, "checkpoint_unusable"),
+                                ("cmpl-short", 409, "checkpoint_unusable")]:
+            status, _, err = post_json(srv.port, "/v1/completions", dict(body, resume_id=rid))
+            e = assert_api_error(status, err, want, "resume_id", code)
+            assert "\n" not in e["message"]
+        status, _, err = post_json(srv.port, "/v1/completions", dict(body, resume_id=7))
+        assert_api_error(status, err, 400, "resume_id")
+        status, _, out = post_json(srv.port, "/v1/completions", dict(body, resume_id="cmpl-good"))
+        assert status == 200, out
+        assert out["usage"]["prompt_tokens"] == 3 and out["usage"]["completion_tokens"] == 12
+    finally:
+        srv.stop_cleanly()
+
+
+def test_foreign_checkpoint_refused(model, tmp_path):
+    other = model.parents[1] / "parity" / "qwen3-f32"
+    if not other.is_dir():
+        pytest.skip("the dense parity models are not built")
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(other), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(ckdir / "cmpl-other.ckpt"),
+                    "--checkpoint-every", "4"], check=True, capture_output=True, timeout=120)
+    srv = Server(model, "--checkpoint-dir", ckdir)
+    try:
+        status, _, err = post_json(srv.port, "/v1/completions",
+                                   whole(BODY, resume_id="cmpl-other"))
+        e = assert_api_error(status, err, 409, "resume_id", "checkpoint_unusable")
+        assert "another model" in e["message"]
+    finally:
+        srv.stop_cleanly()
