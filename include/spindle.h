@@ -614,6 +614,23 @@ spindle_status spindle_checkpoint_set_extension(spindle_checkpoint *ck,
 const void *spindle_checkpoint_extension(const spindle_checkpoint *ck,
                                          const char *name, size_t *n);
 
+/* A sequence's state with the n tokens it holds (n == the snapshot's
+ * length) as a file: the checkpoint container (fingerprint, checksum,
+ * atomic write) without a generation; what `spindle serve` saves for a
+ * slot. Thread-safe for distinct paths. */
+spindle_status spindle_seq_state_save(spindle_model *model,
+                                      const spindle_seq_snapshot *snap,
+                                      const int32_t *tokens, int n,
+                                      const char *path, spindle_error *err);
+/* Read one back: *snap (free with spindle_seq_snapshot_free before the
+ * model), *tokens (spindle_free) and their count. Errors as
+ * spindle_checkpoint_load's; a generation checkpoint is refused here and a
+ * saved state by spindle_checkpoint_load. */
+spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
+                                      spindle_seq_snapshot **snap,
+                                      int32_t **tokens, int *n,
+                                      spindle_error *err);
+
 /* ---------------------------------------------------------------- tokenizer */
 
 typedef struct spindle_tokenizer spindle_tokenizer;

@@ -43,6 +43,9 @@ struct spindle_checkpoint {
     sp_checkpoint_extension *ext;
     int n_ext;
     int n_tokens_read;                 /* parsing: entries of TOKS */
+    /* A saved sequence state (spindle_seq_state_save): tokens and
+     * snapshot only, n_generated 0, the snapshot at n_prompt tokens. */
+    bool prompt_state;
 };
 
 typedef struct sp_request sp_request;

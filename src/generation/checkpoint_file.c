@@ -49,6 +49,7 @@ typedef struct meta_record {
 
 #define FLAG_IGNORE_EOS 1u
 #define FLAG_SEED_EXPLICIT 2u
+#define FLAG_PROMPT_STATE 4u
 
 static void meta_from(const spindle_checkpoint *ck, meta_record *m) {
     const spindle_gen_params *g = &ck->params;
@@ -59,7 +60,8 @@ static void meta_from(const spindle_checkpoint *ck, meta_record *m) {
     m->max_tokens = g->max_tokens;
     m->prefill_chunk = g->prefill_chunk;
     m->flags = (g->ignore_eos ? FLAG_IGNORE_EOS : 0) |
-               (ck->seed_explicit ? FLAG_SEED_EXPLICIT : 0);
+               (ck->seed_explicit ? FLAG_SEED_EXPLICIT : 0) |
+               (ck->prompt_state ? FLAG_PROMPT_STATE : 0);
     memcpy(m->rng, ck->rng, sizeof m->rng);
     m->seed = g->sampler.seed;
     m->temperature = g->sampler.temperature;
@@ -88,6 +90,7 @@ static void meta_into(const meta_record *m, spindle_checkpoint *ck) {
     g->prefill_chunk = m->prefill_chunk;
     g->ignore_eos = m->flags & FLAG_IGNORE_EOS;
     ck->seed_explicit = m->flags & FLAG_SEED_EXPLICIT;
+    ck->prompt_state = m->flags & FLAG_PROMPT_STATE;
     memcpy(ck->rng, m->rng, sizeof ck->rng);
     g->sampler.seed = m->seed;
     g->sampler.temperature = m->temperature;
@@ -170,7 +173,7 @@ static spindle_status file_parts(const spindle_checkpoint *ck, sp_strbuf *head,
                                  const void **snap, size_t *snap_n,
                                  unsigned char sum[SUM_BYTES],
                                  spindle_error *err) {
-    if (!ck->tokens || ck->n_prompt < 1 || ck->n_generated < 1)
+    if (!ck->tokens || ck->n_prompt < 1 || ck->n_generated < (ck->prompt_state ? 0 : 1))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "the checkpoint holds no generation to save");
     snapshot_bytes(ck, snap, snap_n);
@@ -331,13 +334,14 @@ static spindle_status check_parsed(const spindle_checkpoint *ck, unsigned seen,
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "a section is missing (META, TOKS and SNAP are required)");
     const spindle_gen_params *g = &ck->params;
-    if (ck->n_prompt < 1 || ck->n_generated < 1 ||
+    if (ck->n_prompt < 1 || ck->n_generated < (ck->prompt_state ? 0 : 1) ||
+        (ck->prompt_state && ck->n_generated != 0) ||
         ck->n_prompt > MAX_TOKENS - ck->n_generated ||
         ck->n_tokens_read != ck->n_prompt + ck->n_generated)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "token counts disagree (prompt %d, generated %d, %d stored)",
                        (int)ck->n_prompt, (int)ck->n_generated, ck->n_tokens_read);
-    if (g->max_tokens <= ck->n_generated)
+    if (!ck->prompt_state && g->max_tokens <= ck->n_generated)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "generated %d of at most %d: nothing left to resume",
                        (int)ck->n_generated, g->max_tokens);
@@ -432,7 +436,7 @@ static spindle_status bind_snapshot(spindle_model *model, spindle_checkpoint *ck
     free(ck->snap_data);
     ck->snap_data = NULL;
     ck->snap_n = 0;
-    int want = ck->n_prompt + ck->n_generated - 1;
+    int want = ck->n_prompt + ck->n_generated - (ck->prompt_state ? 0 : 1);
     if (spindle_seq_snapshot_length(ck->snap) != want)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "the state covers %d tokens, the tokens say %d",
@@ -440,9 +444,10 @@ static spindle_status bind_snapshot(spindle_model *model, spindle_checkpoint *ck
     return SPINDLE_OK;
 }
 
-spindle_status spindle_checkpoint_load(spindle_model *model, const char *path,
-                                       spindle_checkpoint **out,
-                                       spindle_error *err) {
+/* A checkpoint (prompt_state false) or a saved state (true) of model. */
+static spindle_status load_file(spindle_model *model, const char *path,
+                                bool prompt_state, spindle_checkpoint **out,
+                                spindle_error *err) {
     if (!model || !path || !out)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     *out = NULL;
@@ -461,11 +466,56 @@ spindle_status spindle_checkpoint_load(spindle_model *model, const char *path,
         st = sp_fail(&why, SPINDLE_ERR_ARGUMENT,
                      "written for another model (fingerprint %s; this model's "
                      "is %s)", ck->fingerprint, fp);
+    if (!st && ck->prompt_state != prompt_state)
+        st = sp_fail(&why, SPINDLE_ERR_ARGUMENT, "%s",
+                     prompt_state ? "a generation checkpoint, not a saved state"
+                                  : "a saved sequence state, not a generation checkpoint");
     if (!st) st = bind_snapshot(model, ck, &why);
     if (st) {
         spindle_checkpoint_free(ck);
-        return sp_fail(err, st, "checkpoint %s: %s", path, why.message);
+        return sp_fail(err, st, "%s %s: %s", prompt_state ? "state" : "checkpoint",
+                       path, why.message);
     }
     *out = ck;
+    return SPINDLE_OK;
+}
+
+spindle_status spindle_checkpoint_load(spindle_model *model, const char *path,
+                                       spindle_checkpoint **out,
+                                       spindle_error *err) {
+    return load_file(model, path, false, out, err);
+}
+
+spindle_status spindle_seq_state_save(spindle_model *model,
+                                      const spindle_seq_snapshot *snap,
+                                      const int32_t *tokens, int n,
+                                      const char *path, spindle_error *err) {
+    if (!model || !snap || !tokens || !path)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    if (n < 1 || n != spindle_seq_snapshot_length(snap))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "%d tokens for a state of %d", n, spindle_seq_snapshot_length(snap));
+    spindle_checkpoint ck = {.n_prompt = n, .prompt_state = true,
+                             .tokens = (int32_t *)tokens,
+                             .snap = (spindle_seq_snapshot *)snap};
+    ck.params = spindle_gen_defaults();
+    spindle_status st = spindle_model_fingerprint(model, ck.fingerprint, err);
+    return st ? st : spindle_checkpoint_save(&ck, path, err);
+}
+
+spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
+                                      spindle_seq_snapshot **snap,
+                                      int32_t **tokens, int *n,
+                                      spindle_error *err) {
+    if (!snap || !tokens || !n) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    spindle_checkpoint *ck = NULL;
+    spindle_status st = load_file(model, path, true, &ck, err);
+    if (st) return st;
+    *snap = ck->snap;
+    *tokens = ck->tokens;
+    *n = ck->n_prompt;
+    ck->snap = NULL;
+    ck->tokens = NULL;
+    spindle_checkpoint_free(ck);
     return SPINDLE_OK;
 }

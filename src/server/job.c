@@ -10,6 +10,7 @@
  * arrived. A job is freed only after on_finish has run. */
 #include "server/api_response.h"
 #include "server/durable.h"
+#include "server/slots.h"
 #include "server/state.h"
 #include "server/stop_strings.h"
 
@@ -30,6 +31,9 @@ struct sp_job {
     sp_api_head head;
     sp_job_durable durable;       /* resume_id, --checkpoint-dir */
     size_t text_from;             /* a resume sends only the text after it */
+    int id_slot;                  /* -1: none (slots.h) */
+    spindle_seq *seq;             /* the slot's sequence, NULL without one */
+    int slot_reused;              /* prompt tokens the slot's state covered */
 
     /* Written by the engine's thread, read by the connection's: under mu. */
     pthread_mutex_t mu;
@@ -111,6 +115,8 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
         feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
     sp_stop_flush(&j->stop, &j->text);
     sp_durable_end(&j->durable, r->stop_reason);
+    if (j->seq && r->stop_reason != SPINDLE_STOP_ERROR && r->stop_reason != SPINDLE_STOP_CANCELLED)
+        sp_slot_end(j->srv, j->id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens);
     j->stop_reason = r->stop_reason;
     j->status = r->status;
     snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
@@ -178,6 +184,7 @@ static void job_release(sp_job *j) {
     pthread_mutex_unlock(&s->lock);
     spindle_detokenizer_free(j->detok);
     sp_durable_free(&j->durable);
+    spindle_seq_free(j->seq);
     sp_stop_free(&j->stop);
     sp_strbuf_free(&j->text);
     sp_strbuf_free(&j->out);
@@ -258,7 +265,8 @@ static bool job_failure(const sp_job *j, sp_api_error *e) {
 }
 
 static sp_api_usage job_usage(const sp_job *j) {
-    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated};
+    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated,
+                          .cached_tokens = j->slot_reused};
 }
 
 static enum MHD_Result reply_whole(sp_job *j) {
@@ -454,7 +462,11 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
-    spindle_request rq = {.prompt = j->prompt, .n_prompt = j->n_prompt,
+    if (!st && j->id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
+    if (!st && !j->durable.resume)
+        j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, j->seq);
+    spindle_request rq = {.prompt = j->prompt + j->slot_reused,
+                          .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
@@ -492,7 +504,9 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
     sp_job_durable durable;
-    bool ok = sp_durable_open(s, body, len, &req, &durable, &e);
+    int id_slot = -1;
+    bool ok = sp_durable_open(s, body, len, &req, &durable, &e) &&
+              sp_slots_body_id(s, body, len, &id_slot, &e);
     if (ok && durable.resume) {   /* the checkpoint's prompt, not the body's */
         ok = sp_durable_prompt(&durable, &ids, &n);
         if (!ok) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
@@ -515,6 +529,7 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     }
     j->prompt = ids;
     j->n_prompt = n;
+    j->id_slot = id_slot;
     if (!admit(s, j, &e)) {
         j->finished = true;
         job_release(j);

@@ -173,3 +173,95 @@ def test_foreign_checkpoint_refused(model, tmp_path):
         assert "another model" in e["message"]
     finally:
         srv.stop_cleanly()
+
+
+def slot_post(port, slot, action, body=None):
+    return post_json(port, f"/slots/{slot}?action={action}", body or {})
+
+
+def test_slot_save_restore_across_restart(model, tmp_path):
+    """A slot's prompt state saved, restored into another slot after a
+    restart, and reused: the next request on that slot prefills only the
+    rest (cached_tokens) and answers as a cold run of the whole prompt."""
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    prefix = [(i * 37 + 11) % 400 + 5 for i in range(24)]
+    rest = [7, 8, 9, 10]
+    greedy = {"temperature": 0, "ignore_eos": True}
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, out = post_json(srv.port, "/v1/completions",
+                                   dict(greedy, prompt=prefix, max_tokens=1, id_slot=1))
+        assert status == 200, out
+        status, _, out = slot_post(srv.port, 1, "save", {"filename": "prefix.bin"})
+        assert status == 200, out
+        assert out["id_slot"] == 1 and out["filename"] == "prefix.bin"
+        assert out["n_saved"] == len(prefix) and out["n_written"] > 0
+        assert "save_ms" in out["timings"]
+    finally:
+        srv.stop_cleanly()
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, cold = post_json(srv.port, "/v1/completions",
+                                    dict(greedy, prompt=prefix + rest, max_tokens=8))
+        assert status == 200 and cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        status, _, out = slot_post(srv.port, 0, "restore", {"filename": "prefix.bin"})
+        assert status == 200, out
+        assert out["n_restored"] == len(prefix) and out["n_read"] > 0
+        status, _, warm = post_json(srv.port, "/v1/completions",
+                                    dict(greedy, prompt=prefix + rest, max_tokens=8, id_slot=0))
+        assert status == 200, warm
+        assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == len(prefix)
+        assert warm["usage"]["prompt_tokens"] == len(prefix) + len(rest)
+        assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
+        status, _, out = slot_post(srv.port, 0, "erase")
+        assert status == 200 and out == {"id_slot": 0, "n_erased": len(prefix + rest) + 7}
+    finally:
+        srv.stop_cleanly()
+
+
+def test_slot_errors(model, tmp_path):
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    plain = Server(model)
+    try:
+        status, _, err = slot_post(plain.port, 0, "save", {"filename": "a.bin"})
+        assert_api_error(status, err, 501)
+    finally:
+        plain.stop_cleanly()
+    ckpt = saves / "generation.ckpt"
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(ckpt), "--checkpoint-every", "4"],
+                   check=True, capture_output=True, timeout=120)
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, out = post_json(srv.port, "/v1/completions",
+                                   {"prompt": [5, 6, 7], "max_tokens": 2, "id_slot": 1})
+        assert status == 200, out
+        status, _, out = slot_post(srv.port, 1, "save", {"filename": "ok.bin"})
+        assert status == 200, out
+        blob = bytearray((saves / "ok.bin").read_bytes())
+        blob[40] ^= 4
+        (saves / "flipped.bin").write_bytes(bytes(blob))
+        (saves / "short.bin").write_bytes(bytes(blob[:50]))
+        cases = [
+            (0, "save", {"filename": "empty.bin"}, 400, "slot_empty"),
+            (0, "restore", {"filename": "missing.bin"}, 404, "slot_file_not_found"),
+            (0, "restore", {"filename": "flipped.bin"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "short.bin"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "generation.ckpt"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "../ok.bin"}, 400, None),
+            (0, "restore", {}, 400, None),
+            (0, "launch", {"filename": "ok.bin"}, 400, None),
+            (2, "restore", {"filename": "ok.bin"}, 404, "not_found"),
+            ("x", "restore", {"filename": "ok.bin"}, 404, "not_found"),
+        ]
+        for slot, action, body, want, code in cases:
+            status, _, err = slot_post(srv.port, slot, action, body)
+            e = assert_api_error(status, err, want, code=code)
+            assert "\n" not in e["message"], e
+        status, _, err = post_json(srv.port, "/v1/completions",
+                                   {"prompt": [5], "max_tokens": 1, "id_slot": 5})
+        assert_api_error(status, err, 400, "id_slot")
+    finally:
+        srv.stop_cleanly()
