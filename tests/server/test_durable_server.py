@@ -14,6 +14,8 @@ import json
 import os
 import signal
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -29,15 +31,17 @@ def model():
     return model_dir()
 
 
-def stream(port, body, kill_after=None, proc=None):
+def stream(port, body, kill_after=None, proc=None, kill_delay=None, finish=None):
     """POST /v1/completions streaming; (id, text, usage). With kill_after,
-    SIGKILL `proc` once that many text chunks have arrived."""
+    SIGKILL `proc` once that many text chunks have arrived; with kill_delay,
+    that many seconds after the first event. `finish` (a list) receives the
+    finish reasons."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("POST", "/v1/completions", body=json.dumps(body),
                  headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     assert r.status == 200, r.read()
-    rid, text, usage, chunks = None, "", None, 0
+    rid, text, usage, chunks, t0 = None, "", None, 0, None
     try:
         while True:
             line = r.readline()
@@ -48,12 +52,17 @@ def stream(port, body, kill_after=None, proc=None):
                 continue
             ev = json.loads(line[6:])
             rid = ev.get("id", rid)
+            if t0 is None and kill_delay is not None:
+                t0 = time.monotonic()
+                threading.Timer(kill_delay, proc.send_signal, (signal.SIGKILL,)).start()
             if ev.get("usage"):
                 usage = ev["usage"]
             for ch in ev.get("choices", []):
                 if ch.get("text"):
                     text += ch["text"]
                     chunks += 1
+                if ch.get("finish_reason") and finish is not None:
+                    finish.append(ch["finish_reason"])
             if kill_after is not None and chunks >= kill_after:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
@@ -116,6 +125,50 @@ def test_kill_then_resume(model, tmp_path, sampling):
         assert_api_error(status, err, 404, "resume_id", "checkpoint_not_found")
     finally:
         second.stop_cleanly()
+
+
+def test_stop_string_across_checkpoint(model, tmp_path):
+    """A stop string that starts before the checkpoint the resume uses and
+    ends after it: the resumed request must still see its first part (the
+    stop matcher rebuilt from the checkpoint's tokens), stop there and never
+    send it."""
+    body = body_for("greedy")
+    ref = Server(model)
+    try:
+        status, _, out = post_json(ref.port, "/v1/completions", whole(body, logprobs=1))
+        assert status == 200, out
+    finally:
+        ref.stop_cleanly()
+    full, pieces = out["choices"][0]["text"], out["choices"][0]["logprobs"]["tokens"]
+    assert "".join(pieces[:9]) == full[:len("".join(pieces[:9]))]
+    # From the last character of token 4 (the checkpoint the resume will
+    # use) into token 9 (past the checkpoint at 8 that the kill interrupts).
+    start = len("".join(pieces[:4])) - 1
+    end = len("".join(pieces[:8])) + 1
+    stop = full[start:end]
+    assert full.find(stop) == start, "the stop string must first occur there"
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    os.environ[PAUSE_ENV] = "1000"    # checkpoint 4 done at ~1 s, 8 held to ~2 s
+    try:
+        first = Server(model, *args)
+    finally:
+        del os.environ[PAUSE_ENV]
+    try:
+        rid, printed, _ = stream(first.port, dict(body, stop=stop), proc=first.proc,
+                                 kill_delay=1.5)
+    finally:
+        first.stop()
+    assert first.proc.returncode == -signal.SIGKILL
+    second = Server(model, *args)
+    try:
+        finish = []
+        _, rest, usage = stream(second.port, dict(body, stop=stop, resume_id=rid), finish=finish)
+    finally:
+        second.stop_cleanly()
+    assert printed + rest == full[:start], (printed, rest, full[:start])
+    assert finish == ["stop"] and usage["completion_tokens"] < body["max_tokens"]
 
 
 def test_resume_errors(model, tmp_path):
