@@ -42,6 +42,16 @@ static void slot_clear(sp_slot *sl) {
     sl->n = 0;
 }
 
+/* Replace the slot's state (its snapshot and tokens are taken over). */
+static void slot_install(sp_slot *sl, spindle_seq_snapshot *snap, int32_t *tokens, int n) {
+    pthread_mutex_lock(&sl->mu);
+    slot_clear(sl);
+    sl->snap = snap;
+    sl->tokens = tokens;
+    sl->n = n;
+    pthread_mutex_unlock(&sl->mu);
+}
+
 void sp_slots_free(sp_slots *s) {
     if (!s) return;
     for (int i = 0; i < s->count; i++) {
@@ -100,13 +110,7 @@ void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *
     int from_prompt = n < n_prompt ? n : n_prompt;
     memcpy(tokens, prompt, (size_t)from_prompt * sizeof *tokens);
     memcpy(tokens + from_prompt, generated, (size_t)(n - from_prompt) * sizeof *tokens);
-    sp_slot *sl = &srv->slots->slot[id];
-    pthread_mutex_lock(&sl->mu);
-    slot_clear(sl);
-    sl->snap = snap;
-    sl->tokens = tokens;
-    sl->n = n;
-    pthread_mutex_unlock(&sl->mu);
+    slot_install(&srv->slots->slot[id], snap, tokens, n);
 }
 
 /* ------------------------------------------------------ POST /slots/{id} */
@@ -171,12 +175,7 @@ static bool slot_restore(sp_server *srv, sp_slot *sl, const char *path, cJSON *o
         return sp_api_fail(e, 409, "invalid_request_error", "filename", "slot_file_unusable",
                            "%s", err.message);
     size_t bytes = spindle_seq_snapshot_bytes(snap);
-    pthread_mutex_lock(&sl->mu);
-    slot_clear(sl);
-    sl->snap = snap;
-    sl->tokens = tokens;
-    sl->n = n;
-    pthread_mutex_unlock(&sl->mu);
+    slot_install(sl, snap, tokens, n);
     cJSON_AddNumberToObject(out, "n_restored", n);
     cJSON_AddNumberToObject(out, "n_read", (double)bytes);
     return true;
