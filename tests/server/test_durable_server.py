@@ -31,17 +31,16 @@ def model():
     return model_dir()
 
 
-def stream(port, body, kill_after=None, proc=None, kill_delay=None, finish=None):
+def stream(port, body, kill_after=None, proc=None, finish=None):
     """POST /v1/completions streaming; (id, text, usage). With kill_after,
-    SIGKILL `proc` once that many text chunks have arrived; with kill_delay,
-    that many seconds after the first event. `finish` (a list) receives the
-    finish reasons."""
+    SIGKILL `proc` once that many text chunks have arrived. `finish` (a
+    list) receives the finish reasons."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("POST", "/v1/completions", body=json.dumps(body),
                  headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     assert r.status == 200, r.read()
-    rid, text, usage, chunks, t0 = None, "", None, 0, None
+    rid, text, usage, chunks = None, "", None, 0
     try:
         while True:
             line = r.readline()
@@ -52,9 +51,6 @@ def stream(port, body, kill_after=None, proc=None, kill_delay=None, finish=None)
                 continue
             ev = json.loads(line[6:])
             rid = ev.get("id", rid)
-            if t0 is None and kill_delay is not None:
-                t0 = time.monotonic()
-                threading.Timer(kill_delay, proc.send_signal, (signal.SIGKILL,)).start()
             if ev.get("usage"):
                 usage = ev["usage"]
             for ch in ev.get("choices", []):
@@ -150,15 +146,26 @@ def test_stop_string_across_checkpoint(model, tmp_path):
     ckdir = tmp_path / "ck"
     ckdir.mkdir()
     args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
-    os.environ[PAUSE_ENV] = "1000"    # checkpoint 4 done at ~1 s, 8 held to ~2 s
+    os.environ[PAUSE_ENV] = "1000"    # each checkpoint held 1 s before its rename
     try:
         first = Server(model, *args)
     finally:
         del os.environ[PAUSE_ENV]
+
+    def kill_after_first_checkpoint():
+        """Checkpoint 4 renamed: the kill comes long before 8's rename."""
+        deadline = time.monotonic() + 60
+        while not list(ckdir.glob("*.ckpt")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        first.proc.send_signal(signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_checkpoint)
+    killer.start()
     try:
-        rid, printed, _ = stream(first.port, dict(body, stop=stop), proc=first.proc,
-                                 kill_delay=1.5)
+        rid, printed, _ = stream(first.port, dict(body, stop=stop))
     finally:
+        killer.join(70)
         first.stop()
     assert first.proc.returncode == -signal.SIGKILL
     second = Server(model, *args)
