@@ -62,6 +62,7 @@ static int parse(int argc, char **argv, run_options *o) {
         const char *a = argv[i], *v;
         long n;
         double x;
+        int rc;
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
         if (sp_arg_is_help(a)) {
             fputs(run_usage, stdout);
@@ -131,13 +132,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--seed")) {
             VALUE(); if (!sp_arg_u64(a, v, &o->gen.sampler.seed)) return 2;
             o->durable.seed_explicit = true;
-        } else if (!strcmp(a, "--checkpoint")) {
-            VALUE(); o->durable.checkpoint_path = v;
-        } else if (!strcmp(a, "--checkpoint-every")) {
-            VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
-            o->durable.every = (int)n;
-        } else if (!strcmp(a, "--resume")) {
-            VALUE(); o->durable.resume_path = v;
+        } else if ((rc = sp_run_durable_option(&o->durable, argc, argv, &i)) != 0) {
+            if (rc == 2) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1024, &n)) return 2;
             o->threads = (int)n;
@@ -169,11 +165,7 @@ static int parse(int argc, char **argv, run_options *o) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
         return 2;
     }
-    if (o->durable.resume_path && (o->prompt || o->text)) {
-        fprintf(stderr, "spindle run: --resume continues the checkpoint's "
-                        "prompt; give no -p or --prompt-tokens\n");
-        return 2;
-    }
+    if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return 2;
     if (!o->durable.resume_path && !o->prompt == !o->text) {
         fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
                         "--prompt-tokens IDS\n");

@@ -1,9 +1,34 @@
 /* Durable `spindle run` (run_checkpoint.h). */
 #include "cli/run_checkpoint.h"
+#include "cli/args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int sp_run_durable_option(sp_run_durable *d, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    long n;
+    bool every = !strcmp(a, "--checkpoint-every");
+    if (strcmp(a, "--checkpoint") && strcmp(a, "--resume") && !every) return 0;
+    if (!(v = sp_arg_value(argc, argv, i))) return 2;
+    if (every) {
+        if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
+        d->every = (int)n;
+    } else if (!strcmp(a, "--checkpoint")) {
+        d->checkpoint_path = v;
+    } else {
+        d->resume_path = v;
+    }
+    return 1;
+}
+
+bool sp_run_durable_prompt_ok(const sp_run_durable *d, bool has_prompt) {
+    if (!d->resume_path || !has_prompt) return true;
+    fprintf(stderr, "spindle run: --resume continues the checkpoint's prompt; "
+                    "give no -p or --prompt-tokens\n");
+    return false;
+}
 
 static void save_checkpoint(spindle_checkpoint *ck, void *user) {
     sp_run_durable *d = user;

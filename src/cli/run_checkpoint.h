@@ -26,6 +26,13 @@ typedef struct sp_run_durable {
     "                          prompt, parameters and random stream are FILE's);\n" \
     "                          prints only what follows it\n"
 
+/* --checkpoint FILE, --checkpoint-every N, --resume FILE at argv[*i]:
+ * 1 taken (*i moved past its value), 0 not one of them, 2 a usage error
+ * (printed). */
+int sp_run_durable_option(sp_run_durable *d, int argc, char **argv, int *i);
+/* A prompt was given (has_prompt) where it may be: not with --resume
+ * (printed). */
+bool sp_run_durable_prompt_ok(const sp_run_durable *d, bool has_prompt);
 /* Load --resume's file and point gen at it and at the checkpoint writer;
  * on resume *prompt receives a copy of the checkpoint's prompt (free with
  * spindle_free). One-line errors: missing, corrupted, or another model's
