@@ -128,6 +128,18 @@ void spindle_model_free(spindle_model *model);
 /* Directory the model was resolved to (a snapshot dir for repo ids; the
  * file's path for GGUF). Owned by the model, valid until it is freed. */
 const char *spindle_model_dir(const spindle_model *model);
+/* The identity of the model's files (config.json and every weight file's
+ * name, size, header and content; artifacts/fingerprint.h): 32 lowercase
+ * hex digits and a NUL into `out`. The same files give the same value in
+ * every process; a re-quantized or converted file another. The first call
+ * may read every weight file once (its content hash is then cached beside
+ * the file, or under $SPINDLE_CACHE_DIR / ~/.cache/spindle when the model
+ * directory is read-only); later calls return the model's copy.
+ * Thread-safe. */
+#define SPINDLE_FINGERPRINT_LEN 32
+spindle_status spindle_model_fingerprint(spindle_model *model,
+                                         char out[SPINDLE_FINGERPRINT_LEN + 1],
+                                         spindle_error *err);
 int spindle_model_vocab_size(const spindle_model *model);
 int spindle_model_context_length(const spindle_model *model);
 /* End-of-sequence ids (generation_config.json / config.json, or the GGUF's
@@ -196,6 +208,17 @@ void spindle_seq_snapshot_free(spindle_seq_snapshot *snap);
 size_t spindle_seq_snapshot_bytes(const spindle_seq_snapshot *snap);
 /* The sequence length it was taken at; 0 for NULL. */
 int spindle_seq_snapshot_length(const spindle_seq_snapshot *snap);
+/* The snapshot's flat block (spindle_seq_snapshot_bytes long; borrowed,
+ * valid while the snapshot is), as a file would store it. */
+const void *spindle_seq_snapshot_data(const spindle_seq_snapshot *snap);
+/* A snapshot of `model` from a block spindle_seq_snapshot_data gave (the
+ * bytes are copied): its structure is checked here (SPINDLE_ERR_FORMAT),
+ * its fit to the model's layers at restore. Only meaningful for the same
+ * model files (compare spindle_model_fingerprint). Thread-safe. */
+spindle_status spindle_seq_snapshot_from_data(const spindle_model *model,
+                                              const void *data, size_t n,
+                                              spindle_seq_snapshot **out,
+                                              spindle_error *err);
 
 /* ----------------------------------------------------------------- forward */
 
@@ -264,6 +287,12 @@ spindle_status spindle_sampler_sample(spindle_sampler *sampler, float *logits,
 
 /* --------------------------------------------------------------- generation */
 
+/* A generation's durable state (see "checkpoints" below). The callback
+ * runs on the stepping thread between forward passes; `ck` is borrowed for
+ * the call (attach extensions, save it; do not free it). */
+typedef struct spindle_checkpoint spindle_checkpoint;
+typedef void (*spindle_checkpoint_fn)(spindle_checkpoint *ck, void *user);
+
 typedef struct spindle_gen_params {
     int max_tokens;           /* generated tokens at most */
     int prefill_chunk;        /* prompt tokens per forward pass; 0: 512 */
@@ -285,6 +314,21 @@ typedef struct spindle_gen_params {
     int presence_context_size;
     float frequency_penalty;          /* 0: off */
     int frequency_context_size;
+    /* Durable checkpoints (see "checkpoints" below): every
+     * checkpoint_every generated tokens (0: never), between forward passes,
+     * on_checkpoint receives the whole state of the generation. */
+    int checkpoint_every;
+    spindle_checkpoint_fn on_checkpoint;
+    void *checkpoint_user;
+    /* Continue this checkpoint instead of starting anew: the prompt, the
+     * tokens generated so far, the sampler's random stream and every
+     * generation parameter above come from it (the caller's prompt and
+     * those fields are ignored); the callbacks and checkpoint_every are
+     * the caller's.
+     * Borrowed: valid until the request's on_finish (spindle_generate:
+     * until it returns). The first token reported is the one that follows
+     * the checkpoint; the sequence must be fresh (length 0). */
+    const spindle_checkpoint *resume;
 } spindle_gen_params;
 
 /* Thread-safe. */
@@ -513,6 +557,79 @@ void spindle_engine_counts(spindle_engine *engine, int *queued, int *running);
  * One thread at a time; not in background mode. */
 spindle_status spindle_engine_step(spindle_engine *engine, int *active,
                                    spindle_error *err);
+
+/* ------------------------------------------------------------- checkpoints
+ *
+ * A checkpoint is the whole state of a generation between two forward
+ * passes, so that it can continue in another process exactly as it would
+ * have: the model's fingerprint, the prompt and the tokens generated so far
+ * (the last of them sampled but not yet fed to the model), the sequence
+ * state (a snapshot: no rewind needed, so recurrent layers resume too), the
+ * sampler's random stream, every generation parameter, and named extension
+ * blobs for state the engine does not own (a server's stop-string matcher,
+ * a grammar matcher, a drafter's history). The engine makes one every
+ * spindle_gen_params.checkpoint_every tokens and lends it to
+ * on_checkpoint, which may attach extensions and save it; one read back
+ * with spindle_checkpoint_load goes into spindle_gen_params.resume.
+ *
+ * File: "SPCKPT", a version, tagged sections (unknown tags are skipped, so
+ * new extensions load in old readers), an XXH3-128 checksum of everything
+ * before it. Saving is atomic (temporary file, fsync, rename): a reader
+ * sees the previous checkpoint or the new one, never a mix.
+ *
+ * Threads: one thread at a time per checkpoint; distinct checkpoints are
+ * independent. A checkpoint must be freed before its model. */
+
+/* Write ck to `path` atomically. Thread-safe for distinct paths. */
+spindle_status spindle_checkpoint_save(const spindle_checkpoint *ck,
+                                       const char *path, spindle_error *err);
+/* Read a checkpoint for `model`. A missing file is SPINDLE_ERR_IO; a
+ * truncated, corrupted (checksum) or malformed one SPINDLE_ERR_FORMAT; one
+ * written under another model's fingerprint SPINDLE_ERR_ARGUMENT; each
+ * with one line naming the file and the problem. Free with
+ * spindle_checkpoint_free. */
+spindle_status spindle_checkpoint_load(spindle_model *model, const char *path,
+                                       spindle_checkpoint **out,
+                                       spindle_error *err);
+void spindle_checkpoint_free(spindle_checkpoint *ck);
+/* Tokens generated so far (the last one is the pending token: reported,
+ * not yet fed) and the original prompt's length. */
+int spindle_checkpoint_generated(const spindle_checkpoint *ck);
+int spindle_checkpoint_prompt_tokens(const spindle_checkpoint *ck);
+/* The prompt followed by the generated tokens (prompt_tokens + generated
+ * ids); borrowed, valid while ck is. */
+const int32_t *spindle_checkpoint_tokens(const spindle_checkpoint *ck);
+/* Whether the caller chose the seed (informational: the random stream is
+ * restored either way). Default false. */
+void spindle_checkpoint_set_seed_explicit(spindle_checkpoint *ck, bool explicit_seed);
+bool spindle_checkpoint_seed_explicit(const spindle_checkpoint *ck);
+/* Attach (or replace) the extension `name` (1..31 bytes of [a-z0-9_.-]):
+ * `n` bytes copied. Names in use: "stop" (the server's stop-string
+ * matcher); reserved: "grammar", "drafter". */
+spindle_status spindle_checkpoint_set_extension(spindle_checkpoint *ck,
+                                                const char *name,
+                                                const void *data, size_t n,
+                                                spindle_error *err);
+/* The extension's bytes (borrowed) and size, or NULL when absent. */
+const void *spindle_checkpoint_extension(const spindle_checkpoint *ck,
+                                         const char *name, size_t *n);
+
+/* A sequence's state with the n tokens it holds (n == the snapshot's
+ * length) as a file: the checkpoint container (fingerprint, checksum,
+ * atomic write) without a generation; what `spindle serve` saves for a
+ * slot. Thread-safe for distinct paths. */
+spindle_status spindle_seq_state_save(spindle_model *model,
+                                      const spindle_seq_snapshot *snap,
+                                      const int32_t *tokens, int n,
+                                      const char *path, spindle_error *err);
+/* Read one back: *snap (free with spindle_seq_snapshot_free before the
+ * model), *tokens (spindle_free) and their count. Errors as
+ * spindle_checkpoint_load's; a generation checkpoint is refused here and a
+ * saved state by spindle_checkpoint_load. */
+spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
+                                      spindle_seq_snapshot **snap,
+                                      int32_t **tokens, int *n,
+                                      spindle_error *err);
 
 /* ---------------------------------------------------------------- tokenizer */
 

@@ -2,6 +2,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
+#include "cli/run_checkpoint.h"
 #include "spindle.h"
 
 #include <cjson/cJSON.h>
@@ -32,7 +33,8 @@ static const char *run_usage =
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     "  --json                  print one JSON object with tokens and stats\n"
-    "  --dump-logits FILE      write the last prompt position's logits (.npy)\n";
+    "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
+    SP_RUN_DURABLE_HELP;
 
 typedef struct run_options {
     const char *model;
@@ -51,6 +53,7 @@ typedef struct run_options {
     int32_t bias_ids[64];
     float bias_values[64];
     spindle_gen_params gen;
+    sp_run_durable durable;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -59,6 +62,7 @@ static int parse(int argc, char **argv, run_options *o) {
         const char *a = argv[i], *v;
         long n;
         double x;
+        int rc;
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
         if (sp_arg_is_help(a)) {
             fputs(run_usage, stdout);
@@ -127,6 +131,9 @@ static int parse(int argc, char **argv, run_options *o) {
             o->gen.logit_bias_values = o->bias_values;
         } else if (!strcmp(a, "--seed")) {
             VALUE(); if (!sp_arg_u64(a, v, &o->gen.sampler.seed)) return 2;
+            o->durable.seed_explicit = true;
+        } else if ((rc = sp_run_durable_option(&o->durable, argc, argv, &i)) != 0) {
+            if (rc == 2) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1024, &n)) return 2;
             o->threads = (int)n;
@@ -158,7 +165,8 @@ static int parse(int argc, char **argv, run_options *o) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
         return 2;
     }
-    if (!o->prompt == !o->text) {
+    if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return 2;
+    if (!o->durable.resume_path && !o->prompt == !o->text) {
         fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
                         "--prompt-tokens IDS\n");
         return 2;
@@ -261,15 +269,21 @@ int sp_cmd_run(int argc, char **argv) {
                                .kv_type = o.kv_type, .use_mmap = o.use_mmap,
                                .max_rollback = o.max_rollback};
 
+    size_t text_from = 0;   /* a resume prints only the text after it */
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    o.durable.text_output = o.text != NULL;
+    if (!st)
+        st = sp_run_durable_setup(&o.durable, model, &o.gen, &o.prompt,
+                                  &o.n_prompt, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
-    if (!st && o.text)
+    if (!st && o.durable.text_output)
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
     if (!st && o.text) st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
         o.gen.stop_ids = stop;
         st = sp_text_stream_init(&stream, tok, o.json ? NULL : stdout, &err);
+        if (!st) sp_run_durable_replay(&o.durable, &stream, &text_from);
     }
     if (!st) st = spindle_seq_new(model, &seq, &err);
     if (!st && o.dump_logits) {
@@ -292,7 +306,9 @@ int sp_cmd_run(int argc, char **argv) {
         fprintf(stderr, "spindle: %s\n",
                 err.message[0] ? err.message : spindle_status_name(st));
     } else if (o.json) {
-        print_json(&o, toks, n, tok ? (stream.text ? stream.text : "") : NULL,
+        int skip = sp_run_durable_skip(&o.durable);
+        print_json(&o, toks + skip, n - skip,
+                   tok ? (stream.text ? stream.text + text_from : "") : NULL,
                    &stats);
     } else {
         printf("\n");
@@ -308,6 +324,7 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_free(toks);
     sp_text_stream_free(&stream);
     spindle_seq_free(seq);
+    sp_run_durable_free(&o.durable);
     spindle_tokenizer_free(tok);
     spindle_model_free(model);
     spindle_free(o.prompt);

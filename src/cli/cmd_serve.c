@@ -30,6 +30,11 @@ static const char *serve_usage =
     "                          than S seconds to arrive (default 30)\n"
     "  --shutdown-timeout S    on SIGINT/SIGTERM, let requests finish for S seconds,\n"
     "                          then cancel them (default 10)\n"
+    "  --checkpoint-dir DIR    checkpoint each request in flight under DIR/<id>.ckpt;\n"
+    "                          after a restart, a request with \"resume_id\": <id>\n"
+    "                          continues it and streams only what follows\n"
+    "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
+    "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
     "  --verbose               one line per request on stderr\n";
 
 static bool int_opt(const char *a, const char *v, long lo, long hi, int *out) {
@@ -82,6 +87,10 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--read-timeout")) { VALUE(); ok = int_opt(a, v, 1, 86400, &o->read_timeout_s);
         } else if (IS("--shutdown-timeout")) {
             VALUE(); ok = int_opt(a, v, 0, 86400, &o->shutdown_timeout_s);
+        } else if (IS("--checkpoint-dir")) { VALUE(); o->checkpoint_dir = v;
+        } else if (IS("--checkpoint-every")) {
+            VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->checkpoint_every);
+        } else if (IS("--slot-save-path")) { VALUE(); o->slot_save_path = v;
         } else if (IS("--verbose")) { o->log_requests = true;
         } else {
             return sp_arg_unknown("serve", a);

@@ -43,6 +43,14 @@ typedef struct sp_request {
     spindle_request_token_fn on_token;
     spindle_request_finish_fn on_finish;
     void *user;
+    /* Durable checkpoints (checkpoint.c): the parameters, copied, that
+     * every checkpoint of this request carries (NULL when it makes none),
+     * and the checkpoint it resumes (borrowed; restored at admission). */
+    int checkpoint_every;
+    spindle_checkpoint_fn on_checkpoint;
+    void *checkpoint_user;
+    spindle_checkpoint *ck;
+    const spindle_checkpoint *resume;
 
     /* (step) */
     int prefilled;                  /* prompt tokens already in seq */

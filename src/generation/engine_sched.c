@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "generation/checkpoint.h"
 
 /* Move the submitted requests to the end of the waiting queue. */
 static void take_incoming(spindle_engine *e) {
@@ -101,6 +102,11 @@ static bool admit(spindle_engine *e, sp_request *r) {
         r->owns_seq = true;
     }
     r->t_first_chunk = sp_engine_now();
+    if (r->resume && sp_checkpoint_restore(r, &r->error)) {
+        sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
+                         r->error.message);
+        return false;
+    }
     e->running[e->n_running++] = r;
     return true;
 }
@@ -161,6 +167,8 @@ static void take_results(spindle_engine *e, int n) {
                                          &r->error)) {
             r->done = true;
             if (st) r->reason = SPINDLE_STOP_ERROR;
+        } else {
+            sp_checkpoint_maybe_emit(e, r);
         }
     }
 }

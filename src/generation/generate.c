@@ -135,7 +135,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     if (stats) {
         const spindle_request_stats *r = &g.stats;
         memset(stats, 0, sizeof *stats);
-        stats->prompt_tokens = n_prompt;
+        stats->prompt_tokens = params->resume ? r->prompt_tokens : n_prompt;
         stats->generated_tokens = r->generated_tokens;
         stats->prefill_seconds = r->prefill_seconds;
         stats->decode_seconds = r->decode_seconds;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "generation/checkpoint.h"
 
 /* The processors the parameters ask for, or NULL when none is active. */
 static spindle_status make_processors(const spindle_gen_params *g,
@@ -82,8 +83,17 @@ static int64_t max_generated(const spindle_engine *e, const spindle_request *r,
 spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
                               sp_request **out, spindle_error *err) {
     *out = NULL;
-    spindle_gen_params defaults = spindle_gen_defaults();
+    spindle_gen_params defaults = spindle_gen_defaults(), resumed;
     const spindle_gen_params *g = r->params ? r->params : &defaults;
+    spindle_request from_checkpoint;
+    if (g->resume) {   /* the prompt and parameters are the checkpoint's */
+        resumed = sp_checkpoint_resume_params(g->resume, g);
+        from_checkpoint = *r;
+        from_checkpoint.prompt = g->resume->tokens;
+        from_checkpoint.n_prompt = g->resume->n_prompt;
+        from_checkpoint.params = g = &resumed;
+        r = &from_checkpoint;
+    }
     spindle_status st = check_request(e, r, g, err);
     if (st) return st;
     sp_request *q = calloc(1, sizeof *q);
@@ -117,6 +127,7 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     q->user = r->user;
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
+    if (!st) st = sp_request_set_checkpoints(q, g, err);
     if (st) {
         sp_request_free(q);
         return st;
@@ -128,6 +139,7 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
 void sp_request_free(sp_request *r) {
     if (!r) return;
     if (r->owns_seq) spindle_seq_free(r->seq);
+    spindle_checkpoint_free(r->ck);
     spindle_sampler_free(r->sampler);
     sp_logits_processors_free(r->procs);
     free(r->stop_ids);

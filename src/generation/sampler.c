@@ -62,6 +62,14 @@ static double uniform01(uint64_t s[4]) {
     return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53;
 }
 
+void sp_sampler_get_rng(const spindle_sampler *s, uint64_t state[4]) {
+    memcpy(state, s->rng, sizeof s->rng);
+}
+
+void sp_sampler_set_rng(spindle_sampler *s, const uint64_t state[4]) {
+    memcpy(s->rng, state, sizeof s->rng);
+}
+
 /* -------------------------------------------------------------- creation */
 
 /* The ranges mlx-lm checks when it builds the chain (top_p, min_p,

@@ -33,6 +33,11 @@ spindle_status sp_sampler_sample_top(spindle_sampler *sampler, float *logits,
                                      spindle_token_logprob *top,
                                      spindle_error *err);
 
+/* The random stream's state (xoshiro256**), for checkpoints: a sampler
+ * given the state of another continues its stream exactly. */
+void sp_sampler_get_rng(const spindle_sampler *sampler, uint64_t state[4]);
+void sp_sampler_set_rng(spindle_sampler *sampler, const uint64_t state[4]);
+
 /* --------------------------------------------------- individual transforms
  * Each takes log-probabilities (entries may already be -inf), masks entries
  * to -inf in place, and never changes a kept value. `scratch` holds at least

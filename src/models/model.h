@@ -148,6 +148,10 @@ struct spindle_model {
      * checkpoints written by mlx-lm keep the language model under
      * "language_model." (decided by the files). Empty otherwise. */
     char tensor_prefix[32];
+
+    /* spindle_model_fingerprint's value once computed ("" before), under
+     * the lock of model_fingerprint.c. */
+    char fingerprint[33];
 };
 
 struct spindle_seq {

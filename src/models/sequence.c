@@ -111,3 +111,22 @@ size_t spindle_seq_snapshot_bytes(const spindle_seq_snapshot *snap) {
 int spindle_seq_snapshot_length(const spindle_seq_snapshot *snap) {
     return snap ? sp_state_snapshot_length(snap->state) : 0;
 }
+
+const void *spindle_seq_snapshot_data(const spindle_seq_snapshot *snap) {
+    return snap ? sp_state_snapshot_data(snap->state) : NULL;
+}
+
+spindle_status spindle_seq_snapshot_from_data(const spindle_model *model,
+                                              const void *data, size_t n,
+                                              spindle_seq_snapshot **out,
+                                              spindle_error *err) {
+    if (!model || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    *out = NULL;
+    spindle_seq_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    snap->model = model;
+    spindle_status st = sp_state_snapshot_from_bytes(data, n, &snap->state, err);
+    if (st) { free(snap); return st; }
+    *out = snap;
+    return SPINDLE_OK;
+}

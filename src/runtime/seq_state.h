@@ -190,5 +190,11 @@ void sp_state_snapshot_free(sp_state_snapshot *snap);
 /* Total bytes of the flat snapshot (header, records and data). */
 size_t sp_state_snapshot_bytes(const sp_state_snapshot *snap);
 int sp_state_snapshot_length(const sp_state_snapshot *snap);
+/* The flat block itself (sp_state_snapshot_bytes long), and a copy of one
+ * read back, its header and record table checked. */
+const void *sp_state_snapshot_data(const sp_state_snapshot *snap);
+spindle_status sp_state_snapshot_from_bytes(const void *data, size_t n,
+                                            sp_state_snapshot **out,
+                                            spindle_error *err);
 
 #endif

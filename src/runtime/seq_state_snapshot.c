@@ -202,3 +202,32 @@ size_t sp_state_snapshot_bytes(const sp_state_snapshot *snap) {
 int sp_state_snapshot_length(const sp_state_snapshot *snap) {
     return snap ? snap->length : 0;
 }
+
+const void *sp_state_snapshot_data(const sp_state_snapshot *snap) {
+    return snap;
+}
+
+/* Only the block's own structure here (header, record table, total size);
+ * restore checks the records against the state they go into. */
+spindle_status sp_state_snapshot_from_bytes(const void *data, size_t n,
+                                            sp_state_snapshot **out,
+                                            spindle_error *err) {
+    *out = NULL;
+    sp_state_snapshot head;
+    if (!data || n < sizeof head)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "sequence snapshot truncated");
+    memcpy(&head, data, sizeof head);
+    if (head.magic != SNAPSHOT_MAGIC || head.version != SNAPSHOT_VERSION)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "not a sequence snapshot");
+    if (head.n_layers < 0 || head.total_bytes != n ||
+        (n - sizeof head) / sizeof(snapshot_layer) < (size_t)head.n_layers)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "sequence snapshot of inconsistent size");
+    sp_state_snapshot *snap = malloc(n);
+    if (!snap)
+        return sp_fail(err, SPINDLE_ERR_MEMORY,
+                       "out of memory for a snapshot of %zu bytes", n);
+    memcpy(snap, data, n);
+    *out = snap;
+    return SPINDLE_OK;
+}

@@ -4,6 +4,7 @@
  * every route uses (state.h). */
 #include "server/api_response.h"
 #include "server/http.h"
+#include "server/slots.h"
 #include "server/state.h"
 
 #include <errno.h>
@@ -46,10 +47,12 @@ static const route_entry routes[] = {
     {"/index.html", SP_ROUTE_INDEX, "GET"},
 };
 
+static const route_entry slots_route = {"/slots/{id}", SP_ROUTE_SLOTS, "POST"};
+
 static const route_entry *find_route(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
-    return NULL;
+    return strncmp(url, "/slots/", 7) ? NULL : &slots_route;
 }
 
 static double seconds_since(const struct timespec *t) {
@@ -204,7 +207,7 @@ static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_ent
 }
 
 static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const route_entry *r,
-                                http_request *rq) {
+                                const char *url, http_request *rq) {
     char msg[96];
     if (rq->too_large) {
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->opts.max_body_bytes);
@@ -222,6 +225,7 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
     case SP_ROUTE_APPLY_TEMPLATE: return sp_handle_apply_template(s, c, body, len);
     case SP_ROUTE_METRICS: return sp_handle_metrics(s, c);
     case SP_ROUTE_INDEX: return sp_handle_index(s, c);
+    case SP_ROUTE_SLOTS: return sp_handle_slots(s, c, url, body, len);
     default: return reply_problem(s, c, SP_ROUTE_OTHER, 404, "not_found", "no such route");
     }
 }
@@ -253,7 +257,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
          * an answer before the body has been read). */
         return rq->too_slow ? MHD_NO : MHD_YES;
     }
-    return dispatch(s, c, r, rq);
+    return dispatch(s, c, r, url, rq);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

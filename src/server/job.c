@@ -9,6 +9,8 @@
  * client that has gone (then it cancels the request), and formats what has
  * arrived. A job is freed only after on_finish has run. */
 #include "server/api_response.h"
+#include "server/durable.h"
+#include "server/slots.h"
 #include "server/state.h"
 #include "server/stop_strings.h"
 
@@ -27,6 +29,11 @@ struct sp_job {
     spindle_request_id id;
     char id_text[48];
     sp_api_head head;
+    sp_job_durable durable;       /* resume_id, --checkpoint-dir */
+    size_t text_from;             /* a resume sends only the text after it */
+    int id_slot;                  /* -1: none (slots.h) */
+    spindle_seq *seq;             /* the slot's sequence, NULL without one */
+    int slot_reused;              /* prompt tokens the slot's state covered */
 
     /* Written by the engine's thread, read by the connection's: under mu. */
     pthread_mutex_t mu;
@@ -107,6 +114,9 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
         spindle_detokenizer_flush(j->detok, &piece, NULL) == SPINDLE_OK)
         feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
     sp_stop_flush(&j->stop, &j->text);
+    sp_durable_end(&j->durable, r->stop_reason);
+    if (j->seq && r->stop_reason != SPINDLE_STOP_ERROR && r->stop_reason != SPINDLE_STOP_CANCELLED)
+        sp_slot_end(j->srv, j->id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens);
     j->stop_reason = r->stop_reason;
     j->status = r->status;
     snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
@@ -120,9 +130,12 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
 
 /* ------------------------------------------------------------ job life */
 
-static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *req) {
+static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *req,
+                       sp_job_durable *durable) {
     sp_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
+    j->durable = *durable;    /* the job owns it now */
+    memset(durable, 0, sizeof *durable);
     j->srv = s;
     j->conn = c;
     j->req = *req;            /* the job owns the request's memory now */
@@ -134,6 +147,8 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     snprintf(j->id_text, sizeof j->id_text, "%s-%llx%06llx",
              j->req.kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, (unsigned long long)serial);
+    if (j->durable.resume_id)   /* a resumed request keeps its id */
+        snprintf(j->id_text, sizeof j->id_text, "%s", j->durable.resume_id);
     j->head = (sp_api_head){.kind = j->req.kind, .id = j->id_text,
                             .created = (long long)time(NULL),
                             .model = j->req.model ? j->req.model : s->model_names[0]};
@@ -168,6 +183,8 @@ static void job_release(sp_job *j) {
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     spindle_detokenizer_free(j->detok);
+    sp_durable_free(&j->durable);
+    spindle_seq_free(j->seq);
     sp_stop_free(&j->stop);
     sp_strbuf_free(&j->text);
     sp_strbuf_free(&j->out);
@@ -248,7 +265,8 @@ static bool job_failure(const sp_job *j, sp_api_error *e) {
 }
 
 static sp_api_usage job_usage(const sp_job *j) {
-    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated};
+    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated,
+                          .cached_tokens = j->slot_reused};
 }
 
 static enum MHD_Result reply_whole(sp_job *j) {
@@ -256,7 +274,8 @@ static enum MHD_Result reply_whole(sp_job *j) {
     sp_route route = j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
     sp_api_error e;
     if (job_failure(j, &e)) return sp_reply_error(s, j->conn, route, &e);
-    sp_api_delta d = {.text = j->text.p ? j->text.p : "", .len = j->text.len,
+    sp_api_delta d = {.text = j->text.p ? j->text.p + j->text_from : "",
+                      .len = j->text.len - j->text_from,
                       .logprobs = j->logprobs, .n_logprobs = j->n_logprobs,
                       .want_logprobs = j->req.logprobs,
                       .finish_reason = finish_reason(j->stop_reason)};
@@ -420,15 +439,34 @@ static uint64_t fresh_seed(sp_server *s) {
     return x * 0xBF58476D1CE4E5B9ull;
 }
 
+/* A resume: the tokens the checkpoint's run already reported go through
+ * the detokenizer and the stop matcher as they did then (which rebuilds
+ * both), and their text is marked sent. */
+static void replay_generated(sp_job *j) {
+    const spindle_checkpoint *ck = j->durable.resume;
+    const int32_t *t = spindle_checkpoint_tokens(ck) + spindle_checkpoint_prompt_tokens(ck);
+    const char *piece = NULL;
+    for (int i = 0; i < spindle_checkpoint_generated(ck) && !j->stop.matched; i++)
+        if (spindle_detokenizer_push(j->detok, t[i], &piece, NULL) == SPINDLE_OK)
+            feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    j->text_from = j->text_sent = j->text.len;
+}
+
 /* Submit to the engine; on failure nothing runs and *e says why. */
 static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_server *s = j->srv;
     spindle_error err = {0};
     spindle_status st = spindle_detokenizer_new(s->tok, true, &j->detok, &err);
+    if (!st && j->durable.resume) replay_generated(j);
     if (!j->req.seed_given) j->req.gen.sampler.seed = fresh_seed(s);
+    sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
-    spindle_request rq = {.prompt = j->prompt, .n_prompt = j->n_prompt,
+    if (!st && j->id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
+    if (!st && !j->durable.resume)
+        j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, j->seq);
+    spindle_request rq = {.prompt = j->prompt + j->slot_reused,
+                          .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
@@ -465,13 +503,25 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
     if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
-    if (!prompt_ids(s, &req, &ids, &n, &e)) {
+    sp_job_durable durable;
+    int id_slot = -1;
+    bool ok = sp_durable_open(s, body, len, &req, &durable, &e) &&
+              sp_slots_body_id(s, body, len, &id_slot, &e);
+    if (ok && durable.resume) {   /* the checkpoint's prompt, not the body's */
+        ok = sp_durable_prompt(&durable, &ids, &n);
+        if (!ok) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
+    } else if (ok) {
+        ok = prompt_ids(s, &req, &ids, &n, &e);
+    }
+    if (!ok) {
+        sp_durable_free(&durable);
         sp_api_request_free(&req);
         spindle_free(ids);
         return sp_reply_error(s, c, route, &e);
     }
-    sp_job *j = job_new(s, c, &req);
+    sp_job *j = job_new(s, c, &req, &durable);
     if (!j) {
+        sp_durable_free(&durable);
         sp_api_request_free(&req);
         spindle_free(ids);
         sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
@@ -479,6 +529,7 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     }
     j->prompt = ids;
     j->n_prompt = n;
+    j->id_slot = id_slot;
     if (!admit(s, j, &e)) {
         j->finished = true;
         job_release(j);

@@ -3,6 +3,7 @@
  * in order: stop accepting, let requests in flight finish until the
  * deadline, cancel the rest, close the connections, free the engine. */
 #include "server/http.h"
+#include "server/slots.h"
 #include "server/state.h"
 
 #include <signal.h>
@@ -24,6 +25,7 @@ void sp_server_defaults(sp_server_options *o) {
     o->idle_timeout_s = 60;
     o->read_timeout_s = 30;
     o->shutdown_timeout_s = 10;
+    o->checkpoint_every = 64;
 }
 
 /* The signal thread: SIGINT and SIGTERM are blocked everywhere and taken
@@ -131,6 +133,7 @@ static void drain(sp_server *s) {
 static void server_free(sp_server *s) {
     sp_http_stop(s);
     spindle_engine_free(s->engine);
+    sp_slots_free(s->slots);     /* their snapshots go before the model */
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);
@@ -158,6 +161,11 @@ int sp_server_run(const sp_server_options *o) {
     sp_metrics_init(&s->metrics);
 
     signal_watch w;
+    if (!(s->slots = sp_slots_new(o->parallel))) {
+        fprintf(stderr, "spindle serve: out of memory\n");
+        server_free(s);
+        return 1;
+    }
     if (!start_signal_watch(&w, s)) {
         fprintf(stderr, "spindle serve: cannot start the signal thread\n");
         server_free(s);

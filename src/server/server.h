@@ -32,6 +32,10 @@ typedef struct sp_server_options {
     int read_timeout_s;         /* a body not received within this: closed */
     int shutdown_timeout_s;     /* in-flight requests get this long on SIGTERM */
     bool log_requests;          /* one stderr line per request */
+    /* durable state (durable.c, slots.c) */
+    const char *checkpoint_dir; /* each request's checkpoint; NULL: none */
+    int checkpoint_every;       /* tokens between checkpoints (default 64) */
+    const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);

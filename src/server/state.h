@@ -45,6 +45,7 @@ typedef struct sp_server {
     bool stop_requested;
     atomic_uint_fast64_t next_id;
     struct MHD_Daemon *daemon;
+    struct sp_slots *slots;     /* --parallel slots (slots.h) */
 } sp_server;
 
 /* ---- http.c: replies (each queues one response and counts it) */

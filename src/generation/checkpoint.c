@@ -1,0 +1,214 @@
+/* Durable checkpoints (checkpoint.h): capturing a running request's state
+ * at the safe boundary, resuming a new request from one, the accessors and
+ * the extension blobs. The file format is checkpoint_file.c. */
+#include "generation/checkpoint.h"
+#include "generation/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+static void *dup_array(const void *src, int n, size_t each, bool *failed) {
+    if (n <= 0 || !src) return NULL;
+    void *p = malloc((size_t)n * each);
+    if (!p) *failed = true;
+    else memcpy(p, src, (size_t)n * each);
+    return p;
+}
+
+spindle_status sp_checkpoint_set_params(spindle_checkpoint *ck,
+                                        const spindle_gen_params *g,
+                                        spindle_error *err) {
+    bool failed = false;
+    spindle_gen_params p = *g;
+    free(ck->stop_ids);
+    free(ck->bias_ids);
+    free(ck->bias_values);
+    free(ck->xtc_special);
+    ck->stop_ids = dup_array(g->stop_ids, g->n_stop_ids, sizeof(int32_t), &failed);
+    ck->bias_ids = dup_array(g->logit_bias_ids, g->n_logit_bias, sizeof(int32_t), &failed);
+    ck->bias_values = dup_array(g->logit_bias_values, g->n_logit_bias, sizeof(float), &failed);
+    ck->xtc_special = dup_array(g->sampler.xtc_special_tokens,
+                                g->sampler.n_xtc_special_tokens, sizeof(int32_t),
+                                &failed);
+    p.stop_ids = ck->stop_ids;
+    p.logit_bias_ids = ck->bias_ids;
+    p.logit_bias_values = ck->bias_values;
+    p.sampler.xtc_special_tokens = ck->xtc_special;
+    /* What belongs to the run, not to the generation. */
+    p.checkpoint_every = 0;
+    p.on_checkpoint = NULL;
+    p.checkpoint_user = NULL;
+    p.resume = NULL;
+    ck->params = p;
+    return failed ? sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory") : SPINDLE_OK;
+}
+
+spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
+                                               const spindle_gen_params *caller) {
+    spindle_gen_params p = ck->params;
+    p.checkpoint_every = caller->checkpoint_every;
+    p.on_checkpoint = caller->on_checkpoint;
+    p.checkpoint_user = caller->checkpoint_user;
+    p.resume = ck;
+    return p;
+}
+
+spindle_status sp_request_set_checkpoints(sp_request *q,
+                                         const spindle_gen_params *g,
+                                         spindle_error *err) {
+    const spindle_checkpoint *from = g->resume;
+    if (from) {
+        int n = from->n_prompt + from->n_generated;
+        if (n > q->cap)
+            return sp_fail(err, SPINDLE_ERR_LIMIT,
+                           "the checkpoint's %d tokens do not fit in the "
+                           "context", n);
+        if (!from->snap)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "the checkpoint holds no sequence state");
+        memcpy(q->tokens + q->n_prompt, from->tokens + from->n_prompt,
+               (size_t)from->n_generated * sizeof *q->tokens);
+        q->n_generated = from->n_generated;
+        sp_sampler_set_rng(q->sampler, from->rng);
+        q->resume = from;
+    }
+    q->checkpoint_every = g->checkpoint_every;
+    q->on_checkpoint = g->on_checkpoint;
+    q->checkpoint_user = g->checkpoint_user;
+    if (g->checkpoint_every <= 0 || !g->on_checkpoint) return SPINDLE_OK;
+    q->ck = calloc(1, sizeof *q->ck);
+    if (!q->ck) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    q->ck->seed_explicit = from && from->seed_explicit;
+    return sp_checkpoint_set_params(q->ck, g, err);
+}
+
+void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {
+    if (!r->ck || !r->on_checkpoint || r->checkpoint_every <= 0 ||
+        r->n_generated % r->checkpoint_every != 0)
+        return;
+    spindle_checkpoint *ck = r->ck;
+    spindle_error err;
+    if (spindle_model_fingerprint(e->model, ck->fingerprint, &err) ||
+        spindle_seq_snapshot_take(r->seq, &ck->snap, &err))
+        return;
+    ck->n_prompt = r->n_prompt;
+    ck->n_generated = r->n_generated;
+    ck->tokens = r->tokens;            /* lent for the callback */
+    sp_sampler_get_rng(r->sampler, ck->rng);
+    r->on_checkpoint(ck, r->checkpoint_user);
+    ck->tokens = NULL;
+    spindle_seq_snapshot_free(ck->snap);
+    ck->snap = NULL;
+}
+
+spindle_status sp_checkpoint_restore(sp_request *r, spindle_error *err) {
+    const spindle_checkpoint *ck = r->resume;
+    if (spindle_seq_length(r->seq) != 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "a checkpoint resumes into an empty sequence (this "
+                       "one holds %d tokens)", spindle_seq_length(r->seq));
+    spindle_status st = spindle_seq_snapshot_restore(r->seq, ck->snap, err);
+    if (st) return st;
+    r->prefilled = r->n_prompt;
+    r->t_first_token = sp_engine_now();
+    return SPINDLE_OK;
+}
+
+/* ------------------------------------------------------------ public API */
+
+void spindle_checkpoint_free(spindle_checkpoint *ck) {
+    if (!ck) return;
+    free(ck->tokens);
+    free(ck->stop_ids);
+    free(ck->bias_ids);
+    free(ck->bias_values);
+    free(ck->xtc_special);
+    spindle_seq_snapshot_free(ck->snap);
+    free(ck->snap_data);
+    for (int i = 0; i < ck->n_ext; i++) free(ck->ext[i].data);
+    free(ck->ext);
+    free(ck);
+}
+
+int spindle_checkpoint_generated(const spindle_checkpoint *ck) {
+    return ck ? ck->n_generated : 0;
+}
+
+int spindle_checkpoint_prompt_tokens(const spindle_checkpoint *ck) {
+    return ck ? ck->n_prompt : 0;
+}
+
+const int32_t *spindle_checkpoint_tokens(const spindle_checkpoint *ck) {
+    return ck ? ck->tokens : NULL;
+}
+
+void spindle_checkpoint_set_seed_explicit(spindle_checkpoint *ck,
+                                          bool explicit_seed) {
+    if (ck) ck->seed_explicit = explicit_seed;
+}
+
+bool spindle_checkpoint_seed_explicit(const spindle_checkpoint *ck) {
+    return ck && ck->seed_explicit;
+}
+
+static bool valid_name(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > SP_CHECKPOINT_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '.' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static sp_checkpoint_extension *find_ext(const spindle_checkpoint *ck,
+                                         const char *name) {
+    for (int i = 0; i < ck->n_ext; i++)
+        if (!strcmp(ck->ext[i].name, name)) return &ck->ext[i];
+    return NULL;
+}
+
+spindle_status spindle_checkpoint_set_extension(spindle_checkpoint *ck,
+                                                const char *name,
+                                                const void *data, size_t n,
+                                                spindle_error *err) {
+    if (!ck || (!data && n > 0))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    if (!valid_name(name))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "checkpoint extension names are 1-%d characters of "
+                       "[a-z0-9_.-]", SP_CHECKPOINT_NAME_MAX);
+    unsigned char *copy = malloc(n ? n : 1);
+    if (!copy) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (n) memcpy(copy, data, n);
+    sp_checkpoint_extension *x = find_ext(ck, name);
+    if (!x) {
+        sp_checkpoint_extension *grown =
+            realloc(ck->ext, ((size_t)ck->n_ext + 1) * sizeof *grown);
+        if (!grown) {
+            free(copy);
+            return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+        }
+        ck->ext = grown;
+        x = &ck->ext[ck->n_ext++];
+        memset(x, 0, sizeof *x);
+        memcpy(x->name, name, strlen(name) + 1);
+    }
+    free(x->data);
+    x->data = copy;
+    x->n = n;
+    return SPINDLE_OK;
+}
+
+const void *spindle_checkpoint_extension(const spindle_checkpoint *ck,
+                                         const char *name, size_t *n) {
+    if (n) *n = 0;
+    const sp_checkpoint_extension *x = ck && name ? find_ext(ck, name) : NULL;
+    if (!x) return NULL;
+    if (n) *n = x->n;
+    return x->data;
+}

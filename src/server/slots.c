@@ -1,0 +1,244 @@
+/* Slots in llama-server's shape (slots.h): the cached sequence state of
+ * the last request that named each slot, its save / restore / erase as
+ * files under --slot-save-path, and the prefix reuse of a request that
+ * names a slot whose state its prompt extends. */
+#include "server/slots.h"
+#include "server/state.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct sp_slot {
+    pthread_mutex_t mu;
+    spindle_seq_snapshot *snap;   /* the state of tokens[0 .. n) */
+    int32_t *tokens;
+    int n;
+} sp_slot;
+
+struct sp_slots {
+    int count;
+    sp_slot *slot;
+};
+
+sp_slots *sp_slots_new(int count) {
+    sp_slots *s = calloc(1, sizeof *s);
+    if (!s || !(s->slot = calloc((size_t)count, sizeof *s->slot))) {
+        free(s);
+        return NULL;
+    }
+    s->count = count;
+    for (int i = 0; i < count; i++) pthread_mutex_init(&s->slot[i].mu, NULL);
+    return s;
+}
+
+static void slot_clear(sp_slot *sl) {
+    spindle_seq_snapshot_free(sl->snap);
+    spindle_free(sl->tokens);
+    sl->snap = NULL;
+    sl->tokens = NULL;
+    sl->n = 0;
+}
+
+/* Replace the slot's state (its snapshot and tokens are taken over). */
+static void slot_install(sp_slot *sl, spindle_seq_snapshot *snap, int32_t *tokens, int n) {
+    pthread_mutex_lock(&sl->mu);
+    slot_clear(sl);
+    sl->snap = snap;
+    sl->tokens = tokens;
+    sl->n = n;
+    pthread_mutex_unlock(&sl->mu);
+}
+
+void sp_slots_free(sp_slots *s) {
+    if (!s) return;
+    for (int i = 0; i < s->count; i++) {
+        slot_clear(&s->slot[i]);
+        pthread_mutex_destroy(&s->slot[i].mu);
+    }
+    free(s->slot);
+    free(s);
+}
+
+bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *id,
+                      sp_api_error *e) {
+    *id = -1;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "id_slot");
+    bool ok = true;
+    if (v && !cJSON_IsNull(v)) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -2;
+        if (d == -1) {
+            /* llama-server: -1 picks any slot; here that is none */
+        } else if (d < 0 || d >= srv->slots->count || d != (int)d) {
+            ok = sp_api_bad(e, "id_slot", "id_slot must be an integer in [0, %d]",
+                            srv->slots->count - 1);
+        } else {
+            *id = (int)d;
+        }
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* The slot's state into seq when prompt extends it; how many tokens. */
+int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n, spindle_seq *seq) {
+    if (id < 0) return 0;
+    sp_slot *sl = &srv->slots->slot[id];
+    int reused = 0;
+    pthread_mutex_lock(&sl->mu);
+    if (sl->snap && sl->n < n && !memcmp(sl->tokens, prompt, (size_t)sl->n * sizeof *prompt) &&
+        spindle_seq_snapshot_restore(seq, sl->snap, NULL) == SPINDLE_OK)
+        reused = sl->n;
+    pthread_mutex_unlock(&sl->mu);
+    return reused;
+}
+
+void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *prompt,
+                 int n_prompt, const int32_t *generated, int n_generated) {
+    if (id < 0) return;
+    int n = spindle_seq_length(seq);
+    if (n < 1 || n > n_prompt + n_generated) return;
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    spindle_seq_snapshot *snap = NULL;
+    if (!tokens || spindle_seq_snapshot_take(seq, &snap, NULL)) {
+        free(tokens);
+        return;
+    }
+    int from_prompt = n < n_prompt ? n : n_prompt;
+    memcpy(tokens, prompt, (size_t)from_prompt * sizeof *tokens);
+    memcpy(tokens + from_prompt, generated, (size_t)(n - from_prompt) * sizeof *tokens);
+    slot_install(&srv->slots->slot[id], snap, tokens, n);
+}
+
+/* ------------------------------------------------------ POST /slots/{id} */
+
+static double ms_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* "filename" of the body: a plain name inside --slot-save-path. */
+static char *slot_file(const sp_server *srv, const char *body, size_t len, char *name,
+                       size_t cap, sp_api_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "filename");
+    bool ok = cJSON_IsString(v) && v->valuestring[0] && strlen(v->valuestring) < cap &&
+              !strchr(v->valuestring, '/') && strcmp(v->valuestring, ".") &&
+              strcmp(v->valuestring, "..");
+    if (ok) snprintf(name, cap, "%s", v->valuestring);
+    cJSON_Delete(root);
+    if (!ok) {
+        sp_api_bad(e, "filename", "filename must be a file name (no path) under --slot-save-path");
+        return NULL;
+    }
+    size_t n = strlen(srv->opts.slot_save_path) + strlen(name) + 2;
+    char *path = malloc(n);
+    if (path) snprintf(path, n, "%s/%s", srv->opts.slot_save_path, name);
+    else sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    return path;
+}
+
+static bool slot_save(sp_server *srv, sp_slot *sl, const char *path, cJSON *out,
+                      sp_api_error *e) {
+    spindle_error err = {0};
+    pthread_mutex_lock(&sl->mu);
+    spindle_status st = sl->snap ? spindle_seq_state_save(srv->model, sl->snap, sl->tokens,
+                                                          sl->n, path, &err)
+                                 : SPINDLE_ERR_ARGUMENT;
+    int n = sl->n;
+    size_t bytes = spindle_seq_snapshot_bytes(sl->snap);
+    pthread_mutex_unlock(&sl->mu);
+    if (st == SPINDLE_ERR_ARGUMENT && !err.message[0])
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "slot_empty",
+                           "the slot holds no state to save");
+    if (st) return sp_api_fail(e, 500, "server_error", NULL, NULL, "%s", err.message);
+    cJSON_AddNumberToObject(out, "n_saved", n);
+    cJSON_AddNumberToObject(out, "n_written", (double)bytes);
+    return true;
+}
+
+static bool slot_restore(sp_server *srv, sp_slot *sl, const char *path, cJSON *out,
+                         sp_api_error *e) {
+    spindle_error err = {0};
+    spindle_seq_snapshot *snap = NULL;
+    int32_t *tokens = NULL;
+    int n = 0;
+    spindle_status st = spindle_seq_state_load(srv->model, path, &snap, &tokens, &n, &err);
+    if (st == SPINDLE_ERR_IO)
+        return sp_api_fail(e, 404, "invalid_request_error", "filename", "slot_file_not_found",
+                           "no saved slot file %s", strrchr(path, '/') + 1);
+    if (st)
+        return sp_api_fail(e, 409, "invalid_request_error", "filename", "slot_file_unusable",
+                           "%s", err.message);
+    size_t bytes = spindle_seq_snapshot_bytes(snap);
+    slot_install(sl, snap, tokens, n);
+    cJSON_AddNumberToObject(out, "n_restored", n);
+    cJSON_AddNumberToObject(out, "n_read", (double)bytes);
+    return true;
+}
+
+/* The action on slot `id`; false with *e on failure. */
+static bool slot_action(sp_server *srv, int id, const char *action, const char *body,
+                        size_t len, cJSON *out, sp_api_error *e) {
+    sp_slot *sl = &srv->slots->slot[id];
+    cJSON_AddNumberToObject(out, "id_slot", id);
+    if (!strcmp(action, "erase")) {
+        pthread_mutex_lock(&sl->mu);
+        cJSON_AddNumberToObject(out, "n_erased", sl->n);
+        slot_clear(sl);
+        pthread_mutex_unlock(&sl->mu);
+        return true;
+    }
+    bool save = !strcmp(action, "save");
+    if (!save && strcmp(action, "restore"))
+        return sp_api_bad(e, "action", "action must be save, restore or erase");
+    char name[256];
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *path = slot_file(srv, body, len, name, sizeof name, e);
+    if (!path) return false;
+    bool ok = save ? slot_save(srv, sl, path, out, e) : slot_restore(srv, sl, path, out, e);
+    free(path);
+    if (!ok) return false;
+    cJSON_AddStringToObject(out, "filename", name);
+    cJSON *timings = cJSON_AddObjectToObject(out, "timings");
+    cJSON_AddNumberToObject(timings, save ? "save_ms" : "restore_ms", ms_since(&t0));
+    return true;
+}
+
+enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c, const char *url,
+                                const char *body, size_t len) {
+    sp_api_error e;
+    const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    char *end = NULL;
+    long id = strtol(url + strlen("/slots/"), &end, 10);
+    if (atomic_load(&srv->phase) != SP_PHASE_READY) {
+        sp_api_fail(&e, 503, "server_error", NULL, NULL, "the model is not ready");
+    } else if (!srv->opts.slot_save_path) {
+        sp_api_fail(&e, 501, "not_supported_error", NULL, NULL,
+                    "slot save/restore needs a server started with --slot-save-path");
+    } else if (!end || *end || end == url + strlen("/slots/") || id < 0 ||
+               id >= srv->slots->count) {
+        sp_api_fail(&e, 404, "invalid_request_error", NULL, "not_found",
+                    "no slot %.32s (slots 0-%d)", url + strlen("/slots/"),
+                    srv->slots->count - 1);
+    } else if (!action) {
+        sp_api_bad(&e, "action", "the query must give action=save|restore|erase");
+    } else {
+        cJSON *out = cJSON_CreateObject();
+        if (out && slot_action(srv, (int)id, action, body, len, out, &e)) {
+            char *json = cJSON_PrintUnformatted(out);
+            cJSON_Delete(out);
+            if (json) return sp_reply_json(srv, c, SP_ROUTE_SLOTS, 200, json);
+            sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
+        } else {
+            cJSON_Delete(out);
+            if (!out) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
+        }
+    }
+    return sp_reply_error(srv, c, SP_ROUTE_SLOTS, &e);
+}

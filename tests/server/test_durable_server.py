@@ -1,0 +1,327 @@
+"""`spindle serve --checkpoint-dir`: a request in flight survives kill -9.
+
+  * uninterrupted stream vs (stream until killed) + (resume_id after a
+    restart): the text joins up exactly, the resumed stream sends only what
+    follows the checkpoint, keeps the request's id, and its usage counts the
+    original prompt and every completion token; greedy and seeded T=0.8;
+  * a finished request's checkpoint is gone (404 on a second resume);
+  * resume_id errors: no --checkpoint-dir (400), a malformed id (400), no
+    checkpoint (404), a corrupted or another model's checkpoint (409).
+"""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from server_common import SPINDLE_BIN, Server, assert_api_error, model_dir, post_json
+
+PAUSE_ENV = "SPINDLE_TEST_CHECKPOINT_PAUSE_MS"
+BODY = {"prompt": "The quick brown fox", "max_tokens": 24, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return model_dir()
+
+
+def stream(port, body, kill_after=None, proc=None, finish=None):
+    """POST /v1/completions streaming; (id, text, usage). With kill_after,
+    SIGKILL `proc` once that many text chunks have arrived. `finish` (a
+    list) receives the finish reasons."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200, r.read()
+    rid, text, usage, chunks = None, "", None, 0
+    try:
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            rid = ev.get("id", rid)
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices", []):
+                if ch.get("text"):
+                    text += ch["text"]
+                    chunks += 1
+                if ch.get("finish_reason") and finish is not None:
+                    finish.append(ch["finish_reason"])
+            if kill_after is not None and chunks >= kill_after:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+                break
+    except (OSError, http.client.HTTPException):
+        pass
+    finally:
+        conn.close()
+    return rid, text, usage
+
+
+def whole(body, **extra):
+    """body as a non-streaming request."""
+    b = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    b.update(extra)
+    return b
+
+
+def body_for(sampling):
+    b = dict(BODY)
+    if sampling == "seeded":
+        b.update(temperature=0.8, seed=99)
+    else:
+        b.update(temperature=0)
+    return b
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+def test_kill_then_resume(model, tmp_path, sampling):
+    body = body_for(sampling)
+    ref = Server(model)
+    try:
+        _, full, full_usage = stream(ref.port, body)
+    finally:
+        ref.stop_cleanly()
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    os.environ[PAUSE_ENV] = "300"      # the killed server writes slowly
+    try:
+        first = Server(model, *args)
+    finally:
+        del os.environ[PAUSE_ENV]
+    try:
+        rid, printed, _ = stream(first.port, body, kill_after=10, proc=first.proc)
+    finally:
+        first.stop()
+    assert first.proc.returncode == -signal.SIGKILL
+    assert (ckdir / f"{rid}.ckpt").is_file(), list(ckdir.iterdir())
+    second = Server(model, *args)
+    try:
+        rid2, rest, usage = stream(second.port, dict(body, resume_id=rid))
+        assert rid2 == rid, "the resumed request keeps its id"
+        assert full.startswith(printed) and full.endswith(rest), (full, printed, rest)
+        assert len(full) - len(rest) <= len(printed) and rest, (full, printed, rest)
+        assert usage == full_usage, "usage counts the original request"
+        assert not (ckdir / f"{rid}.ckpt").exists(), "a finished request keeps no checkpoint"
+        status, _, err = post_json(second.port, "/v1/completions",
+                                   whole(body, resume_id=rid))
+        assert_api_error(status, err, 404, "resume_id", "checkpoint_not_found")
+    finally:
+        second.stop_cleanly()
+
+
+def test_stop_string_across_checkpoint(model, tmp_path):
+    """A stop string that starts before the checkpoint the resume uses and
+    ends after it: the resumed request must still see its first part (the
+    stop matcher rebuilt from the checkpoint's tokens), stop there and never
+    send it."""
+    body = body_for("greedy")
+    ref = Server(model)
+    try:
+        status, _, out = post_json(ref.port, "/v1/completions", whole(body, logprobs=1))
+        assert status == 200, out
+    finally:
+        ref.stop_cleanly()
+    full, pieces = out["choices"][0]["text"], out["choices"][0]["logprobs"]["tokens"]
+    assert "".join(pieces[:9]) == full[:len("".join(pieces[:9]))]
+    # From the last character of token 4 (the checkpoint the resume will
+    # use) into token 9 (past the checkpoint at 8 that the kill interrupts).
+    start = len("".join(pieces[:4])) - 1
+    end = len("".join(pieces[:8])) + 1
+    stop = full[start:end]
+    assert full.find(stop) == start, "the stop string must first occur there"
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    os.environ[PAUSE_ENV] = "1000"    # each checkpoint held 1 s before its rename
+    try:
+        first = Server(model, *args)
+    finally:
+        del os.environ[PAUSE_ENV]
+
+    def kill_after_first_checkpoint():
+        """Checkpoint 4 renamed: the kill comes long before 8's rename."""
+        deadline = time.monotonic() + 60
+        while not list(ckdir.glob("*.ckpt")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        first.proc.send_signal(signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_checkpoint)
+    killer.start()
+    try:
+        rid, printed, _ = stream(first.port, dict(body, stop=stop))
+    finally:
+        killer.join(70)
+        first.stop()
+    assert first.proc.returncode == -signal.SIGKILL
+    second = Server(model, *args)
+    try:
+        finish = []
+        _, rest, usage = stream(second.port, dict(body, stop=stop, resume_id=rid), finish=finish)
+    finally:
+        second.stop_cleanly()
+    assert printed + rest == full[:start], (printed, rest, full[:start])
+    assert finish == ["stop"] and usage["completion_tokens"] < body["max_tokens"]
+
+
+def test_resume_errors(model, tmp_path):
+    body = whole(BODY)
+    plain = Server(model)
+    try:
+        status, _, err = post_json(plain.port, "/v1/completions", dict(body, resume_id="cmpl-1"))
+        assert_api_error(status, err, 400, "resume_id")
+    finally:
+        plain.stop_cleanly()
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    # A checkpoint of this model (spindle run), then a damaged copy, and one
+    # of another model under a request's name.
+    good = ckdir / "cmpl-good.ckpt"
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(good), "--checkpoint-every", "4"],
+                   check=True, capture_output=True, timeout=120)
+    blob = bytearray(good.read_bytes())
+    blob[len(blob) // 2] ^= 0x10
+    (ckdir / "cmpl-bad.ckpt").write_bytes(bytes(blob))
+    (ckdir / "cmpl-short.ckpt").write_bytes(bytes(blob[:100]))
+    srv = Server(model, "--checkpoint-dir", ckdir)
+    try:
+        for rid, want, code in [("../cmpl-good", 400, None), ("a b", 400, None),
+                                ("cmpl-none", 404, "checkpoint_not_found"),
+                                ("cmpl-bad", 409, "checkpoint_unusable"),
+                                ("cmpl-short", 409, "checkpoint_unusable")]:
+            status, _, err = post_json(srv.port, "/v1/completions", dict(body, resume_id=rid))
+            e = assert_api_error(status, err, want, "resume_id", code)
+            assert "\n" not in e["message"]
+        status, _, err = post_json(srv.port, "/v1/completions", dict(body, resume_id=7))
+        assert_api_error(status, err, 400, "resume_id")
+        status, _, out = post_json(srv.port, "/v1/completions", dict(body, resume_id="cmpl-good"))
+        assert status == 200, out
+        assert out["usage"]["prompt_tokens"] == 3 and out["usage"]["completion_tokens"] == 12
+    finally:
+        srv.stop_cleanly()
+
+
+def test_foreign_checkpoint_refused(model, tmp_path):
+    other = model.parents[1] / "parity" / "qwen3-f32"
+    if not other.is_dir():
+        pytest.skip("the dense parity models are not built")
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(other), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(ckdir / "cmpl-other.ckpt"),
+                    "--checkpoint-every", "4"], check=True, capture_output=True, timeout=120)
+    srv = Server(model, "--checkpoint-dir", ckdir)
+    try:
+        status, _, err = post_json(srv.port, "/v1/completions",
+                                   whole(BODY, resume_id="cmpl-other"))
+        e = assert_api_error(status, err, 409, "resume_id", "checkpoint_unusable")
+        assert "another model" in e["message"]
+    finally:
+        srv.stop_cleanly()
+
+
+def slot_post(port, slot, action, body=None):
+    return post_json(port, f"/slots/{slot}?action={action}", body or {})
+
+
+def test_slot_save_restore_across_restart(model, tmp_path):
+    """A slot's prompt state saved, restored into another slot after a
+    restart, and reused: the next request on that slot prefills only the
+    rest (cached_tokens) and answers as a cold run of the whole prompt."""
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    prefix = [(i * 37 + 11) % 400 + 5 for i in range(24)]
+    rest = [7, 8, 9, 10]
+    greedy = {"temperature": 0, "ignore_eos": True}
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, out = post_json(srv.port, "/v1/completions",
+                                   dict(greedy, prompt=prefix, max_tokens=1, id_slot=1))
+        assert status == 200, out
+        status, _, out = slot_post(srv.port, 1, "save", {"filename": "prefix.bin"})
+        assert status == 200, out
+        assert out["id_slot"] == 1 and out["filename"] == "prefix.bin"
+        assert out["n_saved"] == len(prefix) and out["n_written"] > 0
+        assert "save_ms" in out["timings"]
+    finally:
+        srv.stop_cleanly()
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, cold = post_json(srv.port, "/v1/completions",
+                                    dict(greedy, prompt=prefix + rest, max_tokens=8))
+        assert status == 200 and cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        status, _, out = slot_post(srv.port, 0, "restore", {"filename": "prefix.bin"})
+        assert status == 200, out
+        assert out["n_restored"] == len(prefix) and out["n_read"] > 0
+        status, _, warm = post_json(srv.port, "/v1/completions",
+                                    dict(greedy, prompt=prefix + rest, max_tokens=8, id_slot=0))
+        assert status == 200, warm
+        assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == len(prefix)
+        assert warm["usage"]["prompt_tokens"] == len(prefix) + len(rest)
+        assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
+        status, _, out = slot_post(srv.port, 0, "erase")
+        assert status == 200 and out == {"id_slot": 0, "n_erased": len(prefix + rest) + 7}
+    finally:
+        srv.stop_cleanly()
+
+
+def test_slot_errors(model, tmp_path):
+    saves = tmp_path / "slots"
+    saves.mkdir()
+    plain = Server(model)
+    try:
+        status, _, err = slot_post(plain.port, 0, "save", {"filename": "a.bin"})
+        assert_api_error(status, err, 501)
+    finally:
+        plain.stop_cleanly()
+    ckpt = saves / "generation.ckpt"
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens", "5,6,7",
+                    "-n", "12", "--checkpoint", str(ckpt), "--checkpoint-every", "4"],
+                   check=True, capture_output=True, timeout=120)
+    srv = Server(model, "--slot-save-path", saves, "--parallel", 2)
+    try:
+        status, _, out = post_json(srv.port, "/v1/completions",
+                                   {"prompt": [5, 6, 7], "max_tokens": 2, "id_slot": 1})
+        assert status == 200, out
+        status, _, out = slot_post(srv.port, 1, "save", {"filename": "ok.bin"})
+        assert status == 200, out
+        blob = bytearray((saves / "ok.bin").read_bytes())
+        blob[40] ^= 4
+        (saves / "flipped.bin").write_bytes(bytes(blob))
+        (saves / "short.bin").write_bytes(bytes(blob[:50]))
+        cases = [
+            (0, "save", {"filename": "empty.bin"}, 400, "slot_empty"),
+            (0, "restore", {"filename": "missing.bin"}, 404, "slot_file_not_found"),
+            (0, "restore", {"filename": "flipped.bin"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "short.bin"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "generation.ckpt"}, 409, "slot_file_unusable"),
+            (0, "restore", {"filename": "../ok.bin"}, 400, None),
+            (0, "restore", {}, 400, None),
+            (0, "launch", {"filename": "ok.bin"}, 400, None),
+            (2, "restore", {"filename": "ok.bin"}, 404, "not_found"),
+            ("x", "restore", {"filename": "ok.bin"}, 404, "not_found"),
+        ]
+        for slot, action, body, want, code in cases:
+            status, _, err = slot_post(srv.port, slot, action, body)
+            e = assert_api_error(status, err, want, code=code)
+            assert "\n" not in e["message"], e
+        status, _, err = post_json(srv.port, "/v1/completions",
+                                   {"prompt": [5], "max_tokens": 1, "id_slot": 5})
+        assert_api_error(status, err, 400, "id_slot")
+    finally:
+        srv.stop_cleanly()
