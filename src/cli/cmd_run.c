@@ -1,6 +1,7 @@
 /* spindle run: load a model, generate from a prompt, report statistics. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/lora_args.h"
 #include "cli/prompt.h"
 #include "spindle.h"
 
@@ -29,6 +30,7 @@ static const char *run_usage =
     "  --max-rollback N        tokens a sequence can surely be rolled back (default 8)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
+    SP_ARG_LORA_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     "  --json                  print one JSON object with tokens and stats\n"
@@ -51,6 +53,7 @@ typedef struct run_options {
     int32_t bias_ids[64];
     float bias_values[64];
     spindle_gen_params gen;
+    sp_lora_args lora;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -143,6 +146,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->gen.prefill_chunk = (int)n;
         } else if (!strcmp(a, "--mmap")) {
             o->use_mmap = true;
+        } else if (!strcmp(a, "--lora")) {
+            VALUE(); if (!sp_lora_arg(&o->lora, a, v)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->gen.ignore_eos = true;
         } else if (!strcmp(a, "--json")) {
@@ -245,7 +250,11 @@ int sp_cmd_run(int argc, char **argv) {
     run_options o;
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
-    if (rc) { free(o.prompt); return rc == 1 ? 0 : rc; }
+    if (rc) {
+        free(o.prompt);
+        sp_lora_args_free(&o.lora);
+        return rc == 1 ? 0 : rc;
+    }
 
     spindle_error err = {0};
     spindle_model *model = NULL;
@@ -262,6 +271,7 @@ int sp_cmd_run(int argc, char **argv) {
                                .max_rollback = o.max_rollback};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    if (!st) st = sp_lora_args_load(&o.lora, model, &o.gen, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
     if (!st && o.text)
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
@@ -309,6 +319,7 @@ int sp_cmd_run(int argc, char **argv) {
     sp_text_stream_free(&stream);
     spindle_seq_free(seq);
     spindle_tokenizer_free(tok);
+    sp_lora_args_free(&o.lora);
     spindle_model_free(model);
     spindle_free(o.prompt);
     return st ? 1 : 0;

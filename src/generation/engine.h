@@ -43,6 +43,8 @@ typedef struct sp_request {
     spindle_request_token_fn on_token;
     spindle_request_finish_fn on_finish;
     void *user;
+    const spindle_adapter *adapter; /* a reference held until freed */
+    float adapter_scale;
 
     /* (step) */
     int prefilled;                  /* prompt tokens already in seq */
