@@ -432,7 +432,14 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
-    if (!st) st = spindle_engine_submit(s->engine, &rq, &id, &err);
+    if (!st && !sp_adapters_select_lock(s, &j->req, e)) {
+        j->finished = true;
+        return false;
+    }
+    if (!st) {
+        st = spindle_engine_submit(s->engine, &rq, &id, &err);
+        sp_adapters_unlock(s);
+    }
     if (!st) {
         /* Under the server's lock: sp_cancel_all_jobs reads it. (The
          * callbacks may already have run; they find the job via `user`.) */
@@ -463,7 +470,10 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     int32_t *ids = NULL;
     int n = 0;
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
-    if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
+    /* `model` may name a mounted adapter: adapters.c checks it (404). */
+    sp_api_limits limits = s->limits;
+    limits.n_model_names = 0;
+    if (!sp_api_parse_generation(kind, body, len, &limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
     if (!prompt_ids(s, &req, &ids, &n, &e)) {
         sp_api_request_free(&req);

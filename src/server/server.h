@@ -32,6 +32,9 @@ typedef struct sp_server_options {
     int read_timeout_s;         /* a body not received within this: closed */
     int shutdown_timeout_s;     /* in-flight requests get this long on SIGTERM */
     bool log_requests;          /* one stderr line per request */
+    /* --lora NAME=PATH, mounted at start (borrowed strings) */
+    const char *const *loras;
+    int n_loras;
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);
