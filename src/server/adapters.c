@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void sp_adapters_init(sp_adapters *t) {
     memset(t, 0, sizeof *t);
@@ -49,8 +50,18 @@ static bool exists(sp_server *s, const char *name, sp_api_error *e) {
     return dup;
 }
 
+/* Names go into /metrics labels and comma-separated lists. */
+static bool valid_name(const char *name) {
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p <= ' ' || *p == '"' || *p == '\\' || *p == ',' || *p == 0x7f) return false;
+    return name[0] != 0;
+}
+
 bool sp_adapters_add(sp_server *s, const char *name, const char *path,
                      sp_api_error *e) {
+    if (!valid_name(name))
+        return sp_api_bad(e, "lora_name", "a LoRA adapter name must be printable ASCII "
+                          "without spaces, quotes, backslashes or commas");
     if (exists(s, name, e)) return false;
     spindle_error err = {0};
     spindle_adapter *a = NULL;
@@ -141,6 +152,8 @@ bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e) {
         return false;
     }
     r->gen.adapter = en ? en->adapter : NULL;
+    free(r->adapter_name);
+    r->adapter_name = en ? strdup(en->name) : NULL;   /* NULL: not in /metrics */
     r->gen.adapter_scale = en && r->has_lora ? r->lora_scale : 0;
     return true;
 }
@@ -221,4 +234,33 @@ bool sp_mount_cli_adapters(sp_server *s) {
         }
     }
     return true;
+}
+
+void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out) {
+    sp_strbuf running = {0}, waiting = {0};
+    sp_jobs_adapter_names(s, &running, &waiting);
+    sp_strbuf_printf(out, "# HELP vllm:lora_requests_info Adapters of the requests running "
+                     "and waiting (Gateway API Inference Extension).\n"
+                     "# TYPE vllm:lora_requests_info gauge\n"
+                     "vllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=\"%s\","
+                     "waiting_lora_adapters=\"%s\"} %lld\n",
+                     s->opts.parallel, running.p ? running.p : "",
+                     waiting.p ? waiting.p : "", (long long)time(NULL));
+    sp_strbuf_free(&running);
+    sp_strbuf_free(&waiting);
+}
+
+void sp_adapters_list_models(sp_server *s, cJSON *data) {
+    pthread_mutex_lock(&s->adapters.lock);
+    for (int i = 0; i < s->adapters.n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", s->adapters.v[i].name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)s->started);
+        cJSON_AddStringToObject(m, "owned_by", "spindle");
+        cJSON_AddStringToObject(m, "root", s->adapters.v[i].path);
+        cJSON_AddStringToObject(m, "parent", s->model_names[0]);
+        cJSON_AddItemToArray(data, m);
+    }
+    pthread_mutex_unlock(&s->adapters.lock);
 }

@@ -369,6 +369,7 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->bias_ids);
     free(r->bias_values);
     free(r->adapters);
+    free(r->adapter_name);
     sp_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -86,6 +86,7 @@ typedef struct sp_api_request {
      * them): mlx_lm.server's "adapters" (a mounted adapter's name or
      * path), llama-server's "lora" (the one entry with a non-zero scale). */
     char *adapters;
+    char *adapter_name;          /* the mounted adapter chosen (adapters.c) */
     bool has_lora;
     int lora_id;
     float lora_scale;

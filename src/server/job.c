@@ -179,6 +179,25 @@ static void job_release(sp_job *j) {
     free(j);
 }
 
+static void add_name(sp_strbuf *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list->p; p && (p = strstr(p, name)); p += n)
+        if ((p == list->p || p[-1] == ',') && (p[n] == ',' || !p[n])) return;
+    sp_strbuf_printf(list, "%s%s", list->len ? "," : "", name);
+}
+
+void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting) {
+    pthread_mutex_lock(&s->lock);
+    for (sp_job *j = s->jobs; j; j = j->next) {
+        if (!j->req.adapter_name) continue;
+        pthread_mutex_lock(&j->mu);
+        bool started = j->n_generated > 0;
+        pthread_mutex_unlock(&j->mu);
+        add_name(started ? running : waiting, j->req.adapter_name);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 void sp_cancel_all_jobs(sp_server *s) {
     pthread_mutex_lock(&s->lock);
     for (sp_job *j = s->jobs; j; j = j->next)

@@ -68,6 +68,9 @@ bool sp_client_connected(struct MHD_Connection *c);
 /* ---- job.c: POST /v1/chat/completions and /v1/completions */
 enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
                                      sp_api_kind kind, const char *body, size_t len);
+/* The adapter names of the jobs in flight, comma-separated and each once:
+ * those that have produced a token (running) and the others (waiting). */
+void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
 /* Cancel every job in flight (shutdown past its deadline). */
 void sp_cancel_all_jobs(sp_server *s);
 
@@ -100,6 +103,12 @@ bool sp_mount_cli_adapters(sp_server *s);
  * locked until sp_adapters_unlock (call it right after the submit). */
 bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e);
 void sp_adapters_unlock(sp_server *s);
+/* The Gateway API Inference Extension's vllm:lora_requests_info gauge. */
+void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out);
+/* vLLM's /v1/models entries of the adapters ({id, object, created,
+ * owned_by, root: path, parent: the base}) appended to `data`. */
+struct cJSON;
+void sp_adapters_list_models(sp_server *s, struct cJSON *data);
 /* Whether `model` names the served model itself. */
 bool sp_is_base_model(const sp_server *s, const char *model);
 enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,

@@ -84,6 +84,12 @@ def test_adapters_select_and_match_mlx(lora_setup):
         assert st == 200 and b"Success" in data, data
         st, _, body = complete(s.port, "two")
         assert st == 200 and body["choices"][0]["text"] == texts["two"], body
+        st, _, models = request(s.port, "GET", "/v1/models")
+        assert [(m["id"], m.get("parent")) for m in json.loads(models)["data"]] == \
+            [(sc.ALIAS, None), ("one", sc.ALIAS), ("two", sc.ALIAS)]
+        st, _, metrics = request(s.port, "GET", "/metrics")
+        assert b'vllm:lora_requests_info{max_lora="4",running_lora_adapters="",' \
+               b'waiting_lora_adapters=""}' in metrics, metrics[-600:]
         # errors: unknown model / adapter / id, duplicate, bad path, unload twice
         sc.assert_api_error(*complete(s.port, "nope")[::2], 404, "model", "model_not_found")
         sc.assert_api_error(*complete(s.port, adapters="/x")[::2], 404, "adapters")
@@ -136,6 +142,8 @@ def test_unload_under_traffic(lora_setup):
             st, _, d = request(s.port, "POST", "/v1/load_lora_adapter",
                                {"lora_name": "two", "lora_path": str(paths["two"])})
             assert st == 200, d
+        st, _, metrics = request(s.port, "GET", "/metrics")
+        assert b"running_lora_adapters=" in metrics
         stop.set()
         for t in threads:
             t.join(sc.REQUEST_TIMEOUT)
