@@ -88,6 +88,10 @@ def _rewrite_tensors(p, file, change):
     save_file(t, str(p / file))
 
 
+def _peft_tensors(change):
+    return lambda p: _rewrite_tensors(p, "adapter_model.safetensors", change)
+
+
 def _drop_first_lora_b(t):
     del t[sorted(k for k in t if "lora_B" in k or "lora_b" in k)[0]]
 
@@ -119,18 +123,14 @@ MALFORMED = {
         "unknown target module 'attn.c_attn'"),
     "rank-config": ("peft", lambda p: _edit_config(p, r=5),
                     "rank or shape mismatch"),
-    "rank-tensor": ("peft", lambda p: _rewrite_tensors(
-        p, "adapter_model.safetensors", _rank_mismatch),
-        "rank or shape mismatch"),
-    "unpaired": ("peft", lambda p: _rewrite_tensors(
-        p, "adapter_model.safetensors", _drop_first_lora_b),
-        "but no lora_B"),
-    "unknown-module-tensor": ("peft", lambda p: _rewrite_tensors(
-        p, "adapter_model.safetensors", _rename_to_unknown),
+    "rank-tensor": ("peft", _peft_tensors(_rank_mismatch),
+                    "rank or shape mismatch"),
+    "unpaired": ("peft", _peft_tensors(_drop_first_lora_b), "but no lora_B"),
+    "unknown-module-tensor": (
+        "peft", _peft_tensors(_rename_to_unknown),
         "not a lora_A/lora_B weight of a supported projection"),
-    "layer-out-of-range": ("peft", lambda p: _rewrite_tensors(
-        p, "adapter_model.safetensors", _bad_layer),
-        "targets layer 99; the model has 3"),
+    "layer-out-of-range": ("peft", _peft_tensors(_bad_layer),
+                           "targets layer 99; the model has 3"),
     "dora": ("mlx", lambda p: _edit_config(p, fine_tune_type="dora"),
              "fine_tune_type must be \"lora\""),
     "mlx-no-scale": ("mlx", lambda p: _edit_config(
