@@ -98,6 +98,30 @@ static spindle_status copy_matrix(const sp_tensor_info *t, const char *what,
     return SPINDLE_OK;
 }
 
+/* GGUF files of the families llama.cpp converts with permuted q/k rows
+ * (rope_traditional in their config) hold row h*hd + 2j + s where Hugging
+ * Face has h*hd + s*hd/2 + j; an adapter's B rows, written against Hugging
+ * Face's order, follow them. */
+static spindle_status permute_like_gguf(const spindle_model *m, sp_lora_module mod,
+                                        sp_weight *b, spindle_error *err) {
+    if (!m->gguf || !m->cfg.rope_traditional || (mod != SP_LORA_Q && mod != SP_LORA_K))
+        return SPINDLE_OK;
+    int64_t heads = mod == SP_LORA_Q ? m->cfg.n_heads : m->cfg.n_kv_heads;
+    int64_t rows = b->rows, cols = b->cols, hd = rows / heads;
+    if (heads < 1 || rows % heads || hd % 2) return SPINDLE_OK;
+    float *src = (float *)b->data, *dst = malloc((size_t)(rows * cols) * sizeof *dst);
+    if (!dst) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t j = 0; j < hd / 2; j++)
+            for (int64_t s = 0; s < 2; s++)
+                memcpy(dst + (h * hd + 2 * j + s) * cols,
+                       src + (h * hd + s * (hd / 2) + j) * cols,
+                       (size_t)cols * sizeof *dst);
+    free(src);
+    b->data = dst;
+    return SPINDLE_OK;
+}
+
 static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
                                  const char *what, spindle_error *err) {
     const spindle_model *m = a->model;
@@ -129,8 +153,9 @@ static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor %s appears twice",
                        what, t->name);
     int64_t rank = a->cfg.rank;
-    return k.is_b ? copy_matrix(t, what, a->cfg.format, lin->w.rows, rank, dst, err)
-                  : copy_matrix(t, what, a->cfg.format, rank, lin->w.cols, dst, err);
+    if (!k.is_b) return copy_matrix(t, what, a->cfg.format, rank, lin->w.cols, dst, err);
+    spindle_status st = copy_matrix(t, what, a->cfg.format, lin->w.rows, rank, dst, err);
+    return st ? st : permute_like_gguf(m, k.module, dst, err);
 }
 
 static spindle_status check_pairs(spindle_adapter *a, const char *what,

@@ -37,8 +37,10 @@ MAX_TOKENS = mm.MAX_TOKENS
 PROMPTS = {k: mm.PROMPTS[k] for k in ("len7", "len40")}
 
 _by_name = {s["name"]: s for s in mm.SPECS}
-# f32, a quantized base (bf16 activations) and a bf16 one with biases.
-SPECS = [_by_name[n] for n in ("qwen3-f32", "llama-q4g64", "qwen2-bf16")]
+# f32, a quantized base (bf16 activations), a bf16 one with biases; and an
+# f32 Llama whose GGUF form has llama.cpp's permuted q/k rows.
+SPECS = [_by_name[n] for n in ("qwen3-f32", "llama-q4g64", "qwen2-bf16",
+                               "llama-f32")]
 
 # name: rank, mlx scale, keys (None: every linear of a layer), num_layers
 # (-1: all), PEFT variant.

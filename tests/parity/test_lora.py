@@ -160,3 +160,25 @@ def test_malformed_adapter_one_line(lora_models, spindle_bin, tmp_path, case):
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("model", ["llama-f32", "qwen3-f32"])
+@pytest.mark.parametrize("layout", ["mlx", "peft"])
+def test_adapter_on_gguf_base(lora_models, spindle_bin, tmp_path, model,
+                              layout):
+    """The same adapters over the model as an F32 GGUF (tests/gguf_writer,
+    llama.cpp's names; Llama's q/k rows permuted as llama.cpp's converter
+    does): the mlx-lm reference of the safetensors model still holds."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import gguf_writer
+    d = lora_models / model
+    gguf = tmp_path / "m.gguf"
+    gguf_writer.write_gguf(str(d), str(gguf), "f32")
+    ref = json.loads((d / "reference.json").read_text())
+    aref = dict(ref, **ref["adapters"]["all8"])
+    entry = aref["prompts"]["len40"]
+    path = d / ("all8" if layout == "mlx" else "all8-peft")
+    out = run(spindle_bin, gguf, entry["prompt_tokens"], [path],
+              tmp_path / "l.npy")
+    assert_greedy_tokens(out, aref, entry)
+    assert_last_logits(tmp_path / "l.npy", d, aref, entry, f"{model} gguf")
