@@ -6,6 +6,7 @@
 #include "compute/matmul/matmul.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,9 +61,10 @@ const sp_lora_pair *sp_adapter_pair(const spindle_adapter *a, int l,
 /* Which layer and projection `lin` is, when it lives in m->layers. */
 static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
                    sp_lora_module *mod) {
-    const char *base = (const char *)m->layers, *p = (const char *)lin;
+    /* Integers: comparing pointers into different objects is undefined. */
+    uintptr_t base = (uintptr_t)m->layers, p = (uintptr_t)lin;
     size_t span = (size_t)m->cfg.n_layers * sizeof *m->layers;
-    if (p < base || p >= base + span) return false;
+    if (p < base || p - base >= span) return false;
     size_t off = (size_t)(p - base) % sizeof *m->layers;
     static const size_t fields[SP_LORA_N_MODULES] = {
         offsetof(sp_layer, q),    offsetof(sp_layer, k),
@@ -72,7 +74,7 @@ static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
     };
     for (int i = 0; i < SP_LORA_N_MODULES; i++)
         if (off == fields[i]) {
-            *l = (int)((size_t)(p - base) / sizeof *m->layers);
+            *l = (int)((p - base) / sizeof *m->layers);
             *mod = (sp_lora_module)i;
             return true;
         }
