@@ -2,7 +2,8 @@
 every layer) for a Hugging Face / MLX model directory, for the adapter
 benchmark in bench/RESULTS.md (speed does not depend on the values).
 
-usage: python bench/make_lora_adapters.py MODEL_DIR OUT_DIR [-n 4] [-r 16]
+usage: python bench/make_lora_adapters.py MODEL OUT_DIR [-n 4] [-r 16]
+MODEL: a directory with config.json, or a .gguf file (its llama.cpp keys).
 """
 import argparse
 import json
@@ -23,6 +24,27 @@ def shapes(cfg):
             "mlp.down_proj": (i, h)}
 
 
+def gguf_config(path):
+    """config.json's size keys from a GGUF file's metadata."""
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+
+    def val(key):
+        f = r.fields[key]
+        return int(f.parts[f.data[0]][0])
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    k = lambda s: val(f"{arch}.{s}")  # noqa: E731
+    heads = k("attention.head_count")
+    hd = (val(f"{arch}.attention.key_length")
+          if f"{arch}.attention.key_length" in r.fields
+          else k("embedding_length") // heads)
+    return {"hidden_size": k("embedding_length"),
+            "num_hidden_layers": k("block_count"),
+            "num_attention_heads": heads,
+            "num_key_value_heads": k("attention.head_count_kv"),
+            "head_dim": hd, "intermediate_size": k("feed_forward_length")}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -30,8 +52,11 @@ def main():
     ap.add_argument("-n", type=int, default=4)
     ap.add_argument("-r", type=int, default=16)
     a = ap.parse_args()
-    cfg = json.loads((Path(a.model) / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)
+    if a.model.endswith(".gguf"):
+        cfg = gguf_config(a.model)
+    else:
+        cfg = json.loads((Path(a.model) / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
     rng = np.random.default_rng(0)
     for k in range(a.n):
         t = {}
