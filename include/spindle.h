@@ -237,6 +237,12 @@ typedef struct spindle_batch_entry {
     spindle_logits_mode logits_mode;
     /* Caller-owned; vocab floats for LAST, n_tokens * vocab for ALL. */
     float *logits;
+    /* A LoRA adapter of the same model applied to this entry's rows (NULL:
+     * the base model), its own scale times adapter_scale (0 reads as 1).
+     * Borrowed for the call. Entries with different adapters share the
+     * pass: the base products run once over all rows. */
+    const struct spindle_adapter *adapter;
+    float adapter_scale;
 } spindle_batch_entry;
 
 /* Run the model over every entry in one pass; all entries must belong to
@@ -248,6 +254,45 @@ typedef struct spindle_batch_entry {
 spindle_status spindle_forward(spindle_model *model,
                                spindle_batch_entry *entries, int n_entries,
                                spindle_error *err);
+
+/* ---------------------------------------------------------------- adapters
+ *
+ * A LoRA adapter adds scale * B·(A·x) to the output of some of a model's
+ * projections (q/k/v/o/gate/up/down_proj), whatever the base weights'
+ * storage type; the base weights are never changed, so any number of
+ * adapters can be mounted on one model and each batch entry or request
+ * picks one (or none). */
+typedef struct spindle_adapter spindle_adapter;
+
+/* `path`: a PEFT adapter directory (adapter_config.json +
+ * adapter_model.safetensors) or an mlx-lm one (adapter_config.json with
+ * lora_parameters + adapters.safetensors). Every tensor must be a lora_A /
+ * lora_B (lora_a / lora_b) pair of a supported projection of a layer the
+ * model has, of the config's rank and the projection's shape; otherwise
+ * one line naming the tensor (SPINDLE_ERR_FORMAT or _UNSUPPORTED), and
+ * SPINDLE_ERR_IO for a missing file. The adapter holds f32 copies of its
+ * matrices. Thread-safe, also while the model runs a forward pass or an
+ * engine (it reads only the model's immutable shapes). */
+spindle_status spindle_adapter_load(spindle_model *model, const char *path,
+                                    spindle_adapter **out, spindle_error *err);
+/* Drop the caller's reference. Engine requests that named the adapter keep
+ * it alive until they end; it is freed with the last reference. Thread-safe
+ * (any thread, also while requests use it); NULL is fine. Every reference
+ * must be gone before the model is freed. */
+void spindle_adapter_unload(spindle_adapter *adapter);
+/* One adapter whose terms are the sum of n adapters' (each times its own
+ * scale and scales[i], 0 or a NULL `scales` reading as 1): what applying
+ * them all at once gives (`spindle run --lora A --lora B`). The inputs are
+ * copied; unload them and the result independently. Thread-safe as
+ * spindle_adapter_load. */
+spindle_status spindle_adapter_stack(spindle_model *model,
+                                     const spindle_adapter *const *adapters,
+                                     const float *scales, int n,
+                                     spindle_adapter **out, spindle_error *err);
+/* The adapter's own scale (lora_alpha / r, / sqrt(r) with rsLoRA, or
+ * mlx-lm's scale) and rank; 0 for NULL. Thread-safe. */
+float spindle_adapter_scale(const spindle_adapter *adapter);
+int spindle_adapter_rank(const spindle_adapter *adapter);
 
 /* ----------------------------------------------------------------- sampling */
 
@@ -329,6 +374,11 @@ typedef struct spindle_gen_params {
      * until it returns). The first token reported is the one that follows
      * the checkpoint; the sequence must be fresh (length 0). */
     const spindle_checkpoint *resume;
+    /* A LoRA adapter of the model (NULL: none) and the factor on its own
+     * scale (0 reads as 1). An engine request holds a reference from
+     * submit to its end, so the caller may unload the adapter at once. */
+    const struct spindle_adapter *adapter;
+    float adapter_scale;
 } spindle_gen_params;
 
 /* Thread-safe. */

@@ -32,6 +32,10 @@ typedef struct bb_args {
     int threads, batch, context;
     spindle_kv_type kv_type;
     bool use_mmap, json;
+    /* --lora PATH (repeatable): request j runs on adapter j % n_lora */
+    const char *lora_paths[16];
+    spindle_adapter *adapters[16];
+    int n_lora;
 } bb_args;
 
 /* What the callbacks count during one measurement. */
@@ -78,6 +82,7 @@ static spindle_status measure(spindle_model *m, const bb_args *a,
     gp.ignore_eos = true;
     bb_progress prog = {0};
     for (int j = 0; j < row->b && !st; j++) {
+        if (a->n_lora) gp.adapter = a->adapters[j % a->n_lora];
         spindle_request rq = {.prompt = toks + (size_t)j * row->pp,
                               .n_prompt = row->pp, .params = &gp,
                               .on_token = bb_on_token,
@@ -131,6 +136,8 @@ static const char *bb_usage =
     "  -c N       context length per sequence (default: the model's)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
+    "  --lora PATH  a LoRA adapter; with several, request j runs on the\n"
+    "             (j mod n)-th (repeatable, at most 16)\n"
     "  --json     one JSON object per row (pp, tg, b, n_kv, t_pp, s_pp, t_tg,\n"
     "             s_tg, t, s)\n";
 
@@ -147,6 +154,11 @@ static int parse(int argc, char **argv, bb_args *a) {
         !sp_arg_count_list(o, v, hi, &a->list, &a->count)) return 2
         if (!strcmp(o, "--json")) a->json = true;
         else if (!strcmp(o, "--mmap")) a->use_mmap = true;
+        else if (!strcmp(o, "--lora")) {
+            if (!(v = sp_arg_value(argc, argv, &i))) return 2;
+            if (a->n_lora == 16) return sp_arg_unknown("batched-bench", o);
+            a->lora_paths[a->n_lora++] = v;
+        }
         else if (sp_arg_is_help(o)) { fputs(bb_usage, stdout); return 1; }
         else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             if (!(a->model = sp_arg_value(argc, argv, &i))) return 2;
@@ -176,6 +188,14 @@ static int32_t *default_list(const int32_t *v, int n, int *count) {
     if (out) memcpy(out, v, (size_t)n * sizeof *out);
     *count = out ? n : 0;
     return out;
+}
+
+static spindle_status load_adapters(spindle_model *m, bb_args *a,
+                                    spindle_error *err) {
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; i < a->n_lora && !st; i++)
+        st = spindle_adapter_load(m, a->lora_paths[i], &a->adapters[i], err);
+    return st;
 }
 
 static int run_table(spindle_model *m, const bb_args *a, spindle_error *err) {
@@ -235,11 +255,12 @@ int sp_cmd_batched_bench(int argc, char **argv) {
             snprintf(err.message, sizeof err.message, "out of memory");
             rc = 1;
         } else if (spindle_model_load(a.model, &lo, &m, &err) ||
-                   run_table(m, &a, &err)) {
+                   load_adapters(m, &a, &err) || run_table(m, &a, &err)) {
             rc = 1;
         }
         if (rc) fprintf(stderr, "spindle: %s\n", err.message);
         else if (!a.json) printf("\n");
+        for (int i = 0; i < a.n_lora; i++) spindle_adapter_unload(a.adapters[i]);
         spindle_model_free(m);
     }
     free(a.npp);

@@ -38,8 +38,10 @@ static spindle_status prefill(spindle_model *m, spindle_seq *seq,
     spindle_status st = SPINDLE_OK;
     for (int done = 0; done < n && !st; done += 512) {
         int take = n - done < 512 ? n - done : 512;
-        spindle_batch_entry e = {seq, toks + done, take,
-                                 SPINDLE_LOGITS_LAST, logits};
+        spindle_batch_entry e = {.seq = seq, .tokens = toks + done,
+                                 .n_tokens = take,
+                                 .logits_mode = SPINDLE_LOGITS_LAST,
+                                 .logits = logits};
         st = spindle_forward(m, &e, 1, err);
     }
     return st;
@@ -58,7 +60,10 @@ static double run_once(spindle_model *m, int depth, int n_prompt,
     if (!st) st = prefill(m, seq, toks + depth, n_prompt, logits, err);
     double t1 = seconds();
     for (int i = 0; i < n_decode && !st; i++) {
-        spindle_batch_entry e = {seq, toks + (i % 64), 1, SPINDLE_LOGITS_LAST, logits};
+        spindle_batch_entry e = {.seq = seq, .tokens = toks + (i % 64),
+                                 .n_tokens = 1,
+                                 .logits_mode = SPINDLE_LOGITS_LAST,
+                                 .logits = logits};
         st = spindle_forward(m, &e, 1, err);
     }
     double t2 = seconds();

@@ -6,6 +6,7 @@
  * prefilled: the sequence is rolled back to that prefix first, or to the
  * start when one of its layers cannot roll back that far. */
 #include "cli/args.h"
+#include "cli/lora_args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
 #include "spindle.h"
@@ -97,7 +98,7 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
 static const char *chat_usage =
     "usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
     "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
-    "       [--kv-type f32|bf16|f16] [--mmap]\n"
+    "       [--kv-type f32|bf16|f16] [--mmap] [--lora PATH[:SCALE]]...\n"
     "Type a message and press Enter; /reset clears the history, "
     "/exit (or end of input) quits.\n";
 
@@ -106,6 +107,7 @@ typedef struct chat_args {
     int threads;
     spindle_kv_type kv_type;
     bool use_mmap;
+    sp_lora_args lora;
 } chat_args;
 
 /* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
@@ -119,6 +121,9 @@ static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
         else if (!strcmp(a, "--mmap")) o->use_mmap = true;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o->model_path = v; }
         else if (!strcmp(a, "--system")) { VALUE(); o->system = v; }
+        else if (!strcmp(a, "--lora")) {
+            VALUE(); if (!sp_lora_arg(&o->lora, a, v)) return 2;
+        }
         else if (!strcmp(a, "-n")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return 2;
             gen->max_tokens = (int)n;
@@ -153,7 +158,10 @@ int sp_cmd_chat(int argc, char **argv) {
     c.gen = spindle_gen_defaults();
     chat_args o = {.kv_type = SPINDLE_KV_F32};
     int rc = parse(argc, argv, &o, &c.gen);
-    if (rc) return rc == 1 ? 0 : rc;
+    if (rc) {
+        sp_lora_args_free(&o.lora);
+        return rc == 1 ? 0 : rc;
+    }
     const char *model_path = o.model_path, *system = o.system;
     if (!model_path) {
         fprintf(stderr, "spindle chat: -m MODEL is required\n");
@@ -163,6 +171,7 @@ int sp_cmd_chat(int argc, char **argv) {
     spindle_load_options lo = {.n_threads = o.threads, .kv_type = o.kv_type,
                                .use_mmap = o.use_mmap};
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
+    if (!st) st = sp_lora_args_load(&o.lora, c.model, &c.gen, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);
     if (!st) {
@@ -195,6 +204,7 @@ int sp_cmd_chat(int argc, char **argv) {
     cJSON_Delete(c.messages);
     spindle_seq_free(c.seq);
     spindle_tokenizer_free(c.tok);
+    sp_lora_args_free(&o.lora);
     spindle_model_free(c.model);
     return st ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /* spindle run: load a model, generate from a prompt, report statistics. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/lora_args.h"
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
 #include "spindle.h"
@@ -30,6 +31,7 @@ static const char *run_usage =
     "  --max-rollback N        tokens a sequence can surely be rolled back (default 8)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
+    SP_ARG_LORA_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     "  --json                  print one JSON object with tokens and stats\n"
@@ -54,6 +56,7 @@ typedef struct run_options {
     float bias_values[64];
     spindle_gen_params gen;
     sp_run_durable durable;
+    sp_lora_args lora;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -150,6 +153,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->gen.prefill_chunk = (int)n;
         } else if (!strcmp(a, "--mmap")) {
             o->use_mmap = true;
+        } else if (!strcmp(a, "--lora")) {
+            VALUE(); if (!sp_lora_arg(&o->lora, a, v)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->gen.ignore_eos = true;
         } else if (!strcmp(a, "--json")) {
@@ -253,7 +258,11 @@ int sp_cmd_run(int argc, char **argv) {
     run_options o;
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
-    if (rc) { free(o.prompt); return rc == 1 ? 0 : rc; }
+    if (rc) {
+        free(o.prompt);
+        sp_lora_args_free(&o.lora);
+        return rc == 1 ? 0 : rc;
+    }
 
     spindle_error err = {0};
     spindle_model *model = NULL;
@@ -271,6 +280,7 @@ int sp_cmd_run(int argc, char **argv) {
 
     size_t text_from = 0;   /* a resume prints only the text after it */
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    if (!st) st = sp_lora_args_load(&o.lora, model, &o.gen, &err);
     o.durable.text_output = o.text != NULL;
     if (!st)
         st = sp_run_durable_setup(&o.durable, model, &o.gen, &o.prompt,
@@ -326,6 +336,7 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_seq_free(seq);
     sp_run_durable_free(&o.durable);
     spindle_tokenizer_free(tok);
+    sp_lora_args_free(&o.lora);
     spindle_model_free(model);
     spindle_free(o.prompt);
     return st ? 1 : 0;

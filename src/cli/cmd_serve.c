@@ -22,6 +22,8 @@ static const char *serve_usage =
     "  --ctx N                 context limit (default: the model's)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
+    "  --lora NAME=PATH        mount a LoRA adapter (PEFT or mlx-lm directory) that\n"
+    "                          requests pick by model NAME (repeatable, at most 64)\n"
     "  --max-body BYTES        largest request body, else 413 (default 8388608)\n"
     "  --max-header BYTES      header memory per connection (default 65536)\n"
     "  --max-connections N     open connections at most (default 128)\n"
@@ -77,6 +79,13 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--ctx")) { VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->ctx);
         } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
         } else if (IS("--mmap")) { o->use_mmap = true;
+        } else if (IS("--lora")) {
+            VALUE();
+            static const char *loras[64];
+            ok = o->n_loras < 64;
+            if (ok) loras[o->n_loras++] = v;
+            else fprintf(stderr, "spindle serve: at most 64 --lora options\n");
+            o->loras = loras;
         } else if (IS("--max-body")) {
             VALUE(); ok = size_opt(a, v, 1, 1L << 32, &o->max_body_bytes);
         } else if (IS("--max-header")) {

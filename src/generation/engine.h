@@ -51,6 +51,8 @@ typedef struct sp_request {
     void *checkpoint_user;
     spindle_checkpoint *ck;
     const spindle_checkpoint *resume;
+    const spindle_adapter *adapter; /* a reference held until freed */
+    float adapter_scale;
 
     /* (step) */
     int prefilled;                  /* prompt tokens already in seq */

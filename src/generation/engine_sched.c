@@ -77,7 +77,8 @@ static void add_entry(spindle_engine *e, int *n, sp_request *r,
         .seq = r->seq, .tokens = tokens, .n_tokens = n_tokens,
         .logits_mode = last ? SPINDLE_LOGITS_LAST : SPINDLE_LOGITS_NONE,
         .logits = last ? e->logits + (size_t)e->n_logit_rows++ * e->vocab
-                       : NULL};
+                       : NULL,
+        .adapter = r->adapter, .adapter_scale = r->adapter_scale};
     e->entry_req[i] = r;
 }
 

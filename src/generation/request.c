@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "generation/checkpoint.h"
+#include "models/lora.h"
 
 /* The processors the parameters ask for, or NULL when none is active. */
 static spindle_status make_processors(const spindle_gen_params *g,
@@ -55,6 +56,9 @@ static spindle_status check_request(const spindle_engine *e,
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "top_logprobs must be in [0, %d], got %d",
                        SPINDLE_MAX_TOP_LOGPROBS, r->top_logprobs);
+    if (g->adapter && g->adapter->model != e->model)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "the adapter belongs to another model");
     if (g->n_stop_ids < 0 || (g->n_stop_ids > 0 && !g->stop_ids))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "invalid stop id list");
     for (int i = 0; i < r->n_prompt; i++)
@@ -125,6 +129,9 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     q->on_token = r->on_token;
     q->on_finish = r->on_finish;
     q->user = r->user;
+    q->adapter = g->adapter;
+    q->adapter_scale = g->adapter_scale;
+    sp_adapter_retain(q->adapter);
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
@@ -144,6 +151,7 @@ void sp_request_free(sp_request *r) {
     sp_logits_processors_free(r->procs);
     free(r->stop_ids);
     free(r->tokens);
+    sp_adapter_release(r->adapter);
     free(r);
 }
 

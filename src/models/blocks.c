@@ -1,5 +1,6 @@
 /* Shared transformer blocks: the math of one decoder layer, written once. */
 #include "models/blocks.h"
+#include "models/lora.h"
 #include "models/moe.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
@@ -62,6 +63,7 @@ void sp_forward_free(sp_forward *f) {
     free(f->q); free(f->k); free(f->v); free(f->attn);
     free(f->gate); free(f->up);
     sp_moe_scratch_free(f->moe);
+    sp_lora_scratch_free(f->lora);
     free(f);
 }
 
@@ -91,6 +93,7 @@ void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
     sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
+    if (f->any_adapter) sp_lora_apply(f, lin, x, y);
 }
 
 /* ----------------------------------------------------------- attention */

@@ -14,6 +14,10 @@ typedef struct sp_forward_seq {
     int first_row;      /* index of its first token among the T rows */
     int n_rows;
     int first_pos;      /* position of its first new token */
+    /* Its LoRA adapter (NULL: none) and the factor on the adapter's own
+     * scale (models/lora.h). */
+    const struct spindle_adapter *adapter;
+    float adapter_scale;
 } sp_forward_seq;
 
 struct sp_forward {
@@ -33,6 +37,8 @@ struct sp_forward {
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
     struct sp_moe_scratch *moe; /* sp_moe_block's, NULL until needed */
+    bool any_adapter;         /* some sequence has a LoRA adapter */
+    struct sp_lora_scratch *lora; /* sp_lora_apply's, NULL until needed */
 
     /* The first failure of the pass (the layer hooks return nothing):
      * later layers are skipped and spindle_forward returns it. */
@@ -51,7 +57,8 @@ void sp_norm_rows(sp_forward *f, const float *in, const float *w, float *out);
 /* x += y over T rows of hidden width. */
 void sp_add_rows(sp_forward *f, float *x, const float *y);
 
-/* y = W x + b over all rows. */
+/* y = W x + b over all rows, plus the LoRA terms of each sequence's
+ * adapter when lin is one of a layer's projections (models/lora.h). */
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y);
 /* The same over n rows of x ([n][cols] -> [n][rows]). */

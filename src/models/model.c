@@ -1,6 +1,7 @@
 /* Loading a model and running the batched forward pass. */
 #include "models/model.h"
 #include "models/blocks.h"
+#include "models/lora.h"
 #include "models/registry.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -165,6 +166,9 @@ static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
                 return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                                "token id %d is outside the vocabulary (%d)",
                                e[i].tokens[t], m->cfg.vocab_size);
+        if (e[i].adapter && e[i].adapter->model != m)
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "batch entry %d: adapter of another model", i);
         if (e[i].n_tokens > (1 << 24) - *rows)
             return sp_fail(err, SPINDLE_ERR_LIMIT, "batch too large");
         *rows += e[i].n_tokens;
@@ -233,6 +237,7 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     sp_forward *f = m->fwd;
     f->n_rows = rows;
     f->n_seqs = n;
+    f->any_adapter = false;
     int d = m->cfg.hidden_size, row = 0;
     for (int i = 0; i < n; i++) {
         sp_forward_seq *s = &f->seqs[i];
@@ -240,6 +245,9 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
         s->first_row = row;
         s->n_rows = e[i].n_tokens;
         s->first_pos = sp_seq_state_length(s->state);
+        s->adapter = e[i].adapter;
+        s->adapter_scale = e[i].adapter_scale != 0.0f ? e[i].adapter_scale : 1.0f;
+        if (s->adapter) f->any_adapter = true;
         for (int t = 0; t < e[i].n_tokens; t++, row++) {
             f->pos[row] = s->first_pos + t;
             sp_weight_row(&m->embed, e[i].tokens[t], f->x + (size_t)row * d);

@@ -82,7 +82,26 @@ typedef struct sp_api_request {
     int top_logprobs;
     int32_t *bias_ids;
     float *bias_values;
+    /* The adapter asked for besides `model` (server/adapters.c resolves
+     * them): mlx_lm.server's "adapters" (a mounted adapter's name or
+     * path), llama-server's "lora" (the one entry with a non-zero scale). */
+    char *adapters;
+    char *adapter_name;          /* the mounted adapter chosen (adapters.c) */
+    bool has_lora;
+    int lora_id;
+    float lora_scale;
 } sp_api_request;
+
+/* api_lora.c: "adapters" and "lora" of a generation body (cJSON root). */
+struct cJSON;
+bool sp_api_read_adapter_fields(const struct cJSON *root, sp_api_request *r,
+                                sp_api_error *err);
+
+/* POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+ * /v1/unload_lora_adapter {"lora_name"} (vLLM's bodies; path NULL for
+ * unload). Both strings malloc'd. */
+bool sp_api_parse_lora_request(const char *body, size_t len, bool need_path,
+                               char **name, char **path, sp_api_error *err);
 
 /* Parse a chat or completion body. On failure `*out` is left empty (safe to
  * free) and `err` says why. */

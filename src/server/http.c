@@ -45,6 +45,9 @@ static const route_entry routes[] = {
     {"/metrics", SP_ROUTE_METRICS, "GET"},
     {"/", SP_ROUTE_INDEX, "GET"},
     {"/index.html", SP_ROUTE_INDEX, "GET"},
+    {"/v1/load_lora_adapter", SP_ROUTE_LORA_LOAD, "POST"},
+    {"/v1/unload_lora_adapter", SP_ROUTE_LORA_UNLOAD, "POST"},
+    {"/lora-adapters", SP_ROUTE_LORA_LIST, "GET"},
 };
 
 static const route_entry slots_route = {"/slots/{id}", SP_ROUTE_SLOTS, "POST"};
@@ -226,6 +229,9 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
     case SP_ROUTE_METRICS: return sp_handle_metrics(s, c);
     case SP_ROUTE_INDEX: return sp_handle_index(s, c);
     case SP_ROUTE_SLOTS: return sp_handle_slots(s, c, url, body, len);
+    case SP_ROUTE_LORA_LOAD: return sp_handle_load_lora(s, c, body, len);
+    case SP_ROUTE_LORA_UNLOAD: return sp_handle_unload_lora(s, c, body, len);
+    case SP_ROUTE_LORA_LIST: return sp_handle_list_lora(s, c);
     default: return reply_problem(s, c, SP_ROUTE_OTHER, 404, "not_found", "no such route");
     }
 }

@@ -196,6 +196,25 @@ static void job_release(sp_job *j) {
     free(j);
 }
 
+static void add_name(sp_strbuf *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list->p; p && (p = strstr(p, name)); p += n)
+        if ((p == list->p || p[-1] == ',') && (p[n] == ',' || !p[n])) return;
+    sp_strbuf_printf(list, "%s%s", list->len ? "," : "", name);
+}
+
+void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting) {
+    pthread_mutex_lock(&s->lock);
+    for (sp_job *j = s->jobs; j; j = j->next) {
+        if (!j->req.adapter_name) continue;
+        pthread_mutex_lock(&j->mu);
+        bool started = j->n_generated > 0;
+        pthread_mutex_unlock(&j->mu);
+        add_name(started ? running : waiting, j->req.adapter_name);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 void sp_cancel_all_jobs(sp_server *s) {
     pthread_mutex_lock(&s->lock);
     for (sp_job *j = s->jobs; j; j = j->next)
@@ -470,7 +489,14 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
-    if (!st) st = spindle_engine_submit(s->engine, &rq, &id, &err);
+    if (!st && !sp_adapters_select_lock(s, &j->req, e)) {
+        j->finished = true;
+        return false;
+    }
+    if (!st) {
+        st = spindle_engine_submit(s->engine, &rq, &id, &err);
+        sp_adapters_unlock(s);
+    }
     if (!st) {
         /* Under the server's lock: sp_cancel_all_jobs reads it. (The
          * callbacks may already have run; they find the job via `user`.) */
@@ -501,7 +527,10 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     int32_t *ids = NULL;
     int n = 0;
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
-    if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
+    /* `model` may name a mounted adapter: adapters.c checks it (404). */
+    sp_api_limits limits = s->limits;
+    limits.n_model_names = 0;
+    if (!sp_api_parse_generation(kind, body, len, &limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
     sp_job_durable durable;
     int id_slot = -1;

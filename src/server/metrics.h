@@ -24,6 +24,9 @@ typedef enum sp_route {
     SP_ROUTE_METRICS,
     SP_ROUTE_INDEX,
     SP_ROUTE_SLOTS,      /* POST /slots/{id}?action=... */
+    SP_ROUTE_LORA_LOAD,
+    SP_ROUTE_LORA_UNLOAD,
+    SP_ROUTE_LORA_LIST,
     SP_ROUTE_OTHER,      /* unknown paths */
     SP_ROUTE_COUNT
 } sp_route;

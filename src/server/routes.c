@@ -51,8 +51,8 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c) {
 enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    cJSON *m = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, m);
     cJSON_AddStringToObject(m, "id", s->model_names[0]);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->started);
@@ -64,6 +64,7 @@ enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
     } else {
         cJSON_AddNullToObject(m, "meta");
     }
+    sp_adapters_list_models(s, data);
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return sp_reply_json(s, c, SP_ROUTE_MODELS, 200, json);
@@ -74,6 +75,7 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c) {
     if (s->engine) spindle_engine_counts(s->engine, &queued, &running);
     sp_strbuf out = {0};
     sp_metrics_render(&s->metrics, queued, running, &out);
+    sp_adapters_render_metrics(s, &out);
     enum MHD_Result rc = sp_reply(s, c, SP_ROUTE_METRICS, out.oom ? 503 : 200,
                                   "text/plain; version=0.0.4; charset=utf-8",
                                   out.p ? out.p : "", out.len);

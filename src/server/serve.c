@@ -84,6 +84,7 @@ static bool load(sp_server *s) {
                                                               : spindle_status_name(st));
         return false;
     }
+    if (!sp_mount_cli_adapters(s)) return false;
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
@@ -134,6 +135,7 @@ static void server_free(sp_server *s) {
     sp_http_stop(s);
     spindle_engine_free(s->engine);
     sp_slots_free(s->slots);     /* their snapshots go before the model */
+    sp_adapters_free(&s->adapters);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);
@@ -158,6 +160,7 @@ int sp_server_run(const sp_server_options *o) {
     atomic_init(&s->next_id, 1);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
+    sp_adapters_init(&s->adapters);
     sp_metrics_init(&s->metrics);
 
     signal_watch w;

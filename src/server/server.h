@@ -36,6 +36,9 @@ typedef struct sp_server_options {
     const char *checkpoint_dir; /* each request's checkpoint; NULL: none */
     int checkpoint_every;       /* tokens between checkpoints (default 64) */
     const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
+    /* --lora NAME=PATH, mounted at start (borrowed strings) */
+    const char *const *loras;
+    int n_loras;
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);

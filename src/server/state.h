@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "server/adapters.h"
 #include "server/api_request.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -46,6 +47,7 @@ typedef struct sp_server {
     atomic_uint_fast64_t next_id;
     struct MHD_Daemon *daemon;
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
+    sp_adapters adapters;
 } sp_server;
 
 /* ---- http.c: replies (each queues one response and counts it) */
@@ -67,6 +69,9 @@ bool sp_client_connected(struct MHD_Connection *c);
 /* ---- job.c: POST /v1/chat/completions and /v1/completions */
 enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
                                      sp_api_kind kind, const char *body, size_t len);
+/* The adapter names of the jobs in flight, comma-separated and each once:
+ * those that have produced a token (running) and the others (waiting). */
+void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
 /* Cancel every job in flight (shutdown past its deadline). */
 void sp_cancel_all_jobs(sp_server *s);
 
@@ -87,6 +92,31 @@ enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
  * 503, anything else 500. */
 void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
                               const char *message);
+
+/* ---- adapters.c: LoRA adapters (vLLM's load/unload, llama-server's list) */
+/* Mount `path` as `name` (--lora NAME=PATH, POST /v1/load_lora_adapter). */
+bool sp_adapters_add(sp_server *s, const char *name, const char *path,
+                     sp_api_error *e);
+/* The options' --lora NAME=PATH; false after a one-line message. */
+bool sp_mount_cli_adapters(sp_server *s);
+/* The adapter request `r` asks for (llama-server's lora id, mlx_lm.server's
+ * adapters, or `model` naming one) into r->gen; on success the table stays
+ * locked until sp_adapters_unlock (call it right after the submit). */
+bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e);
+void sp_adapters_unlock(sp_server *s);
+/* The Gateway API Inference Extension's vllm:lora_requests_info gauge. */
+void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out);
+/* vLLM's /v1/models entries of the adapters ({id, object, created,
+ * owned_by, root: path, parent: the base}) appended to `data`. */
+struct cJSON;
+void sp_adapters_list_models(sp_server *s, struct cJSON *data);
+/* Whether `model` names the served model itself. */
+bool sp_is_base_model(const sp_server *s, const char *model);
+enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
+                                    const char *body, size_t len);
+enum MHD_Result sp_handle_unload_lora(sp_server *s, struct MHD_Connection *c,
+                                      const char *body, size_t len);
+enum MHD_Result sp_handle_list_lora(sp_server *s, struct MHD_Connection *c);
 
 /* ---- webui.c */
 extern const char sp_webui_html[];

@@ -21,7 +21,11 @@
  * "foreign_seq": the request continues a sequence of a second copy of the
  *   model, which the forward pass must refuse (for that request only).
  * "generate": each request alone through spindle_generate (its prompt
- *   logits as the one logits row). */
+ *   logits as the one logits row).
+ * LoRA: "adapters": {NAME: DIR} loads adapters; a request's "adapter": NAME
+ *   and "adapter_scale": F pick one; "unload_adapters_at": K (step mode)
+ *   drops the harness's references before step K, while requests that
+ *   named them may still run. */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -66,6 +70,9 @@ typedef struct harness {
     pthread_cond_t changed;
     long total_tokens;
     int finished;
+    spindle_adapter *adapters[16];
+    const char *adapter_names[16];
+    int n_adapters, unload_adapters_at;
 } harness;
 
 static harness H;
@@ -113,6 +120,14 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     r->stop_after = (int)num(j, "stop_after", 0);
     r->foreign_seq = flag(j, "foreign_seq");
     r->stream_matches = true;
+    const char *adapter = cJSON_GetStringValue(cJSON_GetObjectItem(j, "adapter"));
+    for (int i = 0; adapter && i < H.n_adapters; i++)
+        if (!strcmp(adapter, H.adapter_names[i])) p->adapter = H.adapters[i];
+    if (adapter && !p->adapter) {
+        fprintf(stderr, "engine_harness: no adapter %s\n", adapter);
+        exit(1);
+    }
+    p->adapter_scale = (float)num(j, "adapter_scale", 0);
 }
 
 /* ------------------------------------------------------------ callbacks */
@@ -208,6 +223,27 @@ static void submit(req_run *r) {
 
 /* ---------------------------------------------------------------- modes */
 
+static void unload_adapters(void) {
+    for (int i = 0; i < H.n_adapters; i++) spindle_adapter_unload(H.adapters[i]);
+    H.n_adapters = 0;
+}
+
+static void load_adapters(const cJSON *sc) {
+    const cJSON *a, *all = cJSON_GetObjectItem(sc, "adapters");
+    H.unload_adapters_at = (int)num(sc, "unload_adapters_at", -1);
+    cJSON_ArrayForEach(a, all) {
+        spindle_error err = {0};
+        if (H.n_adapters == 16 || !cJSON_IsString(a) ||
+            spindle_adapter_load(H.model, a->valuestring,
+                                 &H.adapters[H.n_adapters], &err)) {
+            fprintf(stderr, "engine_harness: adapter %s: %s\n", a->string,
+                    err.message);
+            exit(1);
+        }
+        H.adapter_names[H.n_adapters++] = a->string;
+    }
+}
+
 static int run_steps(void) {
     int step = 0;
     for (;; step++) {
@@ -219,6 +255,7 @@ static int run_steps(void) {
                 r->cancel_result = spindle_engine_cancel(H.engine, r->id);
             if (!r->submitted && r->after < 0) pending = true;
         }
+        if (step == H.unload_adapters_at) unload_adapters();
         int active = 0;
         spindle_error err = {0};
         if (spindle_engine_step(H.engine, &active, &err)) {
@@ -396,6 +433,7 @@ int main(int argc, char **argv) {
     H.vocab = spindle_model_vocab_size(H.model);
     pthread_mutex_init(&H.lock, NULL);
     pthread_cond_init(&H.changed, NULL);
+    load_adapters(sc);
     const cJSON *reqs = cJSON_GetObjectItem(sc, "requests");
     H.n_reqs = cJSON_GetArraySize(reqs);
     H.reqs = calloc((size_t)H.n_reqs + 1, sizeof *H.reqs);
@@ -444,6 +482,7 @@ int main(int argc, char **argv) {
         free(r->logits);
     }
     free(H.reqs);
+    unload_adapters();
     spindle_model_free(H.foreign);
     spindle_model_free(H.model);
     cJSON_Delete(sc);

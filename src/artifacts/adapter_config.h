@@ -1,0 +1,54 @@
+/* adapter_config.json of a LoRA adapter directory, in either of the two
+ * layouts Spindle reads:
+ *  - PEFT (adapter_model.safetensors): peft_type "LORA", r, lora_alpha,
+ *    use_rslora, target_modules; scale = lora_alpha / r, or
+ *    lora_alpha / sqrt(r) with use_rslora;
+ *  - mlx-lm (adapters.safetensors): fine_tune_type "lora", num_layers,
+ *    lora_parameters {rank, scale, dropout, keys}; scale as written.
+ * The features neither applies unmerged here (DoRA, PEFT's rank/alpha
+ * patterns, modules_to_save, bias training, fan_in_fan_out) are refused
+ * with SPINDLE_ERR_UNSUPPORTED naming the key. Pure: fuzzed by
+ * tests/fuzz/fuzz_adapter_config. */
+#ifndef SP_ARTIFACTS_ADAPTER_CONFIG_H
+#define SP_ARTIFACTS_ADAPTER_CONFIG_H
+
+#include <stddef.h>
+#include "spindle.h"
+
+/* The projections an adapter may target, by their Hugging Face names. */
+typedef enum sp_lora_module {
+    SP_LORA_Q = 0, SP_LORA_K, SP_LORA_V, SP_LORA_O,
+    SP_LORA_GATE, SP_LORA_UP, SP_LORA_DOWN,
+    SP_LORA_N_MODULES
+} sp_lora_module;
+
+#define SP_LORA_ALL_MODULES ((1u << SP_LORA_N_MODULES) - 1u)
+#define SP_LORA_MAX_RANK 4096
+
+typedef enum sp_adapter_format {
+    SP_ADAPTER_PEFT = 0,
+    SP_ADAPTER_MLX
+} sp_adapter_format;
+
+typedef struct sp_adapter_config {
+    sp_adapter_format format;
+    int rank;              /* 1..SP_LORA_MAX_RANK */
+    double scale;          /* the factor of B·A, finite */
+    unsigned targets;      /* bit per sp_lora_module the config allows */
+} sp_adapter_config;
+
+/* "q_proj" ... "down_proj" (also "self_attn.q_proj", "mlp.up_proj": the
+ * last dotted part decides) -> module, or -1 when it is none of them. */
+int sp_lora_module_from_name(const char *name);
+/* "q_proj" ... "down_proj". */
+const char *sp_lora_module_name(sp_lora_module m);
+
+/* Parse `len` bytes of adapter_config.json text; `what` names the file in
+ * errors. The format is mlx-lm's when the object has lora_parameters, else
+ * PEFT's. */
+spindle_status sp_adapter_config_parse(const char *json, size_t len,
+                                       const char *what,
+                                       sp_adapter_config *out,
+                                       spindle_error *err);
+
+#endif
