@@ -100,7 +100,30 @@ typedef struct spindle_load_options {
      * many tokens of the last forward pass (each a full copy of the layer's
      * state, so memory grows with it). */
     int max_rollback;
+    /* Bytes of the model's KV block pool, shared by all its sequences'
+     * full-attention layers (sliding-window and recurrent layers keep
+     * their own fixed-size state beside it). 0: what fits beside the
+     * weights in available memory (90% of it), at most 16 full contexts.
+     * Pages are committed only as blocks are first written. A budget that
+     * holds no block fails the load with SPINDLE_ERR_LIMIT. */
+    size_t kv_bytes;
 } spindle_load_options;
+
+/* The model's KV block pool: its size and what its blocks hold now. */
+typedef struct spindle_kv_pool_info {
+    size_t budget_bytes;     /* the pool's byte budget */
+    size_t block_bytes;      /* one block, every full-KV layer */
+    int block_tokens;        /* positions per block */
+    int blocks;              /* in all */
+    int used;                /* referenced by a sequence */
+    int cached;              /* unreferenced prefix-index blocks (LRU) */
+    int free;                /* the rest */
+} spindle_kv_pool_info;
+
+/* Thread-safe (a snapshot). SPINDLE_ERR_ARGUMENT for NULL. */
+spindle_status spindle_model_kv_pool_info(const spindle_model *model,
+                                          spindle_kv_pool_info *out,
+                                          spindle_error *err);
 
 #define SPINDLE_DEFAULT_MAX_ROLLBACK 8
 #define SPINDLE_MAX_ROLLBACK_LIMIT 4096
