@@ -333,6 +333,10 @@ const char *spindle_stop_reason_name(spindle_stop_reason reason);
 
 typedef struct spindle_gen_stats {
     int prompt_tokens;
+    /* Of prompt_tokens, those whose KV blocks came from the model's prefix
+     * index instead of being computed (whole blocks of
+     * spindle_kv_pool_info.block_tokens, never the last prompt token). */
+    int cached_tokens;
     int generated_tokens;
     double prefill_seconds;
     double decode_seconds;
@@ -397,6 +401,9 @@ typedef struct spindle_engine_options {
      * sleeps when idle; spindle_engine_step is then refused. false: the
      * caller drives it with spindle_engine_step. */
     bool background;
+    /* true: never map cached prompt blocks (every prompt is computed in
+     * full; the blocks are still published for others). */
+    bool no_prefix_cache;
 } spindle_engine_options;
 
 /* max_seqs 16, max_batch_tokens 512, no background thread. Thread-safe. */
@@ -447,6 +454,7 @@ typedef struct spindle_token_info {
 
 typedef struct spindle_request_stats {
     int prompt_tokens;
+    int cached_tokens;       /* as in spindle_gen_stats */
     int generated_tokens;
     double queue_seconds;    /* submit -> first prompt chunk in a step */
     double ttft_seconds;     /* submit -> first generated token */
