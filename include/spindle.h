@@ -172,7 +172,13 @@ spindle_status spindle_model_describe(const spindle_model *model, char **json,
  * or a recurrent state. It must not outlive the model. One thread at a
  * time per sequence: these calls are not safe concurrently with each other
  * or with a forward pass or generation that uses the same sequence.
- * spindle_seq_new is safe concurrently with any model call. */
+ * spindle_seq_new is safe concurrently with any model call. The keys and
+ * values of full-attention layers live in blocks of the model's KV pool
+ * (spindle_kv_pool_info), taken as the sequence grows and returned by
+ * truncation and free (sequences of one model may share blocks of a common
+ * prompt prefix; a shared block is copied before it is written); a forward
+ * pass that finds the pool full fails with SPINDLE_ERR_LIMIT, changing
+ * nothing. */
 typedef struct spindle_seq spindle_seq;
 
 spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
