@@ -100,7 +100,30 @@ typedef struct spindle_load_options {
      * many tokens of the last forward pass (each a full copy of the layer's
      * state, so memory grows with it). */
     int max_rollback;
+    /* Bytes of the model's KV block pool, shared by all its sequences'
+     * full-attention layers (sliding-window and recurrent layers keep
+     * their own fixed-size state beside it). 0: what fits beside the
+     * weights in available memory (90% of it), at most 16 full contexts.
+     * Pages are committed only as blocks are first written. A budget that
+     * holds no block fails the load with SPINDLE_ERR_LIMIT. */
+    size_t kv_bytes;
 } spindle_load_options;
+
+/* The model's KV block pool: its size and what its blocks hold now. */
+typedef struct spindle_kv_pool_info {
+    size_t budget_bytes;     /* the pool's byte budget */
+    size_t block_bytes;      /* one block, every full-KV layer */
+    int block_tokens;        /* positions per block */
+    int blocks;              /* in all */
+    int used;                /* referenced by a sequence */
+    int cached;              /* unreferenced prefix-index blocks (LRU) */
+    int free;                /* the rest */
+} spindle_kv_pool_info;
+
+/* Thread-safe (a snapshot). SPINDLE_ERR_ARGUMENT for NULL. */
+spindle_status spindle_model_kv_pool_info(const spindle_model *model,
+                                          spindle_kv_pool_info *out,
+                                          spindle_error *err);
 
 #define SPINDLE_DEFAULT_MAX_ROLLBACK 8
 #define SPINDLE_MAX_ROLLBACK_LIMIT 4096
@@ -161,7 +184,13 @@ spindle_status spindle_model_describe(const spindle_model *model, char **json,
  * or a recurrent state. It must not outlive the model. One thread at a
  * time per sequence: these calls are not safe concurrently with each other
  * or with a forward pass or generation that uses the same sequence.
- * spindle_seq_new is safe concurrently with any model call. */
+ * spindle_seq_new is safe concurrently with any model call. The keys and
+ * values of full-attention layers live in blocks of the model's KV pool
+ * (spindle_kv_pool_info), taken as the sequence grows and returned by
+ * truncation and free (sequences of one model may share blocks of a common
+ * prompt prefix; a shared block is copied before it is written); a forward
+ * pass that finds the pool full fails with SPINDLE_ERR_LIMIT, changing
+ * nothing. */
 typedef struct spindle_seq spindle_seq;
 
 spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
@@ -404,6 +433,10 @@ const char *spindle_stop_reason_name(spindle_stop_reason reason);
 
 typedef struct spindle_gen_stats {
     int prompt_tokens;
+    /* Of prompt_tokens, those whose KV blocks came from the model's prefix
+     * index instead of being computed (whole blocks of
+     * spindle_kv_pool_info.block_tokens, never the last prompt token). */
+    int cached_tokens;
     int generated_tokens;
     double prefill_seconds;
     double decode_seconds;
@@ -468,6 +501,9 @@ typedef struct spindle_engine_options {
      * sleeps when idle; spindle_engine_step is then refused. false: the
      * caller drives it with spindle_engine_step. */
     bool background;
+    /* true: never map cached prompt blocks (every prompt is computed in
+     * full; the blocks are still published for others). */
+    bool no_prefix_cache;
 } spindle_engine_options;
 
 /* max_seqs 16, max_batch_tokens 512, no background thread. Thread-safe. */
@@ -518,6 +554,7 @@ typedef struct spindle_token_info {
 
 typedef struct spindle_request_stats {
     int prompt_tokens;
+    int cached_tokens;       /* as in spindle_gen_stats */
     int generated_tokens;
     double queue_seconds;    /* submit -> first prompt chunk in a step */
     double ttft_seconds;     /* submit -> first generated token */

@@ -64,6 +64,25 @@ bool sp_arg_u64(const char *opt, const char *s, uint64_t *out) {
     return true;
 }
 
+bool sp_arg_bytes(const char *opt, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    else if (*end == 'M' || *end == 'm') shift = 20;
+    else if (*end == 'G' || *end == 'g') shift = 30;
+    if (shift) end++;
+    if (errno || end == s || *end || *s == '-' || v == 0 ||
+        v > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "spindle: %s expects a positive byte count (suffix "
+                        "K, M or G allowed), got '%s'\n", opt, s);
+        return false;
+    }
+    *out = (size_t)v << shift;
+    return true;
+}
+
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out) {
     spindle_error err = {0};
     if (spindle_kv_type_parse(s, out, &err) == SPINDLE_OK) return true;

@@ -31,6 +31,7 @@ typedef struct bb_args {
     int n_npp, n_ntg, n_npl;
     int threads, batch, context;
     spindle_kv_type kv_type;
+    size_t kv_bytes;
     bool use_mmap, json;
     /* --lora PATH (repeatable): request j runs on adapter j % n_lora */
     const char *lora_paths[16];
@@ -125,7 +126,8 @@ static void print_row(const bb_row *r, bool json) {
 static const char *bb_usage =
     "usage: spindle batched-bench -m MODEL [-npp 128,256] [-ntg 128] [-npl 1,2,4,8]\n"
     "                             [-t THREADS] [-b TOKENS] [-c CONTEXT]\n"
-    "                             [--kv-type f32|bf16|f16] [--mmap] [--json]\n"
+    "                             [--kv-type f32|bf16|f16] [--kv-budget BYTES]\n"
+    "                             [--mmap] [--json]\n"
     "  Aggregate prefill (S_PP) and decode (S_TG) throughput of B sequences\n"
     "  at once through the step engine; the table of llama-batched-bench.\n"
     "  -npp LIST  prompt tokens per sequence (default 128)\n"
@@ -169,7 +171,9 @@ static int parse(int argc, char **argv, bb_args *a) {
         else if (!strcmp(o, "-t")) { INT_VALUE(1, 1024); a->threads = (int)n; }
         else if (!strcmp(o, "-b")) { INT_VALUE(1, 1 << 20); a->batch = (int)n; }
         else if (!strcmp(o, "-c")) { INT_VALUE(1, 1 << 24); a->context = (int)n; }
-        else if (!strcmp(o, "--kv-type")) {
+        else if (!strcmp(o, "--kv-budget")) {
+            if (!(v = sp_arg_value(argc, argv, &i)) || !sp_arg_bytes(o, v, &a->kv_bytes)) return 2;
+        } else if (!strcmp(o, "--kv-type")) {
             if (!(v = sp_arg_value(argc, argv, &i)) || !sp_arg_kv_type(o, v, &a->kv_type)) return 2;
         }
         else return sp_arg_unknown("batched-bench", o);
@@ -249,6 +253,7 @@ int sp_cmd_batched_bench(int argc, char **argv) {
         spindle_error err = {0};
         spindle_model *m = NULL;
         spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type,
+                                   .kv_bytes = a.kv_bytes,
                                    .use_mmap = a.use_mmap,
                                    .max_context = a.context};
         if (!a.npp || !a.ntg || !a.npl) {

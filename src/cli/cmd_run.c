@@ -46,6 +46,7 @@ typedef struct run_options {
     int ctx;
     int max_rollback;
     spindle_kv_type kv_type;
+    size_t kv_bytes;
     bool use_mmap;
     bool json;
     const char *dump_logits;
@@ -146,6 +147,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--max-rollback")) {
             VALUE(); if (!sp_arg_int(a, v, 1, SPINDLE_MAX_ROLLBACK_LIMIT, &n)) return 2;
             o->max_rollback = (int)n;
+        } else if (!strcmp(a, "--kv-budget")) {
+            VALUE(); if (!sp_arg_bytes(a, v, &o->kv_bytes)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
         } else if (!strcmp(a, "--prefill-chunk")) {
@@ -222,6 +225,7 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     if (text) cJSON_AddStringToObject(root, "text", text);
     cJSON *st = cJSON_AddObjectToObject(root, "stats");
     cJSON_AddNumberToObject(st, "prompt_tokens", s->prompt_tokens);
+    cJSON_AddNumberToObject(st, "cached_tokens", s->cached_tokens);
     cJSON_AddNumberToObject(st, "generated_tokens", s->generated_tokens);
     cJSON_AddNumberToObject(st, "prefill_seconds", s->prefill_seconds);
     cJSON_AddNumberToObject(st, "decode_seconds", s->decode_seconds);
@@ -276,6 +280,7 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_gen_stats stats;
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
                                .kv_type = o.kv_type, .use_mmap = o.use_mmap,
+                               .kv_bytes = o.kv_bytes,
                                .max_rollback = o.max_rollback};
 
     size_t text_from = 0;   /* a resume prints only the text after it */

@@ -77,6 +77,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->default_max_tokens);
         } else if (IS("-t") || IS("--threads")) { VALUE(); ok = int_opt(a, v, 1, 1024, &o->threads);
         } else if (IS("--ctx")) { VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->ctx);
+        } else if (IS("--kv-budget")) { VALUE(); ok = sp_arg_bytes(a, v, &o->kv_bytes);
         } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
         } else if (IS("--mmap")) { o->use_mmap = true;
         } else if (IS("--lora")) {

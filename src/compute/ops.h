@@ -94,7 +94,31 @@ typedef struct sp_kv_view {
     int64_t head_stride;  /* in elements */
     sp_kv_dtype type;
     int first_key_pos;    /* position of the first row (0: a full cache) */
+    /* Paged (a block pool): position p is row (p - first_key_pos) %
+     * block_rows of block blocks[(p - first_key_pos) / block_rows], whose
+     * head h starts at element blocks[i] * block_stride + h * head_stride
+     * of k / v. NULL blocks: one linear block (row r of head h at
+     * h * head_stride + r * head_dim). */
+    const int32_t *blocks;
+    int block_rows;
+    int n_blocks;
+    int64_t block_stride;  /* in elements */
 } sp_kv_view;
+
+/* Element offset of the row of KV head h at position pos in a view, and in
+ * *run how many rows follow it contiguously (to the end of its block). */
+static inline int64_t sp_kv_view_row(const sp_kv_view *v, int h, int pos,
+                                     int head_dim, int *run) {
+    const int r = pos - v->first_key_pos;
+    if (!v->blocks) {
+        *run = 1 << 30;
+        return (int64_t)h * v->head_stride + (int64_t)r * head_dim;
+    }
+    const int in_block = r % v->block_rows;
+    *run = v->block_rows - in_block;
+    return (int64_t)v->blocks[r / v->block_rows] * v->block_stride +
+           (int64_t)h * v->head_stride + (int64_t)in_block * head_dim;
+}
 
 /* Causal grouped-query attention for n_q consecutive query tokens of one
  * sequence, at positions first_pos .. first_pos + n_q - 1, whose keys and

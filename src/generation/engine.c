@@ -72,6 +72,7 @@ spindle_status spindle_engine_new(spindle_model *model,
     e->max_seqs = o.max_seqs;
     e->max_batch_tokens = o.max_batch_tokens;
     e->background = o.background;
+    e->no_prefix_cache = o.no_prefix_cache;
     e->next_id = 1;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
@@ -158,6 +159,7 @@ spindle_status spindle_engine_submit(spindle_engine *e,
     if (!e || !request) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     sp_request *r;
     spindle_status st = sp_request_new(e, request, &r, err);
+    if (!st && (st = sp_engine_size_request(e, r, err))) sp_request_free(r);
     if (st) return st;
     pthread_mutex_lock(&e->lock);
     st = enqueue(e, r, err);
@@ -217,6 +219,7 @@ static void fill_stats(const sp_request *r, double now,
                        spindle_request_stats *s) {
     memset(s, 0, sizeof *s);
     s->prompt_tokens = r->n_prompt;
+    s->cached_tokens = r->cached_tokens;
     s->generated_tokens = r->n_generated;
     s->total_seconds = now - r->t_submit;
     if (r->t_first_chunk > 0) s->queue_seconds = r->t_first_chunk - r->t_submit;

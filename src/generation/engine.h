@@ -56,6 +56,10 @@ typedef struct sp_request {
 
     /* (step) */
     int prefilled;                  /* prompt tokens already in seq */
+    int cached_tokens;              /* of them, mapped from the prefix
+                                       index at admission */
+    int need_blocks;                /* KV blocks it may ever hold (written
+                                       by submit) */
     double t_submit, t_first_chunk, t_first_token;
     /* Finished in this step: how (ended after the step's forward pass). */
     bool done;
@@ -68,6 +72,7 @@ struct spindle_engine {
     int vocab, context;
     int max_seqs, max_batch_tokens;
     bool background;
+    bool no_prefix_cache;
 
     pthread_mutex_t lock;
     pthread_cond_t wake;            /* submit, cancel, free */
@@ -121,6 +126,19 @@ bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
 void sp_engine_finish(spindle_engine *e, sp_request *r,
                       spindle_stop_reason reason, spindle_status status,
                       const char *error);
+
+/* ---- engine_admit.c ---- */
+
+/* Set r->need_blocks; SPINDLE_ERR_LIMIT when the pool can never hold
+ * them. */
+spindle_status sp_engine_size_request(spindle_engine *e, sp_request *r,
+                                      spindle_error *err);
+typedef enum sp_admit_verdict {
+    SP_ADMIT_OK,    /* r has its sequence (prefix mapped) and its room */
+    SP_ADMIT_WAIT,  /* not now: leave it at the head of the queue */
+    SP_ADMIT_FAIL,  /* r->error says why; end it */
+} sp_admit_verdict;
+sp_admit_verdict sp_engine_make_room(spindle_engine *e, sp_request *r);
 
 /* ---- engine_sched.c ---- */
 

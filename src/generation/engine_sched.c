@@ -4,7 +4,9 @@
  *   2. plan one batch: a decode row per running request, then prompt
  *      chunks of the running requests still prefilling (oldest first),
  *      then new requests from the queue (FCFS) while fewer than max_seqs
- *      run, all within max_batch_tokens rows;
+ *      run and the KV pool has room for them (engine_admit.c; a prompt
+ *      whose first blocks are in the prefix index starts after them), all
+ *      within max_batch_tokens rows;
  *   3. one spindle_forward over the whole batch (per entry again only when
  *      it fails, to find the requests that fail alone);
  *   4. per request whose last prompt token or decode row was in it: pick a
@@ -91,17 +93,9 @@ static void add_chunk(spindle_engine *e, int *n, sp_request *r, int *budget) {
     *budget -= take;
 }
 
-/* Admit the head of the queue: its sequence (a fresh one unless the caller
- * gave one). False when it could not start (it has been ended). */
-static bool admit(spindle_engine *e, sp_request *r) {
-    if (!r->seq) {
-        if (spindle_seq_new(e->model, &r->seq, &r->error)) {
-            sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
-                             r->error.message);
-            return false;
-        }
-        r->owns_seq = true;
-    }
+/* Admit r, just taken from the queue (engine_admit.c gave it its
+ * sequence and its room in the KV pool). */
+static void admit(spindle_engine *e, sp_request *r) {
     r->t_first_chunk = sp_engine_now();
     if (r->resume && sp_checkpoint_restore(r, &r->error)) {
         sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
@@ -109,7 +103,6 @@ static bool admit(spindle_engine *e, sp_request *r) {
         return false;
     }
     e->running[e->n_running++] = r;
-    return true;
 }
 
 /* Fill e->entries for this step; returns their count. */
@@ -129,11 +122,19 @@ static int plan_batch(spindle_engine *e) {
             add_chunk(e, &n, e->running[i], &budget);
     while (budget > 0 && e->n_running < e->max_seqs && e->wait_head) {
         sp_request *r = e->wait_head;
+        const sp_admit_verdict v = sp_engine_make_room(e, r);
+        if (v == SP_ADMIT_WAIT) break; /* FCFS: nobody overtakes it */
         e->wait_head = r->next;
         if (!e->wait_head) e->wait_tail = NULL;
         r->next = NULL;
         e->n_waiting--;
-        if (admit(e, r)) add_chunk(e, &n, r, &budget);
+        if (v == SP_ADMIT_FAIL) {
+            sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
+                             r->error.message);
+            continue;
+        }
+        admit(e, r);
+        add_chunk(e, &n, r, &budget);
     }
     return n;
 }

@@ -136,6 +136,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
         const spindle_request_stats *r = &g.stats;
         memset(stats, 0, sizeof *stats);
         stats->prompt_tokens = params->resume ? r->prompt_tokens : n_prompt;
+        stats->cached_tokens = r->cached_tokens;
         stats->generated_tokens = r->generated_tokens;
         stats->prefill_seconds = r->prefill_seconds;
         stats->decode_seconds = r->decode_seconds;

@@ -103,6 +103,7 @@ spindle_status spindle_model_load(const char *path,
     if (!st) st = sp_bind_embeddings_and_head(m, err);
     if (!st) st = m->arch->load(m, err);
     if (!st) st = sp_model_init_state_desc(m, err);
+    if (!st) st = sp_model_init_kv_pool(m, options ? options->kv_bytes : 0, err);
     if (!st) {
         m->pool = sp_pool_create(options ? options->n_threads : 0);
         if (!m->pool)
@@ -120,6 +121,7 @@ void spindle_model_free(spindle_model *m) {
     if (!m) return;
     sp_forward_free(m->fwd);
     sp_pool_destroy(m->pool);
+    sp_kv_pool_free(m->kv_pool);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
@@ -230,8 +232,10 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     if (!st) st = sp_forward_reserve(&m->fwd, m, rows, n, err);
     /* Everything a pass allocates, before any layer runs: a failure here
      * or in a layer leaves every sequence as it was (nothing is committed). */
-    for (int i = 0; i < n && !st; i++)
+    for (int i = 0; i < n && !st; i++) {
         st = sp_seq_state_reserve(e[i].seq->state, e[i].n_tokens, err);
+        if (!st) sp_seq_state_set_pending_tokens(e[i].seq->state, e[i].tokens);
+    }
     if (st) return st;
 
     sp_forward *f = m->fwd;

@@ -15,6 +15,7 @@
 #include "compute/tensor.h"
 #include "compute/threadpool.h"
 #include "runtime/seq_state.h"
+#include "runtime/kv_pool.h"
 
 /* y = W x (+ b) */
 typedef struct sp_linear {
@@ -133,6 +134,8 @@ struct spindle_model {
     sp_kv_dtype kv_type;         /* element type of every sequence's cache */
     sp_layer_state_desc *state_desc; /* [n_layers] each layer's state kind */
     int max_rollback;            /* tokens truncation is guaranteed back */
+    sp_kv_pool *kv_pool;         /* the full-KV blocks of every sequence */
+    size_t kv_budget;            /* bytes it was sized for */
 
     /* What only the family knows (its per-model and per-layer data),
      * allocated by arch->load and released by arch->free_family. */
@@ -162,6 +165,10 @@ struct spindle_seq {
 /* Fill m->state_desc from the layer_state hook or sp_layer.window, and
  * check it (models/sequence.c). */
 spindle_status sp_model_init_state_desc(spindle_model *m, spindle_error *err);
+/* Create m->kv_pool for `kv_bytes` (0: the default budget, what fits
+ * beside the weights in available memory) (models/kv_budget.c). */
+spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
+                                     spindle_error *err);
 
 /* ---- weight binding helpers (models/weights.c) ---- */
 

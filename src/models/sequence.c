@@ -38,7 +38,8 @@ spindle_status spindle_seq_new(spindle_model *model, spindle_seq **out,
     s->model = model;
     const sp_seq_state_options opt = {.kv_type = model->kv_type,
                                       .max_length = model->max_context,
-                                      .max_rollback = model->max_rollback};
+                                      .max_rollback = model->max_rollback,
+                                      .pool = model->kv_pool};
     spindle_status st = sp_seq_state_new(model->state_desc, model->cfg.n_layers,
                                          &opt, &s->state, err);
     if (st) { free(s); return st; }

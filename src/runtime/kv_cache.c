@@ -153,8 +153,9 @@ void sp_kv_buffer_write(sp_kv_buffer *b, int from, int to, const void *src) {
 }
 
 sp_kv_view sp_kv_buffer_view(const sp_kv_buffer *b) {
-    sp_kv_view view = {b->k, b->v, (int64_t)b->capacity * b->head_dim,
-                       b->type, b->base};
+    sp_kv_view view = {.k = b->k, .v = b->v,
+                       .head_stride = (int64_t)b->capacity * b->head_dim,
+                       .type = b->type, .first_key_pos = b->base};
     return view;
 }
 

@@ -152,6 +152,7 @@ spindle_status sp_seq_state_new(const sp_layer_state_desc *layers,
                 L->slots[L->current].role = SP_SLOT_CURRENT;
         }
     }
+    if (!st) st = sp_blocks_init(s, err);
     if (st) {
         sp_seq_state_free(s);
         return st;
@@ -162,6 +163,7 @@ spindle_status sp_seq_state_new(const sp_layer_state_desc *layers,
 
 void sp_seq_state_free(sp_seq_state *s) {
     if (!s) return;
+    sp_blocks_free(s);
     for (int l = 0; l < s->n_layers; l++) {
         sp_layer_state *L = &s->layers[l];
         sp_kv_buffer_free(&L->kv);
@@ -181,6 +183,10 @@ size_t sp_seq_state_bytes(const sp_seq_state *s) {
         n += sp_kv_buffer_bytes(&L->kv) +
              (size_t)L->n_slots * (slot_bytes(L) + sizeof *L->slots);
     }
+    if (s->has_full)
+        n += (size_t)s->n_blocks * sp_kv_pool_block_bytes(s->pool) +
+             (size_t)s->cap_blocks * (sizeof *s->blocks + sizeof *s->hashes +
+                                      SP_KV_BLOCK_TOKENS * sizeof *s->tokens);
     return n;
 }
 
@@ -202,18 +208,6 @@ static spindle_status too_long(int64_t rows, spindle_error *err) {
     return sp_fail(err, SPINDLE_ERR_LIMIT,
                    "a KV cache of %lld positions is too large",
                    (long long)rows);
-}
-
-/* Full KV: base 0, capacity doubling from 256 up to the context limit. */
-spindle_status sp_full_fit(sp_seq_state *s, sp_layer_state *L, int64_t end,
-                           spindle_error *err) {
-    sp_kv_buffer *b = &L->kv;
-    if (b->k && end <= b->capacity) return SPINDLE_OK;
-    int64_t cap = b->capacity ? b->capacity : 256;
-    while (cap < end) cap *= 2;
-    cap = clip_to_limit(s, cap);
-    if (cap > INT_MAX / 2) return too_long(cap, err);
-    return sp_kv_buffer_relayout(b, 0, (int)cap, s->length, err);
 }
 
 /* Window KV: slide the kept positions to the front when the buffer would
@@ -268,11 +262,11 @@ spindle_status sp_seq_state_reserve(sp_seq_state *s, int n_new,
         return sp_fail(err, SPINDLE_ERR_LIMIT,
                        "context of %lld tokens exceeds the limit of %d",
                        (long long)end, s->opt.max_length);
-    spindle_status st = SPINDLE_OK;
+    spindle_status st = sp_blocks_fit(s, end, err);
     for (int l = 0; l < s->n_layers && !st; l++) {
         sp_layer_state *L = &s->layers[l];
         switch (L->d.kind) {
-        case SP_STATE_FULL_KV: st = sp_full_fit(s, L, end, err); break;
+        case SP_STATE_FULL_KV: break;
         case SP_STATE_WINDOW_KV: st = sp_window_fit(s, L, end, 0, err); break;
         case SP_STATE_RECURRENT:
             st = reserve_recurrent(s, L, l, n_new, err);
@@ -286,10 +280,15 @@ spindle_status sp_seq_state_reserve(sp_seq_state *s, int n_new,
 
 void sp_seq_state_kv_store(sp_seq_state *s, int layer, int pos,
                            const float *k, const float *v) {
-    sp_kv_buffer_store(&s->layers[layer].kv, pos, k, v);
+    if (s->layers[layer].d.kind == SP_STATE_FULL_KV)
+        sp_kv_pool_store(s->pool, layer, s->blocks, pos, k, v);
+    else
+        sp_kv_buffer_store(&s->layers[layer].kv, pos, k, v);
 }
 
 sp_kv_view sp_seq_state_kv_view(const sp_seq_state *s, int layer) {
+    if (s->layers[layer].d.kind == SP_STATE_FULL_KV)
+        return sp_kv_pool_view(s->pool, layer, s->blocks, s->n_blocks);
     return sp_kv_buffer_view(&s->layers[layer].kv);
 }
 
@@ -329,6 +328,7 @@ void sp_seq_state_checkpoint(sp_seq_state *s, int layer, int t) {
 void sp_seq_state_commit(sp_seq_state *s) {
     const int n_new = s->pending;
     if (n_new < 1) return;
+    sp_blocks_commit(s, n_new);
     for (int l = 0; l < s->n_layers; l++) {
         sp_layer_state *L = &s->layers[l];
         if (L->d.kind != SP_STATE_RECURRENT) continue;
@@ -412,6 +412,7 @@ spindle_status sp_seq_state_truncate(sp_seq_state *s, int length,
         if (st) return st;
     }
     s->pending = 0;
+    sp_blocks_truncate(s, length);
     for (int l = 0; l < s->n_layers; l++) {
         sp_layer_state *L = &s->layers[l];
         if (L->d.kind == SP_STATE_RECURRENT) {

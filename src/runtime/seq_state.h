@@ -3,8 +3,12 @@
  * Each layer declares one kind of state (sp_layer_state_desc, from the
  * family's sp_arch.layer_state hook or derived from sp_layer.window):
  *
- *  SP_STATE_FULL_KV    keys and values of every position (runtime/kv_cache.h,
- *                      base 0). Truncation: to any shorter length.
+ *  SP_STATE_FULL_KV    keys and values of every position, in blocks of the
+ *                      model's pool (runtime/kv_pool.h): one block table
+ *                      for all full-KV layers, a block taken as the
+ *                      sequence reaches it, copied before a write when it
+ *                      is shared. Truncation: to any shorter length (the
+ *                      blocks past it go back to the pool).
  *  SP_STATE_WINDOW_KV  keys and values of the positions a sliding window of
  *                      `window` still needs, plus the rollback margin: a
  *                      linear buffer of positions [base, length); when it
@@ -104,10 +108,16 @@ typedef struct sp_layer_state_desc {
 spindle_status sp_layer_state_desc_check(const sp_layer_state_desc *d,
                                          int layer, spindle_error *err);
 
+typedef struct sp_kv_pool sp_kv_pool;
+
 typedef struct sp_seq_state_options {
     sp_kv_dtype kv_type;  /* element type of the KV kinds */
     int max_length;       /* context limit in positions; <= 0: none */
     int max_rollback;     /* K >= 0 (see above) */
+    /* The blocks of the full-KV layers (same layers and type; it must
+     * outlive the state); NULL: a private pool for max_length positions. */
+    sp_kv_pool *pool;
+    uint32_t adapter_id;  /* namespaces the prefix index; 0: none */
 } sp_seq_state_options;
 
 typedef struct sp_seq_state sp_seq_state;
@@ -175,6 +185,23 @@ void sp_seq_state_commit(sp_seq_state *s);
  * length out of range; on failure nothing changes. */
 spindle_status sp_seq_state_truncate(sp_seq_state *s, int length,
                                      spindle_error *err);
+
+/* ---- blocks and the prefix index (seq_blocks.c) ---- */
+
+/* The tokens of the pass just reserved (n_new of them, borrowed until the
+ * commit), so that the blocks they fill are hashed and published in the
+ * prefix index. A pass committed without them makes the sequence's later
+ * blocks unpublishable until it is truncated to 0. */
+void sp_seq_state_set_pending_tokens(sp_seq_state *s, const int32_t *tokens);
+/* An empty sequence (length 0) that will be fed `tokens`: map the
+ * published blocks its first n tokens start with (at most n - 1 tokens,
+ * whole blocks) and return how many positions it now holds (0 when the
+ * index has nothing, the layers cannot share, or the length is not 0). */
+int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n);
+/* The pool of the full-KV layers (NULL without any) and the blocks the
+ * state references. */
+const sp_kv_pool *sp_seq_state_pool(const sp_seq_state *s);
+int sp_seq_state_blocks_held(const sp_seq_state *s);
 
 typedef struct sp_state_snapshot sp_state_snapshot;
 

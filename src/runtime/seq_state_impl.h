@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "runtime/kv_cache.h"
+#include "runtime/kv_pool.h"
 #include "runtime/seq_state.h"
 
 /* What a recurrent state slot holds. */
@@ -25,7 +26,8 @@ typedef struct sp_state_slot {
 
 typedef struct sp_layer_state {
     sp_layer_state_desc d;
-    sp_kv_buffer kv;              /* the KV kinds */
+    sp_kv_buffer kv;              /* the KV kinds (full KV: its sizes only;
+                                     the rows are in the pool's blocks) */
     size_t floats;                /* recurrent: floats per slot */
     sp_state_slot *slots;         /* recurrent: allocated slots */
     int n_slots, cap_slots;
@@ -39,16 +41,41 @@ struct sp_seq_state {
     sp_seq_state_options opt;
     int length;
     int pending;                  /* n_new of the reserved pass, or 0 */
+
+    /* Full-KV layers (seq_blocks.c): one block table for all of them. */
+    bool has_full;
+    sp_kv_pool *pool;
+    bool owns_pool;
+    int32_t *blocks;              /* [cap_blocks] ids, n_blocks in use */
+    int n_blocks, cap_blocks;
+    int32_t *tokens;              /* [cap_blocks * block] the history */
+    uint64_t *hashes;             /* [cap_blocks] chain hash per block */
+    int n_hashed;                 /* leading full blocks hashed */
+    bool hashable;                /* every token so far is known */
+    const int32_t *pending_tokens; /* the reserved pass's, or NULL */
 };
+
+/* seq_blocks.c */
+spindle_status sp_blocks_init(sp_seq_state *s, spindle_error *err);
+void sp_blocks_free(sp_seq_state *s);
+/* Blocks for positions [0, end), copying the block the next token goes
+ * into if it is shared; on failure as before. */
+spindle_status sp_blocks_fit(sp_seq_state *s, int64_t end, spindle_error *err);
+/* Before the length grows by n_new: record the pass's tokens and publish
+ * the blocks they fill. */
+void sp_blocks_commit(sp_seq_state *s, int n_new);
+void sp_blocks_truncate(sp_seq_state *s, int length);
+/* Fresh blocks for positions [0, length) (a restore overwrites them all);
+ * on failure as before. */
+spindle_status sp_blocks_replace(sp_seq_state *s, int length,
+                                 spindle_error *err);
 
 bool sp_layer_is_kv(const sp_layer_state *L);
 int64_t sp_recurrent_conv_floats(const sp_layer_state_desc *d);
 
-/* Capacity for positions [.., end) (full KV), or for the window's kept
- * positions up to `end` and at least `rows_at_least` rows (window KV); the
- * stored positions the state needs stay. */
-spindle_status sp_full_fit(sp_seq_state *s, sp_layer_state *L, int64_t end,
-                           spindle_error *err);
+/* Capacity for the window's kept positions up to `end` and at least
+ * `rows_at_least` rows (window KV); the stored positions the state needs
+ * stay. */
 spindle_status sp_window_fit(sp_seq_state *s, sp_layer_state *L,
                              int64_t end, int64_t rows_at_least,
                              spindle_error *err);

@@ -91,7 +91,10 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
     for (int l = 0; l < s->n_layers; l++) {
         const sp_layer_state *L = &s->layers[l];
         const snapshot_layer *r = &snap->layers[l];
-        if (sp_layer_is_kv(L))
+        if (L->d.kind == SP_STATE_FULL_KV)
+            sp_kv_pool_read(s->pool, l, s->blocks, 0, s->length,
+                            base + r->offset);
+        else if (sp_layer_is_kv(L))
             sp_kv_buffer_read(&L->kv, r->first_pos, s->length,
                               base + r->offset);
         else if (L->d.kind == SP_STATE_RECURRENT)
@@ -163,22 +166,24 @@ spindle_status sp_seq_state_restore(sp_seq_state *s,
                                     spindle_error *err) {
     spindle_status st = check_snapshot(s, snap, err);
     /* Room first (growing keeps the current contents, so a failure leaves
-     * the state as it was), then the copies, which cannot fail. */
+     * the state as it was), then the copies, which cannot fail; the
+     * full-KV blocks last, since replacing them cannot be undone. */
     for (int l = 0; l < s->n_layers && !st; l++) {
         sp_layer_state *L = &s->layers[l];
         const int n = snap->layers[l].n_positions;
-        if (n == 0) continue;
-        if (L->d.kind == SP_STATE_FULL_KV)
-            st = sp_full_fit(s, L, n > s->length ? n : s->length, err);
-        else if (L->d.kind == SP_STATE_WINDOW_KV)
+        if (n > 0 && L->d.kind == SP_STATE_WINDOW_KV)
             st = sp_window_fit(s, L, s->length, n, err);
     }
+    if (!st) st = sp_blocks_replace(s, snap->length, err);
     if (st) return st;
     const unsigned char *base = (const unsigned char *)snap;
     for (int l = 0; l < s->n_layers; l++) {
         sp_layer_state *L = &s->layers[l];
         const snapshot_layer *r = &snap->layers[l];
-        if (sp_layer_is_kv(L)) {
+        if (L->d.kind == SP_STATE_FULL_KV) {
+            sp_kv_pool_write(s->pool, l, s->blocks, 0, snap->length,
+                             base + r->offset);
+        } else if (sp_layer_is_kv(L)) {
             L->kv.base = r->first_pos;
             sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
                                base + r->offset);

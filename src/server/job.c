@@ -48,6 +48,7 @@ struct sp_job {
     spindle_status status;
     char error[256];
     int n_generated;
+    int cached_tokens;            /* prompt tokens the prefix index served */
 
     /* The connection's thread only. */
     size_t text_sent;
@@ -121,6 +122,7 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
     j->status = r->status;
     snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
     j->n_generated = r->n_tokens;
+    j->cached_tokens = r->stats.cached_tokens;
     j->finished = true;
     /* Broadcast before unlocking: the connection's thread may free the job
      * as soon as it sees `finished`. */
@@ -285,7 +287,7 @@ static bool job_failure(const sp_job *j, sp_api_error *e) {
 
 static sp_api_usage job_usage(const sp_job *j) {
     return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated,
-                          .cached_tokens = j->slot_reused};
+                          .cached_tokens = j->slot_reused + j->cached_tokens};
 }
 
 static enum MHD_Result reply_whole(sp_job *j) {

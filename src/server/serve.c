@@ -70,7 +70,8 @@ static bool load(sp_server *s) {
     const sp_server_options *o = &s->opts;
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o->threads, .max_context = o->ctx,
-                               .kv_type = o->kv_type, .use_mmap = o->use_mmap};
+                               .kv_type = o->kv_type, .use_mmap = o->use_mmap,
+                               .kv_bytes = o->kv_bytes};
     spindle_engine_options eo = spindle_engine_defaults();
     eo.max_seqs = o->parallel;
     if (o->max_batch_tokens) eo.max_batch_tokens = o->max_batch_tokens;
@@ -85,6 +86,13 @@ static bool load(sp_server *s) {
         return false;
     }
     if (!sp_mount_cli_adapters(s)) return false;
+    spindle_kv_pool_info kv;
+    if (!spindle_model_kv_pool_info(s->model, &kv, &err))
+        fprintf(stderr, "spindle serve: KV pool %.1f MiB: %d blocks of %d "
+                        "tokens (%zu bytes each)%s\n",
+                (double)kv.budget_bytes / (1 << 20), kv.blocks,
+                kv.block_tokens, kv.block_bytes,
+                o->kv_bytes ? "" : ", what fits beside the weights");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);

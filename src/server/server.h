@@ -19,6 +19,7 @@ typedef struct sp_server_options {
     /* model and engine */
     int threads, ctx;
     spindle_kv_type kv_type;
+    size_t kv_bytes;            /* 0: the default KV budget */
     bool use_mmap;
     int parallel;               /* sequences running at once */
     int queue_size;             /* requests waiting beyond those; then 429 */

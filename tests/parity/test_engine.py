@@ -52,6 +52,13 @@ def models_dir(spindle_bin):  # noqa: F811
 
 
 def run(model_dir, tmp_path, mode, requests, **opts):
+    return run_scenario(model_dir, tmp_path, mode, requests, **opts)["requests"]
+
+
+def run_scenario(model_dir, tmp_path, mode, requests, **opts):
+    """The harness's whole answer: requests (with their logits), steps,
+    max_running/max_queued and the KV pool's counts (pool_end, pool_final).
+    """
     logits_dir = tmp_path / f"logits-{mode}-{opts.get('max_seqs', 0)}"
     logits_dir.mkdir(exist_ok=True)
     scenario = dict(model=str(model_dir), mode=mode, requests=requests,
@@ -63,13 +70,13 @@ def run(model_dir, tmp_path, mode, requests, **opts):
     r = subprocess.run([str(HARNESS), str(path)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, f"engine_harness failed:\n{r.stderr[-4000:]}"
-    out = json.loads(r.stdout)["requests"]
+    answer = json.loads(r.stdout)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
-    for q in out:
+    for q in answer["requests"]:
         if "logits_file" in q:
             q["logits"] = np.fromfile(q["logits_file"], np.float32).reshape(
                 -1, vocab)
-    return out
+    return answer
 
 
 def solo(model_dir, tmp_path, requests):

@@ -175,3 +175,20 @@ def test_concurrent_clients_each_get_their_answer(client, reference):
 def test_models_lists_the_alias(client):
     models = client.models.list()
     assert [m.id for m in models.data] == [ALIAS]
+
+
+def test_repeated_prompt_reports_cached_tokens(client):
+    """The second time a long prompt comes, its whole 32-token KV blocks
+    (never the last prompt token) come from the prefix index:
+    usage.prompt_tokens_details.cached_tokens says how many, and the
+    answer is the same."""
+    prompt = "The pool keeps every block of this unusual prompt " * 12
+    first = client.completions.create(model=ALIAS, prompt=prompt, max_tokens=8,
+                                      temperature=0)
+    second = client.completions.create(model=ALIAS, prompt=prompt, max_tokens=8,
+                                       temperature=0)
+    n = first.usage.prompt_tokens
+    assert n > 64
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == (n - 1) // 32 * 32
+    assert second.choices[0].text == first.choices[0].text

@@ -12,7 +12,8 @@
  *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
  *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
- *     "foreign_seq": B}]}
+ *     "foreign_seq": B, "own_seq": B, "seq_of": I, "truncate_to": T}],
+ *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.
@@ -20,6 +21,10 @@
  * "stop_after": N makes on_token return false at the N-th token.
  * "foreign_seq": the request continues a sequence of a second copy of the
  *   model, which the forward pass must refuse (for that request only).
+ * "own_seq": the request runs on a sequence the harness made (and keeps
+ *   until the end, holding its blocks).
+ * "seq_of": I continues request I's sequence (own_seq), truncated to T
+ *   tokens first when truncate_to >= 0 (use with "after": I).
  * "generate": each request alone through spindle_generate (its prompt
  *   logits as the one logits row).
  * LoRA: "adapters": {NAME: DIR} loads adapters; a request's "adapter": NAME
@@ -40,7 +45,8 @@ typedef struct req_run {
     int n_prompt, n_stop_ids;
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
-    bool want_logits, foreign_seq;
+    int seq_of, truncate_to;
+    bool want_logits, foreign_seq, own_seq;
     spindle_seq *seq;
 
     spindle_request_id id;
@@ -73,6 +79,7 @@ typedef struct harness {
     spindle_adapter *adapters[16];
     const char *adapter_names[16];
     int n_adapters, unload_adapters_at;
+    int max_running, max_queued;  /* spindle_engine_counts after steps */
 } harness;
 
 static harness H;
@@ -119,6 +126,9 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     r->after = (int)num(j, "after", -1);
     r->stop_after = (int)num(j, "stop_after", 0);
     r->foreign_seq = flag(j, "foreign_seq");
+    r->own_seq = flag(j, "own_seq");
+    r->seq_of = (int)num(j, "seq_of", -1);
+    r->truncate_to = (int)num(j, "truncate_to", -1);
     r->stream_matches = true;
     const char *adapter = cJSON_GetStringValue(cJSON_GetObjectItem(j, "adapter"));
     for (int i = 0; adapter && i < H.n_adapters; i++)
@@ -204,6 +214,19 @@ static void submit(req_run *r) {
         fprintf(stderr, "engine_harness: %s\n", err.message);
         exit(1);
     }
+    if (r->own_seq && !r->seq && spindle_seq_new(H.model, &r->seq, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", err.message);
+        exit(1);
+    }
+    if (r->seq_of >= 0 && !r->seq) {
+        r->seq = H.reqs[r->seq_of].seq;
+        H.reqs[r->seq_of].seq = NULL;
+        if (r->seq && r->truncate_to >= 0 &&
+            spindle_seq_truncate(r->seq, r->truncate_to, &err)) {
+            fprintf(stderr, "engine_harness: truncate: %s\n", err.message);
+            exit(1);
+        }
+    }
     spindle_request q = {
         .prompt = r->prompt, .n_prompt = r->n_prompt, .params = &r->params,
         .top_logprobs = r->top_logprobs, .want_logits = r->want_logits,
@@ -262,6 +285,10 @@ static int run_steps(void) {
             fprintf(stderr, "engine_harness: step: %s\n", err.message);
             exit(1);
         }
+        int queued, running;
+        spindle_engine_counts(H.engine, &queued, &running);
+        if (running > H.max_running) H.max_running = running;
+        if (queued > H.max_queued) H.max_queued = queued;
         if (!active && !pending) return step + 1;
         if (step > 100000) {
             fprintf(stderr, "engine_harness: no end after %d steps\n", step);
@@ -377,6 +404,7 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON_AddBoolToObject(o, "cancel_result", r->cancel_result);
     cJSON *s = cJSON_AddObjectToObject(o, "stats");
     cJSON_AddNumberToObject(s, "prompt_tokens", r->stats.prompt_tokens);
+    cJSON_AddNumberToObject(s, "cached_tokens", r->stats.cached_tokens);
     cJSON_AddNumberToObject(s, "generated_tokens", r->stats.generated_tokens);
     cJSON_AddNumberToObject(s, "ttft_seconds", r->stats.ttft_seconds);
     cJSON_AddNumberToObject(s, "queue_seconds", r->stats.queue_seconds);
@@ -394,6 +422,19 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
         cJSON_AddNumberToObject(o, "logits_rows", (double)r->rows);
     }
     return o;
+}
+
+/* The KV pool's block counts under `key`. */
+static void add_pool_json(cJSON *out, const char *key) {
+    spindle_kv_pool_info p;
+    spindle_error err = {0};
+    if (spindle_model_kv_pool_info(H.model, &p, &err)) return;
+    cJSON *o = cJSON_AddObjectToObject(out, key);
+    cJSON_AddNumberToObject(o, "blocks", p.blocks);
+    cJSON_AddNumberToObject(o, "used", p.used);
+    cJSON_AddNumberToObject(o, "cached", p.cached);
+    cJSON_AddNumberToObject(o, "free", p.free);
+    cJSON_AddNumberToObject(o, "block_tokens", p.block_tokens);
 }
 
 static char *read_file(const char *path) {
@@ -430,6 +471,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "engine_harness: %s\n", mode && model_dir ? err.message : "mode and model are required");
         return 1;
     }
+    spindle_kv_pool_info pool;
+    if (num(sc, "kv_blocks", 0) > 0 &&
+        !spindle_model_kv_pool_info(H.model, &pool, &err)) {
+        lo.kv_bytes = (size_t)num(sc, "kv_blocks", 0) * pool.block_bytes;
+        spindle_model_free(H.model);
+        if (spindle_model_load(model_dir, &lo, &H.model, &err)) {
+            fprintf(stderr, "engine_harness: %s\n", err.message);
+            return 1;
+        }
+    }
     H.vocab = spindle_model_vocab_size(H.model);
     pthread_mutex_init(&H.lock, NULL);
     pthread_cond_init(&H.changed, NULL);
@@ -454,6 +505,7 @@ int main(int argc, char **argv) {
         eo.max_seqs = (int)num(sc, "max_seqs", 16);
         eo.max_batch_tokens = (int)num(sc, "max_batch_tokens", 512);
         eo.background = !strcmp(mode, "background");
+        eo.no_prefix_cache = flag(sc, "no_prefix_cache");
         if (spindle_engine_new(H.model, &eo, &H.engine, &err)) {
             fprintf(stderr, "engine_harness: %s\n", err.message);
             return 1;
@@ -464,16 +516,20 @@ int main(int argc, char **argv) {
     }
     cJSON *out = cJSON_CreateObject();
     cJSON_AddNumberToObject(out, "steps", steps);
+    cJSON_AddNumberToObject(out, "max_running", H.max_running);
+    cJSON_AddNumberToObject(out, "max_queued", H.max_queued);
     cJSON *arr = cJSON_AddArrayToObject(out, "requests");
     for (int i = 0; i < H.n_reqs; i++)
         cJSON_AddItemToArray(arr, request_json(&H.reqs[i], logits_dir));
+    add_pool_json(out, "pool_end");  /* the harness's sequences still held */
+    for (int i = 0; i < H.n_reqs; i++) spindle_seq_free(H.reqs[i].seq);
+    add_pool_json(out, "pool_final");
     char *s = cJSON_PrintUnformatted(out);
     puts(s);
     free(s);
     cJSON_Delete(out);
     for (int i = 0; i < H.n_reqs; i++) {
         req_run *r = &H.reqs[i];
-        spindle_seq_free(r->seq);
         free(r->prompt);
         free(r->stop_ids);
         free(r->tokens);

@@ -16,6 +16,7 @@
 
 #include "runtime/kv_cache.h"
 #include "runtime/seq_state.h"
+#include "runtime/kv_pool.h"
 #include "spindle.h"
 
 #define TEST_RNG_SEED 0xD1B54A32D192ED03ull
@@ -132,8 +133,9 @@ static void check_positions(const sp_seq_state *s, sp_kv_dtype type, int from,
         for (int p = from; p < to; p++)
             for (int h = 0; h < HEADS; h++)
                 for (int d = 0; d < HD; d++) {
-                    const size_t at = (size_t)h * view.head_stride +
-                                      (size_t)(p - view.first_key_pos) * HD + d;
+                    int run;
+                    const size_t at =
+                        (size_t)sp_kv_view_row(&view, h, p, HD, &run) + d;
                     for (int kv = 0; kv < 2; kv++) {
                         const void *base = kv ? view.v : view.k;
                         const float x = value_at(l, p, h * HD + d, kv, generation);
@@ -177,11 +179,11 @@ static void test_growth_and_rollback(void **s) {
         assert_int_equal(sp_seq_state_new(layers, LAYERS, &opt, &c, &err),
                          SPINDLE_OK);
         pass(c, 0, 200, 0);
-        /* Two doublings (256 -> 512 -> 1000, the limit): every head's rows
-         * move to the new stride. A reserve without a commit changes
-         * nothing the sequence holds. */
+        /* Growing takes blocks (no row moves). A reserve without a commit
+         * changes nothing the sequence holds. */
         assert_int_equal(sp_seq_state_reserve(c, 400, &err), SPINDLE_OK);
-        assert_int_equal(sp_seq_state_kv_view(c, 0).head_stride, 1000 * HD);
+        assert_int_equal(sp_seq_state_kv_view(c, 0).n_blocks,
+                         (600 + SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS);
         check_positions(c, types[t], 0, 200, 0);
         assert_int_equal(sp_seq_state_length(c), 200);
         /* Rollback to 50, then new tokens overwrite 50..119 only. */

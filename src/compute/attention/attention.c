@@ -101,13 +101,7 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
     const sp_kv_dtype type = a->kv.type;
     const size_t es = type == SP_KV_F32 ? sizeof(float) : sizeof(uint16_t);
     const size_t row_bytes = (size_t)hd * es;
-    const unsigned char *kbase = (const unsigned char *)a->kv.k +
-                                 (size_t)kvh * (size_t)a->kv.head_stride * es;
-    const unsigned char *vbase = (const unsigned char *)a->kv.v +
-                                 (size_t)kvh * (size_t)a->kv.head_stride * es;
-    /* Rows count from the view's first position; the loops run over
-     * positions, so a view that starts later gives the same bits. */
-    const int base = a->kv.first_key_pos;
+    const unsigned char *kall = a->kv.k, *vall = a->kv.v;
 
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
     /* A sink is a score whose value row is zero: the softmax starts from it
@@ -115,13 +109,19 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
     float m = a->sinks ? a->sinks[h] : -INFINITY, l = a->sinks ? 1.0f : 0.0f;
     float s[SP_ATTN_TILE];
 
-    for (int j0 = lo; j0 <= p; j0 += SP_ATTN_TILE) {
-        int n = p + 1 - j0 < SP_ATTN_TILE ? p + 1 - j0 : SP_ATTN_TILE;
+    /* Tiles never cross a block of a paged view (they are cut at its
+     * end), so each tile's rows are contiguous; the loops run over
+     * positions, so a view that starts later gives the same bits. */
+    for (int j0 = lo, n; j0 <= p; j0 += n) {
+        int run;
+        const size_t at = (size_t)sp_kv_view_row(&a->kv, kvh, j0, hd, &run) * es;
+        n = p + 1 - j0 < SP_ATTN_TILE ? p + 1 - j0 : SP_ATTN_TILE;
+        if (n > run) n = run;
+        const unsigned char *kbase = kall + at, *vbase = vall + at;
         float tmax = -INFINITY;
         for (int j = 0; j < n; j++) {
             float v = a->scale *
-                      dot_kv(q, kbase + (size_t)(j0 + j - base) * row_bytes, type,
-                             hd);
+                      dot_kv(q, kbase + (size_t)j * row_bytes, type, hd);
             if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
             s[j] = v;
             if (v > tmax) tmax = v;
@@ -137,8 +137,7 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
         for (int j = 0; j < n; j++) {
             float e = expf(s[j] - m);
             l += e;
-            axpy_kv(acc, e, vbase + (size_t)(j0 + j - base) * row_bytes, type,
-                    hd);
+            axpy_kv(acc, e, vbase + (size_t)j * row_bytes, type, hd);
         }
     }
     /* l >= 1 (the max term contributes exp(0)) unless every score was NaN. */
@@ -174,8 +173,10 @@ static const char *attention_args_problem(const sp_attention_args *a) {
                                   ? a->first_pos - a->window + 1 : 0;
     if (a->kv.first_key_pos < 0 || a->kv.first_key_pos > first_key)
         return "keys before the start of the KV view";
-    if (((int64_t)a->first_pos + a->n_q - a->kv.first_key_pos) * a->head_dim >
-        a->kv.head_stride)
+    const int64_t rows = (int64_t)a->first_pos + a->n_q - a->kv.first_key_pos;
+    if (a->kv.blocks ? a->kv.block_rows <= 0 ||
+                           rows > (int64_t)a->kv.n_blocks * a->kv.block_rows
+                     : rows * a->head_dim > a->kv.head_stride)
         return "positions beyond the KV cache";
     return NULL;
 }

@@ -133,10 +133,6 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
     const int rows = nt * g->group;
     if (rows <= 0) return;
     const size_t qrow = (size_t)a->n_heads * (size_t)hd;
-    /* Element offsets from the layer's base (bytes depend on the type);
-     * row r of a head holds position first_key_pos + r. */
-    const size_t head0 = (size_t)kvh * (size_t)a->kv.head_stride;
-    const int base = a->kv.first_key_pos;
 
     float m[MAX_ROWS], l[MAX_ROWS];
     int lo[MAX_ROWS], hi[MAX_ROWS];
@@ -157,11 +153,15 @@ attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
     _Alignas(64) float kt[SP_ATTN_MAX_HD * KT];
     _Alignas(64) float e[KT];
 
-    for (int j0 = first; j0 <= last; j0 += KT) {
-        const int n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
+    /* A tile is cut at the end of a block of a paged view, so its rows
+     * are contiguous; tile: its element offset (bytes depend on the type). */
+    for (int j0 = first, n; j0 <= last; j0 += n) {
+        int run;
+        const size_t tile = (size_t)sp_kv_view_row(&a->kv, kvh, j0, hd, &run);
+        n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
+        if (n > run) n = run;
         /* Transpose the tile's keys; rows past n are zeros (the cache
          * beyond the last position may hold anything). */
-        const size_t tile = head0 + (size_t)(j0 - base) * hd;
         for (int c = 0; c < nv && rows >= TRANSPOSE_ROWS; c++) {
             __m512 r[16];
             for (int j = 0; j < 16; j++)

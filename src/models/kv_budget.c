@@ -1,0 +1,85 @@
+/* The model's KV block pool: its byte budget (the load option, or what fits
+ * beside the weights in available memory) and the fingerprint that
+ * namespaces its prefix index. */
+#include "models/model.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Full contexts the default budget holds at most: enough for the engine's
+ * default 16 sequences each at the context limit; more would only size the
+ * pool's bookkeeping for memory that no workload of the default engine
+ * touches. */
+#define DEFAULT_MAX_CONTEXTS 16
+
+/* Bytes of memory available now (after the weights were loaded):
+ * MemAvailable, or the free pages where /proc is not there. */
+static size_t available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        fclose(f);
+        if (kb) return (size_t)kb * 1024;
+    }
+    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size
+                                 : (size_t)1 << 30;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What makes two models' blocks incompatible: the files, the shapes and
+ * the cache type. */
+static uint64_t model_fingerprint(const spindle_model *m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, m->dir, strlen(m->dir));
+    h = fnv1a(h, m->cfg.model_type, strlen(m->cfg.model_type));
+    const int32_t shape[] = {m->cfg.n_layers, m->cfg.hidden_size,
+                             m->cfg.n_kv_heads, m->cfg.head_dim,
+                             m->cfg.vocab_size, (int32_t)m->kv_type};
+    return fnv1a(h, shape, sizeof shape);
+}
+
+spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
+                                     spindle_error *err) {
+    const size_t block = sp_kv_pool_block_bytes_for(
+        m->state_desc, m->cfg.n_layers, m->kv_type);
+    size_t bytes = kv_bytes;
+    if (!bytes) {
+        bytes = available_bytes() / 10 * 9;
+        const size_t blocks_per_context =
+            ((size_t)(m->max_context > 0 ? m->max_context : 4096) +
+             SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS;
+        const size_t most = DEFAULT_MAX_CONTEXTS * blocks_per_context * block;
+        if (bytes > most) bytes = most;
+        if (bytes < block) bytes = block;
+    }
+    m->kv_budget = bytes;
+    return sp_kv_pool_new(m->state_desc, m->cfg.n_layers, m->kv_type, bytes,
+                          model_fingerprint(m), &m->kv_pool, err);
+}
+
+spindle_status spindle_model_kv_pool_info(const spindle_model *model,
+                                          spindle_kv_pool_info *out,
+                                          spindle_error *err) {
+    if (!model || !out || !model->kv_pool)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    sp_kv_pool_counts c;
+    sp_kv_pool_counts_get(model->kv_pool, &c);
+    *out = (spindle_kv_pool_info){
+        .budget_bytes = model->kv_budget,
+        .block_bytes = sp_kv_pool_block_bytes(model->kv_pool),
+        .block_tokens = SP_KV_BLOCK_TOKENS,
+        .blocks = sp_kv_pool_capacity(model->kv_pool),
+        .used = c.used, .cached = c.cached, .free = c.free};
+    return SPINDLE_OK;
+}

@@ -1,0 +1,158 @@
+/* runtime/kv_pool.h and the block tables of runtime/seq_state.h: the
+ * pool's accounting (every block free, cached or used), LRU eviction of
+ * unreferenced published blocks, lookups that compare the tokens and the
+ * parent, exhaustion, and copy-on-write: two sequences sharing published
+ * blocks, one truncated into a shared block and rewritten, the other still
+ * reading its own values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "runtime/kv_pool.h"
+#include "runtime/seq_state.h"
+
+enum { HEADS = 2, HD = 4, BT = SP_KV_BLOCK_TOKENS };
+
+static const sp_layer_state_desc FULL = {.kind = SP_STATE_FULL_KV,
+                                         .n_kv_heads = HEADS, .head_dim = HD};
+
+static sp_kv_pool *new_pool(int blocks) {
+    sp_kv_pool *p = NULL;
+    spindle_error err = {0};
+    const size_t bytes = (size_t)blocks * sp_kv_pool_block_bytes_for(&FULL, 1, SP_KV_F32);
+    assert_int_equal(sp_kv_pool_new(&FULL, 1, SP_KV_F32, bytes, 42, &p, &err),
+                     SPINDLE_OK);
+    assert_int_equal(sp_kv_pool_capacity(p), blocks);
+    return p;
+}
+
+static void expect_counts(sp_kv_pool *p, int free_, int cached, int used) {
+    sp_kv_pool_counts c;
+    sp_kv_pool_counts_get(p, &c);
+    assert_int_equal(c.free, free_);
+    assert_int_equal(c.cached, cached);
+    assert_int_equal(c.used, used);
+}
+
+static void test_lru_and_lookup(void **state) {
+    (void)state;
+    sp_kv_pool *p = new_pool(3);
+    int32_t t1[BT], t2[BT];
+    for (int i = 0; i < BT; i++) t1[i] = i, t2[i] = 100 + i;
+    const uint64_t root = sp_kv_pool_root_hash(p, 0);
+    const uint64_t h1 = sp_kv_pool_chain_hash(root, t1);
+    const uint64_t h2 = sp_kv_pool_chain_hash(root, t2);
+    int a = sp_kv_pool_alloc(p), b = sp_kv_pool_alloc(p);
+    sp_kv_pool_publish(p, a, h1, root, t1);
+    sp_kv_pool_publish(p, b, h2, root, t2);
+    assert_true(sp_kv_pool_must_copy(p, a));
+    sp_kv_pool_release(p, a);          /* a cached first: evicted first */
+    sp_kv_pool_release(p, b);
+    expect_counts(p, 1, 2, 0);
+    assert_int_equal(sp_kv_pool_available(p), 3);
+    /* Another adapter's namespace, other tokens, another parent: misses. */
+    assert_int_equal(sp_kv_pool_lookup(p, h1, sp_kv_pool_root_hash(p, 7), t1), -1);
+    assert_int_equal(sp_kv_pool_lookup(p, h1, root, t2), -1);
+    assert_int_equal(sp_kv_pool_lookup(p, h2, root, t2), b);
+    expect_counts(p, 1, 1, 1);
+    /* Free block first, then the LRU one (a), never the referenced b. */
+    int c = sp_kv_pool_alloc(p), d = sp_kv_pool_alloc(p);
+    assert_true(c != a && c != b);
+    assert_int_equal(d, a);
+    assert_int_equal(sp_kv_pool_lookup(p, h1, root, t1), -1);
+    assert_int_equal(sp_kv_pool_alloc(p), -1);  /* exhausted */
+    expect_counts(p, 0, 0, 3);
+    sp_kv_pool_release(p, b);
+    sp_kv_pool_release(p, c);
+    sp_kv_pool_release(p, d);
+    expect_counts(p, 2, 1, 0);
+    sp_kv_pool_free(p);
+}
+
+/* Value stored at position pos by a sequence whose token there is tok. */
+static float value(int tok, int pos, int i) {
+    return (float)tok * 0.5f + (float)pos * 0.01f + (float)i;
+}
+
+static void feed(sp_seq_state *s, const int32_t *tokens, int n) {
+    spindle_error err = {0};
+    const int from = sp_seq_state_length(s);
+    assert_int_equal(sp_seq_state_reserve(s, n, &err), SPINDLE_OK);
+    sp_seq_state_set_pending_tokens(s, tokens);
+    float k[HEADS * HD], v[HEADS * HD];
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < HEADS * HD; i++) {
+            k[i] = value(tokens[t], from + t, i);
+            v[i] = -k[i];
+        }
+        sp_seq_state_kv_store(s, 0, from + t, k, v);
+    }
+    sp_seq_state_commit(s);
+}
+
+static void expect_values(const sp_seq_state *s, const int32_t *tokens,
+                          int n) {
+    const sp_kv_view view = sp_seq_state_kv_view(s, 0);
+    for (int pos = 0; pos < n; pos++)
+        for (int h = 0; h < HEADS; h++) {
+            int run;
+            const int64_t at = sp_kv_view_row(&view, h, pos, HD, &run);
+            for (int d = 0; d < HD; d++)
+                assert_true(((const float *)view.k)[at + d] ==
+                            value(tokens[pos], pos, h * HD + d));
+        }
+}
+
+static void test_copy_on_write(void **state) {
+    (void)state;
+    sp_kv_pool *p = new_pool(8);
+    const sp_seq_state_options opt = {.kv_type = SP_KV_F32, .max_length = 200,
+                                      .pool = p};
+    spindle_error err = {0};
+    sp_seq_state *a, *b;
+    assert_int_equal(sp_seq_state_new(&FULL, 1, &opt, &a, &err), SPINDLE_OK);
+    assert_int_equal(sp_seq_state_new(&FULL, 1, &opt, &b, &err), SPINDLE_OK);
+    int32_t ta[80], tb[80];
+    for (int i = 0; i < 80; i++) ta[i] = tb[i] = (i * 7) % 13;
+    feed(a, ta, 70);                       /* 2 full blocks published */
+    expect_counts(p, 5, 0, 3);
+    assert_int_equal(sp_seq_state_map_prefix(b, tb, 70), 2 * BT);
+    expect_counts(p, 5, 0, 3);             /* shared, not copied */
+    assert_int_equal(sp_seq_state_blocks_held(b), 2);
+    /* b rolls back into the shared second block and writes other tokens. */
+    assert_int_equal(sp_seq_state_truncate(b, 40, &err), SPINDLE_OK);
+    for (int i = 40; i < 80; i++) tb[i] = 20 + i;
+    feed(b, tb + 40, 30);
+    expect_values(a, ta, 70);              /* a never sees b's writes */
+    expect_values(b, tb, 70);              /* b kept rows 32..39 */
+    assert_true(sp_seq_state_kv_view(a, 0).blocks[1] !=
+                sp_seq_state_kv_view(b, 0).blocks[1]);
+    /* A full pool: the reserve fails and nothing changes. */
+    sp_seq_state *c;
+    assert_int_equal(sp_seq_state_new(&FULL, 1, &opt, &c, &err), SPINDLE_OK);
+    int32_t tc[200] = {0};
+    assert_int_equal(sp_seq_state_reserve(c, 199, &err), SPINDLE_ERR_LIMIT);
+    assert_non_null(strstr(err.message, "KV pool is full"));
+    assert_int_equal(sp_seq_state_blocks_held(c), 0);
+    feed(c, tc, 10);
+    sp_seq_state_free(a);
+    sp_seq_state_free(b);
+    sp_seq_state_free(c);
+    sp_kv_pool_counts cnt;
+    sp_kv_pool_counts_get(p, &cnt);
+    assert_int_equal(cnt.used, 0);
+    assert_int_equal(cnt.free + cnt.cached, 8);
+    sp_kv_pool_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lru_and_lookup),
+        cmocka_unit_test(test_copy_on_write),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
