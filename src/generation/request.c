@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "generation/speculative.h"
 
 /* The processors the parameters ask for, or NULL when none is active. */
 static spindle_status make_processors(const spindle_gen_params *g,
@@ -117,6 +118,7 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     q->user = r->user;
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
+    if (!st) st = sp_spec_new(e, &g->spec, &q->spec, err);
     if (st) {
         sp_request_free(q);
         return st;
@@ -130,6 +132,7 @@ void sp_request_free(sp_request *r) {
     if (r->owns_seq) spindle_seq_free(r->seq);
     spindle_sampler_free(r->sampler);
     sp_logits_processors_free(r->procs);
+    sp_spec_free(r->spec);
     free(r->stop_ids);
     free(r->tokens);
     free(r);

@@ -12,7 +12,10 @@
  *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
  *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
- *     "foreign_seq": B}]}
+ *     "foreign_seq": B, "spec": "ngram" | "draft", "num_draft_tokens": K,
+ *     "ngram_max": N, "ngram_min": N, "fixed_k": B, "own_seq": B}],
+ *   "draft_model": DIR (for "spec": "draft"),
+ *   "always_accept": B (speculation's deliberately wrong acceptance rule)}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.
@@ -21,7 +24,10 @@
  * "foreign_seq": the request continues a sequence of a second copy of the
  *   model, which the forward pass must refuse (for that request only).
  * "generate": each request alone through spindle_generate (its prompt
- *   logits as the one logits row). */
+ *   logits as the one logits row).
+ * "own_seq": the request continues a harness-made sequence; after the run
+ *   the harness feeds it the last generated token and writes the logits
+ *   of that position to next_logits_file (the state after rollbacks). */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +35,7 @@
 #include <string.h>
 
 #include "spindle.h"
+#include "generation/speculative.h"
 
 typedef struct req_run {
     int index;
@@ -36,7 +43,7 @@ typedef struct req_run {
     int n_prompt, n_stop_ids;
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
-    bool want_logits, foreign_seq;
+    bool want_logits, foreign_seq, own_seq;
     spindle_seq *seq;
 
     spindle_request_id id;
@@ -57,7 +64,7 @@ typedef struct req_run {
 } req_run;
 
 typedef struct harness {
-    spindle_model *model, *foreign;
+    spindle_model *model, *foreign, *draft;
     spindle_engine *engine;
     int vocab;
     req_run *reqs;
@@ -112,6 +119,17 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     r->after = (int)num(j, "after", -1);
     r->stop_after = (int)num(j, "stop_after", 0);
     r->foreign_seq = flag(j, "foreign_seq");
+    r->own_seq = flag(j, "own_seq");
+    const char *spec = cJSON_GetStringValue(cJSON_GetObjectItem(j, "spec"));
+    if (spec) {
+        p->spec.mode = !strcmp(spec, "draft") ? SPINDLE_SPEC_DRAFT
+                                              : SPINDLE_SPEC_NGRAM;
+        p->spec.num_draft_tokens = (int)num(j, "num_draft_tokens", 0);
+        p->spec.ngram_max = (int)num(j, "ngram_max", 0);
+        p->spec.ngram_min = (int)num(j, "ngram_min", 0);
+        p->spec.fixed_k = flag(j, "fixed_k");
+        p->spec.draft_model = H.draft;
+    }
     r->stream_matches = true;
 }
 
@@ -185,7 +203,8 @@ static void on_finish(spindle_request_id id, const spindle_request_result *res,
 
 static void submit(req_run *r) {
     spindle_error err = {0};
-    if (r->foreign_seq && !r->seq && spindle_seq_new(H.foreign, &r->seq, &err)) {
+    if ((r->foreign_seq || r->own_seq) && !r->seq &&
+        spindle_seq_new(r->own_seq ? H.model : H.foreign, &r->seq, &err)) {
         fprintf(stderr, "engine_harness: %s\n", err.message);
         exit(1);
     }
@@ -307,6 +326,28 @@ static void run_generate(void) {
 
 /* --------------------------------------------------------------- output */
 
+/* own_seq: the logits after feeding the last generated token. */
+static void write_next_logits(const req_run *r, const char *logits_dir,
+                              cJSON *o) {
+    float *row = malloc((size_t)H.vocab * sizeof *row);
+    spindle_batch_entry en = {.seq = r->seq, .tokens = &r->tokens[r->n_tokens - 1],
+                              .n_tokens = 1, .logits_mode = SPINDLE_LOGITS_LAST,
+                              .logits = row};
+    spindle_error err;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/req%d.next.f32", logits_dir, r->index);
+    FILE *f = NULL;
+    if (spindle_forward(H.model, &en, 1, &err) || !(f = fopen(path, "wb")) ||
+        fwrite(row, sizeof *row, (size_t)H.vocab, f) != (size_t)H.vocab) {
+        fprintf(stderr, "engine_harness: next logits: %s\n", err.message);
+        exit(1);
+    }
+    fclose(f);
+    free(row);
+    cJSON_AddStringToObject(o, "next_logits_file", path);
+    cJSON_AddNumberToObject(o, "seq_length", spindle_seq_length(r->seq));
+}
+
 static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)r->id);
@@ -344,6 +385,12 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON_AddNumberToObject(s, "ttft_seconds", r->stats.ttft_seconds);
     cJSON_AddNumberToObject(s, "queue_seconds", r->stats.queue_seconds);
     cJSON_AddNumberToObject(s, "total_seconds", r->stats.total_seconds);
+    const spindle_spec_stats *sp = &r->stats.spec;
+    cJSON_AddNumberToObject(s, "drafted", (double)sp->drafted);
+    cJSON_AddNumberToObject(s, "accepted", (double)sp->accepted);
+    cJSON_AddNumberToObject(s, "target_forwards", (double)sp->target_forwards);
+    cJSON_AddNumberToObject(s, "decode_tokens", (double)sp->decode_tokens);
+    if (r->own_seq && r->n_tokens > 0 && logits_dir) write_next_logits(r, logits_dir, o);
     if (r->rows && logits_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/req%d.f32", logits_dir, r->index);
@@ -399,6 +446,12 @@ int main(int argc, char **argv) {
     const cJSON *reqs = cJSON_GetObjectItem(sc, "requests");
     H.n_reqs = cJSON_GetArraySize(reqs);
     H.reqs = calloc((size_t)H.n_reqs + 1, sizeof *H.reqs);
+    const char *draft_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "draft_model"));
+    if (draft_dir && spindle_model_load(draft_dir, &lo, &H.draft, &err)) {
+        fprintf(stderr, "engine_harness: draft model: %s\n", err.message);
+        return 1;
+    }
+    sp_spec_set_always_accept(flag(sc, "always_accept"));
     bool foreign = false;
     for (int i = 0; i < H.n_reqs; i++) {
         parse_request(cJSON_GetArrayItem(reqs, i), i, &H.reqs[i]);
@@ -445,6 +498,7 @@ int main(int argc, char **argv) {
     }
     free(H.reqs);
     spindle_model_free(H.foreign);
+    spindle_model_free(H.draft);
     spindle_model_free(H.model);
     cJSON_Delete(sc);
     free(text);
