@@ -2,6 +2,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
+#include "cli/spec_args.h"
 #include "spindle.h"
 
 #include <cjson/cJSON.h>
@@ -31,6 +32,7 @@ static const char *run_usage =
     SP_ARG_MMAP_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
+    SP_ARG_SPEC_HELP
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n";
 
@@ -51,6 +53,7 @@ typedef struct run_options {
     int32_t bias_ids[64];
     float bias_values[64];
     spindle_gen_params gen;
+    sp_spec_args spec;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -149,6 +152,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->json = true;
         } else if (!strcmp(a, "--dump-logits")) {
             VALUE(); o->dump_logits = v;
+        } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
+            if (n < 0) return 2;
         } else {
             return sp_arg_unknown("run", a);
         }
@@ -217,6 +222,7 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
     cJSON_AddStringToObject(st, "stop_reason",
                             spindle_stop_reason_name(s->stop_reason));
+    if (o->gen.spec.mode) sp_spec_stats_json(st, o->gen.spec.mode, &s->spec);
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);
     free(json);
@@ -248,7 +254,7 @@ int sp_cmd_run(int argc, char **argv) {
     if (rc) { free(o.prompt); return rc == 1 ? 0 : rc; }
 
     spindle_error err = {0};
-    spindle_model *model = NULL;
+    spindle_model *model = NULL, *draft = NULL;
     spindle_tokenizer *tok = NULL;
     spindle_seq *seq = NULL;
     sp_text_stream stream;
@@ -262,6 +268,8 @@ int sp_cmd_run(int argc, char **argv) {
                                .max_rollback = o.max_rollback};
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
+    if (!st) st = sp_spec_args_load(&o.spec, model, &lo, &draft, &err);
+    o.gen.spec = o.spec.spec;
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
     if (!st && o.text)
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
@@ -309,6 +317,7 @@ int sp_cmd_run(int argc, char **argv) {
     sp_text_stream_free(&stream);
     spindle_seq_free(seq);
     spindle_tokenizer_free(tok);
+    spindle_model_free(draft);
     spindle_model_free(model);
     spindle_free(o.prompt);
     return st ? 1 : 0;
