@@ -6,16 +6,22 @@
  * < j were), giving the conditional acceptance a_j = (acc_j + 1) /
  * (tried_j + 2) (a prior of 1/2). Drafting k tokens then yields
  *     E(k) = 1 + sum_{j<k} prod_{i<=j} a_i
- * expected tokens. The cost of a step is modelled as t = a + b * rows,
- * fitted online (decayed least squares) on the engine's own forward
- * timings, so a draft row's price inside the batch is measured, not
- * assumed. A step that would produce N tokens in T0 = a + b * R produces
- * N - 1 + E(k) tokens in T0 + b k with k drafts of this request, and k is
- * chosen to maximize that ratio (the requests decide in turn, each seeing
- * the rows and tokens the previous ones added). When k = 0 wins the
+ * expected tokens. T(n), the time of a step of n rows, is measured: an
+ * exponential average per row count over the engine's own steps made only
+ * of decode and verify rows (interpolated between measured counts, and
+ * beyond them priced optimistically at a tenth of a one-row step per row,
+ * so that larger rounds get tried and measured). A draft row's price
+ * inside the batch is thus measured, not assumed: on CPUs a few rows can
+ * cost far more than one (a matrix-vector kernel against a small GEMM).
+ * A step of R rows that would produce N tokens produces N - 1 + E(k) in
+ * T(R + k) with k drafts of this request, and k is chosen to maximize
+ * that ratio (the requests decide in turn, each seeing the rows and
+ * tokens the previous ones added). When k = 0 wins the
  * request is "off": its rounds are plain decode rows, and after `backoff`
- * such rounds one probe round drafts a single token with the counts
- * halved toward the prior; backoff starts at 8 and doubles up to 256 while
+ * such rounds one probe round drafts everything the drafter offers (up to
+ * K: it measures the acceptance deep in the draft and the price of a long
+ * round, which a one-token probe never would) with the counts halved
+ * toward the prior; backoff starts at 8 and doubles up to 256 while
  * the probes keep losing. fixed_k turns the rule off (always draft what
  * the drafter offers, up to K). */
 #include "generation/speculative.h"
@@ -29,7 +35,6 @@
 
 #define DEFAULT_DRAFT_TOKENS 10
 #define COUNT_DECAY 0.9
-#define COST_DECAY 0.98
 #define BACKOFF_MIN 8
 #define BACKOFF_MAX 256
 
@@ -45,17 +50,22 @@ struct sp_spec {
     spindle_spec_stats stats;
 };
 
-/* Decayed sums of the forward timings (x: rows, y: seconds). */
-typedef struct cost_fit {
-    double w, x, y, xx, xy;
-} cost_fit;
+/* The measured time of a step of n decode and verify rows, n < COST_ROWS
+ * (an exponential average per row count, so that a slow step is
+ * forgotten). */
+#define COST_ROWS 256
+#define COST_WEIGHT 0.2
+typedef struct cost_table {
+    double seconds[COST_ROWS];
+    bool seen[COST_ROWS];
+} cost_table;
 
 struct sp_spec_engine {
     int rows_cap;                  /* logits rows e->logits holds */
     sp_draft_job *jobs;            /* [max_seqs] */
     sp_request **job_req;
     spindle_batch_entry *draft_entries;
-    cost_fit cost;
+    cost_table cost;
 };
 
 static bool always_accept;
@@ -146,42 +156,54 @@ static sp_spec_engine *engine_state(spindle_engine *e) {
 
 /* ---- the cost model and the choice of k ---- */
 
+/* Only steps of decode and verify rows count: a prompt chunk's rows cost
+ * what a large matrix product costs per row, which says little about a
+ * few verify rows beside the decode rows. */
 void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds) {
     if (!e->spec) return;
     int rows = 0;
-    for (int i = 0; i < n_entries; i++) rows += e->entries[i].n_tokens;
-    cost_fit *c = &e->spec->cost;
-    c->w = c->w * COST_DECAY + 1;
-    c->x = c->x * COST_DECAY + rows;
-    c->y = c->y * COST_DECAY + seconds;
-    c->xx = c->xx * COST_DECAY + (double)rows * rows;
-    c->xy = c->xy * COST_DECAY + rows * seconds;
-}
-
-/* The fitted step cost t = a + b * rows; before the timings vary enough, a
- * row is priced at a tenth of a one-row step. */
-static void step_cost(const cost_fit *c, double *a, double *b) {
-    double mx = c->w > 0 ? c->x / c->w : 1, my = c->w > 0 ? c->y / c->w : 1;
-    double var = c->w > 0 ? c->xx / c->w - mx * mx : 0;
-    if (c->w < 4 || var < 0.25 || my <= 0) {
-        *a = 0.9;
-        *b = 0.1;
-        return;
+    for (int i = 0; i < n_entries; i++) {
+        const sp_request *r = e->entry_req[i];
+        if (r->prefilled < r->n_prompt) return;
+        rows += e->entries[i].n_tokens;
     }
-    *b = fmax(0, (c->xy / c->w - mx * my) / var);
-    *a = fmax(my - *b * mx, 0.05 * my);
+    cost_table *c = &e->spec->cost;
+    if (rows >= COST_ROWS) return;
+    c->seconds[rows] = c->seen[rows] ? (1 - COST_WEIGHT) * c->seconds[rows] +
+                                           COST_WEIGHT * seconds
+                                     : seconds;
+    c->seen[rows] = true;
 }
 
-/* The k <= avail maximizing (tokens - 1 + E(k)) / (t0 + b k). */
-static int choose_k(const sp_spec *s, int avail, double tokens, double t0,
-                    double b, double *gain) {
+/* The expected time of a step of `rows` rows: measured, else interpolated
+ * between the nearest measured counts, else (beyond them) priced at a
+ * tenth of the smallest measured step per extra row, an optimistic prior
+ * that makes the rule try larger rounds and measure them. */
+static double step_time(const cost_table *c, int rows) {
+    int lo = rows < COST_ROWS ? rows : COST_ROWS - 1, hi = lo, first = 1;
+    while (lo > 0 && !c->seen[lo]) lo--;
+    while (hi < COST_ROWS && !c->seen[hi]) hi++;
+    while (first < COST_ROWS && !c->seen[first]) first++;
+    if (first == COST_ROWS) return 1 + 0.1 * (rows - 1);
+    double per_row = 0.1 * c->seconds[first];
+    if (lo == rows) return c->seconds[rows];
+    if (lo > 0 && hi < COST_ROWS)
+        return c->seconds[lo] +
+               (c->seconds[hi] - c->seconds[lo]) * (rows - lo) / (hi - lo);
+    if (lo > 0) return c->seconds[lo] + per_row * (rows - lo);
+    return c->seconds[hi] - per_row * (hi - rows);
+}
+
+/* The k <= avail maximizing (tokens - 1 + E(k)) / T(rows + k). */
+static int choose_k(const sp_spec *s, const cost_table *c, int avail,
+                    double tokens, int rows, double *gain) {
     int best = 0;
-    double best_rate = tokens / t0, expected = 1, reach = 1;
+    double best_rate = tokens / step_time(c, rows), expected = 1, reach = 1;
     *gain = 0;
     for (int k = 1; k <= avail; k++) {
         reach *= (s->acc[k - 1] + 1) / (s->tried[k - 1] + 2);
         expected += reach;
-        double rate = (tokens - 1 + expected) / (t0 + b * k);
+        double rate = (tokens - 1 + expected) / step_time(c, rows + k);
         if (rate > best_rate) {
             best_rate = rate;
             best = k;
@@ -192,11 +214,12 @@ static int choose_k(const sp_spec *s, int avail, double tokens, double t0,
 }
 
 /* The adaptive rule's k for one round (header comment). */
-static int adapt_k(sp_spec *s, int avail, double *tokens, double *t0, double b) {
+static int adapt_k(sp_spec *s, const cost_table *c, int avail,
+                   double *tokens, int *rows) {
     if (avail <= 0) return 0;
     if (s->p.fixed_k) return avail;
     double gain;
-    int k = choose_k(s, avail, *tokens, *t0, b, &gain);
+    int k = choose_k(s, c, avail, *tokens, *rows, &gain);
     if (k > 0) {
         s->off_rounds = 0;
         s->backoff = BACKOFF_MIN;
@@ -207,11 +230,11 @@ static int adapt_k(sp_spec *s, int avail, double *tokens, double *t0, double b) 
             s->tried[j] *= 0.5;
             s->acc[j] *= 0.5;
         }
-        k = 1;
+        k = avail;
         gain = 0;
     }
     *tokens += gain;
-    *t0 += b * k;
+    *rows += k;
     return k;
 }
 
@@ -276,9 +299,8 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
     }
     sp_spec_engine *se = n_spec ? engine_state(e) : NULL;
     if (!se) return;
-    double a, b, tokens = n_decode, t0;
-    step_cost(&se->cost, &a, &b);
-    t0 = a + b * n_decode;
+    double tokens = n_decode;
+    int step_rows = n_decode;
     spare -= n_decode;
     if (spare > e->max_batch_tokens / 2) spare = e->max_batch_tokens / 2;
     int n_jobs = 0, rows = e->max_seqs;
@@ -290,9 +312,9 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         int room = draft_room(e, r, spare), d = 0;
         if (s->ngram && room > 0) {
             d = sp_ngram_propose(s->ngram, r->tokens, n_hist, room, s->draft);
-            d = adapt_k(s, d, &tokens, &t0, b);
+            d = adapt_k(s, &se->cost, d, &tokens, &step_rows);
         } else if (s->dseq) {
-            d = adapt_k(s, room, &tokens, &t0, b);
+            d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
             if (d > 0) {
                 se->jobs[n_jobs] = (sp_draft_job){
                     .seq = s->dseq, .history = r->tokens, .n = n_hist,
