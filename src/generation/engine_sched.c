@@ -10,7 +10,9 @@
  *   4. per request whose last prompt token or decode row was in it: pick a
  *      token (request.c), call on_token, apply the stop rules; end the
  *      requests that stopped.
- * Nothing here allocates except admission (a new request's sequence). */
+ * Nothing here allocates except admission (a new request's sequence) and
+ * speculation (speculative.c: its first round, more logits rows, a longer
+ * n-gram index). */
 #include "generation/engine.h"
 
 #include <string.h>
