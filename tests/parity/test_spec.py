@@ -299,3 +299,44 @@ def test_cli_run_json(dense_dir):
         r = cli(*base, *bad)
         assert r.returncode != 0 and msg in r.stderr and \
             len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ------------------------------------------------------------ n-gram drafter
+
+
+def reference_prompt_lookup(ids, ngram_min, ngram_max, num_output):
+    """A numpy transcription of Hugging Face transformers'
+    PromptLookupCandidateGenerator.get_candidates (the Prompt Lookup
+    Decoding policy; without its logits-processor filter, which Spindle's
+    round replaces by verification): the longest trailing n-gram first,
+    its first match scanning left to right that has a continuation."""
+    x = np.asarray(ids)
+    L = len(x)
+    for n in range(min(ngram_max, L - 1), ngram_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(x, n)
+        matches = np.nonzero((windows == x[-n:]).all(axis=1))[0]
+        for idx in matches:
+            start, end = idx + n, min(idx + n + num_output, L)
+            if start < end:
+                return x[start:end].tolist()
+    return []
+
+
+@pytest.mark.parametrize("kmin,kmax,k", [(1, 3, 10), (2, 4, 4), (1, 1, 1)])
+def test_ngram_drafter_matches_prompt_lookup(kmin, kmax, k):
+    import subprocess
+    tool = HARNESS.parent / "ngram_harness"
+    if not tool.is_file():
+        pytest.skip(f"ngram harness not found at {tool}")
+    rng = np.random.default_rng(kmin * 100 + kmax * 10 + k)
+    phrase = rng.integers(0, 30, size=7).tolist()
+    ids = (rng.integers(0, 30, size=60).tolist() + phrase * 4 +
+           rng.integers(0, 8, size=200).tolist() + phrase * 3)
+    r = subprocess.run([str(tool), str(kmin), str(kmax), str(k)],
+                       input=" ".join(map(str, ids)), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = [list(map(int, line.split())) for line in r.stdout.split("\n")[:len(ids)]]
+    for n in range(1, len(ids) + 1):
+        want = reference_prompt_lookup(ids[:n], kmin, kmax, k)
+        assert got[n - 1] == want, f"history length {n}: {got[n - 1]} vs {want}"
