@@ -142,6 +142,32 @@ def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path):
                  draft=hybrid_dir / "qwen3_5-f32")
 
 
+def test_processors_and_logprobs_at_target_positions(dense_dir, tmp_path):
+    """Penalties apply over prompt ++ accepted tokens, and the reported
+    logprobs and top alternatives are plain decoding's."""
+    model = dense_dir / "qwen3-f32"
+    ps = prompts(vocab_of(model), 24)
+    base = dict(max_tokens=24, ignore_eos=True, repetition_penalty=1.3,
+                top_logprobs=5)
+    plain = run(model, tmp_path, "step",
+                [dict(base, prompt=p, logits=True) for p in ps], max_seqs=8)
+    spec = dict(spec="ngram", num_draft_tokens=4, fixed_k=True)
+    got = run(model, tmp_path, "step", [dict(base, prompt=p, **spec) for p in ps],
+              max_seqs=8)
+    accepted = 0
+    for i, (g, want) in enumerate(zip(got, plain)):
+        assert_same_tokens(g, want, f"penalized prompt {i}")
+        accepted += g["stats"]["accepted"]
+        n = next((j for j, (a, b) in enumerate(zip(g["tokens"], want["tokens"]))
+                  if a != b), len(g["tokens"]))
+        np.testing.assert_allclose(g["logprobs"][:n], want["logprobs"][:n],
+                                   atol=1e-3)
+        for a, b in zip(g["top"][:n], want["top"][:n]):
+            assert [t for t, _ in a] == [t for t, _ in b] or \
+                np.allclose([v for _, v in a], [v for _, v in b], atol=1e-3)
+    assert accepted > 0
+
+
 # ------------------------------------------------------------ sampling
 
 
