@@ -136,10 +136,13 @@ def test_greedy_draft_model(dense_dir, tmp_path, k):
     assert accepted < drafted / 2
 
 
-def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path):
+@pytest.mark.parametrize("draft", ["qwen3_5-f32", "qwen3_next-f32"])
+def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path, draft):
+    # itself (all accepted) and another hybrid (rejections: the draft's
+    # recurrent state rewinds too)
     check_greedy(hybrid_dir / "qwen3_5-f32", tmp_path,
                  dict(spec="draft", num_draft_tokens=4, fixed_k=True),
-                 draft=hybrid_dir / "qwen3_5-f32")
+                 draft=hybrid_dir / draft)
 
 
 def test_processors_and_logprobs_at_target_positions(dense_dir, tmp_path):
