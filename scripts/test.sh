@@ -30,13 +30,14 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 pytest selection
   done
   # The mlx-lm parity suites once more with f32 activations everywhere (the
   # default mode's int8 kernels are held to the same tolerances above). The
-  # GGUF, engine and sequence-state tests choose their precision themselves
+  # GGUF, engine, speculation and sequence-state tests choose their precision themselves
   # or do not depend on it, so they run once.
   echo "== mlx-lm parity ($dir, SPINDLE_PRECISION=exact)"
   SPINDLE_PRECISION=exact SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" \
     SPINDLE_BIN="$PWD/$dir/spindle" .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests/parity --ignore-glob='tests/parity/test_*_gguf.py' \
-    --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py
+    --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py \
+    --ignore=tests/parity/test_spec.py
   echo "== Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
     .venv/bin/python -m pytest -q -p no:cacheprovider "${@:3}"
