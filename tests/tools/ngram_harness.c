@@ -27,6 +27,8 @@ int main(int argc, char **argv) {
     spindle_error err;
     if (!ids || !out || sp_ngram_new(kmin, kmax, &ix, &err)) {
         fprintf(stderr, "ngram_harness: %s\n", ids && out ? err.message : "out of memory");
+        free(ids);
+        free(out);
         return 1;
     }
     for (int len = 1; len <= n; len++) {
