@@ -366,6 +366,45 @@ spindle_status spindle_sampler_sample(spindle_sampler *sampler, float *logits,
  * the call (attach extensions, save it; do not free it). */
 typedef struct spindle_checkpoint spindle_checkpoint;
 typedef void (*spindle_checkpoint_fn)(spindle_checkpoint *ck, void *user);
+/* Lossless speculative decoding (src/generation/speculative.c): a drafter
+ * proposes up to num_draft_tokens tokens, the target verifies them all in
+ * one forward pass as extra rows of the step's batch, and the output
+ * distribution stays exactly the target's at any temperature. */
+typedef enum spindle_spec_mode {
+    SPINDLE_SPEC_NONE = 0,
+    SPINDLE_SPEC_NGRAM,    /* prompt lookup over prompt ++ generated */
+    SPINDLE_SPEC_DRAFT     /* a smaller draft model with the same tokenizer */
+} spindle_spec_mode;
+
+#define SPINDLE_MAX_DRAFT_TOKENS 32
+
+typedef struct spindle_spec_params {
+    spindle_spec_mode mode;
+    int num_draft_tokens;  /* K at most, 1..SPINDLE_MAX_DRAFT_TOKENS; 0: 10 */
+    int ngram_max;         /* longest k-gram matched (0: 3) */
+    int ngram_min;         /* shortest (0: 1); 1 <= min <= max <= 8 */
+    /* SPINDLE_SPEC_DRAFT: the draft model (borrowed; it must outlive the
+     * request, and nothing else may run it while the request runs). */
+    spindle_model *draft_model;
+    /* true: always draft as many tokens as the drafter offers (up to K);
+     * false, the default: the adaptive rule picks K per step (README). */
+    bool fixed_k;
+} spindle_spec_params;
+
+/* "none", "ngram", "draft"; NULL outside the enum. Thread-safe. */
+const char *spindle_spec_mode_name(spindle_spec_mode mode);
+
+/* What speculation did for one request (all zero without it). */
+typedef struct spindle_spec_stats {
+    int64_t drafted;           /* draft tokens verified */
+    int64_t accepted;          /* of them accepted */
+    int64_t target_forwards;   /* decode rounds (forward passes with a
+                                  decode row or verify rows of the request) */
+    int64_t decode_tokens;     /* tokens those rounds produced */
+    /* per draft position j (0-based): verified at j, accepted at j */
+    int64_t drafted_at[SPINDLE_MAX_DRAFT_TOKENS];
+    int64_t accepted_at[SPINDLE_MAX_DRAFT_TOKENS];
+} spindle_spec_stats;
 
 typedef struct spindle_gen_params {
     int max_tokens;           /* generated tokens at most */
@@ -408,6 +447,7 @@ typedef struct spindle_gen_params {
      * submit to its end, so the caller may unload the adapter at once. */
     const struct spindle_adapter *adapter;
     float adapter_scale;
+    spindle_spec_params spec;         /* zero: no speculation */
 } spindle_gen_params;
 
 /* Thread-safe. */
@@ -444,6 +484,7 @@ typedef struct spindle_gen_stats {
     double decode_tps;
     int64_t peak_rss_bytes;
     spindle_stop_reason stop_reason;
+    spindle_spec_stats spec;
 } spindle_gen_stats;
 
 /* Called with each generated token; return false to stop. */
@@ -563,6 +604,7 @@ typedef struct spindle_request_stats {
     double prefill_tps;      /* prompt_tokens / prefill_seconds */
     double decode_tps;       /* tokens after the first / decode_seconds */
     double total_seconds;    /* submit -> finish */
+    spindle_spec_stats spec; /* params.spec.mode != SPINDLE_SPEC_NONE */
 } spindle_request_stats;
 
 /* What on_finish receives, exactly once per accepted request. Pointers are

@@ -33,7 +33,7 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths (
   done
   # The mlx-lm parity suites once more with f32 activations everywhere (the
   # default mode's int8 kernels are held to the same tolerances above). The
-  # GGUF, engine and sequence-state tests choose their precision themselves
+  # GGUF, engine, speculation and sequence-state tests choose their precision themselves
   # or do not depend on it, so they run once.
   stage "mlx-lm parity ($dir, SPINDLE_PRECISION=exact)"
   # shellcheck disable=SC2086  # $exact is a list of pytest arguments
@@ -46,7 +46,8 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths (
 }
 
 EXACT_ALL="tests/parity --ignore-glob=tests/parity/test_*_gguf.py
-  --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py"
+  --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py
+  --ignore=tests/parity/test_spec.py"
 run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT_ALL" tests
 
 # The tree builds with clang as well (its own warnings and its code

@@ -9,6 +9,7 @@
 #include "cli/lora_args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
+#include "cli/spec_args.h"
 #include "spindle.h"
 
 #include <cjson/cJSON.h>
@@ -99,6 +100,7 @@ static const char *chat_usage =
     "usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
     "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
     "       [--kv-type f32|bf16|f16] [--mmap] [--lora PATH[:SCALE]]...\n"
+    SP_ARG_SPEC_HELP
     "Type a message and press Enter; /reset clears the history, "
     "/exit (or end of input) quits.\n";
 
@@ -108,6 +110,7 @@ typedef struct chat_args {
     spindle_kv_type kv_type;
     bool use_mmap;
     sp_lora_args lora;
+    sp_spec_args spec;
 } chat_args;
 
 /* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
@@ -146,6 +149,8 @@ static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
             VALUE(); if (!sp_arg_u64(a, v, &gen->sampler.seed)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
+        } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
+            if (n < 0) return 2;
         } else return sp_arg_unknown("chat", a);
 #undef VALUE
     }
@@ -170,8 +175,11 @@ int sp_cmd_chat(int argc, char **argv) {
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o.threads, .kv_type = o.kv_type,
                                .use_mmap = o.use_mmap};
+    spindle_model *draft = NULL;
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = sp_lora_args_load(&o.lora, c.model, &c.gen, &err);
+    if (!st) st = sp_spec_args_load(&o.spec, c.model, &lo, &draft, &err);
+    c.gen.spec = o.spec.spec;
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);
     if (!st) {
@@ -205,6 +213,7 @@ int sp_cmd_chat(int argc, char **argv) {
     spindle_seq_free(c.seq);
     spindle_tokenizer_free(c.tok);
     sp_lora_args_free(&o.lora);
+    spindle_model_free(draft);
     spindle_model_free(c.model);
     return st ? 1 : 0;
 }

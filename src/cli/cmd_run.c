@@ -4,6 +4,7 @@
 #include "cli/lora_args.h"
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
+#include "cli/spec_args.h"
 #include "spindle.h"
 
 #include <cjson/cJSON.h>
@@ -34,6 +35,7 @@ static const char *run_usage =
     SP_ARG_LORA_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
+    SP_ARG_SPEC_HELP
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
     SP_RUN_DURABLE_HELP;
@@ -58,6 +60,7 @@ typedef struct run_options {
     spindle_gen_params gen;
     sp_run_durable durable;
     sp_lora_args lora;
+    sp_spec_args spec;
 } run_options;
 
 static int parse(int argc, char **argv, run_options *o) {
@@ -164,6 +167,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->json = true;
         } else if (!strcmp(a, "--dump-logits")) {
             VALUE(); o->dump_logits = v;
+        } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
+            if (n < 0) return 2;
         } else {
             return sp_arg_unknown("run", a);
         }
@@ -234,6 +239,7 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
     cJSON_AddStringToObject(st, "stop_reason",
                             spindle_stop_reason_name(s->stop_reason));
+    if (o->gen.spec.mode) sp_spec_stats_json(st, o->gen.spec.mode, &s->spec);
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);
     free(json);
@@ -269,7 +275,7 @@ int sp_cmd_run(int argc, char **argv) {
     }
 
     spindle_error err = {0};
-    spindle_model *model = NULL;
+    spindle_model *model = NULL, *draft = NULL;
     spindle_tokenizer *tok = NULL;
     spindle_seq *seq = NULL;
     sp_text_stream stream;
@@ -290,6 +296,8 @@ int sp_cmd_run(int argc, char **argv) {
     if (!st)
         st = sp_run_durable_setup(&o.durable, model, &o.gen, &o.prompt,
                                   &o.n_prompt, &err);
+    if (!st) st = sp_spec_args_load(&o.spec, model, &lo, &draft, &err);
+    o.gen.spec = o.spec.spec;
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
     if (!st && o.durable.text_output)
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
@@ -342,6 +350,7 @@ int sp_cmd_run(int argc, char **argv) {
     sp_run_durable_free(&o.durable);
     spindle_tokenizer_free(tok);
     sp_lora_args_free(&o.lora);
+    spindle_model_free(draft);
     spindle_model_free(model);
     spindle_free(o.prompt);
     return st ? 1 : 0;

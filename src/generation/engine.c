@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "generation/speculative.h"
 
 double sp_engine_now(void) {
     struct timespec ts;
@@ -115,6 +116,7 @@ void spindle_engine_free(spindle_engine *e) {
     free(e->entry_req);
     free(e->logits);
     free(e->raw);
+    sp_spec_engine_free(e->spec);
     free(e);
 }
 
@@ -234,6 +236,7 @@ static void fill_stats(const sp_request *r, double now,
         s->prefill_tps = r->n_prompt / s->prefill_seconds;
     if (r->n_generated > 1 && s->decode_seconds > 0)
         s->decode_tps = (r->n_generated - 1) / s->decode_seconds;
+    sp_spec_stats(r, &s->spec);
 }
 
 void sp_engine_finish(spindle_engine *e, sp_request *r,

@@ -18,6 +18,9 @@
 #include "spindle.h"
 #include "generation/sampler.h"
 
+typedef struct sp_spec sp_spec;               /* speculative.h */
+typedef struct sp_spec_engine sp_spec_engine;
+
 typedef struct sp_request {
     spindle_request_id id;
     atomic_bool cancelled;          /* set by spindle_engine_cancel */
@@ -40,6 +43,7 @@ typedef struct sp_request {
     sp_logits_processors *procs;    /* NULL when none is active */
     spindle_seq *seq;               /* the caller's, or made at admission */
     bool owns_seq;
+    sp_spec *spec;                  /* NULL: no speculative decoding */
     spindle_request_token_fn on_token;
     spindle_request_finish_fn on_finish;
     void *user;
@@ -96,8 +100,12 @@ struct spindle_engine {
     int n_running;
     spindle_batch_entry *entries;   /* [max_seqs], one per running request */
     sp_request **entry_req;
-    float *logits;                  /* [max_seqs][vocab]: the rows of the
-                                       entries that want logits, in order */
+    float *logits;                  /* [max_seqs][vocab], more rows with
+                                       speculation (speculative.c): the rows
+                                       of the entries that want logits, in
+                                       order */
+    sp_spec_engine *spec;           /* (step) NULL until a request
+                                       speculates */
     int n_logit_rows;
     float *raw;                     /* [vocab]: want_logits' copy */
     spindle_token_logprob top[SPINDLE_MAX_TOP_LOGPROBS];

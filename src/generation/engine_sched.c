@@ -12,13 +12,16 @@
  *   4. per request whose last prompt token or decode row was in it: pick a
  *      token (request.c), call on_token, apply the stop rules; end the
  *      requests that stopped.
- * Nothing here allocates except admission (a new request's sequence). */
+ * Nothing here allocates except admission (a new request's sequence) and
+ * speculation (speculative.c: its first round, more logits rows, a longer
+ * n-gram index). */
 #include "generation/engine.h"
 
 #include <string.h>
 
 #include "base/error.h"
 #include "generation/checkpoint.h"
+#include "generation/speculative.h"
 
 /* Move the submitted requests to the end of the waiting queue. */
 static void take_incoming(spindle_engine *e) {
@@ -71,16 +74,21 @@ static void drop_cancelled_waiting(spindle_engine *e) {
 }
 
 /* Logits rows go to the entries that ask for them in order, one after the
- * other, so the forward pass runs the lm_head once over all of them. */
+ * other, so the forward pass runs the lm_head once over all of them.
+ * logit_rows: 0 none, 1 the last token's, n_tokens every token's (a
+ * speculative round's verify rows). */
 static void add_entry(spindle_engine *e, int *n, sp_request *r,
-                      const int32_t *tokens, int n_tokens, bool last) {
+                      const int32_t *tokens, int n_tokens, int logit_rows) {
     int i = (*n)++;
     e->entries[i] = (spindle_batch_entry){
         .seq = r->seq, .tokens = tokens, .n_tokens = n_tokens,
-        .logits_mode = last ? SPINDLE_LOGITS_LAST : SPINDLE_LOGITS_NONE,
-        .logits = last ? e->logits + (size_t)e->n_logit_rows++ * e->vocab
-                       : NULL,
+        .logits_mode = logit_rows > 1 ? SPINDLE_LOGITS_ALL
+                       : logit_rows    ? SPINDLE_LOGITS_LAST
+                                       : SPINDLE_LOGITS_NONE,
+        .logits = logit_rows ? e->logits + (size_t)e->n_logit_rows * e->vocab
+                             : NULL,
         .adapter = r->adapter, .adapter_scale = r->adapter_scale};
+    e->n_logit_rows += logit_rows;
     e->entry_req[i] = r;
 }
 
@@ -109,12 +117,14 @@ static void admit(spindle_engine *e, sp_request *r) {
 static int plan_batch(spindle_engine *e) {
     int n = 0, budget = e->max_batch_tokens;
     e->n_logit_rows = 0;
+    sp_spec_draft_round(e, budget);
     for (int i = 0; i < e->n_running; i++) {
         sp_request *r = e->running[i];
         if (r->prefilled == r->n_prompt) {
+            int rows = 1 + (sp_spec_round_drafts(r) > 0 ? sp_spec_round_drafts(r) : 0);
             add_entry(e, &n, r, r->tokens + r->n_prompt + r->n_generated - 1,
-                      1, true);
-            budget--;
+                      rows, rows);
+            budget -= rows;
         }
     }
     for (int i = 0; i < e->n_running && budget > 0; i++)
@@ -165,6 +175,8 @@ static void take_results(spindle_engine *e, int n) {
         if (r->max_tokens == 0) {
             r->done = true;
             r->reason = SPINDLE_STOP_LENGTH;
+        } else if (sp_spec_round_drafts(r) >= 0) {
+            sp_spec_take_round(e, r, en);
         } else if (sp_request_take_token(e, r, en->logits, &r->reason, &st,
                                          &r->error)) {
             r->done = true;
@@ -182,7 +194,9 @@ int sp_engine_run_step(spindle_engine *e) {
     int n = plan_batch(e);
     if (n > 0) {
         spindle_error err;
+        double t0 = sp_engine_now();
         if (spindle_forward(e->model, e->entries, n, &err)) forward_each(e, n);
+        else sp_spec_observe_step(e, n, sp_engine_now() - t0);
         take_results(e, n);
         retire_running(e, false);
     }

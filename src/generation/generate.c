@@ -144,6 +144,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
         stats->decode_tps = r->decode_tps;
         stats->peak_rss_bytes = peak_rss_bytes();
         stats->stop_reason = st ? SPINDLE_STOP_ERROR : g.reason;
+        stats->spec = r->spec;
     }
     if (st) { free(g.tokens); return st; }
     if (tokens) *tokens = g.tokens; else free(g.tokens);

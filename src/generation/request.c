@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "generation/checkpoint.h"
 #include "models/lora.h"
+#include "generation/speculative.h"
 
 /* The processors the parameters ask for, or NULL when none is active. */
 static spindle_status make_processors(const spindle_gen_params *g,
@@ -135,6 +136,7 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
+    if (!st) st = sp_spec_new(e, &g->spec, &q->spec, err);
     if (st) {
         sp_request_free(q);
         return st;
@@ -149,6 +151,7 @@ void sp_request_free(sp_request *r) {
     spindle_checkpoint_free(r->ck);
     spindle_sampler_free(r->sampler);
     sp_logits_processors_free(r->procs);
+    sp_spec_free(r->spec);
     free(r->stop_ids);
     free(r->tokens);
     sp_adapter_release(r->adapter);

@@ -12,8 +12,12 @@
  *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
  *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
- *     "foreign_seq": B, "own_seq": B, "seq_of": I, "truncate_to": T}],
- *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B}
+ *     "foreign_seq": B, "own_seq": B, "seq_of": I, "truncate_to": T,
+ *     "spec": "ngram" | "draft", "num_draft_tokens": K, "ngram_max": N,
+ *     "ngram_min": N, "fixed_k": B}],
+ *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
+ *   "draft_model": DIR (for "spec": "draft"),
+ *   "always_accept": B (speculation's deliberately wrong acceptance rule)}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.
@@ -30,7 +34,10 @@
  * LoRA: "adapters": {NAME: DIR} loads adapters; a request's "adapter": NAME
  *   and "adapter_scale": F pick one; "unload_adapters_at": K (step mode)
  *   drops the harness's references before step K, while requests that
- *   named them may still run. */
+ *   named them may still run.
+ * With a logits directory, after the run the harness feeds an own_seq
+ *   request's sequence its last generated token and writes the logits of
+ *   that position to next_logits_file (the state after rollbacks). */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +45,7 @@
 #include <string.h>
 
 #include "spindle.h"
+#include "generation/speculative.h"
 
 typedef struct req_run {
     int index;
@@ -67,7 +75,7 @@ typedef struct req_run {
 } req_run;
 
 typedef struct harness {
-    spindle_model *model, *foreign;
+    spindle_model *model, *foreign, *draft;
     spindle_engine *engine;
     int vocab;
     req_run *reqs;
@@ -129,6 +137,16 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     r->own_seq = flag(j, "own_seq");
     r->seq_of = (int)num(j, "seq_of", -1);
     r->truncate_to = (int)num(j, "truncate_to", -1);
+    const char *spec = cJSON_GetStringValue(cJSON_GetObjectItem(j, "spec"));
+    if (spec) {
+        p->spec.mode = !strcmp(spec, "draft") ? SPINDLE_SPEC_DRAFT
+                                              : SPINDLE_SPEC_NGRAM;
+        p->spec.num_draft_tokens = (int)num(j, "num_draft_tokens", 0);
+        p->spec.ngram_max = (int)num(j, "ngram_max", 0);
+        p->spec.ngram_min = (int)num(j, "ngram_min", 0);
+        p->spec.fixed_k = flag(j, "fixed_k");
+        p->spec.draft_model = H.draft;
+    }
     r->stream_matches = true;
     const char *adapter = cJSON_GetStringValue(cJSON_GetObjectItem(j, "adapter"));
     for (int i = 0; adapter && i < H.n_adapters; i++)
@@ -210,11 +228,8 @@ static void on_finish(spindle_request_id id, const spindle_request_result *res,
 
 static void submit(req_run *r) {
     spindle_error err = {0};
-    if (r->foreign_seq && !r->seq && spindle_seq_new(H.foreign, &r->seq, &err)) {
-        fprintf(stderr, "engine_harness: %s\n", err.message);
-        exit(1);
-    }
-    if (r->own_seq && !r->seq && spindle_seq_new(H.model, &r->seq, &err)) {
+    if ((r->foreign_seq || r->own_seq) && !r->seq &&
+        spindle_seq_new(r->own_seq ? H.model : H.foreign, &r->seq, &err)) {
         fprintf(stderr, "engine_harness: %s\n", err.message);
         exit(1);
     }
@@ -371,6 +386,28 @@ static void run_generate(void) {
 
 /* --------------------------------------------------------------- output */
 
+/* own_seq: the logits after feeding the last generated token. */
+static void write_next_logits(const req_run *r, const char *logits_dir,
+                              cJSON *o) {
+    float *row = malloc((size_t)H.vocab * sizeof *row);
+    spindle_batch_entry en = {.seq = r->seq, .tokens = &r->tokens[r->n_tokens - 1],
+                              .n_tokens = 1, .logits_mode = SPINDLE_LOGITS_LAST,
+                              .logits = row};
+    spindle_error err;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/req%d.next.f32", logits_dir, r->index);
+    FILE *f = NULL;
+    if (spindle_forward(H.model, &en, 1, &err) || !(f = fopen(path, "wb")) ||
+        fwrite(row, sizeof *row, (size_t)H.vocab, f) != (size_t)H.vocab) {
+        fprintf(stderr, "engine_harness: next logits: %s\n", err.message);
+        exit(1);
+    }
+    fclose(f);
+    free(row);
+    cJSON_AddStringToObject(o, "next_logits_file", path);
+    cJSON_AddNumberToObject(o, "seq_length", spindle_seq_length(r->seq));
+}
+
 static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)r->id);
@@ -409,6 +446,12 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON_AddNumberToObject(s, "ttft_seconds", r->stats.ttft_seconds);
     cJSON_AddNumberToObject(s, "queue_seconds", r->stats.queue_seconds);
     cJSON_AddNumberToObject(s, "total_seconds", r->stats.total_seconds);
+    const spindle_spec_stats *sp = &r->stats.spec;
+    cJSON_AddNumberToObject(s, "drafted", (double)sp->drafted);
+    cJSON_AddNumberToObject(s, "accepted", (double)sp->accepted);
+    cJSON_AddNumberToObject(s, "target_forwards", (double)sp->target_forwards);
+    cJSON_AddNumberToObject(s, "decode_tokens", (double)sp->decode_tokens);
+    if (r->own_seq && r->n_tokens > 0 && logits_dir) write_next_logits(r, logits_dir, o);
     if (r->rows && logits_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/req%d.f32", logits_dir, r->index);
@@ -488,6 +531,12 @@ int main(int argc, char **argv) {
     const cJSON *reqs = cJSON_GetObjectItem(sc, "requests");
     H.n_reqs = cJSON_GetArraySize(reqs);
     H.reqs = calloc((size_t)H.n_reqs + 1, sizeof *H.reqs);
+    const char *draft_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "draft_model"));
+    if (draft_dir && spindle_model_load(draft_dir, &lo, &H.draft, &err)) {
+        fprintf(stderr, "engine_harness: draft model: %s\n", err.message);
+        return 1;
+    }
+    sp_spec_set_always_accept(flag(sc, "always_accept"));
     bool foreign = false;
     for (int i = 0; i < H.n_reqs; i++) {
         parse_request(cJSON_GetArrayItem(reqs, i), i, &H.reqs[i]);
@@ -540,6 +589,7 @@ int main(int argc, char **argv) {
     free(H.reqs);
     unload_adapters();
     spindle_model_free(H.foreign);
+    spindle_model_free(H.draft);
     spindle_model_free(H.model);
     cJSON_Delete(sc);
     free(text);

@@ -1,0 +1,114 @@
+#include "cli/spec_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+
+int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o) {
+    const char *a = argv[*i], *v;
+    long n;
+    int *count = !strcmp(a, "--num-draft-tokens") ? &o->spec.num_draft_tokens
+                 : !strcmp(a, "--ngram-max")      ? &o->spec.ngram_max
+                 : !strcmp(a, "--ngram-min")      ? &o->spec.ngram_min
+                                                  : NULL;
+    if (!strcmp(a, "--spec-fixed-k")) {
+        o->spec.fixed_k = true;
+    } else if (!strcmp(a, "--spec")) {
+        if (!(v = sp_arg_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "ngram")) o->spec.mode = SPINDLE_SPEC_NGRAM;
+        else if (!strcmp(v, "draft")) o->spec.mode = SPINDLE_SPEC_DRAFT;
+        else if (!strcmp(v, "none")) o->spec.mode = SPINDLE_SPEC_NONE;
+        else {
+            fprintf(stderr, "spindle: --spec expects ngram, draft or none, got '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--draft-model")) {
+        if (!(v = sp_arg_value(argc, argv, i))) return -1;
+        o->draft_path = v;
+    } else if (count) {
+        long hi = count == &o->spec.num_draft_tokens ? SPINDLE_MAX_DRAFT_TOKENS : 8;
+        if (!(v = sp_arg_value(argc, argv, i)) || !sp_arg_int(a, v, 1, hi, &n))
+            return -1;
+        *count = (int)n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether two tokenizers encode the probe text alike. */
+static spindle_status same_tokenizer(const char *target_dir,
+                                     const char *draft_dir,
+                                     spindle_error *err) {
+    static const char probe[] =
+        "def rename(old_name):\n    return {\"x\": old_name + 1}  # caf\xc3\xa9, 42";
+    spindle_tokenizer *tt = NULL, *dt = NULL;
+    bool have_t = !spindle_tokenizer_load(target_dir, &tt, err);
+    bool have_d = !spindle_tokenizer_load(draft_dir, &dt, err);
+    spindle_status st = SPINDLE_OK;
+    if (have_t != have_d) {
+        st = SPINDLE_ERR_ARGUMENT;
+        snprintf(err->message, sizeof err->message,
+                 "only one of the target and the draft model has a tokenizer");
+    } else if (have_t) {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        st = spindle_tokenizer_encode(tt, probe, sizeof probe - 1, false, &a, &na, err);
+        if (!st) st = spindle_tokenizer_encode(dt, probe, sizeof probe - 1, false, &b, &nb, err);
+        if (!st && (na != nb || memcmp(a, b, na * sizeof *a))) {
+            st = SPINDLE_ERR_ARGUMENT;
+            snprintf(err->message, sizeof err->message,
+                     "the draft model's tokenizer is not the target's "
+                     "(they encode a probe text differently)");
+        }
+        spindle_free(a);
+        spindle_free(b);
+    }
+    if (!st) err->message[0] = '\0';
+    spindle_tokenizer_free(tt);
+    spindle_tokenizer_free(dt);
+    return st;
+}
+
+spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
+                                 const spindle_load_options *lo,
+                                 spindle_model **draft, spindle_error *err) {
+    *draft = NULL;
+    if (o->spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
+    if (!o->draft_path) {
+        snprintf(err->message, sizeof err->message, "--spec draft needs --draft-model PATH");
+        return SPINDLE_ERR_ARGUMENT;
+    }
+    spindle_status st = spindle_model_load(o->draft_path, lo, draft, err);
+    if (!st) st = same_tokenizer(spindle_model_dir(target), spindle_model_dir(*draft), err);
+    if (st) {
+        spindle_model_free(*draft);
+        *draft = NULL;
+        return st;
+    }
+    int tv = spindle_model_vocab_size(target), dv = spindle_model_vocab_size(*draft);
+    if (tv != dv)
+        fprintf(stderr, "spindle: warning: the draft model's vocabulary (%d) "
+                        "differs from the target's (%d)\n", dv, tv);
+    o->spec.draft_model = *draft;
+    return SPINDLE_OK;
+}
+
+void sp_spec_stats_json(cJSON *parent, spindle_spec_mode mode,
+                        const spindle_spec_stats *s) {
+    cJSON *o = cJSON_AddObjectToObject(parent, "spec");
+    cJSON_AddStringToObject(o, "mode", spindle_spec_mode_name(mode));
+    cJSON_AddNumberToObject(o, "drafted", (double)s->drafted);
+    cJSON_AddNumberToObject(o, "accepted", (double)s->accepted);
+    cJSON_AddNumberToObject(o, "acceptance_rate",
+                            s->drafted ? (double)s->accepted / s->drafted : 0);
+    cJSON *by = cJSON_AddArrayToObject(o, "acceptance_by_position");
+    for (int j = 0; j < SPINDLE_MAX_DRAFT_TOKENS && s->drafted_at[j]; j++)
+        cJSON_AddItemToArray(by, cJSON_CreateNumber(
+            (double)s->accepted_at[j] / s->drafted_at[j]));
+    cJSON_AddNumberToObject(o, "target_forwards", (double)s->target_forwards);
+    cJSON_AddNumberToObject(o, "tokens_per_target_forward",
+                            s->target_forwards ? (double)s->decode_tokens / s->target_forwards : 0);
+}

@@ -1,0 +1,406 @@
+/* The shared speculative round of the step engine (the rule is stated in
+ * speculative.h) and its adaptive control.
+ *
+ * Adaptive control, per request. Each draft position j keeps a decayed
+ * count of how often it was verified and accepted (given that positions
+ * < j were), giving the conditional acceptance a_j = (acc_j + 1) /
+ * (tried_j + 2) (a prior of 1/2). Drafting k tokens then yields
+ *     E(k) = 1 + sum_{j<k} prod_{i<=j} a_i
+ * expected tokens. T(n), the time of a step of n rows, is measured: an
+ * exponential average per row count over the engine's own steps made only
+ * of decode and verify rows (interpolated between measured counts, and
+ * beyond them priced optimistically at a tenth of a one-row step per row,
+ * so that larger rounds get tried and measured). A draft row's price
+ * inside the batch is thus measured, not assumed: on CPUs a few rows can
+ * cost far more than one (a matrix-vector kernel against a small GEMM).
+ * A step of R rows that would produce N tokens produces N - 1 + E(k) in
+ * T(R + k) with k drafts of this request, and k is chosen to maximize
+ * that ratio (the requests decide in turn, each seeing the rows and
+ * tokens the previous ones added). When k = 0 wins the
+ * request is "off": its rounds are plain decode rows, and after `backoff`
+ * such rounds one probe round drafts everything the drafter offers (up to
+ * K: it measures the acceptance deep in the draft and the price of a long
+ * round, which a one-token probe never would) with the counts halved
+ * toward the prior; backoff starts at 8 and doubles up to 256 while
+ * the probes keep losing. fixed_k turns the rule off (always draft what
+ * the drafter offers, up to K). */
+#include "generation/speculative.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "models/model.h"
+
+#define DEFAULT_DRAFT_TOKENS 10
+#define COUNT_DECAY 0.9
+#define BACKOFF_MIN 8
+#define BACKOFF_MAX 256
+
+struct sp_spec {
+    spindle_spec_params p;
+    int max_draft;                 /* K, capped by the target's rollback */
+    sp_ngram_index *ngram;
+    sp_draft_seq *dseq;
+    int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
+    int n_round;                   /* drafts in this step's round; -1: none */
+    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
+    int off_rounds, backoff;
+    spindle_spec_stats stats;
+};
+
+/* The measured time of a step of n decode and verify rows, n < COST_ROWS
+ * (an exponential average per row count, so that a slow step is
+ * forgotten). */
+#define COST_ROWS 256
+#define COST_WEIGHT 0.2
+typedef struct cost_table {
+    double seconds[COST_ROWS];
+    bool seen[COST_ROWS];
+} cost_table;
+
+struct sp_spec_engine {
+    int rows_cap;                  /* logits rows e->logits holds */
+    sp_draft_job *jobs;            /* [max_seqs] */
+    sp_request **job_req;
+    spindle_batch_entry *draft_entries;
+    cost_table cost;
+};
+
+static bool always_accept;
+
+void sp_spec_set_always_accept(bool on) { always_accept = on; }
+
+const char *spindle_spec_mode_name(spindle_spec_mode mode) {
+    static const char *const names[] = {"none", "ngram", "draft"};
+    return (unsigned)mode < 3 ? names[mode] : NULL;
+}
+
+/* How far back every layer of m can surely be truncated. */
+static int rollback_limit(const spindle_model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->state_desc[l].kind == SP_STATE_WINDOW_KV ||
+            m->state_desc[l].kind == SP_STATE_RECURRENT)
+            return m->max_rollback;
+    return SPINDLE_MAX_DRAFT_TOKENS;
+}
+
+spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
+                           sp_spec **out, spindle_error *err) {
+    *out = NULL;
+    if (p->mode == SPINDLE_SPEC_NONE) return SPINDLE_OK;
+    if (p->mode != SPINDLE_SPEC_NGRAM && p->mode != SPINDLE_SPEC_DRAFT)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "unknown speculation mode %d",
+                       (int)p->mode);
+    int k = p->num_draft_tokens ? p->num_draft_tokens : DEFAULT_DRAFT_TOKENS;
+    if (k < 1 || k > SPINDLE_MAX_DRAFT_TOKENS)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "num_draft_tokens must be in [1, %d], got %d",
+                       SPINDLE_MAX_DRAFT_TOKENS, k);
+    if (p->mode == SPINDLE_SPEC_DRAFT && !p->draft_model)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "speculation mode \"draft\" needs a draft model");
+    sp_spec *s = calloc(1, sizeof *s);
+    if (!s) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    s->p = *p;
+    s->p.num_draft_tokens = k;
+    int limit = rollback_limit(e->model);
+    s->max_draft = k < limit ? k : limit;
+    s->n_round = -1;
+    s->backoff = BACKOFF_MIN;
+    spindle_status st =
+        p->mode == SPINDLE_SPEC_NGRAM
+            ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
+                           p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
+            : sp_draft_seq_new(p->draft_model, e->vocab, &s->dseq, err);
+    if (st) {
+        sp_spec_free(s);
+        return st;
+    }
+    *out = s;
+    return SPINDLE_OK;
+}
+
+void sp_spec_free(sp_spec *s) {
+    if (!s) return;
+    sp_ngram_free(s->ngram);
+    sp_draft_seq_free(s->dseq);
+    free(s);
+}
+
+void sp_spec_engine_free(sp_spec_engine *se) {
+    if (!se) return;
+    free(se->jobs);
+    free(se->job_req);
+    free(se->draft_entries);
+    free(se);
+}
+
+static sp_spec_engine *engine_state(spindle_engine *e) {
+    if (e->spec) return e->spec;
+    sp_spec_engine *se = calloc(1, sizeof *se);
+    size_t n = (size_t)e->max_seqs;
+    if (se) {
+        se->rows_cap = e->max_seqs;
+        se->jobs = calloc(n, sizeof *se->jobs);
+        se->job_req = calloc(n, sizeof *se->job_req);
+        se->draft_entries = calloc(n, sizeof *se->draft_entries);
+    }
+    if (!se || !se->jobs || !se->job_req || !se->draft_entries) {
+        sp_spec_engine_free(se);
+        return NULL;
+    }
+    return e->spec = se;
+}
+
+/* ---- the cost model and the choice of k ---- */
+
+/* Only steps of decode and verify rows count: a prompt chunk's rows cost
+ * what a large matrix product costs per row, which says little about a
+ * few verify rows beside the decode rows. */
+void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds) {
+    if (!e->spec) return;
+    int rows = 0;
+    for (int i = 0; i < n_entries; i++) {
+        const sp_request *r = e->entry_req[i];
+        if (r->prefilled < r->n_prompt) return;
+        rows += e->entries[i].n_tokens;
+    }
+    cost_table *c = &e->spec->cost;
+    if (rows >= COST_ROWS) return;
+    c->seconds[rows] = c->seen[rows] ? (1 - COST_WEIGHT) * c->seconds[rows] +
+                                           COST_WEIGHT * seconds
+                                     : seconds;
+    c->seen[rows] = true;
+}
+
+/* The expected time of a step of `rows` rows: measured, else interpolated
+ * between the nearest measured counts, else (beyond them) priced at a
+ * tenth of the smallest measured step per extra row, an optimistic prior
+ * that makes the rule try larger rounds and measure them. */
+static double step_time(const cost_table *c, int rows) {
+    int lo = rows < COST_ROWS ? rows : COST_ROWS - 1, hi = lo, first = 1;
+    while (lo > 0 && !c->seen[lo]) lo--;
+    while (hi < COST_ROWS && !c->seen[hi]) hi++;
+    while (first < COST_ROWS && !c->seen[first]) first++;
+    if (first == COST_ROWS) return 1 + 0.1 * (rows - 1);
+    double per_row = 0.1 * c->seconds[first];
+    if (lo == rows) return c->seconds[rows];
+    if (lo > 0 && hi < COST_ROWS)
+        return c->seconds[lo] +
+               (c->seconds[hi] - c->seconds[lo]) * (rows - lo) / (hi - lo);
+    if (lo > 0) return c->seconds[lo] + per_row * (rows - lo);
+    return c->seconds[hi] - per_row * (hi - rows);
+}
+
+/* The k <= avail maximizing (tokens - 1 + E(k)) / T(rows + k). */
+static int choose_k(const sp_spec *s, const cost_table *c, int avail,
+                    double tokens, int rows, double *gain) {
+    int best = 0;
+    double best_rate = tokens / step_time(c, rows), expected = 1, reach = 1;
+    *gain = 0;
+    for (int k = 1; k <= avail; k++) {
+        reach *= (s->acc[k - 1] + 1) / (s->tried[k - 1] + 2);
+        expected += reach;
+        double rate = (tokens - 1 + expected) / step_time(c, rows + k);
+        if (rate > best_rate) {
+            best_rate = rate;
+            best = k;
+            *gain = expected - 1;
+        }
+    }
+    return best;
+}
+
+/* The adaptive rule's k for one round (header comment). */
+static int adapt_k(sp_spec *s, const cost_table *c, int avail,
+                   double *tokens, int *rows) {
+    if (avail <= 0) return 0;
+    if (s->p.fixed_k) return avail;
+    double gain;
+    int k = choose_k(s, c, avail, *tokens, *rows, &gain);
+    if (k > 0) {
+        s->off_rounds = 0;
+        s->backoff = BACKOFF_MIN;
+    } else if (++s->off_rounds >= s->backoff) {
+        s->off_rounds = 0;
+        s->backoff = s->backoff * 2 < BACKOFF_MAX ? s->backoff * 2 : BACKOFF_MAX;
+        for (int j = 0; j < SPINDLE_MAX_DRAFT_TOKENS; j++) {
+            s->tried[j] *= 0.5;
+            s->acc[j] *= 0.5;
+        }
+        k = avail;
+        gain = 0;
+    }
+    *tokens += gain;
+    *rows += k;
+    return k;
+}
+
+/* ---- the round ---- */
+
+/* Drafts r may verify this step: within K, its token budget and room, the
+ * context (so that no stop rule sees a sequence longer than plain decoding
+ * would have it) and the rows left. */
+static int draft_room(const spindle_engine *e, const sp_request *r, int spare) {
+    int n_hist = r->n_prompt + r->n_generated;
+    int room = r->spec->max_draft;
+    int left = r->max_tokens - r->n_generated - 1;
+    if (left < room) room = left;
+    if (r->cap - n_hist - 1 < room) room = r->cap - n_hist - 1;
+    if (e->context > 0) {
+        int ctx = e->context - spindle_seq_length(r->seq) - 2;
+        if (ctx < room) room = ctx;
+    }
+    if (spare < room) room = spare;
+    return room > 0 ? room : 0;
+}
+
+/* Grow e->logits to `rows` rows (false: it stays as it is). */
+static bool reserve_rows(spindle_engine *e, sp_spec_engine *se, int rows) {
+    if (rows <= se->rows_cap) return true;
+    float *grown = realloc(e->logits, (size_t)rows * e->vocab * sizeof *grown);
+    if (!grown) return false;
+    e->logits = grown;
+    se->rows_cap = rows;
+    return true;
+}
+
+/* The draft-model jobs, one batched run per distinct draft model; each
+ * request's round gets what its job drafted. */
+static void run_draft_models(sp_spec_engine *se, int n_jobs) {
+    for (int first = 0; first < n_jobs;) {
+        spindle_model *m = sp_draft_seq_model(se->jobs[first].seq);
+        int end = first + 1;
+        for (int j = end; j < n_jobs; j++) {
+            if (sp_draft_seq_model(se->jobs[j].seq) != m) continue;
+            sp_draft_job job = se->jobs[j];
+            sp_request *r = se->job_req[j];
+            se->jobs[j] = se->jobs[end];
+            se->job_req[j] = se->job_req[end];
+            se->jobs[end] = job;
+            se->job_req[end++] = r;
+        }
+        sp_draft_model_run(se->jobs + first, end - first, se->draft_entries);
+        for (int j = first; j < end; j++)
+            se->job_req[j]->spec->n_round = se->jobs[j].got;
+        first = end;
+    }
+}
+
+void sp_spec_draft_round(spindle_engine *e, int spare) {
+    int n_decode = 0, n_spec = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        sp_request *r = e->running[i];
+        if (r->prefilled < r->n_prompt) continue;
+        n_decode++;
+        if (r->spec) n_spec++;
+    }
+    sp_spec_engine *se = n_spec ? engine_state(e) : NULL;
+    if (!se) return;
+    double tokens = n_decode;
+    int step_rows = n_decode;
+    spare -= n_decode;
+    if (spare > e->max_batch_tokens / 2) spare = e->max_batch_tokens / 2;
+    int n_jobs = 0, rows = e->max_seqs;
+    for (int i = 0; i < e->n_running; i++) {
+        sp_request *r = e->running[i];
+        sp_spec *s = r->spec;
+        if (!s || r->prefilled < r->n_prompt) continue;
+        int n_hist = r->n_prompt + r->n_generated;
+        int room = draft_room(e, r, spare), d = 0;
+        if (s->ngram && room > 0) {
+            d = sp_ngram_propose(s->ngram, r->tokens, n_hist, room, s->draft);
+            d = adapt_k(s, &se->cost, d, &tokens, &step_rows);
+        } else if (s->dseq) {
+            d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
+            if (d > 0) {
+                se->jobs[n_jobs] = (sp_draft_job){
+                    .seq = s->dseq, .history = r->tokens, .n = n_hist,
+                    .want = d, .out = s->draft};
+                se->job_req[n_jobs++] = r;
+            }
+        }
+        s->n_round = d;
+        spare -= d;
+        rows += d;
+    }
+    run_draft_models(se, n_jobs);
+    if (!reserve_rows(e, se, rows))
+        for (int i = 0; i < e->n_running; i++)
+            if (e->running[i]->spec) e->running[i]->spec->n_round = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        sp_request *r = e->running[i];
+        if (!r->spec || r->spec->n_round <= 0) continue;
+        memcpy(r->tokens + r->n_prompt + r->n_generated, r->spec->draft,
+               (size_t)r->spec->n_round * sizeof *r->spec->draft);
+    }
+}
+
+int sp_spec_round_drafts(const sp_request *r) {
+    return r->spec ? r->spec->n_round : -1;
+}
+
+/* Count the round in the statistics and the acceptance estimates: rows
+ * 0 .. verified - 1 compared their draft, `accepted` of them matched. */
+static void count_round(sp_spec *s, int drafted, int verified, int accepted,
+                        int emitted) {
+    spindle_spec_stats *t = &s->stats;
+    t->target_forwards++;
+    t->decode_tokens += emitted;
+    t->drafted += drafted;
+    t->accepted += accepted;
+    for (int j = 0; j < drafted; j++) t->drafted_at[j]++;
+    for (int j = 0; j < accepted; j++) t->accepted_at[j]++;
+    for (int j = 0; j < verified; j++) {
+        s->tried[j] = s->tried[j] * COUNT_DECAY + 1;
+        s->acc[j] = s->acc[j] * COUNT_DECAY + (j < accepted);
+    }
+}
+
+/* The broken rule of sp_spec_set_always_accept: only the draft can win. */
+static void force_token(float *row, int vocab, int32_t token) {
+    for (int i = 0; i < vocab; i++)
+        if (i != token) row[i] = -INFINITY;
+}
+
+void sp_spec_take_round(spindle_engine *e, sp_request *r,
+                        const spindle_batch_entry *en) {
+    sp_spec *s = r->spec;
+    int d = s->n_round > 0 ? s->n_round : 0;
+    s->n_round = -1;
+    int n_before = r->n_prompt + r->n_generated;
+    int base = spindle_seq_length(r->seq) - (d + 1);
+    int emitted = 0, accepted = 0;
+    for (int i = 0; i <= d; i++) {
+        float *row = en->logits + (size_t)i * e->vocab;
+        if (i < d && always_accept) force_token(row, e->vocab, s->draft[i]);
+        spindle_status st = SPINDLE_OK;
+        bool stop = sp_request_take_token(e, r, row, &r->reason, &st, &r->error);
+        if (st) {
+            r->done = true;
+            r->reason = SPINDLE_STOP_ERROR;
+            break;
+        }
+        emitted++;
+        bool match = i < d && r->tokens[n_before + i] == s->draft[i];
+        accepted += match;
+        if (stop) r->done = true;
+        if (stop || !match) break;
+    }
+    count_round(s, d, emitted < d ? emitted : d, accepted, emitted);
+    if (s->dseq) sp_draft_seq_rewind(s->dseq, n_before, d, accepted);
+    spindle_error err;
+    if (spindle_seq_length(r->seq) > base + emitted &&
+        spindle_seq_truncate(r->seq, base + emitted, &err) && !r->done) {
+        r->error = err;
+        r->done = true;
+        r->reason = SPINDLE_STOP_ERROR;
+    }
+}
+
+void sp_spec_stats(const sp_request *r, spindle_spec_stats *out) {
+    if (r->spec) *out = r->spec->stats;
+    else memset(out, 0, sizeof *out);
+}

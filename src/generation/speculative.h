@@ -1,0 +1,110 @@
+/* Speculative decoding inside the step engine: the shared round every
+ * drafter goes through (speculative.c), the n-gram prompt-lookup drafter
+ * (drafter_ngram.c) and the draft-model drafter (drafter_model.c).
+ *
+ * One round of a speculating request, within one engine step:
+ *   1. before the batch is planned, its drafter proposes d <= K tokens
+ *      (K from the adaptive rule, speculative.c); they are written after
+ *      the pending token in the request's token buffer;
+ *   2. the pending token and the d drafts are d + 1 rows of the step's
+ *      one batched forward (SPINDLE_LOGITS_ALL), beside the other
+ *      requests' decode rows and prompt chunks;
+ *   3. row by row, the request's usual per-token rule (request.c:
+ *      processors over prompt ++ accepted, sampler, logprobs, callbacks,
+ *      stop rules) picks the target's token; the round goes on to the next
+ *      row only while that token equals the draft. With a deterministic
+ *      drafter (q one-hot on the draft x) this IS speculative sampling:
+ *      drawing y ~ p and accepting x iff y == x accepts with probability
+ *      p(x) = min(1, p(x)/q(x)), and on rejection y is distributed as
+ *      p restricted to y != x, renormalized = norm(max(0, p - q)). Greedy
+ *      is the special case "accept the longest prefix matching argmax";
+ *      the target's own token always follows the last accepted draft;
+ *   4. the sequence is truncated back to what was accepted (every kind of
+ *      layer state, spindle_seq_truncate), the drafter rewinds.
+ * Drafts are capped so that the truncation stays within the model's
+ * max_rollback when a layer's rollback is limited (window KV, recurrent). */
+#ifndef SP_GENERATION_SPECULATIVE_H
+#define SP_GENERATION_SPECULATIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "generation/engine.h"
+
+/* ---- speculative.c: the engine's side ---- */
+
+/* A request's speculation state from its parameters (*out NULL when the
+ * mode is SPINDLE_SPEC_NONE). Validates the parameters. */
+spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
+                           sp_spec **out, spindle_error *err);
+void sp_spec_free(sp_spec *s);
+void sp_spec_engine_free(sp_spec_engine *se);
+
+/* Step 1 for every running request that speculates and decodes this step
+ * (drafts batched over requests where the drafter runs a model), within
+ * `spare` draft rows; grows e->logits to hold the verify rows. */
+void sp_spec_draft_round(spindle_engine *e, int spare);
+/* The drafts the last sp_spec_draft_round wrote for r (0: a plain row). */
+int sp_spec_round_drafts(const sp_request *r);
+/* Steps 3 and 4 for r's decode entry after the forward pass. */
+void sp_spec_take_round(spindle_engine *e, sp_request *r,
+                        const spindle_batch_entry *en);
+/* The step's forward over e->entries[0..n_entries) took `seconds`: the cost model of
+ * the adaptive rule. */
+void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds);
+void sp_spec_stats(const sp_request *r, spindle_spec_stats *out);
+
+/* Test hook: a deliberately wrong acceptance rule (every draft accepted,
+ * whatever the target samples) that the sampling-equality test must
+ * catch. Process-wide; off by default. */
+void sp_spec_set_always_accept(bool on);
+
+/* ---- drafter_ngram.c ---- */
+
+typedef struct sp_ngram_index sp_ngram_index;
+
+spindle_status sp_ngram_new(int ngram_min, int ngram_max, sp_ngram_index **out,
+                            spindle_error *err);
+void sp_ngram_free(sp_ngram_index *ix);
+/* Index history[0..n) (only what is new since the last call: the history
+ * must only grow, its indexed prefix unchanged) and propose up to `max`
+ * tokens into `out`: the tokens after the FIRST earlier occurrence of the
+ * longest trailing k-gram (k from ngram_max down to ngram_min). Returns
+ * their count; 0 for no match (or when the index cannot grow). */
+int sp_ngram_propose(sp_ngram_index *ix, const int32_t *history, int n,
+                     int max, int32_t *out);
+
+/* ---- drafter_model.c ---- */
+
+typedef struct sp_draft_seq sp_draft_seq;
+
+spindle_status sp_draft_seq_new(spindle_model *draft, int target_vocab,
+                                sp_draft_seq **out, spindle_error *err);
+void sp_draft_seq_free(sp_draft_seq *d);
+spindle_model *sp_draft_seq_model(const sp_draft_seq *d);
+
+/* One drafting job: request r wants up to `want` tokens after its history
+ * history[0..n) into out. */
+typedef struct sp_draft_job {
+    sp_draft_seq *seq;
+    const int32_t *history;
+    int n, want;
+    int32_t *out;
+    int got;            /* filled by sp_draft_model_run */
+} sp_draft_job;
+/* Run the jobs that share one draft model: the catch-up of each sequence
+ * and its first draft in one batched forward, then one batched forward per
+ * further draft position (greedy drafts: q one-hot). A failing forward
+ * ends the drafting of that round (what was drafted stays). `entries` has
+ * room for n_jobs. */
+void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
+                        spindle_batch_entry *entries);
+/* After verification of a round that drafted `drafted` tokens after a
+ * history of n_before tokens, `accepted` of them accepted: rewind the draft
+ * sequence to what is still valid (mlx-lm's rule: when everything was
+ * accepted the last draft was never fed; it is fed with the next target
+ * token on the next round). */
+void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
+                         int accepted);
+
+#endif

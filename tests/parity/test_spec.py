@@ -1,0 +1,371 @@
+"""Lossless speculative decoding in the step engine (issue 14), on the tiny
+mlx-lm parity models, through tests/tools/engine_harness.
+
+  * greedy equality: with --spec ngram (K 1, 4, 10) and with a draft model,
+    greedy tokens equal plain greedy decoding's on 60 prompts (a third of
+    them highly repetitive), speculating and plain requests mixed in the
+    same batches, on a dense model and a qwen3_5 hybrid (recurrent layers);
+    they may only part where the plain logits are a near-tie (the parity
+    rule of test_engine.py);
+  * sampling equality: at temperature 1.0 the per-position token marginals
+    of speculative and plain sampling agree by a chi-square test
+    (p > 0.01), and the same test rejects a deliberately wrong acceptance
+    rule (every draft accepted) — the check shows it can fail;
+  * rollback: after a speculative run the sequence (full KV, sliding
+    window KV, recurrent state) gives the same next-token logits as after
+    plain decoding of the same tokens.
+"""
+
+import math
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import make_gemma3_models as gm  # noqa: E402
+import make_hybrid_models as hm  # noqa: E402
+import make_models as mm  # noqa: E402
+import parity_common as pc  # noqa: E402
+from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
+from test_engine import HARNESS, assert_same_tokens, run  # noqa: E402
+
+OUT = Path(os.environ.get("SPINDLE_PARITY_DIR", mm.DEFAULT_OUT))
+HYBRID_OUT = Path(os.environ.get("SPINDLE_HYBRID_DIR", hm.DEFAULT_OUT))
+GEMMA_OUT = Path(os.environ.get("SPINDLE_GEMMA3_DIR", gm.DEFAULT_OUT))
+
+
+def prompts(vocab, n=60):
+    """n prompts: every third one a repeated phrase (what prompt lookup
+    feeds on), the others pseudo-random ids of lengths 1..40."""
+    out = []
+    for i in range(n):
+        if i % 3 == 0:
+            phrase = [(i * 37 + j * 11) % vocab for j in range(2 + i % 5)]
+            out.append((phrase * 12)[: 8 + i % 30])
+        else:
+            out.append([(i * 7919 + j * 104729 + 13) % vocab
+                        for j in range(1 + (i * 13) % 40)])
+    return out
+
+
+def need_harness():
+    if not HARNESS.is_file():
+        pytest.skip(f"engine harness not found at {HARNESS}")
+
+
+@pytest.fixture(scope="session")
+def dense_dir(spindle_bin):  # noqa: F811
+    need_harness()
+    return pc.ensure_models(OUT, mm)
+
+
+@pytest.fixture(scope="session")
+def hybrid_dir(spindle_bin):  # noqa: F811
+    need_harness()
+    return pc.ensure_models(HYBRID_OUT, hm)
+
+
+@pytest.fixture(scope="session")
+def gemma_dir(spindle_bin):  # noqa: F811
+    need_harness()
+    return pc.ensure_models(GEMMA_OUT, gm)
+
+
+def vocab_of(model_dir):
+    import json
+    return json.loads((model_dir / "config.json").read_text())["vocab_size"]
+
+
+def check_greedy(model_dir, tmp_path, spec, draft=None, max_tokens=24):
+    ps = prompts(vocab_of(model_dir))
+    base = dict(max_tokens=max_tokens, ignore_eos=True)
+    plain = run(model_dir, tmp_path, "step",
+                [dict(base, prompt=p, logits=True) for p in ps], max_seqs=12)
+    # every other request speculates: mixed batches of both kinds
+    reqs = [dict(base, prompt=p, **(spec if i % 2 == 0 else {}))
+            for i, p in enumerate(ps)]
+    opts = {"draft_model": str(draft)} if draft else {}
+    got = run(model_dir, tmp_path, "step", reqs, max_seqs=12, **opts)
+    drafted = accepted = 0
+    for i, (g, want) in enumerate(zip(got, plain)):
+        assert g["status"] == "ok", g["error"]
+        assert_same_tokens(g, want, f"{model_dir.name} {spec} prompt {i}")
+        drafted += g["stats"]["drafted"]
+        accepted += g["stats"]["accepted"]
+    print(f"  {model_dir.name} {spec}: drafted {drafted}, accepted {accepted}")
+    assert drafted > 0, "speculation never ran"
+    return drafted, accepted
+
+
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_greedy_ngram_dense(dense_dir, tmp_path, k):
+    check_greedy(dense_dir / "qwen3-f32", tmp_path,
+                 dict(spec="ngram", num_draft_tokens=k, fixed_k=True))
+
+
+def test_greedy_ngram_adaptive(dense_dir, tmp_path):
+    check_greedy(dense_dir / "llama-q4g64", tmp_path,
+                 dict(spec="ngram", ngram_max=4, ngram_min=2))
+
+
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_greedy_ngram_hybrid(hybrid_dir, tmp_path, k):
+    check_greedy(hybrid_dir / "qwen3_5-f32", tmp_path,
+                 dict(spec="ngram", num_draft_tokens=k, fixed_k=True))
+
+
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_greedy_draft_model(dense_dir, tmp_path, k):
+    # the target drafting for itself accepts (nearly) everything: the
+    # all-accepted rewind; another random model of the same vocabulary
+    # accepts little: the rejection rewind
+    drafted, accepted = check_greedy(
+        dense_dir / "qwen3-f32", tmp_path,
+        dict(spec="draft", num_draft_tokens=k, fixed_k=True),
+        draft=dense_dir / "qwen3-f32")
+    assert accepted > drafted * 0.9
+    drafted, accepted = check_greedy(
+        dense_dir / "qwen3-f32", tmp_path,
+        dict(spec="draft", num_draft_tokens=k, fixed_k=True),
+        draft=dense_dir / "qwen3-q8g64")
+    assert accepted < drafted / 2
+
+
+@pytest.mark.parametrize("draft", ["qwen3_5-f32", "qwen3_next-f32"])
+def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path, draft):
+    # itself (all accepted) and another hybrid (rejections: the draft's
+    # recurrent state rewinds too)
+    check_greedy(hybrid_dir / "qwen3_5-f32", tmp_path,
+                 dict(spec="draft", num_draft_tokens=4, fixed_k=True),
+                 draft=hybrid_dir / draft)
+
+
+def test_processors_and_logprobs_at_target_positions(dense_dir, tmp_path):
+    """Penalties apply over prompt ++ accepted tokens, and the reported
+    logprobs and top alternatives are plain decoding's."""
+    model = dense_dir / "qwen3-f32"
+    ps = prompts(vocab_of(model), 24)
+    base = dict(max_tokens=24, ignore_eos=True, repetition_penalty=1.3,
+                top_logprobs=5)
+    plain = run(model, tmp_path, "step",
+                [dict(base, prompt=p, logits=True) for p in ps], max_seqs=8)
+    spec = dict(spec="ngram", num_draft_tokens=4, fixed_k=True)
+    got = run(model, tmp_path, "step", [dict(base, prompt=p, **spec) for p in ps],
+              max_seqs=8)
+    accepted = 0
+    for i, (g, want) in enumerate(zip(got, plain)):
+        assert_same_tokens(g, want, f"penalized prompt {i}")
+        accepted += g["stats"]["accepted"]
+        n = next((j for j, (a, b) in enumerate(zip(g["tokens"], want["tokens"]))
+                  if a != b), len(g["tokens"]))
+        np.testing.assert_allclose(g["logprobs"][:n], want["logprobs"][:n],
+                                   atol=1e-3)
+        for a, b in zip(g["top"][:n], want["top"][:n]):
+            assert [t for t, _ in a] == [t for t, _ in b] or \
+                np.allclose([v for _, v in a], [v for _, v in b], atol=1e-3)
+    assert accepted > 0
+
+
+# ------------------------------------------------------------ sampling
+
+
+def chi2_sf(x, dof):
+    """P(chi2_dof >= x): the regularized upper incomplete gamma
+    Q(dof/2, x/2) (series below a + 1, Lentz's continued fraction above)."""
+    a, z = dof / 2.0, x / 2.0
+    if z <= 0:
+        return 1.0
+    lead = math.exp(-z + a * math.log(z) - math.lgamma(a))
+    if z < a + 1:
+        term = total = 1.0 / a
+        n = a
+        while term > total * 1e-15:
+            n += 1
+            term *= z / n
+            total += term
+        return 1.0 - lead * total
+    b, c, d = z + 1 - a, 1e300, 1.0 / (z + 1 - a)
+    h = d
+    for i in range(1, 10000):
+        an = -i * (i - a)
+        b += 2
+        d = 1.0 / (an * d + b)
+        c = b + an / c
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return lead * h
+
+
+def homogeneity_p(xs, ys):
+    """Chi-square test that two samples of tokens share one distribution;
+    categories expected fewer than 5 times are pooled."""
+    cx, cy = Counter(xs), Counter(ys)
+    n, m = len(xs), len(ys)
+    cats, other = [], (0, 0)
+    for t in set(cx) | set(cy):
+        if (cx[t] + cy[t]) * min(n, m) / (n + m) >= 5:
+            cats.append((cx[t], cy[t]))
+        else:
+            other = (other[0] + cx[t], other[1] + cy[t])
+    if sum(other):
+        cats.append(other)
+    if len(cats) < 2:
+        return 1.0
+    stat = 0.0
+    for a, b in cats:
+        tot = a + b
+        for obs, size in ((a, n), (b, m)):
+            exp = tot * size / (n + m)
+            stat += (obs - exp) ** 2 / exp
+    return chi2_sf(stat, len(cats) - 1)
+
+
+N_SAMPLES = 400
+POSITIONS = 4
+SEED_PROMPT = [5, 6, 7, 8, 9, 10] * 3
+
+
+def sample_runs(model_dir, tmp_path, prompt, spec, n=N_SAMPLES, seed=1000,
+                **opts):
+    reqs = [dict(prompt=prompt, max_tokens=POSITIONS + 1, ignore_eos=True,
+                 temperature=1.0, top_k=4, seed=seed + s, **spec)
+            for s in range(n)]
+    out = run(model_dir, tmp_path, "step", reqs, max_seqs=16, **opts)
+    return [q["tokens"] for q in out], sum(q["stats"]["accepted"] for q in out)
+
+
+def test_sampling_matches_plain(dense_dir, tmp_path):
+    model = dense_dir / "qwen3-f32"
+    # a prompt holding typical continuations, so that prompt lookup drafts
+    # (and is accepted) often
+    typical, _ = sample_runs(model, tmp_path, SEED_PROMPT, {}, n=12)
+    prompt = SEED_PROMPT + [t for toks in typical for t in toks]
+    # disjoint seeds: two independent samples, not the same random streams
+    # (one-hot drafts consume one draw per emitted token, as plain does)
+    plain, _ = sample_runs(model, tmp_path, prompt, {}, seed=90000)
+    spec = dict(spec="ngram", num_draft_tokens=4, fixed_k=True)
+    got, accepted = sample_runs(model, tmp_path, prompt, spec)
+    wrong, _ = sample_runs(model, tmp_path, prompt, spec, always_accept=True)
+    assert accepted > N_SAMPLES / 5, "too few drafts accepted to test anything"
+    ps_good = [homogeneity_p([t[i] for t in got], [t[i] for t in plain])
+               for i in range(1, POSITIONS + 1)]
+    ps_bad = [homogeneity_p([t[i] for t in wrong], [t[i] for t in plain])
+              for i in range(1, POSITIONS + 1)]
+    print(f"  p speculative vs plain {ps_good}\n  p always-accept {ps_bad}")
+    # Bonferroni over the positions
+    assert min(ps_good) > 0.01 / POSITIONS, f"speculative sampling differs: {ps_good}"
+    assert min(ps_bad) < 0.01 / POSITIONS, \
+        f"the test cannot see a wrong acceptance rule: {ps_bad}"
+
+
+# ------------------------------------------------------------ rollback
+
+
+@pytest.mark.parametrize("family,name", [("dense", "qwen3-f32"),
+                                         ("gemma", "gemma3-f32"),
+                                         ("hybrid", "qwen3_5-f32")])
+def test_rollback_next_logits(dense_dir, gemma_dir, hybrid_dir, tmp_path,
+                              family, name):
+    model = {"dense": dense_dir, "gemma": gemma_dir,
+             "hybrid": hybrid_dir}[family] / name
+    ps = prompts(vocab_of(model), 12)
+    base = dict(max_tokens=20, ignore_eos=True, own_seq=True)
+    plain = run(model, tmp_path, "step", [dict(base, prompt=p) for p in ps])
+    spec = dict(spec="ngram", num_draft_tokens=6, fixed_k=True)
+    got = run(model, tmp_path, "step", [dict(base, prompt=p, **spec) for p in ps])
+    rejected = compared = 0
+    for i, (g, want) in enumerate(zip(got, plain)):
+        rejected += g["stats"]["drafted"] - g["stats"]["accepted"]
+        if g["tokens"] != want["tokens"]:
+            continue   # a near-tie parted them (test_greedy_* checks that)
+        compared += 1
+        assert g["seq_length"] == want["seq_length"]
+        a = np.fromfile(g["next_logits_file"], np.float32)
+        b = np.fromfile(want["next_logits_file"], np.float32)
+        err = float(np.max(np.abs(a - b)) / np.std(b))
+        assert err <= pc.TOL_F32_REL, f"{name} prompt {i}: next logits off by {err:.3g}"
+    assert rejected > 0, "no draft was rejected: nothing rolled back"
+    assert compared >= len(ps) // 2, f"only {compared} runs kept plain's tokens"
+
+
+# ------------------------------------------------------------ CLI
+
+
+def cli(*args):
+    import subprocess
+    return subprocess.run([str(pc.SPINDLE_BIN), "run", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_run_json(dense_dir):
+    import json
+    model = str(dense_dir / "qwen3-f32")
+    ids = ",".join(str(t) for t in [5, 6, 7, 8, 9] * 5)
+    base = ["-m", model, "--prompt-tokens", ids, "-n", "30", "--ignore-eos",
+            "--json"]
+    plain = json.loads(cli(*base).stdout)
+    for extra in (["--spec", "ngram", "--num-draft-tokens", "4",
+                   "--ngram-max", "2"],
+                  ["--spec", "draft", "--draft-model", model]):
+        r = cli(*base, *extra)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["tokens"] == plain["tokens"]
+        s = out["stats"]["spec"]
+        assert s["mode"] == extra[1] and s["drafted"] > 0
+        assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+        assert s["tokens_per_target_forward"] > 1
+        assert 0 < len(s["acceptance_by_position"]) <= 10
+    for bad, msg in ((["--spec", "mtp"], "--spec expects"),
+                     (["--spec", "draft"], "needs --draft-model"),
+                     (["--spec", "ngram", "--num-draft-tokens", "0"], "")):
+        r = cli(*base, *bad)
+        assert r.returncode != 0 and msg in r.stderr and \
+            len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ------------------------------------------------------------ n-gram drafter
+
+
+def reference_prompt_lookup(ids, ngram_min, ngram_max, num_output):
+    """A numpy transcription of Hugging Face transformers'
+    PromptLookupCandidateGenerator.get_candidates (the Prompt Lookup
+    Decoding policy; without its logits-processor filter, which Spindle's
+    round replaces by verification): the longest trailing n-gram first,
+    its first match scanning left to right that has a continuation."""
+    x = np.asarray(ids)
+    L = len(x)
+    for n in range(min(ngram_max, L - 1), ngram_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(x, n)
+        matches = np.nonzero((windows == x[-n:]).all(axis=1))[0]
+        for idx in matches:
+            start, end = idx + n, min(idx + n + num_output, L)
+            if start < end:
+                return x[start:end].tolist()
+    return []
+
+
+@pytest.mark.parametrize("kmin,kmax,k", [(1, 3, 10), (2, 4, 4), (1, 1, 1)])
+def test_ngram_drafter_matches_prompt_lookup(kmin, kmax, k):
+    import subprocess
+    tool = HARNESS.parent / "ngram_harness"
+    if not tool.is_file():
+        pytest.skip(f"ngram harness not found at {tool}")
+    rng = np.random.default_rng(kmin * 100 + kmax * 10 + k)
+    phrase = rng.integers(0, 30, size=7).tolist()
+    ids = (rng.integers(0, 30, size=60).tolist() + phrase * 4 +
+           rng.integers(0, 8, size=200).tolist() + phrase * 3)
+    r = subprocess.run([str(tool), str(kmin), str(kmax), str(k)],
+                       input=" ".join(map(str, ids)), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = [list(map(int, line.split())) for line in r.stdout.split("\n")[:len(ids)]]
+    for n in range(1, len(ids) + 1):
+        want = reference_prompt_lookup(ids[:n], kmin, kmax, k)
+        assert got[n - 1] == want, f"history length {n}: {got[n - 1]} vs {want}"
