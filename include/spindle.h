@@ -627,6 +627,8 @@ spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
                                    size_t len, spindle_grammar **out,
                                    spindle_error *err);
 void spindle_grammar_free(spindle_grammar *grammar);
+/* The vocabulary size its masks cover (the tokenizer's). Thread-safe. */
+int spindle_grammar_vocab_size(const spindle_grammar *grammar);
 /* The GBNF the grammar was built from (a schema's conversion), owned by
  * the grammar. */
 const char *spindle_grammar_gbnf(const spindle_grammar *grammar);

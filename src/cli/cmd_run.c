@@ -1,6 +1,7 @@
 /* spindle run: load a model, generate from a prompt, report statistics. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/grammar_file.h"
 #include "cli/prompt.h"
 #include "spindle.h"
 
@@ -31,6 +32,8 @@ static const char *run_usage =
     SP_ARG_MMAP_HELP
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
+    "  --grammar FILE          constrain the output to a GBNF grammar\n"
+    "  --json-schema FILE      constrain the output to a JSON Schema\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n";
 
@@ -45,6 +48,7 @@ typedef struct run_options {
     bool use_mmap;
     bool json;
     const char *dump_logits;
+    const char *grammar_file, *schema_file;
     const char *text;
     const char *system;
     bool chat;
@@ -149,6 +153,10 @@ static int parse(int argc, char **argv, run_options *o) {
             o->json = true;
         } else if (!strcmp(a, "--dump-logits")) {
             VALUE(); o->dump_logits = v;
+        } else if (!strcmp(a, "--grammar")) {
+            VALUE(); o->grammar_file = v;
+        } else if (!strcmp(a, "--json-schema")) {
+            VALUE(); o->schema_file = v;
         } else {
             return sp_arg_unknown("run", a);
         }
@@ -156,6 +164,10 @@ static int parse(int argc, char **argv, run_options *o) {
     }
     if (!o->model) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
+        return 2;
+    }
+    if (o->grammar_file && o->schema_file) {
+        fprintf(stderr, "spindle run: --grammar and --json-schema exclude each other\n");
         return 2;
     }
     if (!o->prompt == !o->text) {
@@ -263,8 +275,15 @@ int sp_cmd_run(int argc, char **argv) {
 
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
-    if (!st && o.text)
+    bool constrained = o.grammar_file || o.schema_file;
+    spindle_grammar_vocab *vocab = NULL;
+    spindle_grammar *grammar = NULL;
+    if (!st && (o.text || constrained))
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
+    if (!st && constrained)
+        st = sp_cli_grammar_load(tok, o.grammar_file, o.schema_file, &vocab,
+                                 &grammar, &err);
+    o.gen.grammar = grammar;
     if (!st && o.text) st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
@@ -308,6 +327,8 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_free(toks);
     sp_text_stream_free(&stream);
     spindle_seq_free(seq);
+    spindle_grammar_free(grammar);
+    spindle_grammar_vocab_free(vocab);
     spindle_tokenizer_free(tok);
     spindle_model_free(model);
     spindle_free(o.prompt);

@@ -97,6 +97,10 @@ void spindle_grammar_free(spindle_grammar *g) {
     free(g);
 }
 
+int spindle_grammar_vocab_size(const spindle_grammar *g) {
+    return g ? g->vocab->trie.n_vocab : 0;
+}
+
 const char *spindle_grammar_gbnf(const spindle_grammar *g) {
     return g ? g->gbnf : NULL;
 }

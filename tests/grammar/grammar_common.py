@@ -66,8 +66,21 @@ def llg_tokenizer(tokenizer_dir):
     key = str(tokenizer_dir)
     if key not in _LLG_TOKENIZERS:
         hf = PreTrainedTokenizerFast(tokenizer_file=str(Path(tokenizer_dir) / "tokenizer.json"))
-        _LLG_TOKENIZERS[key] = (llguidance.hf.from_tokenizer(hf, eos_token=hf.convert_tokens_to_ids("<|im_end|>")), hf)
+        eos = hf.convert_tokens_to_ids("<|im_end|>")
+        _LLG_TOKENIZERS[key] = (llguidance.hf.from_tokenizer(hf, eos_token=eos), hf)
     return _LLG_TOKENIZERS[key]
+
+
+_SOLID = {}
+
+
+def solid_tokens(hf):
+    """Bool array: the token's text is not only whitespace (walks prefer
+    these so that they get deep into the grammar)."""
+    import numpy as np
+    if id(hf) not in _SOLID:
+        _SOLID[id(hf)] = np.array([bool(hf.decode([t]).strip()) for t in range(len(hf))])
+    return _SOLID[id(hf)]
 
 
 def llg_allowed(matcher, n_vocab):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grammar_common import QWEN3, Harness, llg_allowed, llg_tokenizer, require
+from grammar_common import QWEN3, Harness, llg_allowed, llg_tokenizer, require, solid_tokens
 
 GBNF = sorted((Path(__file__).resolve().parent / "gbnf").glob("*.gbnf"))
 WALKS, STEPS = 8, 25
@@ -31,12 +31,13 @@ def walk(harness, matcher, hf, eos, rng, max_steps):
             pytest.fail(f"step {step}: {ours.sum()} allowed vs llguidance's "
                         f"{theirs.sum()}; only ours: {extra!r}; only theirs: {missing!r}")
         assert accepting == their_eos, f"step {step}: end allowed {accepting} vs {their_eos}"
-        cand = np.nonzero(ours)[0].tolist()
-        if not cand:
+        cand = np.nonzero(ours)[0]
+        if len(cand) == 0:
             return step + 1
         # Mostly tokens that are not pure whitespace, so that walks get deep.
-        solid = [t for t in cand if hf.decode([t]).strip()]
-        t = rng.choice(solid if solid and rng.random() < 0.85 else cand)
+        solid = np.nonzero(ours & solid_tokens(hf))[0]
+        pool = solid if len(solid) and rng.random() < 0.85 else cand
+        t = int(pool[rng.randrange(len(pool))])
         assert harness.accept(t), f"step {step}: our matcher rejects its own token {t}"
         assert matcher.consume_token(t), matcher.get_error()
     return max_steps
