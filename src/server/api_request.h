@@ -82,6 +82,13 @@ typedef struct sp_api_request {
     int top_logprobs;
     int32_t *bias_ids;
     float *bias_values;
+    /* response_format / grammar: a spindle_grammar_kind, or -1 for none;
+     * the text (GBNF or schema JSON) and the field it came from. The
+     * compiled grammar (job.c) is owned here too. */
+    int grammar_kind;
+    char *grammar_text;
+    const char *grammar_param;
+    spindle_grammar *grammar;
 } sp_api_request;
 
 /* Parse a chat or completion body. On failure `*out` is left empty (safe to

@@ -465,6 +465,10 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
     if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
+    if (!sp_server_compile_grammar(s, &req, &e)) {
+        sp_api_request_free(&req);
+        return sp_reply_error(s, c, route, &e);
+    }
     if (!prompt_ids(s, &req, &ids, &n, &e)) {
         sp_api_request_free(&req);
         spindle_free(ids);

@@ -131,6 +131,7 @@ static void drain(sp_server *s) {
 static void server_free(sp_server *s) {
     sp_http_stop(s);
     spindle_engine_free(s->engine);
+    spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);
