@@ -460,9 +460,11 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
                          const char *name, const char *ptr) {
     const cJSON *props = get(s, "properties"), *add = get(s, "additionalProperties");
     bool object = !type || !strcmp(type, "object");
+    /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
+     * false} for an empty object. */
+    if (object && get(s, "allOf") && !props) return all_of_rule(c, s, name, ptr);
     if (object && (props || (add && !cJSON_IsTrue(add))))
         return object_rule(c, s, name, ptr, props, get(s, "required"), add);
-    if (object && get(s, "allOf")) return all_of_rule(c, s, name, ptr);
     if (get(s, "allOf")) {
         if (cJSON_GetArraySize(get(s, "allOf")) == 1)
             return visit(c, cJSON_GetArrayItem(get(s, "allOf"), 0), name, ptr);

@@ -93,3 +93,18 @@ def llg_allowed(matcher, n_vocab):
     n = min(n_vocab, len(allowed))
     out[:n] = allowed[:n]
     return out
+
+
+_CLOSING = {}
+
+
+def closing_tokens(hf):
+    """Bool array: tokens made only of '"', ']', '}' and spaces (a walk
+    that takes them leans toward the end of a JSON value)."""
+    import numpy as np
+    if id(hf) not in _CLOSING:
+        def closing(t):
+            s = hf.decode([t])
+            return bool(s.strip()) and set(s) <= set('"]} ')
+        _CLOSING[id(hf)] = np.array([closing(t) for t in range(len(hf))])
+    return _CLOSING[id(hf)]
