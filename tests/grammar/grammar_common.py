@@ -42,6 +42,7 @@ class Harness:
         words = self.ask("mask").split()
         assert words[0] == "mask", words
         bits = np.frombuffer(bytes.fromhex(words[2]), dtype=">u4").astype("<u4")
+        self.last_ns = int(words[3])
         return words[1] == "1", np.unpackbits(bits.view(np.uint8), bitorder="little").astype(bool)
 
     def reset(self):

@@ -1,8 +1,9 @@
 /* Drives a grammar matcher for tests/grammar: loads a tokenizer and a
  * grammar, then reads commands from stdin, one a line, answering each:
  *
- *   mask          -> "mask <accepting 0|1> <hex>": the mask's 32-bit words,
- *                    8 hex digits each, lowest word first
+ *   mask          -> "mask <accepting 0|1> <hex> <ns>": the mask's 32-bit
+ *                    words, 8 hex digits each, lowest word first, and the
+ *                    nanoseconds spindle_grammar_matcher_mask took
  *   accept <id>   -> "ok" | "rejected"
  *   reset         -> "ok": back to the start of the grammar
  *
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "spindle.h"
 
@@ -67,12 +69,17 @@ int main(int argc, char **argv) {
     while (fgets(line, sizeof line, stdin)) {
         int id;
         if (!strncmp(line, "mask", 4)) {
-            if (spindle_grammar_matcher_mask(m, bits, &err)) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            spindle_status st = spindle_grammar_matcher_mask(m, bits, &err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            long long ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            if (st) {
                 printf("error: %s\n", err.message);
             } else {
                 printf("mask %d ", spindle_grammar_matcher_accepting(m) ? 1 : 0);
                 for (int w = 0; w < (n_vocab + 31) / 32; w++) printf("%08x", bits[w]);
-                printf("\n");
+                printf(" %lld\n", ns);
             }
         } else if (sscanf(line, "accept %d", &id) == 1) {
             printf(spindle_grammar_matcher_accept(m, id, &err) ? "rejected\n" : "ok\n");
