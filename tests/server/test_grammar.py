@@ -77,3 +77,25 @@ def test_bad_grammar_is_a_400(server, extra, param, needle):
     status, _, body = chat(server, extra)
     err = assert_api_error(status, body, 400, param=param)
     assert needle in err["message"], err
+
+
+def test_batched_constrained_equal_solo(server):
+    """Constrained requests batched together (the server's engine steps
+    them in one forward) write what each writes alone."""
+    import threading
+    fmt = {"response_format": {"type": "json_schema",
+                               "json_schema": {"name": "pet", "schema": SCHEMA}}}
+    gbnf = {"grammar": 'root ::= "answer: " ("yes" | "no") " (" [0-9]{1,3} "%)"\n'}
+    cases = [(fmt, 200, 0.0, 1), (gbnf, 40, 0.0, 2), (fmt, 200, 0.9, 5), (gbnf, 40, 0.9, 7)]
+    solo = [chat(server, *c)[2]["choices"][0]["message"]["content"] for c in cases]
+    together = [None] * len(cases)
+
+    def run(i):
+        together[i] = chat(server, *cases[i])[2]["choices"][0]["message"]["content"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert together == solo
