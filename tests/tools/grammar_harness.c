@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
     if (spindle_tokenizer_load(argv[1], &tok, &err) ||
         spindle_grammar_vocab_new(tok, &vocab, &err)) {
         printf("error: %s\n", err.message);
+        spindle_tokenizer_free(tok);
         return 2;
     }
     spindle_grammar_kind kind = !strcmp(argv[2], "gbnf") ? SPINDLE_GRAMMAR_GBNF
@@ -54,19 +55,23 @@ int main(int argc, char **argv) {
     char *text = read_file(argv[3], &len);
     spindle_grammar *g = NULL;
     spindle_grammar_matcher *m = NULL;
+    int n_vocab = spindle_tokenizer_vocab_size(tok);
     if (!text || spindle_grammar_new(vocab, kind, text, len, &g, &err) ||
         spindle_grammar_matcher_new(g, &m, &err)) {
         printf("error: %s\n", text ? err.message : "cannot read the grammar file");
+        spindle_grammar_free(g);
+        free(text);
+        spindle_grammar_vocab_free(vocab);
+        spindle_tokenizer_free(tok);
         return 2;
     }
     if (argc == 5) {
         fputs(spindle_grammar_gbnf(g), stdout);
-        return 0;
+        n_vocab = -1;  /* print only: fall through to the cleanup */
     }
-    int n_vocab = spindle_tokenizer_vocab_size(tok);
-    uint32_t *bits = calloc((size_t)(n_vocab + 31) / 32, sizeof *bits);
+    uint32_t *bits = calloc((size_t)(n_vocab > 0 ? n_vocab + 31 : 32) / 32, sizeof *bits);
     static char line[256];
-    while (fgets(line, sizeof line, stdin)) {
+    while (n_vocab > 0 && fgets(line, sizeof line, stdin)) {
         int id;
         if (!strncmp(line, "mask", 4)) {
             struct timespec t0, t1;
