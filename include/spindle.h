@@ -448,6 +448,11 @@ typedef struct spindle_gen_params {
     const struct spindle_adapter *adapter;
     float adapter_scale;
     spindle_spec_params spec;         /* zero: no speculation */
+    /* Structured output (NULL: none). Borrowed: it must outlive the
+     * request. Its mask applies before sampling and logprobs; the EOS and
+     * stop ids are allowed only where the grammar is complete, and the
+     * request ends (SPINDLE_STOP_EOS, no token) once nothing can follow. */
+    const struct spindle_grammar *grammar;
 } spindle_gen_params;
 
 /* Thread-safe. */
@@ -836,6 +841,64 @@ spindle_status spindle_chat_render(const spindle_tokenizer *tok,
                                    const char *extra_vars_json,
                                    const char *template_name, char **out,
                                    spindle_error *err);
+
+/* ------------------------------------------------------------------ grammar
+ * Structured output: a grammar constrains which tokens may be sampled.
+ * GBNF is llama.cpp's grammar format; a JSON Schema is converted to GBNF
+ * as llama.cpp's json-schema-to-grammar does (docs/ARCHITECTURE.md lists
+ * the supported subset); JSON_OBJECT is any JSON value. */
+
+/* Every token's byte string as a trie, built once per tokenizer and shared
+ * by the grammars compiled against it. Immutable after new: thread-safe;
+ * it must outlive every grammar made from it. */
+typedef struct spindle_grammar_vocab spindle_grammar_vocab;
+spindle_status spindle_grammar_vocab_new(const spindle_tokenizer *tok,
+                                         spindle_grammar_vocab **out,
+                                         spindle_error *err);
+void spindle_grammar_vocab_free(spindle_grammar_vocab *vocab);
+
+typedef enum spindle_grammar_kind {
+    SPINDLE_GRAMMAR_GBNF = 0,
+    SPINDLE_GRAMMAR_JSON_SCHEMA,
+    SPINDLE_GRAMMAR_JSON_OBJECT   /* text ignored (may be NULL) */
+} spindle_grammar_kind;
+
+/* A compiled grammar. A text that does not parse, is unsupported or is
+ * over the limits fails with SPINDLE_ERR_FORMAT / SPINDLE_ERR_LIMIT and a
+ * one-line message naming where and why. Immutable: thread-safe, shared by
+ * any number of requests; it must outlive them. */
+typedef struct spindle_grammar spindle_grammar;
+spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
+                                   spindle_grammar_kind kind, const char *text,
+                                   size_t len, spindle_grammar **out,
+                                   spindle_error *err);
+void spindle_grammar_free(spindle_grammar *grammar);
+/* The vocabulary size its masks cover (the tokenizer's). Thread-safe. */
+int spindle_grammar_vocab_size(const spindle_grammar *grammar);
+/* The GBNF the grammar was built from (a schema's conversion), owned by
+ * the grammar. */
+const char *spindle_grammar_gbnf(const spindle_grammar *grammar);
+
+/* One generation's position in a grammar. One thread at a time per
+ * matcher; it borrows the grammar. */
+typedef struct spindle_grammar_matcher spindle_grammar_matcher;
+spindle_status spindle_grammar_matcher_new(const spindle_grammar *grammar,
+                                           spindle_grammar_matcher **out,
+                                           spindle_error *err);
+void spindle_grammar_matcher_free(spindle_grammar_matcher *m);
+/* bits[t / 32] bit t % 32 set iff token t may come next (the tokenizer's
+ * vocabulary size in bits, caller's buffer). Special tokens are never set:
+ * whether an end-of-sequence id may come is spindle_grammar_matcher_accepting. */
+spindle_status spindle_grammar_matcher_mask(spindle_grammar_matcher *m,
+                                            uint32_t *bits, spindle_error *err);
+/* Advance by one token; SPINDLE_ERR_ARGUMENT (state unchanged) when the
+ * grammar rejects it. */
+spindle_status spindle_grammar_matcher_accept(spindle_grammar_matcher *m,
+                                              int32_t token, spindle_error *err);
+/* True when the tokens so far form a complete sentence of the grammar. */
+bool spindle_grammar_matcher_accepting(const spindle_grammar_matcher *m);
+/* True when nothing but the end may follow. */
+bool spindle_grammar_matcher_finished(spindle_grammar_matcher *m);
 
 /* ----------------------------------------------------- front-end additions
  * What the command-line front end needs beyond the sections above, so that

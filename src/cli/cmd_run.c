@@ -2,6 +2,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/lora_args.h"
+#include "cli/grammar_file.h"
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
 #include "cli/spec_args.h"
@@ -36,6 +37,8 @@ static const char *run_usage =
     "  --prefill-chunk N       prompt tokens per forward pass (default 512)\n"
     "  --ignore-eos            do not stop at end-of-sequence tokens\n"
     SP_ARG_SPEC_HELP
+    "  --grammar FILE          constrain the output to a GBNF grammar\n"
+    "  --json-schema FILE      constrain the output to a JSON Schema\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
     SP_RUN_DURABLE_HELP;
@@ -52,6 +55,7 @@ typedef struct run_options {
     bool use_mmap;
     bool json;
     const char *dump_logits;
+    const char *grammar_file, *schema_file;
     const char *text;
     const char *system;
     bool chat;
@@ -169,6 +173,10 @@ static int parse(int argc, char **argv, run_options *o) {
             VALUE(); o->dump_logits = v;
         } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
             if (n < 0) return 2;
+        } else if (!strcmp(a, "--grammar")) {
+            VALUE(); o->grammar_file = v;
+        } else if (!strcmp(a, "--json-schema")) {
+            VALUE(); o->schema_file = v;
         } else {
             return sp_arg_unknown("run", a);
         }
@@ -176,6 +184,10 @@ static int parse(int argc, char **argv, run_options *o) {
     }
     if (!o->model) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
+        return 2;
+    }
+    if (o->grammar_file && o->schema_file) {
+        fprintf(stderr, "spindle run: --grammar and --json-schema exclude each other\n");
         return 2;
     }
     if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return 2;
@@ -299,8 +311,15 @@ int sp_cmd_run(int argc, char **argv) {
     if (!st) st = sp_spec_args_load(&o.spec, model, &lo, &draft, &err);
     o.gen.spec = o.spec.spec;
     /* Streaming text needs a tokenizer; token-id prompts work without one. */
-    if (!st && o.durable.text_output)
+    bool constrained = o.grammar_file || o.schema_file;
+    spindle_grammar_vocab *vocab = NULL;
+    spindle_grammar *grammar = NULL;
+    if (!st && (o.durable.text_output || constrained))
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
+    if (!st && constrained)
+        st = sp_cli_grammar_load(tok, o.grammar_file, o.schema_file, &vocab,
+                                 &grammar, &err);
+    o.gen.grammar = grammar;
     if (!st && o.text) st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
@@ -348,6 +367,8 @@ int sp_cmd_run(int argc, char **argv) {
     sp_text_stream_free(&stream);
     spindle_seq_free(seq);
     sp_run_durable_free(&o.durable);
+    spindle_grammar_free(grammar);
+    spindle_grammar_vocab_free(vocab);
     spindle_tokenizer_free(tok);
     sp_lora_args_free(&o.lora);
     spindle_model_free(draft);

@@ -20,6 +20,13 @@
 
 typedef struct sp_spec sp_spec;               /* speculative.h */
 typedef struct sp_spec_engine sp_spec_engine;
+/* A request's grammar: its matcher and the mask buffer (grammar_mask.c). */
+typedef struct sp_grammar_gate {
+    spindle_grammar_matcher *matcher;   /* NULL: no grammar */
+    uint32_t *bits;
+    int words;
+    int n_grammar_vocab;                /* ids its masks cover */
+} sp_grammar_gate;
 
 typedef struct sp_request {
     spindle_request_id id;
@@ -41,6 +48,9 @@ typedef struct sp_request {
     bool want_logits;
     spindle_sampler *sampler;
     sp_logits_processors *procs;    /* NULL when none is active */
+    sp_grammar_gate grammar;
+    int32_t *end_ids;               /* eos ++ stop_ids, what a grammar gates */
+    int n_end;
     spindle_seq *seq;               /* the caller's, or made at admission */
     bool owns_seq;
     sp_spec *spec;                  /* NULL: no speculative decoding */
@@ -127,6 +137,21 @@ void sp_request_free(sp_request *r);
 bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
                            spindle_stop_reason *reason, spindle_status *st,
                            spindle_error *err);
+
+/* ---- grammar_mask.c ---- */
+
+spindle_status sp_grammar_gate_new(const spindle_grammar *g, int n_vocab,
+                                   sp_grammar_gate *out, spindle_error *err);
+void sp_grammar_gate_free(sp_grammar_gate *gate);
+/* Set the logits of tokens the grammar rejects to -inf; the end ids keep
+ * theirs only where the grammar is complete. *nothing_left: the grammar is
+ * complete and no end id can be sampled (the request ends, no token). */
+spindle_status sp_grammar_gate_mask(sp_grammar_gate *gate, float *logits,
+                                    int n_vocab, const int32_t *end_ids,
+                                    int n_end, bool *nothing_left,
+                                    spindle_error *err);
+spindle_status sp_grammar_gate_accept(sp_grammar_gate *gate, int32_t token,
+                                      spindle_error *err);
 
 /* ---- engine.c ---- */
 

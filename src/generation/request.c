@@ -44,6 +44,17 @@ static spindle_status make_processors(const spindle_gen_params *g,
     return st;
 }
 
+/* The ids a grammar lets through only where it is complete. */
+static spindle_status end_ids(sp_request *q, spindle_error *err) {
+    q->n_end = q->n_eos + q->n_stop_ids;
+    if (q->n_end == 0) return SPINDLE_OK;
+    q->end_ids = malloc((size_t)q->n_end * sizeof *q->end_ids);
+    if (!q->end_ids) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    memcpy(q->end_ids, q->eos, (size_t)q->n_eos * sizeof *q->eos);
+    memcpy(q->end_ids + q->n_eos, q->stop_ids, (size_t)q->n_stop_ids * sizeof *q->stop_ids);
+    return SPINDLE_OK;
+}
+
 static spindle_status check_request(const spindle_engine *e,
                                     const spindle_request *r,
                                     const spindle_gen_params *g,
@@ -137,6 +148,8 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
     if (!st) st = sp_spec_new(e, &g->spec, &q->spec, err);
+    if (!st) st = sp_grammar_gate_new(g->grammar, e->vocab, &q->grammar, err);
+    if (!st && g->grammar) st = end_ids(q, err);
     if (st) {
         sp_request_free(q);
         return st;
@@ -152,6 +165,8 @@ void sp_request_free(sp_request *r) {
     spindle_sampler_free(r->sampler);
     sp_logits_processors_free(r->procs);
     sp_spec_free(r->spec);
+    sp_grammar_gate_free(&r->grammar);
+    free(r->end_ids);
     free(r->stop_ids);
     free(r->tokens);
     sp_adapter_release(r->adapter);
@@ -176,11 +191,21 @@ bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
     *st = r->procs ? sp_logits_process(r->procs, r->tokens, n_history, logits,
                                        e->vocab, err)
                    : SPINDLE_OK;
+    bool nothing_left = false;
+    if (!*st && r->grammar.matcher)
+        *st = sp_grammar_gate_mask(&r->grammar, logits, e->vocab, r->end_ids,
+                                   r->n_end, &nothing_left, err);
+    if (!*st && nothing_left) {
+        *reason = SPINDLE_STOP_EOS;
+        return true;
+    }
     int32_t tok = 0;
     float logprob = 0;
     if (!*st)
         *st = sp_sampler_sample_top(r->sampler, logits, e->vocab, &tok,
                                     &logprob, r->top_logprobs, e->top, err);
+    if (!*st && r->grammar.matcher && !contains(r->end_ids, r->n_end, tok))
+        *st = sp_grammar_gate_accept(&r->grammar, tok, err);
     if (*st) return true;
     r->tokens[n_history] = tok;
     if (r->n_generated++ == 0) r->t_first_token = sp_engine_now();

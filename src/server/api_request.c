@@ -3,6 +3,7 @@
  * routes' own fields. The chat messages are normalized in api_messages.c. */
 #include "server/api_request.h"
 #include "server/api_json.h"
+#include "server/api_grammar.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -351,7 +352,8 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
               read_n(root, err) && read_sampling(root, out, err) &&
               read_stop(root, out, err) && read_logit_bias(root, limits, out, err) &&
               read_logprobs(root, out, err) &&
-              sp_api_read_adapter_fields(root, out, err);
+              sp_api_read_adapter_fields(root, out, err) &&
+              sp_api_read_grammar(root, out, err);
     cJSON_Delete(root);
     if (!ok) sp_api_request_free(out);
     else out->gen.max_tokens = out->max_tokens;
@@ -370,6 +372,8 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->bias_values);
     free(r->adapters);
     free(r->adapter_name);
+    free(r->grammar_text);
+    spindle_grammar_free(r->grammar);
     sp_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

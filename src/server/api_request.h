@@ -90,6 +90,13 @@ typedef struct sp_api_request {
     bool has_lora;
     int lora_id;
     float lora_scale;
+    /* response_format / grammar: a spindle_grammar_kind, or -1 for none;
+     * the text (GBNF or schema JSON) and the field it came from. The
+     * compiled grammar (job.c) is owned here too. */
+    int grammar_kind;
+    char *grammar_text;
+    const char *grammar_param;
+    spindle_grammar *grammar;
 } sp_api_request;
 
 /* api_lora.c: "adapters" and "lora" of a generation body (cJSON root). */

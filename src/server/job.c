@@ -537,7 +537,8 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     sp_job_durable durable;
     int id_slot = -1;
     bool ok = sp_durable_open(s, body, len, &req, &durable, &e) &&
-              sp_slots_body_id(s, body, len, &id_slot, &e);
+              sp_slots_body_id(s, body, len, &id_slot, &e) &&
+              sp_server_compile_grammar(s, &req, &e);
     if (ok && durable.resume) {   /* the checkpoint's prompt, not the body's */
         ok = sp_durable_prompt(&durable, &ids, &n);
         if (!ok) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");

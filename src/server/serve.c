@@ -144,6 +144,7 @@ static void server_free(sp_server *s) {
     spindle_engine_free(s->engine);
     sp_slots_free(s->slots);     /* their snapshots go before the model */
     sp_adapters_free(&s->adapters);
+    spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);

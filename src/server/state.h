@@ -27,6 +27,7 @@ typedef struct sp_server {
     sp_server_options opts;
     spindle_model *model;
     spindle_tokenizer *tok;
+    spindle_grammar_vocab *grammar_vocab;  /* (lock) built on first use */
     spindle_engine *engine;
     atomic_int phase;
     sp_api_limits limits;
@@ -49,6 +50,10 @@ typedef struct sp_server {
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
     sp_adapters adapters;
 } sp_server;
+
+/* ---- grammar_compile.c: response_format / grammar against the tokenizer;
+ * false (a 400 naming where and why) when it does not compile */
+bool sp_server_compile_grammar(sp_server *s, sp_api_request *r, sp_api_error *e);
 
 /* ---- http.c: replies (each queues one response and counts it) */
 enum MHD_Result sp_reply(sp_server *s, struct MHD_Connection *c, sp_route route,

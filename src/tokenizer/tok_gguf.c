@@ -474,3 +474,9 @@ spindle_status sp_gguf_in_dir(const char *dir, char **out, spindle_error *err) {
     }
     return SPINDLE_OK;
 }
+
+bool sp_gguf_token_bytes(const spindle_tokenizer *tok, int32_t id,
+                         sp_strbuf *out) {
+    if (tok->gguf->attr[id] & (SP_GA_UNKNOWN | SP_GA_CONTROL)) return false;
+    return piece(tok, id, false, 0, out);
+}

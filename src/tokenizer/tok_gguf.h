@@ -89,4 +89,9 @@ spindle_status sp_gguf_decode(const spindle_tokenizer *tok, const int32_t *ids,
                               size_t n, bool skip_special, sp_strbuf *out,
                               spindle_error *err);
 
+/* The bytes token `id` stands for, as llama_token_to_piece renders it
+ * without specials (grammar masks); false for a control or unknown token. */
+bool sp_gguf_token_bytes(const spindle_tokenizer *tok, int32_t id,
+                         sp_strbuf *out);
+
 #endif

@@ -4,6 +4,7 @@
 #define SP_INPUT_TOKENIZER_H
 
 #include "spindle.h"
+#include "base/strbuf.h"
 
 /* The chat template named `name` (NULL: the default one) from
  * tokenizer_config.json's "chat_template" (a string, or a list of
@@ -17,5 +18,12 @@ const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
  * {"content": ...} object). NULL when absent or null. */
 const char *sp_tokenizer_config_string(const spindle_tokenizer *tok,
                                        const char *key);
+
+/* Append the bytes token `id` stands for to `out` (the decoder's byte
+ * alphabet undone): what a grammar matches the token against. False for an
+ * added token (none has bytes a grammar matches), an id outside the vocabulary,
+ * or when `out` ran out of memory. */
+bool sp_tokenizer_token_bytes(const spindle_tokenizer *tok, int32_t id,
+                              sp_strbuf *out);
 
 #endif

@@ -1,0 +1,164 @@
+/* The public grammar calls of include/spindle.h over the internal parser,
+ * schema converter, vocabulary trie and matcher. */
+#include "grammar/grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+struct spindle_grammar_vocab {
+    sp_vocab_trie trie;
+};
+
+struct spindle_grammar {
+    const spindle_grammar_vocab *vocab;
+    sp_gram gram;
+    char *gbnf;
+};
+
+struct spindle_grammar_matcher {
+    const spindle_grammar *grammar;
+    sp_gmatch *m;
+};
+
+spindle_status spindle_grammar_vocab_new(const spindle_tokenizer *tok,
+                                         spindle_grammar_vocab **out,
+                                         spindle_error *err) {
+    if (!tok || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar vocab: NULL argument");
+    *out = NULL;
+    spindle_grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar vocab: out of memory");
+    spindle_status st = sp_vocab_trie_build(tok, &v->trie, err);
+    if (st) {
+        free(v);
+        return st;
+    }
+    *out = v;
+    return SPINDLE_OK;
+}
+
+void spindle_grammar_vocab_free(spindle_grammar_vocab *v) {
+    if (!v) return;
+    sp_vocab_trie_free(&v->trie);
+    free(v);
+}
+
+static char *copy_text(const char *s, size_t n) {
+    char *c = malloc(n + 1);
+    if (c) {
+        memcpy(c, s, n);
+        c[n] = 0;
+    }
+    return c;
+}
+
+spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
+                                   spindle_grammar_kind kind, const char *text,
+                                   size_t len, spindle_grammar **out,
+                                   spindle_error *err) {
+    if (!vocab || !out || (kind != SPINDLE_GRAMMAR_JSON_OBJECT && !text))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar: NULL argument");
+    *out = NULL;
+    char *gbnf = NULL;
+    spindle_status st = SPINDLE_OK;
+    switch (kind) {
+    case SPINDLE_GRAMMAR_GBNF: gbnf = copy_text(text, len); break;
+    case SPINDLE_GRAMMAR_JSON_OBJECT: st = sp_json_schema_to_gbnf("{}", 2, &gbnf, err); break;
+    case SPINDLE_GRAMMAR_JSON_SCHEMA: st = sp_json_schema_to_gbnf(text, len, &gbnf, err); break;
+    default: return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar: unknown kind %d", (int)kind);
+    }
+    if (st) return st;
+    if (!gbnf) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    spindle_grammar *g = calloc(1, sizeof *g);
+    if (!g) {
+        free(gbnf);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    }
+    g->vocab = vocab;
+    g->gbnf = gbnf;
+    st = sp_gbnf_parse(gbnf, strlen(gbnf), &g->gram, err);
+    /* A grammar that matches nothing fails here, not in the first request. */
+    sp_gmatch *probe = NULL;
+    if (!st) st = sp_gmatch_new(&g->gram, NULL, &probe, err);
+    sp_gmatch_free(probe);
+    if (st) {
+        spindle_grammar_free(g);
+        return st;
+    }
+    *out = g;
+    return SPINDLE_OK;
+}
+
+void spindle_grammar_free(spindle_grammar *g) {
+    if (!g) return;
+    sp_gram_free(&g->gram);
+    free(g->gbnf);
+    free(g);
+}
+
+int spindle_grammar_vocab_size(const spindle_grammar *g) {
+    return g ? g->vocab->trie.n_vocab : 0;
+}
+
+const char *spindle_grammar_gbnf(const spindle_grammar *g) {
+    return g ? g->gbnf : NULL;
+}
+
+spindle_status spindle_grammar_matcher_new(const spindle_grammar *g,
+                                           spindle_grammar_matcher **out,
+                                           spindle_error *err) {
+    if (!g || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar matcher: NULL argument");
+    *out = NULL;
+    spindle_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
+    m->grammar = g;
+    spindle_status st = sp_gmatch_new(&g->gram, &g->vocab->trie, &m->m, err);
+    if (st) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    return SPINDLE_OK;
+}
+
+void spindle_grammar_matcher_free(spindle_grammar_matcher *m) {
+    if (!m) return;
+    sp_gmatch_free(m->m);
+    free(m);
+}
+
+spindle_status spindle_grammar_matcher_mask(spindle_grammar_matcher *m,
+                                            uint32_t *bits, spindle_error *err) {
+    if (!m || !bits) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar mask: NULL argument");
+    return sp_gmatch_mask(m->m, bits, err);
+}
+
+spindle_status spindle_grammar_matcher_accept(spindle_grammar_matcher *m,
+                                              int32_t token, spindle_error *err) {
+    if (!m) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar accept: NULL matcher");
+    const sp_vocab_trie *t = &m->grammar->vocab->trie;
+    if (token < 0 || token >= t->n_vocab || t->tok_len[token] == 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "grammar: token %d has no bytes the grammar can match",
+                       (int)token);
+    spindle_error local = {0};
+    if (!sp_gmatch_accept_bytes(m->m, (const uint8_t *)t->bytes + t->tok_off[token],
+                                t->tok_len[token], &local)) {
+        if (local.status) {
+            if (err) *err = local;
+            return local.status;
+        }
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "grammar rejects token %d",
+                       (int)token);
+    }
+    return SPINDLE_OK;
+}
+
+bool spindle_grammar_matcher_accepting(const spindle_grammar_matcher *m) {
+    return m && sp_gmatch_accepting(m->m);
+}
+
+bool spindle_grammar_matcher_finished(spindle_grammar_matcher *m) {
+    return m && sp_gmatch_finished(m->m);
+}

@@ -1,0 +1,103 @@
+/* The grammar engine's internals: a grammar lowered to bytes, the matcher
+ * that walks it one byte at a time, and the vocabulary trie that turns a
+ * matcher state into a token mask.
+ *
+ * Lowered form: every rule is a list of alternatives, each a sequence of
+ * elements ending in SP_G_END. An element >= 0 is a terminal, the index of
+ * a 256-bit byte set; an element <= SP_G_REF(0) refers to a rule. GBNF's
+ * code-point classes become alternations of UTF-8 byte-range sequences, so
+ * the matcher never sees a code point. */
+#ifndef SP_GRAMMAR_GRAMMAR_H
+#define SP_GRAMMAR_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spindle.h"
+#include "base/strbuf.h"
+
+#define SP_G_END (-1)
+#define SP_G_REF(rule) (-2 - (rule))
+#define SP_G_REF_RULE(elem) (-2 - (elem))
+
+/* Limits that keep a hostile grammar from taking unbounded time or memory:
+ * over any of them, parsing fails with an error naming the limit. */
+#define SP_GRAMMAR_MAX_SOURCE (1 << 20)   /* bytes of grammar text */
+#define SP_GRAMMAR_MAX_ELEMS (1 << 20)    /* lowered elements in all */
+#define SP_GRAMMAR_MAX_NESTING 64         /* nested groups */
+#define SP_GRAMMAR_MAX_REPEAT 1000        /* m and n of x{m,n} */
+
+typedef struct sp_gram {
+    int32_t *elems;         /* every alternative's elements, END-terminated */
+    int32_t *alt_start;     /* alternative -> its first element */
+    int32_t *rule_alt;      /* rule -> first alternative; [n_rules] ends */
+    uint8_t (*sets)[32];    /* terminal byte sets (bit b: byte b matches) */
+    char **names;           /* rule names (generated ones too) */
+    int n_elems, n_alts, n_rules, n_sets;
+    int root;
+} sp_gram;
+
+/* Parse GBNF text (llama.cpp's grammar format) into `out`. A failure gets
+ * a one-line error "grammar line L col C: why". */
+spindle_status sp_gbnf_parse(const char *text, size_t len, sp_gram *out,
+                             spindle_error *err);
+void sp_gram_free(sp_gram *g);
+
+static inline bool sp_gram_set_has(const sp_gram *g, int32_t set, uint8_t b) {
+    return (g->sets[set][b >> 3] >> (b & 7)) & 1;
+}
+
+/* JSON Schema text -> GBNF text (llama.cpp's json-schema-to-grammar rules
+ * and whitespace). `*gbnf` is malloc'ed (caller frees). Unsupported or
+ * malformed schemas fail naming the keyword and its JSON pointer. */
+spindle_status sp_json_schema_to_gbnf(const char *schema, size_t len,
+                                      char **gbnf, spindle_error *err);
+/* A regular expression (ECMA subset, as JSON Schema's `pattern`) as a GBNF
+ * expression appended to `out`. Fails naming the offset and why. */
+spindle_status sp_regex_to_gbnf(const char *re, size_t len, sp_strbuf *out,
+                                spindle_error *err);
+
+/* ------------------------------------------------------ vocabulary trie */
+
+typedef struct sp_trie_node {
+    int32_t end;        /* one past the last node of this subtree */
+    int32_t tok_first;  /* into sp_vocab_trie.tokens */
+    int32_t n_tok;
+    uint16_t depth;     /* bytes from the root (the root is 0) */
+    uint8_t byte;
+} sp_trie_node;
+
+typedef struct sp_vocab_trie {
+    sp_trie_node *nodes;    /* preorder; nodes[0] is the root */
+    int32_t *tokens;        /* token ids, grouped by node */
+    int n_nodes, n_vocab;
+    char *bytes;            /* every token's bytes, back to back */
+    size_t *tok_off;        /* [n_vocab] into bytes */
+    uint32_t *tok_len;      /* [n_vocab]; 0: special, never matched */
+} sp_vocab_trie;
+
+spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
+                                   sp_vocab_trie *out, spindle_error *err);
+void sp_vocab_trie_free(sp_vocab_trie *t);
+
+/* ------------------------------------------------------------- matcher */
+
+typedef struct sp_gmatch sp_gmatch;
+
+spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
+                             sp_gmatch **out, spindle_error *err);
+void sp_gmatch_free(sp_gmatch *m);
+/* Feed bytes; false (state unchanged) when the grammar rejects them. */
+bool sp_gmatch_accept_bytes(sp_gmatch *m, const uint8_t *bytes, size_t n,
+                            spindle_error *err);
+/* True when the input so far is a complete sentence of the grammar. */
+bool sp_gmatch_accepting(const sp_gmatch *m);
+/* True when no byte can follow (only end of input). */
+bool sp_gmatch_finished(sp_gmatch *m);
+/* Bit t of `bits` (n_vocab bits, 32 per word) set iff token t's bytes are
+ * accepted from the current state. Special tokens are never set. */
+spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
+                              spindle_error *err);
+
+#endif

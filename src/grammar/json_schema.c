@@ -1,0 +1,585 @@
+/* JSON Schema -> GBNF, following llama.cpp's json-schema-to-grammar.cpp
+ * (SchemaConverter::visit): the same rule names, object layout (required
+ * properties in order, then optional ones as nested alternatives), array
+ * repetition and whitespace rule. Keywords that would constrain the value
+ * in a way the grammar cannot express are refused, naming the keyword and
+ * its JSON pointer, rather than silently ignored. */
+#include "grammar/json_schema.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+static const char *visit(js_conv *c, const cJSON *s, const char *name,
+                         const char *ptr);
+
+/* Keywords that only annotate, or that the branches below read. */
+static const char *const KNOWN[] = {
+    "$schema", "$id", "$comment", "title", "description", "default",
+    "examples", "deprecated", "readOnly", "writeOnly", "$defs",
+    "definitions", "type", "properties", "required", "additionalProperties",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "items",
+    "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "nullable", "strict", "name", "discriminator",
+    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems"};
+
+static bool known_keyword(const char *k) {
+    for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
+        if (!strcmp(KNOWN[i], k)) return true;
+    /* Vendor extensions (x-...) are annotations too. */
+    return !strncmp(k, "x-", 2);
+}
+
+static void child_ptr(char *out, size_t cap, const char *ptr, const char *a,
+                      const char *b) {
+    snprintf(out, cap, "%s/%s%s%s", ptr, a, b ? "/" : "", b ? b : "");
+}
+
+static char *take(sp_strbuf *b) {
+    if (b->oom || b->overflow) {
+        sp_strbuf_free(b);
+        return NULL;
+    }
+    return b->p ? b->p : calloc(1, 1);
+}
+
+static const char *rule_from(js_conv *c, const char *name, sp_strbuf *body) {
+    char *text = take(body);
+    if (!text) {
+        js_fail(c, NULL, "out of memory");
+        return NULL;
+    }
+    const char *r = js_add_rule(c, name, text);
+    free(text);
+    return r;
+}
+
+static void sub_name(char *out, size_t cap, const char *name, const char *part) {
+    snprintf(out, cap, "%s%s%s", name, *name ? "-" : "", part);
+}
+
+/* item (sep item){min-1..max-1}: llama.cpp's build_repetition. */
+static void repetition(sp_strbuf *o, const char *item, long min, long max,
+                       const char *sep) {
+    if (max == 0) return;
+    if (min == 0 && max == 1) {
+        sp_strbuf_printf(o, "%s?", item);
+        return;
+    }
+    if (!sep) {
+        if (max < 0) sp_strbuf_printf(o, "%s{%ld,}", item, min);
+        else sp_strbuf_printf(o, "%s{%ld,%ld}", item, min, max);
+        return;
+    }
+    if (min == 0) sp_strbuf_addc(o, '(');
+    sp_strbuf_printf(o, "%s (%s %s)", item, sep, item);
+    long rmin = min > 0 ? min - 1 : 0, rmax = max < 0 ? -1 : max - 1;
+    if (rmax < 0) sp_strbuf_printf(o, "{%ld,}", rmin);
+    else sp_strbuf_printf(o, "{%ld,%ld}", rmin, rmax);
+    if (min == 0) sp_strbuf_add(o, ")?", 2);
+}
+
+static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
+    if (strncmp(ref, "#", 1))
+        return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
+    const cJSON *target = c->root;
+    const char *p = ref + 1;
+    char seg[256];
+    while (*p == '/') {
+        p++;
+        size_t n = strcspn(p, "/");
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof seg; i++) {
+            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                seg[k++] = p[i + 1] == '0' ? '~' : '/';
+                i++;
+            } else {
+                seg[k++] = p[i];
+            }
+        }
+        seg[k] = 0;
+        target = cJSON_IsArray(target) ? cJSON_GetArrayItem(target, atoi(seg))
+                                       : cJSON_GetObjectItemCaseSensitive(target, seg);
+        if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
+        p += n;
+    }
+    if (*p) return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
+    for (int i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i].ref, ref)) return c->rules[c->refs[i].rule].name;
+    if (c->n_refs >= JS_MAX_REFS)
+        return js_fail(c, ptr, "more than %d distinct $refs", JS_MAX_REFS), NULL;
+    const char *last = strrchr(ref, '/');
+    char name[160];
+    snprintf(name, sizeof name, "%s", last && last[1] ? last + 1 : "ref");
+    /* Reserve the rule first, so that a recursive $ref finds its name. */
+    char pending[200];
+    snprintf(pending, sizeof pending, "\x01%s", ref);
+    if (!js_add_rule(c, name, pending)) return NULL;
+    int slot = c->n_rules - 1;
+    c->refs[c->n_refs].ref = ref;
+    c->refs[c->n_refs++].rule = slot;
+    char def[200];
+    snprintf(def, sizeof def, "%s-def", c->rules[slot].name);
+    const char *res = visit(c, target, def, ref + 1);
+    if (!res) return NULL;
+    char *body = malloc(strlen(res) + 1);
+    if (!body) return js_fail(c, ptr, "out of memory"), NULL;
+    strcpy(body, res);
+    free(c->rules[slot].body);
+    c->rules[slot].body = body;
+    return c->rules[slot].name;
+}
+
+typedef struct prop {
+    const char *key;
+    const char *kv;  /* the key-value rule */
+    bool required;
+} prop;
+
+static void optional_chain(js_conv *c, sp_strbuf *o, const prop *props, int n,
+                           bool first_optional, const char *name) {
+    const char *kv = props[0].kv;
+    bool star = props[0].key == NULL;
+    if (first_optional) sp_strbuf_printf(o, "( \",\" space %s )%s", kv, star ? "*" : "?");
+    else sp_strbuf_printf(o, "%s%s", kv, star ? " ( \",\" space " : "");
+    if (!first_optional && star) sp_strbuf_printf(o, "%s )*", kv);
+    if (n > 1) {
+        sp_strbuf rest = {0};
+        optional_chain(c, &rest, props + 1, n - 1, true, name);
+        char rn[200];
+        snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
+                 props[0].key ? props[0].key : "additional");
+        const char *r = rule_from(c, rn, &rest);
+        if (r) sp_strbuf_printf(o, " %s", r);
+    }
+}
+
+static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
+                               const char *ptr, const cJSON *props_obj,
+                               const cJSON *required, const cJSON *additional) {
+    int n = cJSON_GetArraySize(props_obj) + 1;
+    prop *props = calloc((size_t)n, sizeof *props);
+    if (!props) return js_fail(c, ptr, "out of memory"), NULL;
+    int np = 0;
+    char nm[256], p2[512];
+    const cJSON *it;
+    cJSON_ArrayForEach(it, props_obj) {
+        sub_name(nm, sizeof nm, name, it->string);
+        child_ptr(p2, sizeof p2, ptr, "properties", it->string);
+        const char *value = visit(c, it, nm, p2);
+        if (!value) break;
+        sp_strbuf kv = {0};
+        cJSON *ks = cJSON_CreateString(it->string);
+        if (!ks || !js_const_rule(&kv, ks)) kv.oom = true;
+        cJSON_Delete(ks);
+        sp_strbuf_printf(&kv, " space \":\" space %s", value);
+        char kvn[300];
+        snprintf(kvn, sizeof kvn, "%s-kv", nm);
+        props[np].kv = rule_from(c, kvn, &kv);
+        props[np].key = it->string;
+        props[np].required = false;
+        const cJSON *r;
+        cJSON_ArrayForEach(r, required)
+            if (cJSON_IsString(r) && !strcmp(r->valuestring, it->string)) props[np].required = true;
+        np++;
+    }
+    (void)s;
+    if (!c->failed && additional && !cJSON_IsFalse(additional)) {
+        char an[256];
+        sub_name(an, sizeof an, name, "additional");
+        const char *value;
+        if (cJSON_IsObject(additional)) {
+            char vn[300];
+            snprintf(vn, sizeof vn, "%s-value", an);
+            child_ptr(p2, sizeof p2, ptr, "additionalProperties", NULL);
+            value = visit(c, additional, vn, p2);
+        } else {
+            value = js_add_primitive(c, "value");
+        }
+        const char *key = js_add_primitive(c, "string");
+        sp_strbuf kv = {0};
+        sp_strbuf_printf(&kv, "%s \":\" space %s", key ? key : "string", value ? value : "value");
+        char kvn[300];
+        snprintf(kvn, sizeof kvn, "%s-kv", an);
+        props[np].kv = rule_from(c, kvn, &kv);
+        props[np++].key = NULL;
+    }
+    if (c->failed) {
+        free(props);
+        return NULL;
+    }
+    js_add_primitive(c, "space");
+    sp_strbuf o = {0};
+    sp_strbuf_add(&o, "\"{\" space ", 10);
+    int n_req = 0;
+    for (int i = 0; i < np; i++)
+        if (props[i].required) sp_strbuf_printf(&o, "%s%s", n_req++ ? " \",\" space " : "", props[i].kv);
+    prop *opt = calloc((size_t)np + 1, sizeof *opt);
+    int n_opt = 0;
+    for (int i = 0; opt && i < np; i++)
+        if (!props[i].required) opt[n_opt++] = props[i];
+    if (n_opt > 0) {
+        sp_strbuf_add(&o, " (", 2);
+        if (n_req) sp_strbuf_add(&o, " \",\" space ( ", 13);
+        for (int i = 0; i < n_opt; i++) {
+            if (i) sp_strbuf_add(&o, " | ", 3);
+            optional_chain(c, &o, opt + i, n_opt - i, false, name);
+        }
+        if (n_req) sp_strbuf_add(&o, " )", 2);
+        sp_strbuf_add(&o, " )?", 3);
+    }
+    sp_strbuf_add(&o, " \"}\" space", 10);
+    free(opt);
+    free(props);
+    return rule_from(c, name, &o);
+}
+
+static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
+                              const char *ptr, const char *kw) {
+    sp_strbuf o = {0};
+    char nm[256], p2[512], idx[16];
+    int i = 0;
+    const cJSON *it;
+    if (cJSON_GetArraySize(alts) == 0) return js_fail(c, ptr, "%s is empty", kw), NULL;
+    cJSON_ArrayForEach(it, alts) {
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(nm, sizeof nm, "%s%s%d", name, *name ? "-" : "alternative-", i);
+        child_ptr(p2, sizeof p2, ptr, kw, idx);
+        const char *r = visit(c, it, nm, p2);
+        if (!r) {
+            sp_strbuf_free(&o);
+            return NULL;
+        }
+        sp_strbuf_printf(&o, "%s%s", i++ ? " | " : "", r);
+    }
+    return rule_from(c, name, &o);
+}
+
+
+static const cJSON *get(const cJSON *s, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(s, k);
+}
+
+/* A literal rule: const or enum, then space. */
+static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
+                                 const char *ptr) {
+    const cJSON *k = get(s, "const"), *e = get(s, "enum"), *it;
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    if (k) {
+        js_const_rule(&o, k);
+    } else {
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) == 0)
+            return js_fail(c, ptr, "enum must be a non-empty array"), NULL;
+        sp_strbuf_addc(&o, '(');
+        int i = 0;
+        cJSON_ArrayForEach(it, e) {
+            if (i++) sp_strbuf_add(&o, " | ", 3);
+            js_const_rule(&o, it);
+        }
+        sp_strbuf_addc(&o, ')');
+    }
+    sp_strbuf_add(&o, " space", 6);
+    return rule_from(c, name, &o);
+}
+
+static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
+                               const char *ptr) {
+    const cJSON *all = get(s, "allOf"), *t;
+    if (cJSON_GetArraySize(all) == 1) return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
+    /* llama.cpp's subset: objects whose properties are merged (anyOf
+     * members contribute optional ones). */
+    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    cJSON_ArrayForEach(t, all) {
+        const cJSON *ref = get(t, "$ref");
+        const cJSON *any = get(t, "anyOf");
+        for (int k = 0; k < (any ? cJSON_GetArraySize(any) : 1); k++) {
+            const cJSON *comp = any ? cJSON_GetArrayItem(any, k) : t;
+            ref = get(comp, "$ref");
+            if (cJSON_IsString(ref) && !strncmp(ref->valuestring, "#/", 2)) {
+                const cJSON *tg = c->root;
+                char buf[256];
+                snprintf(buf, sizeof buf, "%s", ref->valuestring + 2);
+                for (char *seg = strtok(buf, "/"); seg && tg; seg = strtok(NULL, "/"))
+                    tg = get(tg, seg);
+                if (tg) comp = tg;
+            }
+            const cJSON *p, *pp = get(comp, "properties");
+            if (!cJSON_IsObject(pp)) {
+                cJSON_Delete(props);
+                cJSON_Delete(req);
+                return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
+            }
+            cJSON_ArrayForEach(p, pp) {
+                if (!get(props, p->string))
+                    cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
+                const cJSON *r;
+                cJSON_ArrayForEach(r, get(comp, "required"))
+                    if (!any && cJSON_IsString(r) && !strcmp(r->valuestring, p->string))
+                        cJSON_AddItemToArray(req, cJSON_CreateString(p->string));
+            }
+        }
+    }
+    const char *res = object_rule(c, s, name, ptr, props, req, NULL);
+    cJSON_Delete(props);
+    cJSON_Delete(req);
+    return res;
+}
+
+static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
+                              const char *ptr) {
+    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
+    const cJSON *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+    char nm[256], p2[512];
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) {
+        const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
+        if ((prefix && items && !cJSON_IsFalse(items)) || mn || mx)
+            return js_fail(c, ptr, "prefixItems with items or min/maxItems is not supported"), NULL;
+        sp_strbuf_add(&o, "\"[\" space ", 10);
+        int i = 0;
+        cJSON_ArrayForEach(it, tuple) {
+            char idx[24];
+            snprintf(idx, sizeof idx, "tuple-%d", i);
+            sub_name(nm, sizeof nm, name, idx);
+            snprintf(idx, sizeof idx, "%d", i);
+            child_ptr(p2, sizeof p2, ptr, cJSON_IsArray(prefix) ? "prefixItems" : "items", idx);
+            const char *r = visit(c, it, nm, p2);
+            if (!r) return sp_strbuf_free(&o), NULL;
+            sp_strbuf_printf(&o, "%s%s", i++ ? " \",\" space " : "", r);
+        }
+        sp_strbuf_add(&o, " \"]\" space", 10);
+        return rule_from(c, name, &o);
+    }
+    long min = cJSON_IsNumber(mn) ? (long)mn->valuedouble : 0;
+    long max = cJSON_IsNumber(mx) ? (long)mx->valuedouble : -1;
+    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
+                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    sub_name(nm, sizeof nm, name, "item");
+    child_ptr(p2, sizeof p2, ptr, "items", NULL);
+    const char *item = items ? visit(c, items, nm, p2) : js_add_primitive(c, "value");
+    if (!item) return NULL;
+    sp_strbuf_add(&o, "\"[\" space ", 10);
+    repetition(&o, item, min, max, "\",\" space");
+    sp_strbuf_add(&o, " \"]\" space", 10);
+    return rule_from(c, name, &o);
+}
+
+static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
+                               const char *ptr) {
+    const cJSON *pat = get(s, "pattern"), *fmt = get(s, "format");
+    const cJSON *mn = get(s, "minLength"), *mx = get(s, "maxLength");
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    if (pat) {
+        if (!cJSON_IsString(pat)) return js_fail(c, ptr, "pattern must be a string"), NULL;
+        if (mn || mx || fmt) return js_fail(c, ptr, "pattern with minLength/maxLength/format is not supported"), NULL;
+        sp_strbuf_add(&o, "\"\\\"\" ", 5);
+        spindle_error e = {0};
+        if (sp_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring), &o, &e)) {
+            sp_strbuf_free(&o);
+            return js_fail(c, ptr, "pattern: %s", e.message), NULL;
+        }
+        sp_strbuf_add(&o, " \"\\\"\" space", 11);
+        return rule_from(c, name, &o);
+    }
+    if (cJSON_IsString(fmt)) {
+        const char *f = fmt->valuestring;
+        char prim[64];
+        bool uuid = !strncmp(f, "uuid", 4) && (!f[4] || (f[4] >= '1' && f[4] <= '5' && !f[5]));
+        snprintf(prim, sizeof prim, "%s-string", f);
+        if (uuid || !strcmp(f, "date") || !strcmp(f, "time") || !strcmp(f, "date-time") ||
+            !strcmp(f, "email")) {
+            if (mn || mx) return js_fail(c, ptr, "format with minLength/maxLength is not supported"), NULL;
+            const char *r = js_add_primitive(c, uuid ? "uuid" : prim);
+            return r ? js_add_rule(c, name, r) : NULL;
+        }
+        /* Other formats (uri, hostname, ...) only annotate here, as in
+         * llama.cpp: the value is any string. */
+    }
+    if (mn || mx) {
+        long min = cJSON_IsNumber(mn) ? (long)mn->valuedouble : 0;
+        long max = cJSON_IsNumber(mx) ? (long)mx->valuedouble : -1;
+        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+                           SP_GRAMMAR_MAX_REPEAT), NULL;
+        const char *ch = js_add_primitive(c, "char");
+        sp_strbuf_add(&o, "\"\\\"\" ", 5);
+        repetition(&o, ch ? ch : "char", min, max, NULL);
+        sp_strbuf_add(&o, " \"\\\"\" space", 11);
+        return rule_from(c, name, &o);
+    }
+    const char *r = js_add_primitive(c, "string");
+    return r && strcmp(name, "root") ? r : r ? js_add_rule(c, name, r) : NULL;
+}
+
+static bool bound(const cJSON *s, const char *k, const char *xk, bool upper,
+                  long long *out) {
+    const cJSON *v = get(s, k), *x = get(s, xk);
+    bool have = false;
+    if (cJSON_IsNumber(v)) {
+        double d = upper ? floor(v->valuedouble) : ceil(v->valuedouble);
+        if (cJSON_IsTrue(x)) d += upper ? -1 : 1;  /* draft 4's boolean form */
+        *out = (long long)d;
+        have = true;
+    }
+    if (cJSON_IsNumber(x)) {
+        double d = upper ? ceil(x->valuedouble) - 1 : floor(x->valuedouble) + 1;
+        if (!have || (upper ? d < *out : d > *out)) *out = (long long)d;
+        have = true;
+    }
+    return have;
+}
+
+static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
+                                const char *ptr) {
+    long long min = 0, max = 0;
+    bool has_min = bound(s, "minimum", "exclusiveMinimum", false, &min);
+    bool has_max = bound(s, "maximum", "exclusiveMaximum", true, &max);
+    if (!has_min && !has_max) {
+        const char *r = js_add_primitive(c, "integer");
+        return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;
+    }
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    if (!js_int_range(&o, has_min, min, has_max, max)) {
+        sp_strbuf_free(&o);
+        return js_fail(c, ptr, "integer bounds are empty or beyond 15 digits"), NULL;
+    }
+    sp_strbuf_add(&o, " space", 6);
+    return rule_from(c, name, &o);
+}
+
+static const char *typed(js_conv *c, const cJSON *s, const char *type,
+                         const char *name, const char *ptr) {
+    const cJSON *props = get(s, "properties"), *add = get(s, "additionalProperties");
+    bool object = !type || !strcmp(type, "object");
+    /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
+     * false} for an empty object. */
+    if (object && get(s, "allOf") && !props) return all_of_rule(c, s, name, ptr);
+    if (object && (props || (add && !cJSON_IsTrue(add))))
+        return object_rule(c, s, name, ptr, props, get(s, "required"), add);
+    if (get(s, "allOf")) {
+        if (cJSON_GetArraySize(get(s, "allOf")) == 1)
+            return visit(c, cJSON_GetArrayItem(get(s, "allOf"), 0), name, ptr);
+        return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
+    }
+    if ((!type || !strcmp(type, "array")) && (get(s, "items") || get(s, "prefixItems") ||
+                                               get(s, "minItems") || get(s, "maxItems")))
+        return array_rule(c, s, name, ptr);
+    bool string = !type || !strcmp(type, "string");
+    if (string && (get(s, "pattern") || get(s, "format") || (type && (get(s, "minLength") || get(s, "maxLength")))))
+        return string_rule(c, s, name, ptr);
+    bool bounded = get(s, "minimum") || get(s, "maximum") || get(s, "exclusiveMinimum") ||
+                   get(s, "exclusiveMaximum");
+    if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
+    if (type && !strcmp(type, "number") && bounded)
+        return js_fail(c, ptr, "minimum/maximum on a number (not an integer) is not supported"), NULL;
+    if (!type || !strcmp(type, "object")) {
+        const char *r = js_add_primitive(c, "object");
+        return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;
+    }
+    static const char *const prims[] = {"boolean", "null", "number", "integer", "array", "string"};
+    for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
+        if (!strcmp(type, prims[i])) {
+            if (!strcmp(type, "string")) return string_rule(c, s, name, ptr);
+            if (!strcmp(type, "integer")) return integer_rule(c, s, name, ptr);
+            const char *r = js_add_primitive(c, type);
+            return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;
+        }
+    return js_fail(c, ptr, "unknown type '%s'", type), NULL;
+}
+
+static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
+                                const char *ptr) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, s)
+        if (!known_keyword(it->string))
+            return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
+    const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
+    if (ref) {
+        if (!cJSON_IsString(ref)) return js_fail(c, ptr, "$ref must be a string"), NULL;
+        const char *r = resolve_ref(c, ref->valuestring, ptr);
+        return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;
+    }
+    const cJSON *any = get(s, "oneOf") ? get(s, "oneOf") : get(s, "anyOf");
+    if (any) {
+        if (!cJSON_IsArray(any)) return js_fail(c, ptr, "anyOf/oneOf must be an array"), NULL;
+        return union_rule(c, any, name, ptr, get(s, "oneOf") ? "oneOf" : "anyOf");
+    }
+    if (get(s, "const") || get(s, "enum")) return constant_rule(c, s, name, ptr);
+    if (cJSON_IsArray(type) || cJSON_IsTrue(get(s, "nullable"))) {
+        sp_strbuf o = {0};
+        int i = 0;
+        char nm[256];
+        for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t || i == 0; t = t ? t->next : NULL) {
+            if (t && !cJSON_IsString(t)) return sp_strbuf_free(&o), js_fail(c, ptr, "type must be a string or an array of strings"), NULL;
+            snprintf(nm, sizeof nm, "%s%s%d", name, *name ? "-" : "alternative-", i);
+            const char *r = typed(c, s, t ? t->valuestring : NULL, nm, ptr);
+            if (!r) return sp_strbuf_free(&o), NULL;
+            sp_strbuf_printf(&o, "%s%s", i++ ? " | " : "", r);
+            if (!t) break;
+        }
+        if (cJSON_IsTrue(get(s, "nullable"))) sp_strbuf_printf(&o, " | %s", js_add_primitive(c, "null"));
+        return rule_from(c, name, &o);
+    }
+    if (type && !cJSON_IsString(type)) return js_fail(c, ptr, "type must be a string or an array of strings"), NULL;
+    return typed(c, s, type ? type->valuestring : NULL, name, ptr);
+}
+
+static const char *visit(js_conv *c, const cJSON *s, const char *name,
+                         const char *ptr) {
+    if (c->failed) return NULL;
+    if (cJSON_IsTrue(s)) return js_add_primitive(c, "value");
+    if (cJSON_IsFalse(s)) return js_fail(c, ptr, "the schema false matches nothing"), NULL;
+    if (!cJSON_IsObject(s)) return js_fail(c, ptr, "a schema must be an object or a boolean"), NULL;
+    if (++c->depth > JS_MAX_DEPTH) return js_fail(c, ptr, "schemas nest deeper than %d", JS_MAX_DEPTH), NULL;
+    const char *r = visit_object(c, s, name, ptr);
+    c->depth--;
+    return r;
+}
+
+spindle_status sp_json_schema_to_gbnf(const char *schema, size_t len,
+                                      char **gbnf, spindle_error *err) {
+    *gbnf = NULL;
+    if (len > SP_GRAMMAR_MAX_SOURCE)
+        return sp_fail(err, SPINDLE_ERR_LIMIT, "json schema: %zu bytes is over the limit of %d",
+                       len, SP_GRAMMAR_MAX_SOURCE);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(schema, len, &end, false);
+    if (!root) {
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "json schema: not valid JSON (at byte %zu)",
+                       end && end >= schema ? (size_t)(end - schema) : 0);
+    }
+    js_conv c = {.root = root, .err = err};
+    if (!cJSON_IsObject(root) && !cJSON_IsBool(root))
+        js_fail(&c, NULL, "a schema must be an object or a boolean");
+    /* The root rule is named first so that it stays "root". */
+    const char *r = c.failed ? NULL : visit(&c, root, "root", "");
+    sp_strbuf out = {0};
+    if (r && !c.failed) {
+        if (strcmp(r, "root")) sp_strbuf_printf(&out, "root ::= %s\n", r);
+        for (int i = 0; i < c.n_rules; i++)
+            sp_strbuf_printf(&out, "%s ::= %s\n", c.rules[i].name, c.rules[i].body);
+    }
+    for (int i = 0; i < c.n_rules; i++) {
+        free(c.rules[i].name);
+        free(c.rules[i].body);
+    }
+    free(c.rules);
+    cJSON_Delete(root);
+    if (c.failed) {
+        sp_strbuf_free(&out);
+        return err ? err->status : SPINDLE_ERR_FORMAT;
+    }
+    *gbnf = take(&out);
+    if (!*gbnf) return sp_fail(err, SPINDLE_ERR_MEMORY, "json schema: out of memory");
+    return SPINDLE_OK;
+}
+

@@ -1,0 +1,49 @@
+/* The JSON Schema converter's shared state (json_schema.c: the schema
+ * walk; json_schema_rules.c: primitives, literals, formats, ranges).
+ * Internal to src/grammar/. */
+#ifndef SP_GRAMMAR_JSON_SCHEMA_H
+#define SP_GRAMMAR_JSON_SCHEMA_H
+
+#include <cjson/cJSON.h>
+
+#include "grammar/grammar.h"
+
+#define JS_MAX_RULES 20000
+#define JS_MAX_DEPTH 64
+#define JS_MAX_REFS 256
+
+typedef struct js_rule {
+    char *name;
+    char *body;
+} js_rule;
+
+typedef struct js_conv {
+    const cJSON *root;
+    js_rule *rules;
+    int n_rules, cap_rules;
+    struct {
+        const char *ref;      /* into the schema document */
+        int rule;             /* its rule, reserved before its body */
+    } refs[256];
+    int n_refs;
+    int depth;
+    bool failed;
+    spindle_error *err;
+} js_conv;
+
+/* Add rule `name` (sanitized, made unique unless the same body is there)
+ * with `body`; returns its final name (owned by conv), NULL on failure. */
+const char *js_add_rule(js_conv *c, const char *name, const char *body);
+/* Add one of the built-in rules (space, string, number, date, ...) and
+ * the rules it needs; returns its name. */
+const char *js_add_primitive(js_conv *c, const char *name);
+bool js_fail(js_conv *c, const char *pointer, const char *fmt, ...)
+    SP_PRINTF(3, 4);
+/* A GBNF literal matching the JSON text of `value` exactly. */
+bool js_literal(sp_strbuf *out, const char *text);
+bool js_const_rule(sp_strbuf *out, const cJSON *value);
+/* Integer bounds -> GBNF for the digits (min/max may be absent). */
+bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
+                  long long max);
+
+#endif

@@ -1,0 +1,111 @@
+/* Drives a grammar matcher for tests/grammar: loads a tokenizer and a
+ * grammar, then reads commands from stdin, one a line, answering each:
+ *
+ *   mask          -> "mask <accepting 0|1> <hex> <ns>": the mask's 32-bit
+ *                    words, 8 hex digits each, lowest word first, and the
+ *                    nanoseconds spindle_grammar_matcher_mask took
+ *   accept <id>   -> "ok" | "rejected"
+ *   reset         -> "ok": back to the start of the grammar
+ *
+ *   grammar_harness TOKENIZER (gbnf|json_schema|json_object) FILE [--print]
+ * --print writes the GBNF the grammar was built from and exits.
+ * A grammar that fails to compile prints "error: <message>" and exits 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "spindle.h"
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: grammar_harness TOKENIZER KIND FILE\n");
+        return 1;
+    }
+    spindle_error err = {0};
+    spindle_tokenizer *tok = NULL;
+    spindle_grammar_vocab *vocab = NULL;
+    if (spindle_tokenizer_load(argv[1], &tok, &err) ||
+        spindle_grammar_vocab_new(tok, &vocab, &err)) {
+        printf("error: %s\n", err.message);
+        spindle_tokenizer_free(tok);
+        return 2;
+    }
+    spindle_grammar_kind kind = !strcmp(argv[2], "gbnf") ? SPINDLE_GRAMMAR_GBNF
+                                : !strcmp(argv[2], "json_schema") ? SPINDLE_GRAMMAR_JSON_SCHEMA
+                                                                  : SPINDLE_GRAMMAR_JSON_OBJECT;
+    size_t len = 0;
+    char *text = read_file(argv[3], &len);
+    spindle_grammar *g = NULL;
+    spindle_grammar_matcher *m = NULL;
+    int n_vocab = spindle_tokenizer_vocab_size(tok);
+    if (!text || spindle_grammar_new(vocab, kind, text, len, &g, &err) ||
+        spindle_grammar_matcher_new(g, &m, &err)) {
+        printf("error: %s\n", text ? err.message : "cannot read the grammar file");
+        spindle_grammar_free(g);
+        free(text);
+        spindle_grammar_vocab_free(vocab);
+        spindle_tokenizer_free(tok);
+        return 2;
+    }
+    if (argc == 5) {
+        fputs(spindle_grammar_gbnf(g), stdout);
+        n_vocab = -1;  /* print only: fall through to the cleanup */
+    }
+    uint32_t *bits = calloc((size_t)(n_vocab > 0 ? n_vocab + 31 : 32) / 32, sizeof *bits);
+    static char line[256];
+    while (n_vocab > 0 && fgets(line, sizeof line, stdin)) {
+        int id;
+        if (!strncmp(line, "mask", 4)) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            spindle_status st = spindle_grammar_matcher_mask(m, bits, &err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            long long ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            if (st) {
+                printf("error: %s\n", err.message);
+            } else {
+                printf("mask %d ", spindle_grammar_matcher_accepting(m) ? 1 : 0);
+                for (int w = 0; w < (n_vocab + 31) / 32; w++) printf("%08x", bits[w]);
+                printf(" %lld\n", ns);
+            }
+        } else if (sscanf(line, "accept %d", &id) == 1) {
+            printf(spindle_grammar_matcher_accept(m, id, &err) ? "rejected\n" : "ok\n");
+        } else if (!strncmp(line, "reset", 5)) {
+            spindle_grammar_matcher_free(m);
+            m = NULL;
+            if (spindle_grammar_matcher_new(g, &m, &err)) {
+                printf("error: %s\n", err.message);
+                return 2;
+            }
+            printf("ok\n");
+        } else {
+            printf("error: unknown command\n");
+        }
+        fflush(stdout);
+    }
+    free(bits);
+    free(text);
+    spindle_grammar_matcher_free(m);
+    spindle_grammar_free(g);
+    spindle_grammar_vocab_free(vocab);
+    spindle_tokenizer_free(tok);
+    return 0;
+}
