@@ -214,6 +214,13 @@ void sp_tp_add_object_call(sp_reply_ctx *c, const sp_obj_call *o, sp_obj_status 
     if (st == SP_OBJ_DONE && c->opt->single_call) c->calls_closed = true;
 }
 
+void sp_tp_skip_close(sp_reply_ctx *c, size_t *i, const char *close, bool *stop) {
+    *i = sp_tp_skip_ws(c->s, *i, c->n);
+    size_t left = c->n - *i, l = strlen(close);
+    if (left >= l && memcmp(c->s + *i, close, l) == 0) *i += l;
+    else if (!c->final && left < l && memcmp(c->s + *i, close, left) == 0) *stop = true;
+}
+
 /* ------------------------------------------------------------ formats */
 
 /* One object call from i; on success *i moves past it (and past `close`,
@@ -230,8 +237,8 @@ static bool object_call(sp_reply_ctx *c, size_t *i, const char *close, bool *sto
         *stop = true;
         return true;
     }
-    *i = sp_tp_skip_ws(c->s, o.end, c->n);
-    if (close && sp_tp_starts(c->s, *i, c->n, close)) *i += strlen(close);
+    *i = o.end;
+    if (close) sp_tp_skip_close(c, i, close, stop);
     return true;
 }
 
@@ -370,6 +377,8 @@ bool sp_reply_parse(const sp_reply_options *opt, const char *text, size_t len, b
     if (opt->format == SP_TOOLS_HARMONY) {
         sp_tp_parse_harmony(&c);
     } else {
+        /* Gemma 4 ends a turn of calls by opening the tool's response. */
+        if (opt->format == SP_TOOLS_GEMMA) c.n = sp_tp_find(c.s, 0, c.n, "<|tool_response>");
         size_t i = opt->reasoning ? parse_think(&c) : 0;
         if (opt->tools) parse_marked(&c, i);
         else if (i < c.n) sp_tp_content(&c, i, c.n, false);

@@ -239,6 +239,6 @@ void sp_tp_parse_gemma_call(sp_reply_ctx *c, size_t *i, bool *stop) {
     else if (call) sp_strbuf_add(&call->arguments, s + brace, end - brace);
     free(json);
     if (c->opt->single_call) c->calls_closed = true;
-    *i = sp_tp_skip_ws(s, end, n);
-    if (sp_tp_starts(s, *i, n, "<tool_call|>")) *i += strlen("<tool_call|>");
+    *i = end;
+    sp_tp_skip_close(c, i, "<tool_call|>", stop);
 }

@@ -36,6 +36,10 @@ void sp_tp_content(sp_reply_ctx *c, size_t i, size_t e, bool before_call);
 /* A new call (NULL when single_call has its one, or out of memory). */
 sp_tool_call *sp_tp_new_call(sp_reply_ctx *c, const char *name, size_t name_len);
 
+/* Past the closing tag `close` after space at *i; *stop when the text ends
+ * inside it (partial: it is still arriving). */
+void sp_tp_skip_close(sp_reply_ctx *c, size_t *i, const char *close, bool *stop);
+
 /* A {"name": ..., "arguments" | "parameters": {...}} object from i. */
 typedef enum { SP_OBJ_BAD = -1, SP_OBJ_PARTIAL = 0, SP_OBJ_DONE = 1 } sp_obj_status;
 typedef struct sp_obj_call {
