@@ -28,7 +28,7 @@ typedef struct sp_tool_delta {
     size_t arguments_len;
 } sp_tool_delta;
 
-typedef struct sp_reply_stream {
+typedef struct sp_reply_cursor {
     sp_reply_options opt;
     uint64_t id_seed;
     size_t content_sent, reasoning_sent;
@@ -36,7 +36,7 @@ typedef struct sp_reply_stream {
     size_t *args_sent;            /* per call, bytes of arguments sent */
     int cap_args;
     char (*ids)[SP_TOOL_ID_SIZE];
-} sp_reply_stream;
+} sp_reply_cursor;
 
 /* What is new: pointers into `parts` (and the stream's ids), valid until the
  * next call or sp_reply_delta_free. */
@@ -48,12 +48,12 @@ typedef struct sp_reply_delta {
     int n_tools;
 } sp_reply_delta;
 
-void sp_reply_stream_init(sp_reply_stream *st, const sp_reply_options *opt, uint64_t id_seed);
+void sp_reply_stream_init(sp_reply_cursor *st, const sp_reply_options *opt, uint64_t id_seed);
 /* Parse text[0..len) (final: the whole reply) and fill `d` with what was not
  * sent yet, marking it sent. False when out of memory. */
-bool sp_reply_stream_next(sp_reply_stream *st, const char *text, size_t len, bool final,
+bool sp_reply_stream_next(sp_reply_cursor *st, const char *text, size_t len, bool final,
                           sp_reply_delta *d);
 void sp_reply_delta_free(sp_reply_delta *d);
-void sp_reply_stream_free(sp_reply_stream *st);
+void sp_reply_stream_free(sp_reply_cursor *st);
 
 #endif
