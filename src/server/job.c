@@ -92,9 +92,10 @@ static bool on_token(spindle_request_id id, const spindle_token_info *info, void
     if (j->req.logprobs) keep_logprob(j, info);
     const char *piece = NULL;
     bool stopped = false;
-    if (!sp_job_reply_hides(j->srv, &j->reply, info->token) &&
-        spindle_detokenizer_push(j->detok, info->token, &piece, NULL) == SPINDLE_OK)
-        stopped = feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    int32_t token = sp_job_reply_token(&j->reply, info->token, &stopped);
+    if (!sp_job_reply_hides(j->srv, &j->reply, token) &&
+        spindle_detokenizer_push(j->detok, token, &piece, NULL) == SPINDLE_OK)
+        stopped |= feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return !stopped;

@@ -43,7 +43,24 @@ void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *
     jr->structured = tools || reasoning;
     jr->keep_special = jr->structured && sp_tool_format_needs_special(s->tool_format) &&
                        (tools || harmony);
-    sp_reply_stream_init(&jr->stream, &opt, seed);
+    sp_reply_cursor_init(&jr->stream, &opt, seed);
+    const char *script = sp_server_scripted_reply(prompt);
+    size_t n = 0;
+    if (script && spindle_tokenizer_encode(s->tok, script, strlen(script), false, &jr->script,
+                                           &n, NULL) == SPINDLE_OK)
+        jr->n_script = (int)n;
+}
+
+__attribute__((weak)) const char *sp_server_scripted_reply(const char *prompt) {
+    (void)prompt;
+    return NULL;
+}
+
+int32_t sp_job_reply_token(sp_job_reply *jr, int32_t id, bool *last) {
+    *last = false;
+    if (!jr->script || jr->script_at >= jr->n_script) return id;
+    *last = jr->script_at + 1 == jr->n_script;
+    return jr->script[jr->script_at++];
 }
 
 bool sp_job_reply_hides(const sp_server *s, const sp_job_reply *jr, int32_t id) {
@@ -59,7 +76,7 @@ bool sp_job_reply_hides(const sp_server *s, const sp_job_reply *jr, int32_t id) 
 
 bool sp_job_reply_next(sp_job_reply *jr, const char *text, size_t len, bool final,
                        sp_reply_delta *rd, sp_api_delta *d) {
-    if (!sp_reply_stream_next(&jr->stream, text, len, final, rd)) return false;
+    if (!sp_reply_cursor_next(&jr->stream, text, len, final, rd)) return false;
     d->text = rd->content;
     d->len = rd->content_len;
     d->reasoning = rd->reasoning;
@@ -70,4 +87,7 @@ bool sp_job_reply_next(sp_job_reply *jr, const char *text, size_t len, bool fina
     return true;
 }
 
-void sp_job_reply_free(sp_job_reply *jr) { sp_reply_stream_free(&jr->stream); }
+void sp_job_reply_free(sp_job_reply *jr) {
+    sp_reply_cursor_free(&jr->stream);
+    spindle_free(jr->script);
+}

@@ -18,12 +18,22 @@ typedef struct sp_job_reply {
                            in the text, hide the stop tokens */
     bool any_call;      /* a tool call was sent: finish_reason "tool_calls" */
     sp_reply_cursor stream;
+    int32_t *script;    /* a test build's scripted reply (see below) */
+    int n_script, script_at;
 } sp_job_reply;
+
+/* The test hook: a reply that replaces the model's tokens, for the
+ * prompt's rendered text. The library's definition is weak and returns
+ * NULL; only the test binary (tests/server/scripted_reply.c) defines it. */
+const char *sp_server_scripted_reply(const char *prompt);
 
 /* Decide for request r, whose rendered prompt is `prompt` (NULL for a
  * completion); seed makes the call ids. */
 void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *prompt,
                        uint64_t seed, sp_job_reply *jr);
+/* The token to detokenize in place of the generated `id` (the script's
+ * next one in a test build); *last when the script is done. */
+int32_t sp_job_reply_token(sp_job_reply *jr, int32_t id, bool *last);
 /* Whether token `id` stays out of the text (a stop token kept as special). */
 bool sp_job_reply_hides(const sp_server *s, const sp_job_reply *jr, int32_t id);
 /* The new pieces after the text grew to text[0..len) (final: complete), into

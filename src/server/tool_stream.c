@@ -30,7 +30,7 @@ void sp_tool_call_id(sp_tool_format f, uint64_t seed, int index, char out[SP_TOO
     out[at] = '\0';
 }
 
-void sp_reply_stream_init(sp_reply_cursor *st, const sp_reply_options *opt, uint64_t id_seed) {
+void sp_reply_cursor_init(sp_reply_cursor *st, const sp_reply_options *opt, uint64_t id_seed) {
     memset(st, 0, sizeof *st);
     st->opt = *opt;
     st->id_seed = id_seed;
@@ -57,7 +57,7 @@ static size_t fresh(const sp_strbuf *b, size_t *sent, const char **at) {
     return len;
 }
 
-bool sp_reply_stream_next(sp_reply_cursor *st, const char *text, size_t len, bool final,
+bool sp_reply_cursor_next(sp_reply_cursor *st, const char *text, size_t len, bool final,
                           sp_reply_delta *d) {
     memset(d, 0, sizeof *d);
     if (!sp_reply_parse(&st->opt, text, len, final, &d->parts)) return false;
@@ -90,7 +90,7 @@ void sp_reply_delta_free(sp_reply_delta *d) {
     memset(d, 0, sizeof *d);
 }
 
-void sp_reply_stream_free(sp_reply_cursor *st) {
+void sp_reply_cursor_free(sp_reply_cursor *st) {
     free(st->args_sent);
     free(st->ids);
     memset(st, 0, sizeof *st);

@@ -48,12 +48,12 @@ typedef struct sp_reply_delta {
     int n_tools;
 } sp_reply_delta;
 
-void sp_reply_stream_init(sp_reply_cursor *st, const sp_reply_options *opt, uint64_t id_seed);
+void sp_reply_cursor_init(sp_reply_cursor *st, const sp_reply_options *opt, uint64_t id_seed);
 /* Parse text[0..len) (final: the whole reply) and fill `d` with what was not
  * sent yet, marking it sent. False when out of memory. */
-bool sp_reply_stream_next(sp_reply_cursor *st, const char *text, size_t len, bool final,
+bool sp_reply_cursor_next(sp_reply_cursor *st, const char *text, size_t len, bool final,
                           sp_reply_delta *d);
 void sp_reply_delta_free(sp_reply_delta *d);
-void sp_reply_stream_free(sp_reply_cursor *st);
+void sp_reply_cursor_free(sp_reply_cursor *st);
 
 #endif
