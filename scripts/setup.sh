@@ -10,7 +10,7 @@ scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpc
   clang-16 libclang-rt-16-dev
 
 scripts/apt_install.sh setup clang-16 libclang-rt-16-dev  # libFuzzer (scripts/fuzz.sh)
-scripts/apt_install.sh setup chromium nodejs npm  # the chat page's browser test, the Node SDK test
+scripts/apt_install.sh setup chromium  # the chat page's browser test (tests/server)
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -68,10 +68,10 @@ static cJSON *reply_json(const char *content, const char *reasoning, int n,
 }
 
 static cJSON *whole(const sp_reply_options *opt, const char *text, size_t len) {
-    sp_reply_stream st;
-    sp_reply_stream_init(&st, opt, 7);
+    sp_reply_cursor st;
+    sp_reply_cursor_init(&st, opt, 7);
     sp_reply_delta d;
-    if (!sp_reply_stream_next(&st, text, len, true, &d)) return NULL;
+    if (!sp_reply_cursor_next(&st, text, len, true, &d)) return NULL;
     const char *ids[16], *names[16], *args[16];
     int n = d.parts.n_calls < 16 ? d.parts.n_calls : 16;
     for (int k = 0; k < n; k++) {
@@ -81,7 +81,7 @@ static cJSON *whole(const sp_reply_options *opt, const char *text, size_t len) {
     }
     cJSON *o = reply_json(d.parts.content.p, d.parts.reasoning.p, n, ids, names, args);
     sp_reply_delta_free(&d);
-    sp_reply_stream_free(&st);
+    sp_reply_cursor_free(&st);
     return o;
 }
 
@@ -117,13 +117,13 @@ static cJSON *streamed(const sp_reply_options *opt, const char *tok_dir, const c
                        size_t len, bool *ok) {
     size_t *ends;
     int n = pieces(tok_dir, text, len, &ends);
-    sp_reply_stream st;
-    sp_reply_stream_init(&st, opt, 7);
+    sp_reply_cursor st;
+    sp_reply_cursor_init(&st, opt, 7);
     joined j = {.ok = true};
     for (int k = 0; k <= n; k++) {
         sp_reply_delta d;
         bool last = k == n;
-        if (!sp_reply_stream_next(&st, text, last ? len : ends[k], last, &d)) j.ok = false;
+        if (!sp_reply_cursor_next(&st, text, last ? len : ends[k], last, &d)) j.ok = false;
         join(&j, &d);
         sp_reply_delta_free(&d);
     }
@@ -139,7 +139,7 @@ static cJSON *streamed(const sp_reply_options *opt, const char *tok_dir, const c
     sp_strbuf_free(&j.content);
     sp_strbuf_free(&j.reasoning);
     for (int k = 0; k < 16; k++) sp_strbuf_free(&j.args[k]);
-    sp_reply_stream_free(&st);
+    sp_reply_cursor_free(&st);
     return o;
 }
 
