@@ -167,6 +167,12 @@ static char *json_string(const char *s, size_t i, size_t e) {
     return out;
 }
 
+/* A syntax error at i: the call ends there (kept when it has its name). */
+static sp_obj_status object_bad(sp_obj_call *o, size_t i) {
+    o->end = i;
+    return SP_OBJ_BAD;
+}
+
 sp_obj_status sp_tp_call_object(const char *s, size_t i, size_t n, bool final,
                                 sp_obj_call *o) {
     memset(o, 0, sizeof *o);
@@ -175,20 +181,21 @@ sp_obj_status sp_tp_call_object(const char *s, size_t i, size_t n, bool final,
     for (i = sp_tp_skip_ws(s, i + 1, n);; i = sp_tp_skip_ws(s, i + 1, n)) {
         if (i >= n) return SP_OBJ_PARTIAL;
         if (s[i] == '}' && !o->name && !o->has_args) break;  /* {} */
-        if (s[i] != '"') return SP_OBJ_BAD;
+        if (s[i] != '"') return object_bad(o, i);
         bool done;
         size_t key_at = i + 1, key_end = string_end(s, i, n, &done);
         if (!done) return SP_OBJ_PARTIAL;
         size_t key_len = key_end - 1 - key_at;
         i = sp_tp_skip_ws(s, key_end, n);
         if (i >= n) return SP_OBJ_PARTIAL;
-        if (s[i] != ':') return SP_OBJ_BAD;
+        if (s[i] != ':') return object_bad(o, i);
         i = sp_tp_skip_ws(s, i + 1, n);
         if (i >= n) return SP_OBJ_PARTIAL;
         size_t v_end = sp_tp_json_end(s, i, n, final, &done);
         if (key_len == 4 && memcmp(s + key_at, "name", 4) == 0) {
-            if (s[i] != '"') return SP_OBJ_BAD;
-            if (done && !o->name && !(o->name = json_string(s, i, v_end))) return SP_OBJ_BAD;
+            if (s[i] != '"') return object_bad(o, i);
+            if (done && !o->name && !(o->name = json_string(s, i, v_end)))
+                return object_bad(o, i);
         } else if ((key_len == 9 && memcmp(s + key_at, "arguments", 9) == 0) ||
                    (key_len == 10 && memcmp(s + key_at, "parameters", 10) == 0)) {
             o->has_args = true;
@@ -199,7 +206,7 @@ sp_obj_status sp_tp_call_object(const char *s, size_t i, size_t n, bool final,
         i = sp_tp_skip_ws(s, v_end, n);
         if (i >= n) return SP_OBJ_PARTIAL;
         if (s[i] == '}') break;
-        if (s[i] != ',') return SP_OBJ_BAD;
+        if (s[i] != ',') return object_bad(o, i);
     }
     o->end = i + 1;
     return SP_OBJ_DONE;
@@ -210,8 +217,8 @@ void sp_tp_add_object_call(sp_reply_ctx *c, const sp_obj_call *o, sp_obj_status 
     sp_tool_call *call = sp_tp_new_call(c, o->name, strlen(o->name));
     if (!call) return;
     if (o->has_args) sp_strbuf_add(&call->arguments, c->s + o->args_at, o->args_end - o->args_at);
-    else if (st == SP_OBJ_DONE || c->final) sp_strbuf_add(&call->arguments, "{}", 2);
-    if (st == SP_OBJ_DONE && c->opt->single_call) c->calls_closed = true;
+    else if (st != SP_OBJ_PARTIAL || c->final) sp_strbuf_add(&call->arguments, "{}", 2);
+    if (st != SP_OBJ_PARTIAL && c->opt->single_call) c->calls_closed = true;
 }
 
 void sp_tp_skip_close(sp_reply_ctx *c, size_t *i, const char *close, bool *stop) {
@@ -229,7 +236,8 @@ static bool object_call(sp_reply_ctx *c, size_t *i, const char *close, bool *sto
     sp_obj_call o;
     size_t at = sp_tp_skip_ws(c->s, *i, c->n);
     sp_obj_status st = sp_tp_call_object(c->s, at, c->n, c->final, &o);
-    bool ok = st != SP_OBJ_BAD && (st == SP_OBJ_PARTIAL || o.name);
+    /* Once its name is read, a call stays one: a stream has sent it. */
+    bool ok = o.name || st == SP_OBJ_PARTIAL;
     if (ok) sp_tp_add_object_call(c, &o, st);
     free(o.name);
     if (!ok) return false;
@@ -238,7 +246,7 @@ static bool object_call(sp_reply_ctx *c, size_t *i, const char *close, bool *sto
         return true;
     }
     *i = o.end;
-    if (close) sp_tp_skip_close(c, i, close, stop);
+    if (close && st == SP_OBJ_DONE) sp_tp_skip_close(c, i, close, stop);
     return true;
 }
 
