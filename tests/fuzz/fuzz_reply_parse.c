@@ -9,31 +9,7 @@
  * every call's id and name sent first, once, in order. */
 #include "fuzz_common.h"
 
-#include "server/tool_stream.h"
-
-#define MAX_CALLS 64
-
-typedef struct joined {
-    sp_strbuf content, reasoning, args[MAX_CALLS];
-    char *names[MAX_CALLS];
-    int n_calls;
-} joined;
-
-static void join(joined *j, const sp_reply_delta *d) {
-    sp_strbuf_add(&j->content, d->content, d->content_len);
-    sp_strbuf_add(&j->reasoning, d->reasoning, d->reasoning_len);
-    for (int k = 0; k < d->n_tools; k++) {
-        const sp_tool_delta *t = &d->tools[k];
-        if (t->index >= MAX_CALLS) continue;
-        if (t->name) {
-            FUZZ_CHECK(t->index == j->n_calls && t->id, "call %d out of order", t->index);
-            j->names[j->n_calls++] = strdup(t->name);
-        } else {
-            FUZZ_CHECK(t->index < j->n_calls, "arguments before call %d's name", t->index);
-        }
-        sp_strbuf_add(&j->args[t->index], t->arguments, t->arguments_len);
-    }
-}
+#include "../tools/reply_join.h"
 
 static bool same(const sp_strbuf *a, const sp_strbuf *b) {
     return a->len == b->len && (a->len == 0 || memcmp(a->p, b->p, a->len) == 0);
@@ -57,19 +33,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     sp_reply_cursor st;
     sp_reply_cursor_init(&st, &opt, 1);
-    joined j = {0};
+    reply_joined j = {0};
     for (int k = 0; k <= pieces; k++) {
         sp_reply_delta d;
         bool last = k == pieces;
         if (!sp_reply_cursor_next(&st, text, last ? len : ends[k], last, &d)) abort();
-        join(&j, &d);
+        reply_join(&j, &d);
         sp_reply_delta_free(&d);
     }
     sp_reply_parts whole = {0};
     if (!sp_reply_parse(&opt, text, len, true, &whole)) abort();
+    FUZZ_CHECK(!j.out_of_order, "a call's deltas out of OpenAI's order");
     FUZZ_CHECK(same(&j.content, &whole.content), "streamed content differs");
     FUZZ_CHECK(same(&j.reasoning, &whole.reasoning), "streamed reasoning differs");
-    int calls = whole.n_calls < MAX_CALLS ? whole.n_calls : MAX_CALLS;
+    int calls = whole.n_calls < REPLY_JOIN_MAX_CALLS ? whole.n_calls : REPLY_JOIN_MAX_CALLS;
     FUZZ_CHECK(j.n_calls == calls, "%d calls streamed, %d whole", j.n_calls, calls);
     for (int k = 0; k < calls; k++)
         FUZZ_CHECK(!strcmp(j.names[k], whole.calls[k].name) &&
@@ -77,12 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    "call %d differs", k);
     sp_reply_parts_free(&whole);
     sp_reply_cursor_free(&st);
-    sp_strbuf_free(&j.content);
-    sp_strbuf_free(&j.reasoning);
-    for (int k = 0; k < MAX_CALLS; k++) {
-        sp_strbuf_free(&j.args[k]);
-        free(j.names[k]);
-    }
+    reply_join_free(&j);
     free(text);
     free(ends);
     return 0;

@@ -18,37 +18,8 @@
 #include <string.h>
 
 #include "base/mapped_file.h"
-#include "server/tool_stream.h"
+#include "reply_join.h"
 #include "spindle.h"
-
-typedef struct joined {
-    sp_strbuf content, reasoning;
-    sp_strbuf args[16];
-    char names[16][128], ids[16][SP_TOOL_ID_SIZE];
-    int n_calls;
-    bool ok;
-} joined;
-
-static void join(joined *j, const sp_reply_delta *d) {
-    sp_strbuf_add(&j->content, d->content, d->content_len);
-    sp_strbuf_add(&j->reasoning, d->reasoning, d->reasoning_len);
-    for (int k = 0; k < d->n_tools; k++) {
-        const sp_tool_delta *t = &d->tools[k];
-        if (t->index >= 16) {
-            j->ok = false;
-            continue;
-        }
-        if (t->name) {
-            if (t->index != j->n_calls || !t->id) j->ok = false;
-            snprintf(j->names[t->index], sizeof j->names[0], "%s", t->name);
-            snprintf(j->ids[t->index], sizeof j->ids[0], "%s", t->id);
-            j->n_calls = t->index + 1;
-        } else if (t->index >= j->n_calls || t->id) {
-            j->ok = false;  /* arguments before the call's name */
-        }
-        sp_strbuf_add(&j->args[t->index], t->arguments, t->arguments_len);
-    }
-}
 
 static cJSON *reply_json(const char *content, const char *reasoning, int n,
                          const char *const *ids, const char *const *names,
@@ -72,8 +43,8 @@ static cJSON *whole(const sp_reply_options *opt, const char *text, size_t len) {
     sp_reply_cursor_init(&st, opt, 7);
     sp_reply_delta d;
     if (!sp_reply_cursor_next(&st, text, len, true, &d)) return NULL;
-    const char *ids[16], *names[16], *args[16];
-    int n = d.parts.n_calls < 16 ? d.parts.n_calls : 16;
+    const char *ids[REPLY_JOIN_MAX_CALLS], *names[REPLY_JOIN_MAX_CALLS], *args[REPLY_JOIN_MAX_CALLS];
+    int n = d.parts.n_calls < REPLY_JOIN_MAX_CALLS ? d.parts.n_calls : REPLY_JOIN_MAX_CALLS;
     for (int k = 0; k < n; k++) {
         ids[k] = st.ids[k];
         names[k] = d.parts.calls[k].name;
@@ -119,26 +90,22 @@ static cJSON *streamed(const sp_reply_options *opt, const char *tok_dir, const c
     int n = pieces(tok_dir, text, len, &ends);
     sp_reply_cursor st;
     sp_reply_cursor_init(&st, opt, 7);
-    joined j = {.ok = true};
+    reply_joined j = {0};
+    bool parsed = true;
     for (int k = 0; k <= n; k++) {
         sp_reply_delta d;
         bool last = k == n;
-        if (!sp_reply_cursor_next(&st, text, last ? len : ends[k], last, &d)) j.ok = false;
-        join(&j, &d);
+        if (!sp_reply_cursor_next(&st, text, last ? len : ends[k], last, &d)) parsed = false;
+        reply_join(&j, &d);
         sp_reply_delta_free(&d);
     }
-    const char *ids[16], *names[16], *args[16];
-    for (int k = 0; k < j.n_calls; k++) {
-        ids[k] = j.ids[k];
-        names[k] = j.names[k];
-        args[k] = j.args[k].p;
-    }
-    cJSON *o = reply_json(j.content.p, j.reasoning.p, j.n_calls, ids, names, args);
-    *ok = j.ok;
+    const char *args[REPLY_JOIN_MAX_CALLS];
+    for (int k = 0; k < j.n_calls; k++) args[k] = j.args[k].p;
+    cJSON *o = reply_json(j.content.p, j.reasoning.p, j.n_calls, (const char *const *)j.ids,
+                          (const char *const *)j.names, args);
+    *ok = parsed && !j.out_of_order;
     free(ends);
-    sp_strbuf_free(&j.content);
-    sp_strbuf_free(&j.reasoning);
-    for (int k = 0; k < 16; k++) sp_strbuf_free(&j.args[k]);
+    reply_join_free(&j);
     sp_reply_cursor_free(&st);
     return o;
 }
