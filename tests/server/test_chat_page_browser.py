@@ -2,7 +2,9 @@
 driven through the DevTools protocol over --remote-debugging-pipe (no
 extra Python package). The page loads, fills the model from /v1/models,
 sends a message at temperature 0, and the streamed answer that lands in the
-DOM must be mlx-lm's greedy reference text; a screenshot is saved.
+DOM must be mlx-lm's greedy reference text; a screenshot is saved. A
+reasoning reply (scripted, through spindle_scripted) shows its
+reasoning_content in a bubble of its own.
 
 Skipped, with the reason, when no Chromium is installed (scripts/setup.sh
 installs Debian's `chromium`) or when it cannot start here."""
@@ -16,7 +18,8 @@ import time
 
 import pytest
 
-from server_common import REPO
+from server_common import REPO, Server
+from test_tool_calls_server import SCRIPT, SCRIPTED_BIN
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 STEP_TIMEOUT = 30     # seconds for one DevTools answer
@@ -116,22 +119,30 @@ def browser(tmp_path):
         b.close()
 
 
-def test_chat_page_streams_the_greedy_answer(browser, server, reference):
-    ref = reference["chats"]["hello"]
+def open_page(browser, server):
     browser.send("Page.enable")
     browser.send("Page.navigate", {"url": server.base_url + "/"})
     browser.wait_for("document.readyState === 'complete' && "
                      "document.getElementById('model').value", STEP_TIMEOUT)
     assert browser.evaluate("document.title") == "Spindle chat"
-    assert browser.evaluate("document.getElementById('model').value") == "tiny-qwen3"
-    message = ref["messages"][-1]["content"]
+
+
+def send_message(browser, message, max_tokens):
     browser.evaluate(
         "$('temperature').value = '0';"   # the page's own $
-        f"$('max_tokens').value = '{reference['max_tokens']}';"
+        f"$('max_tokens').value = '{max_tokens}';"
         f"$('input').value = {json.dumps(message)};"
         "$('form').requestSubmit(); true")
     browser.wait_for("(document.querySelector('.msg.assistant') || {dataset: {}})"
                      ".dataset.done === '1'", ANSWER_TIMEOUT)
+
+
+def test_chat_page_streams_the_greedy_answer(browser, server, reference):
+    ref = reference["chats"]["hello"]
+    open_page(browser, server)
+    assert browser.evaluate("document.getElementById('model').value") == "tiny-qwen3"
+    message = ref["messages"][-1]["content"]
+    send_message(browser, message, reference["max_tokens"])
     assert browser.evaluate("document.querySelector('.msg.user').textContent") == message
     assert browser.evaluate("document.querySelector('.msg.assistant').className") == \
         "msg assistant"   # not an error bubble
@@ -142,3 +153,17 @@ def test_chat_page_streams_the_greedy_answer(browser, server, reference):
     assert png.startswith(b"\x89PNG")
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.write_bytes(png)
+
+
+def test_chat_page_shows_reasoning_apart(browser, server_model):
+    if not os.access(SCRIPTED_BIN, os.X_OK):
+        pytest.skip(f"{SCRIPTED_BIN} not built")
+    s = Server(server_model, binary=SCRIPTED_BIN, env={"SPINDLE_TEST_SCRIPT": json.dumps(SCRIPT)})
+    try:
+        open_page(browser, s)
+        send_message(browser, "Think aloud, please.", 64)
+        assert browser.evaluate("document.querySelector('.msg.reasoning').textContent") == \
+            "Pondering."
+        assert browser.evaluate("document.querySelector('.msg.assistant').textContent") == "Done."
+    finally:
+        s.stop_cleanly()

@@ -26,7 +26,8 @@ REPLY_CALLS = "<think>\n" + THOUGHT + "\n</think>\n\n" + "\n".join(
     "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>" for n, a in CALLS)
 FINAL = "It is 21 degrees in Paris, at 14:00 CET."
 SCRIPT = [["<tool_response>", "<think>\nGot it.\n</think>\n\n" + FINAL],
-          ["weather", REPLY_CALLS]]
+          ["weather", REPLY_CALLS],
+          ["Think aloud", "<think>\nPondering.\n</think>\n\nDone."]]
 TOOLS = [{"type": "function", "function": {
     "name": name, "description": "test tool",
     "parameters": {"type": "object", "properties": {k: {"type": "string"} for k in args}}}}
