@@ -115,7 +115,7 @@ size_t sp_tp_json_end(const char *s, size_t i, size_t n, bool final, bool *compl
         return n;
     }
     size_t e = i;
-    while (e < n && (strchr("+-.eE", s[e]) || (s[e] >= '0' && s[e] <= '9') ||
+    while (e < n && ((s[e] && strchr("+-.eE", s[e])) || (s[e] >= '0' && s[e] <= '9') ||
                      (s[e] >= 'a' && s[e] <= 'z')))
         e++;
     *complete = e > i && (e < n || final);
@@ -298,7 +298,9 @@ static bool call_after(sp_reply_ctx *c, const char *marker, size_t *i, bool *sto
 static const char *const hermes_markers[] = {"<tool_call>", NULL};
 static const char *const llama3_markers[] = {"<|python_tag|>", NULL};
 static const char *const mistral_markers[] = {"[TOOL_CALLS]", NULL};
-static const char *const gemma_markers[] = {"<|tool_call>", NULL};
+/* The first marker opens a call; the others are held back too, as text
+ * that the parse may cut (Gemma's turn ends at <|tool_response>). */
+static const char *const gemma_markers[] = {"<|tool_call>", "<|tool_response>", NULL};
 
 static const char *const *markers_of(sp_tool_format f) {
     switch (f) {
@@ -369,7 +371,8 @@ static size_t parse_think(sp_reply_ctx *c) {
     at = sp_tp_skip_ws(s, at, n);
     size_t e = sp_tp_find(s, at, n, close), rest = e == n ? n : e + strlen(close);
     if (e == n && !c->final) {
-        const char *closes[] = {close, NULL};
+        /* (and the turn end where the parse cuts the text) */
+        const char *closes[] = {close, gemma && c->opt->tools ? "<|tool_response>" : NULL, NULL};
         e -= sp_tp_marker_tail(s, at, n, closes);
     }
     while (e > at && is_ws(s[e - 1])) e--;
@@ -386,7 +389,8 @@ bool sp_reply_parse(const sp_reply_options *opt, const char *text, size_t len, b
         sp_tp_parse_harmony(&c);
     } else {
         /* Gemma 4 ends a turn of calls by opening the tool's response. */
-        if (opt->format == SP_TOOLS_GEMMA) c.n = sp_tp_find(c.s, 0, c.n, "<|tool_response>");
+        if (opt->format == SP_TOOLS_GEMMA && opt->tools)
+            c.n = sp_tp_find(c.s, 0, c.n, "<|tool_response>");
         size_t i = opt->reasoning ? parse_think(&c) : 0;
         if (opt->tools) parse_marked(&c, i);
         else if (i < c.n) sp_tp_content(&c, i, c.n, false);

@@ -106,6 +106,18 @@ static char *gemma_key(const char *s, size_t *i, size_t e) {
     return strndup(s + at, end - at);
 }
 
+/* Past the ',' after an item; false when neither it nor `close` follows. */
+static bool next_item(const char *s, size_t *at, size_t e, char close) {
+    *at = sp_tp_skip_ws(s, *at, e);
+    if (*at < e && s[*at] == ',') {
+        *at = sp_tp_skip_ws(s, *at + 1, e);
+        return true;
+    }
+    return *at < e && s[*at] == close;
+}
+
+static bool is_delimiter(char ch) { return ch == ',' || ch == '}' || ch == ']'; }
+
 static cJSON *gemma_object(const char *s, size_t *i, size_t e, int depth) {
     cJSON *o = cJSON_CreateObject();
     size_t at = sp_tp_skip_ws(s, *i + 1, e);
@@ -121,8 +133,10 @@ static cJSON *gemma_object(const char *s, size_t *i, size_t e, int depth) {
         }
         cJSON_AddItemToObject(o, key, v);
         free(key);
-        at = sp_tp_skip_ws(s, at, e);
-        if (at < e && s[at] == ',') at = sp_tp_skip_ws(s, at + 1, e);
+        if (!next_item(s, &at, e, '}')) {
+            cJSON_Delete(o);
+            return NULL;
+        }
     }
     if (at >= e) {
         cJSON_Delete(o);
@@ -142,8 +156,10 @@ static cJSON *gemma_array(const char *s, size_t *i, size_t e, int depth) {
             return NULL;
         }
         cJSON_AddItemToArray(a, v);
-        at = sp_tp_skip_ws(s, at, e);
-        if (at < e && s[at] == ',') at = sp_tp_skip_ws(s, at + 1, e);
+        if (!next_item(s, &at, e, ']')) {
+            cJSON_Delete(a);
+            return NULL;
+        }
     }
     if (at >= e) {
         cJSON_Delete(a);
@@ -156,9 +172,9 @@ static cJSON *gemma_array(const char *s, size_t *i, size_t e, int depth) {
 /* A bare scalar: the template writes Python's str() of it. */
 static cJSON *gemma_scalar(const char *s, size_t *i, size_t e) {
     size_t at = *i, end = at;
-    while (end < e && !strchr(",}]", s[end])) end++;
+    while (end < e && !is_delimiter(s[end])) end++;
     *i = end;
-    while (end > at && strchr(" \n\t", s[end - 1])) end--;
+    while (end > at && (s[end - 1] == ' ' || s[end - 1] == '\n' || s[end - 1] == '\t')) end--;
     char *word = strndup(s + at, end - at);
     if (!word) return NULL;
     cJSON *v;
