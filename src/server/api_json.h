@@ -24,4 +24,11 @@ bool sp_api_messages_json(const cJSON *messages, char **out, sp_api_error *err);
 bool sp_api_optional_json(const cJSON *v, const char *name, int type, char **out,
                           sp_api_error *err);
 
+/* tool_choice, parallel_tool_calls and reasoning_format of a chat body
+ * into r->tool_choice, checked against `tools` (NULL when absent): each tool
+ * {"type": "function", "function": {"name"}}, a named choice one of them,
+ * "required" or a name only with tools. */
+bool sp_api_read_tool_choice(const cJSON *root, const cJSON *tools, sp_api_request *r,
+                             sp_api_error *err);
+
 #endif

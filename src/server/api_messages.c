@@ -81,6 +81,15 @@ static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
                                       "parts or null", param);
     }
     parse_tool_arguments(msg);
+    /* OpenAI clients send a tool-calling turn's content as null; templates
+     * concatenate it as a string (llama-server passes "" too). */
+    if (!strcmp(role->valuestring, "assistant") && (!content || cJSON_IsNull(content)) &&
+        cJSON_GetObjectItemCaseSensitive(msg, "tool_calls")) {
+        cJSON *empty = cJSON_CreateString("");
+        if (!empty) return out_of_memory(err);
+        cJSON_DeleteItemFromObjectCaseSensitive(msg, "content");
+        cJSON_AddItemToObject(msg, "content", empty);
+    }
     return true;
 }
 

@@ -333,7 +333,8 @@ static bool read_chat_inputs(const cJSON *root, sp_api_request *r, sp_api_error 
                                 &r->tools_json, err) &&
            sp_api_optional_json(field(root, "chat_template_kwargs"),
                                 "chat_template_kwargs", cJSON_Object,
-                                &r->template_kwargs_json, err);
+                                &r->template_kwargs_json, err) &&
+           sp_api_read_tool_choice(root, field(root, "tools"), r, err);
 }
 
 bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,

@@ -51,6 +51,21 @@ typedef enum sp_api_kind {
     SP_API_COMPLETION   /* POST /v1/completions */
 } sp_api_kind;
 
+/* tool_choice, parallel_tool_calls and reasoning_format (api_tools.c). */
+typedef enum sp_api_tool_choice_kind {
+    SP_TOOL_CHOICE_AUTO = 0,
+    SP_TOOL_CHOICE_NONE,      /* tools shown to the template, no call parsed */
+    SP_TOOL_CHOICE_REQUIRED,
+    SP_TOOL_CHOICE_NAMED      /* {"type": "function", "function": {"name"}} */
+} sp_api_tool_choice_kind;
+
+typedef struct sp_api_tool_choice {
+    sp_api_tool_choice_kind kind;
+    char name[128];           /* SP_TOOL_CHOICE_NAMED: a function of `tools` */
+    bool single_call;         /* parallel_tool_calls: false */
+    bool no_reasoning;        /* reasoning_format: "none" (the text as generated) */
+} sp_api_tool_choice;
+
 /* A generation request. Strings and arrays are malloc'd and owned by the
  * struct (sp_api_request_free). */
 typedef struct sp_api_request {
@@ -62,6 +77,7 @@ typedef struct sp_api_request {
     char *messages_json;
     char *tools_json;
     char *template_kwargs_json;
+    sp_api_tool_choice tool_choice;
     /* completion: prompt text, or token ids (prompt_ids non-NULL) */
     char *prompt_text;
     int32_t *prompt_ids;

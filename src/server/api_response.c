@@ -100,13 +100,46 @@ static cJSON *head_object(const sp_api_head *h, const char *object) {
     return o;
 }
 
-static void add_text(cJSON *o, const char *key, const sp_api_delta *d) {
-    char *s = malloc(d->len + 1);
+static void add_span(cJSON *o, const char *key, const char *text, size_t len) {
+    char *s = malloc(len + 1);
     if (!s) return;
-    if (d->len) memcpy(s, d->text, d->len);
-    s[d->len] = '\0';
+    if (len) memcpy(s, text, len);
+    s[len] = '\0';
     cJSON_AddStringToObject(o, key, s);
     free(s);
+}
+
+static void add_text(cJSON *o, const char *key, const sp_api_delta *d) {
+    add_span(o, key, d->text, d->len);
+}
+
+/* delta.tool_calls (each entry as it is) or message.tool_calls (the entries
+ * of one index joined: id, type, name and the whole arguments). */
+static void sp_api_add_tool_calls(cJSON *m, const sp_tool_delta *t, int n, bool chunk) {
+    cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+    cJSON *args = NULL;
+    sp_strbuf joined = {0};
+    for (int k = 0; k < n; k++) {
+        if (chunk || t[k].name) {
+            if (args) cJSON_SetValuestring(args, joined.p ? joined.p : "");
+            joined.len = 0;
+            if (joined.p) joined.p[0] = '\0';
+            cJSON *c = cJSON_CreateObject();
+            if (chunk) cJSON_AddNumberToObject(c, "index", t[k].index);
+            if (t[k].name) {
+                cJSON_AddStringToObject(c, "id", t[k].id);
+                cJSON_AddStringToObject(c, "type", "function");
+            }
+            cJSON *f = cJSON_AddObjectToObject(c, "function");
+            if (t[k].name) cJSON_AddStringToObject(f, "name", t[k].name);
+            if (chunk) add_span(f, "arguments", t[k].arguments, t[k].arguments_len);
+            else args = cJSON_AddStringToObject(f, "arguments", "");
+            cJSON_AddItemToArray(calls, c);
+        }
+        if (!chunk) sp_strbuf_add(&joined, t[k].arguments, t[k].arguments_len);
+    }
+    if (args) cJSON_SetValuestring(args, joined.p ? joined.p : "");
+    sp_strbuf_free(&joined);
 }
 
 /* choices[0] of a response (message) or a chunk (delta). */
@@ -117,7 +150,10 @@ static cJSON *choice(const sp_api_head *h, const sp_api_delta *d, bool chunk, bo
     if (h->kind == SP_API_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || role) cJSON_AddStringToObject(m, "role", "assistant");
-        if (!chunk || role || d->len) add_text(m, "content", d);
+        if (!chunk && d->n_tool_calls && !d->len) cJSON_AddNullToObject(m, "content");
+        else if (!chunk || role || d->len) add_text(m, "content", d);
+        if (d->reasoning_len) add_span(m, "reasoning_content", d->reasoning, d->reasoning_len);
+        if (d->n_tool_calls) sp_api_add_tool_calls(m, d->tool_calls, d->n_tool_calls, chunk);
     } else {
         add_text(c, "text", d);
     }

@@ -9,6 +9,7 @@
 
 #include "base/strbuf.h"
 #include "server/api_request.h"
+#include "server/tool_stream.h"
 #include "spindle.h"
 
 /* One generated token's log-probability and its alternatives. */
@@ -43,6 +44,14 @@ typedef struct sp_api_delta {
     int n_logprobs;
     bool want_logprobs;
     const char *finish_reason;
+    /* chat: reasoning_content (none when empty) and tool calls. In a chunk
+     * each entry is one of delta.tool_calls (a call's id, type and name with
+     * "arguments": "", or a fragment of its arguments); in a whole message the
+     * entries of one index are joined into one call. */
+    const char *reasoning;
+    size_t reasoning_len;
+    const sp_tool_delta *tool_calls;
+    int n_tool_calls;
 } sp_api_delta;
 
 /* {"error": {...}} (malloc'd; NULL when out of memory). */

@@ -11,6 +11,7 @@
 #include "server/api_response.h"
 #include "server/durable.h"
 #include "server/slots.h"
+#include "server/reply.h"
 #include "server/state.h"
 #include "server/stop_strings.h"
 
@@ -34,6 +35,7 @@ struct sp_job {
     int id_slot;                  /* -1: none (slots.h) */
     spindle_seq *seq;             /* the slot's sequence, NULL without one */
     int slot_reused;              /* prompt tokens the slot's state covered */
+    sp_job_reply reply;           /* tools / reasoning split off the text */
 
     /* Written by the engine's thread, read by the connection's: under mu. */
     pthread_mutex_t mu;
@@ -98,8 +100,10 @@ static bool on_token(spindle_request_id id, const spindle_token_info *info, void
     if (j->req.logprobs) keep_logprob(j, info);
     const char *piece = NULL;
     bool stopped = false;
-    if (spindle_detokenizer_push(j->detok, info->token, &piece, NULL) == SPINDLE_OK)
-        stopped = feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    int32_t token = sp_job_reply_token(&j->reply, info->token, &stopped);
+    if (!sp_job_reply_hides(j->srv, &j->reply, token) &&
+        spindle_detokenizer_push(j->detok, token, &piece, NULL) == SPINDLE_OK)
+        stopped |= feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return !stopped;
@@ -187,6 +191,7 @@ static void job_release(sp_job *j) {
     spindle_detokenizer_free(j->detok);
     sp_durable_free(&j->durable);
     spindle_seq_free(j->seq);
+    sp_job_reply_free(&j->reply);
     sp_stop_free(&j->stop);
     sp_strbuf_free(&j->text);
     sp_strbuf_free(&j->out);
@@ -269,8 +274,10 @@ static bool job_wait(sp_job *j, job_ready_fn ready) {
 
 /* ---------------------------------------------------------- responses */
 
-static const char *finish_reason(spindle_stop_reason r) {
-    return r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT ? "length" : "stop";
+static const char *finish_reason(const sp_job *j) {
+    spindle_stop_reason r = j->stop_reason;
+    if (r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT) return "length";
+    return j->reply.any_call ? "tool_calls" : "stop";
 }
 
 /* A request that ended without an answer: an engine error, or cancelled by
@@ -298,10 +305,14 @@ static enum MHD_Result reply_whole(sp_job *j) {
     sp_api_delta d = {.text = j->text.p ? j->text.p + j->text_from : "",
                       .len = j->text.len - j->text_from,
                       .logprobs = j->logprobs, .n_logprobs = j->n_logprobs,
-                      .want_logprobs = j->req.logprobs,
-                      .finish_reason = finish_reason(j->stop_reason)};
+                      .want_logprobs = j->req.logprobs};
+    sp_reply_delta rd = {0};
+    bool ok = !j->reply.structured ||
+              sp_job_reply_next(&j->reply, d.text, d.len, true, &rd, &d);
+    d.finish_reason = finish_reason(j);
     sp_api_usage u = job_usage(j);
-    char *json = sp_api_response_json(&j->head, &d, &u, s->tok);
+    char *json = ok ? sp_api_response_json(&j->head, &d, &u, s->tok) : NULL;
+    sp_reply_delta_free(&rd);
     if (!json) {
         sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
         return sp_reply_error(s, j->conn, route, &e);
@@ -316,7 +327,7 @@ static void stream_end(sp_job *j) {
     if (job_failure(j, &e)) {
         sp_api_error_event(&j->out, &e);
     } else {
-        sp_api_delta d = {.text = "", .finish_reason = finish_reason(j->stop_reason)};
+        sp_api_delta d = {.text = "", .finish_reason = finish_reason(j)};
         sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
         if (j->req.include_usage) {
             sp_api_usage u = job_usage(j);
@@ -325,6 +336,47 @@ static void stream_end(sp_job *j) {
     }
     sp_strbuf_add(&j->out, "data: [DONE]\n\n", 14);
     j->stream_done = true;
+}
+
+/* The next events of a structured reply: the whole text so far parsed
+ * again, what is new sent (content, reasoning and logprobs in one chunk,
+ * then one chunk per tool-call entry). */
+static bool stream_structured(sp_job *j, sp_api_delta *d) {
+    pthread_mutex_lock(&j->mu);
+    size_t len = j->text.len;
+    int n_lp = j->n_logprobs - j->logprobs_sent;
+    char *text = malloc(len + 1);
+    sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
+    bool done = j->finished, ok = text && (!n_lp || lps);
+    if (ok) {
+        if (len) memcpy(text, j->text.p, len);
+        if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
+        j->text_sent = len;
+        j->logprobs_sent += n_lp;
+    }
+    pthread_mutex_unlock(&j->mu);
+    sp_reply_delta rd = {0};
+    ok = ok && sp_job_reply_next(&j->reply, text, len, done, &rd, d);
+    if (ok && (d->len || d->reasoning_len || n_lp)) {
+        sp_api_delta text_part = *d;
+        text_part.tool_calls = NULL;
+        text_part.n_tool_calls = 0;
+        text_part.logprobs = lps;
+        text_part.n_logprobs = n_lp;
+        sp_api_chunk_event(&j->out, &j->head, &text_part, false, j->req.include_usage,
+                           j->srv->tok);
+    }
+    for (int k = 0; ok && k < d->n_tool_calls; k++) {
+        sp_api_delta call = {.text = "", .want_logprobs = d->want_logprobs,
+                             .tool_calls = &d->tool_calls[k], .n_tool_calls = 1};
+        sp_api_chunk_event(&j->out, &j->head, &call, false, j->req.include_usage, j->srv->tok);
+    }
+    sp_reply_delta_free(&rd);
+    free(text);
+    free(lps);
+    if (!ok) j->out.oom = true;
+    else if (done) stream_end(j);
+    return true;
 }
 
 /* Format the next events into j->out; false when the client has gone. */
@@ -339,6 +391,7 @@ static bool stream_next(sp_job *j) {
     if (!job_wait(j, has_news)) return false;
     /* Copy what arrived, then format without the lock (the engine's thread
      * appends meanwhile). */
+    if (j->reply.structured) return stream_structured(j, &d);
     pthread_mutex_lock(&j->mu);
     size_t len = j->text.len - j->text_sent;
     int n_lp = j->n_logprobs - j->logprobs_sent;
@@ -398,7 +451,7 @@ static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_err
 }
 
 static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
-                       sp_api_error *e) {
+                       char **rendered, sp_api_error *e) {
     spindle_error err = {0};
     spindle_status st;
     size_t count = 0;
@@ -413,7 +466,7 @@ static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
         /* The template wrote the special tokens itself (as mlx-lm and
          * transformers' apply_chat_template(tokenize=True) do). */
         st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, &count, &err);
-        spindle_free(text);
+        *rendered = text;
     } else if (r->prompt_ids) {
         *ids = r->prompt_ids;
         *n = r->n_prompt_ids;
@@ -477,7 +530,7 @@ static void replay_generated(sp_job *j) {
 static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_server *s = j->srv;
     spindle_error err = {0};
-    spindle_status st = spindle_detokenizer_new(s->tok, true, &j->detok, &err);
+    spindle_status st = spindle_detokenizer_new(s->tok, !j->reply.keep_special, &j->detok, &err);
     if (!st && j->durable.resume) replay_generated(j);
     if (!j->req.seed_given) j->req.gen.sampler.seed = fresh_seed(s);
     sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
@@ -528,6 +581,7 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     sp_api_request req;
     int32_t *ids = NULL;
     int n = 0;
+    char *prompt_text = NULL;   /* the rendered chat prompt */
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
     /* `model` may name a mounted adapter: adapters.c checks it (404). */
     sp_api_limits limits = s->limits;
@@ -543,8 +597,11 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
         ok = sp_durable_prompt(&durable, &ids, &n);
         if (!ok) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
     } else if (ok) {
-        ok = prompt_ids(s, &req, &ids, &n, &e);
+        ok = prompt_ids(s, &req, &ids, &n, &prompt_text, &e);
     }
+    sp_job *j = ok ? job_new(s, c, &req, &durable) : NULL;
+    if (j) sp_job_reply_plan(s, &j->req, prompt_text, fresh_seed(s), &j->reply);
+    spindle_free(prompt_text);
     if (!ok) {
         sp_durable_free(&durable);
         sp_api_request_free(&req);

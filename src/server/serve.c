@@ -4,6 +4,7 @@
  * deadline, cancel the rest, close the connections, free the engine. */
 #include "server/http.h"
 #include "server/slots.h"
+#include "server/reply.h"
 #include "server/state.h"
 
 #include <signal.h>
@@ -97,6 +98,7 @@ static bool load(sp_server *s) {
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
     s->context_length = spindle_model_context_length(s->model);
+    sp_reply_detect_format(s);
     return true;
 }
 

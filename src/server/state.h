@@ -13,6 +13,7 @@
 #include "server/api_request.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/tool_calls.h"
 #include "spindle.h"
 
 typedef enum sp_phase {
@@ -35,6 +36,10 @@ typedef struct sp_server {
     int32_t stop_ids[1];
     int n_stop_ids;
     int context_length;
+    /* reply.c, at load: the chat template's tool-call format, and whether
+     * <think> is one token of the vocabulary (a reasoning model) */
+    sp_tool_format tool_format;
+    bool think_token;
     sp_metrics metrics;
     time_t started;
     /* Generation jobs in flight (their count and a list, for shutdown's

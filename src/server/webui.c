@@ -1,5 +1,6 @@
 /* GET /: the chat page, one static HTML + JS document (no external
- * resources). It streams /v1/chat/completions over SSE, keeps the
+ * resources). It streams /v1/chat/completions over SSE (reasoning_content
+ * in a bubble of its own above the answer), keeps the
  * conversation, and has a stop button and model / temperature / max tokens
  * / API key settings. Edit it here; it is served as is. */
 #include "server/state.h"
@@ -20,6 +21,7 @@ const char sp_webui_html[] =
     ".user { background: #dbe8ff; margin-left: auto; }\n"
     ".assistant { background: #fff; border: 1px solid #ddd; }\n"
     ".error { background: #fde2e2; }\n"
+    ".reasoning { color: #666; font-style: italic; background: #efefeb; }\n"
     "form { display: flex; gap: 8px; padding: 10px; background: #fff; border-top: 1px solid #ddd; }\n"
     "textarea { flex: 1; resize: vertical; min-height: 2.6em; font: inherit; }\n"
     "</style>\n"
@@ -73,7 +75,7 @@ const char sp_webui_html[] =
     "  controller = new AbortController();\n"
     "  $('send').disabled = true;\n"
     "  $('stop').disabled = false;\n"
-    "  let answer = '';\n"
+    "  let answer = '', thinking = '', thought = null;\n"
     "  try {\n"
     "    const body = { messages: history, stream: true,\n"
     "                   temperature: parseFloat($('temperature').value) || 0,\n"
@@ -103,6 +105,11 @@ const char sp_webui_html[] =
     "        const j = JSON.parse(data);\n"
     "        if (j.error) throw new Error(j.error.message);\n"
     "        const delta = j.choices && j.choices[0] && j.choices[0].delta;\n"
+    "        if (delta && delta.reasoning_content) {\n"
+    "          thinking += delta.reasoning_content;\n"
+    "          if (!thought) { thought = bubble('reasoning', ''); $('log').insertBefore(thought, out); }\n"
+    "          thought.textContent = thinking;\n"
+    "        }\n"
     "        if (delta && delta.content) {\n"
     "          answer += delta.content;\n"
     "          out.textContent = answer;\n"

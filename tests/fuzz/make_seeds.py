@@ -411,7 +411,40 @@ def server_seeds():
     put("fuzz_server_stop", "none", b"\1hello\2 world")
 
 
+def reply_seeds():
+    """fuzz_reply_parse: an options byte (format = byte % 5; 8 tools, 16
+    reasoning, 32 starts in reasoning, 64 a single call), then the reply
+    with its piece breaks as 0x02. Replies shaped as the chat templates
+    write them (tests/server/test_tool_call_parsers.py renders the real
+    ones)."""
+    S = "\2"
+    seeds = {
+        "hermes": (0 | 8 | 16, "<think>\nR" + S + "eason\n</thi" + S + "nk>\n\nHi " + S
+                   + "<tool_" + S + 'call>\n{"name": "f", "argu' + S
+                   + 'ments": {"a": [1, "x\\"}"]}}\n</tool_' + S + "call>\n"
+                   + '<tool_call>{"name":"g","arguments":{}}</tool_call>'),
+        "llama3": (1 | 8, '{"name": "get' + S + '_weather", "parameters": {"city": "Pa' + S
+                   + 'ris"}}'),
+        "llama3_tag": (1 | 8, '<|python_tag|>{"name": "f", "parameters": {}}<|eom_id|>'),
+        "mistral_array": (2 | 8, "[TOOL_CALLS]" + S + '[{"name": "f", "arguments": {"x": 1}, '
+                          '"id": "abcDEF123"}, {"name": "g", "arguments": {}}]'),
+        "mistral_args": (2 | 8, '[TOOL_CALLS]f[CALL_ID]abcDEF123[ARGS]{"x": 1}'
+                         "[TOOL_CALLS]g[ARGS]" + S + "{}"),
+        "harmony": (3 | 8 | 16, "<|channel|>analysis<|message|>Think" + S + "ing.<|end|>"
+                    "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>"
+                    '{"a"' + S + ": 1}"),
+        "harmony_final": (3 | 16, "<|channel|>analysis<|message|>T<|end|><|start|>assistant"
+                          "<|channel|>final<|message|>Ans" + S + "wer"),
+        "gemma": (4 | 8 | 16, "<|channel>thought\nhm<channel|><|tool_call>call:f{a:<|\"|>x,y"
+                  "<|\"|>,b:[1,2.5,true],c:{d:None}}<tool_" + S + "call|><|tool_response>"),
+        "broken": (0 | 8 | 64, '<tool_call>{"name": "f" x</tool_call> <tool_call>nope'),
+    }
+    for name, (options, text) in seeds.items():
+        put("fuzz_reply_parse", name, bytes([options]) + text.encode())
+
+
 def main():
+    reply_seeds()
     server_seeds()
     gguf_seeds()
     safetensors_seeds()

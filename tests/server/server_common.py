@@ -48,15 +48,16 @@ class Server:
     """A `spindle serve` child process. Its stderr is drained by a thread
     (kept in .log) so that it can never block on a full pipe."""
 
-    def __init__(self, model, *args, wait_ready=True):
-        self.args = [str(SPINDLE_BIN), "serve", "-m", str(model), "--port", "0",
+    def __init__(self, model, *args, wait_ready=True, binary=None, env=None):
+        self.args = [str(binary or SPINDLE_BIN), "serve", "-m", str(model), "--port", "0",
                      "-t", os.environ.get("SPINDLE_THREADS", "2"), *map(str, args)]
         self.log = []
         self.port = None
         self._listening = threading.Event()
         self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, errors="replace")
+                                     text=True, errors="replace",
+                                     env={**os.environ, **env} if env else None)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
         try:
