@@ -102,8 +102,9 @@ static void add_chunk(spindle_engine *e, int *n, sp_request *r, int *budget) {
 }
 
 /* Admit r, just taken from the queue (engine_admit.c gave it its
- * sequence and its room in the KV pool). */
-static void admit(spindle_engine *e, sp_request *r) {
+ * sequence and its room in the KV pool). False when it could not start
+ * (it has been ended): a checkpoint it resumes did not restore. */
+static bool admit(spindle_engine *e, sp_request *r) {
     r->t_first_chunk = sp_engine_now();
     if (r->resume && sp_checkpoint_restore(r, &r->error)) {
         sp_engine_finish(e, r, SPINDLE_STOP_ERROR, r->error.status,
@@ -111,6 +112,7 @@ static void admit(spindle_engine *e, sp_request *r) {
         return false;
     }
     e->running[e->n_running++] = r;
+    return true;
 }
 
 /* Fill e->entries for this step; returns their count. */
@@ -143,8 +145,7 @@ static int plan_batch(spindle_engine *e) {
                              r->error.message);
             continue;
         }
-        admit(e, r);
-        add_chunk(e, &n, r, &budget);
+        if (admit(e, r)) add_chunk(e, &n, r, &budget);
     }
     return n;
 }

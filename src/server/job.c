@@ -608,7 +608,6 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
         spindle_free(ids);
         return sp_reply_error(s, c, route, &e);
     }
-    sp_job *j = job_new(s, c, &req, &durable);
     if (!j) {
         sp_durable_free(&durable);
         sp_api_request_free(&req);
