@@ -24,7 +24,7 @@ LAYERS = (
     ("artifacts",),
     ("tokenizer", "template", "runtime"),
     ("models",),
-    ("convert", "generation"),
+    ("convert", "generation", "embedding"),
     ("cli", "server"),
 )
 

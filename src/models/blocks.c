@@ -24,6 +24,7 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
         *fp = calloc(1, sizeof **fp);
         if (!*fp) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
         (*fp)->m = m;
+        (*fp)->pool = m->pool;
     }
     sp_forward *f = *fp;
     const sp_model_config *c = &m->cfg;
@@ -90,7 +91,7 @@ void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
 
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
-    sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
+    sp_linear_rows(f->pool, lin, x, f->n_rows, y);
 }
 
 /* ----------------------------------------------------------- attention */
@@ -171,7 +172,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .softcap = softcap,
             .sinks = L->sinks,
         };
-        if (!f->status) f->status = sp_attention(f->m->pool, &a, f->err);
+        if (!f->status) f->status = sp_attention(f->pool, &a, f->err);
     }
 }
 
