@@ -130,6 +130,9 @@ void spindle_model_free(spindle_model *model);
 const char *spindle_model_dir(const spindle_model *model);
 int spindle_model_vocab_size(const spindle_model *model);
 int spindle_model_context_length(const spindle_model *model);
+/* false for an encoder (BERT): no logits, so no generation; only
+ * spindle_embed runs it. */
+bool spindle_model_has_logits(const spindle_model *model);
 /* End-of-sequence ids (generation_config.json / config.json, or the GGUF's
  * eos/eot/eom ids and end-of-turn tokens): returns their count and, when
  * `ids` is not NULL, points *ids at them. The array is owned by the model

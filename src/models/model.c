@@ -135,6 +135,7 @@ void spindle_model_free(spindle_model *m) {
 const char *spindle_model_dir(const spindle_model *m) { return m ? m->dir : NULL; }
 int spindle_model_vocab_size(const spindle_model *m) { return m ? m->cfg.vocab_size : 0; }
 int spindle_model_context_length(const spindle_model *m) { return m ? m->max_context : 0; }
+bool spindle_model_has_logits(const spindle_model *m) { return m && !m->arch->encoder; }
 
 int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
     if (ids) *ids = m ? m->cfg.eos_ids : NULL;

@@ -463,6 +463,11 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     int32_t *ids = NULL;
     int n = 0;
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
+    if (!s->engine) {
+        sp_api_bad(&e, "model", "the model is an embedding encoder: it serves "
+                   "/v1/embeddings only");
+        return sp_reply_error(s, c, route, &e);
+    }
     if (!sp_api_parse_generation(kind, body, len, &s->limits, &req, &e))
         return sp_reply_error(s, c, route, &e);
     if (!prompt_ids(s, &req, &ids, &n, &e)) {

@@ -4,7 +4,7 @@
 
 static const char *const route_names[SP_ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize",
-    "/detokenize", "/apply-template", "/metrics", "/", "other",
+    "/detokenize", "/apply-template", "/metrics", "/", "/v1/embeddings", "other",
 };
 
 /* Upper bounds of the time-to-first-token buckets, seconds. */

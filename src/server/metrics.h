@@ -23,6 +23,7 @@ typedef enum sp_route {
     SP_ROUTE_APPLY_TEMPLATE,
     SP_ROUTE_METRICS,
     SP_ROUTE_INDEX,
+    SP_ROUTE_EMBEDDINGS,
     SP_ROUTE_OTHER,      /* unknown paths */
     SP_ROUTE_COUNT
 } sp_route;

@@ -76,12 +76,14 @@ static bool load(sp_server *s) {
     eo.background = true;
     spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
-    if (!st) st = spindle_engine_new(s->model, &eo, &s->engine, &err);
+    if (!st && spindle_model_has_logits(s->model))
+        st = spindle_engine_new(s->model, &eo, &s->engine, &err);
     if (st) {
         fprintf(stderr, "spindle serve: %s\n", err.message[0] ? err.message
                                                               : spindle_status_name(st));
         return false;
     }
+    if (!sp_embeddings_load(s)) return false;
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
@@ -131,6 +133,7 @@ static void drain(sp_server *s) {
 static void server_free(sp_server *s) {
     sp_http_stop(s);
     spindle_engine_free(s->engine);
+    spindle_embedder_free(s->embedder);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);
