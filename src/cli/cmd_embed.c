@@ -2,7 +2,10 @@
  *
  *   spindle embed -m MODEL [--text T | stdin, one input per line]
  *                 [--prompt P | --prompt-name NAME] [--dimensions N]
- *                 [--max-tokens N] [--threads N]
+ *                 [--max-tokens N] [--threads N] [--ids]
+ *
+ * --ids: each input line is token ids ("1,2,3"), special tokens included;
+ * no tokenizer is loaded.
  *
  * Prints {"embedding": [...]} per input in input order; every input of a
  * run is embedded in one spindle_embed call (many per forward pass). */
@@ -22,11 +25,13 @@ static const char *embed_usage =
     "  --prompt-name NAME  a prompt of config_sentence_transformers.json\n"
     "  --dimensions N      keep the first N values (Matryoshka)\n"
     "  --max-tokens N      truncate inputs to N tokens (default: the model's)\n"
-    "  --threads N         worker threads (default: all cores)\n";
+    "  --threads N         worker threads (default: all cores)\n"
+    "  --ids               input lines are token ids (1,2,3), not text\n";
 
 typedef struct embed_opts {
     const char *model, *text, *prompt, *prompt_name;
     long dimensions, max_tokens, threads;
+    bool ids;
 } embed_opts;
 
 /* 0: parsed; -1: help printed; else the exit status. */
@@ -43,6 +48,8 @@ static int parse_opts(int argc, char **argv, embed_opts *o) {
             if (!(o->model = sp_arg_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--text")) {
             if (!(o->text = sp_arg_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--ids")) {
+            o->ids = true;
         } else if (!strcmp(a, "--prompt")) {
             if (!(o->prompt = sp_arg_value(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--prompt-name")) {
@@ -98,6 +105,18 @@ static spindle_embed_input *read_lines(char **buf, int *n) {
     return in;
 }
 
+/* --ids: each text becomes its ids (owned by in[i].tokens). */
+static bool parse_id_lines(spindle_embed_input *in, int n) {
+    for (int i = 0; i < n; i++) {
+        int32_t *ids = NULL;
+        int count = 0;
+        if (!sp_arg_id_list("--ids", in[i].text, &ids, &count)) return false;
+        in[i].tokens = ids;
+        in[i].n_tokens = count;
+    }
+    return true;
+}
+
 static void print_rows(const float *v, int n, int width) {
     for (int i = 0; i < n; i++) {
         fputs("{\"embedding\": [", stdout);
@@ -145,7 +164,7 @@ int sp_cmd_embed(int argc, char **argv) {
     spindle_embedder_options eo = {.n_threads = (int)o.threads,
                                    .max_tokens = (int)o.max_tokens};
     if (spindle_model_load(o.model, &lo, &m, &err) ||
-        spindle_tokenizer_load(spindle_model_dir(m), &tok, &err) ||
+        (!o.ids && spindle_tokenizer_load(spindle_model_dir(m), &tok, &err)) ||
         spindle_embedder_new(m, &eo, &e, &err)) {
         fprintf(stderr, "spindle embed: %s\n", err.message);
         rc = 1;
@@ -157,7 +176,9 @@ int sp_cmd_embed(int argc, char **argv) {
         fputs("spindle embed: cannot read stdin\n", stderr);
         rc = 1;
     }
+    if (!rc && o.ids && !parse_id_lines(in, n)) rc = 2;
     if (!rc) rc = embed_all(&o, e, tok, in, n);
+    for (int i = 0; o.ids && i < n; i++) free((void *)in[i].tokens);
     if (in != &one) free(in);
     free(buf);
     spindle_embedder_free(e);
