@@ -608,7 +608,8 @@ typedef struct spindle_embedder spindle_embedder;
 typedef struct spindle_embedder_options {
     int n_threads;   /* the embedder's own threads; <= 0: every core */
     int max_tokens;  /* truncation length; <= 0: max_seq_length, else the
-                        model's context */
+                        model's context; never past the context (an
+                        encoder's: its position table) */
 } spindle_embedder_options;
 
 /* Reads the sentence-transformers files of `model`'s directory; fails with

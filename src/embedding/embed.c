@@ -44,10 +44,15 @@ spindle_status spindle_embedder_new(spindle_model *model,
         return st;
     }
     int limit = model->max_context > 0 ? model->max_context : 1 << 20;
+    /* An encoder's positions are rows of its position table, whatever
+     * context the model was loaded with. */
+    if (model->arch->encoder && model->cfg.max_position > 0 &&
+        model->cfg.max_position < limit)
+        limit = model->cfg.max_position;
     e->max_tokens = e->st.max_seq_length > 0 && e->st.max_seq_length < limit
                         ? e->st.max_seq_length : limit;
-    if (options && options->max_tokens > 0 && options->max_tokens < limit)
-        e->max_tokens = options->max_tokens;
+    if (options && options->max_tokens > 0)
+        e->max_tokens = options->max_tokens < limit ? options->max_tokens : limit;
     e->pool = sp_pool_create(options ? options->n_threads : 0);
     pthread_mutex_init(&e->lock, NULL);
     *out = e;
