@@ -237,6 +237,9 @@ def st_modules_seeds():
         {"path": "", "type": st + "Transformer"},
         {"path": "../x", "type": st + "Pooling"},
         {"path": "2_Dense", "type": st + "Dense"}]).encode())
+    put("fuzz_st_modules", "modules-escape", b"\0" + js([
+        {"path": "", "type": st + "Transformer"},
+        {"path": "../1_Pooling", "type": st + "Pooling"}]).encode())
     put("fuzz_st_modules", "pooling", b"\1" + js({
         "word_embedding_dimension": 384, "pooling_mode_cls_token": False,
         "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
