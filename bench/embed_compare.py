@@ -64,8 +64,8 @@ def main():
     if not GGUF.exists():
         write_gguf(MODEL, GGUF)
     from llama_cpp import Llama
-    llm = Llama(str(GGUF), embedding=True, n_ctx=16384, n_batch=8192,
-                n_ubatch=8192, n_seq_max=64, n_threads=a.threads,
+    llm = Llama(str(GGUF), embedding=True, n_ctx=8192, n_batch=2048,
+                n_ubatch=2048, n_seq_max=64, n_threads=a.threads,
                 n_threads_batch=a.threads, verbose=False)
     texts = sentences(a.sentences)
     n_tokens = sum(len(llm.tokenize(t.encode())) for t in texts)
