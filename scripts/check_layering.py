@@ -24,7 +24,7 @@ LAYERS = (
     ("artifacts",),
     ("tokenizer", "template", "runtime"),
     ("models",),
-    ("convert", "generation", "grammar"),
+    ("convert", "generation", "grammar", "embedding"),
     ("cli", "server"),
 )
 

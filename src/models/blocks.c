@@ -25,6 +25,7 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
         *fp = calloc(1, sizeof **fp);
         if (!*fp) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
         (*fp)->m = m;
+        (*fp)->pool = m->pool;
     }
     sp_forward *f = *fp;
     const sp_model_config *c = &m->cfg;
@@ -92,7 +93,7 @@ void sp_linear_rows(sp_pool *pool, const sp_linear *lin, const float *x,
 
 void sp_linear_forward(sp_forward *f, const sp_linear *lin, const float *x,
                        float *y) {
-    sp_linear_rows(f->m->pool, lin, x, f->n_rows, y);
+    sp_linear_rows(f->pool, lin, x, f->n_rows, y);
     if (f->any_adapter) sp_lora_apply(f, lin, x, y);
 }
 
@@ -174,7 +175,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .softcap = softcap,
             .sinks = L->sinks,
         };
-        if (!f->status) f->status = sp_attention(f->m->pool, &a, f->err);
+        if (!f->status) f->status = sp_attention(f->pool, &a, f->err);
     }
 }
 

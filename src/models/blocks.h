@@ -22,6 +22,8 @@ typedef struct sp_forward_seq {
 
 struct sp_forward {
     spindle_model *m;
+    sp_pool *pool;            /* the kernels' threads (the model's unless
+                                 the owner of this scratch has its own) */
     int n_rows;               /* T */
     int n_seqs;
     sp_forward_seq *seqs;

@@ -122,10 +122,10 @@ static void apply_group(sp_forward *f, int first, const spindle_adapter *a,
             s->row_scale[k + t] = a->scale * sq->adapter_scale;
         k += sq->n_rows;
     }
-    sp_matmul(f->m->pool, &pr->a, s->x, n, s->t);
+    sp_matmul(f->pool, &pr->a, s->x, n, s->t);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < rank; i++) s->t[(size_t)r * rank + i] *= s->row_scale[r];
-    sp_matmul(f->m->pool, &pr->b, s->t, n, s->u);
+    sp_matmul(f->pool, &pr->b, s->t, n, s->u);
     k = 0;
     for (int q = first; q < f->n_seqs; q++) {
         const sp_forward_seq *sq = &f->seqs[q];

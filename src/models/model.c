@@ -100,7 +100,7 @@ spindle_status spindle_model_load(const char *path,
             m->max_context = options->max_context;
         st = init_rope(m, err);
     }
-    if (!st) st = sp_bind_embeddings_and_head(m, err);
+    if (!st && !m->arch->encoder) st = sp_bind_embeddings_and_head(m, err);
     if (!st) st = m->arch->load(m, err);
     if (!st) st = sp_model_init_state_desc(m, err);
     if (!st) st = sp_model_init_kv_pool(m, options ? options->kv_bytes : 0, err);
@@ -138,6 +138,7 @@ void spindle_model_free(spindle_model *m) {
 const char *spindle_model_dir(const spindle_model *m) { return m ? m->dir : NULL; }
 int spindle_model_vocab_size(const spindle_model *m) { return m ? m->cfg.vocab_size : 0; }
 int spindle_model_context_length(const spindle_model *m) { return m ? m->max_context : 0; }
+bool spindle_model_has_logits(const spindle_model *m) { return m && !m->arch->encoder; }
 
 int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
     if (ids) *ids = m ? m->cfg.eos_ids : NULL;
@@ -222,14 +223,12 @@ static void compute_logits(spindle_model *m, sp_forward *f,
     if (k) head_rows(m, f, k, run);
 }
 
-spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
-                               int n, spindle_error *err) {
-    sp_error_clear(err);
-    if (!m || !e || n < 1)
-        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "empty batch");
+spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
+                                 spindle_batch_entry *e, int n,
+                                 spindle_error *err) {
     int rows;
     spindle_status st = check_batch(m, e, n, &rows, err);
-    if (!st) st = sp_forward_reserve(&m->fwd, m, rows, n, err);
+    if (!st) st = sp_forward_reserve(fwd, m, rows, n, err);
     /* Everything a pass allocates, before any layer runs: a failure here
      * or in a layer leaves every sequence as it was (nothing is committed). */
     for (int i = 0; i < n && !st; i++) {
@@ -238,7 +237,7 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     }
     if (st) return st;
 
-    sp_forward *f = m->fwd;
+    sp_forward *f = *fwd;
     f->n_rows = rows;
     f->n_seqs = n;
     f->any_adapter = false;
@@ -261,8 +260,21 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
     f->status = SPINDLE_OK;
     f->err = err;
     for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);
-    if (f->status) return f->status;
-    compute_logits(m, f, e, n);
+    return f->status;
+}
+
+spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
+                               int n, spindle_error *err) {
+    sp_error_clear(err);
+    if (!m || !e || n < 1)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "empty batch");
+    if (m->arch->encoder)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s is an embedding encoder (%s): it has no logits; "
+                       "use embeddings", m->dir, m->cfg.model_type);
+    spindle_status st = sp_forward_layers(m, &m->fwd, e, n, err);
+    if (st) return st;
+    compute_logits(m, m->fwd, e, n);
     for (int i = 0; i < n; i++) sp_seq_state_commit(e[i].seq->state);
     return SPINDLE_OK;
 }

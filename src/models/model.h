@@ -86,6 +86,10 @@ typedef struct sp_arch {
      * metadata keys), handed to the artifacts/ GGUF reader; NULL when the
      * family has no GGUF form of its own. */
     const sp_gguf_family *gguf;
+    /* An encoder (BERT): no lm_head, final norm or sequence state; the
+     * family's load binds spindle_model.embed, spindle_forward refuses it
+     * and spindle_embed runs its layers (models/embed.c). */
+    bool encoder;
     /* Validate family-specific config keys and bind every weight. */
     spindle_status (*load)(spindle_model *m, spindle_error *err);
     /* Transform the residual stream f->x of all batch tokens by layer l. */
@@ -169,6 +173,14 @@ spindle_status sp_model_init_state_desc(spindle_model *m, spindle_error *err);
  * beside the weights in available memory) (models/kv_budget.c). */
 spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
                                      spindle_error *err);
+
+/* A forward pass up to the last layer: f->x holds every row's output
+ * (before the final norm), nothing is committed to the sequences. Runs in
+ * *fwd (grown as needed), on the pool (*fwd)->pool. spindle_forward is this
+ * plus the logits and the commit; spindle_embed reads the rows. */
+spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
+                                 spindle_batch_entry *e, int n,
+                                 spindle_error *err);
 
 /* ---- weight binding helpers (models/weights.c) ---- */
 

@@ -212,7 +212,7 @@ static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
         s->cap_h = h;
     }
     /* At most every expert once plus the extra blocks plan_units adds. */
-    const size_t units = E + UNITS_PER_THREAD * (size_t)sp_pool_size(f->m->pool);
+    const size_t units = E + UNITS_PER_THREAD * (size_t)sp_pool_size(f->pool);
     if (units > s->cap_units) {
         if (!GROW(s->units, units)) goto oom;
         s->cap_units = units;
@@ -358,7 +358,7 @@ static void run_experts(sp_pool *pool, const sp_moe *moe, sp_moe_scratch *s) {
 /* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn). */
 static void add_shared_expert(sp_forward *f, const sp_moe *moe) {
     sp_moe_scratch *s = f->moe;
-    sp_pool *pool = f->m->pool;
+    sp_pool *pool = f->pool;
     const int T = f->n_rows;
     const size_t D = (size_t)moe->hidden;
     run_pooled(pool, moe, &moe->shared_gate_proj, &moe->shared_up,
@@ -378,7 +378,7 @@ void sp_moe_block(sp_forward *f, const sp_moe *moe) {
     if (f->status) return;
     if ((f->status = reserve(f, moe))) return;
     sp_moe_scratch *s = f->moe;
-    sp_pool *pool = f->m->pool;
+    sp_pool *pool = f->pool;
     const sp_moe_spec *sp = &moe->spec;
     const int T = f->n_rows, E = sp->n_experts, k = sp->top_k;
     const size_t D = (size_t)moe->hidden;

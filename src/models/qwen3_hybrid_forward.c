@@ -130,7 +130,7 @@ static spindle_status delta_run(sp_forward *f, sp_hybrid *h,
         .n_tokens = n, .channels = (int)C, .kernel = h->conv_kernel,
         .x = h->conv_in + r0 * C, .x_stride = C, .w_t = D->conv_w,
         .window = rs->conv, .out = conv, .out_stride = C};
-    spindle_status st = sp_conv1d_silu(f->m->pool, &ca, f->err);
+    spindle_status st = sp_conv1d_silu(f->pool, &ca, f->err);
     if (st) return st;
     const sp_delta_prepare_args pa = {
         .n_tokens = n, .n_k_heads = h->n_k_heads, .k_dim = h->k_dim,
@@ -145,7 +145,7 @@ static spindle_status delta_run(sp_forward *f, sp_hybrid *h,
         .v = conv + 2 * h->key_dim, .v_stride = C, .log_g = h->a + r0 * hv,
         .beta = h->b + r0 * hv, .state = rs->state,
         .out = h->core + r0 * h->value_dim, .out_stride = h->value_dim};
-    return sp_gated_delta(f->m->pool, &da, f->err);
+    return sp_gated_delta(f->pool, &da, f->err);
 }
 
 static void delta_net(sp_forward *f, int l, sp_hybrid *h) {

@@ -126,9 +126,9 @@ static cJSON *parse_object(const char *body, size_t len, sp_api_error *err) {
 
 /* --------------------------------------------------------- shared fields */
 
-static bool read_model(const cJSON *root, const sp_api_limits *limits,
-                       sp_api_request *r, sp_api_error *err) {
-    const cJSON *v = field(root, "model");
+bool sp_api_check_model(const cJSON *root, const sp_api_limits *limits,
+                        const cJSON **model, sp_api_error *err) {
+    const cJSON *v = *model = field(root, "model");
     if (!v) return true;
     if (!cJSON_IsString(v)) return sp_api_bad(err, "model", "'model' must be a string");
     bool known = limits->n_model_names == 0;
@@ -138,7 +138,14 @@ static bool read_model(const cJSON *root, const sp_api_limits *limits,
         return sp_api_fail(err, 404, "invalid_request_error", "model", "model_not_found",
                            "The model '%.200s' does not exist (this server serves '%.150s')",
                            v->valuestring, limits->model_names[0]);
-    return dup_text(v, &r->model, err);
+    return true;
+}
+
+static bool read_model(const cJSON *root, const sp_api_limits *limits,
+                       sp_api_request *r, sp_api_error *err) {
+    const cJSON *v;
+    if (!sp_api_check_model(root, limits, &v, err)) return false;
+    return !v || dup_text(v, &r->model, err);
 }
 
 static bool read_stop(const cJSON *root, sp_api_request *r, sp_api_error *err) {

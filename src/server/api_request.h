@@ -46,6 +46,12 @@ typedef struct sp_api_limits {
     int default_max_tokens;        /* when the request gives none */
 } sp_api_limits;
 
+/* `model` of a request body (NULL when absent, *model borrowed from root):
+ * a string naming the served model, else 400 / 404. */
+struct cJSON;
+bool sp_api_check_model(const struct cJSON *root, const sp_api_limits *limits,
+                        const struct cJSON **model, sp_api_error *err);
+
 typedef enum sp_api_kind {
     SP_API_CHAT = 0,    /* POST /v1/chat/completions */
     SP_API_COMPLETION   /* POST /v1/completions */

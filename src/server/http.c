@@ -43,6 +43,8 @@ static const route_entry routes[] = {
     {"/detokenize", SP_ROUTE_DETOKENIZE, "POST"},
     {"/apply-template", SP_ROUTE_APPLY_TEMPLATE, "POST"},
     {"/metrics", SP_ROUTE_METRICS, "GET"},
+    {"/v1/embeddings", SP_ROUTE_EMBEDDINGS, "POST"},
+    {"/embeddings", SP_ROUTE_EMBEDDINGS, "POST"},
     {"/", SP_ROUTE_INDEX, "GET"},
     {"/index.html", SP_ROUTE_INDEX, "GET"},
     {"/v1/load_lora_adapter", SP_ROUTE_LORA_LOAD, "POST"},
@@ -227,6 +229,7 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
     case SP_ROUTE_DETOKENIZE: return sp_handle_detokenize(s, c, body, len);
     case SP_ROUTE_APPLY_TEMPLATE: return sp_handle_apply_template(s, c, body, len);
     case SP_ROUTE_METRICS: return sp_handle_metrics(s, c);
+    case SP_ROUTE_EMBEDDINGS: return sp_handle_embeddings(s, c, body, len);
     case SP_ROUTE_INDEX: return sp_handle_index(s, c);
     case SP_ROUTE_SLOTS: return sp_handle_slots(s, c, url, body, len);
     case SP_ROUTE_LORA_LOAD: return sp_handle_load_lora(s, c, body, len);

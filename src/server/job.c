@@ -583,6 +583,11 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     int n = 0;
     char *prompt_text = NULL;   /* the rendered chat prompt */
     if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
+    if (!s->engine) {
+        sp_api_bad(&e, "model", "the model is an embedding encoder: it serves "
+                   "/v1/embeddings only");
+        return sp_reply_error(s, c, route, &e);
+    }
     /* `model` may name a mounted adapter: adapters.c checks it (404). */
     sp_api_limits limits = s->limits;
     limits.n_model_names = 0;

@@ -5,7 +5,8 @@
 static const char *const route_names[SP_ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize",
     "/detokenize", "/apply-template", "/metrics", "/", "/slots",
-    "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/lora-adapters", "other",
+    "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/lora-adapters",
+    "/v1/embeddings", "other",
 };
 
 /* Upper bounds of the time-to-first-token buckets, seconds. */

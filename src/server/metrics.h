@@ -27,6 +27,7 @@ typedef enum sp_route {
     SP_ROUTE_LORA_LOAD,
     SP_ROUTE_LORA_UNLOAD,
     SP_ROUTE_LORA_LIST,
+    SP_ROUTE_EMBEDDINGS,
     SP_ROUTE_OTHER,      /* unknown paths */
     SP_ROUTE_COUNT
 } sp_route;

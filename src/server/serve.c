@@ -80,12 +80,14 @@ static bool load(sp_server *s) {
     eo.background = true;
     spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
-    if (!st) st = spindle_engine_new(s->model, &eo, &s->engine, &err);
+    if (!st && spindle_model_has_logits(s->model))
+        st = spindle_engine_new(s->model, &eo, &s->engine, &err);
     if (st) {
         fprintf(stderr, "spindle serve: %s\n", err.message[0] ? err.message
                                                               : spindle_status_name(st));
         return false;
     }
+    if (!sp_embeddings_load(s)) return false;
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
     if (!spindle_model_kv_pool_info(s->model, &kv, &err))
@@ -147,6 +149,7 @@ static void server_free(sp_server *s) {
     sp_slots_free(s->slots);     /* their snapshots go before the model */
     sp_adapters_free(&s->adapters);
     spindle_grammar_vocab_free(s->grammar_vocab);
+    spindle_embedder_free(s->embedder);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
     sp_metrics_destroy(&s->metrics);

@@ -29,7 +29,11 @@ typedef struct sp_server {
     spindle_model *model;
     spindle_tokenizer *tok;
     spindle_grammar_vocab *grammar_vocab;  /* (lock) built on first use */
-    spindle_engine *engine;
+    spindle_engine *engine;       /* NULL for an encoder (no logits) */
+    /* The embedding side (server/embeddings.c): NULL when the model is not
+     * an embedding model, and then embed_refusal says why (for the 400). */
+    spindle_embedder *embedder;
+    char embed_refusal[256];
     atomic_int phase;
     sp_api_limits limits;
     const char *model_names[2];
@@ -84,6 +88,13 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
 void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
 /* Cancel every job in flight (shutdown past its deadline). */
 void sp_cancel_all_jobs(sp_server *s);
+
+/* ---- embeddings.c: POST /v1/embeddings */
+enum MHD_Result sp_handle_embeddings(sp_server *s, struct MHD_Connection *c,
+                                     const char *body, size_t len);
+/* The embedder of s->model, or the reason in s->embed_refusal; false (a
+ * line on stderr) when the model's embedding files are malformed. */
+bool sp_embeddings_load(sp_server *s);
 
 /* ---- routes.c: the other routes */
 enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c);

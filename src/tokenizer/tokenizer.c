@@ -86,10 +86,10 @@ static spindle_status build(spindle_tokenizer *tok, const cJSON *root,
     spindle_status st;
     const cJSON *c;
     if (!cJSON_IsObject(root)) return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer.json: not an object");
-    const cJSON *trunc = component(root, "truncation"), *pad = component(root, "padding");
-    if (trunc || pad)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "tokenizer.json: built-in %s is not supported",
-                       trunc ? "truncation" : "padding");
+    /* The "truncation" and "padding" blocks are left out, as transformers'
+     * fast tokenizers leave them: each call says whether to truncate or pad
+     * (sentence-transformers truncates to its own max_seq_length), and
+     * encode here is one text without padding. */
     if ((c = component(root, "normalizer"))) {
         if (!(tok->normalizer = calloc(1, sizeof *tok->normalizer))) return oom(err);
         if ((st = sp_norm_parse(c, tok->normalizer, err))) return st;

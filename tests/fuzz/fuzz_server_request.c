@@ -3,7 +3,7 @@
  * model is loaded.
  *
  * Input: one byte choosing the route (low 3 bits: chat, completions,
- * tokenize, detokenize, apply-template), then the body. Invariants: an
+ * tokenize, detokenize, apply-template, 5: embeddings), then the body. Invariants: an
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/api_embeddings.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
 
@@ -74,6 +75,31 @@ static void check_generation(const sp_api_request *r) {
                "unknown model accepted");
 }
 
+/* Every input is text or a non-empty list of ids in the vocabulary; the
+ * response of a parsed request parses, with one item per input. */
+static void check_embeddings(const sp_api_embeddings *r) {
+    FUZZ_CHECK(r->n_inputs >= 1 && r->n_inputs <= SP_API_MAX_EMBED_INPUTS,
+               "n_inputs %d", r->n_inputs);
+    FUZZ_CHECK(r->dimensions >= 0, "dimensions %d", r->dimensions);
+    for (int i = 0; i < r->n_inputs; i++) {
+        const spindle_embed_input *in = &r->inputs[i];
+        FUZZ_CHECK(in->text || (in->tokens && in->n_tokens >= 1), "input %d", i);
+        for (int t = 0; !in->text && t < in->n_tokens; t++)
+            FUZZ_CHECK(in->tokens[t] >= 0 && in->tokens[t] < VOCAB, "id");
+    }
+    float v[3] = {0.5f, -1.0f, 3.25f};
+    float *out = calloc((size_t)r->n_inputs * 3, sizeof *out);
+    FUZZ_CHECK(out, "memory");
+    memcpy(out, v, sizeof v);
+    char *json = sp_api_embeddings_response(r, "tiny", out, 3, 7);
+    cJSON *root = cJSON_Parse(json);
+    FUZZ_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "data")) ==
+                   r->n_inputs, "response %.200s", json ? json : "(null)");
+    cJSON_Delete(root);
+    free(json);
+    free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const char *body = (const char *)data + 1;
@@ -108,6 +134,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             check_error(&e);
             FUZZ_CHECK(!ids, "ids returned with an error");
+        }
+    } else if (route == 5) {
+        sp_api_embeddings r;
+        if (sp_api_parse_embeddings(body, len, &limits, &r, &e)) {
+            check_embeddings(&r);
+            sp_api_embeddings_free(&r);
+        } else {
+            check_error(&e);
         }
     } else {
         sp_api_request r;

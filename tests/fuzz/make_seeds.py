@@ -225,6 +225,32 @@ def index_seeds():
     put("fuzz_st_index", "traversal", js({"weight_map": {"lm_head.weight": "../" + b}}))
 
 
+def st_modules_seeds():
+    """fuzz_st_modules: parser byte (0 modules.json, 1 Pooling config,
+    2 sentence_bert_config.json, 3 config_sentence_transformers.json)."""
+    st = "sentence_transformers.models."
+    put("fuzz_st_modules", "modules", b"\0" + js([
+        {"idx": 0, "name": "0", "path": "", "type": st + "Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": st + "Normalize"}]).encode())
+    put("fuzz_st_modules", "modules-dense", b"\0" + js([
+        {"path": "", "type": st + "Transformer"},
+        {"path": "../x", "type": st + "Pooling"},
+        {"path": "2_Dense", "type": st + "Dense"}]).encode())
+    put("fuzz_st_modules", "modules-escape", b"\0" + js([
+        {"path": "", "type": st + "Transformer"},
+        {"path": "../1_Pooling", "type": st + "Pooling"}]).encode())
+    put("fuzz_st_modules", "pooling", b"\1" + js({
+        "word_embedding_dimension": 384, "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_lasttoken": False, "include_prompt": True}).encode())
+    put("fuzz_st_modules", "sbert", b"\2" + js({"max_seq_length": 256,
+                                                 "do_lower_case": False}).encode())
+    put("fuzz_st_modules", "prompts", b"\3" + js({
+        "prompts": {"query": "Instruct: find\nQuery:", "document": ""},
+        "default_prompt_name": "query"}).encode())
+
+
 # ------------------------------------------------------------- tokenizers
 
 BYTES_TO_UNICODE = None
@@ -369,7 +395,7 @@ def jinja_seeds():
 
 def server_seeds():
     """fuzz_server_request: route byte (0 chat, 1 completions, 2 tokenize,
-    3 detokenize, 4 apply-template) + body; fuzz_server_stop: stop strings
+    3 detokenize, 4 apply-template, 5 embeddings) + body; fuzz_server_stop: stop strings
     (NUL-ended), 0x01, text pieces split at 0x02."""
     msgs = [{"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi "},
@@ -406,6 +432,11 @@ def server_seeds():
     put("fuzz_server_request", "detokenize", b"\3" + js({"tokens": [0, 5, 999]}).encode())
     put("fuzz_server_request", "apply-template", b"\4" + js({
         "messages": msgs, "chat_template_kwargs": {"a": 1}}).encode())
+    put("fuzz_server_request", "embeddings-texts", b"\5" + js({
+        "model": "tiny", "input": ["héllo", ""], "encoding_format": "base64",
+        "dimensions": 3, "prompt_name": "query"}).encode())
+    put("fuzz_server_request", "embeddings-ids", b"\5" + js({
+        "input": [[1, 2, 999], [0]], "encoding_format": "float"}).encode())
     put("fuzz_server_stop", "across", b"ab\0\n\n\0\1xa\2b\2cd\n\2\ne")
     put("fuzz_server_stop", "prefix-held", b"abcd\0bc\0\1a\2b\2c\2x")
     put("fuzz_server_stop", "none", b"\1hello\2 world")
@@ -450,6 +481,7 @@ def main():
     safetensors_seeds()
     config_seeds()
     index_seeds()
+    st_modules_seeds()
     tokenizer_seeds()
     encode_seeds()
     chat_seeds()

@@ -47,6 +47,7 @@ typedef struct shape {
     int first_key; /* position of the view's first key (a window cache) */
     float softcap;
     float q_amp; /* queries uniform in [-q_amp, q_amp]; 0 means 2 */
+    bool bidirectional; /* every query sees every key up to the last query */
 } shape;
 
 static void ref_attention(double *out, const float *q, const float *k,
@@ -56,8 +57,8 @@ static void ref_attention(double *out, const float *q, const float *k,
     int last = sh->first_pos + sh->n_q - 1;
     double *sc = malloc(sizeof(double) * (size_t)(last + 1));
     for (int t = 0; t < sh->n_q; t++) {
-        int p = sh->first_pos + t;
-        int lo = sh->window > 0 ? p - sh->window + 1 : 0;
+        int p = sh->bidirectional ? last : sh->first_pos + t;
+        int lo = sh->window > 0 && !sh->bidirectional ? p - sh->window + 1 : 0;
         if (lo < 0) lo = 0;
         for (int h = 0; h < sh->n_heads; h++) {
             const float *qh = q + ((size_t)t * sh->n_heads + h) * hd;
@@ -170,7 +171,8 @@ static void run_case(const shape *sh, sp_pool *pool) {
                                   .type = case_type,
                                   .first_key_pos = sh->first_key},
                            .scale = scale, .window = sh->window,
-                           .softcap = sh->softcap};
+                           .softcap = sh->softcap,
+                           .bidirectional = sh->bidirectional};
     assert_int_equal(sp_attention(pool, &a, NULL), SPINDLE_OK);
     ref_attention(ref, q, k, v, stride, sh, scale);
     for (size_t i = 0; i < q_n; i++) {
@@ -316,6 +318,27 @@ static void test_softcap(void **s) {
     run_case(&sh, NULL);
 }
 
+static void test_bidirectional(void **s) {
+    (void)s;
+    /* Encoders (BERT): each query attends to the whole sequence, later keys
+     * included; a window is ignored. Keys before the first query (a view
+     * holding earlier positions) are seen too. */
+    const int nq[] = {1, 5, 40};
+    for (size_t i = 0; i < 3; i++) {
+        shape sh = {.n_q = nq[i], .n_heads = 4, .n_kv_heads = 2,
+                    .head_dim = 32, .bidirectional = true};
+        run_case(&sh, NULL);
+        sh.first_pos = 7;
+        sh.window = 3;
+        run_case(&sh, NULL);
+    }
+    shape big = {.n_q = 33, .n_heads = 12, .n_kv_heads = 12, .head_dim = 64,
+                 .bidirectional = true};
+    sp_pool *pool = sp_pool_create(2);
+    run_case(&big, pool);
+    sp_pool_destroy(pool);
+}
+
 static void test_long_context(void **s) {
     (void)s;
     /* Decode step deep into the context: many tiles, running max rescaling. */
@@ -348,6 +371,7 @@ EVERY(test_window)
 EVERY(test_window_view)
 EVERY(test_softcap)
 EVERY(test_long_context)
+EVERY(test_bidirectional)
 
 /* Inconsistent arguments are an error naming what is wrong, and nothing
  * is written: each case breaks one field of a valid call. */
@@ -410,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_window_one_is_value),
         cmocka_unit_test(test_softcap_all),
         cmocka_unit_test(test_long_context_all),
+        cmocka_unit_test(test_bidirectional_all),
         cmocka_unit_test(test_invalid_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -91,9 +91,12 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
     const int hd = a->head_dim;
     const int group = a->n_heads / a->n_kv_heads;
     const int kvh = h / group;
-    const int p = a->first_pos + t;
+    /* p: the last key this query sees */
+    const int p = a->bidirectional ? a->first_pos + a->n_q - 1
+                                   : a->first_pos + t;
     int lo = 0;
-    if (a->window > 0 && p - a->window + 1 > 0) lo = p - a->window + 1;
+    if (!a->bidirectional && a->window > 0 && p - a->window + 1 > 0)
+        lo = p - a->window + 1;
 
     const size_t row = (size_t)a->n_heads * (size_t)hd;
     const float *q = a->q + (size_t)t * row + (size_t)h * hd;
@@ -169,7 +172,7 @@ static const char *attention_args_problem(const sp_attention_args *a) {
         return "an unknown KV cache type";
     /* the cache must hold every position from the first query's first key
      * up to the last query's own */
-    const int64_t first_key = a->window > 0 && a->first_pos - a->window + 1 > 0
+    const int64_t first_key = !a->bidirectional && a->window > 0 && a->first_pos - a->window + 1 > 0
                                   ? a->first_pos - a->window + 1 : 0;
     if (a->kv.first_key_pos < 0 || a->kv.first_key_pos > first_key)
         return "keys before the start of the KV view";

@@ -35,7 +35,7 @@ SP_TARGET_BEGIN(SP_TARGET_AVX512)
 #define MAX_ROWS 32      /* query rows (token, head) per unit */
 
 bool sp_attention_avx512_covers(const sp_attention_args *a) {
-    return a->softcap <= 0.0f && a->head_dim % 16 == 0 &&
+    return !a->bidirectional && a->softcap <= 0.0f && a->head_dim % 16 == 0 &&
            a->head_dim <= SP_ATTN_MAX_HD &&
            a->n_heads / a->n_kv_heads <= MAX_ROWS;
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Embedding throughput (sentences/s) on all-MiniLM-L6-v2: `spindle embed`
+against llama.cpp's embedding mode (llama-cpp-python, embedding=True, mean
+pooling) on the same weights in f32, measured alternately in one run.
+
+The GGUF comes from tests/embeddings/minilm_gguf.py. Spindle's time is a whole process (load included) minus the same
+process on one sentence; llama.cpp's is Llama.embed after the load.
+
+  .venv/bin/python bench/embed_compare.py [--sentences 256] [--threads 2] [--runs 3]
+"""
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "embeddings"))
+from minilm_gguf import write_gguf  # noqa: E402
+MODEL = ROOT / "tests" / ".work" / "all-MiniLM-L6-v2"
+GGUF = ROOT / "bench" / ".work" / "all-MiniLM-L6-v2-f32.gguf"
+WORDS = ("the of and to in is was for on that with as by at from his her an "
+         "which or be are this had not but were have it they their one all "
+         "would there when who will more no if out so said what up its about "
+         "into than them can only other new some could time these two may "
+         "then do first any my now such like our over man me even most made "
+         "after also did many before must through back years where much your "
+         "way well down should because each just those people how too little "
+         "state good very make world still own see men work long get here "
+         "between both life being under never day same another know while "
+         "last might us great old year off come since against go came right "
+         "used take three").split()
+
+def sentences(n):
+    rng = random.Random(1)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40)))
+            for _ in range(n)]
+
+
+def spindle_seconds(texts, threads):
+    def run(lines):
+        t = time.perf_counter()
+        r = subprocess.run([str(ROOT / "build" / "spindle"), "embed", "-m",
+                            str(MODEL), "--threads", str(threads)],
+                           input="\n".join(lines) + "\n", capture_output=True,
+                           text=True, check=True)
+        return time.perf_counter() - t, r.stdout
+    one, _ = run(texts[:1])
+    full, out = run(texts)
+    return full - one, np.array([json.loads(l)["embedding"] for l in out.splitlines()])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sentences", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    GGUF.parent.mkdir(parents=True, exist_ok=True)
+    if not GGUF.exists():
+        write_gguf(MODEL, GGUF)
+    from llama_cpp import Llama
+    llm = Llama(str(GGUF), embedding=True, n_ctx=8192, n_batch=2048,
+                n_ubatch=2048, n_seq_max=64, n_threads=a.threads,
+                n_threads_batch=a.threads, verbose=False)
+    texts = sentences(a.sentences)
+    n_tokens = sum(len(llm.tokenize(t.encode())) for t in texts)
+    ours, theirs = [], []
+    for _ in range(a.runs):
+        s, ours_vec = spindle_seconds(texts, a.threads)
+        ours.append(s)
+        t = time.perf_counter()
+        ref = np.array(llm.embed(texts, normalize=True))
+        theirs.append(time.perf_counter() - t)
+    cos = (ours_vec * ref).sum(1) / np.linalg.norm(ours_vec, axis=1) / np.linalg.norm(ref, axis=1)
+    print(f"{a.sentences} sentences, {n_tokens} tokens (llama.cpp's count), "
+          f"{a.threads} threads; min cosine spindle vs llama.cpp {cos.min():.6f}")
+    so, st = a.sentences / min(ours), a.sentences / min(theirs)
+    print(f"spindle   {so:8.1f} sentences/s (best of {a.runs}: {min(ours):.2f} s)")
+    print(f"llama.cpp {st:8.1f} sentences/s (best of {a.runs}: {min(theirs):.2f} s)")
+    print(f"ratio     {so / st:8.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

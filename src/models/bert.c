@@ -1,0 +1,240 @@
+/* BERT (model_type "bert"), the encoder of sentence-transformers models such
+ * as all-MiniLM-L6-v2, as transformers' modeling_bert computes it:
+ *   x = LayerNorm(word[tok] + position[pos] + token_type[0])
+ *   per layer (post-norm residuals):
+ *     x = LayerNorm(x + o(attention(q(x), k(x), v(x))))   bidirectional
+ *     x = LayerNorm(x + down(gelu_erf(up(x))))
+ * Every input is one sequence of the batch and attends to its own tokens
+ * only, so the padding mask of a padded batch is implicit (there is no
+ * padding). No lm_head and no sequence state: spindle_embed runs it,
+ * spindle_forward refuses it. Single-segment inputs (token type 0), as
+ * sentence-transformers encodes one text. */
+#include "models/blocks.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bert_norm {
+    const float *w, *b;
+} bert_norm;
+
+typedef struct bert_family {
+    const float *position;    /* [max_position][hidden] */
+    const float *token_type;  /* [type_vocab][hidden], row 0 used */
+    bert_norm embed_norm;
+    bert_norm *attn_norm, *out_norm;  /* [n_layers] */
+    float eps;
+} bert_family;
+
+static void bert_free(void *p) {
+    bert_family *b = p;
+    if (!b) return;
+    free(b->attn_norm);
+    free(b->out_norm);
+    free(b);
+}
+
+static spindle_status bind_norm(spindle_model *m, const char *prefix,
+                                bert_norm *out, spindle_error *err) {
+    char name[200];
+    const int d = m->cfg.hidden_size;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    spindle_status st = sp_bind_vector(m, name, d, &out->w, err);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    if (!st) st = sp_bind_vector(m, name, d, &out->b, err);
+    return st;
+}
+
+static spindle_status bind_layer(spindle_model *m, bert_family *b, int l,
+                                 spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    const int64_t d = c->hidden_size, ff = c->intermediate_size;
+    sp_layer *L = &m->layers[l];
+    char p[160];
+    const struct {
+        const char *name;
+        int64_t rows, cols;
+        sp_linear *out;
+    } lin[] = {
+        {"attention.self.query", d, d, &L->q},
+        {"attention.self.key", d, d, &L->k},
+        {"attention.self.value", d, d, &L->v},
+        {"attention.output.dense", d, d, &L->o},
+        {"intermediate.dense", ff, d, &L->up},
+        {"output.dense", d, ff, &L->down},
+    };
+    spindle_status st = SPINDLE_OK;
+    for (size_t i = 0; i < sizeof lin / sizeof *lin && !st; i++) {
+        snprintf(p, sizeof p, "encoder.layer.%d.%s", l, lin[i].name);
+        st = sp_bind_linear(m, p, lin[i].rows, lin[i].cols, true, lin[i].out,
+                            err);
+    }
+    snprintf(p, sizeof p, "encoder.layer.%d.attention.output.LayerNorm", l);
+    if (!st) st = bind_norm(m, p, &b->attn_norm[l], err);
+    snprintf(p, sizeof p, "encoder.layer.%d.output.LayerNorm", l);
+    if (!st) st = bind_norm(m, p, &b->out_norm[l], err);
+    return st;
+}
+
+/* What config.json must say for this math to be BERT's, or NULL. */
+static const char *unsupported_config(const spindle_model *m) {
+    const sp_model_config *c = &m->cfg;
+    if (c->n_kv_heads != c->n_heads) return "num_key_value_heads";
+    if (c->n_heads * c->head_dim != c->hidden_size) return "head_dim";
+    /* The attention keys and values are laid out head-major in the MLP's
+     * scratch rows (see bert_attention). */
+    if (c->intermediate_size < c->hidden_size) return "intermediate_size";
+    return NULL;
+}
+
+static spindle_status check_config_strings(spindle_model *m,
+                                           spindle_error *err) {
+    const char *keys[] = {"hidden_act", "position_embedding_type"};
+    const char *want[] = {"gelu", "absolute"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, keys[i]);
+        if (v && !cJSON_IsNull(v) &&
+            (!cJSON_IsString(v) || strcmp(v->valuestring, want[i])))
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s/config.json: bert with %s other than \"%s\" "
+                           "is not supported", m->dir, keys[i], want[i]);
+    }
+    return SPINDLE_OK;
+}
+
+static spindle_status bert_load(spindle_model *m, spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    const char *bad = unsupported_config(m);
+    if (bad)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s/config.json: bert with this %s is not supported",
+                       m->dir, bad);
+    spindle_status st = check_config_strings(m, err);
+    if (st) return st;
+    /* BertForMaskedLM and friends keep the encoder under "bert." */
+    if (!sp_model_find_tensor(m, "embeddings.word_embeddings.weight") &&
+        m->tensors &&
+        sp_tensor_set_find(m->tensors, "bert.embeddings.word_embeddings.weight"))
+        snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "bert.");
+    bert_family *b = calloc(1, sizeof *b);
+    if (!b) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    m->family = b;
+    b->attn_norm = calloc((size_t)c->n_layers, sizeof *b->attn_norm);
+    b->out_norm = calloc((size_t)c->n_layers, sizeof *b->out_norm);
+    if (!b->attn_norm || !b->out_norm)
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    b->eps = (float)sp_config_num(c, "layer_norm_eps", 1e-12);
+    int type_vocab = sp_config_int(c, "type_vocab_size", 2);
+    if (type_vocab < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: type_vocab_size %d is not positive",
+                       m->dir, type_vocab);
+    sp_linear word;
+    st = sp_bind_linear(m, "embeddings.word_embeddings", c->vocab_size,
+                        c->hidden_size, false, &word, err);
+    if (!st) {
+        m->embed = word.w;
+        st = sp_bind_float_matrix(m, "embeddings.position_embeddings.weight",
+                                  c->max_position, c->hidden_size,
+                                  &b->position, err);
+    }
+    if (!st)
+        st = sp_bind_float_matrix(m, "embeddings.token_type_embeddings.weight",
+                                  type_vocab, c->hidden_size, &b->token_type,
+                                  err);
+    if (!st) st = bind_norm(m, "embeddings.LayerNorm", &b->embed_norm, err);
+    for (int l = 0; l < c->n_layers && !st; l++) st = bind_layer(m, b, l, err);
+    return st;
+}
+
+static void norm_rows(sp_forward *f, float *x, const bert_norm *n) {
+    const bert_family *b = f->m->family;
+    const int d = f->m->cfg.hidden_size;
+    for (int t = 0; t < f->n_rows; t++)
+        sp_layernorm(x + (size_t)t * d, x + (size_t)t * d, n->w, n->b, d,
+                     b->eps);
+}
+
+/* The rest of the embedding layer, over the word rows already looked up. */
+static void bert_embed_tail(sp_forward *f) {
+    const bert_family *b = f->m->family;
+    const int d = f->m->cfg.hidden_size;
+    for (int t = 0; t < f->n_rows; t++) {
+        float *x = f->x + (size_t)t * d;
+        const float *p = b->position + (size_t)f->pos[t] * d;
+        for (int i = 0; i < d; i++) x[i] += p[i] + b->token_type[i];
+    }
+    norm_rows(f, f->x, &b->embed_norm);
+}
+
+/* Bidirectional attention of every sequence over its own rows. Keys and
+ * values go head-major ([head][token][head_dim], what sp_kv_view reads)
+ * into f->gate and f->up, free until the MLP. */
+static void bert_attention(sp_forward *f) {
+    const sp_model_config *c = &f->m->cfg;
+    const int hd = c->head_dim, H = c->n_heads, d = c->hidden_size;
+    for (int s = 0; s < f->n_seqs && !f->status; s++) {
+        const sp_forward_seq *sq = &f->seqs[s];
+        const int n = sq->n_rows;
+        for (int t = 0; t < n; t++) {
+            const size_t src = (size_t)(sq->first_row + t) * d;
+            for (int h = 0; h < H; h++) {
+                const size_t dst = ((size_t)h * n + t) * hd;
+                memcpy(f->gate + dst, f->k + src + (size_t)h * hd,
+                       (size_t)hd * sizeof(float));
+                memcpy(f->up + dst, f->v + src + (size_t)h * hd,
+                       (size_t)hd * sizeof(float));
+            }
+        }
+        sp_attention_args a = {
+            .q = f->q + (size_t)sq->first_row * d,
+            .out = f->attn + (size_t)sq->first_row * d,
+            .n_q = n,
+            .n_heads = H,
+            .n_kv_heads = H,
+            .head_dim = hd,
+            .kv = {.k = f->gate, .v = f->up, .head_stride = (int64_t)n * hd,
+                   .type = SP_KV_F32},
+            .scale = 1.0f / sqrtf((float)hd),
+            .bidirectional = true,
+        };
+        f->status = sp_attention(f->pool, &a, f->err);
+    }
+}
+
+static void bert_layer(sp_forward *f, int l) {
+    spindle_model *m = f->m;
+    const bert_family *b = m->family;
+    const sp_layer *L = &m->layers[l];
+    if (l == 0) bert_embed_tail(f);
+    sp_linear_forward(f, &L->q, f->x, f->q);
+    sp_linear_forward(f, &L->k, f->x, f->k);
+    sp_linear_forward(f, &L->v, f->x, f->v);
+    bert_attention(f);
+    if (f->status) return;
+    sp_linear_forward(f, &L->o, f->attn, f->out);
+    sp_add_rows(f, f->x, f->out);
+    norm_rows(f, f->x, &b->attn_norm[l]);
+    sp_linear_forward(f, &L->up, f->x, f->up);
+    sp_gelu_erf(f->up, f->n_rows * m->cfg.intermediate_size);
+    sp_linear_forward(f, &L->down, f->up, f->out);
+    sp_add_rows(f, f->x, f->out);
+    norm_rows(f, f->x, &b->out_norm[l]);
+}
+
+static void bert_layer_state(const spindle_model *m, int l,
+                             sp_layer_state_desc *out) {
+    (void)m;
+    (void)l;
+    *out = (sp_layer_state_desc){.kind = SP_STATE_NONE};
+}
+
+const sp_arch sp_arch_bert = {.model_type = "bert",
+                              .encoder = true,
+                              .load = bert_load,
+                              .layer = bert_layer,
+                              .free_family = bert_free,
+                              .layer_state = bert_layer_state};
