@@ -13,6 +13,9 @@
 
 #include "base/error.h"
 #include "models/model.h"
+#include "models/lora.h"
+
+#include <string.h>
 
 static int blocks_for(int64_t positions) {
     return (int)((positions + SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS);
@@ -45,11 +48,23 @@ static int still_to_take(const sp_request *r) {
     return r->need_blocks > held ? r->need_blocks - held : 0;
 }
 
+/* The prefix-index namespace of r's KV: 0 on the base model, else one per
+ * (loaded adapter, scale), since both change every key and value. */
+static uint32_t adapter_namespace(const sp_request *r) {
+    if (!r->adapter) return 0;
+    uint32_t bits;
+    memcpy(&bits, &r->adapter_scale, sizeof bits);
+    uint32_t h = r->adapter->serial * 0x9e3779b1u ^ (bits * 0x85ebca6bu);
+    return h ? h : 1;
+}
+
 /* Map the cached blocks the prompt starts with into r's sequence, when it
  * is empty (the engine's, or a caller's fresh one). */
 static void map_prefix(spindle_engine *e, sp_request *r) {
     r->cached_tokens = 0;
-    if (e->no_prefix_cache || spindle_seq_length(r->seq) != 0) return;
+    if (spindle_seq_length(r->seq) != 0) return;
+    sp_seq_state_set_adapter_id(r->seq->state, adapter_namespace(r));
+    if (e->no_prefix_cache) return;
     r->cached_tokens =
         sp_seq_state_map_prefix(r->seq->state, r->tokens, r->n_prompt);
     r->prefilled = r->cached_tokens;

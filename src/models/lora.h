@@ -22,6 +22,7 @@ typedef struct sp_lora_pair {
 struct spindle_adapter {
     const spindle_model *model;
     atomic_int refs;
+    uint32_t serial;       /* unique per load in the process (never 0) */
     sp_adapter_config cfg;
     float scale;
     /* [n_layers * SP_LORA_N_MODULES]; a pair with a.data NULL is absent */

@@ -223,6 +223,8 @@ spindle_status spindle_adapter_load(spindle_model *m, const char *path,
     if (!a) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     a->model = m;
     atomic_init(&a->refs, 1);
+    static atomic_uint next_serial = 1;
+    a->serial = atomic_fetch_add(&next_serial, 1);
     a->pairs = calloc((size_t)m->cfg.n_layers * SP_LORA_N_MODULES,
                       sizeof *a->pairs);
     spindle_status st = a->pairs ? read_config(path, &a->cfg, err)

@@ -172,6 +172,10 @@ spindle_status sp_blocks_replace(sp_seq_state *s, int length,
     return SPINDLE_OK;
 }
 
+void sp_seq_state_set_adapter_id(sp_seq_state *s, uint32_t adapter_id) {
+    if (s->length == 0) s->opt.adapter_id = adapter_id;
+}
+
 int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
     if (!s->has_full || s->length != 0 || !s->hashable || !tokens ||
         !sp_kv_pool_prefix_ok(s->pool))

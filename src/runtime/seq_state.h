@@ -198,6 +198,11 @@ void sp_seq_state_set_pending_tokens(sp_seq_state *s, const int32_t *tokens);
  * whole blocks) and return how many positions it now holds (0 when the
  * index has nothing, the layers cannot share, or the length is not 0). */
 int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n);
+
+/* Set the prefix-index namespace of an empty state (its blocks are found
+ * and published under it: the KV of an adapter's sequence is not the base
+ * model's). No effect once the state holds tokens. */
+void sp_seq_state_set_adapter_id(sp_seq_state *s, uint32_t adapter_id);
 /* The pool of the full-KV layers (NULL without any) and the blocks the
  * state references. */
 const sp_kv_pool *sp_seq_state_pool(const sp_seq_state *s);

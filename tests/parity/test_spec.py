@@ -275,7 +275,7 @@ def test_rollback_next_logits(dense_dir, gemma_dir, hybrid_dir, tmp_path,
     model = {"dense": dense_dir, "gemma": gemma_dir,
              "hybrid": hybrid_dir}[family] / name
     ps = prompts(vocab_of(model), 12)
-    base = dict(max_tokens=20, ignore_eos=True, own_seq=True)
+    base = dict(max_tokens=20, ignore_eos=True, own_seq=True, next_logits=True)
     plain = run(model, tmp_path, "step", [dict(base, prompt=p) for p in ps])
     spec = dict(spec="ngram", num_draft_tokens=6, fixed_k=True)
     got = run(model, tmp_path, "step", [dict(base, prompt=p, **spec) for p in ps])

@@ -12,7 +12,8 @@
  *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
  *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
- *     "foreign_seq": B, "own_seq": B, "seq_of": I, "truncate_to": T,
+ *     "foreign_seq": B, "own_seq": B, "next_logits": B, "seq_of": I,
+ *     "truncate_to": T,
  *     "spec": "ngram" | "draft", "num_draft_tokens": K, "ngram_max": N,
  *     "ngram_min": N, "fixed_k": B}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
@@ -35,9 +36,10 @@
  *   and "adapter_scale": F pick one; "unload_adapters_at": K (step mode)
  *   drops the harness's references before step K, while requests that
  *   named them may still run.
- * With a logits directory, after the run the harness feeds an own_seq
- *   request's sequence its last generated token and writes the logits of
- *   that position to next_logits_file (the state after rollbacks). */
+ * "next_logits": B (with own_seq and a logits directory): after the run
+ *   the harness feeds the request's sequence its last generated token and
+ *   writes the logits of that position to next_logits_file (the state
+ *   after rollbacks). */
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -54,7 +56,7 @@ typedef struct req_run {
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
     int seq_of, truncate_to;
-    bool want_logits, foreign_seq, own_seq;
+    bool want_logits, foreign_seq, own_seq, next_logits;
     spindle_seq *seq;
 
     spindle_request_id id;
@@ -135,6 +137,7 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     r->stop_after = (int)num(j, "stop_after", 0);
     r->foreign_seq = flag(j, "foreign_seq");
     r->own_seq = flag(j, "own_seq");
+    r->next_logits = flag(j, "next_logits");
     r->seq_of = (int)num(j, "seq_of", -1);
     r->truncate_to = (int)num(j, "truncate_to", -1);
     const char *spec = cJSON_GetStringValue(cJSON_GetObjectItem(j, "spec"));
@@ -451,7 +454,8 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON_AddNumberToObject(s, "accepted", (double)sp->accepted);
     cJSON_AddNumberToObject(s, "target_forwards", (double)sp->target_forwards);
     cJSON_AddNumberToObject(s, "decode_tokens", (double)sp->decode_tokens);
-    if (r->own_seq && r->n_tokens > 0 && logits_dir) write_next_logits(r, logits_dir, o);
+    if (r->next_logits && r->seq && r->n_tokens > 0 && logits_dir)
+        write_next_logits(r, logits_dir, o);
     if (r->rows && logits_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/req%d.f32", logits_dir, r->index);
