@@ -28,6 +28,7 @@ def llama(tmp_path_factory):
                            verbose=False)
 
 
+@pytest.mark.slow  # llama.cpp in-process, about a minute
 def test_matches_llama_cpp(llama):
     """llama.embed tokenizes the text itself; Spindle gets those ids. The
     over-long text is left to test_bert_parity.py (llama.cpp truncates to

@@ -62,6 +62,8 @@ def complete_walk(h, hf, rng, max_steps=90):
     return None
 
 
+# slow: minutes of walks, run by the release suite (not under the sanitizers)
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SUPPORTED, ids=lambda p: p.stem)
 def test_random_walks_validate(path):
     jsonschema = pytest.importorskip("jsonschema")
@@ -92,6 +94,8 @@ LLG_OPEN = {name: "open: a mask allows one token llguidance's does not"
                          "linked_list", "petstore_pet", "stripe_charge")}
 
 
+# slow: minutes of walks, run by the release suite (not under the sanitizers)
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SUPPORTED[::4], ids=lambda p: p.stem)
 def test_schema_masks_equal_llguidance(path, tmp_path):
     llg = pytest.importorskip("llguidance")
