@@ -233,6 +233,28 @@ static spindle_status bind_affine(spindle_model *m, const char *prefix,
     return SPINDLE_OK;
 }
 
+static spindle_status mxfp4_cols(const sp_tensor_info *codes,
+                                 matrix_shape s, spindle_error *err) {
+    if (s.cols % 32 == 0) return SPINDLE_OK;
+    return sp_fail(err, SPINDLE_ERR_FORMAT,
+                   "%s: tensor '%s': %lld input features are not a multiple "
+                   "of the mxfp4 group size 32", codes->file, codes->name,
+                   (long long)s.cols);
+}
+
+/* An MXFP4 view of `codes` (MLX's U32 words or Hugging Face's U8 blocks,
+ * the same bytes) with its E8M0 `scales`, once their shapes are checked. */
+static spindle_status mxfp4_view(const sp_tensor_info *codes,
+                                 const sp_tensor_info *scales, sp_weight *out) {
+    out->type = SP_W_MXFP4;
+    out->data = codes->data;
+    out->bits = 4;
+    out->group_size = 32;
+    out->qparam_dtype = SP_DTYPE_U8;
+    out->scales = scales->data;
+    return SPINDLE_OK;
+}
+
 /* MLX mxfp4: <prefix>.weight U32 [rows, cols/8] (4-bit E2M1 codes), .scales
  * U8 [rows, cols/32] (E8M0 exponents), no biases (each with the leading
  * stack dimension when stacked, as mlx-lm's QuantizedSwitchLinear stores
@@ -251,22 +273,12 @@ static spindle_status bind_mxfp4(const sp_tensor_info *w,
                        "%s: tensor '%s': mxfp4 with %d bits and group size %d "
                        "(mxfp4 is 4 bits in groups of 32)", w->file, w->name,
                        bits, group);
-    if (s.cols % 32)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor '%s': %lld input features are not a "
-                       "multiple of the mxfp4 group size 32", w->file, w->name,
-                       (long long)s.cols);
     spindle_status st;
-    if ((st = expect_matrix(w, s.stack, s.rows, s.cols / 8, err)) ||
+    if ((st = mxfp4_cols(w, s, err)) ||
+        (st = expect_matrix(w, s.stack, s.rows, s.cols / 8, err)) ||
         (st = expect_matrix(scales, s.stack, s.rows, s.cols / 32, err)))
         return st;
-    out->type = SP_W_MXFP4;
-    out->data = w->data;
-    out->bits = 4;
-    out->group_size = 32;
-    out->qparam_dtype = SP_DTYPE_U8;
-    out->scales = scales->data;
-    return SPINDLE_OK;
+    return mxfp4_view(w, scales, out);
 }
 
 /* Hugging Face's MXFP4 checkpoints (gpt-oss, transformers' Mxfp4 format):
@@ -284,25 +296,15 @@ static spindle_status bind_hf_mxfp4(spindle_model *m, const char *prefix,
     const int64_t d[4] = {s.stack, s.rows, s.cols / 32, 16};
     const int lead = s.stack > 0 ? 0 : 1, nd = 4 - lead;
     spindle_status st;
-    if (s.cols % 32)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor '%s': %lld input features are not a "
-                       "multiple of the mxfp4 group size 32", blocks->file,
-                       blocks->name, (long long)s.cols);
-    if ((st = expect_dims(blocks, nd, d + lead, err)) ||
+    if ((st = mxfp4_cols(blocks, s, err)) ||
+        (st = expect_dims(blocks, nd, d + lead, err)) ||
         (st = expect_dims(scales, nd - 1, d + lead, err)))
         return st;
     if (blocks->dtype != SP_DTYPE_U8 || scales->dtype != SP_DTYPE_U8)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: MXFP4 tensors '%s' and '%s' must be U8",
                        blocks->file, blocks->name, scales->name);
-    out->type = SP_W_MXFP4;
-    out->data = blocks->data;
-    out->bits = 4;
-    out->group_size = 32;
-    out->qparam_dtype = SP_DTYPE_U8;
-    out->scales = scales->data;
-    return SPINDLE_OK;
+    return mxfp4_view(blocks, scales, out);
 }
 
 static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
