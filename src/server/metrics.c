@@ -89,6 +89,24 @@ static void scalar(sp_strbuf *out, const char *name, const char *type, const cha
     sp_strbuf_printf(out, "%s %.17g\n", name, value);
 }
 
+void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
+    const double usage = kv->blocks > 0 ? (double)kv->used / kv->blocks : 0;
+    scalar(out, "spindle_kv_cache_usage_ratio", "gauge",
+           "Share of the KV pool's blocks held by sequences (0-1; cached "
+           "prefix blocks count as free).", usage);
+    scalar(out, "vllm:kv_cache_usage_perc", "gauge",
+           "Alias of spindle_kv_cache_usage_ratio (0-1).", usage);
+    scalar(out, "vllm:gpu_cache_usage_perc", "gauge",
+           "Alias of spindle_kv_cache_usage_ratio (0-1; the Gateway API "
+           "Inference Extension's default name).", usage);
+    family(out, "vllm:cache_config_info", "gauge",
+           "The KV cache's configuration (value 1): positions per block and "
+           "blocks in the pool.");
+    sp_strbuf_printf(out, "vllm:cache_config_info{block_size=\"%d\","
+                          "num_gpu_blocks=\"%d\"} 1\n",
+                     kv->block_tokens, kv->blocks);
+}
+
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
     pthread_mutex_lock(&m->lock);
     render_requests(m, out);

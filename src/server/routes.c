@@ -75,6 +75,10 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c) {
     if (s->engine) spindle_engine_counts(s->engine, &queued, &running);
     sp_strbuf out = {0};
     sp_metrics_render(&s->metrics, queued, running, &out);
+    spindle_kv_pool_info kv;
+    spindle_error err = {0};
+    if (s->engine && !spindle_model_kv_pool_info(s->model, &kv, &err))
+        sp_metrics_render_kv(&kv, &out);
     sp_adapters_render_metrics(s, &out);
     enum MHD_Result rc = sp_reply(s, c, SP_ROUTE_METRICS, out.oom ? 503 : 200,
                                   "text/plain; version=0.0.4; charset=utf-8",

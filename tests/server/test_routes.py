@@ -77,6 +77,15 @@ def test_metrics_parse_with_prometheus_client(server, client, reference):
     for name in ("spindle_requests_waiting", "spindle_requests_running",
                  "vllm:num_requests_waiting", "vllm:num_requests_running"):
         assert families[name].type == "gauge" and samples[(name, ())] == 0
+    # The inference extension's KV signals: utilization in [0, 1] (nothing
+    # runs now, so no block is held) and the cache config info metric.
+    for name in ("spindle_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
+                 "vllm:gpu_cache_usage_perc"):
+        assert families[name].type == "gauge" and samples[(name, ())] == 0
+    (labels, value), = [(dict(k[1]), v) for k, v in samples.items()
+                        if k[0] == "vllm:cache_config_info"]
+    assert value == 1 and int(labels["block_size"]) > 0
+    assert int(labels["num_gpu_blocks"]) > 0
 
 
 def test_models_and_page(server, reference):
