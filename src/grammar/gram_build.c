@@ -200,15 +200,16 @@ int gb_normalize_ranges(uint32_t *r, int n, bool negate, uint32_t *out) {
         }
     }
     if (negate) {
+        /* The complement in place: gap k (before range i, so k <= i) is
+         * written only after range i is read. */
         uint32_t next = 0;
         int k = 0;
-        uint32_t *tmp = r; /* r is no longer needed and holds >= m + 1 pairs */
         for (int i = 0; i < m; i++) {
-            if (out[2 * i] > next) { tmp[2 * k] = next; tmp[2 * k + 1] = out[2 * i] - 1; k++; }
-            next = out[2 * i + 1] + 1;
+            const uint32_t lo = out[2 * i], hi = out[2 * i + 1];
+            if (lo > next) { out[2 * k] = next; out[2 * k + 1] = lo - 1; k++; }
+            next = hi + 1;
         }
-        if (next <= 0x10FFFF) { tmp[2 * k] = next; tmp[2 * k + 1] = 0x10FFFF; k++; }
-        memcpy(out, tmp, (size_t)k * 2 * sizeof *out);
+        if (next <= 0x10FFFF) { out[2 * k] = next; out[2 * k + 1] = 0x10FFFF; k++; }
         m = k;
     }
     /* Cut the surrogate block out of every range (room: one split). */
@@ -347,14 +348,15 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
         for (int a = 0; a < b->rules[r].n_alts; a++) {
             const gb_vec *alt = &b->rules[r].alts[a];
             out->alt_start[out->n_alts++] = out->n_elems;
-            memcpy(out->elems + out->n_elems, alt->v, (size_t)alt->n * sizeof *alt->v);
+            if (alt->n)
+                memcpy(out->elems + out->n_elems, alt->v, (size_t)alt->n * sizeof *alt->v);
             out->n_elems += alt->n;
         }
         out->names[r] = b->rules[r].name;
         b->rules[r].name = NULL;
     }
     out->rule_alt[b->n_rules] = out->n_alts;
-    memcpy(out->sets, b->sets, (size_t)b->n_sets * sizeof *b->sets);
+    if (b->n_sets) memcpy(out->sets, b->sets, (size_t)b->n_sets * sizeof *b->sets);
     out->n_rules = b->n_rules;
     out->n_sets = b->n_sets;
     out->root = root;

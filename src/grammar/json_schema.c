@@ -419,6 +419,14 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     return r && strcmp(name, "root") ? r : r ? js_add_rule(c, name, r) : NULL;
 }
 
+/* d as a long long, saturated at +-1e18 (js_int_range refuses anything
+ * past 15 digits, so the saturated value is refused too, never UB). */
+static long long saturate(double d) {
+    if (!(d > -1e18)) return (long long)-1e18;
+    if (!(d < 1e18)) return (long long)1e18;
+    return (long long)d;
+}
+
 static bool bound(const cJSON *s, const char *k, const char *xk, bool upper,
                   long long *out) {
     const cJSON *v = get(s, k), *x = get(s, xk);
@@ -426,12 +434,12 @@ static bool bound(const cJSON *s, const char *k, const char *xk, bool upper,
     if (cJSON_IsNumber(v)) {
         double d = upper ? floor(v->valuedouble) : ceil(v->valuedouble);
         if (cJSON_IsTrue(x)) d += upper ? -1 : 1;  /* draft 4's boolean form */
-        *out = (long long)d;
+        *out = saturate(d);
         have = true;
     }
     if (cJSON_IsNumber(x)) {
         double d = upper ? ceil(x->valuedouble) - 1 : floor(x->valuedouble) + 1;
-        if (!have || (upper ? d < *out : d > *out)) *out = (long long)d;
+        if (!have || (upper ? d < *out : d > *out)) *out = saturate(d);
         have = true;
     }
     return have;
