@@ -90,7 +90,7 @@ static bool load(sp_server *s) {
     if (!sp_embeddings_load(s)) return false;
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
-    if (!spindle_model_kv_pool_info(s->model, &kv, &err))
+    if (!spindle_model_kv_pool_info(s->model, &kv, &err) && kv.block_bytes > 0)
         fprintf(stderr, "spindle serve: KV pool %.1f MiB: %d blocks of %d "
                         "tokens (%zu bytes each)%s\n",
                 (double)kv.budget_bytes / (1 << 20), kv.blocks,

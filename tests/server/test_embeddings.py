@@ -111,6 +111,7 @@ def test_concurrent_clients(sdk):
             np.testing.assert_allclose(e, want[t], atol=2e-6)
 
 
+@pytest.mark.slow  # hundreds of inputs: minutes under the sanitizers
 def test_many_and_long_inputs_are_split_not_refused(embed_server):
     status, _, body = post_json(embed_server.port, "/v1/embeddings",
                              {"input": [LONG] * 24 + TEXTS * 40})
