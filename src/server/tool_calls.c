@@ -198,10 +198,14 @@ sp_obj_status sp_tp_call_object(const char *s, size_t i, size_t n, bool final,
                 return object_bad(o, i);
         } else if ((key_len == 9 && memcmp(s + key_at, "arguments", 9) == 0) ||
                    (key_len == 10 && memcmp(s + key_at, "parameters", 10) == 0)) {
+            /* The first one wins, as for the name: a later duplicate would
+             * replace arguments already streamed. */
+            if (o->has_args) goto next;
             o->has_args = true;
             o->args_at = i;
             o->args_end = v_end;
         }
+    next:
         if (!done) return SP_OBJ_PARTIAL;
         i = sp_tp_skip_ws(s, v_end, n);
         if (i >= n) return SP_OBJ_PARTIAL;
