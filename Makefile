@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= 2
 
-.PHONY: all build setup test test-fast demo clean
+.PHONY: all build setup test test-full test-fast demo clean
 
 all: build
 
@@ -17,6 +17,11 @@ build:
 
 test:
 	scripts/test.sh
+
+# Everything CI's time leaves out as well: the slow cases, the exact-mode
+# rerun of every parity suite, every suite under the sanitizers.
+test-full:
+	SPINDLE_TEST_FULL=1 scripts/test.sh
 
 # Release build and tests only, without the sanitizer pass.
 test-fast:

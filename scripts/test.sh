@@ -5,8 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
+# SPINDLE_TEST_FULL=1 (make test-full) also runs what CI's time leaves out:
+# the exact-mode rerun of every parity suite, the clang build's whole parity
+# set, and every Python suite (the slow cases too) under the sanitizers.
+FULL=${SPINDLE_TEST_FULL:-}
 START=$SECONDS
-stage() { echo "== [$(( (SECONDS - START) / 60 )) min] $*"; }
+TIMES=$(mktemp)
+stage() {
+  echo "== [$(( (SECONDS - START) / 60 )) min] $*"
+  echo "$(( SECONDS - START )) $*" >>"$TIMES"
+}
+# Each stage's duration, printed last (CI keeps the end of the output).
+stage_times() {
+  echo "$(( SECONDS - START )) (end)" >>"$TIMES"
+  echo "== stage times (seconds):"
+  awk 'NR > 1 { printf "%6d  %s\n", $1 - t, name } { t = $1; $1 = ""; name = $0 }' "$TIMES"
+  rm -f "$TIMES"
+}
+trap stage_times EXIT
 
 scripts/setup.sh
 
@@ -44,18 +60,30 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths
   fi
   stage "Python suites ($dir)"
   SPINDLE_BUILD="$PWD/$dir" SPINDLE_BUILD_DIR="$PWD/$dir" SPINDLE_BIN="$PWD/$dir/spindle" \
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${@:4}"
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${@:4}"
 }
 
-EXACT_ALL="tests/parity --ignore-glob=tests/parity/test_*_gguf.py
-  --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py
-  --ignore=tests/parity/test_spec.py"
-run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT_ALL" tests
+# CI's pass: every suite, and the exact-mode rerun on the base parity set
+# and the hybrid's (the other families' kernels are the same products). The
+# full pass reruns every mlx-lm parity suite in exact mode.
+if [ -n "$FULL" ]; then
+  EXACT="tests/parity --ignore-glob=tests/parity/test_*_gguf.py
+    --ignore=tests/parity/test_engine.py --ignore=tests/parity/test_seq_state.py
+    --ignore=tests/parity/test_spec.py"
+  SELECT=(tests)
+  CLANG_PARITY=(tests/parity/test_parity.py tests/parity/test_hybrid_parity.py
+                tests/parity/test_gptoss_parity.py)
+else
+  EXACT="tests/parity/test_parity.py tests/parity/test_hybrid_parity.py"
+  SELECT=(tests)
+  CLANG_PARITY=(tests/parity/test_parity.py)
+fi
+run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT" "${SELECT[@]}"
 
 # The tree builds with clang as well (its own warnings and its code
 # generation for the SIMD kernels): its C tests and the mlx-lm parity suites
-# whose kernels differ (the base set, the hybrid's DeltaNet, gpt-oss's
-# MXFP4), in the default precision.
+# whose kernels differ, in the default precision: the base set (the full
+# pass adds the hybrid's DeltaNet and gpt-oss's MXFP4).
 stage "building build-clang (clang-16, Release)"
 CC=clang-16 cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-clang -j "$JOBS" 2>&1 | grep -E "error|warning" || true
@@ -65,27 +93,42 @@ ctest --test-dir build-clang --output-on-failure -j "$JOBS"
 stage "mlx-lm parity (build-clang)"
 SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
   SPINDLE_BIN="$PWD/build-clang/spindle" .venv/bin/python -m pytest -q \
-  -p no:cacheprovider tests/parity/test_parity.py \
-  tests/parity/test_hybrid_parity.py tests/parity/test_gptoss_parity.py
+  -p no:cacheprovider "${CLANG_PARITY[@]}"
 
 # The parsers under libFuzzer (tests/fuzz): each harness once over its
 # committed corpus (seeds and bug reproducers), then FUZZ_SECONDS of fuzzing.
-stage "fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-30})"
-scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+stage "fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-20})"
+scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 
 # The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
 stage "AArch64 (qemu-user)"
 scripts/test_arm64.sh
 
 if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
-  # The sanitizer build runs the same C tests and the Python suites that
-  # drive the binary, ASan's leak checker on. Not here (the release build
-  # runs them; CI's time is bounded): the exact-mode rerun, the cases marked
-  # slow, and the llama.cpp GGUF comparisons (test_*_gguf.py: their time is
-  # llama.cpp's; Spindle's GGUF reading is fuzzed under ASan above).
+  # The sanitizer build runs the same C tests, ASan's leak checker on, and
+  # the Python suites that drive the code the C tests reach least: the
+  # server, the CLI, bad input, the step engine and its sequence state,
+  # speculation, durable state, adapters, embeddings, grammars, templates,
+  # and the base and hybrid parity sets (every model family's forward shares
+  # their blocks; the kernels themselves are in the C tests). Not here in
+  # CI's pass (the release build runs them): the other parity matrices, the
+  # cases marked slow, and the llama.cpp GGUF comparisons (their time is
+  # llama.cpp's; GGUF reading is fuzzed under ASan above). The full pass
+  # runs every suite but the GGUF comparisons.
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  if [ -n "$FULL" ]; then
+    ASAN_SELECT=(tests --ignore-glob='tests/parity/test_*_gguf.py')
+  else
+    ASAN_SELECT=(tests/server tests/cli tests/malformed tests/embeddings
+      tests/grammar tests/templates tests/tokenizer/test_tokenizer_components.py
+      tests/parity/test_parity.py tests/parity/test_hybrid_parity.py
+      tests/parity/test_engine.py tests/parity/test_engine_prefix.py
+      tests/parity/test_seq_state.py tests/parity/test_spec.py
+      tests/parity/test_durable.py tests/parity/test_lora.py
+      tests/parity/test_lora_engine.py -m "not slow")
+  fi
   run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
-    "" tests -m "not slow" --ignore-glob='tests/parity/test_*_gguf.py'
+    "" "${ASAN_SELECT[@]}"
 fi
 stage "done"
