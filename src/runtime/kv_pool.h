@@ -70,9 +70,13 @@ size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
                                   int n_layers, sp_kv_dtype type);
 size_t sp_kv_pool_block_bytes(const sp_kv_pool *p);
 int sp_kv_pool_capacity(const sp_kv_pool *p);     /* blocks in all */
-/* Whether the prefix index may be used: every layer full KV or none (a
- * window or recurrent state cannot be rebuilt from blocks). */
+/* Whether the prefix index may be used: every layer full KV or none, or
+ * else the other layers' boundary states have their store (a window or
+ * recurrent state cannot be rebuilt from blocks: prefix_states.h). */
 bool sp_kv_pool_prefix_ok(const sp_kv_pool *p);
+typedef struct sp_prefix_states sp_prefix_states;
+/* The boundary-state store; NULL when every layer is full KV or none. */
+sp_prefix_states *sp_kv_pool_states(const sp_kv_pool *p);
 
 typedef struct sp_kv_pool_counts {
     int free;      /* never used or released unpublished */
