@@ -3,7 +3,7 @@ engine, N at a time, printed in input order, each equal to the same prompt
 run alone (`spindle run` with -p / --prompt-tokens, greedy).
 
   * token-id lines (JSONL prompt_tokens, a per-line max_tokens) on the tiny
-    parity Qwen3 and on the hybrid qwen3_5 (recurrent layers; the prompts
+    parity Qwen3 and on the hybrid qwen3_next (recurrent layers; the prompts
     share a prefix, so later ones map blocks and restore a boundary state:
     cached_tokens > 0) against solo runs;
   * text, {"prompt"} and {"messages"} lines on the tiny chat model with the
@@ -21,7 +21,7 @@ import pytest
 SPINDLE_BIN = os.environ.get("SPINDLE_BIN", "/work/main/build/spindle")
 WORK = Path(__file__).resolve().parents[1] / ".work"
 QWEN3 = WORK / "parity" / "qwen3-f32"
-HYBRID = WORK / "parity-hybrid" / "qwen3_5-f32"
+HYBRID = WORK / "parity-hybrid" / "qwen3_next-f32"
 CHAT = WORK / "server" / "qwen3-chat"
 
 pytestmark = pytest.mark.skipif(
@@ -62,7 +62,7 @@ def solo_tokens(model, prompt, n):
     return json.loads(p.stdout)["tokens"]
 
 
-@pytest.mark.parametrize("model", [QWEN3, HYBRID], ids=["qwen3", "qwen3_5"])
+@pytest.mark.parametrize("model", [QWEN3, HYBRID], ids=["qwen3", "qwen3_next"])
 def test_token_prompts_equal_solo_runs(tmp_path, model):
     if not model.is_dir():
         pytest.skip(f"{model} missing")
