@@ -15,7 +15,9 @@
  *
  * A window layer's tail is its window and the rollback margin, so a
  * sliding-window model maps a prefix only where the whole window at the
- * boundary is present (in that snapshot). The store is bounded by bytes and
+ * boundary is present (in that snapshot). A state larger than a quarter of
+ * the store is not taken at all (a long window over many layers would cost
+ * its copy every block for little reuse). The store is bounded by bytes and
  * evicts least recently used states first; a state whose block the pool
  * evicted is never found through the index again and ages out.
  *

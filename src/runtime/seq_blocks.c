@@ -146,6 +146,11 @@ void sp_blocks_boundary_state(sp_seq_state *s) {
     if (!store || !s->hashable || s->length % B || i < 0 || i >= s->n_hashed ||
         sp_prefix_states_has(store, s->hashes[i]))
         return;
+    /* A state the store could keep only a few of is not worth its copy
+     * (a long window over many layers): such a model maps no prefix. */
+    sp_prefix_states_counts c;
+    sp_prefix_states_counts_get(store, &c);
+    if (sp_seq_state_tail_bytes(s) > c.max_bytes / 4) return;
     sp_state_snapshot *snap = NULL;
     if (!sp_seq_state_snapshot_tail(s, &snap, NULL))
         sp_prefix_states_put(store, s->hashes[i], snap);

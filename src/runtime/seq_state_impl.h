@@ -89,6 +89,8 @@ spindle_status sp_window_fit(sp_seq_state *s, sp_layer_state *L,
 spindle_status sp_seq_state_snapshot_tail(const sp_seq_state *s,
                                           sp_state_snapshot **out,
                                           spindle_error *err);
+/* About the bytes of a tail snapshot now (its data, not its records). */
+size_t sp_seq_state_tail_bytes(const sp_seq_state *s);
 spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
                                          const sp_state_snapshot *snap,
                                          spindle_error *err);

@@ -116,6 +116,18 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
     return take_snapshot(s, false, out, err);
 }
 
+size_t sp_seq_state_tail_bytes(const sp_seq_state *s) {
+    size_t n = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        const sp_layer_state *L = &s->layers[l];
+        if (L->d.kind == SP_STATE_WINDOW_KV)
+            n += sp_kv_rows_bytes(&L->kv, kv_first_kept(s, L), s->length);
+        else if (L->d.kind == SP_STATE_RECURRENT)
+            n += L->floats * sizeof(float);
+    }
+    return n;
+}
+
 spindle_status sp_seq_state_snapshot_tail(const sp_seq_state *s,
                                           sp_state_snapshot **out,
                                           spindle_error *err) {
