@@ -50,7 +50,9 @@
  * at depth 2048, where attention dominates, within 2%; 16 would cut the
  * portable kernel's tiles, 64 would double the waste for no fewer lookups
  * that matter (one per 32 rows already). */
+#ifndef SP_KV_BLOCK_TOKENS   /* -DSP_KV_BLOCK_TOKENS=N: one-off measurements */
 #define SP_KV_BLOCK_TOKENS 32
+#endif
 
 typedef struct sp_kv_pool sp_kv_pool;
 
