@@ -8,17 +8,22 @@ off), through tests/tools/engine_harness (max_seqs 1, 2 threads).
 Three alternating pairs; the warm request's tokens must equal the cold
 one's. Prompt ids: one seeded list, % 500 into the tiny vocabularies.
 """
-import json, random, subprocess, sys
+import json, os, random, subprocess, sys, tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = Path(os.environ.get("SPINDLE_BUILD_DIR", ROOT / "build")) / "engine_harness"
+TMP = tempfile.mkdtemp(prefix="prefix_ttft-")
 model = sys.argv[1]
 rng = random.Random(0)
 ids = [rng.randrange(1 << 30) % 500 for _ in range(2048)]
 other = [rng.randrange(1 << 30) % 500 for _ in range(128)]
 first = ids[:1920] + other
 def scen(reqs, **kw):
-    d = dict(model=model, mode="step", requests=reqs, logits_dir="/tmp/rt_ttft",
+    d = dict(model=model, mode="step", requests=reqs, logits_dir=TMP,
              max_seqs=1, max_batch_tokens=int(sys.argv[2]), threads=2, **kw)
-    open("/tmp/rt_ttft/s.json", "w").write(json.dumps(d))
-    out = subprocess.run(["build/engine_harness", "/tmp/rt_ttft/s.json"],
+    open(f"{TMP}/s.json", "w").write(json.dumps(d))
+    out = subprocess.run([str(HARNESS), f"{TMP}/s.json"],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)["requests"]
 q = lambda p, **kw: dict(prompt=p, max_tokens=2, ignore_eos=True, **kw)
