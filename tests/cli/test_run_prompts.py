@@ -5,7 +5,8 @@ run alone (`spindle run` with -p / --prompt-tokens, greedy).
   * token-id lines (JSONL prompt_tokens, a per-line max_tokens) on the tiny
     parity Qwen3 and on the hybrid qwen3_next (recurrent layers; the prompts
     share a prefix, so later ones map blocks and restore a boundary state:
-    cached_tokens > 0) against solo runs;
+    cached_tokens > 0) and on gemma3 (sliding-window layers, likewise)
+    against solo runs;
   * text, {"prompt"} and {"messages"} lines on the tiny chat model with the
     real Qwen3 tokenizer and template against `spindle run -p` (--chat);
   * plain (non --json) output: one line per prompt, in input order;
@@ -22,6 +23,7 @@ SPINDLE_BIN = os.environ.get("SPINDLE_BIN", "/work/main/build/spindle")
 WORK = Path(__file__).resolve().parents[1] / ".work"
 QWEN3 = WORK / "parity" / "qwen3-f32"
 HYBRID = WORK / "parity-hybrid" / "qwen3_next-f32"
+WINDOW = WORK / "parity-gemma3" / "gemma3-f32"   # window-8 layers
 CHAT = WORK / "server" / "qwen3-chat"
 
 pytestmark = pytest.mark.skipif(
@@ -62,7 +64,8 @@ def solo_tokens(model, prompt, n):
     return json.loads(p.stdout)["tokens"]
 
 
-@pytest.mark.parametrize("model", [QWEN3, HYBRID], ids=["qwen3", "qwen3_next"])
+@pytest.mark.parametrize("model", [QWEN3, HYBRID, WINDOW],
+                         ids=["qwen3", "qwen3_next", "gemma3"])
 def test_token_prompts_equal_solo_runs(tmp_path, model):
     if not model.is_dir():
         pytest.skip(f"{model} missing")
