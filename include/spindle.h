@@ -483,7 +483,9 @@ typedef struct spindle_gen_stats {
     int prompt_tokens;
     /* Of prompt_tokens, those whose KV blocks came from the model's prefix
      * index instead of being computed (whole blocks of
-     * spindle_kv_pool_info.block_tokens, never the last prompt token). */
+     * spindle_kv_pool_info.block_tokens, never the last prompt token; on
+     * hybrid and sliding-window models up to the last shared block whose
+     * end has a kept state of the other layers, docs/ARCHITECTURE.md). */
     int cached_tokens;
     int generated_tokens;
     double prefill_seconds;

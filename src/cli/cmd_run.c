@@ -5,6 +5,7 @@
 #include "cli/grammar_file.h"
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
+#include "cli/run_prompts.h"
 #include "cli/spec_args.h"
 #include "spindle.h"
 
@@ -15,12 +16,14 @@
 #include <string.h>
 
 static const char *run_usage =
-    "usage: spindle run -m MODEL (-p TEXT | --prompt-tokens IDS) [options]\n"
+    "usage: spindle run -m MODEL (-p TEXT | --prompt-tokens IDS |\n"
+    "                            --prompts FILE [--parallel N]) [options]\n"
     "  -m, --model PATH        model directory or Hugging Face repo id\n"
     "  -p, --prompt TEXT       text prompt (special tokens added per the tokenizer)\n"
     "  --chat                  wrap the prompt in the model's chat template\n"
     "  --system TEXT           system message for --chat\n"
     "  --prompt-tokens IDS     prompt as comma-separated token ids\n"
+    SP_RUN_PROMPTS_HELP
     "  -n, --max-tokens N      tokens to generate (default 256)\n"
     "  --temp T                temperature (default 0: greedy)\n"
     "  --top-k K, --top-p P, --min-p P, --seed S   sampling\n"
@@ -59,6 +62,8 @@ typedef struct run_options {
     const char *text;
     const char *system;
     bool chat;
+    const char *prompts_file;
+    int parallel;
     int32_t bias_ids[64];
     float bias_values[64];
     spindle_gen_params gen;
@@ -66,6 +71,24 @@ typedef struct run_options {
     sp_lora_args lora;
     sp_spec_args spec;
 } run_options;
+
+/* --prompts FILE replaces -p / --prompt-tokens and runs without the
+ * options that belong to one generation. */
+static bool prompts_options_ok(run_options *o) {
+    const char *clash = o->text ? "-p" : o->prompt ? "--prompt-tokens"
+                      : o->durable.checkpoint_path ? "--checkpoint"
+                      : o->durable.resume_path ? "--resume"
+                      : o->dump_logits ? "--dump-logits" : NULL;
+    if (clash) {
+        fprintf(stderr, "spindle run: --prompts FILE excludes %s\n", clash);
+        return false;
+    }
+    if (!o->parallel) o->parallel = 4;
+    return true;
+}
+
+/* Not a status of the library: --prompts ran and printed everything. */
+#define SP_RUN_PROMPTS_DONE ((spindle_status)-1)
 
 static int parse(int argc, char **argv, run_options *o) {
     o->gen = spindle_gen_defaults();
@@ -84,6 +107,11 @@ static int parse(int argc, char **argv, run_options *o) {
             VALUE(); o->text = v;
         } else if (!strcmp(a, "--system")) {
             VALUE(); o->system = v;
+        } else if (!strcmp(a, "--prompts")) {
+            VALUE(); o->prompts_file = v;
+        } else if (!strcmp(a, "--parallel")) {
+            VALUE(); if (!sp_arg_int(a, v, 1, 256, &n)) return 2;
+            o->parallel = (int)n;
         } else if (!strcmp(a, "--chat")) {
             o->chat = true;
         } else if (!strcmp(a, "--prompt-tokens")) {
@@ -190,13 +218,19 @@ static int parse(int argc, char **argv, run_options *o) {
         fprintf(stderr, "spindle run: --grammar and --json-schema exclude each other\n");
         return 2;
     }
+    if (o->prompts_file)
+        return prompts_options_ok(o) ? 0 : 2;
+    if (o->parallel) {
+        fprintf(stderr, "spindle run: --parallel needs --prompts FILE\n");
+        return 2;
+    }
     if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return 2;
     if (!o->durable.resume_path && !o->prompt == !o->text) {
         fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
                         "--prompt-tokens IDS\n");
         return 2;
     }
-    if ((o->chat || o->system) && !o->text) {
+    if ((o->chat || o->system) && !o->text && !o->prompts_file) {
         fprintf(stderr, "spindle run: --chat and --system need -p TEXT\n");
         return 2;
     }
@@ -314,7 +348,10 @@ int sp_cmd_run(int argc, char **argv) {
     bool constrained = o.grammar_file || o.schema_file;
     spindle_grammar_vocab *vocab = NULL;
     spindle_grammar *grammar = NULL;
-    if (!st && (o.durable.text_output || constrained))
+    if (!st && o.prompts_file && !constrained &&
+        spindle_tokenizer_load(spindle_model_dir(model), &tok, NULL))
+        tok = NULL;   /* then only prompt_tokens lines can run */
+    if (!st && !tok && (o.durable.text_output || constrained))
         st = spindle_tokenizer_load(spindle_model_dir(model), &tok, &err);
     if (!st && constrained)
         st = sp_cli_grammar_load(tok, o.grammar_file, o.schema_file, &vocab,
@@ -324,6 +361,16 @@ int sp_cmd_run(int argc, char **argv) {
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
         o.gen.stop_ids = stop;
+    }
+    if (!st && o.prompts_file) {
+        sp_run_prompts_args pa = {.path = o.prompts_file,
+                                  .parallel = o.parallel, .json = o.json,
+                                  .chat = o.chat, .system = o.system};
+        st = sp_run_prompts(model, tok, &o.gen, &pa, &err);
+        o.json = false;   /* printed; nothing below runs */
+        if (!st) st = SP_RUN_PROMPTS_DONE;
+    }
+    if (!st && tok) {
         st = sp_text_stream_init(&stream, tok, o.json ? NULL : stdout, &err);
         if (!st) sp_run_durable_replay(&o.durable, &stream, &text_from);
     }
@@ -344,7 +391,9 @@ int sp_cmd_run(int argc, char **argv) {
         st = SPINDLE_ERR_IO;
         snprintf(err.message, sizeof err.message, "%s: cannot write", o.dump_logits);
     }
-    if (st) {
+    if (st == SP_RUN_PROMPTS_DONE) {
+        st = SPINDLE_OK;
+    } else if (st) {
         fprintf(stderr, "spindle: %s\n",
                 err.message[0] ? err.message : spindle_status_name(st));
     } else if (o.json) {

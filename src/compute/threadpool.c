@@ -7,6 +7,19 @@
  * atomic chunk counter, so a late or descheduled worker simply takes fewer
  * chunks instead of holding everybody up.
  *
+ * Under contention (more runnable threads than cores: another process, or
+ * other agents on a shared machine) spinning hurts: a spinning worker burns
+ * the time slice it shares with the competing thread, and a caller spinning
+ * for a descheduled straggler burns the core that straggler could have run
+ * on. So the spin adapts to how long the caller's waits for stragglers run:
+ * each wait long enough to mean a descheduled thread (SP_POOL_LONG_WAIT_NS)
+ * halves it (down to SP_POOL_SPIN_MIN_NS), each other one grows it back by
+ * a sixteenth. Past the spin a worker yields a few times and then sleeps,
+ * and the caller yields a few times and then sleeps until the last chunk's
+ * owner wakes it. A sleeper's wake-up preempts a CPU hog (the scheduler
+ * credits sleepers), where a spinner only gets its fair share. Unloaded,
+ * waits stay short and the full spin is kept.
+ *
  * Job publication protocol (all atomics are sequentially consistent where the
  * argument depends on a total order):
  *   - `gen` is odd while a job is open and even while the pool is idle.
@@ -33,6 +46,14 @@
  * between two kernels of one layer, short enough not to burn a core when the
  * model is idle. */
 #define SP_POOL_SPIN_NS 20000
+/* The shortest adapted spin: about one futex round trip. */
+#define SP_POOL_SPIN_MIN_NS 2000
+/* sched_yield calls between the spin and sleeping. */
+#define SP_POOL_YIELDS 4
+/* A caller's wait this long means a straggler lost its core (a time slice
+ * is milliseconds; waking a sleeping worker takes tens of microseconds, and
+ * must not count, or an unloaded pool would talk itself out of spinning). */
+#define SP_POOL_LONG_WAIT_NS 250000
 
 struct sp_pool {
     int n_threads; /* including the caller */
@@ -44,6 +65,11 @@ struct sp_pool {
     pthread_cond_t sleep_cv;
     atomic_int sleepers;
     atomic_bool stop;
+    /* The caller sleeps on done_cv (under sleep_mu) for the last chunks. */
+    pthread_cond_t done_cv;
+    atomic_bool caller_sleeping;
+    /* The adapted spin (see the header comment), written by the caller. */
+    atomic_uint_fast64_t spin_ns;
 
     atomic_uint_fast64_t gen;
     atomic_int active;
@@ -92,9 +118,20 @@ static void sp_pool_run_chunks(sp_pool *pool, int thread_id) {
         pool->fn(pool->ctx, begin, end, thread_id);
         done++;
     }
-    if (done)
-        atomic_fetch_add_explicit(&pool->done_chunks, done,
-                                  memory_order_release);
+    if (!done) return;
+    /* seq_cst: the caller sets caller_sleeping before it checks the count
+     * under sleep_mu, so either it sees this chunk or this thread sees it
+     * asleep (and takes the mutex, so the wake cannot precede its wait). */
+    if (atomic_fetch_add(&pool->done_chunks, done) + done == n_chunks &&
+        thread_id != 0 && atomic_load(&pool->caller_sleeping)) {
+        pthread_mutex_lock(&pool->sleep_mu);
+        pthread_cond_signal(&pool->done_cv);
+        pthread_mutex_unlock(&pool->sleep_mu);
+    }
+}
+
+static uint64_t sp_spin_ns(const sp_pool *pool) {
+    return atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
 }
 
 static void *sp_worker_main(void *p) {
@@ -110,19 +147,21 @@ static void *sp_worker_main(void *p) {
         /* Wait for a generation we have not handled yet: spin, then sleep. */
         uint64_t g = atomic_load_explicit(&pool->gen, memory_order_relaxed);
         if (g == seen || !(g & 1)) {
-            uint64_t t0 = sp_now_ns();
-            unsigned spins = 0;
+            const uint64_t t0 = sp_now_ns(), spin = sp_spin_ns(pool);
+            unsigned spins = 0, yields = 0;
             bool woke = false;
             for (;;) {
-                sp_cpu_relax();
+                if (yields) sched_yield();
+                else sp_cpu_relax();
                 g = atomic_load_explicit(&pool->gen, memory_order_relaxed);
                 if ((g != seen && (g & 1)) ||
                     atomic_load_explicit(&pool->stop, memory_order_relaxed)) {
                     woke = true;
                     break;
                 }
-                if ((++spins & 63) == 0 && sp_now_ns() - t0 > SP_POOL_SPIN_NS)
-                    break;
+                if (yields && ++yields > SP_POOL_YIELDS) break;
+                if (!yields && (++spins & 63) == 0 && sp_now_ns() - t0 > spin)
+                    yields = 1;
             }
             if (!woke) {
                 pthread_mutex_lock(&pool->sleep_mu);
@@ -165,6 +204,7 @@ static void sp_pool_shutdown(sp_pool *pool) {
     pthread_mutex_unlock(&pool->sleep_mu);
     for (int i = 0; i < pool->n_started; i++)
         pthread_join(pool->threads[i], NULL);
+    pthread_cond_destroy(&pool->done_cv);
     pthread_cond_destroy(&pool->sleep_cv);
     pthread_mutex_destroy(&pool->sleep_mu);
     pthread_mutex_destroy(&pool->region_mu);
@@ -197,7 +237,16 @@ sp_pool *sp_pool_create(int n_threads) {
         free(pool);
         return NULL;
     }
+    atomic_init(&pool->caller_sleeping, false);
+    atomic_init(&pool->spin_ns, SP_POOL_SPIN_NS);
     if (pthread_cond_init(&pool->sleep_cv, NULL) != 0) {
+        pthread_mutex_destroy(&pool->sleep_mu);
+        pthread_mutex_destroy(&pool->region_mu);
+        free(pool);
+        return NULL;
+    }
+    if (pthread_cond_init(&pool->done_cv, NULL) != 0) {
+        pthread_cond_destroy(&pool->sleep_cv);
         pthread_mutex_destroy(&pool->sleep_mu);
         pthread_mutex_destroy(&pool->region_mu);
         free(pool);
@@ -258,6 +307,40 @@ static bool sp_all_chunks_done(sp_pool *pool) {
            pool->n_chunks;
 }
 
+/* The caller's wait for the chunks other threads still run: spin for the
+ * adapted time, yield a few times, then sleep until the last one is done;
+ * then adapt the spin to how long this wait took. */
+static void sp_wait_for_chunks(sp_pool *pool) {
+    if (sp_all_chunks_done(pool)) return;
+    const uint64_t t0 = sp_now_ns(), spin = sp_spin_ns(pool);
+    unsigned spins = 0, yields = 0;
+    while (!sp_all_chunks_done(pool) && yields <= SP_POOL_YIELDS) {
+        if (yields) {
+            sched_yield();
+            yields++;
+        } else {
+            sp_cpu_relax();
+            if ((++spins & 63) == 0 && sp_now_ns() - t0 > spin) yields = 1;
+        }
+    }
+    if (!sp_all_chunks_done(pool)) {
+        pthread_mutex_lock(&pool->sleep_mu);
+        atomic_store(&pool->caller_sleeping, true);
+        while (!sp_all_chunks_done(pool))
+            pthread_cond_wait(&pool->done_cv, &pool->sleep_mu);
+        atomic_store(&pool->caller_sleeping, false);
+        pthread_mutex_unlock(&pool->sleep_mu);
+    }
+    const uint64_t waited = sp_now_ns() - t0;
+    uint64_t next = spin;
+    if (waited > SP_POOL_LONG_WAIT_NS)
+        next = spin / 2 > SP_POOL_SPIN_MIN_NS ? spin / 2 : SP_POOL_SPIN_MIN_NS;
+    else if (spin < SP_POOL_SPIN_NS)
+        next = spin + SP_POOL_SPIN_NS / 16;
+    if (next > SP_POOL_SPIN_NS) next = SP_POOL_SPIN_NS;
+    atomic_store_explicit(&pool->spin_ns, next, memory_order_relaxed);
+}
+
 static bool sp_no_worker_active(sp_pool *pool) {
     return atomic_load(&pool->active) == 0;
 }
@@ -303,7 +386,7 @@ void sp_pool_for(sp_pool *pool, int64_t n, int64_t grain, sp_range_fn fn,
     tls_pool = outer;
     tls_thread_id = outer_id;
 
-    sp_wait_until(pool, sp_all_chunks_done);
+    sp_wait_for_chunks(pool);
     atomic_fetch_add(&pool->gen, 1); /* close: even */
     sp_wait_until(pool, sp_no_worker_active);
     pthread_mutex_unlock(&pool->region_mu);

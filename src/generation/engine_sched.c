@@ -22,6 +22,8 @@
 #include "base/error.h"
 #include "generation/checkpoint.h"
 #include "generation/speculative.h"
+#include "models/model.h"
+#include "runtime/kv_pool.h"
 
 /* Move the submitted requests to the end of the waiting queue. */
 static void take_incoming(spindle_engine *e) {
@@ -92,11 +94,31 @@ static void add_entry(spindle_engine *e, int *n, sp_request *r,
     e->entry_req[i] = r;
 }
 
+/* How much of the next `take` prompt tokens of r one pass should take
+ * for a model whose prefix index needs boundary states
+ * (runtime/prefix_states.h): a state is kept only where a pass ends on a
+ * block boundary, so a chunk that does not finish the prompt ends on one,
+ * and the final chunk stops at the prompt's last boundary first (one
+ * extra pass per prompt), so that a later prompt sharing this one finds a
+ * state as far in as it can. Positions are the sequence's (a caller's
+ * sequence may start the prompt anywhere). */
+static int aligned_take(const spindle_engine *e, const sp_request *r,
+                        int take) {
+    const sp_kv_pool *pool = e->model->kv_pool;
+    if (!pool || !sp_kv_pool_states(pool)) return take;
+    const int block = SP_KV_BLOCK_TOKENS;
+    const int start = spindle_seq_length(r->seq);
+    const int end = start + take, prompt_end = start + r->n_prompt - r->prefilled;
+    const int cut = (end < prompt_end ? end : prompt_end) / block * block;
+    return cut > start && cut < end ? cut - start : take;
+}
+
 /* The next prompt chunk of r, as much as the budget allows. */
 static void add_chunk(spindle_engine *e, int *n, sp_request *r, int *budget) {
-    int left = r->n_prompt - r->prefilled;
+    const int left = r->n_prompt - r->prefilled;
     int take = left < *budget ? left : *budget;
     if (take <= 0) return;
+    take = aligned_take(e, r, take);
     add_entry(e, n, r, r->tokens + r->prefilled, take, take == left);
     *budget -= take;
 }

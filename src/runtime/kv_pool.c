@@ -1,6 +1,7 @@
 /* The KV block pool and its prefix index (kv_pool.h). */
 #include "runtime/kv_pool.h"
 #include "runtime/kv_cache.h"
+#include "runtime/prefix_states.h"
 #include "base/error.h"
 
 #include <pthread.h>
@@ -33,6 +34,7 @@ struct sp_kv_pool {
     size_t elem_size, block_bytes;
     int n_blocks;
     bool prefix_ok;
+    sp_prefix_states *states; /* boundary states: layers not all full KV */
     uint64_t fingerprint;
     void *map;
     size_t map_bytes;
@@ -134,10 +136,16 @@ spindle_status sp_kv_pool_new(const sp_layer_state_desc *layers, int n_layers,
             L->head_dim = layers[l].head_dim;
             L->half_bytes = (size_t)L->n_kv_heads * B * L->head_dim * es;
         } else if (layers[l].kind != SP_STATE_NONE) {
-            p->prefix_ok = false;
+            p->prefix_ok = false;   /* until the boundary states exist */
         }
     }
     p->block_bytes = sp_kv_pool_block_bytes_for(layers, n_layers, type);
+    /* The other layers' states at block boundaries, beside the blocks:
+     * an eighth of the budget (prefix_states.h). */
+    if (!p->prefix_ok && p->block_bytes) {
+        p->states = sp_prefix_states_new(bytes / 8);
+        p->prefix_ok = p->states != NULL;
+    }
     /* Without full-KV layers no sequence takes a block: one keeps the
      * bookkeeping valid. */
     const size_t n = p->block_bytes ? bytes / p->block_bytes : 1;
@@ -161,6 +169,7 @@ spindle_status sp_kv_pool_new(const sp_layer_state_desc *layers, int n_layers,
 void sp_kv_pool_free(sp_kv_pool *p) {
     if (!p) return;
     if (p->map) munmap(p->map, p->map_bytes);
+    sp_prefix_states_free(p->states);
     pthread_mutex_destroy(&p->lock);
     free(p->meta);
     free(p->tokens);
@@ -173,6 +182,7 @@ void sp_kv_pool_free(sp_kv_pool *p) {
 size_t sp_kv_pool_block_bytes(const sp_kv_pool *p) { return p->block_bytes; }
 int sp_kv_pool_capacity(const sp_kv_pool *p) { return p->n_blocks; }
 bool sp_kv_pool_prefix_ok(const sp_kv_pool *p) { return p->prefix_ok; }
+sp_prefix_states *sp_kv_pool_states(const sp_kv_pool *p) { return p->states; }
 
 void sp_kv_pool_counts_get(sp_kv_pool *p, sp_kv_pool_counts *c) {
     pthread_mutex_lock(&p->lock);

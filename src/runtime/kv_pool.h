@@ -50,7 +50,9 @@
  * at depth 2048, where attention dominates, within 2%; 16 would cut the
  * portable kernel's tiles, 64 would double the waste for no fewer lookups
  * that matter (one per 32 rows already). */
+#ifndef SP_KV_BLOCK_TOKENS   /* -DSP_KV_BLOCK_TOKENS=N: one-off measurements */
 #define SP_KV_BLOCK_TOKENS 32
+#endif
 
 typedef struct sp_kv_pool sp_kv_pool;
 
@@ -70,9 +72,13 @@ size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
                                   int n_layers, sp_kv_dtype type);
 size_t sp_kv_pool_block_bytes(const sp_kv_pool *p);
 int sp_kv_pool_capacity(const sp_kv_pool *p);     /* blocks in all */
-/* Whether the prefix index may be used: every layer full KV or none (a
- * window or recurrent state cannot be rebuilt from blocks). */
+/* Whether the prefix index may be used: every layer full KV or none, or
+ * else the other layers' boundary states have their store (a window or
+ * recurrent state cannot be rebuilt from blocks: prefix_states.h). */
 bool sp_kv_pool_prefix_ok(const sp_kv_pool *p);
+typedef struct sp_prefix_states sp_prefix_states;
+/* The boundary-state store; NULL when every layer is full KV or none. */
+sp_prefix_states *sp_kv_pool_states(const sp_kv_pool *p);
 
 typedef struct sp_kv_pool_counts {
     int free;      /* never used or released unpublished */

@@ -4,6 +4,7 @@
  * the token history that hashes each block as it fills so that the prefix
  * index can offer it to later sequences. */
 #include "runtime/seq_state_impl.h"
+#include "runtime/prefix_states.h"
 #include "base/error.h"
 
 #include <stdlib.h>
@@ -139,6 +140,39 @@ void sp_blocks_commit(sp_seq_state *s, int n_new) {
     publish_full(s, s->length + n_new);
 }
 
+void sp_blocks_boundary_state(sp_seq_state *s) {
+    sp_prefix_states *store = s->has_full ? sp_kv_pool_states(s->pool) : NULL;
+    const int i = s->length / B - 1;
+    if (!store || !s->hashable || s->length % B || i < 0 || i >= s->n_hashed ||
+        sp_prefix_states_has(store, s->hashes[i]))
+        return;
+    /* A state the store could keep only a few of is not worth its copy
+     * (a long window over many layers): such a model maps no prefix. */
+    sp_prefix_states_counts c;
+    sp_prefix_states_counts_get(store, &c);
+    if (sp_seq_state_tail_bytes(s) > c.max_bytes / 4) return;
+    sp_state_snapshot *snap = NULL;
+    if (!sp_seq_state_snapshot_tail(s, &snap, NULL))
+        sp_prefix_states_put(store, s->hashes[i], snap);
+}
+
+/* Keep the first k of the n_blocks mapped blocks, k the most whose
+ * boundary has a state, and restore it: the mapped length (0 without
+ * any). */
+static int restore_boundary(sp_seq_state *s, sp_prefix_states *store) {
+    int k = s->n_blocks;
+    const sp_state_snapshot *snap = NULL;
+    while (k > 0 && !(snap = sp_prefix_states_acquire(store, s->hashes[k - 1])))
+        k--;
+    release_from(s, k);
+    if (snap) {
+        spindle_status st = sp_seq_state_restore_tail(s, snap, NULL);
+        sp_prefix_states_release(store);
+        if (st) release_from(s, 0);
+    }
+    return s->n_blocks ? s->length : 0;
+}
+
 void sp_blocks_truncate(sp_seq_state *s, int length) {
     if (!s->has_full) return;
     release_from(s, blocks_for(length));
@@ -195,8 +229,10 @@ int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
         s->hashes[i] = h;
         parent = h;
     }
+    sp_prefix_states *store = sp_kv_pool_states(s->pool);
+    if (store) restore_boundary(s, store);
+    else s->length = s->n_blocks * B;
     s->n_hashed = s->n_blocks;
-    s->length = s->n_blocks * B;
     memcpy(s->tokens, tokens, (size_t)s->length * sizeof *tokens);
     return s->length;
 }

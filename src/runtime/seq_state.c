@@ -348,6 +348,7 @@ void sp_seq_state_commit(sp_seq_state *s) {
     }
     s->length += n_new;
     s->pending = 0;
+    sp_blocks_boundary_state(s);
 }
 
 /* ------------------------------------------------------------- truncate */

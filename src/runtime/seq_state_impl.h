@@ -65,6 +65,9 @@ spindle_status sp_blocks_fit(sp_seq_state *s, int64_t end, spindle_error *err);
  * the blocks they fill. */
 void sp_blocks_commit(sp_seq_state *s, int n_new);
 void sp_blocks_truncate(sp_seq_state *s, int length);
+/* After a commit: at a block boundary, leave the other layers' state there
+ * for the prefix index (prefix_states.h), when the model needs one. */
+void sp_blocks_boundary_state(sp_seq_state *s);
 /* Fresh blocks for positions [0, length) (a restore overwrites them all);
  * on failure as before. */
 spindle_status sp_blocks_replace(sp_seq_state *s, int length,
@@ -79,6 +82,18 @@ int64_t sp_recurrent_conv_floats(const sp_layer_state_desc *d);
 spindle_status sp_window_fit(sp_seq_state *s, sp_layer_state *L,
                              int64_t end, int64_t rows_at_least,
                              spindle_error *err);
+
+/* seq_state_snapshot.c: the boundary state of the prefix index
+ * (prefix_states.h): every layer but the full-KV ones, and its restore
+ * into a state whose blocks already hold positions [0, snapshot length). */
+spindle_status sp_seq_state_snapshot_tail(const sp_seq_state *s,
+                                          sp_state_snapshot **out,
+                                          spindle_error *err);
+/* About the bytes of a tail snapshot now (its data, not its records). */
+size_t sp_seq_state_tail_bytes(const sp_seq_state *s);
+spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
+                                         const sp_state_snapshot *snap,
+                                         spindle_error *err);
 
 /* Release every recurrent slot's role but the current state's. */
 void sp_recurrent_forget_kept(sp_layer_state *L);

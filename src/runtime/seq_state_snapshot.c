@@ -54,9 +54,11 @@ static void describe(snapshot_layer *r, const sp_layer_state_desc *d) {
     r->state_floats = d->state_floats;
 }
 
-spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
-                                     sp_state_snapshot **out,
-                                     spindle_error *err) {
+/* tail: every layer but the full-KV ones (those record no rows), the
+ * boundary state of the prefix index (prefix_states.h). */
+static spindle_status take_snapshot(const sp_seq_state *s, bool tail,
+                                    sp_state_snapshot **out,
+                                    spindle_error *err) {
     *out = NULL;
     size_t at = align_up(sizeof(sp_state_snapshot) +
                          (size_t)s->n_layers * sizeof(snapshot_layer));
@@ -66,7 +68,9 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
         const sp_layer_state *L = &s->layers[l];
         snapshot_layer *r = &recs[l];
         describe(r, &L->d);
-        if (sp_layer_is_kv(L)) {
+        if (tail && L->d.kind == SP_STATE_FULL_KV) {
+            r->first_pos = s->length;
+        } else if (sp_layer_is_kv(L)) {
             r->first_pos = kv_first_kept(s, L);
             r->n_positions = s->length - r->first_pos;
             r->bytes = sp_kv_rows_bytes(&L->kv, r->first_pos, s->length);
@@ -91,6 +95,8 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
     for (int l = 0; l < s->n_layers; l++) {
         const sp_layer_state *L = &s->layers[l];
         const snapshot_layer *r = &snap->layers[l];
+        if (L->d.kind == SP_STATE_FULL_KV && tail)
+            continue;
         if (L->d.kind == SP_STATE_FULL_KV)
             sp_kv_pool_read(s->pool, l, s->blocks, 0, s->length,
                             base + r->offset);
@@ -104,10 +110,35 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
     return SPINDLE_OK;
 }
 
+spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
+                                     sp_state_snapshot **out,
+                                     spindle_error *err) {
+    return take_snapshot(s, false, out, err);
+}
+
+size_t sp_seq_state_tail_bytes(const sp_seq_state *s) {
+    size_t n = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        const sp_layer_state *L = &s->layers[l];
+        if (L->d.kind == SP_STATE_WINDOW_KV)
+            n += sp_kv_rows_bytes(&L->kv, kv_first_kept(s, L), s->length);
+        else if (L->d.kind == SP_STATE_RECURRENT)
+            n += L->floats * sizeof(float);
+    }
+    return n;
+}
+
+spindle_status sp_seq_state_snapshot_tail(const sp_seq_state *s,
+                                          sp_state_snapshot **out,
+                                          spindle_error *err) {
+    return take_snapshot(s, true, out, err);
+}
+
 /* What makes record l unusable for layer L of s (a short phrase), or
  * NULL. */
 static const char *record_problem(const sp_seq_state *s,
-                                  const sp_state_snapshot *snap, int l) {
+                                  const sp_state_snapshot *snap, int l,
+                                  bool tail) {
     const sp_layer_state *L = &s->layers[l];
     const snapshot_layer *r = &snap->layers[l];
     snapshot_layer want = {0};
@@ -119,7 +150,9 @@ static const char *record_problem(const sp_seq_state *s,
         r->state_floats != want.state_floats)
         return "a different state layout";
     uint64_t bytes = 0;
-    if (sp_layer_is_kv(L)) {
+    if (tail && L->d.kind == SP_STATE_FULL_KV) {
+        if (r->n_positions != 0) return "rows of a full-KV layer";
+    } else if (sp_layer_is_kv(L)) {
         int64_t first = snap->length - (int64_t)L->d.window + 1;
         if (L->d.kind == SP_STATE_FULL_KV || first < 0) first = 0;
         if (r->first_pos < 0 || r->first_pos > first ||
@@ -136,7 +169,7 @@ static const char *record_problem(const sp_seq_state *s,
 }
 
 static spindle_status check_snapshot(const sp_seq_state *s,
-                                     const sp_state_snapshot *snap,
+                                     const sp_state_snapshot *snap, bool tail,
                                      spindle_error *err) {
     if (snap->magic != SNAPSHOT_MAGIC || snap->version != SNAPSHOT_VERSION)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "not a sequence snapshot");
@@ -153,7 +186,7 @@ static spindle_status check_snapshot(const sp_seq_state *s,
                        "the snapshot's %d tokens exceed the context limit %d",
                        snap->length, s->opt.max_length);
     for (int l = 0; l < s->n_layers; l++) {
-        const char *problem = record_problem(s, snap, l);
+        const char *problem = record_problem(s, snap, l, tail);
         if (problem)
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "snapshot layer %d: %s", l, problem);
@@ -164,7 +197,7 @@ static spindle_status check_snapshot(const sp_seq_state *s,
 spindle_status sp_seq_state_restore(sp_seq_state *s,
                                     const sp_state_snapshot *snap,
                                     spindle_error *err) {
-    spindle_status st = check_snapshot(s, snap, err);
+    spindle_status st = check_snapshot(s, snap, false, err);
     /* Room first (growing keeps the current contents, so a failure leaves
      * the state as it was), then the copies, which cannot fail; the
      * full-KV blocks last, since replacing them cannot be undone. */
@@ -184,6 +217,36 @@ spindle_status sp_seq_state_restore(sp_seq_state *s,
             sp_kv_pool_write(s->pool, l, s->blocks, 0, snap->length,
                              base + r->offset);
         } else if (sp_layer_is_kv(L)) {
+            L->kv.base = r->first_pos;
+            sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
+                               base + r->offset);
+        } else if (L->d.kind == SP_STATE_RECURRENT) {
+            sp_recurrent_forget_kept(L);
+            memcpy(L->slots[L->current].data, base + r->offset, r->bytes);
+            L->slots[L->current].length = snap->length;
+        }
+    }
+    s->length = snap->length;
+    s->pending = 0;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
+                                         const sp_state_snapshot *snap,
+                                         spindle_error *err) {
+    spindle_status st = check_snapshot(s, snap, true, err);
+    for (int l = 0; l < s->n_layers && !st; l++) {
+        sp_layer_state *L = &s->layers[l];
+        const int n = snap->layers[l].n_positions;
+        if (n > 0 && L->d.kind == SP_STATE_WINDOW_KV)
+            st = sp_window_fit(s, L, s->length, n, err);
+    }
+    if (st) return st;
+    const unsigned char *base = (const unsigned char *)snap;
+    for (int l = 0; l < s->n_layers; l++) {
+        sp_layer_state *L = &s->layers[l];
+        const snapshot_layer *r = &snap->layers[l];
+        if (L->d.kind == SP_STATE_WINDOW_KV) {
             L->kv.base = r->first_pos;
             sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
                                base + r->offset);
