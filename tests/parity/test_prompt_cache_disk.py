@@ -48,8 +48,9 @@ def model_of(dense, name="qwen3-f32"):
 
 
 def prompt_of(n, salt=0):
-    """n token ids of the tiny vocabulary (768), distinct per salt."""
-    return [(7 * i + 13 * salt + 1) % 700 + 3 for i in range(n)]
+    """n token ids inside both tiny vocabularies (768, 512), distinct per
+    salt."""
+    return [(7 * i + 13 * salt + 1) % 500 + 3 for i in range(n)]
 
 
 def run(model, prompt, cache=None, budget=None, n=N_GEN):
@@ -153,8 +154,7 @@ def pristine(dense, tmp_path_factory):
     return cache, prompt, cold
 
 
-def assert_refused_at(model, cache, prompt, cold, k, needle):
-    victim = file_of_block(cache, prompt, k)
+def assert_refused_at(model, cache, prompt, cold, k, victim, needle):
     tokens, st, err = run(model, prompt, cache)
     lines = [ln for ln in err.splitlines() if "prompt cache" in ln]
     assert len(lines) == 1 and "warning" in lines[0] and \
@@ -175,11 +175,12 @@ def test_corrupted_block_files_refused(dense, pristine, kind, tmp_path):
     cache = tmp_path / "cache"
     shutil.copytree(src, cache)
     k = 2                                  # blocks 0 and 1 stay usable
-    CORRUPTIONS[kind](file_of_block(cache, prompt, k))
+    victim = file_of_block(cache, prompt, k)
+    CORRUPTIONS[kind](victim)
     needle = {"payload_flip": "checksum", "checksum_flip": "checksum",
               "header_token_flip": "checksum", "empty": "truncated",
               "truncated": "truncated", "header_only": "truncated"}[kind]
-    assert_refused_at(model_of(dense), cache, prompt, cold, k, needle)
+    assert_refused_at(model_of(dense), cache, prompt, cold, k, victim, needle)
 
 
 def test_foreign_fingerprint_block_refused(dense, pristine, tmp_path):
@@ -193,7 +194,7 @@ def test_foreign_fingerprint_block_refused(dense, pristine, tmp_path):
     theirs = file_of_block(foreign, prompt, 1)
     ours = file_of_block(cache, prompt, 1)
     shutil.copyfile(theirs, ours)
-    assert_refused_at(model_of(dense), cache, prompt, cold, 1,
+    assert_refused_at(model_of(dense), cache, prompt, cold, 1, ours,
                       "another model")
 
 
