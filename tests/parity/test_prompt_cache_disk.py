@@ -235,3 +235,23 @@ def test_hybrid_model_has_no_disk_tier(spindle_bin, tmp_path):  # noqa: F811
     tokens, st, _ = run(hybrid, prompt, cache)
     assert tokens == cold and st["cached_tokens"] == 0
     assert block_files(cache) == []
+
+
+def test_unusable_cache_dir_and_bad_budget(dense, tmp_path):
+    model = model_of(dense)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    base = [str(pc.SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens",
+            "5,6,7", "-n", "2"]
+    r = subprocess.run(base + ["--prompt-cache-dir", str(blocker / "sub")],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "cannot create the prompt cache directory" in lines[0]
+    for bad in ("0", "-1", "12X"):
+        r = subprocess.run(base + ["--prompt-cache-dir", str(tmp_path / "c"),
+                                   "--prompt-cache-disk-bytes", bad],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2
+        assert "--prompt-cache-disk-bytes expects a positive byte count" \
+            in r.stderr
