@@ -107,7 +107,23 @@ typedef struct spindle_load_options {
      * Pages are committed only as blocks are first written. A budget that
      * holds no block fails the load with SPINDLE_ERR_LIMIT. */
     size_t kv_bytes;
+    /* Non-NULL: the on-disk prompt cache's directory (created if needed).
+     * Full 32-token KV blocks of the base model's prompts are written there
+     * in the background (atomic renames, each file carrying the model
+     * fingerprint, its chained prefix hash and an XXH3-128 checksum) and a
+     * later process whose prompt starts the same way reads them back
+     * instead of prefilling them. Files that fail a check (corrupted,
+     * truncated, another model's) are refused with a warning on stderr and
+     * deleted. Models with recurrent or sliding-window layers have no
+     * prefix index, so nothing is written for them. An unusable directory
+     * fails the load with SPINDLE_ERR_IO. */
+    const char *prompt_cache_dir;
+    /* Bytes the cache directory's block files may take, least recently
+     * used deleted first (0: SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES). */
+    size_t prompt_cache_disk_bytes;
 } spindle_load_options;
+
+#define SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES ((size_t)4 << 30)
 
 /* The model's KV block pool: its size and what its blocks hold now. */
 typedef struct spindle_kv_pool_info {
@@ -118,6 +134,14 @@ typedef struct spindle_kv_pool_info {
     int used;                /* referenced by a sequence */
     int cached;              /* unreferenced prefix-index blocks (LRU) */
     int free;                /* the rest */
+    /* The on-disk prompt cache (all 0 without one): its budget, what its
+     * files take, and since the load: blocks read back, written, refused
+     * (failed a check), evicted under the budget, and dropped (offered
+     * while the writer was too far behind). */
+    size_t disk_budget_bytes, disk_bytes;
+    int disk_files;
+    long long disk_loaded, disk_written, disk_refused, disk_evicted,
+        disk_dropped;
 } spindle_kv_pool_info;
 
 /* Thread-safe (a snapshot). SPINDLE_ERR_ARGUMENT for NULL. */
@@ -495,6 +519,9 @@ typedef struct spindle_gen_stats {
     int64_t peak_rss_bytes;
     spindle_stop_reason stop_reason;
     spindle_spec_stats spec;
+    /* Submit to the first generated token: the prefix mapping (including
+     * blocks read from the on-disk prompt cache) and the prefill. */
+    double ttft_seconds;
 } spindle_gen_stats;
 
 /* Called with each generated token; return false to stop. */

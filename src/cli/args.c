@@ -83,6 +83,19 @@ bool sp_arg_bytes(const char *opt, const char *s, size_t *out) {
     return true;
 }
 
+int sp_arg_prompt_cache(int argc, char **argv, int *i,
+                        spindle_load_options *lo) {
+    const char *a = argv[*i], *v;
+    const bool dir = !strcmp(a, "--prompt-cache-dir");
+    if (!dir && strcmp(a, "--prompt-cache-disk-bytes") != 0) return 0;
+    if (!(v = sp_arg_value(argc, argv, i))) return -1;
+    if (dir) {
+        lo->prompt_cache_dir = v;
+        return 1;
+    }
+    return sp_arg_bytes(a, v, &lo->prompt_cache_disk_bytes) ? 1 : -1;
+}
+
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out) {
     spindle_error err = {0};
     if (spindle_kv_type_parse(s, out, &err) == SPINDLE_OK) return true;

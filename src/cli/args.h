@@ -33,6 +33,19 @@ bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
 #define SP_ARG_MMAP_HELP \
     "  --mmap                  map the weight files (zero-copy) instead of\n" \
     "                          reading them into huge-page memory\n"
+/* --prompt-cache-dir DIR and --prompt-cache-disk-bytes BYTES (run and
+ * serve): the on-disk prompt cache (spindle_load_options). */
+#define SP_ARG_PROMPT_CACHE_HELP \
+    "  --prompt-cache-dir DIR  keep full 32-token KV blocks of prompts in DIR;\n" \
+    "                          a later process reads a matching prefix back\n" \
+    "                          instead of prefilling it\n" \
+    "  --prompt-cache-disk-bytes BYTES\n" \
+    "                          the directory's budget, least recently used\n" \
+    "                          files deleted first, suffix K/M/G (default 4G)\n"
+/* Parse argv[*i] when it is one of those options (advancing *i): 1 parsed,
+ * 0 not one of them, -1 a usage error (printed). */
+int sp_arg_prompt_cache(int argc, char **argv, int *i,
+                        spindle_load_options *lo);
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 /* "1,2,4" → malloc'd counts, each in [1, hi]. */

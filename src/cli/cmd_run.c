@@ -44,6 +44,7 @@ static const char *run_usage =
     "  --json-schema FILE      constrain the output to a JSON Schema\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
+    SP_ARG_PROMPT_CACHE_HELP
     SP_RUN_DURABLE_HELP;
 
 typedef struct run_options {
@@ -55,6 +56,7 @@ typedef struct run_options {
     int max_rollback;
     spindle_kv_type kv_type;
     size_t kv_bytes;
+    spindle_load_options cache;   /* the prompt cache's two fields */
     bool use_mmap;
     bool json;
     const char *dump_logits;
@@ -171,6 +173,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "--seed")) {
             VALUE(); if (!sp_arg_u64(a, v, &o->gen.sampler.seed)) return 2;
             o->durable.seed_explicit = true;
+        } else if ((rc = sp_arg_prompt_cache(argc, argv, &i, &o->cache)) != 0) {
+            if (rc < 0) return 2;
         } else if ((rc = sp_run_durable_option(&o->durable, argc, argv, &i)) != 0) {
             if (rc == 2) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -265,8 +269,26 @@ static bool print_token(int32_t token, void *user) {
     return true;
 }
 
-static void print_json(const run_options *o, const int32_t *toks, int n,
-                       const char *text, const spindle_gen_stats *s) {
+/* The on-disk prompt cache's counts, when there is one. */
+static void prompt_cache_json(cJSON *stats, const spindle_model *model) {
+    spindle_kv_pool_info kv;
+    spindle_error err = {0};
+    if (spindle_model_kv_pool_info(model, &kv, &err) || !kv.disk_budget_bytes)
+        return;
+    cJSON *c = cJSON_AddObjectToObject(stats, "prompt_cache");
+    cJSON_AddNumberToObject(c, "budget_bytes", (double)kv.disk_budget_bytes);
+    cJSON_AddNumberToObject(c, "bytes", (double)kv.disk_bytes);
+    cJSON_AddNumberToObject(c, "files", kv.disk_files);
+    cJSON_AddNumberToObject(c, "loaded", (double)kv.disk_loaded);
+    cJSON_AddNumberToObject(c, "written", (double)kv.disk_written);
+    cJSON_AddNumberToObject(c, "refused", (double)kv.disk_refused);
+    cJSON_AddNumberToObject(c, "evicted", (double)kv.disk_evicted);
+    cJSON_AddNumberToObject(c, "dropped", (double)kv.disk_dropped);
+}
+
+static void print_json(const run_options *o, const spindle_model *model,
+                       const int32_t *toks, int n, const char *text,
+                       const spindle_gen_stats *s) {
     cJSON *root = cJSON_CreateObject();
     cJSON *p = cJSON_AddArrayToObject(root, "prompt_tokens");
     for (int i = 0; i < o->n_prompt; i++)
@@ -279,6 +301,7 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddNumberToObject(st, "cached_tokens", s->cached_tokens);
     cJSON_AddNumberToObject(st, "generated_tokens", s->generated_tokens);
     cJSON_AddNumberToObject(st, "prefill_seconds", s->prefill_seconds);
+    cJSON_AddNumberToObject(st, "ttft_seconds", s->ttft_seconds);
     cJSON_AddNumberToObject(st, "decode_seconds", s->decode_seconds);
     cJSON_AddNumberToObject(st, "prefill_tps", s->prefill_tps);
     cJSON_AddNumberToObject(st, "decode_tps", s->decode_tps);
@@ -286,6 +309,7 @@ static void print_json(const run_options *o, const int32_t *toks, int n,
     cJSON_AddStringToObject(st, "stop_reason",
                             spindle_stop_reason_name(s->stop_reason));
     if (o->gen.spec.mode) sp_spec_stats_json(st, o->gen.spec.mode, &s->spec);
+    prompt_cache_json(st, model);
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);
     free(json);
@@ -333,7 +357,10 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
                                .kv_type = o.kv_type, .use_mmap = o.use_mmap,
                                .kv_bytes = o.kv_bytes,
-                               .max_rollback = o.max_rollback};
+                               .max_rollback = o.max_rollback,
+                               .prompt_cache_dir = o.cache.prompt_cache_dir,
+                               .prompt_cache_disk_bytes =
+                                   o.cache.prompt_cache_disk_bytes};
 
     size_t text_from = 0;   /* a resume prints only the text after it */
     spindle_status st = spindle_model_load(o.model, &lo, &model, &err);
@@ -398,7 +425,7 @@ int sp_cmd_run(int argc, char **argv) {
                 err.message[0] ? err.message : spindle_status_name(st));
     } else if (o.json) {
         int skip = sp_run_durable_skip(&o.durable);
-        print_json(&o, toks + skip, n - skip,
+        print_json(&o, model, toks + skip, n - skip,
                    tok ? (stream.text ? stream.text + text_from : "") : NULL,
                    &stats);
     } else {

@@ -37,6 +37,7 @@ static const char *serve_usage =
     "                          continues it and streams only what follows\n"
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
+    SP_ARG_PROMPT_CACHE_HELP
     "  --verbose               one line per request on stderr\n";
 
 static bool int_opt(const char *a, const char *v, long lo, long hi, int *out) {
@@ -55,6 +56,8 @@ static bool size_opt(const char *a, const char *v, long lo, long hi, size_t *out
 
 /* 0: parsed; 1: --help printed; 2: a usage error (printed). */
 static int parse(int argc, char **argv, sp_server_options *o) {
+    spindle_load_options cache = {0};
+    int rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         bool ok = true;
@@ -102,6 +105,10 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->checkpoint_every);
         } else if (IS("--slot-save-path")) { VALUE(); o->slot_save_path = v;
         } else if (IS("--verbose")) { o->log_requests = true;
+        } else if ((rc = sp_arg_prompt_cache(argc, argv, &i, &cache)) != 0) {
+            if (rc < 0) return 2;
+            o->prompt_cache_dir = cache.prompt_cache_dir;
+            o->prompt_cache_disk_bytes = cache.prompt_cache_disk_bytes;
         } else {
             return sp_arg_unknown("serve", a);
         }

@@ -139,6 +139,7 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
         stats->cached_tokens = r->cached_tokens;
         stats->generated_tokens = r->generated_tokens;
         stats->prefill_seconds = r->prefill_seconds;
+        stats->ttft_seconds = r->ttft_seconds;
         stats->decode_seconds = r->decode_seconds;
         stats->prefill_tps = r->prefill_tps;
         stats->decode_tps = r->decode_tps;

@@ -1,8 +1,10 @@
 /* The model's KV block pool: its byte budget (the load option, or what fits
- * beside the weights in available memory) and the fingerprint that
- * namespaces its prefix index. */
+ * beside the weights in available memory), the fingerprint that
+ * namespaces its prefix index, and its disk tier (the on-disk prompt
+ * cache, runtime/prefix_disk.h). */
 #include "models/model.h"
 #include "base/error.h"
+#include "runtime/prefix_disk.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,11 +39,13 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-/* What makes two models' blocks incompatible: the files, the shapes and
- * the cache type. */
-static uint64_t model_fingerprint(const spindle_model *m) {
+/* What makes two models' blocks incompatible: the files (their path, or
+ * with a disk tier their content fingerprint, so that blocks on disk
+ * survive a move of the model and never meet another model's), the shapes
+ * and the cache type. */
+static uint64_t model_fingerprint(const spindle_model *m, const char *files) {
     uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv1a(h, m->dir, strlen(m->dir));
+    h = fnv1a(h, files, strlen(files));
     h = fnv1a(h, m->cfg.model_type, strlen(m->cfg.model_type));
     const int32_t shape[] = {m->cfg.n_layers, m->cfg.hidden_size,
                              m->cfg.n_kv_heads, m->cfg.head_dim,
@@ -49,8 +53,8 @@ static uint64_t model_fingerprint(const spindle_model *m) {
     return fnv1a(h, shape, sizeof shape);
 }
 
-spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
-                                     spindle_error *err) {
+static spindle_status init_pool(spindle_model *m, size_t kv_bytes,
+                                const char *files, spindle_error *err) {
     const size_t block = sp_kv_pool_block_bytes_for(
         m->state_desc, m->cfg.n_layers, m->kv_type);
     size_t bytes = kv_bytes;
@@ -65,7 +69,28 @@ spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
     }
     m->kv_budget = bytes;
     return sp_kv_pool_new(m->state_desc, m->cfg.n_layers, m->kv_type, bytes,
-                          model_fingerprint(m), &m->kv_pool, err);
+                          model_fingerprint(m, files), &m->kv_pool, err);
+}
+
+spindle_status sp_model_init_kv_pool(spindle_model *m,
+                                     const spindle_load_options *options,
+                                     spindle_error *err) {
+    const size_t kv_bytes = options ? options->kv_bytes : 0;
+    const char *dir = options ? options->prompt_cache_dir : NULL;
+    if (!dir || !*dir) return init_pool(m, kv_bytes, m->dir, err);
+    char fp[SPINDLE_FINGERPRINT_LEN + 1];
+    spindle_status st = spindle_model_fingerprint(m, fp, err);
+    if (!st) st = init_pool(m, kv_bytes, fp, err);
+    if (st) return st;
+    /* No full-KV layer, or a hybrid/sliding-window model: its blocks are of
+     * use only with the boundary states beside them, which stay in memory. */
+    if (!sp_kv_pool_block_bytes(m->kv_pool) ||
+        !sp_kv_pool_prefix_ok(m->kv_pool) || sp_kv_pool_states(m->kv_pool))
+        return SPINDLE_OK;
+    const size_t disk = options->prompt_cache_disk_bytes
+                            ? options->prompt_cache_disk_bytes
+                            : SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES;
+    return sp_prefix_disk_open(dir, disk, fp, m->kv_pool, err);
 }
 
 spindle_status spindle_model_kv_pool_info(const spindle_model *model,
@@ -81,5 +106,16 @@ spindle_status spindle_model_kv_pool_info(const spindle_model *model,
         .block_tokens = SP_KV_BLOCK_TOKENS,
         .blocks = sp_kv_pool_capacity(model->kv_pool),
         .used = c.used, .cached = c.cached, .free = c.free};
+    sp_prefix_disk_stats d;
+    if (sp_prefix_disk_stats_get(model->kv_pool, &d)) {
+        out->disk_budget_bytes = d.budget_bytes;
+        out->disk_bytes = d.bytes;
+        out->disk_files = d.files;
+        out->disk_loaded = d.loaded;
+        out->disk_written = d.written;
+        out->disk_refused = d.refused;
+        out->disk_evicted = d.evicted;
+        out->disk_dropped = d.dropped;
+    }
     return SPINDLE_OK;
 }

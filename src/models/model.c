@@ -103,7 +103,7 @@ spindle_status spindle_model_load(const char *path,
     if (!st && !m->arch->encoder) st = sp_bind_embeddings_and_head(m, err);
     if (!st) st = m->arch->load(m, err);
     if (!st) st = sp_model_init_state_desc(m, err);
-    if (!st) st = sp_model_init_kv_pool(m, options ? options->kv_bytes : 0, err);
+    if (!st) st = sp_model_init_kv_pool(m, options, err);
     if (!st) {
         m->pool = sp_pool_create(options ? options->n_threads : 0);
         if (!m->pool)

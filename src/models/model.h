@@ -169,9 +169,11 @@ struct spindle_seq {
 /* Fill m->state_desc from the layer_state hook or sp_layer.window, and
  * check it (models/sequence.c). */
 spindle_status sp_model_init_state_desc(spindle_model *m, spindle_error *err);
-/* Create m->kv_pool for `kv_bytes` (0: the default budget, what fits
- * beside the weights in available memory) (models/kv_budget.c). */
-spindle_status sp_model_init_kv_pool(spindle_model *m, size_t kv_bytes,
+/* Create m->kv_pool for the options' kv_bytes (0: the default budget,
+ * what fits beside the weights in available memory) and its disk tier when
+ * they name a prompt cache directory (models/kv_budget.c). */
+spindle_status sp_model_init_kv_pool(spindle_model *m,
+                                     const spindle_load_options *options,
                                      spindle_error *err);
 
 /* A forward pass up to the last layer: f->x holds every row's output

@@ -2,6 +2,7 @@
 #include "runtime/kv_pool.h"
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_states.h"
+#include "runtime/prefix_disk.h"
 #include "base/error.h"
 
 #include <pthread.h>
@@ -45,6 +46,7 @@ struct sp_kv_pool {
     int lru_head, lru_tail, n_cached, n_indexed;
     int *buckets;            /* [n_buckets] first indexed block or -1 */
     uint64_t bucket_mask;
+    sp_prefix_disk *disk;    /* the on-disk tier, or NULL */
 };
 
 size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
@@ -168,6 +170,7 @@ spindle_status sp_kv_pool_new(const sp_layer_state_desc *layers, int n_layers,
 
 void sp_kv_pool_free(sp_kv_pool *p) {
     if (!p) return;
+    sp_prefix_disk_close(p->disk);   /* first: it writes queued blocks */
     if (p->map) munmap(p->map, p->map_bytes);
     sp_prefix_states_free(p->states);
     pthread_mutex_destroy(&p->lock);
@@ -183,6 +186,11 @@ size_t sp_kv_pool_block_bytes(const sp_kv_pool *p) { return p->block_bytes; }
 int sp_kv_pool_capacity(const sp_kv_pool *p) { return p->n_blocks; }
 bool sp_kv_pool_prefix_ok(const sp_kv_pool *p) { return p->prefix_ok; }
 sp_prefix_states *sp_kv_pool_states(const sp_kv_pool *p) { return p->states; }
+sp_kv_dtype sp_kv_pool_type(const sp_kv_pool *p) { return p->type; }
+void sp_kv_pool_set_disk(sp_kv_pool *p, sp_prefix_disk *disk) {
+    p->disk = disk;
+}
+sp_prefix_disk *sp_kv_pool_disk(const sp_kv_pool *p) { return p->disk; }
 
 void sp_kv_pool_counts_get(sp_kv_pool *p, sp_kv_pool_counts *c) {
     pthread_mutex_lock(&p->lock);
@@ -418,4 +426,24 @@ void sp_kv_pool_read(const sp_kv_pool *p, int layer, const int32_t *table,
 void sp_kv_pool_write(sp_kv_pool *p, int layer, const int32_t *table,
                       int from, int to, const void *src) {
     copy_flat(p, layer, table, from, to, (unsigned char *)src, false);
+}
+
+/* One block of every full-KV layer, in layer order, each in the flat form
+ * of sp_kv_pool_read (the on-disk prompt cache's payload). */
+static void copy_block(const sp_kv_pool *p, int block, unsigned char *flat,
+                       bool to_flat) {
+    const int32_t table[1] = {block};
+    for (int l = 0; l < p->n_layers; l++) {
+        if (p->layers[l].slab < 0) continue;
+        copy_flat(p, l, table, 0, B, flat, to_flat);
+        flat += sp_kv_pool_rows_bytes(p, l, 0, B);
+    }
+}
+
+void sp_kv_pool_block_copy_out(const sp_kv_pool *p, int block, void *dst) {
+    copy_block(p, block, dst, true);
+}
+
+void sp_kv_pool_block_copy_in(sp_kv_pool *p, int block, const void *src) {
+    copy_block(p, block, (unsigned char *)src, false);
 }

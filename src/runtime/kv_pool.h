@@ -79,6 +79,17 @@ bool sp_kv_pool_prefix_ok(const sp_kv_pool *p);
 typedef struct sp_prefix_states sp_prefix_states;
 /* The boundary-state store; NULL when every layer is full KV or none. */
 sp_prefix_states *sp_kv_pool_states(const sp_kv_pool *p);
+sp_kv_dtype sp_kv_pool_type(const sp_kv_pool *p);
+
+/* The prefix index's disk tier (runtime/prefix_disk.h), owned by the pool
+ * once set (sp_kv_pool_free closes it). Set before any sequence uses the
+ * pool. */
+typedef struct sp_prefix_disk sp_prefix_disk;
+void sp_kv_pool_set_disk(sp_kv_pool *p, sp_prefix_disk *disk);
+sp_prefix_disk *sp_kv_pool_disk(const sp_kv_pool *p);
+/* A whole block (sp_kv_pool_block_bytes), every full-KV layer in order. */
+void sp_kv_pool_block_copy_out(const sp_kv_pool *p, int block, void *dst);
+void sp_kv_pool_block_copy_in(sp_kv_pool *p, int block, const void *src);
 
 typedef struct sp_kv_pool_counts {
     int free;      /* never used or released unpublished */

@@ -5,6 +5,7 @@
  * index can offer it to later sequences. */
 #include "runtime/seq_state_impl.h"
 #include "runtime/prefix_states.h"
+#include "runtime/prefix_disk.h"
 #include "base/error.h"
 
 #include <stdlib.h>
@@ -126,6 +127,10 @@ static void publish_full(sp_seq_state *s, int length) {
         s->hashes[i] = sp_kv_pool_chain_hash(parent, tokens);
         sp_kv_pool_publish(s->pool, s->blocks[i], s->hashes[i], parent,
                            tokens);
+        /* Only the base model's namespace is stable across processes. */
+        if (!s->opt.adapter_id)
+            sp_prefix_disk_offer(s->pool, s->blocks[i], s->hashes[i], parent,
+                                 tokens);
         s->n_hashed = i + 1;
     }
 }
@@ -223,7 +228,9 @@ int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
     for (int i = 0; i < full; i++) {
         const int32_t *t = tokens + (size_t)i * B;
         const uint64_t h = sp_kv_pool_chain_hash(parent, t);
-        const int b = sp_kv_pool_lookup(s->pool, h, parent, t);
+        int b = sp_kv_pool_lookup(s->pool, h, parent, t);
+        if (b < 0 && !s->opt.adapter_id)
+            b = sp_prefix_disk_load(s->pool, h, parent, t);
         if (b < 0) break;
         s->blocks[s->n_blocks++] = b;
         s->hashes[i] = h;

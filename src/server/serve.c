@@ -72,7 +72,10 @@ static bool load(sp_server *s) {
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o->threads, .max_context = o->ctx,
                                .kv_type = o->kv_type, .use_mmap = o->use_mmap,
-                               .kv_bytes = o->kv_bytes};
+                               .kv_bytes = o->kv_bytes,
+                               .prompt_cache_dir = o->prompt_cache_dir,
+                               .prompt_cache_disk_bytes =
+                                   o->prompt_cache_disk_bytes};
     spindle_engine_options eo = spindle_engine_defaults();
     eo.max_seqs = o->parallel;
     if (o->max_batch_tokens) eo.max_batch_tokens = o->max_batch_tokens;
@@ -96,6 +99,15 @@ static bool load(sp_server *s) {
                 (double)kv.budget_bytes / (1 << 20), kv.blocks,
                 kv.block_tokens, kv.block_bytes,
                 o->kv_bytes ? "" : ", what fits beside the weights");
+    if (o->prompt_cache_dir && kv.disk_budget_bytes)
+        fprintf(stderr, "spindle serve: prompt cache %s: %d blocks, %.1f of "
+                        "%.1f MiB\n", o->prompt_cache_dir, kv.disk_files,
+                (double)kv.disk_bytes / (1 << 20),
+                (double)kv.disk_budget_bytes / (1 << 20));
+    else if (o->prompt_cache_dir)
+        fprintf(stderr, "spindle serve: no prompt cache: this model has no "
+                        "disk tier (recurrent or sliding-window layers: their "
+                        "boundary states are kept in memory only)\n");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);

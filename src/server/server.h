@@ -37,6 +37,8 @@ typedef struct sp_server_options {
     const char *checkpoint_dir; /* each request's checkpoint; NULL: none */
     int checkpoint_every;       /* tokens between checkpoints (default 64) */
     const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
+    const char *prompt_cache_dir;   /* the on-disk prompt cache; NULL: off */
+    size_t prompt_cache_disk_bytes; /* its budget (0: the default) */
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;
