@@ -147,7 +147,12 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
-    if (!st) st = sp_spec_new(e, &g->spec, &q->spec, err);
+    /* Jump-forward is on by default only for greedy sampling (the
+     * issue's rule: at temperature > 0 a forced span would skip the
+     * sampler elsewhere; here each forced token still goes through it). */
+    bool jump = g->grammar && (g->jump_forward > 0 ||
+                               (g->jump_forward == 0 && g->sampler.temperature == 0));
+    if (!st) st = sp_spec_new(e, &g->spec, jump, &q->spec, err);
     if (!st) st = sp_grammar_gate_new(g->grammar, e->vocab, &q->grammar, err);
     if (!st && g->grammar) st = end_ids(q, err);
     if (st) {
