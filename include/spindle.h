@@ -459,7 +459,10 @@ typedef struct spindle_gen_params {
     /* Structured output (NULL: none). Borrowed: it must outlive the
      * request. Its mask applies before sampling and logprobs; the EOS and
      * stop ids are allowed only where the grammar is complete, and the
-     * request ends (SPINDLE_STOP_EOS, no token) once nothing can follow. */
+     * request ends (SPINDLE_STOP_EOS, no token) once nothing can follow.
+     * A resumed request takes the caller's grammar (pass the one the
+     * checkpoint's run had): its matcher is replayed through the tokens
+     * generated before the checkpoint. */
     const struct spindle_grammar *grammar;
     /* Jump-forward with a grammar: a span where the grammar allows exactly
      * one token at each position is fed in one multi-token forward (its
