@@ -191,8 +191,9 @@ static bool compile(sp_server *s, const char *kind_text, spindle_grammar_kind ki
     if (st == SPINDLE_ERR_MEMORY)
         return sp_api_fail(e, 503, "server_error", "tools", NULL, "%s", err.message);
     if (st)
-        return sp_api_bad(e, "tools", "the forced tool call's grammar: %s (pointers are into "
-                                      "{\"anyOf\": [one call object per tool]})", err.message);
+        return sp_api_bad(e, "tools", "the forced tool call's grammar: %s (the pointer is into "
+                                      "the call object, whose arguments are a function's "
+                                      "parameters; /anyOf/I: the I-th tool)", err.message);
     return true;
 }
 

@@ -158,3 +158,13 @@ def test_auto_is_not_forced(client):
     # The same tools without a forced choice: the random model writes text.
     content, calls, _ = ask(client, False, tool_choice="auto", seed=1, max_tokens=30)
     assert content and not calls
+
+
+def test_unsupported_parameters_schema_is_a_400(client):
+    # Never an unforced reply: a schema the converter refuses is a 400 on tools.
+    bad = [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"not": {}}}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, False, tools=bad, tool_choice="required")
+    body = e.value.body
+    assert body["param"] == "tools" and "/properties/a" in body["message"], body
