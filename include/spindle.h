@@ -428,6 +428,11 @@ typedef struct spindle_spec_stats {
     int64_t target_forwards;   /* decode rounds (forward passes with a
                                   decode row or verify rows of the request) */
     int64_t decode_tokens;     /* tokens those rounds produced */
+    int64_t forced;            /* tokens the grammar forced, fed as a
+                                  draft (jump-forward, the constraint
+                                  drafter); not in drafted/accepted */
+    int64_t grammar_cut;       /* drafter tokens dropped before
+                                  verification: the grammar rejects them */
     /* per draft position j (0-based): verified at j, accepted at j */
     int64_t drafted_at[SPINDLE_MAX_DRAFT_TOKENS];
     int64_t accepted_at[SPINDLE_MAX_DRAFT_TOKENS];
@@ -478,8 +483,18 @@ typedef struct spindle_gen_params {
     /* Structured output (NULL: none). Borrowed: it must outlive the
      * request. Its mask applies before sampling and logprobs; the EOS and
      * stop ids are allowed only where the grammar is complete, and the
-     * request ends (SPINDLE_STOP_EOS, no token) once nothing can follow. */
+     * request ends (SPINDLE_STOP_EOS, no token) once nothing can follow.
+     * A resumed request takes the caller's grammar (pass the one the
+     * checkpoint's run had): its matcher is replayed through the tokens
+     * generated before the checkpoint. */
     const struct spindle_grammar *grammar;
+    /* Jump-forward with a grammar: a span where the grammar allows exactly
+     * one token at each position is fed in one multi-token forward (its
+     * rows verified like speculative drafts, each token still through the
+     * sampler, logprobs and callbacks). 0: on when the sampler is greedy
+     * (temperature 0), off otherwise; 1: on; -1: off. A speculating
+     * request always offers such spans as its draft. */
+    int jump_forward;
 } spindle_gen_params;
 
 /* Thread-safe. */
@@ -927,6 +942,12 @@ spindle_status spindle_grammar_matcher_mask(spindle_grammar_matcher *m,
  * grammar rejects it. */
 spindle_status spindle_grammar_matcher_accept(spindle_grammar_matcher *m,
                                               int32_t token, spindle_error *err);
+/* The matcher's position as a small id, and a return to a position it
+ * had earlier (ids stay valid for the matcher's life): how speculation
+ * tries a draft against the grammar and undoes it. An id from another
+ * matcher, or a negative one, is ignored. */
+int32_t spindle_grammar_matcher_state(const spindle_grammar_matcher *m);
+void spindle_grammar_matcher_restore(spindle_grammar_matcher *m, int32_t state);
 /* True when the tokens so far form a complete sentence of the grammar. */
 bool spindle_grammar_matcher_accepting(const spindle_grammar_matcher *m);
 /* True when nothing but the end may follow. */

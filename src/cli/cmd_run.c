@@ -42,6 +42,8 @@ static const char *run_usage =
     SP_ARG_SPEC_HELP
     "  --grammar FILE          constrain the output to a GBNF grammar\n"
     "  --json-schema FILE      constrain the output to a JSON Schema\n"
+    "  --jump-forward on|off|auto  feed the spans a grammar forces in one\n"
+    "                          forward (auto, the default: at temperature 0)\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
     SP_ARG_PROMPT_CACHE_HELP
@@ -209,6 +211,13 @@ static int parse(int argc, char **argv, run_options *o) {
             VALUE(); o->grammar_file = v;
         } else if (!strcmp(a, "--json-schema")) {
             VALUE(); o->schema_file = v;
+        } else if (!strcmp(a, "--jump-forward")) {
+            VALUE();
+            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+                fprintf(stderr, "spindle run: --jump-forward expects on, off or auto, got '%s'\n", v);
+                return 2;
+            }
+            o->gen.jump_forward = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : 0;
         } else {
             return sp_arg_unknown("run", a);
         }
@@ -308,7 +317,8 @@ static void print_json(const run_options *o, const spindle_model *model,
     cJSON_AddNumberToObject(st, "peak_rss_bytes", (double)s->peak_rss_bytes);
     cJSON_AddStringToObject(st, "stop_reason",
                             spindle_stop_reason_name(s->stop_reason));
-    if (o->gen.spec.mode) sp_spec_stats_json(st, o->gen.spec.mode, &s->spec);
+    if (o->gen.spec.mode || s->spec.target_forwards)
+        sp_spec_stats_json(st, o->gen.spec.mode, &s->spec);
     prompt_cache_json(st, model);
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);

@@ -108,6 +108,8 @@ void sp_spec_stats_json(cJSON *parent, spindle_spec_mode mode,
     for (int j = 0; j < SPINDLE_MAX_DRAFT_TOKENS && s->drafted_at[j]; j++)
         cJSON_AddItemToArray(by, cJSON_CreateNumber(
             (double)s->accepted_at[j] / s->drafted_at[j]));
+    cJSON_AddNumberToObject(o, "forced", (double)s->forced);
+    cJSON_AddNumberToObject(o, "grammar_cut", (double)s->grammar_cut);
     cJSON_AddNumberToObject(o, "target_forwards", (double)s->target_forwards);
     cJSON_AddNumberToObject(o, "tokens_per_target_forward",
                             s->target_forwards ? (double)s->decode_tokens / s->target_forwards : 0);

@@ -51,6 +51,9 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
     p.checkpoint_every = caller->checkpoint_every;
     p.on_checkpoint = caller->on_checkpoint;
     p.checkpoint_user = caller->checkpoint_user;
+    /* A grammar is the caller's, borrowed (a checkpoint file cannot hold
+     * it); request.c replays the generated tokens through its matcher. */
+    p.grammar = caller->grammar;
     p.resume = ck;
     return p;
 }

@@ -26,6 +26,8 @@ typedef struct sp_grammar_gate {
     uint32_t *bits;
     int words;
     int n_grammar_vocab;                /* ids its masks cover */
+    int32_t bits_state;                 /* the matcher state `bits` is the
+                                           mask of; -1: none */
 } sp_grammar_gate;
 
 typedef struct sp_request {
@@ -150,6 +152,15 @@ spindle_status sp_grammar_gate_mask(sp_grammar_gate *gate, float *logits,
                                     int n_vocab, const int32_t *end_ids,
                                     int n_end, bool *nothing_left,
                                     spindle_error *err);
+/* The span the grammar forces from its current state (exactly one token
+ * allowed at each position, the grammar not complete), at most `max`
+ * tokens into out; the matcher is left where it was. */
+int sp_grammar_gate_forced(sp_grammar_gate *gate, int max, int32_t *out);
+/* How many of draft[0..n) the grammar accepts in a row from its current
+ * state (an end id counts where the grammar is complete, and ends the
+ * run); the matcher is left where it was. */
+int sp_grammar_gate_valid_prefix(sp_grammar_gate *gate, const int32_t *draft, int n,
+                                 const int32_t *end_ids, int n_end);
 spindle_status sp_grammar_gate_accept(sp_grammar_gate *gate, int32_t token,
                                       spindle_error *err);
 

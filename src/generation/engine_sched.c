@@ -200,6 +200,7 @@ static void take_results(spindle_engine *e, int n) {
             r->reason = SPINDLE_STOP_LENGTH;
         } else if (sp_spec_round_drafts(r) >= 0) {
             sp_spec_take_round(e, r, en);
+            if (!r->done) sp_checkpoint_maybe_emit(e, r);
         } else if (sp_request_take_token(e, r, en->logits, &r->reason, &st,
                                          &r->error)) {
             r->done = true;

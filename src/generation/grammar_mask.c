@@ -18,6 +18,7 @@ spindle_status sp_grammar_gate_new(const spindle_grammar *g, int n_vocab,
     if (st) return st;
     int covered = spindle_grammar_vocab_size(g);
     out->n_grammar_vocab = covered;
+    out->bits_state = -1;
     out->words = ((n_vocab > covered ? n_vocab : covered) + 31) / 32;
     out->bits = calloc((size_t)out->words, sizeof *out->bits);
     if (!out->bits) {
@@ -31,6 +32,18 @@ void sp_grammar_gate_free(sp_grammar_gate *gate) {
     spindle_grammar_matcher_free(gate->matcher);
     free(gate->bits);
     memset(gate, 0, sizeof *gate);
+}
+
+/* gate->bits for the matcher's current state; the drafter's look at a
+ * state (sp_grammar_gate_forced) leaves its mask for the row that samples
+ * there. */
+static spindle_status fill_bits(sp_grammar_gate *gate, spindle_error *err) {
+    int32_t state = spindle_grammar_matcher_state(gate->matcher);
+    if (state >= 0 && state == gate->bits_state) return SPINDLE_OK;
+    gate->bits_state = -1;
+    spindle_status st = spindle_grammar_matcher_mask(gate->matcher, gate->bits, err);
+    if (!st) gate->bits_state = state;
+    return st;
 }
 
 static void keep_ids(float *logits, const float *saved, const int32_t *ids,
@@ -49,7 +62,7 @@ spindle_status sp_grammar_gate_mask(sp_grammar_gate *gate, float *logits,
         *nothing_left = true;  /* complete, and no end id to sample */
         return SPINDLE_OK;
     }
-    spindle_status st = spindle_grammar_matcher_mask(gate->matcher, gate->bits, err);
+    spindle_status st = fill_bits(gate, err);
     if (st) return st;
     float saved[64];
     int n_saved = n_end < 64 ? n_end : 64;
@@ -80,4 +93,54 @@ spindle_status sp_grammar_gate_mask(sp_grammar_gate *gate, float *logits,
 spindle_status sp_grammar_gate_accept(sp_grammar_gate *gate, int32_t token,
                                       spindle_error *err) {
     return spindle_grammar_matcher_accept(gate->matcher, token, err);
+}
+
+/* The one token the mask allows, or -1 (none, or more than one). */
+static int32_t only_token(const sp_grammar_gate *gate) {
+    int32_t found = -1;
+    for (int w = 0; w < (gate->n_grammar_vocab + 31) / 32; w++) {
+        uint32_t b = gate->bits[w];
+        if (!b) continue;
+        if (found >= 0 || (b & (b - 1))) return -1;
+        found = w * 32 + __builtin_ctz(b);
+    }
+    return found;
+}
+
+int sp_grammar_gate_forced(sp_grammar_gate *gate, int max, int32_t *out) {
+    spindle_grammar_matcher *m = gate->matcher;
+    int32_t start = spindle_grammar_matcher_state(m);
+    spindle_error err;
+    int n = 0;
+    while (n < max && !spindle_grammar_matcher_accepting(m) && !fill_bits(gate, &err)) {
+        int32_t tok = only_token(gate);
+        if (tok < 0 || spindle_grammar_matcher_accept(m, tok, &err)) break;
+        out[n++] = tok;
+    }
+    spindle_grammar_matcher_restore(m, start);
+    return n;
+}
+
+static bool is_end(const int32_t *ids, int n, int32_t t) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == t) return true;
+    return false;
+}
+
+int sp_grammar_gate_valid_prefix(sp_grammar_gate *gate, const int32_t *draft, int n,
+                                 const int32_t *end_ids, int n_end) {
+    spindle_grammar_matcher *m = gate->matcher;
+    int32_t start = spindle_grammar_matcher_state(m);
+    spindle_error err;
+    int ok = 0;
+    while (ok < n) {
+        if (is_end(end_ids, n_end, draft[ok])) {
+            ok += spindle_grammar_matcher_accepting(m);
+            break;
+        }
+        if (spindle_grammar_matcher_accept(m, draft[ok], &err)) break;
+        ok++;
+    }
+    spindle_grammar_matcher_restore(m, start);
+    return ok;
 }

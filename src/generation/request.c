@@ -96,6 +96,21 @@ static int64_t max_generated(const spindle_engine *e, const spindle_request *r,
     return room < max_tokens ? room : max_tokens;
 }
 
+/* A resumed request's matcher, where the checkpoint's run left its own:
+ * through every token generated before it. */
+static spindle_status replay_grammar(sp_request *q, spindle_error *err) {
+    for (int i = 0; i < q->n_generated; i++) {
+        int32_t tok = q->tokens[q->n_prompt + i];
+        bool end = false;
+        for (int k = 0; k < q->n_end; k++) end |= q->end_ids[k] == tok;
+        if (!end && sp_grammar_gate_accept(&q->grammar, tok, err))
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                           "the checkpoint's token %d (generated #%d) does not follow the "
+                           "request's grammar", (int)tok, i);
+    }
+    return SPINDLE_OK;
+}
+
 spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
                               sp_request **out, spindle_error *err) {
     *out = NULL;
@@ -147,9 +162,15 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
-    if (!st) st = sp_spec_new(e, &g->spec, &q->spec, err);
+    /* Jump-forward is on by default only for greedy sampling (the
+     * issue's rule: at temperature > 0 a forced span would skip the
+     * sampler elsewhere; here each forced token still goes through it). */
+    bool jump = g->grammar && (g->jump_forward > 0 ||
+                               (g->jump_forward == 0 && g->sampler.temperature == 0));
+    if (!st) st = sp_spec_new(e, &g->spec, jump, &q->spec, err);
     if (!st) st = sp_grammar_gate_new(g->grammar, e->vocab, &q->grammar, err);
     if (!st && g->grammar) st = end_ids(q, err);
+    if (!st && q->resume && q->grammar.matcher) st = replay_grammar(q, err);
     if (st) {
         sp_request_free(q);
         return st;

@@ -45,6 +45,7 @@ struct sp_spec {
     sp_draft_seq *dseq;
     int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
     int n_round;                   /* drafts in this step's round; -1: none */
+    bool forced_round;             /* this round's drafts are a forced span */
     double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
     int off_rounds, backoff;
     spindle_spec_stats stats;
@@ -87,13 +88,17 @@ static int rollback_limit(const spindle_model *m) {
 }
 
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           sp_spec **out, spindle_error *err) {
+                           bool jump_forward, sp_spec **out, spindle_error *err) {
     *out = NULL;
-    if (p->mode == SPINDLE_SPEC_NONE) return SPINDLE_OK;
-    if (p->mode != SPINDLE_SPEC_NGRAM && p->mode != SPINDLE_SPEC_DRAFT)
+    if (p->mode == SPINDLE_SPEC_NONE && !jump_forward) return SPINDLE_OK;
+    if (p->mode != SPINDLE_SPEC_NONE && p->mode != SPINDLE_SPEC_NGRAM &&
+        p->mode != SPINDLE_SPEC_DRAFT)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "unknown speculation mode %d",
                        (int)p->mode);
-    int k = p->num_draft_tokens ? p->num_draft_tokens : DEFAULT_DRAFT_TOKENS;
+    /* Jump-forward alone (no drafter): forced spans up to the most a
+     * round verifies. */
+    int k = p->num_draft_tokens ? p->num_draft_tokens
+            : p->mode == SPINDLE_SPEC_NONE ? SPINDLE_MAX_DRAFT_TOKENS : DEFAULT_DRAFT_TOKENS;
     if (k < 1 || k > SPINDLE_MAX_DRAFT_TOKENS)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "num_draft_tokens must be in [1, %d], got %d",
@@ -110,7 +115,8 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
     s->n_round = -1;
     s->backoff = BACKOFF_MIN;
     spindle_status st =
-        p->mode == SPINDLE_SPEC_NGRAM
+        p->mode == SPINDLE_SPEC_NONE ? SPINDLE_OK
+        : p->mode == SPINDLE_SPEC_NGRAM
             ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
             : sp_draft_seq_new(p->draft_model, e->vocab, &s->dseq, err);
@@ -289,6 +295,15 @@ static void run_draft_models(sp_spec_engine *se, int n_jobs) {
     }
 }
 
+/* Drafted tokens the grammar rejects never reach verification: the draft
+ * ends before the first of them. */
+static int grammar_cut(sp_request *r, sp_spec *s, int d) {
+    if (!r->grammar.matcher || d <= 0) return d;
+    int kept = sp_grammar_gate_valid_prefix(&r->grammar, s->draft, d, r->end_ids, r->n_end);
+    s->stats.grammar_cut += d - kept;
+    return kept;
+}
+
 void sp_spec_draft_round(spindle_engine *e, int spare) {
     int n_decode = 0, n_spec = 0;
     for (int i = 0; i < e->n_running; i++) {
@@ -310,8 +325,19 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         if (!s || r->prefilled < r->n_prompt) continue;
         int n_hist = r->n_prompt + r->n_generated;
         int room = draft_room(e, r, spare), d = 0;
-        if (s->ngram && room > 0) {
+        /* The constraint drafter first: a span the grammar forces is
+         * accepted for sure, so it is always worth its rows. */
+        s->forced_round = false;
+        if (r->grammar.matcher && room > 0)
+            d = sp_grammar_gate_forced(&r->grammar, room, s->draft);
+        if (d > 0) {
+            s->forced_round = true;
+            s->stats.forced += d;
+            tokens += d;
+            step_rows += d;
+        } else if (s->ngram && room > 0) {
             d = sp_ngram_propose(s->ngram, r->tokens, n_hist, room, s->draft);
+            d = grammar_cut(r, s, d);
             d = adapt_k(s, &se->cost, d, &tokens, &step_rows);
         } else if (s->dseq) {
             d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
@@ -327,6 +353,12 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         rows += d;
     }
     run_draft_models(se, n_jobs);
+    for (int j = 0; j < n_jobs; j++) {
+        sp_request *r = se->job_req[j];
+        int kept = grammar_cut(r, r->spec, r->spec->n_round);
+        rows -= r->spec->n_round - kept;
+        r->spec->n_round = kept;
+    }
     if (!reserve_rows(e, se, rows))
         for (int i = 0; i < e->n_running; i++)
             if (e->running[i]->spec) e->running[i]->spec->n_round = 0;
@@ -349,6 +381,8 @@ static void count_round(sp_spec *s, int drafted, int verified, int accepted,
     spindle_spec_stats *t = &s->stats;
     t->target_forwards++;
     t->decode_tokens += emitted;
+    /* A forced span says nothing about the drafter. */
+    if (s->forced_round) return;
     t->drafted += drafted;
     t->accepted += accepted;
     for (int j = 0; j < drafted; j++) t->drafted_at[j]++;

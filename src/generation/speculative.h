@@ -34,9 +34,13 @@
 /* ---- speculative.c: the engine's side ---- */
 
 /* A request's speculation state from its parameters (*out NULL when the
- * mode is SPINDLE_SPEC_NONE). Validates the parameters. */
+ * mode is SPINDLE_SPEC_NONE and not jump_forward: a grammar's forced
+ * spans alone, as drafts). Validates the parameters. With a grammar, every
+ * round offers the span the grammar forces as its draft (the constraint
+ * drafter), else the drafter's tokens cut before the first the grammar
+ * rejects. */
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           sp_spec **out, spindle_error *err);
+                           bool jump_forward, sp_spec **out, spindle_error *err);
 void sp_spec_free(sp_spec *s);
 void sp_spec_engine_free(sp_spec_engine *se);
 

@@ -155,6 +155,14 @@ spindle_status spindle_grammar_matcher_accept(spindle_grammar_matcher *m,
     return SPINDLE_OK;
 }
 
+int32_t spindle_grammar_matcher_state(const spindle_grammar_matcher *m) {
+    return m ? sp_gmatch_state(m->m) : -1;
+}
+
+void spindle_grammar_matcher_restore(spindle_grammar_matcher *m, int32_t state) {
+    if (m) sp_gmatch_set_state(m->m, state);
+}
+
 bool spindle_grammar_matcher_accepting(const spindle_grammar_matcher *m) {
     return m && sp_gmatch_accepting(m->m);
 }

@@ -95,6 +95,11 @@ bool sp_gmatch_accept_bytes(sp_gmatch *m, const uint8_t *bytes, size_t n,
 bool sp_gmatch_accepting(const sp_gmatch *m);
 /* True when no byte can follow (only end of input). */
 bool sp_gmatch_finished(sp_gmatch *m);
+/* The current state's id, and a return to one this matcher had before
+ * (states are interned and never freed, so an id stays valid): a draft
+ * is tried and undone without copying the matcher. */
+int32_t sp_gmatch_state(const sp_gmatch *m);
+void sp_gmatch_set_state(sp_gmatch *m, int32_t state);
 /* Bit t of `bits` (n_vocab bits, 32 per word) set iff token t's bytes are
  * accepted from the current state. Special tokens are never set. */
 spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,

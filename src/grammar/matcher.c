@@ -322,3 +322,9 @@ spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
     }
     return SPINDLE_OK;
 }
+
+int32_t sp_gmatch_state(const sp_gmatch *m) { return m->cur; }
+
+void sp_gmatch_set_state(sp_gmatch *m, int32_t state) {
+    if (state >= 0 && state < m->n_states) m->cur = state;
+}

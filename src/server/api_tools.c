@@ -1,9 +1,8 @@
 /* The tool fields of a chat body (api_json.h): tool_choice,
  * parallel_tool_calls and reasoning_format, checked against `tools`.
  *
- * A forced choice ("required", a named function) is parsed like "auto"
- * today; it is where the grammar engine's constraint on the call's shape
- * will attach (issue 15), and until then the reply is parsed as it comes. */
+ * A forced choice ("required", a named function) becomes a grammar over
+ * the template's call format (tool_grammar.c) where the format allows. */
 #include <string.h>
 
 #include "server/api_json.h"

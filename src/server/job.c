@@ -604,6 +604,7 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     } else if (ok) {
         ok = prompt_ids(s, &req, &ids, &n, &prompt_text, &e);
     }
+    if (ok) ok = sp_server_compile_tool_grammar(s, &req, sp_reply_opens_think(prompt_text), &e);
     sp_job *j = ok ? job_new(s, c, &req, &durable) : NULL;
     if (j) sp_job_reply_plan(s, &j->req, prompt_text, fresh_seed(s), &j->reply);
     spindle_free(prompt_text);

@@ -18,9 +18,7 @@ void sp_reply_detect_format(sp_server *s) {
     spindle_free(ids);
 }
 
-/* The prompt ends inside an open <think> (DeepSeek-R1's and Qwen3.5's
- * generation prompts write it). */
-static bool opens_think(const char *prompt) {
+bool sp_reply_opens_think(const char *prompt) {
     size_t n = prompt ? strlen(prompt) : 0;
     while (n && strchr(" \n\r\t", prompt[n - 1])) n--;
     return n >= 7 && memcmp(prompt + n - 7, "<think>", 7) == 0;
@@ -36,10 +34,8 @@ void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *
                  c->kind != SP_TOOL_CHOICE_NONE;
     bool reasoning = !c->no_reasoning && (harmony || s->think_token);
     sp_reply_options opt = {.format = s->tool_format, .tools = tools, .reasoning = reasoning,
-                            .starts_in_reasoning = reasoning && opens_think(prompt),
+                            .starts_in_reasoning = reasoning && sp_reply_opens_think(prompt),
                             .single_call = c->single_call};
-    /* Hook for issue 15: a forced choice (SP_TOOL_CHOICE_REQUIRED / NAMED)
-     * is where the grammar engine's call-shape constraint attaches. */
     jr->structured = tools || reasoning;
     jr->keep_special = jr->structured && sp_tool_format_needs_special(s->tool_format) &&
                        (tools || harmony);

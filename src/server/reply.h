@@ -27,6 +27,10 @@ typedef struct sp_job_reply {
  * NULL; only the test binary (tests/server/scripted_reply.c) defines it. */
 const char *sp_server_scripted_reply(const char *prompt);
 
+/* The prompt ends inside an open <think> (DeepSeek-R1's and Qwen3.5's
+ * generation prompts write it). */
+bool sp_reply_opens_think(const char *prompt);
+
 /* Decide for request r, whose rendered prompt is `prompt` (NULL for a
  * completion); seed makes the call ids. */
 void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *prompt,

@@ -64,6 +64,14 @@ typedef struct sp_server {
  * false (a 400 naming where and why) when it does not compile */
 bool sp_server_compile_grammar(sp_server *s, sp_api_request *r, sp_api_error *e);
 
+/* ---- tool_grammar.c: tool_choice "required" / a named function as a
+ * grammar over the template's call format (it replaces r->grammar);
+ * in_think: the prompt opened a <think> the reply must close first.
+ * applies: whether the choice and the format are grammar-enforced. */
+bool sp_server_tool_grammar_applies(const sp_server *s, const sp_api_request *r);
+bool sp_server_compile_tool_grammar(sp_server *s, sp_api_request *r, bool in_think,
+                                    sp_api_error *e);
+
 /* ---- http.c: replies (each queues one response and counts it) */
 enum MHD_Result sp_reply(sp_server *s, struct MHD_Connection *c, sp_route route,
                          int status, const char *content_type, const char *body,

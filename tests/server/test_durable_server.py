@@ -3,7 +3,8 @@
   * uninterrupted stream vs (stream until killed) + (resume_id after a
     restart): the text joins up exactly, the resumed stream sends only what
     follows the checkpoint, keeps the request's id, and its usage counts the
-    original prompt and every completion token; greedy and seeded T=0.8;
+    original prompt and every completion token; greedy, seeded T=0.8, and
+    greedy under a grammar (the matcher's state carried over);
   * a finished request's checkpoint is gone (404 on a second resume);
   * resume_id errors: no --checkpoint-dir (400), a malformed id (400), no
     checkpoint (404), a corrupted or another model's checkpoint (409).
@@ -77,16 +78,23 @@ def whole(body, **extra):
     return b
 
 
+# Where the matcher stands matters: a resume whose grammar started over (or
+# was dropped) would not write what the uninterrupted run writes.
+GRAMMAR = 'root ::= ([a-z]{2,4} [0-9]{1,3} ";" " "?)*\n'
+
+
 def body_for(sampling):
     b = dict(BODY)
-    if sampling == "seeded":
+    if sampling == "grammar":
+        b.update(temperature=0, grammar=GRAMMAR)
+    elif sampling == "seeded":
         b.update(temperature=0.8, seed=99)
     else:
         b.update(temperature=0)
     return b
 
 
-@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+@pytest.mark.parametrize("sampling", ["greedy", "seeded", "grammar"])
 def test_kill_then_resume(model, tmp_path, sampling):
     body = body_for(sampling)
     ref = Server(model)
