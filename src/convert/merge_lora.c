@@ -167,8 +167,13 @@ static spindle_status write_weights(const merge_tensor *ts, size_t n,
     for (size_t i = 0; i < n && !st; i++) {
         const sp_tensor_info *t = ts[i].t;
         if (ts[i].kind == M_DROP) continue;
-        sp_dtype d = ts[i].kind == M_MERGE ? ts[i].out : t->dtype;
-        st = sp_st_writer_add(w, t->name, d, t->ndim, t->shape, err);
+        if (ts[i].kind == M_COPY) {
+            st = sp_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, err);
+            continue;
+        }
+        /* [rows][cols]: a quantized source is packed narrower */
+        int64_t shape[2] = {ts[i].lin->w.rows, ts[i].lin->w.cols};
+        st = sp_st_writer_add(w, t->name, ts[i].out, 2, shape, err);
     }
     if (!st) st = sp_st_writer_meta(w, "format", "pt", err);
     if (!st) st = sp_st_writer_begin(w, err);
@@ -202,14 +207,14 @@ static spindle_status copy_side_files(const char *src, const char *dst,
             !strcmp(name, "model.safetensors.index.json"))
             continue;
         char *from = sp_path_join(src, name), *to = sp_path_join(dst, name);
-        char *text = NULL;
-        size_t n = 0;
+        sp_mapped_file f = {0};
         if (!from || !to) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
         else if (sp_file_exists(from)) {
-            st = sp_read_text_file(from, &text, &n, err);
-            if (!st) st = sp_write_file_atomic(to, text, n, err);
+            st = sp_map_file(from, &f, err);
+            if (!st) st = sp_write_file_atomic(to, f.data ? (const void *)f.data : "",
+                                               f.size, err);
+            sp_unmap_file(&f);
         }
-        free(text);
         free(from);
         free(to);
     }
