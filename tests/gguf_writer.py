@@ -566,7 +566,9 @@ def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
     [out, r] in llama.cpp's names, B's q/k rows permuted as the base's
     rows are. `alpha` overrides the config's; `edit` (a function of the
     {GGUF name: array} dict), `general_type` and `arch_name` make the
-    malformed files of the tests."""
+    malformed files of the tests. Shown identical (names, shapes, bytes,
+    the four keys) to convert_lora_to_gguf.py --outtype f32 on
+    make_lora_models' adapters: tests/parity/check_lora_refs_torch.py."""
     with open(os.path.join(base_src, "config.json")) as f:
         cfg = text_config(json.load(f))
     with open(os.path.join(peft_dir, "adapter_config.json")) as f:
