@@ -4,9 +4,14 @@ against llama.cpp's embedding mode (llama-cpp-python, embedding=True, mean
 pooling) on the same weights in f32, measured alternately in one run.
 
 The GGUF comes from tests/embeddings/minilm_gguf.py. Spindle's time is a whole process (load included) minus the same
-process on one sentence; llama.cpp's is Llama.embed after the load.
+process on one sentence; llama.cpp's is Llama.embed after the load. With
+--st-python (a Python with sentence-transformers and torch, kept outside
+the repo's venv: torch is large), sentence-transformers' encode (CPU,
+torch.set_num_threads(threads), batch 32, after a warm-up) joins each
+round in a process of its own. --gguf: Spindle runs the GGUF too.
 
   .venv/bin/python bench/embed_compare.py [--sentences 256] [--threads 2] [--runs 3]
+      [--st-python /path/to/venv/bin/python]
 """
 import argparse
 import json
@@ -41,6 +46,33 @@ def sentences(n):
             for _ in range(n)]
 
 
+ST_SCRIPT = """
+import json, sys, time, torch
+from sentence_transformers import SentenceTransformer
+model_dir, threads = sys.argv[1], int(sys.argv[2])
+texts = json.load(sys.stdin)
+torch.set_num_threads(threads)
+m = SentenceTransformer(model_dir, device="cpu")
+m.encode(texts[:8], batch_size=32)
+t = time.perf_counter()
+v = m.encode(texts, batch_size=32, normalize_embeddings=True)
+s = time.perf_counter() - t
+json.dump({"seconds": s, "embeddings": v.tolist()}, sys.stdout)
+"""
+
+
+def st_seconds(python, texts, threads):
+    r = subprocess.run([python, "-c", ST_SCRIPT, str(MODEL), str(threads)],
+                       input=json.dumps(texts), capture_output=True, text=True,
+                       check=True)
+    out = json.loads(r.stdout)
+    return out["seconds"], np.array(out["embeddings"])
+
+
+def cosines(a, b):
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def spindle_seconds(texts, threads):
     def run(lines):
         t = time.perf_counter()
@@ -59,6 +91,7 @@ def main():
     ap.add_argument("--sentences", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--st-python", default=None)
     a = ap.parse_args()
     GGUF.parent.mkdir(parents=True, exist_ok=True)
     if not GGUF.exists():
@@ -69,20 +102,31 @@ def main():
                 n_threads_batch=a.threads, verbose=False)
     texts = sentences(a.sentences)
     n_tokens = sum(len(llm.tokenize(t.encode())) for t in texts)
-    ours, theirs = [], []
+    ours, theirs, st_times = [], [], []
     for _ in range(a.runs):
         s, ours_vec = spindle_seconds(texts, a.threads)
         ours.append(s)
         t = time.perf_counter()
         ref = np.array(llm.embed(texts, normalize=True))
         theirs.append(time.perf_counter() - t)
-    cos = (ours_vec * ref).sum(1) / np.linalg.norm(ours_vec, axis=1) / np.linalg.norm(ref, axis=1)
+        if a.st_python:
+            s, st_vec = st_seconds(a.st_python, texts, a.threads)
+            st_times.append(s)
     print(f"{a.sentences} sentences, {n_tokens} tokens (llama.cpp's count), "
-          f"{a.threads} threads; min cosine spindle vs llama.cpp {cos.min():.6f}")
-    so, st = a.sentences / min(ours), a.sentences / min(theirs)
+          f"{a.threads} threads; min cosine spindle vs llama.cpp "
+          f"{cosines(ours_vec, ref).min():.6f}")
+    if a.st_python:
+        print(f"min cosine spindle vs sentence-transformers "
+              f"{cosines(ours_vec, st_vec).min():.6f}")
+    so, sl = a.sentences / min(ours), a.sentences / min(theirs)
     print(f"spindle   {so:8.1f} sentences/s (best of {a.runs}: {min(ours):.2f} s)")
-    print(f"llama.cpp {st:8.1f} sentences/s (best of {a.runs}: {min(theirs):.2f} s)")
-    print(f"ratio     {so / st:8.2f}x")
+    print(f"llama.cpp {sl:8.1f} sentences/s (best of {a.runs}: {min(theirs):.2f} s)")
+    print(f"ratio vs llama.cpp {so / sl:8.2f}x")
+    if a.st_python:
+        ss = a.sentences / min(st_times)
+        print(f"sentence-transformers {ss:8.1f} sentences/s (best of {a.runs}: "
+              f"{min(st_times):.2f} s)")
+        print(f"ratio vs sentence-transformers {so / ss:8.2f}x")
 
 
 if __name__ == "__main__":

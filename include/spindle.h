@@ -321,8 +321,11 @@ spindle_status spindle_forward(spindle_model *model,
 typedef struct spindle_adapter spindle_adapter;
 
 /* `path`: a PEFT adapter directory (adapter_config.json +
- * adapter_model.safetensors) or an mlx-lm one (adapter_config.json with
- * lora_parameters + adapters.safetensors). Every tensor must be a lora_A /
+ * adapter_model.safetensors), an mlx-lm one (adapter_config.json with
+ * lora_parameters + adapters.safetensors), or llama.cpp's LoRA GGUF file
+ * (general.type "adapter", of the model's architecture; scale
+ * adapter.lora.alpha / rank, 1 without alpha; *_norm.weight tensors
+ * skipped as llama.cpp does). Every tensor must be a lora_A /
  * lora_B (lora_a / lora_b) pair of a supported projection of a layer the
  * model has, of the config's rank and the projection's shape; otherwise
  * one line naming the tensor (SPINDLE_ERR_FORMAT or _UNSUPPORTED), and
@@ -345,8 +348,9 @@ spindle_status spindle_adapter_stack(spindle_model *model,
                                      const spindle_adapter *const *adapters,
                                      const float *scales, int n,
                                      spindle_adapter **out, spindle_error *err);
-/* The adapter's own scale (lora_alpha / r, / sqrt(r) with rsLoRA, or
- * mlx-lm's scale) and rank; 0 for NULL. Thread-safe. */
+/* The adapter's own scale (lora_alpha / r, / sqrt(r) with rsLoRA,
+ * mlx-lm's scale, or a GGUF's alpha / r) and rank; 0 for NULL.
+ * Thread-safe. */
 float spindle_adapter_scale(const spindle_adapter *adapter);
 int spindle_adapter_rank(const spindle_adapter *adapter);
 

@@ -553,3 +553,57 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
+                    edit=None, general_type="adapter", arch_name=None):
+    """Write PEFT adapter directory `peft_dir` (adapter_config.json,
+    adapter_model.safetensors) of model directory `base_src` as llama.cpp's
+    LoRA GGUF, the way convert_lora_to_gguf.py does: general.type
+    "adapter", adapter.type "lora", adapter.lora.alpha (PEFT's lora_alpha
+    as written, so llama.cpp's scale alpha / r ignores use_rslora, as it
+    does), and per target blk.N.<module>.weight.lora_a [r, in] / .lora_b
+    [out, r] in llama.cpp's names, B's q/k rows permuted as the base's
+    rows are. `alpha` overrides the config's; `edit` (a function of the
+    {GGUF name: array} dict), `general_type` and `arch_name` make the
+    malformed files of the tests. Shown identical (names, shapes, bytes,
+    the four keys) to convert_lora_to_gguf.py --outtype f32 on
+    make_lora_models' adapters: tests/parity/check_lora_refs_torch.py."""
+    with open(os.path.join(base_src, "config.json")) as f:
+        cfg = text_config(json.load(f))
+    with open(os.path.join(peft_dir, "adapter_config.json")) as f:
+        acfg = json.load(f)
+    arch = ARCHS[cfg["model_type"]]
+    qt, _ = QTYPES[qtype]
+    w = gguf.GGUFWriter(out, arch_name or arch.gguf_arch)
+    w.add_type(general_type)
+    w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA,
+                  float(acfg["lora_alpha"] if alpha is None else alpha))
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    tensors = {}
+    for name, arr in read_safetensors(os.path.join(
+            peft_dir, "adapter_model.safetensors")):
+        base, kind, _ = name.removeprefix("base_model.model.").rsplit(".", 2)
+        hf = base.removeprefix("language_model.") + ".weight"
+        is_b = kind == "lora_B"
+        if is_b and arch.permute_qk and hf.endswith("self_attn.q_proj.weight"):
+            arr = permute(arr, heads, heads)
+        elif is_b and arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
+            arr = permute(arr, heads, kv_heads)
+        tensors[gguf_name(hf, arch) + (".lora_b" if is_b else ".lora_a")] = arr
+    if edit:
+        edit(tensors)
+    for gname, arr in tensors.items():
+        if qt == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(gname, arr.astype(np.float32))
+        elif qt == gguf.GGMLQuantizationType.F16:
+            w.add_tensor(gname, arr.astype(np.float16))
+        else:
+            w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

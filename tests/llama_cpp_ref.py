@@ -14,8 +14,9 @@ import numpy as np
 GGML_TYPE_F32 = 0
 
 
-def f32_llama(llama_cpp, path, n_ctx, n_threads):
-    """A llama_cpp.Llama on GGUF file `path` in the f32 configuration."""
+def f32_llama(llama_cpp, path, n_ctx, n_threads, **kwargs):
+    """A llama_cpp.Llama on GGUF file `path` in the f32 configuration;
+    `kwargs` go to Llama (lora_path, lora_scale)."""
     params = llama_cpp.llama_model_default_params
 
     def no_extra_buffers():
@@ -27,7 +28,8 @@ def f32_llama(llama_cpp, path, n_ctx, n_threads):
         return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx,
                                n_batch=n_ctx, n_threads=n_threads,
                                verbose=False, type_k=GGML_TYPE_F32,
-                               type_v=GGML_TYPE_F32, flash_attn=False)
+                               type_v=GGML_TYPE_F32, flash_attn=False,
+                               **kwargs)
     finally:
         llama_cpp.llama.llama_cpp.llama_model_default_params = params
 

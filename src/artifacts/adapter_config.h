@@ -27,7 +27,10 @@ typedef enum sp_lora_module {
 
 typedef enum sp_adapter_format {
     SP_ADAPTER_PEFT = 0,
-    SP_ADAPTER_MLX
+    SP_ADAPTER_MLX,
+    /* llama.cpp's LoRA GGUF: no adapter_config.json (models/lora_load.c
+     * reads its metadata) */
+    SP_ADAPTER_GGUF
 } sp_adapter_format;
 
 typedef struct sp_adapter_config {

@@ -180,17 +180,14 @@ void sp_gguf_weights_free(sp_gguf_weights *w) {
     free(w);
 }
 
-static spindle_status fill_info(sp_gguf_weights *w, const sp_gguf_tensor *t,
-                                sp_tensor_info *info, spindle_error *err) {
-    const char *path = sp_gguf_path(w->g);
-    info->name = translate(t->name, w->family);
-    if (!info->name) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    info->ndim = t->n_dims;
+spindle_status sp_gguf_tensor_info(const sp_gguf *g, const sp_gguf_tensor *t,
+                                   sp_tensor_info *info, spindle_error *err) {
+    const char *path = sp_gguf_path(g);
+    *info = (sp_tensor_info){.name = t->name, .ndim = t->n_dims,
+                             .data = t->data, .nbytes = t->nbytes,
+                             .file = path};
     for (int d = 0; d < t->n_dims; d++)
         info->shape[d] = t->ne[t->n_dims - 1 - d];
-    info->data = t->data;
-    info->nbytes = t->nbytes;
-    info->file = path;
     switch (t->type) {
     case SP_GGML_F32: info->dtype = SP_DTYPE_F32; break;
     case SP_GGML_F16: info->dtype = SP_DTYPE_F16; break;
@@ -206,6 +203,14 @@ static spindle_status fill_info(sp_gguf_weights *w, const sp_gguf_tensor *t,
                            "cannot read", path, t->name, t->type);
     }
     return SPINDLE_OK;
+}
+
+static spindle_status fill_info(sp_gguf_weights *w, const sp_gguf_tensor *t,
+                                sp_tensor_info *info, spindle_error *err) {
+    spindle_status st = sp_gguf_tensor_info(w->g, t, info, err);
+    info->name = translate(t->name, w->family);
+    if (!info->name) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return st;
 }
 
 spindle_status sp_gguf_weights_open(const char *path,

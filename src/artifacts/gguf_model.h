@@ -90,6 +90,11 @@ spindle_status sp_gguf_model_locate(const char *arg, char **file,
 bool sp_gguf_translate_name(const char *name, const sp_gguf_family *family,
                             char *out, size_t cap);
 
+/* Tensor t of g as an sp_tensor_info under its GGUF name (row-major shape,
+ * dtype or ggml_quant); an unreadable ggml type is SPINDLE_ERR_UNSUPPORTED. */
+spindle_status sp_gguf_tensor_info(const sp_gguf *g, const sp_gguf_tensor *t,
+                                   sp_tensor_info *info, spindle_error *err);
+
 /* Open the file and index its tensors under Hugging Face names, in the
  * spelling of its family among `families` (NULL-terminated); a file of
  * another architecture is SPINDLE_ERR_UNSUPPORTED. */

@@ -22,7 +22,7 @@ static const char *serve_usage =
     "  --ctx N                 context limit (default: the model's)\n"
     SP_ARG_KV_TYPE_HELP
     SP_ARG_MMAP_HELP
-    "  --lora NAME=PATH        mount a LoRA adapter (PEFT or mlx-lm directory) that\n"
+    "  --lora NAME=PATH        mount a LoRA adapter (PEFT, mlx-lm or LoRA GGUF) that\n"
     "                          requests pick by model NAME (repeatable, at most 64)\n"
     "  --max-body BYTES        largest request body, else 413 (default 8388608)\n"
     "  --max-header BYTES      header memory per connection (default 65536)\n"

@@ -8,7 +8,8 @@
 #include "spindle.h"
 
 #define SP_ARG_LORA_HELP \
-    "  --lora PATH[:SCALE]     apply a LoRA adapter (PEFT or mlx-lm directory),\n" \
+    "  --lora PATH[:SCALE]     apply a LoRA adapter (PEFT or mlx-lm directory,\n" \
+    "                          or llama.cpp LoRA GGUF file),\n" \
     "                          its own scale times SCALE (repeatable)\n"
 #define SP_MAX_CLI_LORAS 16
 

@@ -359,6 +359,10 @@ spindle_status sp_convert_gguf(const char *gguf_path, const char *out_dir,
     /* The families' GGUF tables decide which architectures convert: a file
      * of another one is refused. */
     st = sp_gguf_family_of(g, sp_gguf_families(), arch, sizeof arch, &family, err);
+    if (!st && !family->hf_class)
+        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                     "%s: converting a GGUF '%s' is not supported", gguf_path,
+                     arch);
     size_t n = st ? 0 : sp_gguf_tensor_count(g);
     conv_tensor *cs = calloc(n ? n : 1, sizeof *cs);
     if (!st && !cs) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");

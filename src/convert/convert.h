@@ -17,6 +17,12 @@
 
 typedef struct sp_convert_options {
     sp_dtype dtype; /* SP_DTYPE_BF16 or SP_DTYPE_F32: dequantized tensors */
+    /* sp_convert_merge_lora: the adapter (any form spindle_adapter_load
+     * reads) and a factor of its own scale (0: 1); dtype_given: merged
+     * float matrices take `dtype` too instead of keeping their own. */
+    const char *merge_lora;
+    float merge_scale;
+    bool dtype_given;
 } sp_convert_options;
 
 /* Convert `gguf_path` into directory `out_dir` (created when missing).
@@ -24,5 +30,14 @@ typedef struct sp_convert_options {
 spindle_status sp_convert_gguf(const char *gguf_path, const char *out_dir,
                                const sp_convert_options *opt,
                                spindle_error *err);
+
+/* Model `model` (a safetensors directory, or a GGUF file converted as
+ * above first) with adapter opt->merge_lora merged, W + scale * B A, into
+ * directory `out_dir`: each adapted projection in its own float type (or
+ * opt->dtype when given), a quantized one in opt->dtype and marked float
+ * in config.json's quantization; every other tensor and file copied. */
+spindle_status sp_convert_merge_lora(const char *model, const char *out_dir,
+                                     const sp_convert_options *opt,
+                                     spindle_error *err);
 
 #endif

@@ -6,6 +6,7 @@
  * nothing mutable with the model's own forward pass (the weights are read
  * only): an embedding request and an engine step may run at once. */
 #include "embedding/st_config.h"
+#include "artifacts/gguf_model.h"
 #include "models/blocks.h"
 #include "base/error.h"
 
@@ -27,6 +28,30 @@ struct spindle_embedder {
     pthread_mutex_t lock;
 };
 
+/* A GGUF encoder has no sentence-transformers modules: {arch}.pooling_type
+ * says the pooling (llama.cpp's enum: 1 mean, 2 CLS, 3 last; absent: mean)
+ * and the result is normalized, as llama.cpp's llama-embedding does by
+ * default (and sentence-transformers' Normalize module, which the GGUF
+ * converter drops, did). */
+static spindle_status gguf_pooling(const spindle_model *m, sp_st_config *cfg,
+                                   spindle_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->normalize = true;
+    const sp_gguf *g = sp_gguf_weights_file(m->gguf);
+    const sp_gguf_value *v = sp_gguf_arch_value(g, m->arch->gguf->arch,
+                                                "pooling_type");
+    int64_t kind = 1;
+    if (v && !sp_gguf_value_i64(v, &kind)) kind = -1;
+    if (kind < 1 || kind > 3)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: %s.pooling_type %lld is not supported (1 mean, "
+                       "2 cls, 3 last)", m->dir, m->arch->gguf->arch,
+                       (long long)kind);
+    cfg->pooling = kind == 1 ? SP_POOL_MEAN : kind == 2 ? SP_POOL_CLS
+                                                       : SP_POOL_LAST;
+    return SPINDLE_OK;
+}
+
 spindle_status spindle_embedder_new(spindle_model *model,
                                     const spindle_embedder_options *options,
                                     spindle_embedder **out,
@@ -37,8 +62,10 @@ spindle_status spindle_embedder_new(spindle_model *model,
     spindle_embedder *e = calloc(1, sizeof *e);
     if (!e) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     e->model = model;
-    spindle_status st = sp_st_config_load(model->dir, model->arch->encoder,
-                                          model->cfg.hidden_size, &e->st, err);
+    spindle_status st = model->gguf
+        ? gguf_pooling(model, &e->st, err)
+        : sp_st_config_load(model->dir, model->arch->encoder,
+                            model->cfg.hidden_size, &e->st, err);
     if (st) {
         free(e);
         return st;

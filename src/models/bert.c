@@ -8,7 +8,12 @@
  * only, so the padding mask of a padded batch is implicit (there is no
  * padding). No lm_head and no sequence state: spindle_embed runs it,
  * spindle_forward refuses it. Single-segment inputs (token type 0), as
- * sentence-transformers encodes one text. */
+ * sentence-transformers encodes one text.
+ *
+ * GGUF (llama.cpp's "bert" architecture, as convert_hf_to_gguf.py writes
+ * it): the layers' modules under their llama.cpp names (bert_gguf_names),
+ * the embeddings as token_embd, position_embd, token_types and
+ * token_embd_norm. */
 #include "models/blocks.h"
 #include "base/error.h"
 
@@ -28,6 +33,43 @@ typedef struct bert_family {
     bert_norm *attn_norm, *out_norm;  /* [n_layers] */
     float eps;
 } bert_family;
+
+/* blk.N.<gguf> <-> the encoder layer's <hf> module. */
+static const sp_gguf_name_map bert_gguf_names[] = {
+    {"attn_q", "attention.self.query"},
+    {"attn_k", "attention.self.key"},
+    {"attn_v", "attention.self.value"},
+    {"attn_output", "attention.output.dense"},
+    {"attn_output_norm", "attention.output.LayerNorm"},
+    {"ffn_up", "intermediate.dense"},
+    {"ffn_down", "output.dense"},
+    {"layer_output_norm", "output.LayerNorm"},
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map bert_gguf_keys[] = {
+    {"attention.layer_norm_epsilon", "layer_norm_eps", SP_GGUF_KEY_REAL},
+    {NULL, NULL, 0},
+};
+
+/* No hf_class: `spindle convert` refuses it (its layer names would not be
+ * transformers' encoder.layer.N). */
+static const sp_gguf_family bert_gguf = {.arch = "bert", .model_type = "bert",
+                                         .layer_names = bert_gguf_names,
+                                         .keys = bert_gguf_keys};
+
+/* The embeddings' tensor names: Hugging Face's, or llama.cpp's in GGUF. */
+typedef struct bert_names {
+    const char *word, *position, *token_type, *norm, *layer;
+} bert_names;
+
+static const bert_names hf_names = {
+    "embeddings.word_embeddings", "embeddings.position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm",
+    "encoder.layer."};
+static const bert_names gguf_names = {
+    "model.embed_tokens", "position_embd.weight", "token_types.weight",
+    "token_embd_norm", "model.layers."};
 
 static void bert_free(void *p) {
     bert_family *b = p;
@@ -49,7 +91,7 @@ static spindle_status bind_norm(spindle_model *m, const char *prefix,
 }
 
 static spindle_status bind_layer(spindle_model *m, bert_family *b, int l,
-                                 spindle_error *err) {
+                                 const bert_names *names, spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     const int64_t d = c->hidden_size, ff = c->intermediate_size;
     sp_layer *L = &m->layers[l];
@@ -68,13 +110,13 @@ static spindle_status bind_layer(spindle_model *m, bert_family *b, int l,
     };
     spindle_status st = SPINDLE_OK;
     for (size_t i = 0; i < sizeof lin / sizeof *lin && !st; i++) {
-        snprintf(p, sizeof p, "encoder.layer.%d.%s", l, lin[i].name);
+        snprintf(p, sizeof p, "%s%d.%s", names->layer, l, lin[i].name);
         st = sp_bind_linear(m, p, lin[i].rows, lin[i].cols, true, lin[i].out,
                             err);
     }
-    snprintf(p, sizeof p, "encoder.layer.%d.attention.output.LayerNorm", l);
+    snprintf(p, sizeof p, "%s%d.attention.output.LayerNorm", names->layer, l);
     if (!st) st = bind_norm(m, p, &b->attn_norm[l], err);
-    snprintf(p, sizeof p, "encoder.layer.%d.output.LayerNorm", l);
+    snprintf(p, sizeof p, "%s%d.output.LayerNorm", names->layer, l);
     if (!st) st = bind_norm(m, p, &b->out_norm[l], err);
     return st;
 }
@@ -127,26 +169,30 @@ static spindle_status bert_load(spindle_model *m, spindle_error *err) {
     if (!b->attn_norm || !b->out_norm)
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     b->eps = (float)sp_config_num(c, "layer_norm_eps", 1e-12);
+    const bert_names *names = m->gguf ? &gguf_names : &hf_names;
     int type_vocab = sp_config_int(c, "type_vocab_size", 2);
+    const sp_tensor_info *types = sp_model_find_tensor(m, names->token_type);
+    /* A GGUF says it by the table's rows alone. */
+    if (m->gguf && types && types->ndim == 2 && types->shape[0] < 1 << 20)
+        type_vocab = (int)types->shape[0];
     if (type_vocab < 1)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s/config.json: type_vocab_size %d is not positive",
                        m->dir, type_vocab);
     sp_linear word;
-    st = sp_bind_linear(m, "embeddings.word_embeddings", c->vocab_size,
-                        c->hidden_size, false, &word, err);
+    st = sp_bind_linear(m, names->word, c->vocab_size, c->hidden_size, false,
+                        &word, err);
     if (!st) {
         m->embed = word.w;
-        st = sp_bind_float_matrix(m, "embeddings.position_embeddings.weight",
-                                  c->max_position, c->hidden_size,
-                                  &b->position, err);
+        st = sp_bind_float_matrix(m, names->position, c->max_position,
+                                  c->hidden_size, &b->position, err);
     }
     if (!st)
-        st = sp_bind_float_matrix(m, "embeddings.token_type_embeddings.weight",
-                                  type_vocab, c->hidden_size, &b->token_type,
-                                  err);
-    if (!st) st = bind_norm(m, "embeddings.LayerNorm", &b->embed_norm, err);
-    for (int l = 0; l < c->n_layers && !st; l++) st = bind_layer(m, b, l, err);
+        st = sp_bind_float_matrix(m, names->token_type, type_vocab,
+                                  c->hidden_size, &b->token_type, err);
+    if (!st) st = bind_norm(m, names->norm, &b->embed_norm, err);
+    for (int l = 0; l < c->n_layers && !st; l++)
+        st = bind_layer(m, b, l, names, err);
     return st;
 }
 
@@ -233,6 +279,7 @@ static void bert_layer_state(const spindle_model *m, int l,
 }
 
 const sp_arch sp_arch_bert = {.model_type = "bert",
+                              .gguf = &bert_gguf,
                               .encoder = true,
                               .load = bert_load,
                               .layer = bert_layer,

@@ -1,10 +1,16 @@
-/* spindle_adapter_load: a PEFT or mlx-lm adapter directory checked against
- * the model's projections and copied to f32 [rank][in] / [out][rank]
- * matrices. */
+/* spindle_adapter_load: a PEFT or mlx-lm adapter directory, or a
+ * llama.cpp LoRA GGUF file, checked against the model's projections and
+ * copied to f32 [rank][in] / [out][rank] matrices. */
 #include "models/lora.h"
+#include "artifacts/gguf.h"
+#include "artifacts/gguf_model.h"
 #include "artifacts/safetensors.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "compute/ggml/ggml_quants.h"
+#include "models/registry.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +30,11 @@ static bool skip(const char **s, const char *prefix) {
     return true;
 }
 
-/* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.X.lora_{A,B}
- * [.default].weight; mlx-lm: model.layers.N.{self_attn,mlp}.X.lora_{a,b};
- * either under language_model. (multimodal checkpoints). */
-static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
-    const char *s = name;
+/* model.layers.N.{self_attn,mlp}.X. at *s (after the prefixes of
+ * multimodal and PEFT checkpoints): the layer and module into k, *s past
+ * them. */
+static bool parse_module(const char **sp, lora_key *k) {
+    const char *s = *sp;
     skip(&s, "base_model.model.");
     skip(&s, "language_model.");
     if (!skip(&s, "model.layers.")) return false;
@@ -45,19 +51,28 @@ static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
     module[dot - s] = 0;
     int m = sp_lora_module_from_name(module);
     if (m < 0 || attn != (m <= SP_LORA_O)) return false;
-    s = dot + 1;
+    k->layer = (int)layer;
+    k->module = (sp_lora_module)m;
+    *sp = dot + 1;
+    return true;
+}
+
+/* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.X.lora_{A,B}
+ * [.default].weight; mlx-lm: model.layers.N.{self_attn,mlp}.X.lora_{a,b};
+ * GGUF (translated to Hugging Face names by the caller): ...X.weight.
+ * lora_{a,b}; either under language_model. (multimodal checkpoints). */
+static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
+    const char *s = name;
+    if (!parse_module(&s, k)) return false;
     if (fmt == SP_ADAPTER_PEFT) {
         if (!skip(&s, "lora_A.") && !(k->is_b = skip(&s, "lora_B.")))
             return false;
         skip(&s, "default.");
-        if (strcmp(s, "weight")) return false;
-    } else {
-        k->is_b = !strcmp(s, "lora_b");
-        if (!k->is_b && strcmp(s, "lora_a")) return false;
+        return !strcmp(s, "weight");
     }
-    k->layer = (int)layer;
-    k->module = (sp_lora_module)m;
-    return true;
+    if (fmt == SP_ADAPTER_GGUF && !skip(&s, "weight.")) return false;
+    k->is_b = !strcmp(s, "lora_b");
+    return k->is_b || !strcmp(s, "lora_a");
 }
 
 static const sp_linear *target(const spindle_model *m, const lora_key *k) {
@@ -68,8 +83,30 @@ static const sp_linear *target(const spindle_model *m, const lora_key *k) {
     return lin->w.rows > 0 ? lin : NULL;
 }
 
-/* The tensor's shape must be [rank][in] (A) / [out][rank] (B) for PEFT,
- * transposed for mlx-lm; copy it to f32 in the first layout. */
+/* t's elements as f32, row-major, into dst[n]: GGUF block formats through
+ * their dequantizer (a llama.cpp adapter may be q8_0). */
+static spindle_status load_elements(const sp_tensor_info *t, const char *what,
+                                    size_t n, float *dst, spindle_error *err) {
+    if (t->ggml_quant) {
+        const sp_ggml_type_traits *tr = sp_ggml_traits(t->ggml_type);
+        if (!tr || !tr->to_f32)
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s: tensor %s has ggml type %u, which Spindle "
+                           "cannot read", what, t->name, t->ggml_type);
+        tr->to_f32(t->data, dst, (int64_t)n);
+        return SPINDLE_OK;
+    }
+    if (t->dtype != SP_DTYPE_F32 && t->dtype != SP_DTYPE_F16 &&
+        t->dtype != SP_DTYPE_BF16)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor %s is %s (expected f32, f16 or bf16)", what,
+                       t->name, sp_dtype_name(t->dtype));
+    for (size_t i = 0; i < n; i++) dst[i] = sp_load_float(t->data, t->dtype, i);
+    return SPINDLE_OK;
+}
+
+/* The tensor's shape must be [rank][in] (A) / [out][rank] (B) for PEFT and
+ * GGUF, transposed for mlx-lm; copy it to f32 in the first layout. */
 static spindle_status copy_matrix(const sp_tensor_info *t, const char *what,
                                   sp_adapter_format fmt, int64_t rows,
                                   int64_t cols, sp_weight *out,
@@ -83,48 +120,102 @@ static spindle_status copy_matrix(const sp_tensor_info *t, const char *what,
                        (long long)t->shape[0], t->ndim > 1 ? ", " : "",
                        t->ndim > 1 ? (long long)t->shape[1] : 0LL,
                        (long long)want0, (long long)want1);
-    if (t->ggml_quant || (t->dtype != SP_DTYPE_F32 && t->dtype != SP_DTYPE_F16 &&
-                          t->dtype != SP_DTYPE_BF16))
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: tensor %s is %s (expected f32, f16 or bf16)", what,
-                       t->name, sp_dtype_name(t->dtype));
-    float *dst = malloc((size_t)(rows * cols) * sizeof *dst);
-    if (!dst) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[r * cols + c] = sp_load_float(
-                t->data, t->dtype, (size_t)(transposed ? c * rows + r : r * cols + c));
+    size_t n = (size_t)(rows * cols);
+    float *dst = malloc(n * sizeof *dst);
+    float *src = transposed ? malloc(n * sizeof *src) : dst;
+    spindle_status st = dst && src ? load_elements(t, what, n, src, err)
+                                   : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!st && transposed)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                dst[r * cols + c] = src[c * rows + r];
+    if (transposed) free(src);
+    if (st) {
+        free(dst);
+        return st;
+    }
     *out = (sp_weight){.type = SP_W_F32, .rows = rows, .cols = cols, .data = dst};
     return SPINDLE_OK;
 }
 
 /* GGUF files of the families llama.cpp converts with permuted q/k rows
- * (rope_traditional in their config) hold row h*hd + 2j + s where Hugging
- * Face has h*hd + s*hd/2 + j; an adapter's B rows, written against Hugging
- * Face's order, follow them. */
-static spindle_status permute_like_gguf(const spindle_model *m, sp_lora_module mod,
-                                        sp_weight *b, spindle_error *err) {
-    if (!m->gguf || !m->cfg.rope_traditional || (mod != SP_LORA_Q && mod != SP_LORA_K))
-        return SPINDLE_OK;
+ * (sp_gguf_family.rope_interleaved) hold row h*hd + 2j + s where Hugging
+ * Face has h*hd + s*hd/2 + j. An adapter's B rows follow the order it was
+ * written against: a PEFT / mlx-lm one on a GGUF base is permuted to the
+ * file's order (to_gguf), a GGUF one on a Hugging Face base back. */
+static spindle_status permute_qk_rows(const spindle_model *m, sp_lora_module mod,
+                                      bool to_gguf, sp_weight *b,
+                                      spindle_error *err) {
     int64_t heads = mod == SP_LORA_Q ? m->cfg.n_heads : m->cfg.n_kv_heads;
-    int64_t rows = b->rows, cols = b->cols, hd = rows / heads;
+    int64_t rows = b->rows, cols = b->cols, hd = heads > 0 ? rows / heads : 0;
     if (heads < 1 || rows % heads || hd % 2) return SPINDLE_OK;
     float *src = (float *)b->data, *dst = malloc((size_t)(rows * cols) * sizeof *dst);
     if (!dst) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     for (int64_t h = 0; h < heads; h++)
         for (int64_t j = 0; j < hd / 2; j++)
-            for (int64_t s = 0; s < 2; s++)
-                memcpy(dst + (h * hd + 2 * j + s) * cols,
-                       src + (h * hd + s * (hd / 2) + j) * cols,
+            for (int64_t s = 0; s < 2; s++) {
+                int64_t g = h * hd + 2 * j + s, hf = h * hd + s * (hd / 2) + j;
+                memcpy(dst + (to_gguf ? g : hf) * cols,
+                       src + (to_gguf ? hf : g) * cols,
                        (size_t)cols * sizeof *dst);
+            }
     free(src);
     b->data = dst;
     return SPINDLE_OK;
 }
 
+/* Whether B of module mod needs permute_qk_rows, and in which direction. */
+static bool qk_rows_differ(const spindle_model *m, sp_adapter_format fmt,
+                           sp_lora_module mod, bool *to_gguf) {
+    if (mod != SP_LORA_Q && mod != SP_LORA_K) return false;
+    *to_gguf = fmt != SP_ADAPTER_GGUF;
+    if (*to_gguf) return m->gguf && m->cfg.rope_traditional;
+    return !m->gguf && m->arch->gguf && m->arch->gguf->rope_interleaved;
+}
+
+/* Tensor t, at place k, into the adapter. `rank` is the config's, or the
+ * tensor's own for a GGUF file (which has no config; check_pairs then
+ * matches A's and B's). `shown` names the tensor in errors. */
+static spindle_status place_tensor(spindle_adapter *a, const sp_tensor_info *t,
+                                   const lora_key *k, int64_t rank,
+                                   const char *shown, const char *what,
+                                   spindle_error *err) {
+    const spindle_model *m = a->model;
+    if (k->layer >= m->cfg.n_layers)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor %s targets layer %d; the model has %d", what,
+                       shown, k->layer, m->cfg.n_layers);
+    if (!(a->cfg.targets & (1u << k->module)))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor %s targets %s, which the config's target "
+                       "modules leave out", what, shown,
+                       sp_lora_module_name(k->module));
+    const sp_linear *lin = target(m, k);
+    if (!lin)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor %s: layer %d has no dense %s (expert "
+                       "projections are not adapted)", what, shown, k->layer,
+                       sp_lora_module_name(k->module));
+    if (rank < 1 || rank > SP_LORA_MAX_RANK)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor %s has rank %lld (1..%d)", what, shown,
+                       (long long)rank, SP_LORA_MAX_RANK);
+    sp_lora_pair *p = &a->pairs[k->layer * SP_LORA_N_MODULES + k->module];
+    sp_weight *dst = k->is_b ? &p->b : &p->a;
+    if (dst->data)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor %s appears twice",
+                       what, shown);
+    sp_adapter_format fmt = a->cfg.format;
+    if (!k->is_b) return copy_matrix(t, what, fmt, rank, lin->w.cols, dst, err);
+    spindle_status st = copy_matrix(t, what, fmt, lin->w.rows, rank, dst, err);
+    bool to_gguf;
+    if (!st && qk_rows_differ(m, fmt, k->module, &to_gguf))
+        st = permute_qk_rows(m, k->module, to_gguf, dst, err);
+    return st;
+}
+
 static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
                                  const char *what, spindle_error *err) {
-    const spindle_model *m = a->model;
     lora_key k = {0};
     if (!parse_key(t->name, a->cfg.format, &k))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
@@ -132,30 +223,7 @@ static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
                        "(q/k/v/o/gate/up/down_proj of model.layers.N)", what,
                        t->name, a->cfg.format == SP_ADAPTER_PEFT
                                     ? "lora_A/lora_B weight" : "lora_a/lora_b");
-    if (k.layer >= m->cfg.n_layers)
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor %s targets layer %d; the model has %d", what,
-                       t->name, k.layer, m->cfg.n_layers);
-    if (!(a->cfg.targets & (1u << k.module)))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: tensor %s targets %s, which the config's target "
-                       "modules leave out", what, t->name,
-                       sp_lora_module_name(k.module));
-    const sp_linear *lin = target(m, &k);
-    if (!lin)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: tensor %s: layer %d has no dense %s (expert "
-                       "projections are not adapted)", what, t->name, k.layer,
-                       sp_lora_module_name(k.module));
-    sp_lora_pair *p = &a->pairs[k.layer * SP_LORA_N_MODULES + k.module];
-    sp_weight *dst = k.is_b ? &p->b : &p->a;
-    if (dst->data)
-        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor %s appears twice",
-                       what, t->name);
-    int64_t rank = a->cfg.rank;
-    if (!k.is_b) return copy_matrix(t, what, a->cfg.format, rank, lin->w.cols, dst, err);
-    spindle_status st = copy_matrix(t, what, a->cfg.format, lin->w.rows, rank, dst, err);
-    return st ? st : permute_like_gguf(m, k.module, dst, err);
+    return place_tensor(a, t, &k, a->cfg.rank, t->name, what, err);
 }
 
 static spindle_status check_pairs(spindle_adapter *a, const char *what,
@@ -169,6 +237,13 @@ static spindle_status check_pairs(spindle_adapter *a, const char *what,
                            i / SP_LORA_N_MODULES,
                            sp_lora_module_name((sp_lora_module)(i % SP_LORA_N_MODULES)),
                            p->a.data ? "A" : "B", p->a.data ? "B" : "A");
+        if (p->a.data && p->a.rows != p->b.cols)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s: layer %d %s has lora_a of rank %lld and lora_b "
+                           "of rank %lld (rank or shape mismatch)", what,
+                           i / SP_LORA_N_MODULES,
+                           sp_lora_module_name((sp_lora_module)(i % SP_LORA_N_MODULES)),
+                           (long long)p->a.rows, (long long)p->b.cols);
         a->n_pairs += p->a.data != NULL;
     }
     if (!a->n_pairs)
@@ -210,15 +285,134 @@ static spindle_status load_tensors(spindle_adapter *a, const char *dir,
     return st;
 }
 
+/* ------------------------------------------------- llama.cpp's LoRA GGUF
+ * convert_lora_to_gguf.py's file: general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha, general.architecture the base's, and per
+ * target blk.N.<module>.weight.lora_a (ggml ne [in, r]: row-major [r][in],
+ * PEFT's A) and .lora_b ([out][r]), q/k rows in the GGUF base's order.
+ * llama.cpp scales each pair by alpha / its rank (alpha 0: 1) and skips
+ * *_norm.weight tensors (mergekit's); so does this. */
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* blk.N.<module>.weight.lora_{a,b}: its place, through the Hugging Face
+ * name of blk.N.<module>.weight in the family's spelling. */
+static bool parse_gguf_key(const char *name, const sp_gguf_family *fam,
+                           lora_key *k) {
+    const char *suffix = ends_with(name, ".lora_a") ? ".lora_a"
+                       : ends_with(name, ".lora_b") ? ".lora_b" : NULL;
+    size_t len = strlen(name) - (suffix ? strlen(suffix) : 0);
+    char base[256], hf[256];
+    if (!suffix || len >= sizeof base) return false;
+    memcpy(base, name, len);
+    base[len] = 0;
+    if (!sp_gguf_translate_name(base, fam, hf, sizeof hf - strlen(suffix)))
+        return false;
+    strcat(hf, suffix);
+    return parse_key(hf, SP_ADAPTER_GGUF, k);
+}
+
+static bool gguf_str_is(const sp_gguf *g, const char *key, const char *want) {
+    const sp_gguf_value *v = sp_gguf_find(g, key);
+    sp_gguf_str s;
+    return v && sp_gguf_value_str(v, &s) && s.len == strlen(want) &&
+           !memcmp(s.ptr, want, s.len);
+}
+
+/* The metadata llama.cpp checks before it reads the tensors; alpha into
+ * *alpha (0 when absent). */
+static spindle_status gguf_header(const spindle_model *m, const sp_gguf *g,
+                                  const sp_gguf_family *fam, double *alpha,
+                                  spindle_error *err) {
+    const char *path = sp_gguf_path(g);
+    if (!gguf_str_is(g, "general.type", "adapter") ||
+        !gguf_str_is(g, "adapter.type", "lora"))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: not a LoRA adapter (general.type must be "
+                       "\"adapter\" and adapter.type \"lora\")", path);
+    if (fam != m->arch->gguf)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: an adapter for architecture '%s'; the model is "
+                       "'%s'", path, fam->arch,
+                       m->arch->gguf ? m->arch->gguf->arch : m->arch->model_type);
+    if (sp_gguf_find(g, "adapter.alora.invocation_tokens"))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: activated LoRA (adapter.alora.invocation_tokens) "
+                       "is not supported", path);
+    const sp_gguf_value *v = sp_gguf_find(g, "adapter.lora.alpha");
+    *alpha = 0;
+    if (v && (!sp_gguf_value_number(v, alpha) || !isfinite(*alpha)))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: adapter.lora.alpha is not a finite number", path);
+    return SPINDLE_OK;
+}
+
+/* One scale for the adapter, alpha / the first pair's rank; the B of a
+ * pair of another rank r absorbs rank / r, so that each pair gets
+ * llama.cpp's alpha / r. */
+static void gguf_scale(spindle_adapter *a, double alpha) {
+    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
+    int64_t rank = 0;
+    for (int i = 0; i < n; i++) {
+        sp_lora_pair *p = &a->pairs[i];
+        if (!p->a.data) continue;
+        if (!rank) rank = p->a.rows;
+        if (p->a.rows == rank || alpha == 0) continue;
+        float f = (float)rank / (float)p->a.rows, *b = (float *)p->b.data;
+        for (int64_t j = 0; j < p->b.rows * p->b.cols; j++) b[j] *= f;
+    }
+    a->cfg.rank = (int)rank;
+    a->cfg.scale = alpha != 0 ? alpha / (double)rank : 1.0;
+}
+
+static spindle_status load_gguf(spindle_adapter *a, const char *path,
+                                spindle_error *err) {
+    sp_gguf *g = NULL;
+    const sp_gguf_family *fam = NULL;
+    char arch[64];
+    double alpha = 0;
+    a->cfg = (sp_adapter_config){.format = SP_ADAPTER_GGUF,
+                                 .targets = SP_LORA_ALL_MODULES};
+    spindle_status st = sp_gguf_open(path, &g, err);
+    if (!st)
+        st = sp_gguf_family_of(g, sp_gguf_families(), arch, sizeof arch, &fam, err);
+    if (!st) st = gguf_header(a->model, g, fam, &alpha, err);
+    size_t n = st ? 0 : sp_gguf_tensor_count(g);
+    for (size_t i = 0; i < n && !st; i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        if (ends_with(t->name, "_norm.weight")) continue;
+        lora_key k = {0};
+        if (!parse_gguf_key(t->name, fam, &k)) {
+            st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                         "%s: tensor %s is not a lora_a/lora_b of a supported "
+                         "projection (attn_q/k/v/output, ffn_gate/up/down of "
+                         "blk.N)", path, t->name);
+            break;
+        }
+        sp_tensor_info info;
+        st = sp_gguf_tensor_info(g, t, &info, err);
+        int64_t rank = info.ndim != 2 ? 1 : info.shape[k.is_b ? 1 : 0];
+        if (!st) st = place_tensor(a, &info, &k, rank, t->name, path, err);
+    }
+    if (!st) st = check_pairs(a, path, err);
+    if (!st) gguf_scale(a, alpha);
+    sp_gguf_close(g);
+    return st;
+}
+
 spindle_status spindle_adapter_load(spindle_model *m, const char *path,
                                     spindle_adapter **out, spindle_error *err) {
     sp_error_clear(err);
     if (!m || !path || !out)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     *out = NULL;
-    if (!sp_dir_exists(path))
-        return sp_fail(err, SPINDLE_ERR_IO, "%s: no such adapter directory",
-                       path);
+    bool dir = sp_dir_exists(path);
+    if (!dir && !sp_file_exists(path))
+        return sp_fail(err, SPINDLE_ERR_IO,
+                       "%s: no such adapter directory or GGUF file", path);
     spindle_adapter *a = calloc(1, sizeof *a);
     if (!a) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     a->model = m;
@@ -227,9 +421,10 @@ spindle_status spindle_adapter_load(spindle_model *m, const char *path,
     a->serial = atomic_fetch_add(&next_serial, 1);
     a->pairs = calloc((size_t)m->cfg.n_layers * SP_LORA_N_MODULES,
                       sizeof *a->pairs);
-    spindle_status st = a->pairs ? read_config(path, &a->cfg, err)
+    spindle_status st = a->pairs ? SPINDLE_OK
                                  : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    if (!st) st = load_tensors(a, path, err);
+    if (!st && dir) st = read_config(path, &a->cfg, err);
+    if (!st) st = dir ? load_tensors(a, path, err) : load_gguf(a, path, err);
     if (st) {
         sp_adapter_release(a);
         return st;

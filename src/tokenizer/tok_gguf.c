@@ -256,7 +256,8 @@ static spindle_status build(spindle_tokenizer *tok, const sp_gguf *g, spindle_er
     bool gpt2 = model.len == 4 && !memcmp(model.ptr, "gpt2", 4);
     v->spm = model.len == 5 && !memcmp(model.ptr, "llama", 5);
     if (!gpt2 && !v->spm)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported",
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported (gpt2 "
+                       "and llama are; token ids need no tokenizer)",
                        sp_gguf_path(g), (int)(model.len > 40 ? 40 : model.len), model.ptr);
     if (sp_gguf_find(g, "tokenizer.ggml.pre") && (st = sp_gguf_get_string(g, "tokenizer.ggml.pre", &pre, err)))
         return st;

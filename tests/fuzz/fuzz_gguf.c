@@ -77,6 +77,39 @@ static void check_tensors(const sp_gguf *g, const uint8_t *file, size_t size) {
     FUZZ_CHECK(!sp_gguf_tensor_at(g, n), "tensor past the end");
 }
 
+/* What the LoRA GGUF loader (models/lora_load.c) takes of each tensor: its
+ * row-major view, and the Hugging Face name of blk.N.<module>.weight under
+ * a .lora_a / .lora_b suffix in every family's spelling. */
+static void check_adapter_view(const sp_gguf *g) {
+    for (size_t i = 0; i < sp_gguf_tensor_count(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        sp_tensor_info info;
+        spindle_error err = {0};
+        spindle_status st = sp_gguf_tensor_info(g, t, &info, &err);
+        if (st != SPINDLE_OK) {
+            fuzz_check_error(st, &err);
+            continue;
+        }
+        FUZZ_CHECK(info.ndim == t->n_dims && info.data == t->data &&
+                       info.nbytes == t->nbytes,
+                   "tensor '%s': info differs from the directory", t->name);
+        for (int d = 0; d < t->n_dims; d++)
+            FUZZ_CHECK(info.shape[d] == t->ne[t->n_dims - 1 - d], "tensor '%s' dim %d",
+                       t->name, d);
+        size_t len = strlen(t->name);
+        char base[256], out[256];
+        if (len < 8 || len - 7 >= sizeof base ||
+            (strcmp(t->name + len - 7, ".lora_a") && strcmp(t->name + len - 7, ".lora_b")))
+            continue;
+        memcpy(base, t->name, len - 7);
+        base[len - 7] = 0;
+        for (const sp_gguf_family *const *f = sp_gguf_families(); *f; f++)
+            if (sp_gguf_translate_name(base, *f, out, sizeof out))
+                FUZZ_CHECK(strncmp(base, "blk.", 4) || !strncmp(out, "model.layers.", 13),
+                           "'%s' translated to '%s'", base, out);
+    }
+}
+
 static void check_reader(const char *path, const uint8_t *data, size_t size) {
     sp_gguf *g = NULL;
     spindle_error err = {0};
@@ -93,6 +126,7 @@ static void check_reader(const char *path, const uint8_t *data, size_t size) {
         walk_value(v, 0);
     }
     check_tensors(g, data, size);
+    check_adapter_view(g);
     sp_gguf_close(g);
 }
 

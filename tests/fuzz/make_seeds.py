@@ -155,6 +155,16 @@ def gguf_seeds():
     ]
     put("fuzz_gguf", "every-type", gguf(every_type, [("t", GGML_F16, [4, 2], b"\0\x3c" * 8)], version=2))
     put("fuzz_gguf", "empty", gguf([], []))
+    # llama.cpp's LoRA GGUF (convert_lora_to_gguf.py): adapter keys and
+    # blk.N.<module>.weight.lora_a [in, r] / .lora_b [r, out] tensors.
+    lora_kvs = [("general.architecture", STR, "llama"),
+                ("general.type", STR, "adapter"), ("adapter.type", STR, "lora"),
+                ("adapter.lora.alpha", F32, 16.0)]
+    put("fuzz_gguf", "lora-adapter", gguf(lora_kvs, [
+        ("blk.0.attn_q.weight.lora_a", GGML_F32, [64, 2], f32s(128)),
+        ("blk.0.attn_q.weight.lora_b", GGML_F32, [2, 64], f32s(128)),
+        ("blk.0.ffn_down.weight.lora_a", GGML_F16, [128, 2], b"\0\x3c" * 256),
+        ("blk.0.ffn_down.weight.lora_b", GGML_F16, [2, 64], b"\0\x3c" * 128)]))
 
 
 # ------------------------------------------------------------ safetensors

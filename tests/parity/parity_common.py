@@ -257,12 +257,12 @@ def rel_err(got, ref):
 
 
 def assert_gguf_parity(bin_path, case, ids, n_gen, threads, tmp_path, tol,
-                       loose):
+                       loose, extra_args=()):
     """Spindle on the case's file against llama.cpp: last-prompt logits
     within `tol` of llama.cpp on the exact twin (and within `loose`, unless
     None, of llama.cpp on a quantized file itself, which rounds its
     activations), greedy tokens equal up to a near-tie of llama.cpp's own
-    margins."""
+    margins. `extra_args` go to `spindle run` (--lora FILE)."""
     sys.path.insert(0, str(REPO / "tests"))
     import llama_cpp_ref
     label = f"{case['name']}/{case['qtype']}/{len(ids)} tokens"
@@ -272,7 +272,7 @@ def assert_gguf_parity(bin_path, case, ids, n_gen, threads, tmp_path, tol,
     r = subprocess.run(
         [str(bin_path), "run", "-m", str(case["path"]), "--prompt-tokens",
          ",".join(map(str, ids)), "-n", str(n_gen), "--ignore-eos", "--json",
-         "--dump-logits", str(npy), "-t", str(threads)],
+         "--dump-logits", str(npy), "-t", str(threads), *extra_args],
         capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     got = np.load(npy).astype(np.float64)

@@ -151,3 +151,39 @@ def test_unload_under_traffic(lora_setup):
     finally:
         stop.set()
         s.stop_cleanly()
+
+
+def test_gguf_adapters(lora_setup, tmp_path):
+    """The same adapters as llama.cpp LoRA GGUF files (PEFT layout first,
+    then tests/gguf_writer.write_lora_gguf, as convert_lora_to_gguf.py
+    writes them): mounted with --lora NAME=FILE.gguf and hot-loaded, they
+    answer mlx-lm's text for the adapter."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import gguf_writer
+    import make_lora_models as lg
+    import make_models as mm
+    model, paths, texts = lora_setup
+    files = {}
+    for name, a in ADAPTERS.items():
+        weights = mm.mx.load(str(paths[name] / "adapters.safetensors"))
+        lg.write_peft_adapter(weights, a, tmp_path / f"{name}-peft")
+        files[name] = gguf_writer.write_lora_gguf(
+            str(model), str(tmp_path / f"{name}-peft"), str(tmp_path / f"{name}.gguf"))
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"g1={files['one']}")
+    try:
+        st, _, body = complete(s.port, "g1")
+        assert st == 200 and body["choices"][0]["text"] == texts["one"], body
+        st, _, data = request(s.port, "POST", "/v1/load_lora_adapter",
+                              {"lora_name": "g2", "lora_path": files["two"]})
+        assert st == 200 and b"Success" in data, data
+        st, _, body = complete(s.port, "g2")
+        assert st == 200 and body["choices"][0]["text"] == texts["two"], body
+        st, _, body = complete(s.port, sc.ALIAS)
+        assert st == 200 and body["choices"][0]["text"] == texts[None], body
+        st, _, b = post_json(s.port, "/v1/load_lora_adapter",
+                             {"lora_name": "g3", "lora_path": str(model / "config.json")})
+        assert "not a GGUF file" in sc.assert_api_error(st, b, 400)["message"]
+    finally:
+        s.stop_cleanly()
