@@ -8,10 +8,12 @@
  *   avx2     vpmaddubsw (u8 x s8 pairs to i16) + vpmaddwd (to i32). No pair
  *            may saturate: 4-bit and mxfp4 codes are at most 15, so even the
  *            low- plus high-nibble i16 sum stays below 4 * 15 * 127 = 7620;
- *            8-bit codes q are read as w = q - 128 by ggml's sign trick
- *            (|w| <= 128 times sign(a, w), |a| <= 127: pairs <= 32512) and
- *            128 times the activations' lane sums (lane_sum) is added back
- *            in int32, exactly.
+ *            8-bit codes q are read, for the first level (|a| <= 127), as
+ *            w = q - 128 by ggml's sign trick (|w| <= 128 times sign(a, w):
+ *            pairs <= 32512), 128 times that level's lane sums (lane_sum)
+ *            added back in int32, exactly; the other levels (|a| <= 64)
+ *            take q as it is (pairs <= 2 * 255 * 64 = 32640). vpmaddwd
+ *            weights each level by 128^(levels-1-l), in place of shifts.
  *   avxvnni  VEX vpdpbusd on ymm: the AVX-512 kernel's integer chain.
  *
  * The int32 lanes then hold exactly the AVX-512 kernel's values (same
@@ -92,18 +94,16 @@ static inline float sp_hsum8(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
-/* The 16 lane sums of an 8-bit record (64 columns, `levels` levels of
- * bytes 64 apart), levels combined as the kernel's Horner chain. */
+/* The 16 lane sums of an 8-bit record's level-1 bytes (64 columns), times
+ * 128 (the sign trick's offset) and level 1's weight 128^(levels-1):
+ * |sum| <= 4 * 127 * 2^21 < 2^30. */
 static void sp_lane_sums8(const int8_t *act, int levels, int32_t *out) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; h++) {
-        __m256i s = _mm256_setzero_si256();
-        for (int l = 0; l < levels; l++) {
-            const __m256i a = _mm256_loadu_si256((const __m256i *)(act + 64 * l + 32 * h));
-            s = _mm256_add_epi32(_mm256_slli_epi32(s, 7),
-                                 _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16));
-        }
-        _mm256_storeu_si256((__m256i *)(out + 8 * h), s);
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(act + 32 * h));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
+        _mm256_storeu_si256((__m256i *)(out + 8 * h),
+                            _mm256_slli_epi32(s, 7 + 7 * (levels - 1)));
     }
 }
 

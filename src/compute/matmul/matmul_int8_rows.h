@@ -32,8 +32,7 @@ typedef struct sp_vnni_scratch {
     /* X_g per token, zero-padded to a multiple of 16 groups */
     _Alignas(64) float xsum[SP_VNNI_TOKEN_COLS / 32 + 16 * SP_MM_SMALL_TOKENS];
     /* AVX2, 8 bits only: per record, the sums over each 4 columns of the
-     * activations' integers (the levels combined as in the kernel's int32
-     * lanes: a1 128^(levels-1) + ...), 16 per record. */
+     * first level's integers, times 128 * 128^(levels-1), 16 per record. */
     _Alignas(64) int32_t lane_sum[SP_VNNI_TOKEN_COLS / 4];
 } sp_vnni_scratch;
 
