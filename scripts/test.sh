@@ -41,8 +41,11 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths
   stage "C unit tests ($dir)"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
   # The kernels pick the best SIMD path at run time; run the C tests again
-  # on the lower paths so the portable fallback and AVX2 stay tested.
-  for level in scalar avx2; do
+  # on the lower paths so the portable fallback, AVX2 and (where the CPU
+  # has it: SPINDLE_SIMD names no level it lacks) AVX-VNNI stay tested.
+  local levels="scalar avx2"
+  if grep -qw avx_vnni /proc/cpuinfo 2>/dev/null; then levels="$levels avxvnni"; fi
+  for level in $levels; do
     stage "C unit tests ($dir, SPINDLE_SIMD=$level)"
     SPINDLE_SIMD=$level ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
       -R "test_matmul|test_attention|test_ops"

@@ -53,6 +53,8 @@ static void sp_detect_x86(sp_cpu_features *f) {
     if (a >= 1) { /* sub-leaf 1 exists */
         __cpuid_count(7, 1, a, b, c, d);
         bf16 = a >> 5 & 1u;
+        /* AVX-VNNI extends the AVX2 level (VEX, ymm state only) */
+        f->avxvnni = f->avx2 && f->fma && f->f16c && (a >> 4 & 1u);
     }
     /* The VNNI and BF16 kernels are AVX-512-level kernels: offer them only
      * together with that level's own features. */
@@ -68,15 +70,20 @@ static sp_simd_level sp_best_level(const sp_cpu_features *f) {
     if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma &&
         f->f16c)
         return SP_SIMD_AVX512;
+    if (f->avxvnni) return SP_SIMD_AVXVNNI;
     if (f->avx2 && f->fma && f->f16c) return SP_SIMD_AVX2;
     return SP_SIMD_SCALAR;
 }
 
-/* Whether `level` runs on a CPU whose best level is `cpu`. */
-static bool sp_level_runs(int level, sp_simd_level cpu) {
+/* Whether `level` runs on a CPU whose best level is `cpu` (features f). */
+static bool sp_level_runs(int level, sp_simd_level cpu,
+                          const sp_cpu_features *f) {
     switch (level) {
     case SP_SIMD_SCALAR: return true;
-    case SP_SIMD_AVX2: return cpu == SP_SIMD_AVX2 || cpu == SP_SIMD_AVX512;
+    case SP_SIMD_AVX2:
+        return cpu == SP_SIMD_AVX2 || cpu == SP_SIMD_AVXVNNI ||
+               cpu == SP_SIMD_AVX512;
+    case SP_SIMD_AVXVNNI: return f->avxvnni;
     case SP_SIMD_AVX512: return cpu == SP_SIMD_AVX512;
     case SP_SIMD_NEON: return cpu == SP_SIMD_NEON;
     default: return false;
@@ -87,7 +94,7 @@ static bool sp_level_runs(int level, sp_simd_level cpu) {
  * one by one with the _force functions). */
 static void sp_apply_precision(int p) {
     atomic_store(&sp_precision_now, p);
-    atomic_store(&sp_int8_on, sp_cpu.avx512vnni && p != SP_PRECISION_EXACT);
+    atomic_store(&sp_int8_on, sp_cpu.avx2 && p != SP_PRECISION_EXACT);
     atomic_store(&sp_bf16_on, sp_cpu.avx512bf16 && p == SP_PRECISION_FAST);
 }
 
@@ -112,7 +119,7 @@ static void sp_cpu_init(void) {
     if (env)
         for (int l = 0; l < SP_SIMD_COUNT; l++)
             if (strcmp(env, sp_simd_name((sp_simd_level)l)) == 0 &&
-                l < (int)want && sp_level_runs(l, sp_simd_cpu))
+                l < (int)want && sp_level_runs(l, sp_simd_cpu, &sp_cpu))
                 want = (sp_simd_level)l;
     atomic_store(&sp_simd_level_now, (int)want);
 }
@@ -128,6 +135,7 @@ const char *sp_simd_name(sp_simd_level level) {
     switch (level) {
     case SP_SIMD_SCALAR: return "scalar";
     case SP_SIMD_AVX2: return "avx2";
+    case SP_SIMD_AVXVNNI: return "avxvnni";
     case SP_SIMD_AVX512: return "avx512";
     case SP_SIMD_NEON: return "neon";
     case SP_SIMD_COUNT: break;
@@ -146,7 +154,7 @@ sp_simd_level sp_simd_current(void) {
 }
 
 bool sp_simd_available(sp_simd_level level) {
-    return sp_level_runs((int)level, sp_simd_supported());
+    return sp_level_runs((int)level, sp_simd_supported(), &sp_cpu);
 }
 
 bool sp_simd_force(sp_simd_level level) {
@@ -160,12 +168,18 @@ bool sp_simd_avx512_active(void) {
 }
 
 bool sp_mm_int8_active(void) {
-    return sp_simd_avx512_active() && atomic_load(&sp_int8_on);
+    const sp_simd_level l = sp_simd_current();
+    return (l == SP_SIMD_AVX2 || l == SP_SIMD_AVXVNNI || l == SP_SIMD_AVX512) &&
+           atomic_load(&sp_int8_on);
+}
+
+bool sp_mm_int8_gemm_active(void) {
+    return sp_mm_int8_active() && sp_ggml_vnni_active();
 }
 
 bool sp_mm_int8_force(bool on) {
     sp_cpu_ready();
-    if (on && !sp_cpu.avx512vnni) return false;
+    if (on && !sp_cpu.avx2) return false;
     atomic_store(&sp_int8_on, on);
     return true;
 }

@@ -5,8 +5,8 @@
  * One binary serves every x86-64 CPU: the AVX2 and AVX-512 kernels are
  * compiled with target attributes in their own files (simd_target.h) and
  * chosen once, at first use, from what the CPU reports.
- * SPINDLE_SIMD=scalar|avx2|avx512 may lower the choice, never raise it above
- * the CPU. AArch64 has NEON (baseline there, no check needed;
+ * SPINDLE_SIMD=scalar|avx2|avxvnni|avx512 may lower the choice, never raise
+ * it above the CPU (avxvnni only where the CPU has AVX-VNNI). AArch64 has NEON (baseline there, no check needed;
  * SPINDLE_SIMD=scalar still forces the portable path). Other architectures
  * run only the portable code. Every query is thread-safe; the first one
  * detects. */
@@ -20,7 +20,8 @@
 typedef struct sp_cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512dq, avx512vl;
-    bool avx512vnni;  /* vpdpbusd */
+    bool avx512vnni;  /* vpdpbusd (EVEX, zmm) */
+    bool avxvnni;     /* vpdpbusd (VEX, ymm): AVX-VNNI, with AVX2 */
     bool avx512bf16;  /* vdpbf16ps */
     bool neon;        /* AArch64 Advanced SIMD */
 } sp_cpu_features;
@@ -30,6 +31,7 @@ const sp_cpu_features *sp_cpu_features_get(void);
 typedef enum sp_simd_level {
     SP_SIMD_SCALAR = 0, /* portable C (the compiler's baseline vectorization) */
     SP_SIMD_AVX2,       /* AVX2 + FMA + F16C */
+    SP_SIMD_AVXVNNI,    /* AVX2's + AVX-VNNI: the int8 products on ymm */
     SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL (+ FMA, F16C) */
     SP_SIMD_NEON,       /* AArch64 Advanced SIMD (ARMv8.0) */
     SP_SIMD_COUNT
@@ -40,7 +42,8 @@ sp_simd_level sp_simd_supported(void);
 sp_simd_level sp_simd_current(void);
 
 /* Whether `level` can run here: scalar always; on x86-64 the levels up to
- * sp_simd_supported(); on AArch64 NEON. (Levels are ordered within one
+ * sp_simd_supported(), avxvnni only with AVX-VNNI (a CPU may have AVX-512
+ * without it, or it without AVX-512); on AArch64 NEON. (Levels are ordered within one
  * ISA only, so "at most the supported level" is not enough.) */
 bool sp_simd_available(sp_simd_level level);
 
@@ -74,13 +77,18 @@ int sp_mm_act_levels(void);
 void sp_mm_precision_force(sp_precision p);
 const char *sp_mm_precision_name(sp_precision p);
 
-/* Whether the int8-activation kernels (AVX-512 VNNI: matmul_vnni*.c,
- * ggml_gemm_vnni.c) run: in the high and fast modes, on a CPU with AVX-512
- * VNNI, while the AVX-512 level is in use. sp_mm_int8_force switches the
- * MLX affine ones (tests, benchmarks); it returns false, changing nothing,
- * if the CPU lacks VNNI. */
+/* Whether the int8-activation kernels of MLX affine rows run: in the high
+ * and fast modes, at a level that has them (avx2: vpmaddubsw + vpmaddwd,
+ * avxvnni: VEX vpdpbusd, matmul_int8_avx2.c; avx512: AVX-512 VNNI,
+ * matmul_vnni.c, else the avx2 ones). sp_mm_int8_force switches them
+ * (tests, benchmarks); it returns false, changing nothing, if the CPU has
+ * none (no AVX2). The prefill GEMMs (matmul_vnni_gemm.c, ggml_gemm_vnni.c)
+ * run only at the avx512 level on a CPU with AVX-512 VNNI. */
 bool sp_mm_int8_active(void);
 bool sp_mm_int8_force(bool on);
+/* Whether the int8 prefill GEMM of MLX affine weights runs: int8 active,
+ * the avx512 level, AVX-512 VNNI. */
+bool sp_mm_int8_gemm_active(void);
 
 /* Whether the bf16-activation prefill tile (AVX-512 BF16,
  * matmul_bf16dot.c) runs for bf16 weights: in the fast mode, on a CPU with

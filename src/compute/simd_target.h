@@ -31,6 +31,7 @@
 
 /* The feature sets of the kernel files. */
 #define SP_TARGET_AVX2 "avx2,fma,f16c"
+#define SP_TARGET_AVXVNNI "avx2,fma,f16c,avxvnni"
 #define SP_TARGET_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
 /* (whole literals: a pragma does not concatenate adjacent strings) */
 #define SP_TARGET_AVX512_VNNI \

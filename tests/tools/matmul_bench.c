@@ -3,7 +3,8 @@
  *   matmul_bench ROWS COLS TYPE N_TOKENS THREADS [SIMD]
  *     TYPE: f32 | f16 | bf16 | q4 | q8 (MLX affine, group 64, bf16 scales)
  *           | mxfp4 (MLX mxfp4)
- *     SIMD: scalar | avx2 | avx512 | neon (default: the best the CPU has)
+ *     SIMD: scalar | avx2 | avxvnni | avx512 | neon (default: the best the
+ *           CPU has)
  *     env SPINDLE_BENCH_VNNI_LEVELS=1|2|3: time sp_mm_rows_vnni with that
  *     many activation levels instead of sp_matmul (q4 / q8 only)
  *   matmul_bench stream THREADS   (plain streaming read of 1 GiB: the
@@ -108,7 +109,7 @@ int main(int argc, char **argv) {
         return run_stream(atoi(argv[2]));
     if (argc < 6) {
         fprintf(stderr, "usage: %s ROWS COLS f32|f16|bf16|q4|q8|mxfp4 N_TOKENS "
-                        "THREADS [scalar|avx2|avx512]\n       %s stream THREADS\n",
+                        "THREADS [scalar|avx2|avxvnni|avx512]\n       %s stream THREADS\n",
                 argv[0], argv[0]);
         return 2;
     }

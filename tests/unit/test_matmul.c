@@ -690,16 +690,18 @@ static void test_unusable_weight(void **state) {
     assert_true(isnan(row[0]));
 }
 
-/* The opt-in int8-activation kernel (SPINDLE_MATMUL_INT8, AVX-512 VNNI).
- * Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
+/* The int8-activation row kernels through sp_matmul, at every level that
+ * has one (avx2, avxvnni, avx512). Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
  * 128-column chunk, moves each term by at most |s q_j| dx / 2 (0.51 allows
  * for the rounded 1 / dx), on top of the f32 tolerance of check_close. */
 static void test_int8_affine(void **state) {
     (void)state;
-    if (sp_simd_supported() < SP_SIMD_AVX512 || !sp_mm_int8_force(true)) {
+    if (!sp_mm_int8_force(true)) {
         skip();
         return;
     }
+    static const sp_simd_level int8_levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI,
+                                                SP_SIMD_AVX512};
     static const int bits_list[] = {4, 8};
     static const int gs_list[] = {32, 64, 128};
     static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
@@ -720,9 +722,11 @@ static void test_int8_affine(void **state) {
         float *y = malloc((size_t)(nt * rows) * sizeof *y);
         assert_true(x && y);
         for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
-        for (int p = 0; p < 2; p++) {
-            assert_true(sp_simd_force(SP_SIMD_AVX512) && sp_mm_int8_force(true));
-            sp_matmul(pools[p], &tw.w, x, nt, y);
+        for (int p = 0; p < 6; p++) {
+            const sp_simd_level lv = int8_levels[p / 2];
+            if (!sp_simd_force(lv)) continue;
+            assert_true(sp_mm_int8_force(true) && sp_mm_int8_active());
+            sp_matmul(pools[p % 2], &tw.w, x, nt, y);
             for (int t = 0; t < nt; t++)
                 for (int64_t r = 0; r < rows; r++) {
                     double ref = 0, mag = 0, qerr = 0;
@@ -741,9 +745,9 @@ static void test_int8_affine(void **state) {
                     const double got = y[t * rows + r];
                     const double tol = qerr + 1e-5 * sqrt((double)cols) * mag;
                     if (!(fabs(got - ref) <= tol))
-                        fail_msg("int8 bits=%d gs=%d q=%d rows=%lld cols=%lld "
+                        fail_msg("int8 %s bits=%d gs=%d q=%d rows=%lld cols=%lld "
                                  "t=%d r=%lld: got %.9g want %.9g tol %.3g",
-                                 bits_list[bi], gs_list[gi], (int)qts[qi],
+                                 sp_simd_name(lv), bits_list[bi], gs_list[gi], (int)qts[qi],
                                  (long long)rows, (long long)cols, t,
                                  (long long)r, got, ref, tol);
                 }
@@ -753,6 +757,7 @@ static void test_int8_affine(void **state) {
         free_weight(&tw);
     }
     sp_mm_int8_force(false);
+    sp_simd_force(sp_simd_supported());
 }
 
 /* Levels above the CPU's, and those of another ISA, are refused; the
@@ -766,7 +771,9 @@ static void test_simd_levels(void **state) {
     for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
         const sp_simd_level l = (sp_simd_level)lv;
 #if defined(__x86_64__)
-        assert_int_equal(sp_simd_available(l), lv <= (int)top);
+        assert_int_equal(sp_simd_available(l),
+                         l == SP_SIMD_AVXVNNI ? sp_cpu_features_get()->avxvnni
+                                              : lv <= (int)top);
 #elif defined(__aarch64__)
         assert_int_equal(sp_simd_available(l), l == SP_SIMD_SCALAR || l == SP_SIMD_NEON);
 #endif

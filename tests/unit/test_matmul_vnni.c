@@ -1,5 +1,7 @@
-/* sp_mm_rows_vnni (matmul_vnni.c): MLX affine 4/8-bit and mxfp4 rows times
- * int8 activation levels, against a double-precision reference of
+/* The int8-activation row kernels of MLX affine 4/8-bit and mxfp4 rows,
+ * each one the CPU runs: sp_mm_rows_vnni (AVX-512 VNNI, matmul_vnni.c),
+ * sp_mm_rows_int8_avx2 and sp_mm_rows_int8_avxvnni (ymm,
+ * matmul_int8_avx2.c), times int8 activation levels, against a double-precision reference of
  * sum_j (s q_j + b) x_j built here from the codes, scales and biases (for
  * mxfp4, the affine form of its values).
  *
@@ -26,16 +28,29 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "compute/cpu_features.h"
 #include "compute/matmul/matmul.h"
 #include "compute/matmul/matmul_simd.h"
 
 #define TEST_RNG_SEED 0x5bd1e9955bd1e995ull
 #include "test_util.h"
 
-static bool have_vnni(void) {
+typedef bool rows_fn(const sp_weight *w, const float *x, int n_tokens,
+                     float *y, int64_t r0, int64_t r1, int levels);
+
+static bool have_avx2(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") &&
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           sp_cpu_features_get()->f16c;
+#else
+    return false;
+#endif
+}
+
+static bool have_avx512vnni(void) {
+#if defined(__x86_64__)
+    return have_avx2() && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") &&
@@ -45,14 +60,41 @@ static bool have_vnni(void) {
 #endif
 }
 
-#define SKIP_WITHOUT_VNNI()                                                    \
+/* (CPUID 7.1 EAX bit 4: the builtin's name for it varies by compiler) */
+static bool have_avxvnni(void) { return have_avx2() && sp_cpu_features_get()->avxvnni; }
+
+/* The kernels, each with what it needs of the CPU. */
+static const struct kernel {
+    const char *name;
+    rows_fn *rows;
+    bool (*runs)(void);
+} kernels[] = {
+    {"avx512 vnni", sp_mm_rows_vnni, have_avx512vnni},
+    {"avx2", sp_mm_rows_int8_avx2, have_avx2},
+    {"avxvnni", sp_mm_rows_int8_avxvnni, have_avxvnni},
+};
+#define N_KERNELS (sizeof kernels / sizeof *kernels)
+
+static const char *cur_kernel = "?";
+
+/* Runs the statement for each kernel this CPU has (`kernel`: its function),
+ * printing which ran; skips the test when none. */
+#define FOR_EACH_KERNEL(body)                                                  \
     do {                                                                       \
-        if (!have_vnni()) {                                                    \
-            print_message("skipped: this CPU lacks AVX-512 VNNI\n");           \
+        int ran_ = 0;                                                          \
+        for (size_t ki_ = 0; ki_ < N_KERNELS; ki_++) {                         \
+            if (!kernels[ki_].runs()) continue;                         \
+            rows_fn *const kernel = kernels[ki_].rows;                           \
+            cur_kernel = kernels[ki_].name;                                    \
+            ran_++;                                                            \
+            body                                                               \
+        }                                                                      \
+        if (!ran_) {                                                           \
+            print_message("skipped: no int8 row kernel on this CPU\n");        \
             skip();                                                            \
-            return;                                                            \
         }                                                                      \
     } while (0)
+
 
 /* A random affine weight; buffers are offset by `skew` bytes (tensors sit
  * unaligned in mapped files). */
@@ -200,18 +242,16 @@ static void check(const tw *t, const float *x, int nt, const float *y,
             const double tol = rep + (double)(cols / 32 + gs + 16) * 0x1p-24 * mag;
             const double got = y[k * w->rows + r];
             if (!(fabs(got - ref) <= tol))
-                fail_msg("bits=%d gs=%lld q=%d cols=%lld levels=%d t=%d r=%lld:"
+                fail_msg("%s: bits=%d gs=%lld q=%d cols=%lld levels=%d t=%d r=%lld:"
                          " got %.9g want %.9g (err %.3g > tol %.3g)",
-                         w->bits, (long long)gs, (int)w->qparam_dtype,
+                         cur_kernel, w->bits, (long long)gs, (int)w->qparam_dtype,
                          (long long)cols, levels, k, (long long)r, got, ref,
                          fabs(got - ref), tol);
         }
     }
 }
 
-static void test_against_reference(void **state) {
-    (void)state;
-    SKIP_WITHOUT_VNNI();
+static void run_against_reference(rows_fn *kernel) {
     static const int bits_list[] = {4, 8}, gs_list[] = {32, 64, 128};
     static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
     static const int64_t cols_list[] = {128, 384, 1024};
@@ -234,8 +274,8 @@ static void test_against_reference(void **state) {
             for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
             /* two calls over a split range, as two pool threads make */
             const int64_t mid = rows / 2;
-            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, mid, levels));
-            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, mid, rows, levels));
+            assert_true(kernel(&t.w, x, nt, y, 0, mid, levels));
+            assert_true(kernel(&t.w, x, nt, y, mid, rows, levels));
             check(&t, x, nt, y, 0, rows, levels);
             if (nt > 1) /* the all-zero token gives exactly 0 */
                 for (int64_t r = 0; r < rows; r++) assert_true(y[rows + r] == 0.0f);
@@ -248,9 +288,7 @@ static void test_against_reference(void **state) {
 
 /* mxfp4 rows (read as affine 4-bit through a table): the same reference
  * and bound, every level, 1..4 tokens, split ranges. */
-static void test_mxfp4(void **state) {
-    (void)state;
-    SKIP_WITHOUT_VNNI();
+static void run_mxfp4(rows_fn *kernel) {
     static const int64_t cols_list[] = {128, 640, 2048};
     for (int ci = 0; ci < 3; ci++)
         for (int nt = 1; nt <= SP_MM_SMALL_TOKENS; nt++) {
@@ -263,8 +301,8 @@ static void test_mxfp4(void **state) {
             make_x(x, nt, cols);
             for (int levels = 1; levels <= 3; levels++) {
                 for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
-                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, rows / 2, levels));
-                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, rows / 2, rows, levels));
+                assert_true(kernel(&t.w, x, nt, y, 0, rows / 2, levels));
+                assert_true(kernel(&t.w, x, nt, y, rows / 2, rows, levels));
                 check(&t, x, nt, y, 0, rows, levels);
             }
             free(x);
@@ -274,15 +312,13 @@ static void test_mxfp4(void **state) {
     tw t;
     make_mxfp4_weight(&t, 3, 96, 0); /* not a whole 64-byte load */
     float x[96], y[3];
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 3, 3));
+    assert_false(kernel(&t.w, x, 1, y, 0, 3, 3));
     free_weight(&t);
 }
 
 /* Three levels against the exact f32 path on typical data (activations of
  * comparable size, no outliers): within 1e-5 of the output's scale. */
-static void test_three_levels_match_f32(void **state) {
-    (void)state;
-    SKIP_WITHOUT_VNNI();
+static void run_three_levels_match_f32(rows_fn *kernel) {
     const int64_t rows = 64, cols = 2048;
     const int nt = 2;
     for (int bits = 4; bits <= 8; bits += 4) {
@@ -290,7 +326,7 @@ static void test_three_levels_match_f32(void **state) {
         make_weight(&t, rows, cols, bits, 64, SP_DTYPE_BF16, 1);
         float x[2 * 2048], y3[2 * 64], yf[2 * 64];
         for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
-        assert_true(sp_mm_rows_vnni(&t.w, x, nt, y3, 0, rows, 3));
+        assert_true(kernel(&t.w, x, nt, y3, 0, rows, 3));
         sp_mm_int8_force(false);
         sp_mm_precision_force(SP_PRECISION_EXACT);
         sp_matmul(NULL, &t.w, x, nt, yf);
@@ -309,39 +345,57 @@ static void test_three_levels_match_f32(void **state) {
 
 /* Formats outside the kernel are refused without writing; an empty range
  * only probes; rows outside [r0, r1) are left alone. */
-static void test_coverage_and_range(void **state) {
-    (void)state;
-    SKIP_WITHOUT_VNNI();
+static void run_coverage_and_range(rows_fn *kernel) {
     tw t;
     make_weight(&t, 5, 256, 4, 64, SP_DTYPE_F16, 0);
     float x[4 * 256], y[4 * 5];
     for (int i = 0; i < 4 * 256; i++) x[i] = rng_unit();
     for (int i = 0; i < 20; i++) y[i] = -7.0f;
-    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 0, 0, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 5, y, 0, 5, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 0, y, 0, 5, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 0));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 4));
+    assert_true(kernel(&t.w, x, 4, y, 0, 0, 3));
+    assert_false(kernel(&t.w, x, 5, y, 0, 5, 3));
+    assert_false(kernel(&t.w, x, 0, y, 0, 5, 3));
+    assert_false(kernel(&t.w, x, 1, y, 0, 5, 0));
+    assert_false(kernel(&t.w, x, 1, y, 0, 5, 4));
     sp_weight bad = t.w;
     bad.bits = 3;
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(kernel(&bad, x, 1, y, 0, 0, 1));
     bad = t.w;
     bad.cols = 192; /* not a whole 64-byte load of 4-bit codes */
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(kernel(&bad, x, 1, y, 0, 0, 1));
     bad = t.w;
     bad.cols = 65536; /* with 2 tokens, more than the scratch holds */
-    assert_true(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
-    assert_false(sp_mm_rows_vnni(&bad, x, 2, y, 0, 0, 1));
+    assert_true(kernel(&bad, x, 1, y, 0, 0, 1));
+    assert_false(kernel(&bad, x, 2, y, 0, 0, 1));
     bad = t.w;
     bad.type = SP_W_BF16;
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(kernel(&bad, x, 1, y, 0, 0, 1));
     for (int i = 0; i < 20; i++) assert_true(y[i] == -7.0f);
-    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 1, 3, 2));
+    assert_true(kernel(&t.w, x, 4, y, 1, 3, 2));
     for (int k = 0; k < 4; k++)
         for (int r = 0; r < 5; r++)
             assert_true((y[k * 5 + r] == -7.0f) == (r < 1 || r >= 3));
     check(&t, x, 4, y, 1, 3, 2);
     free_weight(&t);
+}
+
+static void test_against_reference(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_against_reference(kernel););
+}
+
+static void test_mxfp4(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_mxfp4(kernel););
+}
+
+static void test_three_levels_match_f32(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_three_levels_match_f32(kernel););
+}
+
+static void test_coverage_and_range(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_coverage_and_range(kernel););
 }
 
 int main(void) {

@@ -411,6 +411,9 @@ bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
         (sp_ggml_rows_q8_vnni(w, act, n_tokens, y, r0, r1) ||
          sp_ggml_rows_q8_kquants_vnni(w, act, n_tokens, y, r0, r1)))
         return true;
+    if (level == SP_SIMD_AVXVNNI &&
+        sp_ggml_rows_q8_avxvnni(w, act, n_tokens, y, r0, r1))
+        return true;
     if (level >= SP_SIMD_AVX2 &&
         (sp_ggml_rows_q8_avx2(w, act, n_tokens, y, r0, r1) ||
          sp_ggml_rows_q8_kquants_avx2(w, act, n_tokens, y, r0, r1)))

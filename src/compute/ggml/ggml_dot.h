@@ -111,6 +111,9 @@ bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
 bool sp_ggml_rows_q8_vnni(const sp_weight *w, const sp_ggml_act *act,
                           int n_tokens, float *y, int64_t r0, int64_t r1);
+/* ggml_dot_avx2.c's types with VEX vpdpbusd (AVX-VNNI: ggml_dot_avxvnni.c). */
+bool sp_ggml_rows_q8_avxvnni(const sp_weight *w, const sp_ggml_act *act,
+                             int n_tokens, float *y, int64_t r0, int64_t r1);
 /* AVX2 + FMA + F16C: the 32-column block types (ggml_dot_avx2.c) and the
  * k-quants Q2_K .. Q6_K (ggml_dot_kquants_avx2.c). */
 bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,

@@ -9,7 +9,23 @@
  * block's integer sum equals ggml's; lanes are scaled by d_w * d_x and
  * summed in f32. MXFP4 looks its codes up as signed bytes and takes the
  * sign trick too (ggml_vec_dot_mxfp4_q8_0). The k-quants are in
- * ggml_dot_kquants_avx2.c. */
+ * ggml_dot_kquants_avx2.c (their vpmaddwd multiplies by the sub-block
+ * scales: no vpdpbusd form).
+ *
+ * ggml_dot_avxvnni.c compiles this file again with SP_GGML_AVXVNNI 1: the
+ * vpmaddubsw + vpmaddwd pairs become VEX vpdpbusd (the same exact lane
+ * sums: no pair here can saturate), the entry point sp_ggml_rows_q8_avxvnni. */
+#ifndef SP_GGML_AVXVNNI
+#define SP_GGML_AVXVNNI 0
+#endif
+#if SP_GGML_AVXVNNI
+#define SP_GGML_TARGET SP_TARGET_AVXVNNI
+#define SP_GGML_ROWS_Q8 sp_ggml_rows_q8_avxvnni
+#else
+#define SP_GGML_TARGET SP_TARGET_AVX2
+#define SP_GGML_ROWS_Q8 sp_ggml_rows_q8_avx2
+#endif
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -18,13 +34,17 @@
 #include "compute/ggml/ggml_dot.h"
 #include "compute/simd_target.h"
 
-SP_TARGET_BEGIN(SP_TARGET_AVX2)
+SP_TARGET_BEGIN(SP_GGML_TARGET)
 #include "compute/ggml/ggml_dot_x86.h"
 
 /* Exact lane sums (4 columns each) of u * q for unsigned u (< 128 so the
  * pairwise i16 sums cannot saturate) and signed q. */
 SP_INLINE __m256i madd_us(__m256i u, __m256i q) {
+#if SP_GGML_AVXVNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+#endif
 }
 
 /* Bytes 16 (the fifth bit of q5_0 / q5_1 codes) where bit j of qh is set,
@@ -107,8 +127,8 @@ SP_INLINE void avx2_row_mxfp4(const uint8_t *row, int64_t nb,
     for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]);
 }
 
-bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
-                          int n_tokens, float *y, int64_t r0, int64_t r1) {
+bool SP_GGML_ROWS_Q8(const sp_weight *w, const sp_ggml_act *act,
+                     int n_tokens, float *y, int64_t r0, int64_t r1) {
     const uint32_t type = w->ggml_type;
     const int kind = block_kind(type);
     const int64_t nb = w->cols / 32;
@@ -127,8 +147,8 @@ bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
 SP_TARGET_END
 #else
 #include "compute/ggml/ggml_dot.h"
-bool sp_ggml_rows_q8_avx2(const sp_weight *w, const sp_ggml_act *act,
-                          int n_tokens, float *y, int64_t r0, int64_t r1) {
+bool SP_GGML_ROWS_Q8(const sp_weight *w, const sp_ggml_act *act,
+                     int n_tokens, float *y, int64_t r0, int64_t r1) {
     (void)w, (void)act, (void)n_tokens, (void)y, (void)r0, (void)r1;
     return false;
 }

@@ -129,6 +129,7 @@ static const sp_delta_kernels *delta_kernels(int k_dim, int v_dim) {
     switch (sp_simd_current()) {
 #if defined(__x86_64__)
     case SP_SIMD_AVX512: order[n++] = &sp_delta_kernels_avx512; /* fall through */
+    case SP_SIMD_AVXVNNI: /* (no integer products here: AVX2's) */
     case SP_SIMD_AVX2: order[n++] = &sp_delta_kernels_avx2; break;
 #elif defined(__aarch64__)
     case SP_SIMD_NEON: order[n++] = &sp_delta_kernels_neon; break;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compute/matmul/matmul_int8_rows.h"
 #include "compute/matmul/matmul_internal.h"
 #include "compute/matmul/matmul_simd.h"
 #include "compute/ggml/matmul_ggml.h"
@@ -51,13 +52,32 @@ void sp_mm_tile_portable(const float *tile, int64_t ldt, int nr,
     }
 }
 
+typedef bool sp_int8_rows_fn(const sp_weight *w, const float *x, int n_tokens,
+                             float *y, int64_t r0, int64_t r1, int levels);
+
+/* The int8 row kernel of the level in use (while sp_mm_int8_active()):
+ * AVX-512 VNNI where the CPU has it, else the ymm ones. */
+static sp_int8_rows_fn *sp_mm_int8_rows(void) {
+#if defined(__x86_64__)
+    switch (sp_simd_current()) {
+    case SP_SIMD_AVX512:
+        if (sp_cpu_features_get()->avx512vnni) return sp_mm_rows_vnni;
+        return sp_mm_rows_int8_avx2;
+    case SP_SIMD_AVXVNNI: return sp_mm_rows_int8_avxvnni;
+    default: return sp_mm_rows_int8_avx2;
+    }
+#else
+    return sp_mm_rows_vnni; /* (covers nothing there) */
+#endif
+}
+
 static void sp_fill_nan(float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) v[i] = NAN;
 }
 
 /* Which kernels run one product, chosen once per call by sp_mm_choose. */
 typedef enum sp_mm_path {
-    SP_MM_PATH_ROWS_INT8, /* few tokens, int8 activations (sp_mm_rows_vnni) */
+    SP_MM_PATH_ROWS_INT8, /* few tokens, int8 activations (sp_mm_int8_rows) */
     SP_MM_PATH_ROWS,      /* few tokens, the level's fused rows */
     SP_MM_PATH_GEMM_INT8, /* many tokens, int8 activations (sp_mm_gemm_vnni) */
     SP_MM_PATH_TILES      /* f32 tiles: any usable weight */
@@ -72,6 +92,7 @@ typedef struct sp_mm_job {
     const sp_mm_kernels *k; /* NULL: portable */
     sp_mm_path path;
     int levels;             /* int8 parts per activation (the INT8 paths) */
+    sp_int8_rows_fn *int8_rows; /* SP_MM_PATH_ROWS_INT8's kernel */
     bool bf16;              /* sp_mm_tile_bf16 instead of k->tile */
 } sp_mm_job;
 
@@ -120,15 +141,15 @@ static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
                              int thread_id) {
     const sp_mm_job *job = ctx;
     if (job->path == SP_MM_PATH_ROWS_INT8 &&
-        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
-                        job->levels))
+        job->int8_rows(job->w, job->x, job->n_tokens, job->y, r0, r1,
+                       job->levels))
         return;
     if (job->k && job->k->rows(job->w, job->x, job->n_tokens, job->y, r0, r1))
         return;
     sp_mm_range(ctx, r0, r1, thread_id);
 }
 
-/* Many tokens, affine weights, int8 modes: the VNNI GEMM takes the whole
+/* Many tokens, affine weights, int8 modes, AVX-512 VNNI: the GEMM takes the whole
  * block of rows (it packs its own panels). */
 static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
                              int thread_id) {
@@ -144,12 +165,13 @@ static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
                                const sp_mm_kernels *k, int levels) {
     const bool int8 = k && sp_mm_int8_active();
     if (n_tokens <= SP_MM_SMALL_TOKENS) {
-        if (int8 && sp_mm_rows_vnni_covers(w, n_tokens, levels))
+        if (int8 && sp_int8_rows_cover(w, n_tokens, levels))
             return SP_MM_PATH_ROWS_INT8;
         if (k && k->covers(w, n_tokens)) return SP_MM_PATH_ROWS;
         return SP_MM_PATH_TILES;
     }
-    if (int8 && sp_mm_gemm_vnni_covers(w, n_tokens, levels))
+    if (int8 && sp_mm_int8_gemm_active() &&
+        sp_mm_gemm_vnni_covers(w, n_tokens, levels))
         return SP_MM_PATH_GEMM_INT8;
     return SP_MM_PATH_TILES;
 }
@@ -158,6 +180,7 @@ const sp_mm_kernels *sp_mm_active(void) {
     switch (sp_simd_current()) {
 #if defined(__x86_64__)
     case SP_SIMD_AVX512: return &sp_mm_kernels_avx512;
+    case SP_SIMD_AVXVNNI: return &sp_mm_kernels_avxvnni;
     case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
 #elif defined(__aarch64__)
     case SP_SIMD_NEON: return &sp_mm_kernels_neon;
@@ -194,6 +217,7 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         .k = sp_mm_active(),
         /* (the int8 kernels forced on in the exact mode: one level) */
         .levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1,
+        .int8_rows = sp_mm_int8_rows(),
     };
     job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
     /* A few more tokens than the int8 row kernels take (a batch of decode

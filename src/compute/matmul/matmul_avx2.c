@@ -39,6 +39,16 @@ static inline float sp_hsum_avx2(__m256 v) {
 
 #define VS8R(r) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(r))
 #include "compute/matmul/matmul_simd.inc"
+
+/* The avxvnni level's f32 kernels are AVX2's (its int8 rows differ:
+ * matmul_int8_avx2.c). */
+const sp_mm_kernels sp_mm_kernels_avxvnni = {
+    .name = "avxvnni",
+    .covers = K(covers),
+    .rows = K(rows),
+    .decode = K(decode),
+    .tile = K(tile),
+};
 SP_TARGET_END
 #else
 typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */

@@ -37,6 +37,7 @@ typedef struct sp_mm_kernels {
 
 #if defined(__x86_64__)
 extern const sp_mm_kernels sp_mm_kernels_avx2;
+extern const sp_mm_kernels sp_mm_kernels_avxvnni; /* AVX2's f32 kernels */
 extern const sp_mm_kernels sp_mm_kernels_avx512;
 #elif defined(__aarch64__)
 extern const sp_mm_kernels sp_mm_kernels_neon;
@@ -53,6 +54,14 @@ bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels);
 /* Whether sp_mm_rows_vnni covers w for n_tokens tokens and `levels`. */
 bool sp_mm_rows_vnni_covers(const sp_weight *w, int n_tokens, int levels);
+
+/* The same products on ymm (matmul_int8_avx2.c), covering the same formats
+ * with the same integers per block: _avx2 with vpmaddubsw + vpmaddwd (call
+ * only on an AVX2 CPU), _avxvnni with VEX vpdpbusd (only with AVX-VNNI). */
+bool sp_mm_rows_int8_avx2(const sp_weight *w, const float *x, int n_tokens,
+                          float *y, int64_t r0, int64_t r1, int levels);
+bool sp_mm_rows_int8_avxvnni(const sp_weight *w, const float *x, int n_tokens,
+                             float *y, int64_t r0, int64_t r1, int levels);
 
 /* Opt-in prefill tile for bf16 weights (AVX-512 BF16, matmul_bf16dot.c);
  * same contract as sp_mm_kernels.tile, but the activations are rounded to

@@ -49,28 +49,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "compute/matmul/matmul_int8_rows.h"
 #include "compute/matmul/matmul_internal.h"
 #include "compute/matmul/matmul_simd.h"
 #include "compute/scratch.h"
 #include "compute/simd_target.h"
 
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
-
-/* Token-columns (n_tokens * cols) the scratch holds: a 16384-wide row for
- * 4 tokens, or a 65536-wide one for a single token. */
-#define SP_VNNI_TOKEN_COLS 65536
-
-typedef struct sp_vnni_scratch {
-    /* Chunk k (the columns of one 64-byte load of codes), token t: record
-     * (k * n_tokens + t) holds, for each level, the int8 activations (for
-     * 4 bits the chunk's 64 even columns, then its 64 odd ones, matching
-     * the low and high nibbles of the 64 bytes). */
-    _Alignas(64) int8_t act[3 * SP_VNNI_TOKEN_COLS];
-    /* S 2^-7(levels-1) of record (k * n_tokens + t) */
-    float factor[SP_VNNI_TOKEN_COLS / 64];
-    /* X_g per token, zero-padded to a multiple of 16 groups */
-    _Alignas(64) float xsum[SP_VNNI_TOKEN_COLS / 32 + 16 * SP_MM_SMALL_TOKENS];
-} sp_vnni_scratch;
 
 typedef struct sp_vnni_plan {
     const sp_weight *w;
@@ -97,35 +82,6 @@ sp_quant16(__m512 y, int levels, int8_t *out, int level_stride) {
     }
 }
 
-static inline float sp_f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Scale S of a block with largest magnitude amax, and 1 / S (both 0 for a
- * block taken as zero); see the header. */
-static void sp_block_scale(float amax, int levels, float *s, float *inv) {
-    if (!(amax >= 0x1p-96f && amax <= FLT_MAX)) {
-        *s = *inv = 0.0f;
-        return;
-    }
-    if (levels == 1) {
-        *s = amax / 127.0f;
-        *inv = 127.0f / amax;
-        return;
-    }
-    /* amax = 1.m 2^(E - 127), in [1, 2) 2^(E - 127). 127 * 2^(E - 134) is
-     * below 2^(E - 127), and 127 * 2^(E - 132) is above 2^(E - 126): S is
-     * 2^(E - 133) if that covers amax, else 2^(E - 132). */
-    uint32_t u;
-    memcpy(&u, &amax, 4);
-    uint32_t e = (u >> 23) - 6; /* biased exponent of 2^(E - 133) */
-    if (amax > 127.0f * sp_f32_from_bits(e << 23)) e++;
-    *s = sp_f32_from_bits(e << 23);
-    *inv = sp_f32_from_bits((254u - e) << 23);
-}
-
 /* Fill the scratch for one token. */
 static void sp_quantize_token(const sp_weight *w, const float *x, int t,
                               int nt, int levels, sp_vnni_scratch *sc,
@@ -136,7 +92,7 @@ static void sp_quantize_token(const sp_weight *w, const float *x, int t,
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
                                           12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    const float level_unit = levels == 1 ? 1.0f : levels == 2 ? 0x1p-7f : 0x1p-14f;
+    const float level_unit = sp_level_unit(levels);
     for (int64_t k = 0; k < cols / cpc; k++) {
         const size_t rec = (size_t)(k * nt + t);
         int8_t *act = sc->act + rec * (size_t)(levels * cpc);
@@ -337,26 +293,7 @@ static sp_vnni_rows_fn *const sp_vnni_variants[3][3][SP_MM_SMALL_TOKENS] = {
 /* ------------------------------------------------------------ entry point */
 
 bool sp_mm_rows_vnni_covers(const sp_weight *w, int n_tokens, int levels) {
-    if (w && w->type == SP_W_MXFP4)
-        return w->data && w->scales && w->rows > 0 && w->bits == 4 &&
-               w->group_size == 32 && w->cols % 128 == 0 && n_tokens >= 1 &&
-               n_tokens <= SP_MM_SMALL_TOKENS &&
-               (int64_t)n_tokens * w->cols <= SP_VNNI_TOKEN_COLS &&
-               levels >= 1 && levels <= 3;
-    if (!w || w->type != SP_W_AFFINE || !w->data || !w->scales ||
-        !w->biases || w->rows <= 0 || w->cols <= 0)
-        return false;
-    const int64_t cpc = w->bits == 4 ? 128 : 64;
-    return (w->bits == 4 || w->bits == 8) &&
-           (w->group_size == 32 || w->group_size == 64 ||
-            w->group_size == 128) &&
-           w->cols % cpc == 0 && w->cols % w->group_size == 0 &&
-           (w->qparam_dtype == SP_DTYPE_F32 ||
-            w->qparam_dtype == SP_DTYPE_F16 ||
-            w->qparam_dtype == SP_DTYPE_BF16) &&
-           n_tokens >= 1 && n_tokens <= SP_MM_SMALL_TOKENS &&
-           (int64_t)n_tokens * w->cols <= SP_VNNI_TOKEN_COLS && levels >= 1 &&
-           levels <= 3;
+    return sp_int8_rows_cover(w, n_tokens, levels);
 }
 
 bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
