@@ -36,6 +36,8 @@
 #define UNKNOWN (-1)
 #define DEAD (-2)
 #define ACCEPT_NODE 0
+#define NOT_SEEN (-1)
+#define SEEN_ONCE (-2)
 #define MAX_NODES (1 << 22)
 #define MAX_STATES (1 << 15)
 #define MAX_EXPAND_WORK (1 << 20)
@@ -57,7 +59,9 @@ typedef struct gm_state {
     int32_t off, n;       /* tops[off .. off + n) */
     int32_t next;         /* hash chain */
     int32_t mask;         /* cached mask slot, or -1 */
-    int32_t band_mask[SP_TRIE_BANDS - 1]; /* cached slots of band masks, or -1 */
+    /* Cached slots of its band masks as a capped state; NOT_SEEN until
+     * some state capped to it, SEEN_ONCE after the first. */
+    int32_t band_mask[SP_TRIE_BANDS - 1];
     uint32_t hash;
     int32_t *trans;       /* [256] or NULL until first used */
 } gm_state;
@@ -79,6 +83,7 @@ struct sp_gmatch {
     bool overflow, oom;
     int cur;
     uint32_t *masks;      /* [MAX_CACHED_MASKS][words] */
+    int32_t slot_lo[MAX_CACHED_MASKS], slot_hi[MAX_CACHED_MASKS]; /* nonzero words */
     int n_masks, words;
     int32_t *walk;        /* state per trie depth */
     gm_cap cap[SP_TRIE_BANDS - 1];  /* per band but the last */
@@ -188,7 +193,7 @@ static int32_t intern(sp_gmatch *m) {
     memcpy(m->tops + m->n_tops, m->scratch, (size_t)n * sizeof *m->scratch);
     m->states[m->n_states] = (gm_state){.off = (int32_t)m->n_tops, .n = n,
                                         .next = *head, .mask = -1, .hash = h};
-    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) m->states[m->n_states].band_mask[b] = -1;
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) m->states[m->n_states].band_mask[b] = NOT_SEEN;
     m->n_tops += n;
     *head = m->n_states;
     return m->n_states++;
@@ -426,12 +431,20 @@ static void band_mask(sp_gmatch *m, int b, int32_t a, uint32_t *bits) {
             walk_trie(m, &m->trie->band[b], a, bits);
             return;
         }
-        memset(slot_bits(m, slot), 0, (size_t)m->words * sizeof *bits);
-        walk_trie(m, &m->trie->band[b], a, slot_bits(m, slot));
+        uint32_t *part = slot_bits(m, slot);
+        memset(part, 0, (size_t)m->words * sizeof *bits);
+        walk_trie(m, &m->trie->band[b], a, part);
+        /* Most band masks are a few words (a number's digits): OR only
+         * the words that have bits. */
+        int lo = 0, hi = m->words;
+        while (lo < hi && !part[lo]) lo++;
+        while (hi > lo && !part[hi - 1]) hi--;
+        m->slot_lo[slot] = lo;
+        m->slot_hi[slot] = hi;
         m->states[a].band_mask[b] = slot;
     }
     const uint32_t *part = slot_bits(m, slot);
-    for (int w = 0; w < m->words; w++) bits[w] |= part[w];
+    for (int w = m->slot_lo[slot]; w < m->slot_hi[slot]; w++) bits[w] |= part[w];
 }
 
 spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
@@ -443,15 +456,20 @@ spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
         memcpy(bits, slot_bits(m, slot), bytes);
         return SPINDLE_OK;
     }
+    /* A capped state pays off from its second use (the next count of the
+     * same repetition); on its first the exact walk is as cheap. */
     int32_t capped[SP_TRIE_BANDS - 1];
-    bool any = false;
+    bool reuse = false;
     for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
         capped[b] = capped_state(m, &m->cap[b], cur);
-        any = any || capped[b] != cur;
+        if (m->overflow || m->oom) return limit_error(m, err);
+        if (capped[b] == cur) continue;
+        gm_state *a = &m->states[capped[b]];
+        if (a->band_mask[b] != NOT_SEEN || a->mask >= 0) reuse = true;
+        else a->band_mask[b] = SEEN_ONCE;
     }
-    if (m->overflow || m->oom) return limit_error(m, err);
     memset(bits, 0, bytes);
-    if (!any) {
+    if (!reuse) {
         walk_trie(m, &m->trie->full, cur, bits);
     } else {
         for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
