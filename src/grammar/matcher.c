@@ -298,8 +298,13 @@ static int32_t capped_state(sp_gmatch *m, gm_cap *c, int32_t s) {
     if (!c->alpha) return s;
     m->n_scratch = 0;
     const gm_state st = m->states[s];
-    for (int i = 0; i < st.n; i++) add_top(m, capped_node(m, c, m->tops[st.off + i]));
-    return intern(m);
+    bool changed = false;
+    for (int i = 0; i < st.n; i++) {
+        int32_t top = m->tops[st.off + i], capped = capped_node(m, c, top);
+        changed = changed || capped != top;
+        add_top(m, capped);
+    }
+    return changed ? intern(m) : s;
 }
 
 spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
