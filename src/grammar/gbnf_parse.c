@@ -208,6 +208,10 @@ static bool repeat(gp *g, gb_vec *v, int from, long min, long max,
         if (ok) ok = gb_push(&g->b, alt, SP_G_END);
         gb_vec *empty = ok ? gb_add_alt(&g->b, r) : NULL;
         ok = empty && gb_push(&g->b, empty, SP_G_END);
+        if (ok && max >= 0) {
+            g->b.rules[r].rep_units = (int)i + 1;
+            g->b.rules[r].rep_below = last;
+        }
         last = r;
     }
     if (ok && n_opt > 0) ok = gb_push(&g->b, v, SP_G_REF(last));

@@ -35,7 +35,7 @@ static int add_rule(gb_builder *b, char *name) {
         b->oom = true;
         return -1;
     }
-    b->rules[b->n_rules] = (gb_rule){.name = name, .first_use = (size_t)-1};
+    b->rules[b->n_rules] = (gb_rule){.name = name, .first_use = (size_t)-1, .rep_below = -1};
     return b->n_rules++;
 }
 
@@ -338,8 +338,10 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
     out->rule_alt = malloc((size_t)(b->n_rules + 1) * sizeof *out->rule_alt);
     out->names = calloc((size_t)b->n_rules + 1, sizeof *out->names);
     out->sets = malloc((size_t)(b->n_sets + 1) * sizeof *out->sets);
+    out->rep_units = malloc((size_t)(b->n_rules + 1) * sizeof *out->rep_units);
+    out->rep_below = malloc((size_t)(b->n_rules + 1) * sizeof *out->rep_below);
     if (!out->elems || !out->alt_start || !out->rule_alt || !out->names ||
-        !out->sets) {
+        !out->sets || !out->rep_units || !out->rep_below) {
         sp_gram_free(out);
         return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
     }
@@ -353,6 +355,8 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
             out->n_elems += alt->n;
         }
         out->names[r] = b->rules[r].name;
+        out->rep_units[r] = b->rules[r].rep_units;
+        out->rep_below[r] = b->rules[r].rep_below;
         b->rules[r].name = NULL;
     }
     out->rule_alt[b->n_rules] = out->n_alts;
@@ -382,5 +386,7 @@ void sp_gram_free(sp_gram *g) {
     free(g->alt_start);
     free(g->rule_alt);
     free(g->sets);
+    free(g->rep_units);
+    free(g->rep_below);
     memset(g, 0, sizeof *g);
 }

@@ -17,6 +17,8 @@ typedef struct gb_rule {
     int n_alts, cap_alts;
     bool defined;
     size_t first_use;   /* source offset of its first reference */
+    int rep_units;      /* > 0: link of a bounded repetition, see sp_gram */
+    int rep_below;      /* the link allowing one unit fewer, or -1 */
 } gb_rule;
 
 typedef struct gb_builder {

@@ -30,6 +30,13 @@
 
 typedef struct sp_gram {
     int32_t *elems;         /* every alternative's elements, END-terminated */
+    /* x{m,n}'s optional part is a chain of rules r_k ::= x r_(k-1) | ""
+     * (r_1 ::= x | ""): rep_units[r] = k for such a link (0 for any other
+     * rule) and rep_below[r] = r_(k-1) (-1 for r_1). Their first
+     * alternatives share one layout, so a position in r_k's has the same
+     * offset in r_j's; the matcher uses that to treat "k units left" as
+     * "C left" when k > C for tokens of at most C bytes. */
+    int32_t *rep_units, *rep_below;
     int32_t *alt_start;     /* alternative -> its first element */
     int32_t *rule_alt;      /* rule -> first alternative; [n_rules] ends */
     uint8_t (*sets)[32];    /* terminal byte sets (bit b: byte b matches) */
@@ -62,16 +69,32 @@ spindle_status sp_regex_to_gbnf(const char *re, size_t len, sp_strbuf *out,
 
 typedef struct sp_trie_node {
     int32_t end;        /* one past the last node of this subtree */
-    int32_t tok_first;  /* into sp_vocab_trie.tokens */
+    int32_t tok_first;  /* into its sp_trie_part's tokens */
     int32_t n_tok;
     uint16_t depth;     /* bytes from the root (the root is 0) */
     uint8_t byte;
 } sp_trie_node;
 
-typedef struct sp_vocab_trie {
+/* The vocabulary is also split by token length into bands: band b holds
+ * the tokens of (sp_trie_band_max[b-1], sp_trie_band_max[b]] bytes, the
+ * last band every longer one. The matcher takes band b's part of a mask
+ * from a cached state whose bounded repetitions were capped at the band's
+ * maximum (see matcher.c) and walks only the last band from the exact
+ * state. */
+#define SP_TRIE_BANDS 4
+static const int sp_trie_band_max[SP_TRIE_BANDS - 1] = {8, 16, 32};
+
+typedef struct sp_trie_part {
     sp_trie_node *nodes;    /* preorder; nodes[0] is the root */
     int32_t *tokens;        /* token ids, grouped by node */
-    int n_nodes, n_vocab;
+    int n_nodes;
+} sp_trie_part;
+
+typedef struct sp_vocab_trie {
+    sp_trie_part full;      /* every token */
+    sp_trie_part band[SP_TRIE_BANDS];
+    uint32_t *band_bits[SP_TRIE_BANDS]; /* [(n_vocab + 31) / 32] each */
+    int n_vocab;
     char *bytes;            /* every token's bytes, back to back */
     size_t *tok_off;        /* [n_vocab] into bytes */
     uint32_t *tok_len;      /* [n_vocab]; 0: special, never matched */

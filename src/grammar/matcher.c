@@ -13,7 +13,19 @@
  * lookup per trie node after the first walk from a state, and a subtree
  * whose prefix is rejected is skipped whole. The masks of the states
  * generation actually reaches are cached too (strings, numbers and
- * whitespace recur). */
+ * whitespace recur).
+ *
+ * Bounded repetitions (x{0,60}: a string's maxLength) make every count a
+ * different state, so each would need a full trie walk. A token of at most
+ * C bytes cannot use more than C more units of any chain, so for tokens of
+ * at most C bytes the state with every chain's "k units left" capped at C
+ * has exactly the same mask. The vocabulary is split in length bands
+ * (grammar.h): band b's part of the mask comes from the state capped at
+ * the band's maximum, which all counts above it share, computed once and
+ * cached; only the last band (tokens over 32 bytes, 0.2 % of Qwen3's) is
+ * always walked from the exact state. This is the matcher's adaptive mask
+ * cache: what a state's mask shares with others is cached once, and only
+ * what depends on the exact state is walked. */
 #include "grammar/grammar.h"
 
 #include <stdlib.h>
@@ -24,19 +36,32 @@
 #define UNKNOWN (-1)
 #define DEAD (-2)
 #define ACCEPT_NODE 0
+#define NOT_SEEN (-1)
+#define SEEN_ONCE (-2)
 #define MAX_NODES (1 << 22)
 #define MAX_STATES (1 << 15)
 #define MAX_EXPAND_WORK (1 << 20)
-#define MAX_CACHED_MASKS 64
+#define MAX_CACHED_MASKS 128
 
 typedef struct gm_node {
     int32_t pos, parent, next;
 } gm_node;
 
+/* Chains capped at one band's maximum. */
+typedef struct gm_cap {
+    int32_t *alpha;       /* [n_elems] position with chains capped; NULL: none */
+    int32_t *node_capped; /* node -> its capped node, or -1 */
+    long cap_capped;
+    int n_known;          /* node_capped[0 .. n_known) are set */
+} gm_cap;
+
 typedef struct gm_state {
     int32_t off, n;       /* tops[off .. off + n) */
     int32_t next;         /* hash chain */
     int32_t mask;         /* cached mask slot, or -1 */
+    /* Cached slots of its band masks as a capped state; NOT_SEEN until
+     * some state capped to it, SEEN_ONCE after the first. */
+    int32_t band_mask[SP_TRIE_BANDS - 1];
     uint32_t hash;
     int32_t *trans;       /* [256] or NULL until first used */
 } gm_state;
@@ -58,8 +83,10 @@ struct sp_gmatch {
     bool overflow, oom;
     int cur;
     uint32_t *masks;      /* [MAX_CACHED_MASKS][words] */
+    int32_t slot_lo[MAX_CACHED_MASKS], slot_hi[MAX_CACHED_MASKS]; /* nonzero words */
     int n_masks, words;
     int32_t *walk;        /* state per trie depth */
+    gm_cap cap[SP_TRIE_BANDS - 1];  /* per band but the last */
 };
 
 #define NODE_BUCKETS (1 << 18)
@@ -166,6 +193,7 @@ static int32_t intern(sp_gmatch *m) {
     memcpy(m->tops + m->n_tops, m->scratch, (size_t)n * sizeof *m->scratch);
     m->states[m->n_states] = (gm_state){.off = (int32_t)m->n_tops, .n = n,
                                         .next = *head, .mask = -1, .hash = h};
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) m->states[m->n_states].band_mask[b] = NOT_SEEN;
     m->n_tops += n;
     *head = m->n_states;
     return m->n_states++;
@@ -208,6 +236,77 @@ static spindle_status limit_error(const sp_gmatch *m, spindle_error *err) {
                    "too ambiguous or nests too deeply)");
 }
 
+/* c->alpha: every position of a chain link r_k with k > C maps to the
+ * same offset in r_C (NULL when the grammar has no such link). Links are
+ * created bottom-up, so r_(k-1) has a smaller id than r_k. */
+static bool build_alpha(const sp_gram *g, gm_cap *c, int C) {
+    bool any = false;
+    for (int r = 0; r < g->n_rules && !any; r++) any = g->rep_units && g->rep_units[r] > C;
+    if (!any) return true;
+    int32_t *cap = malloc((size_t)g->n_rules * sizeof *cap);
+    c->alpha = malloc((size_t)(g->n_elems + 1) * sizeof *c->alpha);
+    if (!cap || !c->alpha) {
+        free(cap);
+        return false;
+    }
+    for (int i = 0; i < g->n_elems; i++) c->alpha[i] = i;
+    for (int r = 0; r < g->n_rules; r++) {
+        cap[r] = -1;
+        if (g->rep_units[r] <= C) continue;
+        int below = g->rep_below[r];
+        cap[r] = g->rep_units[below] == C ? below : cap[below];
+        int32_t from = g->alt_start[g->rule_alt[r]];
+        int32_t to = g->alt_start[g->rule_alt[cap[r]]];
+        for (int32_t p = from; g->elems[p] != SP_G_END; p++) c->alpha[p] = to + (p - from);
+    }
+    free(cap);
+    return true;
+}
+
+static bool cap_known(sp_gmatch *m, gm_cap *c) {
+    if (!grow((void **)&c->node_capped, &c->cap_capped, m->n_nodes, sizeof *c->node_capped)) {
+        m->oom = true;
+        return false;
+    }
+    while (c->n_known < m->n_nodes) c->node_capped[c->n_known++] = -1;
+    return true;
+}
+
+/* The node of stack n with every position mapped through c->alpha. */
+static int32_t capped_node(sp_gmatch *m, gm_cap *c, int32_t n) {
+    if (n < 0 || n == ACCEPT_NODE || !cap_known(m, c)) return n;
+    /* Walk down to the first node already mapped, then map back up. */
+    int32_t chain[64];
+    int depth = 0;
+    int32_t at = n;
+    while (at >= 0 && depth < 64 && c->node_capped[at] < 0) {
+        chain[depth++] = at;
+        at = m->nodes[at].parent;
+    }
+    if (depth == 64) at = capped_node(m, c, at);  /* deep stacks: recurse */
+    else if (at >= 0) at = c->node_capped[at];
+    while (depth-- > 0 && !m->oom) {
+        int32_t src = chain[depth];
+        at = node(m, c->alpha[m->nodes[src].pos], at);
+        if (cap_known(m, c)) c->node_capped[src] = at;
+    }
+    return at;
+}
+
+/* State s with every chain capped (s itself when none is over the cap). */
+static int32_t capped_state(sp_gmatch *m, gm_cap *c, int32_t s) {
+    if (!c->alpha) return s;
+    m->n_scratch = 0;
+    const gm_state st = m->states[s];
+    bool changed = false;
+    for (int i = 0; i < st.n; i++) {
+        int32_t top = m->tops[st.off + i], capped = capped_node(m, c, top);
+        changed = changed || capped != top;
+        add_top(m, capped);
+    }
+    return changed ? intern(m) : s;
+}
+
 spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
                              sp_gmatch **out, spindle_error *err) {
     *out = NULL;
@@ -217,12 +316,15 @@ spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
     m->trie = trie;
     m->words = trie ? (trie->n_vocab + 31) / 32 : 0;
     int max_depth = 1;
-    for (int i = 0; trie && i < trie->n_nodes; i++)
-        if (trie->nodes[i].depth + 1 > max_depth) max_depth = trie->nodes[i].depth + 1;
+    for (int i = 0; trie && i < trie->full.n_nodes; i++)
+        if (trie->full.nodes[i].depth + 1 > max_depth) max_depth = trie->full.nodes[i].depth + 1;
     m->node_heads = malloc(NODE_BUCKETS * sizeof *m->node_heads);
     m->state_heads = malloc(STATE_BUCKETS * sizeof *m->state_heads);
     m->walk = malloc((size_t)max_depth * sizeof *m->walk);
-    if (!m->node_heads || !m->state_heads || !m->walk) {
+    bool alpha_ok = true;
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++)
+        alpha_ok = alpha_ok && build_alpha(g, &m->cap[b], sp_trie_band_max[b]);
+    if (!m->node_heads || !m->state_heads || !m->walk || !alpha_ok) {
         sp_gmatch_free(m);
         return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
     }
@@ -255,6 +357,10 @@ void sp_gmatch_free(sp_gmatch *m) {
     free(m->scratch);
     free(m->masks);
     free(m->walk);
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
+        free(m->cap[b].alpha);
+        free(m->cap[b].node_capped);
+    }
     free(m);
 }
 
@@ -281,11 +387,12 @@ bool sp_gmatch_finished(sp_gmatch *m) {
     return s->n == 1 && m->tops[s->off] == ACCEPT_NODE;
 }
 
-static void walk_trie(sp_gmatch *m, uint32_t *bits) {
-    const sp_trie_node *nodes = m->trie->nodes;
-    const int32_t *tokens = m->trie->tokens;
-    int n_nodes = m->trie->n_nodes;
-    m->walk[0] = m->cur;
+static void walk_trie(sp_gmatch *m, const sp_trie_part *part, int32_t start,
+                      uint32_t *bits) {
+    const sp_trie_node *nodes = part->nodes;
+    const int32_t *tokens = part->tokens;
+    int n_nodes = part->n_nodes;
+    m->walk[0] = start;
     for (int i = 1; i < n_nodes;) {
         const sp_trie_node *t = &nodes[i];
         int32_t next = step(m, m->walk[t->depth - 1], t->byte);
@@ -302,23 +409,85 @@ static void walk_trie(sp_gmatch *m, uint32_t *bits) {
     }
 }
 
+/* A free cache slot for a mask of `words` words, or -1 when all are used. */
+static int32_t cache_slot(sp_gmatch *m) {
+    if (m->n_masks >= MAX_CACHED_MASKS) return -1;
+    if (!m->masks) m->masks = malloc((size_t)MAX_CACHED_MASKS * (size_t)m->words * sizeof *m->masks);
+    return m->masks ? m->n_masks++ : -1;
+}
+
+static uint32_t *slot_bits(sp_gmatch *m, int32_t slot) {
+    return m->masks + (size_t)slot * (size_t)m->words;
+}
+
+/* OR into bits band b's part of the mask of the capped state a (never the
+ * current state), computing and caching it the first time. */
+static void band_mask(sp_gmatch *m, int b, int32_t a, uint32_t *bits) {
+    const uint32_t *keep = m->trie->band_bits[b];
+    if (m->states[a].mask >= 0) {
+        const uint32_t *full = slot_bits(m, m->states[a].mask);
+        for (int w = 0; w < m->words; w++) bits[w] |= full[w] & keep[w];
+        return;
+    }
+    int32_t slot = m->states[a].band_mask[b];
+    if (slot < 0) {
+        slot = cache_slot(m);
+        if (slot < 0) {  /* cache full: walk into bits directly */
+            walk_trie(m, &m->trie->band[b], a, bits);
+            return;
+        }
+        uint32_t *part = slot_bits(m, slot);
+        memset(part, 0, (size_t)m->words * sizeof *bits);
+        walk_trie(m, &m->trie->band[b], a, part);
+        /* Most band masks are a few words (a number's digits): OR only
+         * the words that have bits. */
+        int lo = 0, hi = m->words;
+        while (lo < hi && !part[lo]) lo++;
+        while (hi > lo && !part[hi - 1]) hi--;
+        m->slot_lo[slot] = lo;
+        m->slot_hi[slot] = hi;
+        m->states[a].band_mask[b] = slot;
+    }
+    const uint32_t *part = slot_bits(m, slot);
+    for (int w = m->slot_lo[slot]; w < m->slot_hi[slot]; w++) bits[w] |= part[w];
+}
+
 spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
                               spindle_error *err) {
     size_t bytes = (size_t)m->words * sizeof *bits;
-    int32_t slot = m->states[m->cur].mask;
+    int32_t cur = m->cur;
+    int32_t slot = m->states[cur].mask;
     if (slot >= 0) {
-        memcpy(bits, m->masks + (size_t)slot * (size_t)m->words, bytes);
+        memcpy(bits, slot_bits(m, slot), bytes);
         return SPINDLE_OK;
     }
+    /* A capped state pays off from its second use (the next count of the
+     * same repetition); on its first the exact walk is as cheap. */
+    int32_t capped[SP_TRIE_BANDS - 1];
+    bool reuse = false;
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
+        capped[b] = capped_state(m, &m->cap[b], cur);
+        if (m->overflow || m->oom) return limit_error(m, err);
+        if (capped[b] == cur) continue;
+        gm_state *a = &m->states[capped[b]];
+        if (a->band_mask[b] != NOT_SEEN || a->mask >= 0) reuse = true;
+        else a->band_mask[b] = SEEN_ONCE;
+    }
     memset(bits, 0, bytes);
-    walk_trie(m, bits);
-    if (m->overflow || m->oom) return limit_error(m, err);
-    if (m->n_masks < MAX_CACHED_MASKS) {
-        if (!m->masks) m->masks = malloc((size_t)MAX_CACHED_MASKS * bytes);
-        if (m->masks) {
-            memcpy(m->masks + (size_t)m->n_masks * (size_t)m->words, bits, bytes);
-            m->states[m->cur].mask = m->n_masks++;
+    if (!reuse) {
+        walk_trie(m, &m->trie->full, cur, bits);
+    } else {
+        for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
+            if (capped[b] != cur) band_mask(m, b, capped[b], bits);
+            else walk_trie(m, &m->trie->band[b], cur, bits);
         }
+        walk_trie(m, &m->trie->band[SP_TRIE_BANDS - 1], cur, bits);
+    }
+    if (m->overflow || m->oom) return limit_error(m, err);
+    slot = cache_slot(m);
+    if (slot >= 0) {
+        memcpy(slot_bits(m, slot), bits, bytes);
+        m->states[cur].mask = slot;
     }
     return SPINDLE_OK;
 }

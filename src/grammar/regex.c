@@ -34,6 +34,15 @@ static bool rx_fail(rx *r, const char *why) {
     return false;
 }
 
+/* A code point as a GBNF escape in its shortest form (\xNN, \uNNNN,
+ * \UNNNNNNNN): other GBNF readers (llguidance's) mis-read the 8-digit
+ * form, and the short ones keep the grammars readable. */
+static void cp_escape(sp_strbuf *o, uint32_t cp) {
+    if (cp < 0x80) sp_strbuf_printf(o, "\\x%02x", (unsigned)cp);
+    else if (cp <= 0xFFFF) sp_strbuf_printf(o, "\\u%04x", (unsigned)cp);
+    else sp_strbuf_printf(o, "\\U%08x", (unsigned)cp);
+}
+
 /* One code point as it must appear in JSON string content, as GBNF. */
 static void literal_cp(sp_strbuf *o, uint32_t cp) {
     if (cp == '"') sp_strbuf_add(o, "\"\\\\\\\"\"", 6);        /* "\\\"" */
@@ -42,7 +51,11 @@ static void literal_cp(sp_strbuf *o, uint32_t cp) {
     else if (cp == '\t') sp_strbuf_add(o, "\"\\\\t\"", 5);
     else if (cp == '\r') sp_strbuf_add(o, "\"\\\\r\"", 5);
     else if (cp < 0x20 || cp == 0x7F) sp_strbuf_printf(o, "\"\\\\u%04x\"", (unsigned)cp);
-    else sp_strbuf_printf(o, "[\\U%08x]", (unsigned)cp);
+    else {
+        sp_strbuf_addc(o, '[');
+        cp_escape(o, cp);
+        sp_strbuf_addc(o, ']');
+    }
 }
 
 static void emit_class(sp_strbuf *o, const uint32_t *r, int n) {
@@ -56,7 +69,10 @@ static void emit_class(sp_strbuf *o, const uint32_t *r, int n) {
         for (int k = 0; k < 4; k++) {
             uint32_t lo = r[2 * i] > safe[2 * k] ? r[2 * i] : safe[2 * k];
             uint32_t hi = r[2 * i + 1] < safe[2 * k + 1] ? r[2 * i + 1] : safe[2 * k + 1];
-            if (lo <= hi) sp_strbuf_printf(&cls, "\\U%08x-\\U%08x", (unsigned)lo, (unsigned)hi);
+            if (lo > hi) continue;
+            cp_escape(&cls, lo);
+            sp_strbuf_addc(&cls, '-');
+            cp_escape(&cls, hi);
         }
     }
     sp_strbuf_addc(o, '(');

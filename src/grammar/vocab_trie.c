@@ -26,7 +26,7 @@ static int cmp_ref(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static spindle_status build(sp_vocab_trie *t, tok_ref *refs, int n,
+static spindle_status build(sp_trie_part *t, const tok_ref *refs, int n,
                             spindle_error *err) {
     long cap = 1024;
     t->nodes = malloc((size_t)cap * sizeof *t->nodes);
@@ -65,6 +65,33 @@ static spindle_status build(sp_vocab_trie *t, tok_ref *refs, int n,
     return SPINDLE_OK;
 }
 
+/* The band tries: the sorted refs filtered by length keep their order, so
+ * each band is built the same way as the full trie. */
+static spindle_status build_bands(sp_vocab_trie *t, const tok_ref *refs, int n,
+                                  spindle_error *err) {
+    tok_ref *part = calloc((size_t)(n ? n : 1), sizeof *part);
+    if (!part) return sp_fail(err, SPINDLE_ERR_MEMORY, "vocabulary trie: out of memory");
+    spindle_status st = SPINDLE_OK;
+    for (int b = 0; b < SP_TRIE_BANDS && !st; b++) {
+        uint32_t lo = b ? (uint32_t)sp_trie_band_max[b - 1] : 0;
+        uint32_t hi = b < SP_TRIE_BANDS - 1 ? (uint32_t)sp_trie_band_max[b] : UINT32_MAX;
+        t->band_bits[b] = calloc((size_t)(t->n_vocab + 31) / 32, sizeof *t->band_bits[b]);
+        if (!t->band_bits[b]) {
+            st = sp_fail(err, SPINDLE_ERR_MEMORY, "vocabulary trie: out of memory");
+            break;
+        }
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (refs[i].len > lo && refs[i].len <= hi) {
+                part[k++] = refs[i];
+                t->band_bits[b][refs[i].id >> 5] |= 1u << (refs[i].id & 31);
+            }
+        st = build(&t->band[b], part, k, err);
+    }
+    free(part);
+    return st;
+}
+
 spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
                                    sp_vocab_trie *out, spindle_error *err) {
     memset(out, 0, sizeof *out);
@@ -93,8 +120,9 @@ spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
     if (!st) {
         qsort(refs, (size_t)n, sizeof *refs, cmp_ref);
         out->n_vocab = n_vocab;
-        st = build(out, refs, n, err);
+        st = build(&out->full, refs, n, err);
     }
+    if (!st) st = build_bands(out, refs, n, err);
     out->bytes = bytes.p;
     out->tok_off = off;
     out->tok_len = len;
@@ -104,8 +132,13 @@ spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
 }
 
 void sp_vocab_trie_free(sp_vocab_trie *t) {
-    free(t->nodes);
-    free(t->tokens);
+    free(t->full.nodes);
+    free(t->full.tokens);
+    for (int b = 0; b < SP_TRIE_BANDS; b++) {
+        free(t->band[b].nodes);
+        free(t->band[b].tokens);
+        free(t->band_bits[b]);
+    }
     free(t->bytes);
     free(t->tok_off);
     free(t->tok_len);

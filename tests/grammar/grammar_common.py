@@ -43,6 +43,7 @@ class Harness:
         assert words[0] == "mask", words
         bits = np.frombuffer(bytes.fromhex(words[2]), dtype=">u4").astype("<u4")
         self.last_ns = int(words[3])
+        self.last_cpu_ns = int(words[4])
         return words[1] == "1", np.unpackbits(bits.view(np.uint8), bitorder="little").astype(bool)
 
     def reset(self):
@@ -70,6 +71,23 @@ def llg_tokenizer(tokenizer_dir):
         eos = hf.convert_tokens_to_ids("<|im_end|>")
         _LLG_TOKENIZERS[key] = (llguidance.hf.from_tokenizer(hf, eos_token=eos), hf)
     return _LLG_TOKENIZERS[key]
+
+
+def llg_gbnf(text):
+    """llguidance's grammar for GBNF text, with its byte forcing off.
+
+    By default llguidance masks a span the grammar forces (exactly one
+    continuation, e.g. "rue" after "t" of true) down to the one token of
+    its canonical tokenization, so its mask there is a single token. The
+    issue asks for llama.cpp's semantics instead: the mask admits every
+    token whose bytes the grammar accepts, and forced spans are the
+    generation side's jump-forward (off by default at temperature > 0).
+    `no_forcing` is llguidance's own switch for exactly that, so with it
+    the two masks must agree everywhere."""
+    llg = pytest.importorskip("llguidance")
+    from llguidance.gbnf_to_lark import any_to_lark
+    return llg.LLMatcher.grammar_from_lark('%llguidance { "no_forcing": true }\n' +
+                                           any_to_lark(text))
 
 
 _SOLID = {}

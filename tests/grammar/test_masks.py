@@ -3,14 +3,15 @@ Qwen3 vocabulary (151k tokens), at every state of random accepted paths:
 each walk asks both matchers for the allowed tokens, compares them and
 whether the end of sequence is allowed, then feeds both the same random
 allowed token. The GBNF grammars of tests/grammar/gbnf reach llguidance
-through its own GBNF reader (llguidance.grammar_from("gbnf", ...))."""
+through its own GBNF reader, with its byte forcing off (see llg_gbnf)."""
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from grammar_common import QWEN3, Harness, llg_allowed, llg_tokenizer, require, solid_tokens
+from grammar_common import (QWEN3, Harness, llg_allowed, llg_gbnf, llg_tokenizer, require,
+                            solid_tokens)
 
 GBNF = sorted((Path(__file__).resolve().parent / "gbnf").glob("*.gbnf"))
 WALKS, STEPS = 8, 25
@@ -62,6 +63,5 @@ def compare_walks(kind, path, llg_grammar):
 
 @pytest.mark.parametrize("path", GBNF, ids=lambda p: p.stem)
 def test_gbnf_masks_equal_llguidance(path):
-    llg = pytest.importorskip("llguidance")
-    compared = compare_walks("gbnf", path, llg.grammar_from("gbnf", path.read_text()))
+    compared = compare_walks("gbnf", path, llg_gbnf(path.read_text()))
     assert compared >= WALKS

@@ -5,7 +5,8 @@ keyword coverage) through our converter:
   Qwen3 tokens until the grammar is complete) is JSON that Python's
   jsonschema validates against the schema: the grammar never admits an
   invalid document;
-- masks on those walks equal llguidance's for the same (converted) GBNF;
+- masks on those walks equal llguidance's for the same (converted) GBNF,
+  llguidance's byte forcing off (grammar_common.llg_gbnf says why);
 - the schemas in schemas/unsupported are refused with a one-line error
   naming the keyword and its place, never converted loosely.
 
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from grammar_common import (HARNESS, QWEN3, ROOT, SCHEMAS, Harness, closing_tokens,
-                            llg_tokenizer, require, solid_tokens)
+                            llg_gbnf, llg_tokenizer, require, solid_tokens)
 from test_masks import compare_walks
 
 SUPPORTED = sorted(SCHEMAS.glob("*.json"))
@@ -84,31 +85,16 @@ def test_random_walks_validate(path):
     assert done >= 1, "no walk completed"
 
 
-# Open, found when the suites were merged: on these schemas a random walk
-# reaches a state where Spindle's mask allows a token llguidance's does
-# not (boolean_only: after "t", the token "ru" as well as llguidance's one).
-# The schemas' random walks still validate (test_random_walks_validate); the
-# mask difference is not explained yet, so it is kept visible here.
-LLG_OPEN = {name: "open: a mask allows one token llguidance's does not"
-            for name in ("boolean_only", "const_object", "enum_mixed",
-                         "linked_list", "petstore_pet", "stripe_charge")}
-
-
 # slow: minutes of walks, run by the release suite (not under the sanitizers)
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SUPPORTED[::4], ids=lambda p: p.stem)
 def test_schema_masks_equal_llguidance(path, tmp_path):
-    llg = pytest.importorskip("llguidance")
     gbnf = converted_gbnf(path)
     if "\\U" in gbnf:
         pytest.skip("llguidance's GBNF reader mis-reads \\U escapes (\\U00000061 -> \\U61)")
-    if path.stem in LLG_OPEN:
-        pytest.xfail(LLG_OPEN[path.stem])
-    if path.stem == "unicode_enum":
-        pytest.xfail("open: one mask differs from llguidance's after the opening quote")
     f = tmp_path / "g.gbnf"
     f.write_text(gbnf)
-    assert compare_walks("gbnf", f, llg.grammar_from("gbnf", gbnf)) >= 8
+    assert compare_walks("gbnf", f, llg_gbnf(gbnf)) >= 8
 
 
 @pytest.mark.parametrize("path", UNSUPPORTED, ids=lambda p: p.stem)

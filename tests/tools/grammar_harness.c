@@ -1,11 +1,16 @@
 /* Drives a grammar matcher for tests/grammar: loads a tokenizer and a
  * grammar, then reads commands from stdin, one a line, answering each:
  *
- *   mask          -> "mask <accepting 0|1> <hex> <ns>": the mask's 32-bit
- *                    words, 8 hex digits each, lowest word first, and the
- *                    nanoseconds spindle_grammar_matcher_mask took
+ *   mask          -> "mask <accepting 0|1> <hex> <ns> <cpu_ns>": the mask's
+ *                    32-bit words, 8 hex digits each, lowest word first,
+ *                    and the wall-clock and thread-CPU nanoseconds
+ *                    spindle_grammar_matcher_mask took (CPU time is the
+ *                    one to compare on a loaded machine)
  *   accept <id>   -> "ok" | "rejected"
  *   reset         -> "ok": back to the start of the grammar
+ *   compile       -> "compile <ns> <cpu_ns>": the time to build the grammar
+ *                    from FILE again (schema conversion included) and a
+ *                    matcher on it
  *
  *   grammar_harness TOKENIZER (gbnf|json_schema|json_object) FILE [--print]
  * --print writes the GBNF the grammar was built from and exits.
@@ -74,20 +79,40 @@ int main(int argc, char **argv) {
     while (n_vocab > 0 && fgets(line, sizeof line, stdin)) {
         int id;
         if (!strncmp(line, "mask", 4)) {
-            struct timespec t0, t1;
+            struct timespec t0, t1, c0, c1;
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
             clock_gettime(CLOCK_MONOTONIC, &t0);
             spindle_status st = spindle_grammar_matcher_mask(m, bits, &err);
             clock_gettime(CLOCK_MONOTONIC, &t1);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
             long long ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+            long long cpu_ns = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
             if (st) {
                 printf("error: %s\n", err.message);
             } else {
                 printf("mask %d ", spindle_grammar_matcher_accepting(m) ? 1 : 0);
                 for (int w = 0; w < (n_vocab + 31) / 32; w++) printf("%08x", bits[w]);
-                printf(" %lld\n", ns);
+                printf(" %lld %lld\n", ns, cpu_ns);
             }
         } else if (sscanf(line, "accept %d", &id) == 1) {
             printf(spindle_grammar_matcher_accept(m, id, &err) ? "rejected\n" : "ok\n");
+        } else if (!strncmp(line, "compile", 7)) {
+            struct timespec t0, t1, c0, c1;
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            spindle_grammar *g2 = NULL;
+            spindle_grammar_matcher *m2 = NULL;
+            spindle_status st = spindle_grammar_new(vocab, kind, text, len, &g2, &err);
+            if (!st) st = spindle_grammar_matcher_new(g2, &m2, &err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+            spindle_grammar_matcher_free(m2);
+            spindle_grammar_free(g2);
+            if (st) printf("error: %s\n", err.message);
+            else
+                printf("compile %lld %lld\n",
+                       (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec),
+                       (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
         } else if (!strncmp(line, "reset", 5)) {
             spindle_grammar_matcher_free(m);
             m = NULL;
