@@ -12,6 +12,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 static pthread_once_t sp_cpu_once = PTHREAD_ONCE_INIT;
@@ -63,7 +65,23 @@ static void sp_detect_x86(sp_cpu_features *f) {
 }
 #endif
 
+#if defined(__aarch64__)
+/* Advanced SIMD is mandatory in ARMv8-A; the dot-product (ARMv8.2, SDOT)
+ * and int8 matrix-multiply (ARMv8.6, SMMLA) extensions are reported by
+ * the kernel in the auxiliary vector (Linux only: elsewhere plain NEON). */
+static void sp_detect_arm(sp_cpu_features *f) {
+    f->neon = true;
+#if defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f->dotprod = (hw & (1ul << 20)) != 0;                /* HWCAP_ASIMDDP */
+    f->i8mm = f->dotprod && (hw2 & (1ul << 13)) != 0;    /* HWCAP2_I8MM */
+#endif
+}
+#endif
+
 static sp_simd_level sp_best_level(const sp_cpu_features *f) {
+    if (f->i8mm) return SP_SIMD_I8MM;
+    if (f->dotprod) return SP_SIMD_DOTPROD;
     if (f->neon) return SP_SIMD_NEON;
     if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma &&
         f->f16c)
@@ -78,7 +96,10 @@ static bool sp_level_runs(int level, sp_simd_level cpu) {
     case SP_SIMD_SCALAR: return true;
     case SP_SIMD_AVX2: return cpu == SP_SIMD_AVX2 || cpu == SP_SIMD_AVX512;
     case SP_SIMD_AVX512: return cpu == SP_SIMD_AVX512;
-    case SP_SIMD_NEON: return cpu == SP_SIMD_NEON;
+    case SP_SIMD_NEON:
+    case SP_SIMD_DOTPROD:
+    case SP_SIMD_I8MM: /* the AArch64 levels, each a superset of the last */
+        return cpu >= SP_SIMD_NEON && level <= (int)cpu;
     default: return false;
     }
 }
@@ -95,7 +116,7 @@ static void sp_cpu_init(void) {
 #if defined(__x86_64__)
     sp_detect_x86(&sp_cpu);
 #elif defined(__aarch64__)
-    sp_cpu.neon = true; /* Advanced SIMD is mandatory in ARMv8-A */
+    sp_detect_arm(&sp_cpu);
 #endif
     sp_simd_cpu = sp_best_level(&sp_cpu);
 
@@ -130,6 +151,8 @@ const char *sp_simd_name(sp_simd_level level) {
     case SP_SIMD_AVX2: return "avx2";
     case SP_SIMD_AVX512: return "avx512";
     case SP_SIMD_NEON: return "neon";
+    case SP_SIMD_DOTPROD: return "dotprod";
+    case SP_SIMD_I8MM: return "i8mm";
     case SP_SIMD_COUNT: break;
     }
     return "?";
@@ -183,6 +206,11 @@ bool sp_mm_bf16_force(bool on) {
 
 bool sp_ggml_vnni_active(void) {
     return sp_simd_avx512_active() && sp_cpu.avx512vnni;
+}
+
+bool sp_simd_neon_active(void) {
+    const sp_simd_level l = sp_simd_current();
+    return l == SP_SIMD_NEON || l == SP_SIMD_DOTPROD || l == SP_SIMD_I8MM;
 }
 
 const char *sp_mm_precision_name(sp_precision p) {

@@ -6,8 +6,13 @@
  * compiled with target attributes in their own files (simd_target.h) and
  * chosen once, at first use, from what the CPU reports.
  * SPINDLE_SIMD=scalar|avx2|avx512 may lower the choice, never raise it above
- * the CPU. AArch64 has NEON (baseline there, no check needed;
- * SPINDLE_SIMD=scalar still forces the portable path). Other architectures
+ * the CPU. AArch64 has NEON (baseline there, no check needed) and, where
+ * the auxiliary vector reports them (getauxval AT_HWCAP / AT_HWCAP2), the
+ * dot-product and int8 matrix-multiply extensions:
+ * SPINDLE_SIMD=scalar|neon|dotprod|i8mm lowers the choice there as on x86
+ * (the f32 kernels are the NEON ones at all three; dotprod and i8mm add
+ * integer kernels, compiled with target attributes so that the base build
+ * stays plain ARMv8-A). Other architectures
  * run only the portable code. Every query is thread-safe; the first one
  * detects. */
 #ifndef SP_COMPUTE_CPU_FEATURES_H
@@ -23,6 +28,8 @@ typedef struct sp_cpu_features {
     bool avx512vnni;  /* vpdpbusd */
     bool avx512bf16;  /* vdpbf16ps */
     bool neon;        /* AArch64 Advanced SIMD */
+    bool dotprod;     /* AArch64 SDOT / UDOT (FEAT_DotProd) */
+    bool i8mm;        /* AArch64 SMMLA (FEAT_I8MM), with dotprod */
 } sp_cpu_features;
 
 const sp_cpu_features *sp_cpu_features_get(void);
@@ -32,6 +39,8 @@ typedef enum sp_simd_level {
     SP_SIMD_AVX2,       /* AVX2 + FMA + F16C */
     SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL (+ FMA, F16C) */
     SP_SIMD_NEON,       /* AArch64 Advanced SIMD (ARMv8.0) */
+    SP_SIMD_DOTPROD,    /* NEON + SDOT/UDOT */
+    SP_SIMD_I8MM,       /* NEON + SDOT + SMMLA */
     SP_SIMD_COUNT
 } sp_simd_level;
 
@@ -40,7 +49,7 @@ sp_simd_level sp_simd_supported(void);
 sp_simd_level sp_simd_current(void);
 
 /* Whether `level` can run here: scalar always; on x86-64 the levels up to
- * sp_simd_supported(); on AArch64 NEON. (Levels are ordered within one
+ * sp_simd_supported(); on AArch64 those from NEON up to it. (Levels are ordered within one
  * ISA only, so "at most the supported level" is not enough.) */
 bool sp_simd_available(sp_simd_level level);
 
@@ -54,6 +63,10 @@ const char *sp_simd_name(sp_simd_level level);
 /* Whether the AVX-512 kernels (and so any of the VNNI / BF16 ones) run:
  * the AVX-512 level is in use. */
 bool sp_simd_avx512_active(void);
+
+/* Whether one of the AArch64 levels (neon, dotprod, i8mm) is in use: the
+ * NEON f32 kernels run at each. */
+bool sp_simd_neon_active(void);
 
 /* Numerics of the kernels, SPINDLE_PRECISION=exact|high|fast (default high):
  *   exact  activations stay f32 in every product (results differ from a

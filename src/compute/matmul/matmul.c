@@ -160,7 +160,9 @@ const sp_mm_kernels *sp_mm_active(void) {
     case SP_SIMD_AVX512: return &sp_mm_kernels_avx512;
     case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
 #elif defined(__aarch64__)
-    case SP_SIMD_NEON: return &sp_mm_kernels_neon;
+    case SP_SIMD_NEON:
+    case SP_SIMD_DOTPROD: /* (integer kernels of their own, same f32 ones) */
+    case SP_SIMD_I8MM: return &sp_mm_kernels_neon;
 #endif
     default: return NULL;
     }
