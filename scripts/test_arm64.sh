@@ -20,7 +20,7 @@ OUT=build-arm64
 JOBS=${JOBS:-2}
 # Compute tests only; each runs every level the CPU has (scalar, neon,
 # dotprod, i8mm under -cpu max) against its reference.
-TESTS="test_matmul test_matmul_check test_matmul_ggml test_ggml_dot test_ops test_attention test_linear_attention test_rope test_rope_interleaved test_threadpool"
+TESTS="test_matmul test_matmul_check test_matmul_vnni test_matmul_ggml test_ggml_dot test_ops test_attention test_linear_attention test_rope test_rope_interleaved test_threadpool"
 
 scripts/apt_install.sh test_arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 
@@ -37,13 +37,14 @@ aarch64-linux-gnu-ar rcs "$OUT/libcompute.a" "$OUT"/obj/*.o
 # The NEON table and the dotprod / i8mm kernels must really be in the
 # library (not empty translation units because of a wrong guard), and the
 # extensions' instructions only in their files (the base build is plain
-# ARMv8-A: no SDOT or SMMLA elsewhere).
+# ARMv8-A: no SDOT or SMMLA elsewhere; matmul_int8_neon.c: the MLX affine
+# int8 rows).
 aarch64-linux-gnu-nm "$OUT/libcompute.a" | grep -E ' [DR] sp_mm_kernels_neon$' >/dev/null ||
   { echo "test_arm64: sp_mm_kernels_neon missing from the aarch64 build"; exit 1; }
 for o in "$OUT"/obj/*.o; do
   n=$(aarch64-linux-gnu-objdump -d "$o" | grep -cE '[[:space:]](sdot|udot|smmla|ummla|usmmla)[[:space:]]' || true)
   case "$(basename "$o")" in
-    ggml_dot_neon.o|ggml_dot_kquants_neon.o)
+    ggml_dot_neon.o|ggml_dot_kquants_neon.o|matmul_int8_neon.o)
       [ "$n" -gt 0 ] || { echo "test_arm64: no SDOT/SMMLA in $o"; exit 1; } ;;
     *) [ "$n" -eq 0 ] || { echo "test_arm64: SDOT/SMMLA outside the dotprod/i8mm files: $o"; exit 1; } ;;
   esac

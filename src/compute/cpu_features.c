@@ -108,7 +108,8 @@ static bool sp_level_runs(int level, sp_simd_level cpu) {
  * one by one with the _force functions). */
 static void sp_apply_precision(int p) {
     atomic_store(&sp_precision_now, p);
-    atomic_store(&sp_int8_on, sp_cpu.avx512vnni && p != SP_PRECISION_EXACT);
+    atomic_store(&sp_int8_on, (sp_cpu.avx512vnni || sp_cpu.dotprod) &&
+                                  p != SP_PRECISION_EXACT);
     atomic_store(&sp_bf16_on, sp_cpu.avx512bf16 && p == SP_PRECISION_FAST);
 }
 
@@ -183,12 +184,14 @@ bool sp_simd_avx512_active(void) {
 }
 
 bool sp_mm_int8_active(void) {
-    return sp_simd_avx512_active() && atomic_load(&sp_int8_on);
+    const sp_simd_level l = sp_simd_current();
+    return (l == SP_SIMD_AVX512 || l == SP_SIMD_DOTPROD || l == SP_SIMD_I8MM) &&
+           atomic_load(&sp_int8_on);
 }
 
 bool sp_mm_int8_force(bool on) {
     sp_cpu_ready();
-    if (on && !sp_cpu.avx512vnni) return false;
+    if (on && !sp_cpu.avx512vnni && !sp_cpu.dotprod) return false;
     atomic_store(&sp_int8_on, on);
     return true;
 }

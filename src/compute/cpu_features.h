@@ -88,10 +88,11 @@ void sp_mm_precision_force(sp_precision p);
 const char *sp_mm_precision_name(sp_precision p);
 
 /* Whether the int8-activation kernels (AVX-512 VNNI: matmul_vnni*.c,
- * ggml_gemm_vnni.c) run: in the high and fast modes, on a CPU with AVX-512
- * VNNI, while the AVX-512 level is in use. sp_mm_int8_force switches the
- * MLX affine ones (tests, benchmarks); it returns false, changing nothing,
- * if the CPU lacks VNNI. */
+ * ggml_gemm_vnni.c; AArch64 dotprod: matmul_int8_neon.c) run: in the high
+ * and fast modes, on a CPU with AVX-512 VNNI (or dotprod), while the
+ * AVX-512 (or dotprod / i8mm) level is in use. sp_mm_int8_force switches
+ * the MLX affine ones (tests, benchmarks); it returns false, changing
+ * nothing, if the CPU lacks both. */
 bool sp_mm_int8_active(void);
 bool sp_mm_int8_force(bool on);
 

@@ -690,13 +690,19 @@ static void test_unusable_weight(void **state) {
     assert_true(isnan(row[0]));
 }
 
-/* The opt-in int8-activation kernel (SPINDLE_MATMUL_INT8, AVX-512 VNNI).
+/* The opt-in int8-activation kernel (SPINDLE_MATMUL_INT8, AVX-512 VNNI;
+ * AArch64: dotprod).
  * Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
  * 128-column chunk, moves each term by at most |s q_j| dx / 2 (0.51 allows
  * for the rounded 1 / dx), on top of the f32 tolerance of check_close. */
 static void test_int8_affine(void **state) {
     (void)state;
-    if (sp_simd_supported() < SP_SIMD_AVX512 || !sp_mm_int8_force(true)) {
+#if defined(__aarch64__)
+    const sp_simd_level int8_level = SP_SIMD_DOTPROD;
+#else
+    const sp_simd_level int8_level = SP_SIMD_AVX512;
+#endif
+    if (!sp_simd_available(int8_level) || !sp_mm_int8_force(true)) {
         skip();
         return;
     }
@@ -721,7 +727,7 @@ static void test_int8_affine(void **state) {
         assert_true(x && y);
         for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
         for (int p = 0; p < 2; p++) {
-            assert_true(sp_simd_force(SP_SIMD_AVX512) && sp_mm_int8_force(true));
+            assert_true(sp_simd_force(int8_level) && sp_mm_int8_force(true));
             sp_matmul(pools[p], &tw.w, x, nt, y);
             for (int t = 0; t < nt; t++)
                 for (int64_t r = 0; r < rows; r++) {

@@ -1,4 +1,6 @@
-/* sp_mm_rows_vnni (matmul_vnni.c): MLX affine 4/8-bit and mxfp4 rows times
+/* sp_mm_rows_vnni (matmul_vnni.c; on AArch64 dotprod its SDOT twin
+ * sp_mm_rows_dotprod, matmul_int8_neon.c, held to the same bounds): MLX
+ * affine 4/8-bit and mxfp4 rows times
  * int8 activation levels, against a double-precision reference of
  * sum_j (s q_j + b) x_j built here from the codes, scales and biases (for
  * mxfp4, the affine form of its values).
@@ -40,15 +42,27 @@ static bool have_vnni(void) {
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__)
+    return sp_simd_available(SP_SIMD_DOTPROD);
 #else
     return false;
+#endif
+}
+
+/* The kernel under test: this architecture's. */
+static bool rows_int8(const sp_weight *w, const float *x, int nt, float *y,
+                      int64_t r0, int64_t r1, int levels) {
+#if defined(__aarch64__)
+    return sp_mm_rows_dotprod(w, x, nt, y, r0, r1, levels);
+#else
+    return sp_mm_rows_vnni(w, x, nt, y, r0, r1, levels);
 #endif
 }
 
 #define SKIP_WITHOUT_VNNI()                                                    \
     do {                                                                       \
         if (!have_vnni()) {                                                    \
-            print_message("skipped: this CPU lacks AVX-512 VNNI\n");           \
+            print_message("skipped: this CPU lacks AVX-512 VNNI / dotprod\n"); \
             skip();                                                            \
             return;                                                            \
         }                                                                      \
@@ -234,8 +248,8 @@ static void test_against_reference(void **state) {
             for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
             /* two calls over a split range, as two pool threads make */
             const int64_t mid = rows / 2;
-            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, mid, levels));
-            assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, mid, rows, levels));
+            assert_true(rows_int8(&t.w, x, nt, y, 0, mid, levels));
+            assert_true(rows_int8(&t.w, x, nt, y, mid, rows, levels));
             check(&t, x, nt, y, 0, rows, levels);
             if (nt > 1) /* the all-zero token gives exactly 0 */
                 for (int64_t r = 0; r < rows; r++) assert_true(y[rows + r] == 0.0f);
@@ -263,8 +277,8 @@ static void test_mxfp4(void **state) {
             make_x(x, nt, cols);
             for (int levels = 1; levels <= 3; levels++) {
                 for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
-                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, 0, rows / 2, levels));
-                assert_true(sp_mm_rows_vnni(&t.w, x, nt, y, rows / 2, rows, levels));
+                assert_true(rows_int8(&t.w, x, nt, y, 0, rows / 2, levels));
+                assert_true(rows_int8(&t.w, x, nt, y, rows / 2, rows, levels));
                 check(&t, x, nt, y, 0, rows, levels);
             }
             free(x);
@@ -274,7 +288,7 @@ static void test_mxfp4(void **state) {
     tw t;
     make_mxfp4_weight(&t, 3, 96, 0); /* not a whole 64-byte load */
     float x[96], y[3];
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 3, 3));
+    assert_false(rows_int8(&t.w, x, 1, y, 0, 3, 3));
     free_weight(&t);
 }
 
@@ -290,7 +304,7 @@ static void test_three_levels_match_f32(void **state) {
         make_weight(&t, rows, cols, bits, 64, SP_DTYPE_BF16, 1);
         float x[2 * 2048], y3[2 * 64], yf[2 * 64];
         for (int64_t i = 0; i < nt * cols; i++) x[i] = rng_unit();
-        assert_true(sp_mm_rows_vnni(&t.w, x, nt, y3, 0, rows, 3));
+        assert_true(rows_int8(&t.w, x, nt, y3, 0, rows, 3));
         sp_mm_int8_force(false);
         sp_mm_precision_force(SP_PRECISION_EXACT);
         sp_matmul(NULL, &t.w, x, nt, yf);
@@ -317,26 +331,26 @@ static void test_coverage_and_range(void **state) {
     float x[4 * 256], y[4 * 5];
     for (int i = 0; i < 4 * 256; i++) x[i] = rng_unit();
     for (int i = 0; i < 20; i++) y[i] = -7.0f;
-    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 0, 0, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 5, y, 0, 5, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 0, y, 0, 5, 3));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 0));
-    assert_false(sp_mm_rows_vnni(&t.w, x, 1, y, 0, 5, 4));
+    assert_true(rows_int8(&t.w, x, 4, y, 0, 0, 3));
+    assert_false(rows_int8(&t.w, x, 5, y, 0, 5, 3));
+    assert_false(rows_int8(&t.w, x, 0, y, 0, 5, 3));
+    assert_false(rows_int8(&t.w, x, 1, y, 0, 5, 0));
+    assert_false(rows_int8(&t.w, x, 1, y, 0, 5, 4));
     sp_weight bad = t.w;
     bad.bits = 3;
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(rows_int8(&bad, x, 1, y, 0, 0, 1));
     bad = t.w;
     bad.cols = 192; /* not a whole 64-byte load of 4-bit codes */
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(rows_int8(&bad, x, 1, y, 0, 0, 1));
     bad = t.w;
     bad.cols = 65536; /* with 2 tokens, more than the scratch holds */
-    assert_true(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
-    assert_false(sp_mm_rows_vnni(&bad, x, 2, y, 0, 0, 1));
+    assert_true(rows_int8(&bad, x, 1, y, 0, 0, 1));
+    assert_false(rows_int8(&bad, x, 2, y, 0, 0, 1));
     bad = t.w;
     bad.type = SP_W_BF16;
-    assert_false(sp_mm_rows_vnni(&bad, x, 1, y, 0, 0, 1));
+    assert_false(rows_int8(&bad, x, 1, y, 0, 0, 1));
     for (int i = 0; i < 20; i++) assert_true(y[i] == -7.0f);
-    assert_true(sp_mm_rows_vnni(&t.w, x, 4, y, 1, 3, 2));
+    assert_true(rows_int8(&t.w, x, 4, y, 1, 3, 2));
     for (int k = 0; k < 4; k++)
         for (int r = 0; r < 5; r++)
             assert_true((y[k * 5 + r] == -7.0f) == (r < 1 || r >= 3));

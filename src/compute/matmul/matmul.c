@@ -114,13 +114,23 @@ static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     }
 }
 
+/* The few-token int8-activation kernel of this architecture: AVX-512 VNNI
+ * on x86-64, dotprod on AArch64 (each refuses everything elsewhere). */
+#if defined(__aarch64__)
+#define sp_mm_rows_int8 sp_mm_rows_dotprod
+#define sp_mm_rows_int8_covers sp_mm_rows_dotprod_covers
+#else
+#define sp_mm_rows_int8 sp_mm_rows_vnni
+#define sp_mm_rows_int8_covers sp_mm_rows_vnni_covers
+#endif
+
 /* Few tokens: the fused kernels stream each weight row once. (A kernel can
  * still refuse at run time, out of scratch memory: then the next path.) */
 static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
                              int thread_id) {
     const sp_mm_job *job = ctx;
     if (job->path == SP_MM_PATH_ROWS_INT8 &&
-        sp_mm_rows_vnni(job->w, job->x, job->n_tokens, job->y, r0, r1,
+        sp_mm_rows_int8(job->w, job->x, job->n_tokens, job->y, r0, r1,
                         job->levels))
         return;
     if (job->k && job->k->rows(job->w, job->x, job->n_tokens, job->y, r0, r1))
@@ -144,7 +154,7 @@ static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
                                const sp_mm_kernels *k, int levels) {
     const bool int8 = k && sp_mm_int8_active();
     if (n_tokens <= SP_MM_SMALL_TOKENS) {
-        if (int8 && sp_mm_rows_vnni_covers(w, n_tokens, levels))
+        if (int8 && sp_mm_rows_int8_covers(w, n_tokens, levels))
             return SP_MM_PATH_ROWS_INT8;
         if (k && k->covers(w, n_tokens)) return SP_MM_PATH_ROWS;
         return SP_MM_PATH_TILES;
