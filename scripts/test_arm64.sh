@@ -9,8 +9,10 @@
 # the tests use a small cmocka stand-in (tests/arm64/cmocka.h), so no
 # AArch64 builds of libcjson, pcre2, utf8proc or cmocka are needed.
 #
-#   scripts/test_arm64.sh   (build dir: build-arm64/; ~30 s here once the
-#                            packages are installed)
+#   scripts/test_arm64.sh   (build dir: build-arm64/; ~2 min of CPU time
+#                            once the packages are installed: 115 s user
+#                            measured here, of which ~35 s are the dotprod /
+#                            i8mm levels and their tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
