@@ -90,6 +90,13 @@ static sp_simd_level sp_best_level(const sp_cpu_features *f) {
     return SP_SIMD_SCALAR;
 }
 
+/* The AArch64 levels, each a superset of the one before (so compared by
+ * value only among themselves, whatever x86 levels the enum has). */
+static bool sp_arm_level(int level) {
+    return level == SP_SIMD_NEON || level == SP_SIMD_DOTPROD ||
+           level == SP_SIMD_I8MM;
+}
+
 /* Whether `level` runs on a CPU whose best level is `cpu`. */
 static bool sp_level_runs(int level, sp_simd_level cpu) {
     switch (level) {
@@ -98,8 +105,7 @@ static bool sp_level_runs(int level, sp_simd_level cpu) {
     case SP_SIMD_AVX512: return cpu == SP_SIMD_AVX512;
     case SP_SIMD_NEON:
     case SP_SIMD_DOTPROD:
-    case SP_SIMD_I8MM: /* the AArch64 levels, each a superset of the last */
-        return cpu >= SP_SIMD_NEON && level <= (int)cpu;
+    case SP_SIMD_I8MM: return sp_arm_level((int)cpu) && level <= (int)cpu;
     default: return false;
     }
 }
@@ -211,10 +217,7 @@ bool sp_ggml_vnni_active(void) {
     return sp_simd_avx512_active() && sp_cpu.avx512vnni;
 }
 
-bool sp_simd_neon_active(void) {
-    const sp_simd_level l = sp_simd_current();
-    return l == SP_SIMD_NEON || l == SP_SIMD_DOTPROD || l == SP_SIMD_I8MM;
-}
+bool sp_simd_neon_active(void) { return sp_arm_level((int)sp_simd_current()); }
 
 const char *sp_mm_precision_name(sp_precision p) {
     switch (p) {
