@@ -103,7 +103,8 @@ SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
 stage "fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-20})"
 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 
-# The AArch64 NEON kernels, cross-compiled and tested under qemu-user.
+# The AArch64 kernels (NEON, dotprod, i8mm), cross-compiled and tested under
+# qemu-user at every level.
 stage "AArch64 (qemu-user)"
 scripts/test_arm64.sh
 

@@ -12,6 +12,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 static pthread_once_t sp_cpu_once = PTHREAD_ONCE_INIT;
@@ -65,7 +67,23 @@ static void sp_detect_x86(sp_cpu_features *f) {
 }
 #endif
 
+#if defined(__aarch64__)
+/* Advanced SIMD is mandatory in ARMv8-A; the dot-product (ARMv8.2, SDOT)
+ * and int8 matrix-multiply (ARMv8.6, SMMLA) extensions are reported by
+ * the kernel in the auxiliary vector (Linux only: elsewhere plain NEON). */
+static void sp_detect_arm(sp_cpu_features *f) {
+    f->neon = true;
+#if defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f->dotprod = (hw & (1ul << 20)) != 0;                /* HWCAP_ASIMDDP */
+    f->i8mm = f->dotprod && (hw2 & (1ul << 13)) != 0;    /* HWCAP2_I8MM */
+#endif
+}
+#endif
+
 static sp_simd_level sp_best_level(const sp_cpu_features *f) {
+    if (f->i8mm) return SP_SIMD_I8MM;
+    if (f->dotprod) return SP_SIMD_DOTPROD;
     if (f->neon) return SP_SIMD_NEON;
     if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma &&
         f->f16c)
@@ -73,6 +91,13 @@ static sp_simd_level sp_best_level(const sp_cpu_features *f) {
     if (f->avxvnni) return SP_SIMD_AVXVNNI;
     if (f->avx2 && f->fma && f->f16c) return SP_SIMD_AVX2;
     return SP_SIMD_SCALAR;
+}
+
+/* The AArch64 levels, each a superset of the one before (so compared by
+ * value only among themselves, whatever x86 levels the enum has). */
+static bool sp_arm_level(int level) {
+    return level == SP_SIMD_NEON || level == SP_SIMD_DOTPROD ||
+           level == SP_SIMD_I8MM;
 }
 
 /* Whether `level` runs on a CPU whose best level is `cpu` (features f). */
@@ -85,7 +110,9 @@ static bool sp_level_runs(int level, sp_simd_level cpu,
                cpu == SP_SIMD_AVX512;
     case SP_SIMD_AVXVNNI: return f->avxvnni;
     case SP_SIMD_AVX512: return cpu == SP_SIMD_AVX512;
-    case SP_SIMD_NEON: return cpu == SP_SIMD_NEON;
+    case SP_SIMD_NEON:
+    case SP_SIMD_DOTPROD:
+    case SP_SIMD_I8MM: return sp_arm_level((int)cpu) && level <= (int)cpu;
     default: return false;
     }
 }
@@ -94,7 +121,8 @@ static bool sp_level_runs(int level, sp_simd_level cpu,
  * one by one with the _force functions). */
 static void sp_apply_precision(int p) {
     atomic_store(&sp_precision_now, p);
-    atomic_store(&sp_int8_on, sp_cpu.avx2 && p != SP_PRECISION_EXACT);
+    atomic_store(&sp_int8_on, (sp_cpu.avx2 || sp_cpu.dotprod) &&
+                                  p != SP_PRECISION_EXACT);
     atomic_store(&sp_bf16_on, sp_cpu.avx512bf16 && p == SP_PRECISION_FAST);
 }
 
@@ -102,7 +130,7 @@ static void sp_cpu_init(void) {
 #if defined(__x86_64__)
     sp_detect_x86(&sp_cpu);
 #elif defined(__aarch64__)
-    sp_cpu.neon = true; /* Advanced SIMD is mandatory in ARMv8-A */
+    sp_detect_arm(&sp_cpu);
 #endif
     sp_simd_cpu = sp_best_level(&sp_cpu);
 
@@ -138,6 +166,8 @@ const char *sp_simd_name(sp_simd_level level) {
     case SP_SIMD_AVXVNNI: return "avxvnni";
     case SP_SIMD_AVX512: return "avx512";
     case SP_SIMD_NEON: return "neon";
+    case SP_SIMD_DOTPROD: return "dotprod";
+    case SP_SIMD_I8MM: return "i8mm";
     case SP_SIMD_COUNT: break;
     }
     return "?";
@@ -169,7 +199,8 @@ bool sp_simd_avx512_active(void) {
 
 bool sp_mm_int8_active(void) {
     const sp_simd_level l = sp_simd_current();
-    return (l == SP_SIMD_AVX2 || l == SP_SIMD_AVXVNNI || l == SP_SIMD_AVX512) &&
+    return (l == SP_SIMD_AVX2 || l == SP_SIMD_AVXVNNI || l == SP_SIMD_AVX512 ||
+            l == SP_SIMD_DOTPROD || l == SP_SIMD_I8MM) &&
            atomic_load(&sp_int8_on);
 }
 
@@ -179,7 +210,7 @@ bool sp_mm_int8_gemm_active(void) {
 
 bool sp_mm_int8_force(bool on) {
     sp_cpu_ready();
-    if (on && !sp_cpu.avx2) return false;
+    if (on && !sp_cpu.avx2 && !sp_cpu.dotprod) return false;
     atomic_store(&sp_int8_on, on);
     return true;
 }
@@ -198,6 +229,8 @@ bool sp_mm_bf16_force(bool on) {
 bool sp_ggml_vnni_active(void) {
     return sp_simd_avx512_active() && sp_cpu.avx512vnni;
 }
+
+bool sp_simd_neon_active(void) { return sp_arm_level((int)sp_simd_current()); }
 
 const char *sp_mm_precision_name(sp_precision p) {
     switch (p) {

@@ -6,8 +6,13 @@
  * compiled with target attributes in their own files (simd_target.h) and
  * chosen once, at first use, from what the CPU reports.
  * SPINDLE_SIMD=scalar|avx2|avxvnni|avx512 may lower the choice, never raise
- * it above the CPU (avxvnni only where the CPU has AVX-VNNI). AArch64 has NEON (baseline there, no check needed;
- * SPINDLE_SIMD=scalar still forces the portable path). Other architectures
+ * it above the CPU (avxvnni only where the CPU has AVX-VNNI). AArch64 has
+ * NEON (baseline there, no check needed) and, where the auxiliary vector
+ * reports them (getauxval AT_HWCAP / AT_HWCAP2), the dot-product and int8
+ * matrix-multiply extensions: SPINDLE_SIMD=scalar|neon|dotprod|i8mm lowers
+ * the choice there as on x86 (the f32 kernels are the NEON ones at all
+ * three; dotprod and i8mm add integer kernels, compiled with target
+ * attributes so that the base build stays plain ARMv8-A). Other architectures
  * run only the portable code. Every query is thread-safe; the first one
  * detects. */
 #ifndef SP_COMPUTE_CPU_FEATURES_H
@@ -24,6 +29,8 @@ typedef struct sp_cpu_features {
     bool avxvnni;     /* vpdpbusd (VEX, ymm): AVX-VNNI, with AVX2 */
     bool avx512bf16;  /* vdpbf16ps */
     bool neon;        /* AArch64 Advanced SIMD */
+    bool dotprod;     /* AArch64 SDOT / UDOT (FEAT_DotProd) */
+    bool i8mm;        /* AArch64 SMMLA (FEAT_I8MM), with dotprod */
 } sp_cpu_features;
 
 const sp_cpu_features *sp_cpu_features_get(void);
@@ -34,6 +41,8 @@ typedef enum sp_simd_level {
     SP_SIMD_AVXVNNI,    /* AVX2's + AVX-VNNI: the int8 products on ymm */
     SP_SIMD_AVX512,     /* AVX-512 F/BW/DQ/VL (+ FMA, F16C) */
     SP_SIMD_NEON,       /* AArch64 Advanced SIMD (ARMv8.0) */
+    SP_SIMD_DOTPROD,    /* NEON + SDOT/UDOT */
+    SP_SIMD_I8MM,       /* NEON + SDOT + SMMLA */
     SP_SIMD_COUNT
 } sp_simd_level;
 
@@ -43,7 +52,7 @@ sp_simd_level sp_simd_current(void);
 
 /* Whether `level` can run here: scalar always; on x86-64 the levels up to
  * sp_simd_supported(), avxvnni only with AVX-VNNI (a CPU may have AVX-512
- * without it, or it without AVX-512); on AArch64 NEON. (Levels are ordered within one
+ * without it, or it without AVX-512); on AArch64 those from NEON up to it. (Levels are ordered within one
  * ISA only, so "at most the supported level" is not enough.) */
 bool sp_simd_available(sp_simd_level level);
 
@@ -57,6 +66,10 @@ const char *sp_simd_name(sp_simd_level level);
 /* Whether the AVX-512 kernels (and so any of the VNNI / BF16 ones) run:
  * the AVX-512 level is in use. */
 bool sp_simd_avx512_active(void);
+
+/* Whether one of the AArch64 levels (neon, dotprod, i8mm) is in use: the
+ * NEON f32 kernels run at each. */
+bool sp_simd_neon_active(void);
 
 /* Numerics of the kernels, SPINDLE_PRECISION=exact|high|fast (default high):
  *   exact  activations stay f32 in every product (results differ from a
@@ -80,10 +93,11 @@ const char *sp_mm_precision_name(sp_precision p);
 /* Whether the int8-activation kernels of MLX affine rows run: in the high
  * and fast modes, at a level that has them (avx2: vpmaddubsw + vpmaddwd,
  * avxvnni: VEX vpdpbusd, matmul_int8_avx2.c; avx512: AVX-512 VNNI,
- * matmul_vnni.c, else the avx2 ones). sp_mm_int8_force switches them
- * (tests, benchmarks); it returns false, changing nothing, if the CPU has
- * none (no AVX2). The prefill GEMMs (matmul_vnni_gemm.c, ggml_gemm_vnni.c)
- * run only at the avx512 level on a CPU with AVX-512 VNNI. */
+ * matmul_vnni.c, else the avx2 ones; AArch64 dotprod / i8mm: SDOT,
+ * matmul_int8_neon.c). sp_mm_int8_force switches them (tests, benchmarks);
+ * it returns false, changing nothing, if the CPU has none (no AVX2 or
+ * dotprod). The prefill GEMMs (matmul_vnni_gemm.c, ggml_gemm_vnni.c) run
+ * only at the avx512 level on a CPU with AVX-512 VNNI. */
 bool sp_mm_int8_active(void);
 bool sp_mm_int8_force(bool on);
 /* Whether the int8 prefill GEMM of MLX affine weights runs: int8 active,

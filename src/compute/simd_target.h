@@ -39,4 +39,10 @@
 #define SP_TARGET_AVX512_BF16 \
     "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c"
 
+/* AArch64. gcc's arm_neon.h compiles SDOT and SMMLA for ARMv8.2-A plus
+ * the extension, and inlines them only into functions whose target has
+ * at least that (a CPU with either extension implements ARMv8.2-A). */
+#define SP_TARGET_DOTPROD "arch=armv8.2-a+dotprod"
+#define SP_TARGET_I8MM "arch=armv8.2-a+dotprod+i8mm"
+
 #endif

@@ -40,6 +40,7 @@ static void cm_fail(const char *file, int line, const char *fmt, ...) {
 
 #define fail_msg(...) cm_fail(__FILE__, __LINE__, __VA_ARGS__)
 #define skip() longjmp(cm_test_exit, CM_SKIPPED)
+#define print_message(...) printf(__VA_ARGS__)
 #define assert_true(c) \
     do { if (!(c)) cm_fail(__FILE__, __LINE__, "assertion failed: %s", #c); } while (0)
 #define assert_false(c) assert_true(!(c))

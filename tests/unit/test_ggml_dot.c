@@ -366,8 +366,8 @@ static void test_levels(void **s) {
     const sp_simd_level top = sp_simd_supported();
     const sp_precision modes[] = {SP_PRECISION_HIGH, SP_PRECISION_FAST,
                                   SP_PRECISION_EXACT};
-    for (int lv = 0; lv <= (int)top; lv++) {
-        if (!sp_simd_available((sp_simd_level)lv)) continue; /* avxvnni */
+    for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
+        if (!sp_simd_available((sp_simd_level)lv)) continue;
         assert_true(sp_simd_force((sp_simd_level)lv));
         for (size_t m = 0; m < 3; m++) {
             sp_mm_precision_force(modes[m]);
@@ -390,7 +390,7 @@ static void test_levels(void **s) {
  * are and are not multiples of the 6-token micro-kernel, 1 and 2 threads. */
 static void test_prefill(void **s) {
     (void)s;
-    if (sp_simd_supported() < SP_SIMD_AVX512 ||
+    if (!sp_simd_available(SP_SIMD_AVX512) ||
         !sp_ggml_gemm_covered(SP_GGML_Q4_0, 256)) {
         skip();
         return;
@@ -431,7 +431,7 @@ static void test_prefill(void **s) {
  * scale jumps, plus a block with an inf and a NaN. */
 static void test_split_levels_agree(void **s) {
     (void)s;
-    if (sp_simd_supported() < SP_SIMD_AVX512) {
+    if (!sp_simd_available(SP_SIMD_AVX512)) {
         skip();
         return;
     }
@@ -471,32 +471,56 @@ static void test_coverage(void **s) {
     assert_false(sp_ggml_dot_covered(SP_GGML_Q8_K, 256));
 }
 
-/* On an AVX2 CPU, the AVX2 level has its own kernel for every type (none
- * falls back to the portable loop, which test_levels could not tell). */
-static void test_avx2_covers_all(void **s) {
+/* Every SIMD level with integer kernels has its own kernel for every type
+ * (none falls back to the portable loop, which test_levels could not
+ * tell): AVX2 on x86-64; dotprod on AArch64, and i8mm for the 32-column
+ * block types (the k-quants stay on SDOT there). One and two tokens (the
+ * i8mm kernels leave one token to SDOT). */
+static bool level_kernel(sp_simd_level level, const sp_weight *w,
+                         const sp_ggml_act *act, int nt, float *y) {
+    switch (level) {
+    case SP_SIMD_AVX2:
+        return sp_ggml_rows_q8_avx2(w, act, nt, y, 0, 1) ||
+               sp_ggml_rows_q8_kquants_avx2(w, act, nt, y, 0, 1);
+    case SP_SIMD_DOTPROD:
+        return sp_ggml_rows_q8_dotprod(w, act, nt, y, 0, 1) ||
+               sp_ggml_rows_q8_kquants_dotprod(w, act, nt, y, 0, 1);
+    case SP_SIMD_I8MM:
+        return sp_ggml_rows_q8_i8mm(w, act, nt, y, 0, 1) ||
+               (sp_ggml_traits(w->ggml_type)->block_size == 256 &&
+                sp_ggml_rows_q8_kquants_dotprod(w, act, nt, y, 0, 1));
+    default: return true;
+    }
+}
+
+static void test_levels_cover_all(void **s) {
     (void)s;
-#if defined(__x86_64__)
-    if (!sp_simd_available(SP_SIMD_AVX2)) {
-        skip();
-        return;
-    }
-    static sp_ggml_act act;
-    float x[256], y[1];
+    static const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_DOTPROD,
+                                           SP_SIMD_I8MM};
+    static sp_ggml_act act[2];
+    float x[256], y[2];
     fill_acts(x, 256, 0);
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        size_t rb;
-        unsigned char *data = make_weights(&types[i], 1, 256, &rb);
-        const sp_weight w = {.type = SP_W_GGML, .rows = 1, .cols = 256,
-                             .data = data, .ggml_type = types[i].type};
-        assert_true(sp_ggml_quantize_act(sp_ggml_dot_act_type(types[i].type), x, 256, &act));
-        if (!sp_ggml_rows_q8_avx2(&w, &act, 1, y, 0, 1) &&
-            !sp_ggml_rows_q8_kquants_avx2(&w, &act, 1, y, 0, 1))
-            fail_msg("no AVX2 kernel for %s", sp_ggml_traits(types[i].type)->name);
-        free(data);
+    int checked = 0;
+    for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
+        if (!sp_simd_available(levels[l])) continue;
+        checked++;
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            size_t rb;
+            unsigned char *data = make_weights(&types[i], 1, 256, &rb);
+            const sp_weight w = {.type = SP_W_GGML, .rows = 1, .cols = 256,
+                                 .data = data, .ggml_type = types[i].type};
+            for (int t = 0; t < 2; t++)
+                assert_true(sp_ggml_quantize_act(
+                    sp_ggml_dot_act_type(types[i].type), x, 256, &act[t]));
+            for (int nt = 1; nt <= 2; nt++)
+                if (!level_kernel(levels[l], &w, act, nt, y))
+                    fail_msg("no %s kernel for %s (%d tokens)",
+                             sp_simd_name(levels[l]),
+                             sp_ggml_traits(types[i].type)->name, nt);
+            free(data);
+        }
     }
-#else
-    skip();
-#endif
+    if (!checked) skip();
 }
 
 int main(void) {
@@ -506,7 +530,7 @@ int main(void) {
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_split_levels_agree),
         cmocka_unit_test(test_coverage),
-        cmocka_unit_test(test_avx2_covers_all),
+        cmocka_unit_test(test_levels_cover_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

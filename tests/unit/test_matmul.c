@@ -691,7 +691,7 @@ static void test_unusable_weight(void **state) {
 }
 
 /* The int8-activation row kernels through sp_matmul, at every level that
- * has one (avx2, avxvnni, avx512). Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
+ * has one (avx2, avxvnni, avx512; AArch64: dotprod, i8mm). Bound: rounding x_j to dx * round(x_j / dx), dx = max|x| / 127 over each
  * 128-column chunk, moves each term by at most |s q_j| dx / 2 (0.51 allows
  * for the rounded 1 / dx), on top of the f32 tolerance of check_close. */
 static void test_int8_affine(void **state) {
@@ -700,8 +700,13 @@ static void test_int8_affine(void **state) {
         skip();
         return;
     }
+#if defined(__aarch64__)
+    static const sp_simd_level int8_levels[] = {SP_SIMD_DOTPROD, SP_SIMD_I8MM,
+                                                SP_SIMD_I8MM};
+#else
     static const sp_simd_level int8_levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI,
                                                 SP_SIMD_AVX512};
+#endif
     static const int bits_list[] = {4, 8};
     static const int gs_list[] = {32, 64, 128};
     static const sp_dtype qts[] = {SP_DTYPE_F32, SP_DTYPE_F16, SP_DTYPE_BF16};
@@ -775,14 +780,17 @@ static void test_simd_levels(void **state) {
                          l == SP_SIMD_AVXVNNI ? sp_cpu_features_get()->avxvnni
                                               : lv <= (int)top);
 #elif defined(__aarch64__)
-        assert_int_equal(sp_simd_available(l), l == SP_SIMD_SCALAR || l == SP_SIMD_NEON);
+        assert_int_equal(sp_simd_available(l),
+                         l == SP_SIMD_SCALAR || (lv >= SP_SIMD_NEON && lv <= (int)top));
 #endif
         assert_int_equal(sp_simd_force(l), sp_simd_available(l));
         if (!sp_simd_available(l)) continue;
         assert_int_equal(sp_simd_current(), lv);
         if (l != SP_SIMD_SCALAR) {
             assert_non_null(sp_mm_active());
-            assert_string_equal(sp_mm_active()->name, sp_simd_name(l));
+            /* (the AArch64 levels share the NEON f32 kernels) */
+            assert_string_equal(sp_mm_active()->name,
+                                sp_simd_neon_active() ? "neon" : sp_simd_name(l));
         }
     }
     assert_false(sp_simd_force(SP_SIMD_COUNT));

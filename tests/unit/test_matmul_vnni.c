@@ -1,7 +1,8 @@
 /* The int8-activation row kernels of MLX affine 4/8-bit and mxfp4 rows,
  * each one the CPU runs: sp_mm_rows_vnni (AVX-512 VNNI, matmul_vnni.c),
  * sp_mm_rows_int8_avx2 and sp_mm_rows_int8_avxvnni (ymm,
- * matmul_int8_avx2.c), times int8 activation levels, against a double-precision reference of
+ * matmul_int8_avx2.c); on AArch64 sp_mm_rows_dotprod (SDOT,
+ * matmul_int8_neon.c, held to the same bounds), times int8 activation levels, against a double-precision reference of
  * sum_j (s q_j + b) x_j built here from the codes, scales and biases (for
  * mxfp4, the affine form of its values).
  *
@@ -55,10 +56,14 @@ static bool have_avx512vnni(void) {
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__)
+    return sp_simd_available(SP_SIMD_DOTPROD);
 #else
     return false;
 #endif
 }
+
+static bool have_dotprod(void) { return sp_simd_available(SP_SIMD_DOTPROD); }
 
 /* (CPUID 7.1 EAX bit 4: the builtin's name for it varies by compiler) */
 static bool have_avxvnni(void) { return have_avx2() && sp_cpu_features_get()->avxvnni; }
@@ -69,9 +74,13 @@ static const struct kernel {
     rows_fn *rows;
     bool (*runs)(void);
 } kernels[] = {
+#if defined(__aarch64__)
+    {"dotprod", sp_mm_rows_dotprod, have_dotprod},
+#else
     {"avx512 vnni", sp_mm_rows_vnni, have_avx512vnni},
     {"avx2", sp_mm_rows_int8_avx2, have_avx2},
     {"avxvnni", sp_mm_rows_int8_avxvnni, have_avxvnni},
+#endif
 };
 #define N_KERNELS (sizeof kernels / sizeof *kernels)
 

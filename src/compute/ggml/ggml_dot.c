@@ -3,8 +3,8 @@
  * kernels. Each portable row product follows ggml-cpu/quants.c
  * ggml_vec_dot_<type>_q8_<x>_generic: the same integer sums per block, the
  * same float expression per block, so that it is also the yardstick the SIMD
- * kernels (ggml_dot_avx2.c, ggml_dot_vnni.c, ggml_dot_kquants_vnni.c) are
- * held to. */
+ * kernels (ggml_dot_avx2.c, ggml_dot_vnni.c, ggml_dot_kquants_vnni.c,
+ * ggml_dot_neon.c, ggml_dot_kquants_neon.c) are held to. */
 #include "compute/ggml/ggml_dot.h"
 
 #include <math.h>
@@ -417,6 +417,13 @@ bool sp_ggml_rows_q8(const sp_weight *w, const sp_ggml_act *act, int n_tokens,
     if (level >= SP_SIMD_AVX2 &&
         (sp_ggml_rows_q8_avx2(w, act, n_tokens, y, r0, r1) ||
          sp_ggml_rows_q8_kquants_avx2(w, act, n_tokens, y, r0, r1)))
+        return true;
+#elif defined(__aarch64__)
+    if (level == SP_SIMD_I8MM && sp_ggml_rows_q8_i8mm(w, act, n_tokens, y, r0, r1))
+        return true;
+    if ((level == SP_SIMD_DOTPROD || level == SP_SIMD_I8MM) &&
+        (sp_ggml_rows_q8_dotprod(w, act, n_tokens, y, r0, r1) ||
+         sp_ggml_rows_q8_kquants_dotprod(w, act, n_tokens, y, r0, r1)))
         return true;
 #else
     (void)level;

@@ -122,6 +122,20 @@ bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,
 bool sp_ggml_rows_q8_kquants_vnni(const sp_weight *w, const sp_ggml_act *act,
                                   int n_tokens, float *y, int64_t r0, int64_t r1);
 
+/* AArch64 (ggml_dot_neon.c, ggml_dot_kquants_neon.c), same contract; false
+ * for a type left to the portable kernels (and everywhere off AArch64).
+ * dotprod: SDOT, the 32-column block types (q4_0, q8_0, q4_1, q5_0, q5_1,
+ * mxfp4), and the k-quants Q2_K .. Q6_K; i8mm: SMMLA, two rows by two tokens,
+ * for the 32-column block types (one token: the dotprod kernel). Only at
+ * those levels (sp_simd_available). */
+bool sp_ggml_rows_q8_dotprod(const sp_weight *w, const sp_ggml_act *act,
+                             int n_tokens, float *y, int64_t r0, int64_t r1);
+bool sp_ggml_rows_q8_kquants_dotprod(const sp_weight *w, const sp_ggml_act *act,
+                                     int n_tokens, float *y, int64_t r0,
+                                     int64_t r1);
+bool sp_ggml_rows_q8_i8mm(const sp_weight *w, const sp_ggml_act *act,
+                          int n_tokens, float *y, int64_t r0, int64_t r1);
+
 /* out[t] += sum_{k < n} w[k] * x[t * ldx + k] for t < nt (the f32 path of
  * precision exact), n a multiple of 16; the level picks the vector width. */
 void sp_ggml_span_dot(const float *w, const float *x, int64_t ldx, int nt,

@@ -132,7 +132,9 @@ static const sp_delta_kernels *delta_kernels(int k_dim, int v_dim) {
     case SP_SIMD_AVXVNNI: /* (no integer products here: AVX2's) */
     case SP_SIMD_AVX2: order[n++] = &sp_delta_kernels_avx2; break;
 #elif defined(__aarch64__)
-    case SP_SIMD_NEON: order[n++] = &sp_delta_kernels_neon; break;
+    case SP_SIMD_NEON:
+    case SP_SIMD_DOTPROD:
+    case SP_SIMD_I8MM: order[n++] = &sp_delta_kernels_neon; break;
 #endif
     default: break;
     }

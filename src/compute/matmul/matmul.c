@@ -56,7 +56,8 @@ typedef bool sp_int8_rows_fn(const sp_weight *w, const float *x, int n_tokens,
                              float *y, int64_t r0, int64_t r1, int levels);
 
 /* The int8 row kernel of the level in use (while sp_mm_int8_active()):
- * AVX-512 VNNI where the CPU has it, else the ymm ones. */
+ * AVX-512 VNNI where the CPU has it, else the ymm ones; dotprod (SDOT) on
+ * AArch64. */
 static sp_int8_rows_fn *sp_mm_int8_rows(void) {
 #if defined(__x86_64__)
     switch (sp_simd_current()) {
@@ -66,8 +67,19 @@ static sp_int8_rows_fn *sp_mm_int8_rows(void) {
     case SP_SIMD_AVXVNNI: return sp_mm_rows_int8_avxvnni;
     default: return sp_mm_rows_int8_avx2;
     }
+#elif defined(__aarch64__)
+    return sp_mm_rows_dotprod;
 #else
     return sp_mm_rows_vnni; /* (covers nothing there) */
+#endif
+}
+
+/* Whether that kernel covers w for n_tokens tokens and `levels`. */
+static bool sp_mm_int8_rows_cover(const sp_weight *w, int n_tokens, int levels) {
+#if defined(__aarch64__)
+    return sp_mm_rows_dotprod_covers(w, n_tokens, levels);
+#else
+    return sp_int8_rows_cover(w, n_tokens, levels);
 #endif
 }
 
@@ -135,6 +147,16 @@ static void sp_mm_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     }
 }
 
+/* The few-token int8-activation kernel of this architecture: AVX-512 VNNI
+ * on x86-64, dotprod on AArch64 (each refuses everything elsewhere). */
+#if defined(__aarch64__)
+#define sp_mm_rows_int8 sp_mm_rows_dotprod
+#define sp_mm_rows_int8_covers sp_mm_rows_dotprod_covers
+#else
+#define sp_mm_rows_int8 sp_mm_rows_vnni
+#define sp_mm_rows_int8_covers sp_mm_rows_vnni_covers
+#endif
+
 /* Few tokens: the fused kernels stream each weight row once. (A kernel can
  * still refuse at run time, out of scratch memory: then the next path.) */
 static void sp_mm_rows_range(void *ctx, int64_t r0, int64_t r1,
@@ -165,7 +187,7 @@ static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
                                const sp_mm_kernels *k, int levels) {
     const bool int8 = k && sp_mm_int8_active();
     if (n_tokens <= SP_MM_SMALL_TOKENS) {
-        if (int8 && sp_int8_rows_cover(w, n_tokens, levels))
+        if (int8 && sp_mm_int8_rows_cover(w, n_tokens, levels))
             return SP_MM_PATH_ROWS_INT8;
         if (k && k->covers(w, n_tokens)) return SP_MM_PATH_ROWS;
         return SP_MM_PATH_TILES;
@@ -183,7 +205,9 @@ const sp_mm_kernels *sp_mm_active(void) {
     case SP_SIMD_AVXVNNI: return &sp_mm_kernels_avxvnni;
     case SP_SIMD_AVX2: return &sp_mm_kernels_avx2;
 #elif defined(__aarch64__)
-    case SP_SIMD_NEON: return &sp_mm_kernels_neon;
+    case SP_SIMD_NEON:
+    case SP_SIMD_DOTPROD: /* (integer kernels of their own, same f32 ones) */
+    case SP_SIMD_I8MM: return &sp_mm_kernels_neon;
 #endif
     default: return NULL;
     }

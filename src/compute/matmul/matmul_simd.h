@@ -54,6 +54,12 @@ bool sp_mm_rows_vnni(const sp_weight *w, const float *x, int n_tokens,
                      float *y, int64_t r0, int64_t r1, int levels);
 /* Whether sp_mm_rows_vnni covers w for n_tokens tokens and `levels`. */
 bool sp_mm_rows_vnni_covers(const sp_weight *w, int n_tokens, int levels);
+/* The same kernel on AArch64 dotprod (matmul_int8_neon.c: SDOT, the same
+ * activation blocks and levels, so the same bounds), same contract; false
+ * off AArch64. */
+bool sp_mm_rows_dotprod(const sp_weight *w, const float *x, int n_tokens,
+                        float *y, int64_t r0, int64_t r1, int levels);
+bool sp_mm_rows_dotprod_covers(const sp_weight *w, int n_tokens, int levels);
 
 /* The same products on ymm (matmul_int8_avx2.c), covering the same formats
  * with the same integers per block: _avx2 with vpmaddubsw + vpmaddwd (call
