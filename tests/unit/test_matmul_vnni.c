@@ -63,7 +63,9 @@ static bool have_avx512vnni(void) {
 #endif
 }
 
+#if defined(__aarch64__)
 static bool have_dotprod(void) { return sp_simd_available(SP_SIMD_DOTPROD); }
+#endif
 
 /* (CPUID 7.1 EAX bit 4: the builtin's name for it varies by compiler) */
 static bool have_avxvnni(void) { return have_avx2() && sp_cpu_features_get()->avxvnni; }
