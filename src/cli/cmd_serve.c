@@ -1,6 +1,7 @@
 /* spindle serve: the OpenAI-compatible HTTP server (src/server/). */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/spec_args.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -37,6 +38,9 @@ static const char *serve_usage =
     "                          continues it and streams only what follows\n"
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
+    SP_ARG_SPEC_HELP
+    "                          (requests may change K: num_draft_tokens or\n"
+    "                          speculative.n_max, and speculative.n_min)\n"
     "  --verbose               one line per request on stderr\n";
 
 static bool int_opt(const char *a, const char *v, long lo, long hi, int *out) {
@@ -55,9 +59,11 @@ static bool size_opt(const char *a, const char *v, long lo, long hi, size_t *out
 
 /* 0: parsed; 1: --help printed; 2: a usage error (printed). */
 static int parse(int argc, char **argv, sp_server_options *o) {
+    sp_spec_args spec = {.spec = o->spec};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         bool ok = true;
+        int spec_arg;
 #define IS(name) !strcmp(a, name)
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
         if (sp_arg_is_help(a)) {
@@ -102,6 +108,8 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->checkpoint_every);
         } else if (IS("--slot-save-path")) { VALUE(); o->slot_save_path = v;
         } else if (IS("--verbose")) { o->log_requests = true;
+        } else if ((spec_arg = sp_arg_spec(argc, argv, &i, &spec)) != 0) {
+            ok = spec_arg > 0;
         } else {
             return sp_arg_unknown("serve", a);
         }
@@ -113,6 +121,12 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         fprintf(stderr, "spindle serve: -m MODEL is required\n");
         return 2;
     }
+    if (spec.spec.mode == SPINDLE_SPEC_DRAFT && !spec.draft_path) {
+        fprintf(stderr, "spindle serve: --spec draft needs --draft-model PATH\n");
+        return 2;
+    }
+    o->spec = spec.spec;
+    o->draft_path = spec.draft_path;
     return 0;
 }
 

@@ -37,6 +37,11 @@ typedef struct sp_server_options {
     const char *checkpoint_dir; /* each request's checkpoint; NULL: none */
     int checkpoint_every;       /* tokens between checkpoints (default 64) */
     const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
+    /* speculative decoding for every request (--spec, --num-draft-tokens,
+     * ...; draft_model is set by the server once it loaded draft_path);
+     * a request may change K and the minimum draft (job.c) */
+    spindle_spec_params spec;
+    const char *draft_path;     /* --draft-model for --spec draft */
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;
