@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -243,7 +244,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--llama-omp", choices=["default", "passive"], default="passive")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--warmup-timeout", type=int, default=300,
+                    help="a server whose first 4-token answer takes longer is left out")
     a = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so that the servers are always stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a.servers = a.servers.split(",")
     if "llama" in a.servers and not a.llama_server:
         out = cmp.run(["bash", os.path.join(cmp.ROOT, "bench", "build_llama.sh"), a.python],
@@ -260,9 +265,15 @@ def main():
     load_start = cmp.loadavg()
     servers = start_servers(a, model, gguf, logdir)
     try:
-        for s in servers:
+        for s in list(servers):
             s.wait_ready(600)
-            stream_one(s.port, "warm up", 4, a.timeout)
+            try:
+                stream_one(s.port, "warm up", 4, a.warmup_timeout)
+            except OSError as e:   # a timeout: too slow on this machine now
+                cmp.log(f"{s.name}: no answer to the warm-up within "
+                        f"{a.warmup_timeout} s ({e}); left out")
+                s.stop()
+                servers.remove(s)
         levels = [int(c) for c in a.levels.split(",")]
         res = {s.name: {c: [] for c in levels} for s in servers}
         rng = random.Random(0)
