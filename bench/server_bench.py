@@ -217,6 +217,8 @@ def run_level(server, clients, a, rng):
     for t in threads:
         t.join(a.timeout + 30)
     wall = time.monotonic() - t0
+    errors += [f"{server.name} client {i}: no answer within {a.timeout} s"
+               for i, r in enumerate(results) if r is None and not errors]
     if errors:
         return {"errors": errors}
     tokens = sum(r[1] for r in results)
