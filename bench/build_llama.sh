@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch llama.cpp's source through PyPI (the llama-cpp-python sdist vendors it
-# under vendor/llama.cpp) and build only llama-bench and llama-batched-bench,
+# under vendor/llama.cpp) and build only llama-bench and llama-batched-bench
+# (with LLAMA_SERVER=1 also llama-server, for bench/server_bench),
 # natively tuned, into bench/.work/compare/. PyPI is the one registry here that
 # carries the whole llama.cpp tree (an sdist already in .venv/sdist/ is used
 # as is); the build is cached, so a rerun only checks the binaries.
@@ -18,8 +19,14 @@ BUILD="$WORK/llama-build-$VERSION"
 BIN="$BUILD/bin/llama-bench"
 BATCHED_BIN="$BUILD/bin/llama-batched-bench"
 JOBS="${JOBS:-2}"
+TARGETS=(llama-bench llama-batched-bench)
+SERVER=OFF
+if [[ "${LLAMA_SERVER:-0}" == 1 ]]; then
+    TARGETS+=(llama-server)
+    SERVER=ON
+fi
 
-if [[ -x "$BIN" && -x "$BATCHED_BIN" ]]; then
+if [[ -x "$BIN" && -x "$BATCHED_BIN" && ( $SERVER == OFF || -x "$BUILD/bin/llama-server" ) ]]; then
     echo "$BIN"
     exit 0
 fi
@@ -40,18 +47,19 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
     tar -xzf "$TARBALL" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
 fi
 echo "build_llama: configuring llama.cpp (log: $BUILD.log)" >&2
-# Everything but the tools' common library and the two benches is switched off;
+# Everything but the tools' common library and the benches (and the server
+# when asked: it needs the multimodal library, built with the tools) is off;
 # LLAMA_CURL / LLAMA_OPENSSL off keeps the build offline and dependency-free.
 # No AMX (as scripts/setup.sh): its matmul crashes under some hypervisors.
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=$SERVER -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON \
     >"$BUILD.log" 2>&1
-echo "build_llama: building llama-bench and llama-batched-bench with -j$JOBS (several minutes on 2 cores)" >&2
-cmake --build "$BUILD" --target llama-bench llama-batched-bench -j"$JOBS" >>"$BUILD.log" 2>&1 || {
+echo "build_llama: building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)" >&2
+cmake --build "$BUILD" --target "${TARGETS[@]}" -j"$JOBS" >>"$BUILD.log" 2>&1 || {
     tail -30 "$BUILD.log" >&2
     exit 1
 }

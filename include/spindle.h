@@ -408,10 +408,16 @@ typedef enum spindle_spec_mode {
 } spindle_spec_mode;
 
 #define SPINDLE_MAX_DRAFT_TOKENS 32
+#define SPINDLE_DEFAULT_DRAFT_TOKENS 10
 
 typedef struct spindle_spec_params {
     spindle_spec_mode mode;
-    int num_draft_tokens;  /* K at most, 1..SPINDLE_MAX_DRAFT_TOKENS; 0: 10 */
+    int num_draft_tokens;  /* K at most, 1..SPINDLE_MAX_DRAFT_TOKENS; 0:
+                              SPINDLE_DEFAULT_DRAFT_TOKENS */
+    /* A round drafts nothing or at least this many tokens (llama-server's
+     * speculative.n_min: a shorter draft is not verified); 0..K, 0: no
+     * floor. */
+    int min_draft_tokens;
     int ngram_max;         /* longest k-gram matched (0: 3) */
     int ngram_min;         /* shortest (0: 1); 1 <= min <= max <= 8 */
     /* SPINDLE_SPEC_DRAFT: the draft model (borrowed; it must outlive the
@@ -424,6 +430,14 @@ typedef struct spindle_spec_params {
 
 /* "none", "ngram", "draft"; NULL outside the enum. Thread-safe. */
 const char *spindle_spec_mode_name(spindle_spec_mode mode);
+
+/* Whether `draft` may draft for `target`: their tokenizers (from their
+ * directories) encode a probe text alike, or neither has one; else
+ * SPINDLE_ERR_ARGUMENT saying which. Vocabulary sizes are not compared
+ * (the caller may warn). Thread-safe. */
+spindle_status spindle_spec_check_draft(const spindle_model *target,
+                                        const spindle_model *draft,
+                                        spindle_error *err);
 
 /* What speculation did for one request (all zero without it). */
 typedef struct spindle_spec_stats {

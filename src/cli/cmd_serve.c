@@ -1,6 +1,7 @@
 /* spindle serve: the OpenAI-compatible HTTP server (src/server/). */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/spec_args.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -38,6 +39,9 @@ static const char *serve_usage =
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
     SP_ARG_PROMPT_CACHE_HELP
+    SP_ARG_SPEC_HELP
+    "                          (requests may change K: num_draft_tokens or\n"
+    "                          speculative.n_max, and speculative.n_min)\n"
     "  --verbose               one line per request on stderr\n";
 
 static bool int_opt(const char *a, const char *v, long lo, long hi, int *out) {
@@ -58,9 +62,11 @@ static bool size_opt(const char *a, const char *v, long lo, long hi, size_t *out
 static int parse(int argc, char **argv, sp_server_options *o) {
     spindle_load_options cache = {0};
     int rc;
+    sp_spec_args spec = {.spec = o->spec};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         bool ok = true;
+        int spec_arg;
 #define IS(name) !strcmp(a, name)
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
         if (sp_arg_is_help(a)) {
@@ -109,6 +115,8 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             if (rc < 0) return 2;
             o->prompt_cache_dir = cache.prompt_cache_dir;
             o->prompt_cache_disk_bytes = cache.prompt_cache_disk_bytes;
+        } else if ((spec_arg = sp_arg_spec(argc, argv, &i, &spec)) != 0) {
+            ok = spec_arg > 0;
         } else {
             return sp_arg_unknown("serve", a);
         }
@@ -120,6 +128,12 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         fprintf(stderr, "spindle serve: -m MODEL is required\n");
         return 2;
     }
+    if (spec.spec.mode == SPINDLE_SPEC_DRAFT && !spec.draft_path) {
+        fprintf(stderr, "spindle serve: --spec draft needs --draft-model PATH\n");
+        return 2;
+    }
+    o->spec = spec.spec;
+    o->draft_path = spec.draft_path;
     return 0;
 }
 

@@ -38,40 +38,6 @@ int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o) {
     return 1;
 }
 
-/* Whether two tokenizers encode the probe text alike. */
-static spindle_status same_tokenizer(const char *target_dir,
-                                     const char *draft_dir,
-                                     spindle_error *err) {
-    static const char probe[] =
-        "def rename(old_name):\n    return {\"x\": old_name + 1}  # caf\xc3\xa9, 42";
-    spindle_tokenizer *tt = NULL, *dt = NULL;
-    bool have_t = !spindle_tokenizer_load(target_dir, &tt, err);
-    bool have_d = !spindle_tokenizer_load(draft_dir, &dt, err);
-    spindle_status st = SPINDLE_OK;
-    if (have_t != have_d) {
-        st = SPINDLE_ERR_ARGUMENT;
-        snprintf(err->message, sizeof err->message,
-                 "only one of the target and the draft model has a tokenizer");
-    } else if (have_t) {
-        int32_t *a = NULL, *b = NULL;
-        size_t na = 0, nb = 0;
-        st = spindle_tokenizer_encode(tt, probe, sizeof probe - 1, false, &a, &na, err);
-        if (!st) st = spindle_tokenizer_encode(dt, probe, sizeof probe - 1, false, &b, &nb, err);
-        if (!st && (na != nb || memcmp(a, b, na * sizeof *a))) {
-            st = SPINDLE_ERR_ARGUMENT;
-            snprintf(err->message, sizeof err->message,
-                     "the draft model's tokenizer is not the target's "
-                     "(they encode a probe text differently)");
-        }
-        spindle_free(a);
-        spindle_free(b);
-    }
-    if (!st) err->message[0] = '\0';
-    spindle_tokenizer_free(tt);
-    spindle_tokenizer_free(dt);
-    return st;
-}
-
 spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
                                  const spindle_load_options *lo,
                                  spindle_model **draft, spindle_error *err) {
@@ -82,7 +48,7 @@ spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
         return SPINDLE_ERR_ARGUMENT;
     }
     spindle_status st = spindle_model_load(o->draft_path, lo, draft, err);
-    if (!st) st = same_tokenizer(spindle_model_dir(target), spindle_model_dir(*draft), err);
+    if (!st) st = spindle_spec_check_draft(target, *draft, err);
     if (st) {
         spindle_model_free(*draft);
         *draft = NULL;

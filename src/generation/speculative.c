@@ -33,7 +33,6 @@
 #include "base/error.h"
 #include "models/model.h"
 
-#define DEFAULT_DRAFT_TOKENS 10
 #define COUNT_DECAY 0.9
 #define BACKOFF_MIN 8
 #define BACKOFF_MAX 256
@@ -98,11 +97,16 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
     /* Jump-forward alone (no drafter): forced spans up to the most a
      * round verifies. */
     int k = p->num_draft_tokens ? p->num_draft_tokens
-            : p->mode == SPINDLE_SPEC_NONE ? SPINDLE_MAX_DRAFT_TOKENS : DEFAULT_DRAFT_TOKENS;
+            : p->mode == SPINDLE_SPEC_NONE ? SPINDLE_MAX_DRAFT_TOKENS
+                                           : SPINDLE_DEFAULT_DRAFT_TOKENS;
     if (k < 1 || k > SPINDLE_MAX_DRAFT_TOKENS)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "num_draft_tokens must be in [1, %d], got %d",
                        SPINDLE_MAX_DRAFT_TOKENS, k);
+    if (p->min_draft_tokens < 0 || p->min_draft_tokens > k)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "min_draft_tokens must be in [0, %d], got %d", k,
+                       p->min_draft_tokens);
     if (p->mode == SPINDLE_SPEC_DRAFT && !p->draft_model)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "speculation mode \"draft\" needs a draft model");
@@ -210,7 +214,7 @@ static int choose_k(const sp_spec *s, const cost_table *c, int avail,
         reach *= (s->acc[k - 1] + 1) / (s->tried[k - 1] + 2);
         expected += reach;
         double rate = (tokens - 1 + expected) / step_time(c, rows + k);
-        if (rate > best_rate) {
+        if (k >= s->p.min_draft_tokens && rate > best_rate) {
             best_rate = rate;
             best = k;
             *gain = expected - 1;
@@ -222,7 +226,7 @@ static int choose_k(const sp_spec *s, const cost_table *c, int avail,
 /* The adaptive rule's k for one round (header comment). */
 static int adapt_k(sp_spec *s, const cost_table *c, int avail,
                    double *tokens, int *rows) {
-    if (avail <= 0) return 0;
+    if (avail <= 0 || avail < s->p.min_draft_tokens) return 0;
     if (s->p.fixed_k) return avail;
     double gain;
     int k = choose_k(s, c, avail, *tokens, *rows, &gain);

@@ -240,6 +240,28 @@ static bool read_sampling(const cJSON *root, sp_api_request *r, sp_api_error *er
                     &g->frequency_context_size, err);
 }
 
+/* num_draft_tokens and speculative.n_max name the same K (both given:
+ * they must agree); speculative.n_min <= K when both are known here. */
+static bool read_speculative(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    int k = -1, n_max = -1;
+    r->draft_tokens = r->min_draft_tokens = -1;
+    if (!read_int(root, "num_draft_tokens", 0, SPINDLE_MAX_DRAFT_TOKENS, &k, err) ||
+        !read_int(root, "speculative.n_max", 0, SPINDLE_MAX_DRAFT_TOKENS, &n_max, err) ||
+        !read_int(root, "speculative.n_min", 0, SPINDLE_MAX_DRAFT_TOKENS,
+                  &r->min_draft_tokens, err))
+        return false;
+    if (k >= 0 && n_max >= 0 && k != n_max)
+        return sp_api_bad(err, "speculative.n_max",
+                          "'speculative.n_max' (%d) and 'num_draft_tokens' (%d) differ",
+                          n_max, k);
+    r->draft_tokens = k >= 0 ? k : n_max;
+    if (r->draft_tokens >= 0 && r->min_draft_tokens > r->draft_tokens)
+        return sp_api_bad(err, "speculative.n_min",
+                          "'speculative.n_min' (%d) exceeds the draft length %d",
+                          r->min_draft_tokens, r->draft_tokens);
+    return true;
+}
+
 static bool read_stream(const cJSON *root, sp_api_request *r, sp_api_error *err) {
     if (!read_bool(root, "stream", &r->stream, err)) return false;
     const cJSON *opts = field(root, "stream_options");
@@ -359,7 +381,7 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
               read_stream(root, out, err) && read_max_tokens(root, limits, out, err) &&
               read_n(root, err) && read_sampling(root, out, err) &&
               read_stop(root, out, err) && read_logit_bias(root, limits, out, err) &&
-              read_logprobs(root, out, err) &&
+              read_logprobs(root, out, err) && read_speculative(root, out, err) &&
               sp_api_read_adapter_fields(root, out, err) &&
               sp_api_read_grammar(root, out, err);
     cJSON_Delete(root);

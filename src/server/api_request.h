@@ -104,6 +104,12 @@ typedef struct sp_api_request {
     int top_logprobs;
     int32_t *bias_ids;
     float *bias_values;
+    /* Speculative decoding, where the server runs it (--spec): K as
+     * num_draft_tokens (mlx_lm.server) or speculative.n_max (llama-server),
+     * 0 turning it off for the request; speculative.n_min, the shortest
+     * draft verified. -1: the server's. */
+    int draft_tokens;
+    int min_draft_tokens;
     /* The adapter asked for besides `model` (server/adapters.c resolves
      * them): mlx_lm.server's "adapters" (a mounted adapter's name or
      * path), llama-server's "lora" (the one entry with a non-zero scale). */

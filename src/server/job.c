@@ -252,24 +252,46 @@ static bool passed(const struct timespec *t) {
     return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
 }
 
-/* Wait until ready(j); false (the request cancelled) when the client has
- * gone meanwhile. The socket is looked at every 50 ms, however often the
- * engine's tokens wake the wait. */
-static bool job_wait(sp_job *j, job_ready_fn ready) {
+typedef enum job_wait_result { JOB_READY, JOB_GONE, JOB_QUIET } job_wait_result;
+
+/* Wait until ready(j), or until `quiet_ms` pass (> 0; 0: no limit); GONE
+ * (the request cancelled) when the client has gone meanwhile. The socket
+ * is looked at every 50 ms, however often the engine's tokens wake the
+ * wait. */
+static job_wait_result job_wait_for(sp_job *j, job_ready_fn ready, long quiet_ms) {
     pthread_mutex_lock(&j->mu);
-    struct timespec next_check = after_ms(50);
+    struct timespec next_check = after_ms(50), quiet_end = after_ms(quiet_ms);
     while (!ready(j)) {
         pthread_cond_timedwait(&j->cv, &j->mu, &next_check);
         if (ready(j) || !passed(&next_check)) continue;
         if (!sp_client_connected(j->conn)) {
             pthread_mutex_unlock(&j->mu);
             job_cancel(j);
-            return false;
+            return JOB_GONE;
+        }
+        if (quiet_ms > 0 && passed(&quiet_end)) {
+            pthread_mutex_unlock(&j->mu);
+            return JOB_QUIET;
         }
         next_check = after_ms(50);
     }
     pthread_mutex_unlock(&j->mu);
-    return true;
+    return JOB_READY;
+}
+
+static bool job_wait(sp_job *j, job_ready_fn ready) {
+    return job_wait_for(j, ready, 0) == JOB_READY;
+}
+
+/* How long a stream may stay silent before it sends an SSE comment: a
+ * request queued behind others (or a long prefill) sends nothing for a
+ * while, and libmicrohttpd would close the connection as idle after
+ * --idle-timeout; a client that stopped reading still times out, as the
+ * comment cannot be written to it. */
+static long keepalive_ms(const sp_server *s) {
+    long idle = s->opts.idle_timeout_s;
+    if (idle <= 0) return 15000;
+    return idle >= 30 ? 15000 : idle * 500L;
 }
 
 /* ---------------------------------------------------------- responses */
@@ -388,7 +410,12 @@ static bool stream_next(sp_job *j) {
         sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
         return true;
     }
-    if (!job_wait(j, has_news)) return false;
+    job_wait_result w = job_wait_for(j, has_news, keepalive_ms(j->srv));
+    if (w == JOB_GONE) return false;
+    if (w == JOB_QUIET) {
+        sp_strbuf_printf(&j->out, ": keep-alive\n\n");
+        return true;
+    }
     /* Copy what arrived, then format without the lock (the engine's thread
      * appends meanwhile). */
     if (j->reply.structured) return stream_structured(j, &d);
@@ -526,6 +553,27 @@ static void replay_generated(sp_job *j) {
     j->text_from = j->text_sent = j->text.len;
 }
 
+/* The server's speculative decoding (--spec) with the request's K and
+ * minimum draft; without --spec the fields are ignored, as mlx_lm.server
+ * ignores num_draft_tokens without a draft model. False: a 400 in *e. */
+static bool job_spec(sp_job *j, sp_api_error *e) {
+    spindle_spec_params *p = &j->req.gen.spec;
+    *p = j->srv->opts.spec;
+    if (p->mode == SPINDLE_SPEC_NONE) return true;
+    if (j->req.draft_tokens == 0) {
+        p->mode = SPINDLE_SPEC_NONE;
+        return true;
+    }
+    if (j->req.draft_tokens > 0) p->num_draft_tokens = j->req.draft_tokens;
+    if (j->req.min_draft_tokens >= 0) p->min_draft_tokens = j->req.min_draft_tokens;
+    int k = p->num_draft_tokens ? p->num_draft_tokens : SPINDLE_DEFAULT_DRAFT_TOKENS;
+    if (p->min_draft_tokens > k)
+        return sp_api_bad(e, "speculative.n_min",
+                          "'speculative.n_min' (%d) exceeds the server's draft length %d",
+                          p->min_draft_tokens, k);
+    return true;
+}
+
 /* Submit to the engine; on failure nothing runs and *e says why. */
 static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_server *s = j->srv;
@@ -536,6 +584,10 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
+    if (!st && !job_spec(j, e)) {
+        j->finished = true;
+        return false;
+    }
     if (!st && j->id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
     if (!st && !j->durable.resume)
         j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, j->seq);

@@ -49,6 +49,8 @@ void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
     m->generated_tokens += (uint64_t)(n_generated > 0 ? n_generated : 0);
     m->prefill_seconds += s->prefill_seconds;
     m->decode_seconds += s->decode_seconds;
+    m->spec_drafted += (uint64_t)s->spec.drafted;
+    m->spec_accepted += (uint64_t)s->spec.accepted;
     if (n_generated > 0) {
         m->ttft_count++;
         m->ttft_sum += s->ttft_seconds;
@@ -121,6 +123,11 @@ void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
            "(prompt tokens / this: prefill throughput).", m->prefill_seconds);
     scalar(out, "spindle_decode_seconds_total", "counter",
            "Seconds spent decoding, summed over requests.", m->decode_seconds);
+    scalar(out, "spindle_spec_draft_tokens_total", "counter",
+           "Draft tokens verified by speculative decoding.", (double)m->spec_drafted);
+    scalar(out, "spindle_spec_accepted_tokens_total", "counter",
+           "Draft tokens accepted (acceptance rate: this / the drafted).",
+           (double)m->spec_accepted);
     render_ttft(m, out);
     pthread_mutex_unlock(&m->lock);
     scalar(out, "spindle_requests_waiting", "gauge",

@@ -45,6 +45,7 @@ typedef struct sp_metrics {
         uint64_t count;
     } requests[SP_ROUTE_COUNT][SP_METRICS_STATUSES];
     uint64_t prompt_tokens, generated_tokens, generations;
+    uint64_t spec_drafted, spec_accepted;   /* speculative decoding's tokens */
     double prefill_seconds, decode_seconds;
     uint64_t ttft_buckets[SP_METRICS_TTFT_BUCKETS];
     uint64_t ttft_count;

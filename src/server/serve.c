@@ -67,6 +67,21 @@ static void stop_signal_watch(signal_watch *w) {
     pthread_join(w->thread, NULL);
 }
 
+/* --spec draft: the draft model, loaded as the target (its own threads,
+ * context and KV type), whose tokenizer must be the target's. */
+static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
+                                 spindle_error *err) {
+    if (s->opts.spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
+    spindle_status st = spindle_model_load(s->opts.draft_path, lo, &s->draft_model, err);
+    if (!st) st = spindle_spec_check_draft(s->model, s->draft_model, err);
+    if (!st && spindle_model_vocab_size(s->draft_model) != spindle_model_vocab_size(s->model))
+        fprintf(stderr, "spindle serve: warning: the draft model's vocabulary (%d) "
+                        "differs from the target's (%d)\n",
+                spindle_model_vocab_size(s->draft_model), spindle_model_vocab_size(s->model));
+    s->opts.spec.draft_model = s->draft_model;
+    return st;
+}
+
 static bool load(sp_server *s) {
     const sp_server_options *o = &s->opts;
     spindle_error err = {0};
@@ -83,6 +98,7 @@ static bool load(sp_server *s) {
     eo.background = true;
     spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
+    if (!st) st = load_draft(s, &lo, &err);
     if (!st && spindle_model_has_logits(s->model))
         st = spindle_engine_new(s->model, &eo, &s->engine, &err);
     if (st) {
@@ -164,6 +180,7 @@ static void server_free(sp_server *s) {
     spindle_embedder_free(s->embedder);
     spindle_tokenizer_free(s->tok);
     spindle_model_free(s->model);
+    spindle_model_free(s->draft_model);
     sp_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);

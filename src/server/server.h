@@ -39,6 +39,11 @@ typedef struct sp_server_options {
     const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
     const char *prompt_cache_dir;   /* the on-disk prompt cache; NULL: off */
     size_t prompt_cache_disk_bytes; /* its budget (0: the default) */
+    /* speculative decoding for every request (--spec, --num-draft-tokens,
+     * ...; draft_model is set by the server once it loaded draft_path);
+     * a request may change K and the minimum draft (job.c) */
+    spindle_spec_params spec;
+    const char *draft_path;     /* --draft-model for --spec draft */
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;

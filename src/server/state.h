@@ -30,6 +30,7 @@ typedef struct sp_server {
     spindle_tokenizer *tok;
     spindle_grammar_vocab *grammar_vocab;  /* (lock) built on first use */
     spindle_engine *engine;       /* NULL for an encoder (no logits) */
+    spindle_model *draft_model;   /* --spec draft's (opts.spec points at it) */
     /* The embedding side (server/embeddings.c): NULL when the model is not
      * an embedding model, and then embed_refusal says why (for the 400). */
     spindle_embedder *embedder;

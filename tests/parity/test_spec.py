@@ -113,6 +113,33 @@ def test_greedy_ngram_adaptive(dense_dir, tmp_path):
                  dict(spec="ngram", ngram_max=4, ngram_min=2))
 
 
+def test_min_draft_tokens_is_a_floor(dense_dir, tmp_path):
+    """min_draft_tokens (the server's speculative.n_min): a round verifies
+    no draft or at least 3 tokens, so draft positions 0..2 are verified
+    equally often, and greedy output stays plain greedy's. The same count
+    without the floor shows shorter rounds (the check can fail)."""
+    model = dense_dir / "llama-q4g64"
+    ps = prompts(vocab_of(model))
+    base = dict(max_tokens=24, ignore_eos=True, spec="ngram", num_draft_tokens=6,
+                fixed_k=True)
+    floored = run(model, tmp_path, "step",
+                  [dict(base, prompt=p, min_draft_tokens=3) for p in ps], max_seqs=12)
+    free = run(model, tmp_path, "step", [dict(base, prompt=p) for p in ps], max_seqs=12)
+    plain = run(model, tmp_path, "step",
+                [dict(max_tokens=24, ignore_eos=True, prompt=p, logits=True) for p in ps],
+                max_seqs=12)
+    short_rounds = 0
+    for i, (f, g, want) in enumerate(zip(floored, free, plain)):
+        assert f["status"] == "ok", f["error"]
+        assert_same_tokens(f, want, f"min_draft_tokens 3, prompt {i}")
+        at = f["stats"]["drafted_at"]
+        assert not at or (len(at) >= 3 and at[0] == at[1] == at[2]), (i, at)
+        at = g["stats"]["drafted_at"]
+        short_rounds += at[0] - at[2] if len(at) >= 3 else at[0] if at else 0
+    assert sum(f["stats"]["drafted"] for f in floored) > 0, "speculation never ran"
+    assert short_rounds > 0, "no round drafted fewer than 3 even without the floor"
+
+
 @pytest.mark.parametrize("k", [1, 4, 10])
 def test_greedy_ngram_hybrid(hybrid_dir, tmp_path, k):
     check_greedy(hybrid_dir / "qwen3_5-f32", tmp_path,

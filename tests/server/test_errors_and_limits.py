@@ -355,3 +355,34 @@ def test_queue_full_is_429(server_model):
         sock.close()
     finally:
         s.stop_cleanly()
+
+
+def test_a_queued_stream_outlives_the_idle_timeout(server_model):
+    """A streaming request that waits in the queue longer than
+    --idle-timeout is kept open by SSE comments and then answered (it was
+    closed as idle once its first token came)."""
+    s = Server(server_model, "--parallel", 1, "--idle-timeout", 2)
+    try:
+        hog = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        body = json.dumps({"messages": MSGS, "max_tokens": 4000, "stream": True}).encode()
+        hog.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        read_sse_until_first_content(hog)
+        waiter = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        body = json.dumps({"messages": MSGS, "max_tokens": 3, "stream": True}).encode()
+        waiter.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(5)   # queued behind the hog for 2.5 idle timeouts
+        hog.close()
+        got = b""
+        deadline = time.monotonic() + 60
+        while b"data: [DONE]" not in got and time.monotonic() < deadline:
+            part = waiter.recv(4096)
+            if not part:
+                break
+            got += part
+        waiter.close()
+        assert b": keep-alive" in got and b"data: [DONE]" in got, got[-600:]
+        assert b'"finish_reason":"length"' in got
+    finally:
+        s.stop_cleanly()

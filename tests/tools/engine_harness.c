@@ -147,6 +147,7 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
         p->spec.num_draft_tokens = (int)num(j, "num_draft_tokens", 0);
         p->spec.ngram_max = (int)num(j, "ngram_max", 0);
         p->spec.ngram_min = (int)num(j, "ngram_min", 0);
+        p->spec.min_draft_tokens = (int)num(j, "min_draft_tokens", 0);
         p->spec.fixed_k = flag(j, "fixed_k");
         p->spec.draft_model = H.draft;
     }
@@ -454,6 +455,9 @@ static cJSON *request_json(const req_run *r, const char *logits_dir) {
     cJSON_AddNumberToObject(s, "accepted", (double)sp->accepted);
     cJSON_AddNumberToObject(s, "target_forwards", (double)sp->target_forwards);
     cJSON_AddNumberToObject(s, "decode_tokens", (double)sp->decode_tokens);
+    cJSON *at = cJSON_AddArrayToObject(s, "drafted_at");
+    for (int k = 0; k < SPINDLE_MAX_DRAFT_TOKENS && sp->drafted_at[k]; k++)
+        cJSON_AddItemToArray(at, cJSON_CreateNumber((double)sp->drafted_at[k]));
     if (r->next_logits && r->seq && r->n_tokens > 0 && logits_dir)
         write_next_logits(r, logits_dir, o);
     if (r->rows && logits_dir) {
