@@ -21,6 +21,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "compute/matmul/matmul_int8_rows.h"
 #include "compute/matmul/matmul_internal.h"
 #include "compute/matmul/matmul_simd.h"
 #include "compute/scratch.h"
@@ -42,31 +43,6 @@ typedef struct sp_dp_scratch {
     float xsum[SP_DP_TOKEN_COLS / 32];
 } sp_dp_scratch;
 
-static inline float sp_dp_bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Scale S of a block with largest magnitude amax and 1 / S (both 0 for a
- * block taken as zero): matmul_vnni.c's sp_block_scale. */
-static void sp_dp_block_scale(float amax, int levels, float *s, float *inv) {
-    if (!(amax >= 0x1p-96f && amax <= FLT_MAX)) {
-        *s = *inv = 0.0f;
-        return;
-    }
-    if (levels == 1) {
-        *s = amax / 127.0f;
-        *inv = 127.0f / amax;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &amax, 4);
-    uint32_t e = (u >> 23) - 6; /* biased exponent of 2^(E - 133) */
-    if (amax > 127.0f * sp_dp_bits_f32(e << 23)) e++;
-    *s = sp_dp_bits_f32(e << 23);
-    *inv = sp_dp_bits_f32((254u - e) << 23);
-}
 
 /* 16 values y = x / S as `levels` int8 vectors (a1, then 128 times each
  * remainder, rounded to nearest even: exact steps for 2 and 3 levels). */
@@ -98,7 +74,7 @@ static void sp_dp_quantize_token(const sp_weight *w, const float *x, int t,
         float32x4_t m = vdupq_n_f32(0.0f);
         for (int j = 0; j < bc; j += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + j)));
         float s, inv;
-        sp_dp_block_scale(vmaxvq_f32(m), levels, &s, &inv);
+        sp_block_scale(vmaxvq_f32(m), levels, &s, &inv);
         sc->factor[b * nt + t] = s * unit;
         const float32x4_t vinv = vdupq_n_f32(inv);
         for (int k = 0; k < SP_DP_LOADS; k++) {
@@ -137,7 +113,7 @@ static inline float sp_dp_qparam(const void *p, sp_dtype t, size_t i) {
     uint16_t h;
     memcpy(&h, b + 2 * i, 2);
     if (t == SP_DTYPE_F16) return sp_f16_to_f32(h);
-    return sp_dp_bits_f32((uint32_t)h << 16);
+    return sp_f32_from_bits((uint32_t)h << 16);
 }
 
 SP_TARGET_BEGIN(SP_TARGET_DOTPROD)
