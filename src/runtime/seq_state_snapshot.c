@@ -194,6 +194,32 @@ static spindle_status check_snapshot(const sp_seq_state *s,
     return SPINDLE_OK;
 }
 
+/* Writes the snapshot's layers into s (its full-KV layers too, into s's
+ * blocks, when `full_kv`; a tail snapshot has none) and takes its length. */
+static void write_layers(sp_seq_state *s, const sp_state_snapshot *snap,
+                         bool full_kv) {
+    const unsigned char *base = (const unsigned char *)snap;
+    for (int l = 0; l < s->n_layers; l++) {
+        sp_layer_state *L = &s->layers[l];
+        const snapshot_layer *r = &snap->layers[l];
+        if (L->d.kind == SP_STATE_FULL_KV) {
+            if (full_kv)
+                sp_kv_pool_write(s->pool, l, s->blocks, 0, snap->length,
+                                 base + r->offset);
+        } else if (L->d.kind == SP_STATE_WINDOW_KV) {
+            L->kv.base = r->first_pos;
+            sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
+                               base + r->offset);
+        } else if (L->d.kind == SP_STATE_RECURRENT) {
+            sp_recurrent_forget_kept(L);
+            memcpy(L->slots[L->current].data, base + r->offset, r->bytes);
+            L->slots[L->current].length = snap->length;
+        }
+    }
+    s->length = snap->length;
+    s->pending = 0;
+}
+
 spindle_status sp_seq_state_restore(sp_seq_state *s,
                                     const sp_state_snapshot *snap,
                                     spindle_error *err) {
@@ -209,25 +235,7 @@ spindle_status sp_seq_state_restore(sp_seq_state *s,
     }
     if (!st) st = sp_blocks_replace(s, snap->length, err);
     if (st) return st;
-    const unsigned char *base = (const unsigned char *)snap;
-    for (int l = 0; l < s->n_layers; l++) {
-        sp_layer_state *L = &s->layers[l];
-        const snapshot_layer *r = &snap->layers[l];
-        if (L->d.kind == SP_STATE_FULL_KV) {
-            sp_kv_pool_write(s->pool, l, s->blocks, 0, snap->length,
-                             base + r->offset);
-        } else if (sp_layer_is_kv(L)) {
-            L->kv.base = r->first_pos;
-            sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
-                               base + r->offset);
-        } else if (L->d.kind == SP_STATE_RECURRENT) {
-            sp_recurrent_forget_kept(L);
-            memcpy(L->slots[L->current].data, base + r->offset, r->bytes);
-            L->slots[L->current].length = snap->length;
-        }
-    }
-    s->length = snap->length;
-    s->pending = 0;
+    write_layers(s, snap, true);
     return SPINDLE_OK;
 }
 
@@ -242,22 +250,7 @@ spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
             st = sp_window_fit(s, L, s->length, n, err);
     }
     if (st) return st;
-    const unsigned char *base = (const unsigned char *)snap;
-    for (int l = 0; l < s->n_layers; l++) {
-        sp_layer_state *L = &s->layers[l];
-        const snapshot_layer *r = &snap->layers[l];
-        if (L->d.kind == SP_STATE_WINDOW_KV) {
-            L->kv.base = r->first_pos;
-            sp_kv_buffer_write(&L->kv, r->first_pos, snap->length,
-                               base + r->offset);
-        } else if (L->d.kind == SP_STATE_RECURRENT) {
-            sp_recurrent_forget_kept(L);
-            memcpy(L->slots[L->current].data, base + r->offset, r->bytes);
-            L->slots[L->current].length = snap->length;
-        }
-    }
-    s->length = snap->length;
-    s->pending = 0;
+    write_layers(s, snap, false);
     return SPINDLE_OK;
 }
 
