@@ -78,6 +78,7 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
         q->resume = from;
     }
     q->checkpoint_every = g->checkpoint_every;
+    q->checkpoint_at = q->n_generated;
     q->on_checkpoint = g->on_checkpoint;
     q->checkpoint_user = g->checkpoint_user;
     if (g->checkpoint_every <= 0 || !g->on_checkpoint) return SPINDLE_OK;
@@ -88,8 +89,11 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
 }
 
 void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {
+    /* A speculative round adds several tokens: the checkpoint follows the
+     * round that reaches or crosses the next multiple. */
     if (!r->ck || !r->on_checkpoint || r->checkpoint_every <= 0 ||
-        r->n_generated % r->checkpoint_every != 0)
+        r->n_generated / r->checkpoint_every ==
+            r->checkpoint_at / r->checkpoint_every)
         return;
     spindle_checkpoint *ck = r->ck;
     spindle_error err;
@@ -101,6 +105,7 @@ void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {
     ck->tokens = r->tokens;            /* lent for the callback */
     sp_sampler_get_rng(r->sampler, ck->rng);
     r->on_checkpoint(ck, r->checkpoint_user);
+    r->checkpoint_at = r->n_generated;
     ck->tokens = NULL;
     spindle_seq_snapshot_free(ck->snap);
     ck->snap = NULL;

@@ -59,8 +59,9 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
                                          spindle_error *err);
 
 /* Hand the request's state to its on_checkpoint when its count of
- * generated tokens is a multiple of checkpoint_every (engine_sched.c,
- * after a token that does not end the request). A checkpoint that cannot
+ * generated tokens reached or passed a multiple of checkpoint_every since
+ * the last one (engine_sched.c, after a token or a speculative round that
+ * does not end the request). A checkpoint that cannot
  * be made (out of memory) is skipped: the request goes on. */
 void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r);
 /* The generation parameters a resumed request runs with: the

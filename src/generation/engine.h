@@ -63,6 +63,7 @@ typedef struct sp_request {
      * every checkpoint of this request carries (NULL when it makes none),
      * and the checkpoint it resumes (borrowed; restored at admission). */
     int checkpoint_every;
+    int checkpoint_at;   /* n_generated at the last checkpoint (or start) */
     spindle_checkpoint_fn on_checkpoint;
     void *checkpoint_user;
     spindle_checkpoint *ck;

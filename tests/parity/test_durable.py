@@ -179,6 +179,26 @@ def test_random_kills_chained_resumes(dense, hybrid, kind, tmp_path):
     check_joined(full, full, resume(model, ckpt))
 
 
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_speculative_kill_then_resume(dense, hybrid, kind, tmp_path):
+    """n-gram speculation adds several tokens a round: a checkpoint follows
+    the round that reaches or crosses each multiple of --checkpoint-every,
+    and a resumed run (speculating too; the drafter's history is the
+    tokens) continues the uninterrupted one, which is plain greedy's."""
+    model = model_dir(dense, hybrid, kind)
+    spec = ["--spec", "ngram", "--num-draft-tokens", "4"]
+    plain = ids(run_ok(gen_cmd(model, "greedy")).stdout)
+    cmd = gen_cmd(model, "greedy") + spec
+    full = ids(run_ok(cmd).stdout)
+    assert full == plain, "speculation changed the greedy tokens"
+    ckpt = tmp_path / "spec.ckpt"
+    printed = run_until_killed(cmd + ["--checkpoint", str(ckpt),
+                                      "--checkpoint-every", "5"], 12, 40)
+    assert ckpt.exists(), "no checkpoint before the kill"
+    k = check_joined(full, printed, resume(model, ckpt, spec))
+    assert k >= 5
+
+
 def checkpoint_of(model, tmp_path, name="good.ckpt"):
     ckpt = tmp_path / name
     run_ok(gen_cmd(model, "seeded") + ["--checkpoint", str(ckpt),
