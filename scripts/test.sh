@@ -128,8 +128,9 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/grammar tests/templates tests/tokenizer/test_tokenizer_components.py
       tests/parity/test_parity.py tests/parity/test_hybrid_parity.py
       tests/parity/test_engine.py tests/parity/test_engine_prefix.py
-      tests/parity/test_seq_state.py tests/parity/test_spec.py
-      tests/parity/test_durable.py tests/parity/test_lora.py
+      tests/parity/test_engine_prefix_hybrid.py tests/parity/test_seq_state.py
+      tests/parity/test_spec.py tests/parity/test_durable.py
+      tests/parity/test_prompt_cache_disk.py tests/parity/test_lora.py
       tests/parity/test_lora_engine.py -m "not slow")
   fi
   run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
