@@ -49,7 +49,7 @@ static bool have_avx2(void) {
 #endif
 }
 
-static bool have_avx512vnni(void) {
+static inline bool have_avx512vnni(void) {
 #if defined(__x86_64__)
     return have_avx2() && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") &&
@@ -64,11 +64,11 @@ static bool have_avx512vnni(void) {
 }
 
 #if defined(__aarch64__)
-static bool have_dotprod(void) { return sp_simd_available(SP_SIMD_DOTPROD); }
+static inline bool have_dotprod(void) { return sp_simd_available(SP_SIMD_DOTPROD); }
 #endif
 
 /* (CPUID 7.1 EAX bit 4: the builtin's name for it varies by compiler) */
-static bool have_avxvnni(void) { return have_avx2() && sp_cpu_features_get()->avxvnni; }
+static inline bool have_avxvnni(void) { return have_avx2() && sp_cpu_features_get()->avxvnni; }
 
 /* The kernels, each with what it needs of the CPU. */
 static const struct kernel {
