@@ -291,6 +291,16 @@ static spindle_status scan_dir(sp_prefix_disk *d, spindle_error *err) {
     return st;
 }
 
+/* The tier's memory, once no writer thread runs. */
+static void free_disk(sp_prefix_disk *d) {
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->wake);
+    free(d->entries);
+    free(d->buckets);
+    free(d->dir);
+    free(d);
+}
+
 spindle_status sp_prefix_disk_open(const char *dir, size_t budget,
                                    const char *fingerprint, sp_kv_pool *pool,
                                    spindle_error *err) {
@@ -320,13 +330,7 @@ spindle_status sp_prefix_disk_open(const char *dir, size_t budget,
         st = sp_fail(err, SPINDLE_ERR_MEMORY, "cannot start the prompt cache "
                      "writer thread");
     if (st) {
-        d->stopping = true;
-        pthread_mutex_destroy(&d->lock);
-        pthread_cond_destroy(&d->wake);
-        free(d->entries);
-        free(d->buckets);
-        free(d->dir);
-        free(d);
+        free_disk(d);
         return st;
     }
     sp_kv_pool_set_disk(pool, d);
@@ -340,12 +344,7 @@ void sp_prefix_disk_close(sp_prefix_disk *d) {
     pthread_cond_signal(&d->wake);
     pthread_mutex_unlock(&d->lock);
     pthread_join(d->writer, NULL);
-    pthread_mutex_destroy(&d->lock);
-    pthread_cond_destroy(&d->wake);
-    free(d->entries);
-    free(d->buckets);
-    free(d->dir);
-    free(d);
+    free_disk(d);
 }
 
 /* ------------------------------------------------------- offer and load */
