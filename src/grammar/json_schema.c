@@ -330,6 +330,16 @@ static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
     return res;
 }
 
+/* A minItems/maxLength-style count as a long. A non-number is dflt; a
+ * value outside 0..SP_GRAMMAR_MAX_REPEAT (huge, negative, NaN) maps to one
+ * that the caller's range check refuses, where a plain cast would be UB. */
+static long count_value(const cJSON *v, long dflt) {
+    if (!cJSON_IsNumber(v)) return dflt;
+    double d = v->valuedouble;
+    if (d >= 0 && d <= SP_GRAMMAR_MAX_REPEAT) return (long)d;
+    return d < 0 ? -2 : SP_GRAMMAR_MAX_REPEAT + 1L;
+}
+
 static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
                               const char *ptr) {
     const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
@@ -356,8 +366,8 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_add(&o, " \"]\" space", 10);
         return rule_from(c, name, &o);
     }
-    long min = cJSON_IsNumber(mn) ? (long)mn->valuedouble : 0;
-    long max = cJSON_IsNumber(mx) ? (long)mx->valuedouble : -1;
+    long min = count_value(mn, 0);
+    long max = count_value(mx, -1);
     if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
         return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
                        SP_GRAMMAR_MAX_REPEAT), NULL;
@@ -404,8 +414,8 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
          * llama.cpp: the value is any string. */
     }
     if (mn || mx) {
-        long min = cJSON_IsNumber(mn) ? (long)mn->valuedouble : 0;
-        long max = cJSON_IsNumber(mx) ? (long)mx->valuedouble : -1;
+        long min = count_value(mn, 0);
+        long max = count_value(mx, -1);
         if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
             return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
                            SP_GRAMMAR_MAX_REPEAT), NULL;

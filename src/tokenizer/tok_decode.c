@@ -65,10 +65,8 @@ spindle_status sp_dec_parse(const cJSON *j, sp_dec *d, spindle_error *err) {
     } else if (!strcmp(t, "Strip")) {
         d->type = SP_DEC_STRIP;
         d->content_cp = first_cp(sp_json_str(j, "content"));
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "start");
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "stop");
-        d->start = cJSON_IsNumber(a) ? (int)a->valuedouble : 0;
-        d->stop = cJSON_IsNumber(b) ? (int)b->valuedouble : 0;
+        d->start = sp_json_int_clamped(j, "start", 0, -1, 1025);
+        d->stop = sp_json_int_clamped(j, "stop", 0, -1, 1025);
         if (d->start < 0 || d->stop < 0 || d->start > 1024 || d->stop > 1024)
             return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer.json: bad Strip decoder bounds");
     } else if (!strcmp(t, "Replace")) {

@@ -76,6 +76,9 @@ bool sp_uc_is_control(uint32_t cp);
 
 const char *sp_json_str(const cJSON *obj, const char *key);
 bool sp_json_bool(const cJSON *obj, const char *key, bool dflt);
+/* obj[key] as an int clamped to [lo, hi] (NaN -> lo), or dflt when it is not
+ * a number: a double outside int's range has no defined int value. */
+int sp_json_int_clamped(const cJSON *obj, const char *key, int dflt, int lo, int hi);
 
 /* ----------------------------------------------------------- normalizer */
 

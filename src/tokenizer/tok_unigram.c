@@ -37,8 +37,7 @@ spindle_status sp_unigram_parse(const cJSON *j, sp_model *m, spindle_error *err)
         if ((int)m->tok_len[id] > m->max_chars) m->max_chars = (int)m->tok_len[id];
         id++;
     }
-    const cJSON *unk = cJSON_GetObjectItemCaseSensitive(j, "unk_id");
-    m->unk_id = cJSON_IsNumber(unk) ? (int32_t)unk->valuedouble : -1;
+    m->unk_id = sp_json_int_clamped(j, "unk_id", -1, -1, n);
     if (m->unk_id >= n) return sp_fail(err, SPINDLE_ERR_FORMAT, "tokenizer.json: Unigram unk_id out of range");
     m->byte_fallback = sp_json_bool(j, "byte_fallback", false);
     m->fuse_unk = true;

@@ -302,3 +302,12 @@ bool sp_json_bool(const cJSON *obj, const char *key, bool dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
+
+int sp_json_int_clamped(const cJSON *obj, const char *key, int dflt, int lo, int hi) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v)) return dflt;
+    double d = v->valuedouble;
+    if (!(d > lo)) return lo;
+    if (!(d < hi)) return hi;
+    return (int)d;
+}

@@ -1,6 +1,7 @@
 /* Model dispatch (vocabulary loading shared by every model type) and the
  * WordPiece model (HF `models::wordpiece`: greedy longest-match-first with
  * a continuing-subword prefix; a word that cannot be covered becomes unk). */
+#include <limits.h>
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
@@ -110,8 +111,7 @@ spindle_status sp_model_parse(const cJSON *j, const sp_fast_model *fast,
         const char *pre = sp_json_str(j, "continuing_subword_prefix");
         m->cont_prefix = strdup(pre ? pre : "##");
         if (!m->cont_prefix) return oom(err);
-        const cJSON *mx = cJSON_GetObjectItemCaseSensitive(j, "max_input_chars_per_word");
-        m->max_chars = cJSON_IsNumber(mx) ? (int)mx->valuedouble : 100;
+        m->max_chars = sp_json_int_clamped(j, "max_input_chars_per_word", 100, 0, INT_MAX);
         return SPINDLE_OK;
     }
     return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "tokenizer.json: unsupported model type '%s'", t);
