@@ -3,7 +3,8 @@
  * model is loaded.
  *
  * Input: one byte choosing the route (low 3 bits: chat, completions,
- * tokenize, detokenize, apply-template, 5: embeddings), then the body. Invariants: an
+ * tokenize, detokenize, apply-template, 5: embeddings, 6: load_lora_adapter,
+ * 7: unload_lora_adapter), then the body. Invariants: an
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
@@ -142,6 +143,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             sp_api_embeddings_free(&r);
         } else {
             check_error(&e);
+        }
+    } else if (route >= 6) {
+        char *name = NULL, *path = NULL;
+        const bool load = route == 6;
+        if (sp_api_parse_lora_request(body, len, load, &name, load ? &path : NULL, &e)) {
+            FUZZ_CHECK(name && name[0] && (!load || (path && path[0])), "lora request");
+            free(name);
+            free(path);
+        } else {
+            check_error(&e);
+            FUZZ_CHECK(!name && !path, "strings returned with an error");
         }
     } else {
         sp_api_request r;

@@ -405,7 +405,8 @@ def jinja_seeds():
 
 def server_seeds():
     """fuzz_server_request: route byte (0 chat, 1 completions, 2 tokenize,
-    3 detokenize, 4 apply-template, 5 embeddings) + body; fuzz_server_stop: stop strings
+    3 detokenize, 4 apply-template, 5 embeddings, 6 load_lora_adapter,
+    7 unload_lora_adapter) + body; fuzz_server_stop: stop strings
     (NUL-ended), 0x01, text pieces split at 0x02."""
     msgs = [{"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi "},
@@ -447,6 +448,12 @@ def server_seeds():
         "dimensions": 3, "prompt_name": "query"}).encode())
     put("fuzz_server_request", "embeddings-ids", b"\5" + js({
         "input": [[1, 2, 999], [0]], "encoding_format": "float"}).encode())
+    put("fuzz_server_request", "lora-load", b"\6" + js({
+        "lora_name": "sql", "lora_path": "/adapters/sql"}).encode())
+    put("fuzz_server_request", "lora-unload", b"\7" + js({"lora_name": "sql"}).encode())
+    put("fuzz_server_request", "chat-lora", b"\0" + js({
+        "messages": [{"role": "user", "content": "x"}], "adapters": "/a",
+        "lora": [{"id": 0, "scale": 0}, {"id": 3, "scale": 0.5}]}).encode())
     put("fuzz_server_stop", "across", b"ab\0\n\n\0\1xa\2b\2cd\n\2\ne")
     put("fuzz_server_stop", "prefix-held", b"abcd\0bc\0\1a\2b\2c\2x")
     put("fuzz_server_stop", "none", b"\1hello\2 world")
@@ -484,7 +491,37 @@ def reply_seeds():
         put("fuzz_reply_parse", name, bytes([options]) + text.encode())
 
 
+def tool_grammar_seeds():
+    """fuzz_tool_grammar: an options byte (1: Llama 3 JSON, 2: in <think>),
+    then a chat body with tools and a forced tool_choice."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                         "days": {"type": "integer", "minimum": 1}},
+        "required": ["city"]}}}
+    tree = {"type": "function", "function": {"name": "tree", "parameters": {
+        "$defs": {"node": {"type": "object", "properties": {
+            "v": {"enum": [1, "a", None]},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}}}},
+        "$ref": "#/$defs/node"}}}
+    bare = {"type": "function", "function": {"name": "now"}}
+    user = [{"role": "user", "content": "x"}]
+    seeds = {
+        "required-one": (0, {"messages": user, "tools": [weather], "tool_choice": "required"}),
+        "required-many": (0, {"messages": user, "tools": [weather, tree, bare],
+                              "tool_choice": "required", "parallel_tool_calls": False}),
+        "named-llama3": (1, {"messages": user, "tools": [weather, tree], "tool_choice": {
+            "type": "function", "function": {"name": "tree"}}}),
+        "named-think": (2, {"messages": user, "tools": [bare, weather], "tool_choice": {
+            "type": "function", "function": {"name": "now"}}}),
+        "required-llama3-think": (3, {"messages": user, "tools": [tree, bare],
+                                      "tool_choice": "required"}),
+    }
+    for name, (options, body) in seeds.items():
+        put("fuzz_tool_grammar", name, bytes([options]) + js(body).encode())
+
+
 def main():
+    tool_grammar_seeds()
     reply_seeds()
     server_seeds()
     gguf_seeds()
