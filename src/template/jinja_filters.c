@@ -332,6 +332,16 @@ static bool f_unique(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     return ok;
 }
 
+/* int(x) of a float as jinja2's int filter: NaN and infinities (which
+ * Python refuses) give the default; a finite value beyond int64 (a Python
+ * big int) is an error here. */
+static bool float_to_int(jx_ctx *ctx, double f, jx_value dflt, jx_value *out) {
+    if (isnan(f) || isinf(f)) return *out = jx_ref(dflt), true;
+    if (!jx_float_fits_int(f)) return jx_fail(ctx, "int: %g is outside the 64-bit integer range", f);
+    *out = jx_int((int64_t)f);
+    return true;
+}
+
 static bool to_number(jx_ctx *ctx, jx_value v, bool want_int, const jx_args *a, jx_value *out) {
     const jx_value *d = jx_arg(a, 0, "default");
     jx_value dflt = d ? *d : want_int ? jx_int(0) : jx_float(0.0);
@@ -341,9 +351,8 @@ static bool to_number(jx_ctx *ctx, jx_value v, bool want_int, const jx_args *a, 
         return true;
     }
     if (v.t == JX_FLOAT) {
-        if (want_int && (isnan(v.u.f) || isinf(v.u.f))) return *out = jx_ref(dflt), true;
-        *out = want_int ? jx_int((int64_t)v.u.f) : v;
-        return true;
+        if (!want_int) return *out = v, true;
+        return float_to_int(ctx, v.u.f, dflt, out);
     }
     if (v.t == JX_STR) {
         char buf[128];
@@ -361,7 +370,8 @@ static bool to_number(jx_ctx *ctx, jx_value v, bool want_int, const jx_args *a, 
         double f = strtod(buf, &e);
         while (*e && jx_is_space_cp((unsigned char)*e)) e++;
         if (e != buf && !*e && k > 0) {
-            *out = want_int ? jx_int((int64_t)f) : jx_float(f);
+            if (want_int) return float_to_int(ctx, f, dflt, out);
+            *out = jx_float(f);
             return true;
         }
     }

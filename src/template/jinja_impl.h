@@ -78,6 +78,11 @@ struct jx_obj {
 static inline jx_value jx_bool(bool b) { jx_value v = {.t = JX_BOOL}; v.u.b = b; return v; }
 static inline jx_value jx_int(int64_t i) { jx_value v = {.t = JX_INT}; v.u.i = i; return v; }
 static inline jx_value jx_float(double f) { jx_value v = {.t = JX_FLOAT}; v.u.f = f; return v; }
+/* Whether a float truncates to an int64 (casting one that does not, NaN
+ * and infinities included, is undefined behaviour). */
+static inline bool jx_float_fits_int(double f) {
+    return f >= -9223372036854775808.0 && f < 9223372036854775808.0;
+}
 
 jx_value jx_ref(jx_value v);
 void jx_unref(jx_value v);

@@ -409,6 +409,8 @@ bool jx_percent_format(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out) 
         if (c == 'r') jx_write_repr(&b, v);
         else if (c == 's') jx_write_str(&b, v);
         else if (v.t == JX_INT || v.t == JX_BOOL) sp_strbuf_printf(&b, "%lld", (long long)jx_int_of(v));
+        else if (v.t == JX_FLOAT && !jx_float_fits_int(v.u.f))
+            return sp_strbuf_free(&b), jx_fail(ctx, "%%d format: cannot convert float %g to an integer", v.u.f);
         else if (v.t == JX_FLOAT) sp_strbuf_printf(&b, "%lld", (long long)v.u.f);
         else return sp_strbuf_free(&b), jx_fail(ctx, "%%d format: a real number is required, not %s", jx_type_name(v));
     }

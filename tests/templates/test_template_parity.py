@@ -269,6 +269,8 @@ RUNTIME_ERRORS = [
     ("{{ m | unique | tojson }}", {"m": [1, 1]}, "generator is not JSON serializable", "tojson"),
     ("{{ d | items | length }}", {"d": {"a": 1}}, "has no len()", "length"),
     ("{{ m | map(attribute='n') | last }}", {"m": [{"n": 1}]}, "'generator' object is not reversible", "last"),
+    # A float that has no integer (was a float->int64 cast, undefined: a fuzz find).
+    ("{{ '%d' % ('nan' | float) }}", {}, "cannot convert float", "% ("),
 ]
 
 
