@@ -92,8 +92,8 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     while (*p == '/') {
         p++;
         size_t n = strcspn(p, "/");
-        size_t k = 0;
-        for (size_t i = 0; i < n && k + 1 < sizeof seg; i++) {
+        size_t k = 0, i = 0;
+        for (; i < n && k + 1 < sizeof seg; i++) {
             if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
                 seg[k++] = p[i + 1] == '0' ? '~' : '/';
                 i++;
@@ -102,8 +102,16 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
             }
         }
         seg[k] = 0;
-        target = cJSON_IsArray(target) ? cJSON_GetArrayItem(target, atoi(seg))
-                                       : cJSON_GetObjectItemCaseSensitive(target, seg);
+        /* An array index is digits without a leading zero (RFC 6901), read
+         * only when short enough for an int: atoi("1x") is 1, and atoi of
+         * a longer number is undefined. A truncated segment names
+         * nothing. */
+        size_t digits = strspn(seg, "0123456789");
+        bool index = digits == k && k >= 1 && k <= 9 && (seg[0] != '0' || k == 1);
+        if (i < n) target = NULL;
+        else if (cJSON_IsArray(target))
+            target = index ? cJSON_GetArrayItem(target, (int)strtol(seg, NULL, 10)) : NULL;
+        else target = cJSON_GetObjectItemCaseSensitive(target, seg);
         if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
         p += n;
     }
