@@ -46,8 +46,10 @@ static spindle_status qwen3_5_rope(spindle_model *m, spindle_error *err) {
         cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor");
     const double th = cJSON_IsNumber(theta) ? theta->valuedouble : 100000.0;
     const double p = cJSON_IsNumber(part) ? part->valuedouble : 0.25;
-    const int rotary = (int)(m->cfg.head_dim * p);
-    if (!(th > 0) || !(p > 0 && p <= 1) || rotary < 2 || rotary % 2)
+    /* p is checked before it scales head_dim: a huge factor has no int. */
+    const bool p_ok = p > 0 && p <= 1;
+    const int rotary = p_ok ? (int)(m->cfg.head_dim * p) : 0;
+    if (!(th > 0) || !p_ok || rotary < 2 || rotary % 2)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s/config.json: rope_parameters give an invalid "
                        "rope_theta or rotary dimension", m->dir);
