@@ -270,7 +270,7 @@ RUNTIME_ERRORS = [
     ("{{ d | items | length }}", {"d": {"a": 1}}, "has no len()", "length"),
     ("{{ m | map(attribute='n') | last }}", {"m": [{"n": 1}]}, "'generator' object is not reversible", "last"),
     # A float that has no integer (was a float->int64 cast, undefined: a fuzz find).
-    ("{{ '%d' % ('nan' | float) }}", {}, "cannot convert float", "% ("),
+    ("{{ '%d' % (s | float) }}", {"s": "nan"}, "cannot convert float", "% ("),
 ]
 
 
