@@ -53,6 +53,10 @@ static bool take_stop_strings(sp_job_durable *d, sp_api_request *req,
     for (size_t at = 0; blob && at < n && req->n_stop < SP_API_MAX_STOP;) {
         const char *end = memchr(blob + at, '\0', n - at);
         size_t k = end ? (size_t)(end - (blob + at)) : n - at;
+        if (k == 0) {   /* refused in a request body; so in a hand-edited file */
+            at++;
+            continue;
+        }
         if (!(req->stop[req->n_stop] = strndup(blob + at, k)))
             return sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
         req->n_stop++;
