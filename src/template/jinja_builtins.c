@@ -41,12 +41,16 @@ static bool g_range(jx_ctx *ctx, const jx_value *self, const jx_args *a, jx_valu
         return false;
     }
     if (step == 0) return jx_fail(ctx, "range() arg 3 must not be zero");
-    int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                             : (start > stop ? (start - stop - step - 1) / -step : 0);
+    /* ceil(|stop - start| / |step|) in uint64: the int64 difference can
+     * overflow (range(-9e18, 9e18)). */
+    uint64_t span = step > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                             : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+    uint64_t by = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+    uint64_t count = span / by + (span % by != 0);
     if (count > 100000)
         return jx_fail(ctx, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     if (!jx_list_new((size_t)count, false, out)) return jx_fail(ctx, "out of memory");
-    for (int64_t i = 0; i < count; i++) jx_list_push(*out, jx_int(start + i * step));
+    for (int64_t i = 0; i < (int64_t)count; i++) jx_list_push(*out, jx_int(start + i * step));
     return true;
 }
 

@@ -250,6 +250,8 @@ static bool num_binop(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out
     case '%':
         if (ints) {
             if (y == 0) return jx_fail(ctx, "integer division or modulo by zero");
+            /* (INT64_MIN // -1 passes int64: a float, as + - * do) */
+            if (y == -1 && op == 'f' && x == INT64_MIN) return *out = jx_float(-(double)x), true;
             if (y == -1) return *out = jx_int(op == 'f' ? -x : 0), true;
             int64_t q = x / y, m = x % y;
             if (m != 0 && ((m < 0) != (y < 0))) {
@@ -504,6 +506,12 @@ static bool eval_filter_chain(ev *e, const jx_node *n, jx_value subject, jx_valu
     return eval_filter(e, n, &subject, out);
 }
 
+/* i + step, or hi (the end) when that passes int64 ([1::2**63-1]). */
+static int64_t next_index(int64_t i, int64_t step, int64_t hi) {
+    int64_t next;
+    return __builtin_add_overflow(i, step, &next) ? hi : next;
+}
+
 static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *out) {
     if (obj.t != JX_LIST && obj.t != JX_STR) {
         if (obj.t == JX_UNDEF) return jx_fail(ctx, "cannot slice an undefined value");
@@ -536,14 +544,14 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     }
     if (obj.t == JX_LIST) {
         if (!jx_list_new(0, obj.u.o->u.list.tuple, out)) return jx_fail(ctx, "out of memory");
-        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
+        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i = next_index(i, step, hi))
             jx_list_push(*out, jx_ref(obj.u.o->u.list.v[i]));
         return true;
     }
     const char *s = jx_s(obj);
     size_t len = jx_slen(obj);
     sp_strbuf b = {0};
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i = next_index(i, step, hi)) {
         size_t a = sp_utf8_offset(s, len, (size_t)i), z = sp_utf8_offset(s, len, (size_t)i + 1);
         sp_strbuf_add(&b, s + a, z - a);
     }

@@ -696,6 +696,7 @@ bool jx_apply_filter(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a
     if (is_name(name, "int")) return to_number(ctx, v, true, a, out);
     if (is_name(name, "float")) return to_number(ctx, v, false, a, out);
     if (is_name(name, "abs")) {
+        if (v.t == JX_INT && v.u.i == INT64_MIN) return *out = jx_float(-(double)v.u.i), true;
         if (v.t == JX_INT) return *out = jx_int(v.u.i < 0 ? -v.u.i : v.u.i), true;
         if (v.t == JX_FLOAT) return *out = jx_float(fabs(v.u.f)), true;
         if (v.t == JX_BOOL) return *out = jx_int(v.u.b), true;
