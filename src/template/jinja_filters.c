@@ -763,7 +763,7 @@ bool jx_apply_test(jx_ctx *ctx, const char *name, jx_value v, const jx_args *a, 
         if (name[0] == 'o') return *out = (i % 2) != 0, true;
         if (name[0] == 'e') return *out = (i % 2) == 0, true;
         if (!x || x->t != JX_INT || x->u.i == 0) return jx_fail(ctx, "divisibleby expects a non-zero integer");
-        return *out = i % x->u.i == 0, true;
+        return *out = x->u.i == -1 || i % x->u.i == 0, true;   /* INT64_MIN % -1 overflows */
     }
     if (!x) return jx_fail(ctx, "No test named '%s' without arguments.", name);
     int op = 0;
