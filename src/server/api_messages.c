@@ -66,10 +66,24 @@ static void parse_tool_arguments(cJSON *msg) {
     }
 }
 
+/* The key of msg's that it reads or rewrites given twice, or NULL (cJSON
+ * keeps both; the first would be checked and the second could surface
+ * once the first is replaced). */
+static const char *duplicate_key(const cJSON *msg) {
+    static const char *const keys[] = {"role", "content", "tool_calls"};
+    int seen[3] = {0};
+    for (const cJSON *c = msg->child; c; c = c->next)
+        for (int k = 0; k < 3; k++)
+            if (c->string && !strcmp(c->string, keys[k]) && ++seen[k] > 1) return keys[k];
+    return NULL;
+}
+
 static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", index);
     if (!cJSON_IsObject(msg)) return sp_api_bad(err, param, "'%s' must be an object", param);
+    const char *twice = duplicate_key(msg);
+    if (twice) return sp_api_bad(err, param, "'%s' has the key '%s' twice", param, twice);
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
     if (!cJSON_IsString(role))
         return sp_api_bad(err, param, "'%s.role' must be a string", param);

@@ -71,6 +71,10 @@ CASES = [
     ("/detokenize", {"tokens": "1 2"}, 400, "tokens", None),
     ("/detokenize", {"tokens": [1, 10 ** 7]}, 400, "tokens", None),
     ("/apply-template", {"messages": {}}, 400, "messages", None),
+    # A key given twice (a string body: a dict keeps one): the second
+    # content surfaced once the first was rewritten (a fuzz find).
+    (CHAT, '{"messages": [{"role": "assistant", "content": null, "tool_calls": [], '
+           '"content": 5}], "max_tokens": 2}', 400, "messages[0]", None),
 ]
 
 
