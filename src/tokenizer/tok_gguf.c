@@ -5,10 +5,12 @@
  * go into a synthesized tokenizer_config object.
  *
  * Defaults follow llama.cpp: "llama" adds BOS and a space prefix; "gpt2"
- * takes ignore_merges / clean_spaces / add_bos from its `pre` entry; the
- * file's tokenizer.ggml.add_bos_token, add_eos_token, add_space_prefix and
- * *_token_id keys override them. Not reproduced: the LSTRIP/RSTRIP token
- * attributes llama.cpp sets by model name (phi-3, jina, modern-bert). */
+ * takes ignore_merges / clean_spaces / add_bos from its `pre` entry; "bert"
+ * wraps the text in [CLS] (its BOS) ... [SEP]; the file's
+ * tokenizer.ggml.add_bos_token, add_eos_token, add_sep_token,
+ * add_space_prefix and *_token_id keys override them. Not reproduced: the
+ * LSTRIP/RSTRIP token attributes llama.cpp sets by model name (phi-3,
+ * jina, modern-bert). */
 #include "tokenizer/tok_gguf.h"
 
 #include <dirent.h>
@@ -247,6 +249,31 @@ static void attr_fixups(sp_gguf_vocab *v, const sp_model *m, const sp_gguf *g) {
     if (s >= 0 && text_id(m, "<|tool_response>") >= 0) v->attr[s] = SP_GA_NORMAL;
 }
 
+/* "bert": llama.cpp's WPM defaults ([CLS] 101 as BOS, [SEP] 102 appended,
+ * [UNK] 100, decoding with clean_spaces) and HF's BERT pipeline. The file
+ * records neither do_lower_case nor max_input_chars_per_word: HF's
+ * defaults hold (uncased, 100), as llama.cpp always lowercases. The vocabulary keeps llama.cpp's texts
+ * ("\u2581word" starts a word, "##piece" became "piece"), so WordPiece
+ * looks words up with a word-start prefix and no continuing one. */
+static spindle_status wpm_setup(spindle_tokenizer *tok, int32_t *unk, spindle_error *err) {
+    sp_gguf_vocab *v = tok->gguf;
+    sp_model *m = &tok->model;
+    m->type = SP_MODEL_WORDPIECE;
+    m->cont_prefix = strdup("");
+    m->word_prefix = strdup("\xE2\x96\x81");
+    if (!m->cont_prefix || !m->word_prefix) return oom(err);
+    m->max_chars = 100;
+    v->wpm_norm = (sp_norm){.type = SP_NORM_BERT, .clean = true, .chinese = true,
+                            .accents = true, .lower = true};
+    v->wpm_pre = (sp_pretok){.type = SP_PRE_BERT};
+    v->add_bos = v->add_sep = v->clean_spaces = true;
+    tok->bos_id = 101;
+    tok->eos_id = -1;
+    *unk = 100;
+    v->sep = 102;
+    return SPINDLE_OK;
+}
+
 static spindle_status build(spindle_tokenizer *tok, const sp_gguf *g, spindle_error *err) {
     sp_gguf_vocab *v = tok->gguf;
     sp_model *m = &tok->model;
@@ -255,9 +282,10 @@ static spindle_status build(spindle_tokenizer *tok, const sp_gguf *g, spindle_er
     if (st) return st;
     bool gpt2 = model.len == 4 && !memcmp(model.ptr, "gpt2", 4);
     v->spm = model.len == 5 && !memcmp(model.ptr, "llama", 5);
-    if (!gpt2 && !v->spm)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported (gpt2 "
-                       "and llama are; token ids need no tokenizer)",
+    v->wpm = model.len == 4 && !memcmp(model.ptr, "bert", 4);
+    if (!gpt2 && !v->spm && !v->wpm)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported (gpt2, "
+                       "llama and bert are; token ids need no tokenizer)",
                        sp_gguf_path(g), (int)(model.len > 40 ? 40 : model.len), model.ptr);
     if (sp_gguf_find(g, "tokenizer.ggml.pre") && (st = sp_gguf_get_string(g, "tokenizer.ggml.pre", &pre, err)))
         return st;
@@ -287,6 +315,8 @@ static spindle_status build(spindle_tokenizer *tok, const sp_gguf *g, spindle_er
         v->add_space_prefix = true;
         v->add_bos = true;
         tok->bos_id = 1; tok->eos_id = 2; unk = 0;
+    } else if (v->wpm) {
+        if ((st = wpm_setup(tok, &unk, err))) return st;
     } else {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(pre.len < 63 ? pre.len : 63), pre.ptr);
@@ -302,17 +332,25 @@ static spindle_status build(spindle_tokenizer *tok, const sp_gguf *g, spindle_er
     if (tok->bos_id >= n) tok->bos_id = -1;
     if (tok->eos_id >= n) tok->eos_id = -1;
     if (unk >= n) unk = -1;
+    if (v->sep >= n) v->sep = -1;
     byte_tables(v, m);
+    /* an older converter named [CLS] cls_token_id rather than BOS */
+    const char *bos_key = !sp_gguf_find(g, "tokenizer.ggml.bos_token_id") && v->wpm
+                          ? "tokenizer.ggml.cls_token_id" : "tokenizer.ggml.bos_token_id";
     if ((st = opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)) ||
-        (st = opt_id(g, "tokenizer.ggml.bos_token_id", n, &tok->bos_id, err)) ||
+        (st = opt_id(g, bos_key, n, &tok->bos_id, err)) ||
+        (st = opt_id(g, "tokenizer.ggml.seperator_token_id", n, &v->sep, err)) ||
+        (st = opt_bool(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)) ||
         (st = opt_id(g, "tokenizer.ggml.eos_token_id", n, &tok->eos_id, err)) ||
         (st = opt_id(g, "tokenizer.ggml.unknown_token_id", n, &unk, err)) ||
         (st = opt_id(g, "tokenizer.ggml.padding_token_id", n, &pad, err)) ||
         (st = opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err)) ||
         (st = opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)))
         return st;
-    if ((v->add_bos && tok->bos_id < 0) || (v->add_eos && tok->eos_id < 0))
-        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: adds a BOS/EOS token it does not define", sp_gguf_path(g));
+    if ((v->add_bos && tok->bos_id < 0) || (v->add_eos && tok->eos_id < 0) ||
+        (v->wpm && v->add_sep && v->sep < 0))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: adds a BOS/EOS/SEP token it does not define", sp_gguf_path(g));
+    if (v->wpm) m->unk_id = unk;
     v->bos = tok->bos_id;
     v->eos = tok->eos_id;
     attr_fixups(v, m, g);
@@ -354,7 +392,7 @@ static bool piece(const spindle_tokenizer *tok, int32_t id, bool special, int ls
     bool ok = true;
     if (a & (SP_GA_UNKNOWN | SP_GA_CONTROL | SP_GA_USER_DEFINED)) {
         ok = sp_strbuf_add(out, s, n);
-    } else if ((a & SP_GA_NORMAL) && v->spm) {
+    } else if ((a & SP_GA_NORMAL) && (v->spm || v->wpm)) {
         for (size_t i = 0; i < n && ok; i++) {
             if (i + 2 < n && !memcmp(s + i, "\xE2\x96\x81", 3)) { ok = sp_strbuf_add(out, " ", 1); i += 2; }
             else ok = sp_strbuf_add(out, s + i, 1);

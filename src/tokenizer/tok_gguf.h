@@ -1,7 +1,9 @@
 /* Tokenizers built from GGUF metadata (tokenizer.ggml.*), matching
  * llama.cpp's llama_tokenize / llama_detokenize: the "gpt2" (byte-level BPE
- * with llama.cpp's per-`pre` regex split) and "llama" (SentencePiece-style
- * score merging with <0xXX> byte fallback) vocabularies. Internal to the
+ * with llama.cpp's per-`pre` regex split), "llama" (SentencePiece-style
+ * score merging with <0xXX> byte fallback) and "bert" (WordPiece over the
+ * phantom-space vocabulary convert_hf_to_gguf.py writes, with HF's
+ * BertNormalizer and BertPreTokenizer) vocabularies. Internal to the
  * tokenizer module. */
 #ifndef SP_INPUT_TOK_GGUF_H
 #define SP_INPUT_TOK_GGUF_H
@@ -59,12 +61,17 @@ enum {
 };
 
 typedef struct sp_gguf_vocab {
-    bool spm;              /* "llama"; otherwise "gpt2" */
+    bool spm;              /* "llama" */
+    bool wpm;              /* "bert"; neither: "gpt2" */
     uint8_t *attr;         /* per id: SP_GA_* bits */
     int32_t *special;      /* partition order: longest text first */
     size_t n_special;
     bool add_bos, add_eos, add_space_prefix, clean_spaces;
     int32_t bos, eos;
+    bool add_sep;          /* WPM: [SEP] ends an encoding with specials */
+    int32_t sep;
+    sp_norm wpm_norm;      /* WPM: BertNormalizer (lowercase, strip accents) */
+    sp_pretok wpm_pre;     /* WPM: BertPreTokenizer */
     int32_t byte_tok[256]; /* SPM byte fallback, -1 when missing */
     uint16_t byte_cp[256]; /* GPT-2 byte -> code point */
     sp_gg_splitter split;  /* BPE */

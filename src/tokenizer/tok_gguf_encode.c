@@ -6,7 +6,11 @@
  * add_space_prefix, adjacent symbols merged by the highest score of the
  * merged token, leftmost on ties, unknown characters as <0xXX> bytes) or the
  * byte-level BPE ("gpt2": llama.cpp regex split, GPT-2 byte mapping, merges
- * by rank via the shared sp_bpe model). */
+ * by rank via the shared sp_bpe model) or WordPiece ("bert": the
+ * tokenizer.json pipeline's BertNormalizer, BertPreTokenizer and WordPiece,
+ * which HF tokenizers' ids pin down; llama.cpp's own WPM differs in keeping
+ * accents' combining marks and in having no max_input_chars_per_word), and
+ * [CLS] ... [SEP] around it all. */
 #include "tokenizer/tok_gguf.h"
 
 #include <stdlib.h>
@@ -203,6 +207,24 @@ static spindle_status bpe_fragment(const spindle_tokenizer *tok, const char *s, 
     return st;
 }
 
+/* ------------------------------------------------------------ WordPiece */
+
+static spindle_status wpm_fragment(const spindle_tokenizer *tok, const char *s, size_t n,
+                                   sp_strbuf *buf, sp_pieces *words, sp_pieces *tmp,
+                                   sp_ids *out, spindle_error *err) {
+    const sp_gguf_vocab *v = tok->gguf;
+    buf->len = 0;
+    sp_pieces_reset(words);
+    spindle_status st = sp_norm_apply(&v->wpm_norm, s, n, buf, err);
+    if (!st && !sp_pieces_push(words, buf->p ? buf->p : "", buf->len, -1, true)) st = oom(err);
+    if (!st) st = sp_pretok_apply(&v->wpm_pre, words, tmp, err);
+    for (size_t i = 0; i < words->n && !st; i++)
+        if (words->v[i].len)
+            st = sp_wordpiece_tokenize(&tok->model, words->text.p + words->v[i].off,
+                                       words->v[i].len, out, err);
+    return st;
+}
+
 spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
                               size_t len, bool add_special, sp_ids *out,
                               spindle_error *err) {
@@ -210,6 +232,7 @@ spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
     frags fr = {0};
     sp_strbuf buf = {0};
     sp_gg_offsets words = {0};
+    sp_pieces pieces = {0}, tmp = {0};
     spindle_status st = partition(tok, text, len, &fr) ? SPINDLE_OK : oom(err);
     if (!st && add_special && v->add_bos && !sp_ids_push(out, v->bos)) st = oom(err);
     bool prev_special = true; /* SPM: a space prefix at the start */
@@ -222,11 +245,16 @@ spindle_status sp_gguf_encode(const spindle_tokenizer *tok, const char *text,
             if (!spm_fragment(tok, text + f->off, f->len, v->add_space_prefix && prev_special, &buf, out))
                 st = oom(err);
             prev_special = false;
+        } else if (v->wpm) {
+            st = wpm_fragment(tok, text + f->off, f->len, &buf, &pieces, &tmp, out, err);
         } else {
             st = bpe_fragment(tok, text + f->off, f->len, &words, &buf, out, err);
         }
     }
     if (!st && add_special && v->add_eos && !sp_ids_push(out, v->eos)) st = oom(err);
+    if (!st && add_special && v->add_sep && !sp_ids_push(out, v->sep)) st = oom(err);
+    sp_pieces_free(&pieces);
+    sp_pieces_free(&tmp);
     free(fr.v);
     free(words.v);
     sp_strbuf_free(&buf);

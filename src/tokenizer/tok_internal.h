@@ -190,6 +190,10 @@ typedef struct sp_model {
     int32_t unk_id;
     bool byte_fallback, fuse_unk, ignore_merges;
     char *cont_prefix, *eow_suffix;
+    /* WordPiece: the prefix of a word's first piece; NULL for none (HF's
+     * vocab), U+2581 for llama.cpp's phantom-space BERT vocab, where the
+     * continuing pieces carry no prefix instead */
+    char *word_prefix;
     int32_t byte_ids[256];
     sp_bpe_cache *cache;
     /* WordPiece: max chars per word; Unigram: longest piece in bytes */

@@ -1,6 +1,7 @@
 /* Model dispatch (vocabulary loading shared by every model type) and the
  * WordPiece model (HF `models::wordpiece`: greedy longest-match-first with
- * a continuing-subword prefix; a word that cannot be covered becomes unk). */
+ * a continuing-subword prefix, or a word-start one for llama.cpp's
+ * phantom-space vocabulary; a word that cannot be covered becomes unk). */
 #include <limits.h>
 #include "tokenizer/tok_internal.h"
 
@@ -119,7 +120,10 @@ spindle_status sp_model_parse(const cJSON *j, const sp_fast_model *fast,
 
 void sp_model_free(sp_model *m) {
     if (m->type == SP_MODEL_BPE) sp_bpe_free(m);
-    else free(m->cont_prefix);
+    else {
+        free(m->cont_prefix);
+        free(m->word_prefix);
+    }
     for (int32_t i = 0; m->tok && i < m->n_tok; i++) free(m->tok[i]);
     free(m->tok);
     free(m->tok_len);
@@ -147,7 +151,8 @@ static spindle_status push_unk(const sp_model *m, sp_ids *out, spindle_error *er
 spindle_status sp_wordpiece_tokenize(const sp_model *m, const char *s, size_t n,
                                      sp_ids *out, spindle_error *err) {
     if (sp_utf8_count(s, n) > (size_t)m->max_chars) return push_unk(m, out, err);
-    size_t mark = out->n, plen = strlen(m->cont_prefix);
+    const char *wp = m->word_prefix ? m->word_prefix : "";
+    size_t mark = out->n, plen = strlen(m->cont_prefix), wlen = strlen(wp);
     sp_strbuf key = {0};
     size_t start = 0;
     while (start < n) {
@@ -155,7 +160,7 @@ spindle_status sp_wordpiece_tokenize(const sp_model *m, const char *s, size_t n,
         int32_t found = -1;
         while (start < end) {
             key.len = 0;
-            if ((start > 0 && !sp_strbuf_add(&key, m->cont_prefix, plen)) ||
+            if (!(start > 0 ? sp_strbuf_add(&key, m->cont_prefix, plen) : sp_strbuf_add(&key, wp, wlen)) ||
                 !sp_strbuf_add(&key, s + start, end - start)) {
                 sp_strbuf_free(&key);
                 return oom(err);

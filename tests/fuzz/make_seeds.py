@@ -155,6 +155,18 @@ def gguf_seeds():
     ]
     put("fuzz_gguf", "every-type", gguf(every_type, [("t", GGML_F16, [4, 2], b"\0\x3c" * 8)], version=2))
     put("fuzz_gguf", "empty", gguf([], []))
+    # llama.cpp's BERT WordPiece: phantom-space tokens, [CLS] ... [SEP]
+    wpm = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "\u2581hello", "\u2581world", "ing", "\u2581,",
+           "\u2581\u4e16", "\u2581cafe", "s", "\u2581!"]
+    put("fuzz_gguf", "bert-wpm", gguf([
+        ("general.architecture", STR, "bert"),
+        ("tokenizer.ggml.model", STR, "bert"),
+        ("tokenizer.ggml.tokens", ARR, (STR, wpm)),
+        ("tokenizer.ggml.token_type", ARR, (I32, [3 if t.startswith("[") else 1 for t in wpm])),
+        ("tokenizer.ggml.unknown_token_id", U32, 1),
+        ("tokenizer.ggml.bos_token_id", U32, 2),
+        ("tokenizer.ggml.seperator_token_id", U32, 3),
+        ("tokenizer.ggml.padding_token_id", U32, 0)], []))
     # llama.cpp's LoRA GGUF (convert_lora_to_gguf.py): adapter keys and
     # blk.N.<module>.weight.lora_a [in, r] / .lora_b [r, out] tensors.
     lora_kvs = [("general.architecture", STR, "llama"),
