@@ -50,6 +50,17 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths
     SPINDLE_SIMD=$level ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
       -R "test_matmul|test_attention|test_ops"
   done
+  # Without AVX-VNNI the avxvnni level's kernels once more with vpdpbusd
+  # emulated exactly in AVX2 (SPINDLE_EMULATE_AVXVNNI: simd_dpbusd.h), only
+  # the integer kernel tests built.
+  if ! grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    stage "C unit tests ($dir-emuvnni, SPINDLE_SIMD=avxvnni, vpdpbusd emulated)"
+    cmake -S . -B "$dir-emuvnni" $flags -DSPINDLE_EMULATE_AVXVNNI=ON >/dev/null
+    cmake --build "$dir-emuvnni" -j "$JOBS" --target test_ggml_dot test_matmul \
+      test_matmul_ggml test_matmul_vnni >/dev/null
+    SPINDLE_SIMD=avxvnni ctest --test-dir "$dir-emuvnni" --output-on-failure -j "$JOBS" \
+      -R "test_ggml_dot|test_matmul\$|test_matmul_ggml|test_matmul_vnni\$"
+  fi
   # The mlx-lm parity suites once more with f32 activations everywhere (the
   # default mode's int8 kernels are held to the same tolerances above). The
   # GGUF, engine, speculation and sequence-state tests choose their precision themselves

@@ -58,6 +58,10 @@ static void sp_detect_x86(sp_cpu_features *f) {
         /* AVX-VNNI extends the AVX2 level (VEX, ymm state only) */
         f->avxvnni = f->avx2 && f->fma && f->f16c && (a >> 4 & 1u);
     }
+#if defined(SP_EMULATE_AVXVNNI) && SP_EMULATE_AVXVNNI
+    /* test builds: vpdpbusd emulated with AVX2 (simd_dpbusd.h) */
+    f->avxvnni = f->avx2 && f->fma && f->f16c;
+#endif
     /* The VNNI and BF16 kernels are AVX-512-level kernels: offer them only
      * together with that level's own features. */
     const bool level512 = f->avx512f && f->avx512bw && f->avx512dq &&

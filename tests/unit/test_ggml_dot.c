@@ -425,6 +425,42 @@ static void test_prefill(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
+/* (d) the same on AVX2 and AVX-VNNI (ggml_gemm_avx2.c), precision fast
+ * (high keeps the f32 tiles there, checked by test_levels' tolerance):
+ * rows not multiples of the 16-row panel, token counts around the 4-token
+ * micro-kernel, 1 and 2 threads. A saturating vpmaddubsw sum (q8_0's
+ * 255 * 127 pairs, or too many q5 steps in i16) or a lost offset misses the
+ * tolerance by far. */
+static void test_prefill_avx2(void **s) {
+    (void)s;
+    static const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI};
+    sp_pool *pools[2] = {NULL, sp_pool_create(2)};
+    assert_non_null(pools[1]);
+    int checked = 0;
+    sp_mm_precision_force(SP_PRECISION_FAST);
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        if (!sp_simd_available(levels[lv])) continue;
+        assert_true(sp_simd_force(levels[lv]));
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            if (!sp_ggml_gemm_int8_covered(types[i].type, 1024, levels[lv])) continue;
+            checked++;
+            for (int p = 0; p < 2; p++) {
+                check_matmul(&types[i], 37, 32 * 37, 9, pools[p], false);
+                check_matmul(&types[i], 20, 32, 12, pools[p], false);
+                check_matmul(&types[i], 33, 1024, 40, pools[p], false);
+                check_matmul(&types[i], 5, 64 * 9, 7, pools[p], false);
+                tame_scales = true;
+                check_matmul(&types[i], 45, 32 * 21, 23, pools[p], false);
+                tame_scales = false;
+            }
+        }
+    }
+    sp_simd_force(sp_simd_supported());
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_pool_destroy(pools[1]);
+    if (!checked) skip();
+}
+
 /* The AVX-512 split of 32-blocks (ggml_act_split_avx512.c) gives the
  * scalar split's bits at every part: the decode path (either level) and the
  * prefill GEMM read the same parts. Inputs: fill_acts' ties, zeros and
@@ -528,6 +564,7 @@ int main(void) {
         cmocka_unit_test(test_quantizers),
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_prefill),
+        cmocka_unit_test(test_prefill_avx2),
         cmocka_unit_test(test_split_levels_agree),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_levels_cover_all),

@@ -185,4 +185,20 @@ bool sp_ggml_gemm_covered(uint32_t type, int64_t cols);
 bool sp_ggml_gemm_vnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
                        int64_t r0, int64_t r1);
 
+/* ---- prefill on AVX2 / AVX-VNNI: ggml_gemm_avx2.c ---- */
+
+/* Whether sp_ggml_gemm_int8 takes `type` with `cols` columns at `level`
+ * (SP_SIMD_AVX2 or SP_SIMD_AVXVNNI, available on this CPU; q4_0, q8_0,
+ * q4_1, q5_0, q5_1). */
+bool sp_ggml_gemm_int8_covered(uint32_t type, int64_t cols, sp_simd_level level);
+
+/* sp_ggml_gemm_vnni's contract with the kernels of `level`: vpmaddubsw +
+ * vpmaddwd (AVX2) or VEX vpdpbusd (AVX-VNNI), the same exact block sums. */
+bool sp_ggml_gemm_int8(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1, sp_simd_level level);
+bool sp_ggml_gemm_avx2(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                       int64_t r0, int64_t r1);
+bool sp_ggml_gemm_avxvnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                          int64_t r0, int64_t r1);
+
 #endif

@@ -33,6 +33,7 @@
 
 #include "compute/ggml/ggml_dot.h"
 #include "compute/simd_target.h"
+#include "compute/simd_dpbusd.h"
 
 SP_TARGET_BEGIN(SP_GGML_TARGET)
 #include "compute/ggml/ggml_dot_x86.h"
@@ -41,7 +42,7 @@ SP_TARGET_BEGIN(SP_GGML_TARGET)
  * pairwise i16 sums cannot saturate) and signed q. */
 SP_INLINE __m256i madd_us(__m256i u, __m256i q) {
 #if SP_GGML_AVXVNNI
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
+    return sp_dpbusd256(_mm256_setzero_si256(), u, q);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
 #endif

@@ -16,10 +16,11 @@
  *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
  *     spans with ggml's bit-exact dequantizers and dotted with the f32
  *     activations (exact up to summation order).
- * More tokens (prefill), precision fast or high on AVX-512 VNNI, q4_0 /
- * q8_0 / q4_1 / q5_0 / q5_1: every token is quantized (fast) or split into
- * 3 parts (high) once per call as for decode and ggml_gemm_vnni.c computes
- * the same per-block values in panels of rows.
+ * More tokens (prefill), precision fast or high on AVX-512 VNNI, AVX-VNNI
+ * or AVX2, q4_0 / q8_0 / q4_1 / q5_0 / q5_1 (and MXFP4 on AVX-512): every
+ * token is quantized (fast) or split into 3 parts (high) once per call as
+ * for decode and ggml_gemm_vnni.c (ggml_gemm_avx2.c) computes the same
+ * per-block values in panels of rows.
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
  * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
  * and the tile is dotted with every token's f32 activations, so the decode
@@ -120,12 +121,15 @@ static bool gg_split(gg_job *job, int levels) {
     return true;
 }
 
-/* Prefill, integer path (AVX-512 VNNI): a pool chunk of rows against every
- * quantized token. */
+/* Prefill, integer path (AVX-512 VNNI, AVX-VNNI or AVX2): a pool chunk of
+ * rows against every quantized token. */
 static void gg_rows_gemm(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     (void)thread_id;
     const gg_job *job = ctx;
-    sp_ggml_gemm_vnni(job->w, job->acts, job->y, r0, r1);
+    if (job->level == SP_SIMD_AVX512)
+        sp_ggml_gemm_vnni(job->w, job->acts, job->y, r0, r1);
+    else
+        sp_ggml_gemm_int8(job->w, job->acts, job->y, r0, r1, job->level);
 }
 
 /* Decode, f32 path: one row at a time, SP_GG_COLS columns decoded into an
@@ -224,8 +228,12 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
     const int levels = sp_mm_act_levels();
     if (n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
-        levels <= SP_GGML_SPLIT_MAX_LEVELS && sp_ggml_vnni_active() &&
-        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+        levels <= SP_GGML_SPLIT_MAX_LEVELS &&
+        ((sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) ||
+         /* precision high: 3 parts cost AVX2 more than the f32 tiles
+          * (bench/RESULTS.md), so only fast there */
+         (levels == 1 &&
+          sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, job.level)))) {
         /* quantized (fast) or split (high) once per call, tokens split over
          * the pool, into the caller's thread scratch, which outlives the
          * synchronous pool call; read by every worker */

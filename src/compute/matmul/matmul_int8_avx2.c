@@ -28,6 +28,7 @@
 #include "compute/matmul/matmul_simd.h"
 #include "compute/scratch.h"
 #include "compute/simd_target.h"
+#include "compute/simd_dpbusd.h"
 
 typedef struct sp_i8_plan {
     const sp_weight *w;
