@@ -1,7 +1,7 @@
 /* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
  * memory.
  *
- * Few tokens (decode, n_tokens <= SP_MM_SMALL_TOKENS) stream one weight row
+ * Few tokens (decode, n_tokens <= SP_MM_DECODE_TOKENS) stream one weight row
  * after the other (one sequential stream per thread reads DRAM about twice
  * as fast as interleaved row streams):
  *   - precision fast (sp_mm_act_levels() == 1): llama.cpp's own
@@ -139,7 +139,7 @@ static void gg_rows_f32(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *row =
             (const unsigned char *)w->data + (size_t)r * job->row_bytes;
-        float sum[SP_MM_SMALL_TOKENS] = {0};
+        float sum[SP_MM_DECODE_TOKENS] = {0};
         for (int64_t k0 = 0; k0 < cols; k0 += SP_GG_COLS) {
             const int64_t kn = cols - k0 < SP_GG_COLS ? cols - k0 : SP_GG_COLS;
             job->tr->to_f32(row + (size_t)(k0 / bs) * job->tr->type_size, span,
@@ -195,7 +195,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     };
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
-    if (n_tokens <= SP_MM_SMALL_TOKENS &&
+    if (n_tokens <= SP_MM_DECODE_TOKENS &&
         sp_ggml_dot_covered(w->ggml_type, w->cols)) {
         const int levels = sp_mm_act_levels();
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
@@ -209,7 +209,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
         /* Quantized once here, read by every worker (the call is
          * synchronous, so the caller's thread-local scratch outlives it). */
-        static _Thread_local sp_ggml_act act[SP_MM_SMALL_TOKENS];
+        static _Thread_local sp_ggml_act act[SP_MM_DECODE_TOKENS];
         const uint32_t at = sp_ggml_dot_act_type(w->ggml_type);
         bool ok = true;
         for (int t = 0; t < n_tokens && ok; t++)
