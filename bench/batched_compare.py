@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,10 +26,15 @@ import compare as cmp  # noqa: E402
 
 
 def spindle_rows(exe, model, a):
+    env = dict(os.environ)
+    if a.simd:
+        env["SPINDLE_SIMD"] = a.simd
     cmd = [exe, "batched-bench", "-m", model, "-npp", str(a.npp), "-ntg",
            str(a.ntg), "-npl", a.npl, "-t", str(a.threads), "-b", str(a.batch),
            "--kv-type", a.kv_type, "--json"]
-    out = cmp.run(cmd, timeout=a.timeout)
+    out = cmp.run(cmd, timeout=a.timeout, env=env)
+    if a.simd:
+        cmd = [f"SPINDLE_SIMD={a.simd}"] + cmd
     return cmd, [json.loads(l) for l in out.splitlines() if l.startswith("{")]
 
 
@@ -59,9 +65,10 @@ def by_b(runs, key):
             for b, v in sorted(vals.items())}
 
 
-def table(res):
-    s_tg, l_tg = by_b(res["spindle"], "s_tg"), by_b(res["llama"], "s_tg")
-    s_pp, l_pp = by_b(res["spindle"], "s_pp"), by_b(res["llama"], "s_pp")
+def table(res, baseline=False):
+    ours = res["baseline" if baseline else "spindle"]  # same columns
+    s_tg, l_tg = by_b(ours, "s_tg"), by_b(res["llama"], "s_tg")
+    s_pp, l_pp = by_b(ours, "s_pp"), by_b(res["llama"], "s_pp")
     lines = ["| B | spindle S_TG t/s | llama.cpp S_TG t/s | ratio S_TG | "
              "spindle S_TG / its B=1 | llama.cpp S_TG / its B=1 | "
              "spindle S_PP t/s | llama.cpp S_PP t/s | ratio S_PP |",
@@ -92,28 +99,45 @@ def main():
     ap.add_argument("-r", type=int, default=3, help="repetitions of each engine")
     ap.add_argument("--llama-omp", choices=("active", "passive"), default="active")
     ap.add_argument("--spindle", help="use this spindle binary (skip the build)")
+    ap.add_argument("--baseline", help="a second spindle binary (e.g. the "
+                    "commit before a change), run alternately with the others")
+    ap.add_argument("--gguf", help="run both engines on this GGUF instead of "
+                    "the generated MLX 4-bit / Q4_0 pair")
+    ap.add_argument("--simd", help="SPINDLE_SIMD for the spindle runs (avx2, ...)")
+    ap.add_argument("--llama-bin", help="directory holding an already built "
+                    "llama-batched-bench (skip bench/build_llama.sh)")
     ap.add_argument("--build-dir", default="build-compare")
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--json-out", help="also write the raw rows here")
     a = ap.parse_args()
     py = sys.executable
     os.makedirs(cmp.WORK, exist_ok=True)
-    llama_bench = cmp.build_llama(py)
-    llama = os.path.join(os.path.dirname(llama_bench), "llama-batched-bench")
+    llama_dir = a.llama_bin or os.path.dirname(cmp.build_llama(py))
+    llama = os.path.join(llama_dir, "llama-batched-bench")
     spindle_src = a.spindle or cmp.build_spindle(a.build_dir)
     spindle = cmp.snapshot(spindle_src)
-    cmp.make_models(py, cmp.PAIRINGS[:1], False)   # MLX 4-bit vs Q4_0
-    sdir = os.path.join(cmp.MODELS, "mlx4-g64")
-    gguf = os.path.join(cmp.MODELS, "q4_0.gguf")
+    baseline = None
+    if a.baseline:
+        baseline = os.path.join(cmp.WORK, "spindle-baseline")
+        shutil.copy2(a.baseline, baseline)
+    if a.gguf:
+        sdir = gguf = a.gguf
+    else:
+        cmp.make_models(py, cmp.PAIRINGS[:1], "dense")   # MLX 4-bit vs Q4_0
+        sdir = os.path.join(cmp.MODELS, "mlx4-g64")
+        gguf = os.path.join(cmp.MODELS, "q4_0.gguf")
 
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "cpus": os.cpu_count(), "args": vars(a), "load_start": cmp.loadavg(),
-           "spindle": [], "llama": [], "per_run": []}
+           "spindle": [], "llama": [], "baseline": [], "per_run": []}
+    engines = [("spindle", spindle_rows, spindle, sdir),
+               ("llama", llama_rows, llama, gguf)]
+    if baseline:
+        engines.insert(0, ("baseline", spindle_rows, baseline, sdir))
     for rep in range(a.r):
-        for name, fn, model in (("spindle", spindle_rows, sdir),
-                                ("llama", llama_rows, gguf)):
+        for name, fn, exe, model in engines:
             before = cmp.loadavg()
-            cmd, rows = fn(spindle if name == "spindle" else llama, model, a)
+            cmd, rows = fn(exe, model, a)
             res[name].append(rows)
             res["per_run"].append(f"{name} #{rep + 1} load {before} -> {cmp.loadavg()}")
             res.setdefault("commands", {})[name] = " ".join(cmd)
@@ -123,14 +147,22 @@ def main():
     print(f"# Batched decode, spindle vs llama.cpp — {res['date']}, "
           f"{res['cpus']} CPUs, {a.threads} threads, PP {a.npp}, TG {a.ntg}, "
           f"-r {a.r} (alternating)")
-    print(f"Models: MLX 4-bit g64 ({sdir}) vs Q4_0 ({gguf}), the same random "
-          f"Qwen3-0.6B-shaped weights; spindle KV {a.kv_type}, llama.cpp KV f16")
-    for name in ("spindle", "llama"):
+    if a.gguf:
+        print(f"Model: {gguf} on both; spindle KV {a.kv_type}, llama.cpp KV f16")
+    else:
+        print(f"Models: MLX 4-bit g64 ({sdir}) vs Q4_0 ({gguf}), the same random "
+              f"Qwen3-0.6B-shaped weights; spindle KV {a.kv_type}, llama.cpp KV f16")
+    for name in res["commands"]:
         print(f"{name}: `{res['commands'][name]}`")
     print(f"Load average (1/5/15 min): start {res['load_start']}, end {res['load_end']}")
     print()
     print(table(res))
     print()
+    if baseline:
+        print(f"Baseline ({a.baseline}) against the same llama.cpp runs:")
+        print()
+        print(table(res, baseline=True))
+        print()
     print("Per run: " + "; ".join(res["per_run"]))
     if a.json_out:
         with open(a.json_out, "w") as f:

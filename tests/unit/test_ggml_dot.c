@@ -1,5 +1,5 @@
 /* Decode kernels of ggml block-quantized weights (ggml_dot.h, matmul_ggml.c
- * for n_tokens <= SP_MM_SMALL_TOKENS).
+ * for n_tokens <= SP_MM_DECODE_TOKENS).
  *
  * (a) sp_ggml_quantize_act equals a plain transcription, written here, of
  *     the quantizers llama.cpp's CPU backend runs on this architecture, bit
@@ -347,12 +347,17 @@ static void run_types(sp_pool *pool, bool exact) {
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const int64_t bs = sp_ggml_traits(types[i].type)->block_size;
         /* one block; an odd block count (pair tails); more than 16 blocks
-         * (the 16-block groups) with a remainder; 1..4 tokens */
+         * (the 16-block groups) with a remainder; 1..8 tokens */
         check_matmul(&types[i], 3, bs, 1, pool, exact);
         check_matmul(&types[i], 5, bs * 3, 2, pool, exact);
         check_matmul(&types[i], 7, bs == 256 ? 1024 : 32 * 37, 3, pool, exact);
         check_matmul(&types[i], 11, bs == 256 ? 2048 : 1024, 4, pool, exact);
         check_matmul(&types[i], 4, bs * 2, 1, pool, exact);
+        /* a batched decode step: 5..8 tokens, still one pass per row */
+        for (int nt = SP_MM_SMALL_TOKENS + 1; nt <= SP_MM_DECODE_TOKENS; nt++)
+            check_matmul(&types[i], 3 + nt,
+                         nt % 2 ? bs * 3 : (bs == 256 ? 1024 : 32 * 37), nt,
+                         pool, exact);
         tame_scales = true;
         check_matmul(&types[i], 6, bs == 256 ? 1024 : 32 * 37, 3, pool, exact);
         tame_scales = false;
@@ -380,7 +385,8 @@ static void test_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
-/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS), precision fast and high, on
+/* (d) Prefill (n_tokens > SP_MM_DECODE_TOKENS; 5 and 7 tokens take the
+ * decode kernels), precision fast and high, on
  * the AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode
  * kernels' per-block values, so the same double reference and tolerance
  * apply (fast: the f32 tiles would miss it by the activations' quantization
@@ -510,8 +516,8 @@ static void test_coverage(void **s) {
 /* Every SIMD level with integer kernels has its own kernel for every type
  * (none falls back to the portable loop, which test_levels could not
  * tell): AVX2 on x86-64; dotprod on AArch64, and i8mm for the 32-column
- * block types (the k-quants stay on SDOT there). One and two tokens (the
- * i8mm kernels leave one token to SDOT). */
+ * block types (the k-quants stay on SDOT there). 1..8 tokens (the i8mm
+ * kernels leave one token to SDOT). */
 static bool level_kernel(sp_simd_level level, const sp_weight *w,
                          const sp_ggml_act *act, int nt, float *y) {
     switch (level) {
@@ -533,8 +539,8 @@ static void test_levels_cover_all(void **s) {
     (void)s;
     static const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_DOTPROD,
                                            SP_SIMD_I8MM};
-    static sp_ggml_act act[2];
-    float x[256], y[2];
+    static sp_ggml_act act[SP_MM_DECODE_TOKENS];
+    float x[256], y[SP_MM_DECODE_TOKENS];
     fill_acts(x, 256, 0);
     int checked = 0;
     for (size_t l = 0; l < sizeof levels / sizeof *levels; l++) {
@@ -545,10 +551,10 @@ static void test_levels_cover_all(void **s) {
             unsigned char *data = make_weights(&types[i], 1, 256, &rb);
             const sp_weight w = {.type = SP_W_GGML, .rows = 1, .cols = 256,
                                  .data = data, .ggml_type = types[i].type};
-            for (int t = 0; t < 2; t++)
+            for (int t = 0; t < SP_MM_DECODE_TOKENS; t++)
                 assert_true(sp_ggml_quantize_act(
                     sp_ggml_dot_act_type(types[i].type), x, 256, &act[t]));
-            for (int nt = 1; nt <= 2; nt++)
+            for (int nt = 1; nt <= SP_MM_DECODE_TOKENS; nt++)
                 if (!level_kernel(levels[l], &w, act, nt, y))
                     fail_msg("no %s kernel for %s (%d tokens)",
                              sp_simd_name(levels[l]),

@@ -273,7 +273,7 @@ static void run_against_reference(rows_fn *kernel) {
     for (int qi = 0; qi < 3; qi++)
     for (int ci = 0; ci < 3; ci++) {
         const int64_t rows = rows_list[(n + ci) % 3], cols = cols_list[ci];
-        const int nt = 1 + n % SP_MM_SMALL_TOKENS;
+        const int nt = 1 + n % SP_MM_DECODE_TOKENS; /* 1..8 per bit width */
         tw t;
         make_weight(&t, rows, cols, bits_list[bi], gs_list[gi], qts[qi], n % 3);
         n++;
@@ -298,11 +298,11 @@ static void run_against_reference(rows_fn *kernel) {
 }
 
 /* mxfp4 rows (read as affine 4-bit through a table): the same reference
- * and bound, every level, 1..4 tokens, split ranges. */
+ * and bound, every level, 1..8 tokens, split ranges. */
 static void run_mxfp4(rows_fn *kernel) {
     static const int64_t cols_list[] = {128, 640, 2048};
     for (int ci = 0; ci < 3; ci++)
-        for (int nt = 1; nt <= SP_MM_SMALL_TOKENS; nt++) {
+        for (int nt = 1; nt <= SP_MM_DECODE_TOKENS; nt++) {
             const int64_t rows = 5 + 8 * ci, cols = cols_list[ci];
             tw t;
             make_mxfp4_weight(&t, rows, cols, nt % 2);
@@ -359,11 +359,11 @@ static void run_three_levels_match_f32(rows_fn *kernel) {
 static void run_coverage_and_range(rows_fn *kernel) {
     tw t;
     make_weight(&t, 5, 256, 4, 64, SP_DTYPE_F16, 0);
-    float x[4 * 256], y[4 * 5];
-    for (int i = 0; i < 4 * 256; i++) x[i] = rng_unit();
-    for (int i = 0; i < 20; i++) y[i] = -7.0f;
-    assert_true(kernel(&t.w, x, 4, y, 0, 0, 3));
-    assert_false(kernel(&t.w, x, 5, y, 0, 5, 3));
+    float x[9 * 256], y[9 * 5];
+    for (int i = 0; i < 9 * 256; i++) x[i] = rng_unit();
+    for (int i = 0; i < 45; i++) y[i] = -7.0f;
+    assert_true(kernel(&t.w, x, SP_MM_DECODE_TOKENS, y, 0, 0, 3));
+    assert_false(kernel(&t.w, x, SP_MM_DECODE_TOKENS + 1, y, 0, 5, 3));
     assert_false(kernel(&t.w, x, 0, y, 0, 5, 3));
     assert_false(kernel(&t.w, x, 1, y, 0, 5, 0));
     assert_false(kernel(&t.w, x, 1, y, 0, 5, 4));

@@ -58,10 +58,10 @@ uint32_t sp_ggml_dot_act_type(uint32_t type);
 bool sp_ggml_dot_covered(uint32_t type, int64_t cols);
 
 /* Whether a decode entry point (sp_ggml_rows_q8_*) takes this call: the
- * weight is covered and 1 <= n_tokens <= SP_MM_SMALL_TOKENS. */
+ * weight is covered and 1 <= n_tokens <= SP_MM_DECODE_TOKENS. */
 static inline bool sp_ggml_rows_q8_takes(const sp_weight *w, int n_tokens) {
     return sp_ggml_dot_covered(w->ggml_type, w->cols) && n_tokens >= 1 &&
-           n_tokens <= SP_MM_SMALL_TOKENS;
+           n_tokens <= SP_MM_DECODE_TOKENS;
 }
 
 /* Quantize `cols` activations (a multiple of the block size of act_type,
@@ -94,7 +94,7 @@ void sp_ggml_split_row32_avx512(const float *x, int64_t cols, int levels,
                                 int8_t *const q[], float *const d[],
                                 int32_t *const sum32[]);
 
-/* y[t * w->rows + r] for r in [r0, r1), t < n_tokens (1..4): the integer
+/* y[t * w->rows + r] for r in [r0, r1), t < n_tokens (1..SP_MM_DECODE_TOKENS): the integer
  * block products of the rows of w with act[t] (quantized to
  * sp_ggml_dot_act_type(w->ggml_type)), with the kernels of `level`. Returns
  * false, writing nothing, when the type is not covered. */

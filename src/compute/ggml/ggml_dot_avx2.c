@@ -66,8 +66,8 @@ SP_INLINE void avx2_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
-    __m256 acc[SP_MM_SMALL_TOKENS];
-    float mins[SP_MM_SMALL_TOKENS] = {0};
+    __m256 acc[SP_MM_DECODE_TOKENS];
+    float mins[SP_MM_DECODE_TOKENS] = {0};
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = row + (size_t)b * bs;
@@ -111,7 +111,7 @@ SP_INLINE void avx2_row_mxfp4(const uint8_t *row, int64_t nb,
                               int64_t ystride) {
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)sp_mxfp4_kvalues));
-    __m256 acc[SP_MM_SMALL_TOKENS];
+    __m256 acc[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = row + (size_t)b * sizeof(sp_block_mxfp4);

@@ -182,7 +182,7 @@ SP_INLINE void avx2_row_k(int kt, const uint8_t *row, int64_t nb,
                           const sp_ggml_act *act, const int nt, float *y,
                           int64_t ystride) {
     const int shift = K_OFFSET_SHIFT(kt);
-    __m256 acc[SP_MM_SMALL_TOKENS], acc_min[SP_MM_SMALL_TOKENS];
+    __m256 acc[SP_MM_DECODE_TOKENS], acc_min[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = acc_min[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         k_block kb;

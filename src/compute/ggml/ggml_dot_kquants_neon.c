@@ -162,7 +162,7 @@ SP_TARGET_BEGIN(SP_TARGET_DOTPROD)
 SP_NEON_INLINE void kq_row(int kind, const uint8_t *row, int64_t nb,
                            const sp_ggml_act *act, const int nt, float *y,
                            int64_t ystride) {
-    float sumf[SP_MM_SMALL_TOKENS] = {0};
+    float sumf[SP_MM_DECODE_TOKENS] = {0};
     for (int64_t i = 0; i < nb; i++) {
         kq_block o;
         kq_decode(kind, row + (size_t)i * KQ_BYTES(kind), &o);

@@ -68,8 +68,8 @@ SP_INLINE void vnni_row_q45_K(const uint8_t *row, int64_t nb, bool five,
         const long long r0 = (4 - 2 * p) & 63, r1 = (4 - 2 * p - 1) & 63;
         fifth_rot[p] = _mm512_set_epi64(r1, r1, r1, r1, r0, r0, r0, r0);
     }
-    __m512 acc[SP_MM_SMALL_TOKENS];
-    __m256 acc_min[SP_MM_SMALL_TOKENS];
+    __m512 acc[SP_MM_DECODE_TOKENS];
+    __m256 acc_min[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) {
         acc[t] = _mm512_setzero_ps();
         acc_min[t] = _mm256_setzero_ps();
@@ -136,7 +136,7 @@ SP_INLINE void vnni_row_q6_K(const uint8_t *row, int64_t nb,
      * s = 0, 1 shift left by 4, 2; s = 2, 3 shift right by 0, 2. */
     const __m512i left_01 = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
     const __m512i right_23 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-    __m512 acc[SP_MM_SMALL_TOKENS];
+    __m512 acc[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sp_block_q6_K *blk = (const sp_block_q6_K *)(row + (size_t)i * sizeof(sp_block_q6_K));

@@ -95,8 +95,8 @@ SP_NEON_INLINE void dot_row(int kind, const uint8_t *row, int64_t nb,
                             const sp_ggml_act *act, const int nt, float *y,
                             int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
-    float32x4_t acc[SP_MM_SMALL_TOKENS];
-    float mins[SP_MM_SMALL_TOKENS] = {0};
+    float32x4_t acc[SP_MM_DECODE_TOKENS];
+    float mins[SP_MM_DECODE_TOKENS] = {0};
     for (int t = 0; t < nt; t++) acc[t] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         int8x16_t v[2];
@@ -128,7 +128,7 @@ SP_TARGET_END
 
 SP_TARGET_BEGIN(SP_TARGET_I8MM)
 
-/* Two rows (a, b: possibly the same row) against nt (2..4) tokens: per
+/* Two rows (a, b: possibly the same row) against nt (2..SP_MM_DECODE_TOKENS) tokens: per
  * token pair (the last one paired with itself when nt is odd) and 8-column
  * step, SMMLA of the rows' 8 bytes (a 2x8 matrix) with the tokens' 8 bytes
  * (8x2) into lanes {a t0, a t1, b t0, b t1}. */
@@ -136,7 +136,7 @@ SP_NEON_INLINE void mm_rows2(int kind, const uint8_t *ra, const uint8_t *rb,
                              int64_t nb, const sp_ggml_act *act, const int nt,
                              float *ya, float *yb, int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
-    enum { PAIRS = (SP_MM_SMALL_TOKENS + 1) / 2 };
+    enum { PAIRS = (SP_MM_DECODE_TOKENS + 1) / 2 };
     const int np = (nt + 1) / 2;
     float32x4_t acc[PAIRS];
     for (int p = 0; p < np; p++) acc[p] = vdupq_n_f32(0.0f);

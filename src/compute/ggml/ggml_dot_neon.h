@@ -18,14 +18,18 @@ SP_NEON_INLINE float sp_neon_f16_at(const uint8_t *p) {
     return (float)h;
 }
 
-/* Calls call(n) with the token count nt (1..4) as a constant, so that the
+/* Calls call(n) with the token count nt (1..SP_MM_DECODE_TOKENS) as a constant, so that the
  * per-token loops of an inlined row kernel unroll. */
 #define SP_NEON_NT_SWITCH(call, nt)                                            \
     switch (nt) {                                                              \
     case 1: call(1); break;                                                    \
     case 2: call(2); break;                                                    \
     case 3: call(3); break;                                                    \
-    default: call(4); break;                                                   \
+    case 4: call(4); break;                                                    \
+    case 5: call(5); break;                                                    \
+    case 6: call(6); break;                                                    \
+    case 7: call(7); break;                                                    \
+    default: call(8); break;                                                   \
     }
 
 /* F(k, ...) for k = v in 0..5, k a constant (kernels inlined per block
@@ -39,7 +43,7 @@ SP_NEON_INLINE float sp_neon_f16_at(const uint8_t *p) {
                 : F(5, __VA_ARGS__))
 
 /* For each row r in [r0, r1) of weight w (its bytes at `row`), ROW(n) with
- * the token count n_tokens (1..4) as a constant n; ROW writes y + r,
+ * the token count n_tokens (1..SP_MM_DECODE_TOKENS) as a constant n; ROW writes y + r,
  * strided by w->rows. */
 #define SP_NEON_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW)                         \
     do {                                                                       \

@@ -123,7 +123,7 @@ SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,
                              int64_t ystride) {
     const size_t bs = KIND_BYTES(kind);
-    __m512 acc[SP_MM_SMALL_TOKENS];
+    __m512 acc[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     int64_t b = 0;
     const __m512i perm = _mm512_loadu_si512(k_perm);
@@ -156,7 +156,7 @@ SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                     mw, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(a->s + b)), acc[t]);
         }
     }
-    float tail_m[SP_MM_SMALL_TOKENS] = {0}; /* q4_1 min terms off the vectors */
+    float tail_m[SP_MM_DECODE_TOKENS] = {0}; /* q4_1 min terms off the vectors */
     for (; b + 2 <= nb; b += 2) {
         const uint8_t *p0 = row + (size_t)b * bs, *p1 = p0 + bs;
         const __m512i u = weights_pair(p0, p1, kind);
@@ -171,7 +171,7 @@ SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              f16_at(p1 + 2) * act[t].s[b + 1];
         }
     }
-    float tail[SP_MM_SMALL_TOKENS] = {0};
+    float tail[SP_MM_DECODE_TOKENS] = {0};
     if (b < nb) {
         const uint8_t *p = row + (size_t)b * bs;
         __m256i u;
@@ -214,7 +214,7 @@ SP_INLINE void vnni_row_mxfp4(const uint8_t *row, int64_t nb,
                               int64_t ystride) {
     const size_t bs = sizeof(sp_block_mxfp4);
     const __m512i lut = _mm512_broadcast_i32x4(mxfp4_lut_u());
-    __m512 acc[SP_MM_SMALL_TOKENS];
+    __m512 acc[SP_MM_DECODE_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
@@ -233,7 +233,7 @@ SP_INLINE void vnni_row_mxfp4(const uint8_t *row, int64_t nb,
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), pair_scales(s), acc[t]);
         }
     }
-    float tail[SP_MM_SMALL_TOKENS] = {0};
+    float tail[SP_MM_DECODE_TOKENS] = {0};
     if (b < nb) {
         const uint8_t *p = row + (size_t)b * bs;
         const __m256i u = _mm256_shuffle_epi8(_mm512_castsi512_si256(lut),

@@ -79,14 +79,18 @@ SP_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
-/* Calls call(n) with the token count nt (1..4) as a constant, so that the
+/* Calls call(n) with the token count nt (1..SP_MM_DECODE_TOKENS) as a constant, so that the
  * per-token loops of an inlined row kernel unroll. */
 #define SP_NT_SWITCH(call, nt)                                                 \
     switch (nt) {                                                              \
     case 1: call(1); break;                                                    \
     case 2: call(2); break;                                                    \
     case 3: call(3); break;                                                    \
-    default: call(4); break;                                                   \
+    case 4: call(4); break;                                                    \
+    case 5: call(5); break;                                                    \
+    case 6: call(6); break;                                                    \
+    case 7: call(7); break;                                                    \
+    default: call(8); break;                                                   \
     }
 
 /* F(k, ...) for k = v in 0..4, k a constant (for the kernels inlined per
@@ -99,7 +103,7 @@ SP_INLINE float hsum8(__m256 v) {
                 : F(4, __VA_ARGS__))
 
 /* The body of a decode entry point: for each row r in [r0, r1) of weight w
- * (row bytes at `row`), ROW(n) with the token count n_tokens (1..4) as a
+ * (row bytes at `row`), ROW(n) with the token count n_tokens (1..SP_MM_DECODE_TOKENS) as a
  * constant n; ROW writes y + r, strided by w->rows. */
 #define SP_FOR_EACH_ROW(w, r0, r1, n_tokens, ROW)                              \
     do {                                                                       \

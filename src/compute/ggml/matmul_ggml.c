@@ -1,7 +1,7 @@
 /* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
  * memory.
  *
- * Few tokens (decode, n_tokens <= SP_MM_SMALL_TOKENS) stream one weight row
+ * Few tokens (decode, n_tokens <= SP_MM_DECODE_TOKENS) stream one weight row
  * after the other (one sequential stream per thread reads DRAM about twice
  * as fast as interleaved row streams):
  *   - precision fast (sp_mm_act_levels() == 1): llama.cpp's own
@@ -66,7 +66,8 @@ typedef struct gg_job {
     int n_tokens;
     const sp_mm_kernels *k; /* NULL: portable dot products */
     const sp_ggml_act *act; /* decode, integer path: quantized activations */
-    float *parts;           /* precision high: per-part results, levels x rows */
+    float *parts;           /* precision high: per-part results, (levels x
+                               gg_split_group tokens) x rows */
     int levels;             /* precision high: parts per token */
     const sp_ggml_acts *acts; /* prefill, integer path: every token, quantized */
     sp_simd_level level;
@@ -81,21 +82,34 @@ static void gg_rows_q8(void *ctx, int64_t r0, int64_t r1, int thread_id) {
                     job->level);
 }
 
-/* Decode, precision high: each token's parts in one kernel call (one pass
- * over the weights), then added in part order. */
+/* Precision high: tokens whose parts one kernel call takes (3 parts: 2
+ * tokens, 6 "tokens" of the kernel), so a step of 8 rows reads each weight
+ * row 4 times, not 8. */
+static int gg_split_group(int levels, int n_tokens) {
+    const int g = SP_MM_DECODE_TOKENS / levels;
+    return g < n_tokens ? g : n_tokens;
+}
+
+/* Decode, precision high: the parts of gg_split_group tokens per kernel
+ * call (one pass over the weights each), then added in part order. */
 static void gg_rows_split(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     (void)thread_id;
     const gg_job *job = ctx;
     const int64_t rows = job->w->rows;
-    for (int t = 0; t < job->n_tokens; t++) {
-        sp_ggml_rows_q8(job->w, job->act + t * job->levels, job->levels,
+    const int levels = job->levels;
+    const int group = gg_split_group(levels, job->n_tokens);
+    for (int t0 = 0; t0 < job->n_tokens; t0 += group) {
+        const int nt = job->n_tokens - t0 < group ? job->n_tokens - t0 : group;
+        sp_ggml_rows_q8(job->w, job->act + t0 * levels, nt * levels,
                         job->parts, r0, r1, job->level);
-        float *y = job->y + (int64_t)t * rows;
-        for (int64_t r = r0; r < r1; r++) {
-            float sum = job->parts[r];
-            for (int l = 1; l < job->levels; l++)
-                sum += job->parts[(int64_t)l * rows + r];
-            y[r] = sum;
+        for (int t = 0; t < nt; t++) {
+            const float *part = job->parts + (int64_t)t * levels * rows;
+            float *y = job->y + (int64_t)(t0 + t) * rows;
+            for (int64_t r = r0; r < r1; r++) {
+                float sum = part[r];
+                for (int l = 1; l < levels; l++) sum += part[(int64_t)l * rows + r];
+                y[r] = sum;
+            }
         }
     }
 }
@@ -106,8 +120,9 @@ static void gg_rows_split(void *ctx, int64_t r0, int64_t r1, int thread_id) {
 static bool gg_split(gg_job *job, int levels) {
     const sp_weight *w = job->w;
     const size_t acts = (size_t)levels * job->n_tokens * sizeof(sp_ggml_act);
+    const size_t slots = (size_t)levels * gg_split_group(levels, job->n_tokens);
     unsigned char *buf = sp_scratch_get(
-        SP_SCRATCH_GGML_SPLIT, acts + (size_t)levels * w->rows * sizeof(float));
+        SP_SCRATCH_GGML_SPLIT, acts + slots * w->rows * sizeof(float));
     if (!buf) return false;
     sp_ggml_act *act = (sp_ggml_act *)buf;
     const uint32_t at = sp_ggml_dot_act_type(w->ggml_type);
@@ -143,7 +158,7 @@ static void gg_rows_f32(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *row =
             (const unsigned char *)w->data + (size_t)r * job->row_bytes;
-        float sum[SP_MM_SMALL_TOKENS] = {0};
+        float sum[SP_MM_DECODE_TOKENS] = {0};
         for (int64_t k0 = 0; k0 < cols; k0 += SP_GG_COLS) {
             const int64_t kn = cols - k0 < SP_GG_COLS ? cols - k0 : SP_GG_COLS;
             job->tr->to_f32(row + (size_t)(k0 / bs) * job->tr->type_size, span,
@@ -199,7 +214,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     };
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
-    if (n_tokens <= SP_MM_SMALL_TOKENS &&
+    if (n_tokens <= SP_MM_DECODE_TOKENS &&
         sp_ggml_dot_covered(w->ggml_type, w->cols)) {
         const int levels = sp_mm_act_levels();
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
@@ -213,7 +228,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
         /* Quantized once here, read by every worker (the call is
          * synchronous, so the caller's thread-local scratch outlives it). */
-        static _Thread_local sp_ggml_act act[SP_MM_SMALL_TOKENS];
+        static _Thread_local sp_ggml_act act[SP_MM_DECODE_TOKENS];
         const uint32_t at = sp_ggml_dot_act_type(w->ggml_type);
         bool ok = true;
         for (int t = 0; t < n_tokens && ok; t++)

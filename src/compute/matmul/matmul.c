@@ -2,7 +2,8 @@
  *
  * Work is split over output rows: each pool chunk is a contiguous block of
  * rows. With SIMD kernels (matmul_simd.h) and at most SP_MM_SMALL_TOKENS
- * tokens, fused kernels stream the packed rows once. Otherwise rows are taken
+ * tokens (SP_MM_DECODE_TOKENS for the int8 row kernels), fused kernels
+ * stream the packed rows once. Otherwise rows are taken
  * SP_MM_ROWS at a time and columns SP_MM_COLS at a time: the tile of weights
  * is decoded once to f32 (on the stack, no allocation) and then dotted with
  * every token's activations, so the decode cost is shared by all tokens of a
@@ -186,9 +187,10 @@ static void sp_mm_gemm_range(void *ctx, int64_t r0, int64_t r1,
 static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
                                const sp_mm_kernels *k, int levels) {
     const bool int8 = k && sp_mm_int8_active();
+    if (n_tokens <= SP_MM_DECODE_TOKENS && int8 &&
+        sp_mm_int8_rows_cover(w, n_tokens, levels))
+        return SP_MM_PATH_ROWS_INT8;
     if (n_tokens <= SP_MM_SMALL_TOKENS) {
-        if (int8 && sp_mm_int8_rows_cover(w, n_tokens, levels))
-            return SP_MM_PATH_ROWS_INT8;
         if (k && k->covers(w, n_tokens)) return SP_MM_PATH_ROWS;
         return SP_MM_PATH_TILES;
     }
@@ -244,10 +246,10 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         .int8_rows = sp_mm_int8_rows(),
     };
     job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
-    /* A few more tokens than the int8 row kernels take (a batch of decode
-     * rows): two passes of those kernels cost less than one of the GEMM,
-     * whose weight packing pays off only for more tokens (8 decode rows of
-     * the 4-bit bench model: 1.4x the tokens/s; bench/RESULTS.md). */
+    /* 5..8 tokens the int8 row kernels refuse (rows wider than their
+     * scratch holds for that many tokens) but take 4 of: two passes of
+     * those kernels cost less than one of the GEMM, whose weight packing
+     * pays off only for more tokens (bench/RESULTS.md, "Batched decode"). */
     if (n_tokens > SP_MM_SMALL_TOKENS && n_tokens <= 2 * SP_MM_SMALL_TOKENS &&
         job.path == SP_MM_PATH_GEMM_INT8 &&
         sp_mm_choose(w, SP_MM_SMALL_TOKENS, job.k, job.levels) ==

@@ -132,8 +132,8 @@ sp_dp_rows(const sp_weight *w, const sp_dp_scratch *sc, float *y, int64_t r0,
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *codes = (const uint8_t *)w->data + (size_t)r * row_bytes;
         const int8_t *act = sc->act;
-        float32x4_t acc[SP_MM_SMALL_TOKENS];
-        float bias[SP_MM_SMALL_TOKENS] = {0};
+        float32x4_t acc[SP_MM_DECODE_TOKENS];
+        float bias[SP_MM_DECODE_TOKENS] = {0};
         for (int t = 0; t < NT; t++) acc[t] = vdupq_n_f32(0.0f);
         int64_t load = 0;
         for (int64_t g = 0; g < gpr; g++) {
@@ -190,7 +190,9 @@ typedef void sp_dp_rows_fn(const sp_weight *w, const sp_dp_scratch *sc,
     }
 #define SP_DP_TOKENS(B, L)                                                     \
     SP_DP_VARIANT(B, L, 1)                                                     \
-    SP_DP_VARIANT(B, L, 2) SP_DP_VARIANT(B, L, 3) SP_DP_VARIANT(B, L, 4)
+    SP_DP_VARIANT(B, L, 2) SP_DP_VARIANT(B, L, 3) SP_DP_VARIANT(B, L, 4)      \
+    SP_DP_VARIANT(B, L, 5) SP_DP_VARIANT(B, L, 6) SP_DP_VARIANT(B, L, 7)      \
+    SP_DP_VARIANT(B, L, 8)
 SP_DP_TOKENS(4, 1)
 SP_DP_TOKENS(4, 2)
 SP_DP_TOKENS(4, 3)
@@ -203,9 +205,11 @@ SP_DP_TOKENS(40, 3)
 
 #define SP_DP_ROW(B, L)                                                        \
     {sp_dp_rows_b##B##_l##L##_t1, sp_dp_rows_b##B##_l##L##_t2,                 \
-     sp_dp_rows_b##B##_l##L##_t3, sp_dp_rows_b##B##_l##L##_t4}
+     sp_dp_rows_b##B##_l##L##_t3, sp_dp_rows_b##B##_l##L##_t4,                 \
+     sp_dp_rows_b##B##_l##L##_t5, sp_dp_rows_b##B##_l##L##_t6,                 \
+     sp_dp_rows_b##B##_l##L##_t7, sp_dp_rows_b##B##_l##L##_t8}
 /* [affine 4 bits, affine 8 bits, mxfp4][levels - 1][n_tokens - 1] */
-static sp_dp_rows_fn *const sp_dp_variants[3][3][SP_MM_SMALL_TOKENS] = {
+static sp_dp_rows_fn *const sp_dp_variants[3][3][SP_MM_DECODE_TOKENS] = {
     {SP_DP_ROW(4, 1), SP_DP_ROW(4, 2), SP_DP_ROW(4, 3)},
     {SP_DP_ROW(8, 1), SP_DP_ROW(8, 2), SP_DP_ROW(8, 3)},
     {SP_DP_ROW(40, 1), SP_DP_ROW(40, 2), SP_DP_ROW(40, 3)},
@@ -215,7 +219,7 @@ SP_TARGET_END
 /* The formats, shapes and token counts of sp_mm_rows_vnni_covers (the
  * same activation blocks). */
 bool sp_mm_rows_dotprod_covers(const sp_weight *w, int n_tokens, int levels) {
-    if (n_tokens < 1 || n_tokens > SP_MM_SMALL_TOKENS || levels < 1 ||
+    if (n_tokens < 1 || n_tokens > SP_MM_DECODE_TOKENS || levels < 1 ||
         levels > 3 || !w || !w->data || !w->scales || w->rows <= 0 ||
         w->cols <= 0 || (int64_t)n_tokens * w->cols > SP_DP_TOKEN_COLS)
         return false;

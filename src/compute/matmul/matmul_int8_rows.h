@@ -17,8 +17,8 @@
 #include "compute/matmul/matmul_simd.h"
 #include "compute/tensor.h"
 
-/* Token-columns (n_tokens * cols) the scratch holds: a 16384-wide row for
- * 4 tokens, or a 65536-wide one for a single token. */
+/* Token-columns (n_tokens * cols) the scratch holds: an 8192-wide row for
+ * 8 tokens, or a 65536-wide one for a single token. */
 #define SP_VNNI_TOKEN_COLS 65536
 
 typedef struct sp_vnni_scratch {
@@ -30,7 +30,7 @@ typedef struct sp_vnni_scratch {
     /* S 2^-7(levels-1) of record (k * n_tokens + t) */
     float factor[SP_VNNI_TOKEN_COLS / 64];
     /* X_g per token, zero-padded to a multiple of 16 groups */
-    _Alignas(64) float xsum[SP_VNNI_TOKEN_COLS / 32 + 16 * SP_MM_SMALL_TOKENS];
+    _Alignas(64) float xsum[SP_VNNI_TOKEN_COLS / 32 + 16 * SP_MM_DECODE_TOKENS];
     /* AVX2, 8 bits only: per record, the sums over each 4 columns of the
      * first level's integers, times 128 * 128^(levels-1), 16 per record. */
     _Alignas(64) int32_t lane_sum[SP_VNNI_TOKEN_COLS / 4];
@@ -77,7 +77,7 @@ static inline bool sp_int8_rows_cover(const sp_weight *w, int n_tokens,
     if (w && w->type == SP_W_MXFP4)
         return w->data && w->scales && w->rows > 0 && w->bits == 4 &&
                w->group_size == 32 && w->cols % 128 == 0 && n_tokens >= 1 &&
-               n_tokens <= SP_MM_SMALL_TOKENS &&
+               n_tokens <= SP_MM_DECODE_TOKENS &&
                (int64_t)n_tokens * w->cols <= SP_VNNI_TOKEN_COLS &&
                levels >= 1 && levels <= 3;
     if (!w || w->type != SP_W_AFFINE || !w->data || !w->scales ||
@@ -91,7 +91,7 @@ static inline bool sp_int8_rows_cover(const sp_weight *w, int n_tokens,
            (w->qparam_dtype == SP_DTYPE_F32 ||
             w->qparam_dtype == SP_DTYPE_F16 ||
             w->qparam_dtype == SP_DTYPE_BF16) &&
-           n_tokens >= 1 && n_tokens <= SP_MM_SMALL_TOKENS &&
+           n_tokens >= 1 && n_tokens <= SP_MM_DECODE_TOKENS &&
            (int64_t)n_tokens * w->cols <= SP_VNNI_TOKEN_COLS && levels >= 1 &&
            levels <= 3;
 }

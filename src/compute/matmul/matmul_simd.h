@@ -13,6 +13,15 @@
 /* Up to this many tokens the fused row kernels stream the weights once and
  * never build an f32 tile; above it the tiled GEMM path runs. */
 #define SP_MM_SMALL_TOKENS 4
+/* The integer-activation row kernels (MLX affine / mxfp4 int8 rows, and the
+ * ggml block kernels of ggml_dot.h) take up to this many tokens in one pass
+ * over each weight row: a batched decode step of 8 sequences reads every
+ * weight once, not twice in two 4-token passes. 8 accumulators fit the 32
+ * zmm registers; on AVX2's 16 ymm some accumulators spill to L1, which
+ * still costs far less than streaming the weights a second time (measured:
+ * bench/RESULTS.md, "Batched decode"). The f32 row kernels stop at
+ * SP_MM_SMALL_TOKENS. */
+#define SP_MM_DECODE_TOKENS 8
 
 typedef struct sp_mm_kernels {
     const char *name;

@@ -189,7 +189,7 @@ sp_vnni_rows(const sp_vnni_plan *p, float *y, int64_t r0, int64_t r1,
         const int8_t *act = sc->act;
         const float *factor = sc->factor;
         const size_t q0 = (size_t)(r * gpr);
-        __m512 acc[SP_MM_SMALL_TOKENS];
+        __m512 acc[SP_MM_DECODE_TOKENS];
         for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
         for (int64_t g0 = 0; g0 < gpr; g0 += 16) {
             const int64_t ng = gpr - g0 < 16 ? gpr - g0 : 16;
@@ -269,7 +269,9 @@ typedef void sp_vnni_rows_fn(const sp_vnni_plan *p, float *y, int64_t r0,
     }
 #define SP_VNNI_TOKENS(B, L)                                                   \
     SP_VNNI_VARIANT(B, L, 1)                                                   \
-    SP_VNNI_VARIANT(B, L, 2) SP_VNNI_VARIANT(B, L, 3) SP_VNNI_VARIANT(B, L, 4)
+    SP_VNNI_VARIANT(B, L, 2) SP_VNNI_VARIANT(B, L, 3) SP_VNNI_VARIANT(B, L, 4)\
+    SP_VNNI_VARIANT(B, L, 5) SP_VNNI_VARIANT(B, L, 6) SP_VNNI_VARIANT(B, L, 7)\
+    SP_VNNI_VARIANT(B, L, 8)
 SP_VNNI_TOKENS(4, 1)
 SP_VNNI_TOKENS(4, 2)
 SP_VNNI_TOKENS(4, 3)
@@ -282,9 +284,11 @@ SP_VNNI_TOKENS(40, 3)
 
 #define SP_VNNI_ROW(B, L)                                                      \
     {sp_vnni_rows_b##B##_l##L##_t1, sp_vnni_rows_b##B##_l##L##_t2,             \
-     sp_vnni_rows_b##B##_l##L##_t3, sp_vnni_rows_b##B##_l##L##_t4}
+     sp_vnni_rows_b##B##_l##L##_t3, sp_vnni_rows_b##B##_l##L##_t4,             \
+     sp_vnni_rows_b##B##_l##L##_t5, sp_vnni_rows_b##B##_l##L##_t6,             \
+     sp_vnni_rows_b##B##_l##L##_t7, sp_vnni_rows_b##B##_l##L##_t8}
 /* [affine 4 bits, affine 8 bits, MXFP4][levels - 1][n_tokens - 1] */
-static sp_vnni_rows_fn *const sp_vnni_variants[3][3][SP_MM_SMALL_TOKENS] = {
+static sp_vnni_rows_fn *const sp_vnni_variants[3][3][SP_MM_DECODE_TOKENS] = {
     {SP_VNNI_ROW(4, 1), SP_VNNI_ROW(4, 2), SP_VNNI_ROW(4, 3)},
     {SP_VNNI_ROW(8, 1), SP_VNNI_ROW(8, 2), SP_VNNI_ROW(8, 3)},
     {SP_VNNI_ROW(40, 1), SP_VNNI_ROW(40, 2), SP_VNNI_ROW(40, 3)},
