@@ -149,6 +149,10 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     }
     norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm, true);
     norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm, false);
+    if (L->v_norm)
+        for (size_t h = 0; h < (size_t)f->n_rows * c->n_kv_heads; h++)
+            sp_rmsnorm(f->v + h * c->head_dim, f->v + h * c->head_dim, NULL,
+                       c->head_dim, c->rms_norm_eps, 0.0f);
 
     size_t qw = (size_t)c->n_heads * c->head_dim;
     size_t kw = (size_t)c->n_kv_heads * c->head_dim;
@@ -455,4 +459,28 @@ spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
     }
     free(sliding);
     return st;
+}
+
+/* ------------------------------------------------------ Gemma's pieces */
+
+void sp_gemma_embed_rows(const spindle_model *m, float *x, int n_rows) {
+    float k = ((const sp_gemma_io *)m->family)->embed_scale;
+    size_t n = (size_t)n_rows * m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) x[i] *= k;
+}
+
+void sp_gemma_logits(const spindle_model *m, float *logits, size_t n) {
+    float cap = ((const sp_gemma_io *)m->family)->final_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+spindle_status sp_gemma_check_head_dim(const spindle_model *m,
+                                       spindle_error *err) {
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(m->cfg.json,
+                                                       "head_dim");
+    if (!hd || cJSON_IsNull(hd))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: %s needs "
+                       "'head_dim'", m->dir, m->cfg.model_type);
+    return SPINDLE_OK;
 }

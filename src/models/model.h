@@ -36,6 +36,9 @@ typedef struct sp_layer {
      * (Qwen3), or over the whole projection when qk_norm_full (OLMo 2). */
     const float *q_norm, *k_norm;
     bool qk_norm_full;
+    /* RMSNorm without a scale of each value head before it is stored
+     * (Gemma 4). */
+    bool v_norm;
     bool mlp_geglu;              /* GeGLU (tanh GELU) instead of SwiGLU */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
