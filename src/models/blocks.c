@@ -31,8 +31,11 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
     const sp_model_config *c = &m->cfg;
     if (rows > f->cap_rows) {
         size_t T = (size_t)rows;
-        size_t qw = (size_t)c->n_heads * c->head_dim;
-        size_t kw = (size_t)c->n_kv_heads * c->head_dim;
+        int hd = c->head_dim;
+        for (int l = 0; l < c->n_layers; l++)
+            if (sp_layer_head_dim(m, l) > hd) hd = sp_layer_head_dim(m, l);
+        size_t qw = (size_t)c->n_heads * hd;
+        size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
         if (pos) f->pos = pos;
         if (!pos || !grow(&f->x, T * c->hidden_size) ||
@@ -108,11 +111,11 @@ static float attn_temperature(const sp_layer *L, int pos) {
 
 /* The q or k norm of one row (per head, or over all n_heads heads), then
  * RoPE, then (queries only) the attention temperature, on every row. */
-static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
-                            int n_heads, const float *head_norm,
-                            bool queries) {
+static void norm_and_rotate(sp_forward *f, int l, float *rows, int n_heads,
+                            const float *head_norm, bool queries) {
     const sp_model_config *c = &f->m->cfg;
-    int hd = c->head_dim;
+    const sp_layer *L = &f->m->layers[l];
+    int hd = sp_layer_head_dim(f->m, l);
     int width = L->qk_norm_full ? n_heads * hd : hd;
     for (int t = 0; t < f->n_rows; t++) {
         float *row = rows + (size_t)t * n_heads * hd;
@@ -136,26 +139,27 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     /* This block computes the config's heads: the layer's state must be
      * KV of that shape (a family's layer_state hook could say otherwise). */
     const sp_layer_state_desc *sd = &f->m->state_desc[l];
+    const int hd = sp_layer_head_dim(f->m, l);
     if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
-        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != c->head_dim) {
+        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != hd) {
         if (!f->status)
             f->status = sp_fail(f->err, SPINDLE_ERR_INTERNAL,
                                 "layer %d: attention of %d KV heads of %d "
                                 "over a %s state of %d heads of %d", l,
-                                c->n_kv_heads, c->head_dim,
+                                c->n_kv_heads, hd,
                                 sp_state_kind_name(sd->kind), sd->n_kv_heads,
                                 sd->head_dim);
         return;
     }
-    norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm, true);
-    norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm, false);
+    norm_and_rotate(f, l, f->q, c->n_heads, L->q_norm, true);
+    norm_and_rotate(f, l, f->k, c->n_kv_heads, L->k_norm, false);
     if (L->v_norm)
         for (size_t h = 0; h < (size_t)f->n_rows * c->n_kv_heads; h++)
-            sp_rmsnorm(f->v + h * c->head_dim, f->v + h * c->head_dim, NULL,
-                       c->head_dim, c->rms_norm_eps, 0.0f);
+            sp_rmsnorm(f->v + h * hd, f->v + h * hd, NULL, hd,
+                       c->rms_norm_eps, 0.0f);
 
-    size_t qw = (size_t)c->n_heads * c->head_dim;
-    size_t kw = (size_t)c->n_kv_heads * c->head_dim;
+    size_t qw = (size_t)c->n_heads * hd;
+    size_t kw = (size_t)c->n_kv_heads * hd;
     for (int s = 0; s < f->n_seqs; s++) {
         const sp_forward_seq *sq = &f->seqs[s];
         /* The new keys/values join the cache before attending, so each
@@ -172,7 +176,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .first_pos = sq->first_pos,
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
-            .head_dim = c->head_dim,
+            .head_dim = hd,
             .kv = sp_seq_state_kv_view(sq->state, l),
             .scale = scale,
             .window = L->window,
@@ -307,7 +311,7 @@ static spindle_status bind_attention(spindle_model *m, int l,
                                         "self_attn.v_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
-    int64_t d = c->hidden_size, hd = c->head_dim;
+    int64_t d = c->hidden_size, hd = sp_layer_head_dim(m, l);
     int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
     int64_t rows[3] = {qw, kw, kw};
     sp_linear *qkv[3] = {&L->q, &L->k, &L->v};

@@ -9,6 +9,7 @@
  *  - attention scores are not scaled (scale 1: the q/k norms set it);
  *  - values get a per-head RMSNorm without a scale before they are stored;
  *  - each layer's output is multiplied by its `layer_scalar` weight;
+ *  - full-attention layers have heads of global_head_dim (sp_layer.head_dim);
  *  - each layer kind has its RoPE in rope_parameters.<kind>: "default" or
  *    "linear" over the whole head, or "proportional" (compute/ops.h);
  *  - defaults: sliding_window_pattern 5, final_logit_softcapping 30 (null:
@@ -17,9 +18,9 @@
  * Not supported yet, refused at load naming the key: per-layer inputs
  * (hidden_size_per_layer_input), KV sharing between layers
  * (num_kv_shared_layers; use_double_wide_mlp only acts with it), the MoE
- * block (enable_moe_block), K = V attention (attention_k_eq_v), and a
- * global_head_dim other than head_dim. mlx-lm's defaults turn the first
- * three on, so a config must set them off explicitly. */
+ * block (enable_moe_block) and K = V attention (attention_k_eq_v).
+ * mlx-lm's defaults turn the first two on, so a config must set them off
+ * explicitly. */
 #include "models/blocks.h"
 #include "base/error.h"
 
@@ -73,12 +74,6 @@ static spindle_status check_supported(const spindle_model *m,
                            "is not supported", m->dir, off[i].what,
                            off[i].key, v);
     }
-    if ((st = config_count(m, "global_head_dim", 512, &v, err))) return st;
-    if (v && v != m->cfg.head_dim)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s/config.json: gemma4_text with 'global_head_dim' "
-                       "%d other than head_dim %d is not supported", m->dir,
-                       v, m->cfg.head_dim);
     return SPINDLE_OK;
 }
 
@@ -102,7 +97,7 @@ static spindle_status rope_num(const spindle_model *m, const cJSON *p,
  * defaults, proportional 0.25 at 1e6 for full attention, default at 1e4
  * for sliding), and its config in *used (what `spindle info` shows). */
 static spindle_status init_rope(const spindle_model *m, const char *kind,
-                                sp_rope *rope, sp_rope_config *used,
+                                int hd, sp_rope *rope, sp_rope_config *used,
                                 spindle_error *err) {
     const cJSON *all =
         cJSON_GetObjectItemCaseSensitive(m->cfg.json, "rope_parameters");
@@ -131,7 +126,6 @@ static spindle_status init_rope(const spindle_model *m, const char *kind,
         (st = rope_num(m, p, kind, "partial_rotary_factor",
                        defaults && full ? 0.25 : 1.0, 0, 1, &partial, err)))
         return st;
-    int hd = m->cfg.head_dim;
     sp_rope_config rc = {.type = SP_ROPE_DEFAULT, .rotary_dim = hd,
                          .theta = theta, .factor = 1.0};
     if (!strcmp(type, "linear")) {
@@ -156,6 +150,27 @@ static spindle_status init_rope(const spindle_model *m, const char *kind,
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     *used = rc;
     return SPINDLE_OK;
+}
+
+/* The full-attention layers' heads are global_head_dim wide (absent:
+ * mlx-lm's 512; null or 0: head_dim); set before binding. */
+static spindle_status set_head_dims(spindle_model *m, int pattern,
+                                    int *global_hd, spindle_error *err) {
+    int n = m->cfg.n_layers;
+    spindle_status st = config_count(m, "global_head_dim", 512, global_hd,
+                                     err);
+    if (st) return st;
+    if (!*global_hd) *global_hd = m->cfg.head_dim;
+    if (*global_hd % 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: "
+                       "global_head_dim %d is odd", m->dir, *global_hd);
+    bool *sliding = calloc((size_t)n, sizeof *sliding);
+    if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    st = sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
+    for (int l = 0; l < n && !st; l++)
+        m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
+    free(sliding);
+    return st;
 }
 
 static spindle_status bind_layers(spindle_model *m, gemma4 *g,
@@ -204,9 +219,12 @@ static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
                           .final_softcap = (float)final_cap};
     sp_rope_free(&m->rope);
     sp_rope_config sliding;
-    if ((st = init_rope(m, "full_attention", &m->rope, &m->cfg.rope, err)) ||
-        (st = init_rope(m, "sliding_attention", &g->rope_sliding, &sliding,
-                        err)) ||
+    int global_hd = 0;
+    if ((st = set_head_dims(m, pattern, &global_hd, err)) ||
+        (st = init_rope(m, "full_attention", global_hd, &m->rope,
+                        &m->cfg.rope, err)) ||
+        (st = init_rope(m, "sliding_attention", c->head_dim,
+                        &g->rope_sliding, &sliding, err)) ||
         (st = bind_layers(m, g, err)))
         return st;
     return sp_model_sliding_layers(m, pattern, 512.0, &g->rope_sliding, err);

@@ -53,6 +53,9 @@ typedef struct sp_layer {
      * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
     float attn_temp_beta;
     int attn_temp_period;
+    /* The size of this layer's heads; 0: the config's head_dim (a family
+     * sets another before binding the layer: Gemma 4's global_head_dim). */
+    int head_dim;
     /* Attention through a sliding window of this many positions (0: all).
      * Unless the family's layer_state hook says otherwise, it also gives
      * the layer's sequence state: full KV for 0, window KV otherwise. */
@@ -60,6 +63,10 @@ typedef struct sp_layer {
 } sp_layer;
 
 typedef struct sp_forward sp_forward;
+
+struct spindle_model;
+/* Layer l's head size (sp_layer.head_dim or the config's). */
+int sp_layer_head_dim(const struct spindle_model *m, int l);
 
 /* What one architecture family contributes. Adding a family means one file
  * in models/ defining one of these and a line in models/registry.c; what

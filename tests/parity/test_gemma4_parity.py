@@ -12,7 +12,7 @@ Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
 The configs Spindle refuses (per-layer inputs, KV sharing, the MoE block,
-K = V attention, a separate global_head_dim) must fail at load with a
+K = V attention) must fail at load with a
 one-line error naming the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
@@ -75,8 +75,7 @@ def _run(spindle_bin, d, *args):  # noqa: F811
     ("num_kv_shared_layers", None, "num_kv_shared_layers"),
     ("enable_moe_block", True, "enable_moe_block"),
     ("attention_k_eq_v", True, "attention_k_eq_v"),
-    ("global_head_dim", 64, "global_head_dim"),
-    ("global_head_dim", None, "global_head_dim"),
+    ("global_head_dim", 33, "global_head_dim"),
     ("rope_parameters", {"full_attention": {"rope_type": "yarn"}},
      "rope_parameters.full_attention.rope_type"),
     ("rope_parameters", {"full_attention": {"rope_type": "proportional",
