@@ -31,9 +31,12 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
     const sp_model_config *c = &m->cfg;
     if (rows > f->cap_rows) {
         size_t T = (size_t)rows;
-        int hd = c->head_dim;
-        for (int l = 0; l < c->n_layers; l++)
+        int hd = c->head_dim, inter = c->intermediate_size;
+        for (int l = 0; l < c->n_layers; l++) {
             if (sp_layer_head_dim(m, l) > hd) hd = sp_layer_head_dim(m, l);
+            if (sp_layer_intermediate(m, l) > inter)
+                inter = sp_layer_intermediate(m, l);
+        }
         size_t qw = (size_t)c->n_heads * hd;
         size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
@@ -43,8 +46,7 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
             !grow(&f->out, T * c->hidden_size) || !grow(&f->q, T * qw) ||
             !grow(&f->k, T * kw) || !grow(&f->v, T * kw) ||
             !grow(&f->attn, T * qw) ||
-            !grow(&f->gate, T * c->intermediate_size) ||
-            !grow(&f->up, T * c->intermediate_size))
+            !grow(&f->gate, T * inter) || !grow(&f->up, T * inter))
             return sp_fail(err, SPINDLE_ERR_MEMORY,
                            "out of memory for a forward pass of %d tokens",
                            rows);
@@ -138,7 +140,9 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     const sp_layer *L = &f->m->layers[l];
     /* This block computes the config's heads: the layer's state must be
      * KV of that shape (a family's layer_state hook could say otherwise). */
-    const sp_layer_state_desc *sd = &f->m->state_desc[l];
+    /* A layer sharing another's KV attends that layer's state. */
+    const int kv_layer = L->shares_kv ? L->kv_layer : l;
+    const sp_layer_state_desc *sd = &f->m->state_desc[kv_layer];
     const int hd = sp_layer_head_dim(f->m, l);
     if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
         sd->n_kv_heads != c->n_kv_heads || sd->head_dim != hd) {
@@ -152,8 +156,9 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
         return;
     }
     norm_and_rotate(f, l, f->q, c->n_heads, L->q_norm, true);
-    norm_and_rotate(f, l, f->k, c->n_kv_heads, L->k_norm, false);
-    if (L->v_norm)
+    if (!L->shares_kv) norm_and_rotate(f, l, f->k, c->n_kv_heads, L->k_norm,
+                                       false);
+    if (L->v_norm && !L->shares_kv)
         for (size_t h = 0; h < (size_t)f->n_rows * c->n_kv_heads; h++)
             sp_rmsnorm(f->v + h * hd, f->v + h * hd, NULL, hd,
                        c->rms_norm_eps, 0.0f);
@@ -164,7 +169,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
         const sp_forward_seq *sq = &f->seqs[s];
         /* The new keys/values join the cache before attending, so each
          * token sees itself and everything before it. */
-        for (int i = 0; i < sq->n_rows; i++) {
+        for (int i = 0; i < sq->n_rows && !L->shares_kv; i++) {
             size_t t = (size_t)(sq->first_row + i);
             sp_seq_state_kv_store(sq->state, l, sq->first_pos + i,
                                   f->k + t * kw, f->v + t * kw);
@@ -177,7 +182,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
             .head_dim = hd,
-            .kv = sp_seq_state_kv_view(sq->state, l),
+            .kv = sp_seq_state_kv_view(sq->state, kv_layer),
             .scale = scale,
             .window = L->window,
             .softcap = softcap,
@@ -190,8 +195,10 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
 void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->q, f->xn, f->q);
-    sp_linear_forward(f, &L->k, f->xn, f->k);
-    sp_linear_forward(f, &L->v, f->xn, f->v);
+    if (!L->shares_kv) {
+        sp_linear_forward(f, &L->k, f->xn, f->k);
+        sp_linear_forward(f, &L->v, f->xn, f->v);
+    }
     sp_attention_core(f, l, scale, softcap);
     sp_linear_forward(f, &L->o, f->attn, f->out);
 }
@@ -202,7 +209,7 @@ void sp_mlp_swiglu(sp_forward *f, int l) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->gate, f->xn, f->gate);
     sp_linear_forward(f, &L->up, f->xn, f->up);
-    sp_silu_mul(f->gate, f->up, f->n_rows * f->m->cfg.intermediate_size);
+    sp_silu_mul(f->gate, f->up, f->n_rows * sp_layer_intermediate(f->m, l));
     sp_linear_forward(f, &L->down, f->gate, f->out);
 }
 
@@ -210,7 +217,8 @@ void sp_mlp_geglu(sp_forward *f, int l) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->gate, f->xn, f->gate);
     sp_linear_forward(f, &L->up, f->xn, f->up);
-    sp_gelu_tanh_mul(f->gate, f->up, f->n_rows * f->m->cfg.intermediate_size);
+    sp_gelu_tanh_mul(f->gate, f->up,
+                     f->n_rows * sp_layer_intermediate(f->m, l));
     sp_linear_forward(f, &L->down, f->gate, f->out);
 }
 
@@ -317,15 +325,18 @@ static spindle_status bind_attention(spindle_model *m, int l,
     sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
     char p[256];
     spindle_status st;
-    if ((st = bind_inputs(m, l, opt->fused_qkv, "self_attn.qkv_proj", names,
-                          3, rows, d, opt->qkv_bias, qkv, err)) ||
+    /* A layer sharing another's keys and values has only q (and o). */
+    if ((st = bind_inputs(m, l, opt->fused_qkv && !L->shares_kv,
+                          "self_attn.qkv_proj", names, L->shares_kv ? 1 : 3,
+                          rows, d, opt->qkv_bias, qkv, err)) ||
         (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias,
                              &L->o, err)))
         return st;
     L->qk_norm_full = opt->qk_norm_full;
     if (!opt->qk_norm && !opt->qk_norm_full) return SPINDLE_OK;
     if ((st = sp_bind_vector(m, NAME("self_attn.q_norm.weight"),
-                             opt->qk_norm_full ? qw : hd, &L->q_norm, err)))
+                             opt->qk_norm_full ? qw : hd, &L->q_norm, err)) ||
+        L->shares_kv)
         return st;
     return sp_bind_vector(m, NAME("self_attn.k_norm.weight"),
                           opt->qk_norm_full ? kw : hd, &L->k_norm, err);
@@ -337,7 +348,7 @@ static spindle_status bind_mlp(spindle_model *m, int l,
     static const char *const names[] = {"mlp.gate_proj", "mlp.up_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
-    int64_t d = c->hidden_size, inter = c->intermediate_size;
+    int64_t d = c->hidden_size, inter = sp_layer_intermediate(m, l);
     int64_t rows[2] = {inter, inter};
     sp_linear *gate_up[2] = {&L->gate, &L->up};
     char p[256];

@@ -10,17 +10,18 @@
  *  - values get a per-head RMSNorm without a scale before they are stored;
  *  - each layer's output is multiplied by its `layer_scalar` weight;
  *  - full-attention layers have heads of global_head_dim (sp_layer.head_dim);
+ *  - the last num_kv_shared_layers layers attend the keys and values of the
+ *    last earlier layer of their kind (sp_layer.shares_kv), with MLPs twice
+ *    as wide when use_double_wide_mlp;
  *  - each layer kind has its RoPE in rope_parameters.<kind>: "default" or
  *    "linear" over the whole head, or "proportional" (compute/ops.h);
  *  - defaults: sliding_window_pattern 5, final_logit_softcapping 30 (null:
  *    none); there is no query_pre_attn_scalar or attention softcap.
  *
  * Not supported yet, refused at load naming the key: per-layer inputs
- * (hidden_size_per_layer_input), KV sharing between layers
- * (num_kv_shared_layers; use_double_wide_mlp only acts with it), the MoE
- * block (enable_moe_block) and K = V attention (attention_k_eq_v).
- * mlx-lm's defaults turn the first two on, so a config must set them off
- * explicitly. */
+ * (hidden_size_per_layer_input), the MoE block (enable_moe_block) and
+ * K = V attention (attention_k_eq_v). mlx-lm's default turns the first on,
+ * so a config must set it off explicitly. */
 #include "models/blocks.h"
 #include "base/error.h"
 
@@ -59,7 +60,6 @@ static spindle_status check_supported(const spindle_model *m,
     static const struct { const char *key; int dflt; const char *what; }
         off[] = {
             {"hidden_size_per_layer_input", 256, "per-layer inputs"},
-            {"num_kv_shared_layers", 20, "KV sharing between layers"},
             {"enable_moe_block", 0, "the MoE block"},
             {"attention_k_eq_v", 0, "K = V attention"},
         };
@@ -152,10 +152,40 @@ static spindle_status init_rope(const spindle_model *m, const char *kind,
     return SPINDLE_OK;
 }
 
-/* The full-attention layers' heads are global_head_dim wide (absent:
- * mlx-lm's 512; null or 0: head_dim); set before binding. */
-static spindle_status set_head_dims(spindle_model *m, int pattern,
-                                    int *global_hd, spindle_error *err) {
+/* The last num_kv_shared_layers layers attend the keys and values of the
+ * last earlier layer of their kind, and their MLPs are twice as wide when
+ * use_double_wide_mlp (mlx-lm's defaults: 20, true). */
+static spindle_status share_kv(spindle_model *m, const bool *sliding,
+                               spindle_error *err) {
+    int n = m->cfg.n_layers, shared, wide;
+    spindle_status st;
+    if ((st = config_count(m, "num_kv_shared_layers", 20, &shared, err)) ||
+        (st = config_count(m, "use_double_wide_mlp", 1, &wide, err)))
+        return st;
+    if (shared >= n)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: "
+                       "num_kv_shared_layers %d leaves no layer of its own "
+                       "KV among %d", m->dir, shared, n);
+    for (int l = n - shared; l < n; l++) {
+        sp_layer *L = &m->layers[l];
+        L->shares_kv = true;
+        L->kv_layer = -1;
+        for (int i = 0; i < n - shared; i++)
+            if (sliding[i] == sliding[l]) L->kv_layer = i;
+        if (L->kv_layer < 0)
+            return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: layer "
+                           "%d shares KV, but no earlier layer is of its "
+                           "kind", m->dir, l);
+        if (wide) L->intermediate = 2 * m->cfg.intermediate_size;
+    }
+    return SPINDLE_OK;
+}
+
+/* Each layer's shapes, set before binding: the full-attention layers'
+ * heads are global_head_dim wide (absent: mlx-lm's 512; null or 0:
+ * head_dim), and the KV sharing. */
+static spindle_status set_layer_shapes(spindle_model *m, int pattern,
+                                       int *global_hd, spindle_error *err) {
     int n = m->cfg.n_layers;
     spindle_status st = config_count(m, "global_head_dim", 512, global_hd,
                                      err);
@@ -169,6 +199,7 @@ static spindle_status set_head_dims(spindle_model *m, int pattern,
     st = sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
     for (int l = 0; l < n && !st; l++)
         m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
+    if (!st) st = share_kv(m, sliding, err);
     free(sliding);
     return st;
 }
@@ -189,7 +220,7 @@ static spindle_status bind_layers(spindle_model *m, gemma4 *g,
         snprintf(p, sizeof p, "model.layers.%d.layer_scalar", l);
         if (!(st = sp_bind_vector(m, p, 1, &s, err)))
             g->layer_scalar[l] = s[0];
-        m->layers[l].v_norm = true;
+        m->layers[l].v_norm = !m->layers[l].shares_kv;
     }
     return st;
 }
@@ -220,7 +251,7 @@ static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
     sp_rope_free(&m->rope);
     sp_rope_config sliding;
     int global_hd = 0;
-    if ((st = set_head_dims(m, pattern, &global_hd, err)) ||
+    if ((st = set_layer_shapes(m, pattern, &global_hd, err)) ||
         (st = init_rope(m, "full_attention", global_hd, &m->rope,
                         &m->cfg.rope, err)) ||
         (st = init_rope(m, "sliding_attention", c->head_dim,

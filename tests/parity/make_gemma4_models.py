@@ -6,15 +6,16 @@ every model is built by mlx-lm's own gemma4_text Model, cast / quantized /
 saved by mlx-lm's own code, reloaded with mlx_lm.utils.load_model, and run
 by mlx_lm.generate.generate_step in its stored dtype and upcast to float32.
 
-The configs are the subset Spindle supports (no per-layer inputs, no KV
-sharing, no MoE block, no K = V attention): both attention kinds occur
+The configs are the subset Spindle supports (no per-layer inputs, no MoE
+block, no K = V attention): both attention kinds occur
 with a sliding window of 8 (shorter than the prompts and the generation),
 the full-attention layers use the
 "proportional" partial RoPE (one with a factor), layer_types is given
 explicitly in one base and derived from sliding_window_pattern in the
 other, and layer_scalar, the value norm and the final logit softcap (mlx-lm
 applies it: default 30, 10 in "wide") are all in play; "global" gives the
-full-attention layers a global_head_dim twice head_dim.  Gemma 4's norms
+full-attention layers a global_head_dim twice head_dim, and "shared" adds
+KV sharing between layers with double-wide MLPs.  Gemma 4's norms
 scale by w (not 1 + w), so norm weights are drawn around 1.
 
 Usage: python tests/parity/make_gemma4_models.py [--out DIR] [--only NAME ...]
@@ -77,6 +78,10 @@ BASE = {
 # The full-attention layers' heads twice as wide as the sliding ones'
 # (Gemma 4's global_head_dim), with their own rope over 64 dimensions.
 BASE["global"] = dict(BASE["small"], global_head_dim=64)
+# 6 layers (s s F s s F), the last 3 sharing KV: layers 3 and 4 attend
+# layer 1's keys and values, layer 5 layer 2's; their MLPs double-wide.
+BASE["shared"] = dict(BASE["global"], num_hidden_layers=6,
+                      num_kv_shared_layers=3, use_double_wide_mlp=True)
 
 
 def _spec(name, base, dtype, quant=None):
@@ -93,6 +98,9 @@ SPECS = [
     _spec("gemma4-global-f32", "global", "float32"),
     _spec("gemma4-global-bf16", "global", "bfloat16"),
     _spec("gemma4-global-q4g64", "global", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-shared-f32", "shared", "float32"),
+    _spec("gemma4-shared-bf16", "shared", "bfloat16"),
+    _spec("gemma4-shared-q4g64", "shared", "bfloat16", quant=(4, 64)),
 ]
 
 

@@ -11,8 +11,8 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
-The configs Spindle refuses (per-layer inputs, KV sharing, the MoE block,
-K = V attention) must fail at load with a
+The configs Spindle refuses (per-layer inputs, the MoE block, K = V
+attention) must fail at load with a
 one-line error naming the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
@@ -71,8 +71,7 @@ def _run(spindle_bin, d, *args):  # noqa: F811
     # mlx-lm's defaults switch these on: absent is refused too.
     ("hidden_size_per_layer_input", 256, "hidden_size_per_layer_input"),
     ("hidden_size_per_layer_input", None, "hidden_size_per_layer_input"),
-    ("num_kv_shared_layers", 2, "num_kv_shared_layers"),
-    ("num_kv_shared_layers", None, "num_kv_shared_layers"),
+    ("num_kv_shared_layers", 5, "num_kv_shared_layers"),
     ("enable_moe_block", True, "enable_moe_block"),
     ("attention_k_eq_v", True, "attention_k_eq_v"),
     ("global_head_dim", 33, "global_head_dim"),
