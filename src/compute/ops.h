@@ -37,7 +37,11 @@ typedef enum sp_rope_type {
     SP_ROPE_LINEAR,
     SP_ROPE_LLAMA3,
     SP_ROPE_YARN,
-    SP_ROPE_LONGROPE       /* Phi-3's "longrope" / "su" */
+    SP_ROPE_LONGROPE,      /* Phi-3's "longrope" / "su" */
+    /* Gemma 4's "proportional": pairs (i, i + rotary_dim/2) over the whole
+     * rotary_dim, the first rotated_dim/2 of them at the default
+     * frequencies of rotary_dim divided by factor, the rest not rotated. */
+    SP_ROPE_PROPORTIONAL
 } sp_rope_type;
 
 typedef struct sp_rope_config {
@@ -56,6 +60,8 @@ typedef struct sp_rope_config {
      * only by sp_rope_init), and `factor` is the context extension
      * max_position / original_max_position. */
     const float *long_factor;
+    /* proportional: the dimensions that do rotate (even, <= rotary_dim) */
+    int rotated_dim;
 } sp_rope_config;
 
 typedef struct sp_rope {

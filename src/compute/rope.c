@@ -122,6 +122,10 @@ int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg) {
     if (dim <= 0 || dim % 2 != 0 || !(cfg->theta > 0.0)) return -1;
     if (cfg->type != SP_ROPE_DEFAULT && !(cfg->factor > 0.0)) return -1;
     if (cfg->type == SP_ROPE_LONGROPE && !cfg->long_factor) return -1;
+    if (cfg->type == SP_ROPE_PROPORTIONAL &&
+        (cfg->rotated_dim < 0 || cfg->rotated_dim > dim ||
+         cfg->rotated_dim % 2))
+        return -1;
     if (cfg->type == SP_ROPE_LLAMA3 &&
         or_default(cfg->low_freq_factor, 1.0) ==
             or_default(cfg->high_freq_factor, 4.0))
@@ -139,6 +143,15 @@ int sp_rope_init(sp_rope *rope, const sp_rope_config *cfg) {
             inv[i] = (float)(1.0 / (base_freq(cfg->theta, i, dim) * div));
         break;
     }
+    case SP_ROPE_PROPORTIONAL:
+        /* mlx-lm's ProportionalRoPE: frequencies factor * base^(2i/dim),
+         * infinite (angle 0) past the rotated pairs. */
+        for (int i = 0; i < half; i++)
+            inv[i] = 2 * i < cfg->rotated_dim
+                         ? (float)(1.0 / (base_freq(cfg->theta, i, dim) *
+                                          cfg->factor))
+                         : 0.0f;
+        break;
     case SP_ROPE_LLAMA3:
         init_llama3(inv, half, dim, cfg);
         break;

@@ -31,8 +31,14 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
     const sp_model_config *c = &m->cfg;
     if (rows > f->cap_rows) {
         size_t T = (size_t)rows;
-        size_t qw = (size_t)c->n_heads * c->head_dim;
-        size_t kw = (size_t)c->n_kv_heads * c->head_dim;
+        int hd = c->head_dim, inter = c->intermediate_size;
+        for (int l = 0; l < c->n_layers; l++) {
+            if (sp_layer_head_dim(m, l) > hd) hd = sp_layer_head_dim(m, l);
+            if (sp_layer_intermediate(m, l) > inter)
+                inter = sp_layer_intermediate(m, l);
+        }
+        size_t qw = (size_t)c->n_heads * hd;
+        size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
         if (pos) f->pos = pos;
         if (!pos || !grow(&f->x, T * c->hidden_size) ||
@@ -40,8 +46,7 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
             !grow(&f->out, T * c->hidden_size) || !grow(&f->q, T * qw) ||
             !grow(&f->k, T * kw) || !grow(&f->v, T * kw) ||
             !grow(&f->attn, T * qw) ||
-            !grow(&f->gate, T * c->intermediate_size) ||
-            !grow(&f->up, T * c->intermediate_size))
+            !grow(&f->gate, T * inter) || !grow(&f->up, T * inter))
             return sp_fail(err, SPINDLE_ERR_MEMORY,
                            "out of memory for a forward pass of %d tokens",
                            rows);
@@ -108,11 +113,11 @@ static float attn_temperature(const sp_layer *L, int pos) {
 
 /* The q or k norm of one row (per head, or over all n_heads heads), then
  * RoPE, then (queries only) the attention temperature, on every row. */
-static void norm_and_rotate(sp_forward *f, const sp_layer *L, float *rows,
-                            int n_heads, const float *head_norm,
-                            bool queries) {
+static void norm_and_rotate(sp_forward *f, int l, float *rows, int n_heads,
+                            const float *head_norm, bool queries) {
     const sp_model_config *c = &f->m->cfg;
-    int hd = c->head_dim;
+    const sp_layer *L = &f->m->layers[l];
+    int hd = sp_layer_head_dim(f->m, l);
     int width = L->qk_norm_full ? n_heads * hd : hd;
     for (int t = 0; t < f->n_rows; t++) {
         float *row = rows + (size_t)t * n_heads * hd;
@@ -135,28 +140,36 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     const sp_layer *L = &f->m->layers[l];
     /* This block computes the config's heads: the layer's state must be
      * KV of that shape (a family's layer_state hook could say otherwise). */
-    const sp_layer_state_desc *sd = &f->m->state_desc[l];
+    /* A layer sharing another's KV attends that layer's state. */
+    const int kv_layer = L->shares_kv ? L->kv_layer : l;
+    const sp_layer_state_desc *sd = &f->m->state_desc[kv_layer];
+    const int hd = sp_layer_head_dim(f->m, l);
     if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
-        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != c->head_dim) {
+        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != hd) {
         if (!f->status)
             f->status = sp_fail(f->err, SPINDLE_ERR_INTERNAL,
                                 "layer %d: attention of %d KV heads of %d "
                                 "over a %s state of %d heads of %d", l,
-                                c->n_kv_heads, c->head_dim,
+                                c->n_kv_heads, hd,
                                 sp_state_kind_name(sd->kind), sd->n_kv_heads,
                                 sd->head_dim);
         return;
     }
-    norm_and_rotate(f, L, f->q, c->n_heads, L->q_norm, true);
-    norm_and_rotate(f, L, f->k, c->n_kv_heads, L->k_norm, false);
+    norm_and_rotate(f, l, f->q, c->n_heads, L->q_norm, true);
+    if (!L->shares_kv) norm_and_rotate(f, l, f->k, c->n_kv_heads, L->k_norm,
+                                       false);
+    if (L->v_norm && !L->shares_kv)
+        for (size_t h = 0; h < (size_t)f->n_rows * c->n_kv_heads; h++)
+            sp_rmsnorm(f->v + h * hd, f->v + h * hd, NULL, hd,
+                       c->rms_norm_eps, 0.0f);
 
-    size_t qw = (size_t)c->n_heads * c->head_dim;
-    size_t kw = (size_t)c->n_kv_heads * c->head_dim;
+    size_t qw = (size_t)c->n_heads * hd;
+    size_t kw = (size_t)c->n_kv_heads * hd;
     for (int s = 0; s < f->n_seqs; s++) {
         const sp_forward_seq *sq = &f->seqs[s];
         /* The new keys/values join the cache before attending, so each
          * token sees itself and everything before it. */
-        for (int i = 0; i < sq->n_rows; i++) {
+        for (int i = 0; i < sq->n_rows && !L->shares_kv; i++) {
             size_t t = (size_t)(sq->first_row + i);
             sp_seq_state_kv_store(sq->state, l, sq->first_pos + i,
                                   f->k + t * kw, f->v + t * kw);
@@ -168,8 +181,8 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .first_pos = sq->first_pos,
             .n_heads = c->n_heads,
             .n_kv_heads = c->n_kv_heads,
-            .head_dim = c->head_dim,
-            .kv = sp_seq_state_kv_view(sq->state, l),
+            .head_dim = hd,
+            .kv = sp_seq_state_kv_view(sq->state, kv_layer),
             .scale = scale,
             .window = L->window,
             .softcap = softcap,
@@ -182,8 +195,10 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
 void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->q, f->xn, f->q);
-    sp_linear_forward(f, &L->k, f->xn, f->k);
-    sp_linear_forward(f, &L->v, f->xn, f->v);
+    if (!L->shares_kv) {
+        sp_linear_forward(f, &L->k, f->xn, f->k);
+        sp_linear_forward(f, &L->v, f->xn, f->v);
+    }
     sp_attention_core(f, l, scale, softcap);
     sp_linear_forward(f, &L->o, f->attn, f->out);
 }
@@ -194,7 +209,7 @@ void sp_mlp_swiglu(sp_forward *f, int l) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->gate, f->xn, f->gate);
     sp_linear_forward(f, &L->up, f->xn, f->up);
-    sp_silu_mul(f->gate, f->up, f->n_rows * f->m->cfg.intermediate_size);
+    sp_silu_mul(f->gate, f->up, f->n_rows * sp_layer_intermediate(f->m, l));
     sp_linear_forward(f, &L->down, f->gate, f->out);
 }
 
@@ -202,7 +217,8 @@ void sp_mlp_geglu(sp_forward *f, int l) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->gate, f->xn, f->gate);
     sp_linear_forward(f, &L->up, f->xn, f->up);
-    sp_gelu_tanh_mul(f->gate, f->up, f->n_rows * f->m->cfg.intermediate_size);
+    sp_gelu_tanh_mul(f->gate, f->up,
+                     f->n_rows * sp_layer_intermediate(f->m, l));
     sp_linear_forward(f, &L->down, f->gate, f->out);
 }
 
@@ -303,21 +319,24 @@ static spindle_status bind_attention(spindle_model *m, int l,
                                         "self_attn.v_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
-    int64_t d = c->hidden_size, hd = c->head_dim;
+    int64_t d = c->hidden_size, hd = sp_layer_head_dim(m, l);
     int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
     int64_t rows[3] = {qw, kw, kw};
     sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
     char p[256];
     spindle_status st;
-    if ((st = bind_inputs(m, l, opt->fused_qkv, "self_attn.qkv_proj", names,
-                          3, rows, d, opt->qkv_bias, qkv, err)) ||
+    /* A layer sharing another's keys and values has only q (and o). */
+    if ((st = bind_inputs(m, l, opt->fused_qkv && !L->shares_kv,
+                          "self_attn.qkv_proj", names, L->shares_kv ? 1 : 3,
+                          rows, d, opt->qkv_bias, qkv, err)) ||
         (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias,
                              &L->o, err)))
         return st;
     L->qk_norm_full = opt->qk_norm_full;
     if (!opt->qk_norm && !opt->qk_norm_full) return SPINDLE_OK;
     if ((st = sp_bind_vector(m, NAME("self_attn.q_norm.weight"),
-                             opt->qk_norm_full ? qw : hd, &L->q_norm, err)))
+                             opt->qk_norm_full ? qw : hd, &L->q_norm, err)) ||
+        L->shares_kv)
         return st;
     return sp_bind_vector(m, NAME("self_attn.k_norm.weight"),
                           opt->qk_norm_full ? kw : hd, &L->k_norm, err);
@@ -329,7 +348,7 @@ static spindle_status bind_mlp(spindle_model *m, int l,
     static const char *const names[] = {"mlp.gate_proj", "mlp.up_proj"};
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
-    int64_t d = c->hidden_size, inter = c->intermediate_size;
+    int64_t d = c->hidden_size, inter = sp_layer_intermediate(m, l);
     int64_t rows[2] = {inter, inter};
     sp_linear *gate_up[2] = {&L->gate, &L->up};
     char p[256];
@@ -455,4 +474,28 @@ spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
     }
     free(sliding);
     return st;
+}
+
+/* ------------------------------------------------------ Gemma's pieces */
+
+void sp_gemma_embed_rows(const spindle_model *m, float *x, int n_rows) {
+    float k = ((const sp_gemma_io *)m->family)->embed_scale;
+    size_t n = (size_t)n_rows * m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) x[i] *= k;
+}
+
+void sp_gemma_logits(const spindle_model *m, float *logits, size_t n) {
+    float cap = ((const sp_gemma_io *)m->family)->final_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+spindle_status sp_gemma_check_head_dim(const spindle_model *m,
+                                       spindle_error *err) {
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(m->cfg.json,
+                                                       "head_dim");
+    if (!hd || cJSON_IsNull(hd))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: %s needs "
+                       "'head_dim'", m->dir, m->cfg.model_type);
+    return SPINDLE_OK;
 }

@@ -172,4 +172,21 @@ spindle_status sp_model_sliding_layers(spindle_model *m, int pattern,
                                        const sp_rope *sliding_rope,
                                        spindle_error *err);
 
+/* ---- the Gemma families' shared pieces (gemma3.c, gemma4.c) ---- */
+
+/* The start of a Gemma family's spindle_model.family data, which the two
+ * hooks below read: embeddings times embed_scale, and logits
+ * cap * tanh(l / cap) when final_softcap > 0. */
+typedef struct sp_gemma_io {
+    float embed_scale;
+    float final_softcap;
+} sp_gemma_io;
+
+void sp_gemma_embed_rows(const spindle_model *m, float *x, int n_rows);
+void sp_gemma_logits(const spindle_model *m, float *logits, size_t n);
+/* Gemma's head_dim is not hidden / heads, and mlx-lm's default (256)
+ * differs from the generic derivation: config.json must state it. */
+spindle_status sp_gemma_check_head_dim(const spindle_model *m,
+                                       spindle_error *err);
+
 #endif

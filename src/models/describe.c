@@ -126,9 +126,9 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope.theta);
     static const char *rope_names[] = {"default", "linear", "llama3", "yarn",
-                                       "longrope"};
+                                       "longrope", "proportional"};
     _Static_assert(sizeof rope_names / sizeof *rope_names ==
-                       SP_ROPE_LONGROPE + 1, "a name per sp_rope_type");
+                       SP_ROPE_PROPORTIONAL + 1, "a name per sp_rope_type");
     cJSON_AddStringToObject(o, "rope_scaling", rope_names[c->rope.type]);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", m->tied);
     cJSON_AddStringToObject(o, "torch_dtype", sp_dtype_name(c->torch_dtype));

@@ -24,10 +24,10 @@
 
 /* What spindle_model.family holds for Gemma 3. */
 typedef struct gemma3 {
+    sp_gemma_io io;              /* first: the embedding factor and the
+                                    final softcap (0: none) */
     sp_rope rope_local;          /* the sliding-window layers' rope */
-    float embed_scale;           /* multiplies the embeddings */
     sp_layer_scales scales;      /* query_pre_attn_scalar^-0.5, softcap */
-    float final_softcap;         /* 0: none; logits = cap * tanh(l / cap) */
 } gemma3;
 
 static void gemma3_free(void *family) {
@@ -85,18 +85,13 @@ static spindle_status bind_layers(spindle_model *m, spindle_error *err) {
 
 static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     const sp_model_config *c = &m->cfg;
-    /* Gemma's head_dim is not hidden / heads, and mlx-lm's default (256)
-     * differs from the generic derivation: insist on the explicit value. */
-    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(c->json, "head_dim");
-    if (!hd || cJSON_IsNull(hd))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: gemma3 needs 'head_dim'", m->dir);
+    spindle_status st = sp_gemma_check_head_dim(m, err);
+    if (st) return st;
     if (c->rope.rotary_dim != c->head_dim)
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s/config.json: gemma3 with partial rotary "
                        "embeddings is not supported", m->dir);
     double qscalar = 0, attn_cap = 0, final_cap = 0;
-    spindle_status st;
     /* llama.cpp scales GGUF queries by key_length^-0.5; mlx-lm defaults
      * to 256. */
     double qscalar_default = m->gguf ? (double)c->head_dim : 256.0;
@@ -122,12 +117,12 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
     g->scales = (sp_layer_scales){.attn = (float)(1.0 / sqrt(qscalar)),
                                   .attn_softcap = (float)attn_cap,
                                   .residual = 1.0f};
-    g->final_softcap = (float)final_cap;
+    g->io.final_softcap = (float)final_cap;
     /* mlx-lm: h *= mx.array(hidden ** 0.5, bfloat16).astype(h.dtype). */
-    g->embed_scale =
+    g->io.embed_scale =
         sp_bf16_to_f32(sp_f32_to_bf16(sqrtf((float)c->hidden_size)));
     /* llama.cpp (the reference for GGUF files) scales by the f32 value. */
-    if (m->gguf) g->embed_scale = sqrtf((float)c->hidden_size);
+    if (m->gguf) g->io.embed_scale = sqrtf((float)c->hidden_size);
     /* The 1 of (1 + w) is folded into every norm weight. */
     sp_fold_norm_plus_one(m, "model.norm.weight", m->final_norm, c->hidden_size);
 
@@ -138,18 +133,6 @@ static spindle_status gemma3_load(spindle_model *m, spindle_error *err) {
 
 static void gemma3_layer(sp_forward *f, int l) {
     sp_decoder_layer(f, l, &((const gemma3 *)f->m->family)->scales);
-}
-
-static void gemma3_embed_rows(const spindle_model *m, float *x, int n_rows) {
-    const gemma3 *g = m->family;
-    size_t n = (size_t)n_rows * m->cfg.hidden_size;
-    for (size_t i = 0; i < n; i++) x[i] *= g->embed_scale;
-}
-
-static void gemma3_logits(const spindle_model *m, float *logits, size_t n) {
-    float cap = ((const gemma3 *)m->family)->final_softcap;
-    if (cap > 0)
-        for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 static const sp_gguf_name_map gemma3_gguf_layers[] = {
@@ -185,7 +168,7 @@ const sp_arch sp_arch_gemma3_text = {
     .gguf = &gemma3_gguf,
     .load = gemma3_load,
     .layer = gemma3_layer,
-    .embed_rows = gemma3_embed_rows,
-    .logits = gemma3_logits,
+    .embed_rows = sp_gemma_embed_rows,
+    .logits = sp_gemma_logits,
     .free_family = gemma3_free,
 };

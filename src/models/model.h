@@ -36,6 +36,9 @@ typedef struct sp_layer {
      * (Qwen3), or over the whole projection when qk_norm_full (OLMo 2). */
     const float *q_norm, *k_norm;
     bool qk_norm_full;
+    /* RMSNorm without a scale of each value head before it is stored
+     * (Gemma 4). */
+    bool v_norm;
     bool mlp_geglu;              /* GeGLU (tanh GELU) instead of SwiGLU */
     sp_linear q, k, v, o;
     sp_linear gate, up, down;
@@ -50,6 +53,16 @@ typedef struct sp_layer {
      * 1 + attn_temp_beta * log(1 + floor(p / attn_temp_period)); 0: off. */
     float attn_temp_beta;
     int attn_temp_period;
+    /* The size of this layer's heads; 0: the config's head_dim (a family
+     * sets another before binding the layer: Gemma 4's global_head_dim). */
+    int head_dim;
+    /* Attends the keys and values layer kv_layer stores (Gemma 4's KV
+     * sharing): no k/v projections, k norm or sequence state of its own. */
+    bool shares_kv;
+    int kv_layer;
+    /* Its dense MLP's width; 0: the config's intermediate_size (Gemma 4's
+     * double-wide MLPs). Set, like head_dim, before binding. */
+    int intermediate;
     /* Attention through a sliding window of this many positions (0: all).
      * Unless the family's layer_state hook says otherwise, it also gives
      * the layer's sequence state: full KV for 0, window KV otherwise. */
@@ -57,6 +70,12 @@ typedef struct sp_layer {
 } sp_layer;
 
 typedef struct sp_forward sp_forward;
+
+struct spindle_model;
+/* Layer l's head size (sp_layer.head_dim or the config's). */
+int sp_layer_head_dim(const struct spindle_model *m, int l);
+/* Layer l's dense MLP width (sp_layer.intermediate or the config's). */
+int sp_layer_intermediate(const struct spindle_model *m, int l);
 
 /* What one architecture family contributes. Adding a family means one file
  * in models/ defining one of these and a line in models/registry.c; what

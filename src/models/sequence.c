@@ -5,14 +5,28 @@
 
 #include <stdlib.h>
 
+int sp_layer_head_dim(const spindle_model *m, int l) {
+    int hd = m->layers ? m->layers[l].head_dim : 0;
+    return hd > 0 ? hd : m->cfg.head_dim;
+}
+
+int sp_layer_intermediate(const spindle_model *m, int l) {
+    int n = m->layers ? m->layers[l].intermediate : 0;
+    return n > 0 ? n : m->cfg.intermediate_size;
+}
+
 /* The state a layer keeps when its family has no layer_state hook. */
 static void default_layer_state(const spindle_model *m, int l,
                                 sp_layer_state_desc *out) {
     const int window = m->layers[l].window;
+    if (m->layers[l].shares_kv) {
+        *out = (sp_layer_state_desc){.kind = SP_STATE_NONE};
+        return;
+    }
     *out = (sp_layer_state_desc){
         .kind = window > 0 ? SP_STATE_WINDOW_KV : SP_STATE_FULL_KV,
         .n_kv_heads = m->cfg.n_kv_heads,
-        .head_dim = m->cfg.head_dim,
+        .head_dim = sp_layer_head_dim(m, l),
         .window = window > 0 ? window : 0,
     };
 }

@@ -118,12 +118,14 @@ def init_weights(model, seed):
     model.update(mm.tree_unflatten(new))
 
 
-def build_model(spec, path):
-    cfg = make_config(spec)
+def build_model(spec, path, config=None, init=None):
+    """Build, cast, quantize and save; `config` and `init` default to this
+    family's make_config and init_weights (Gemma 4 passes its own)."""
+    cfg = (config or make_config)(spec)
     model_cls, args_cls = mm.get_model_classes(cfg)
     model = model_cls(args_cls.from_dict(cfg))
     model.sanitize({})     # no lm_head.weight: tied, as load_model decides
-    init_weights(model, zlib.crc32(spec["name"].encode()))
+    (init or init_weights)(model, zlib.crc32(spec["name"].encode()))
     mm.cast_like_convert(model, spec["dtype"])
     if spec["quant"]:
         bits, group = spec["quant"]

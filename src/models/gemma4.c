@@ -1,0 +1,280 @@
+/* Gemma 4 text models (model_type "gemma4_text"), as mlx-lm's gemma4_text
+ * computes them.
+ *
+ * The layer is Gemma 3's (gemma3.c: sandwich norms, per-head q/k norms,
+ * GeGLU MLP, sliding-window layers with their own RoPE, embeddings times
+ * sqrt(hidden_size), final logit softcap), with these differences:
+ *  - RMSNorms scale by w, not 1 + w, and the embedding factor is the f32
+ *    sqrt(hidden_size) (Gemma 3 rounds it to bf16);
+ *  - attention scores are not scaled (scale 1: the q/k norms set it);
+ *  - values get a per-head RMSNorm without a scale before they are stored;
+ *  - each layer's output is multiplied by its `layer_scalar` weight;
+ *  - full-attention layers have heads of global_head_dim (sp_layer.head_dim);
+ *  - the last num_kv_shared_layers layers attend the keys and values of the
+ *    last earlier layer of their kind (sp_layer.shares_kv), with MLPs twice
+ *    as wide when use_double_wide_mlp;
+ *  - each layer kind has its RoPE in rope_parameters.<kind>: "default" or
+ *    "linear" over the whole head, or "proportional" (compute/ops.h);
+ *  - defaults: sliding_window_pattern 5, final_logit_softcapping 30 (null:
+ *    none); there is no query_pre_attn_scalar or attention softcap.
+ *
+ * Not supported yet, refused at load naming the key: per-layer inputs
+ * (hidden_size_per_layer_input), the MoE block (enable_moe_block) and
+ * K = V attention (attention_k_eq_v). mlx-lm's default turns the first on,
+ * so a config must set it off explicitly. */
+#include "models/blocks.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gemma4 {
+    sp_gemma_io io;              /* first: the shared Gemma hooks read it */
+    sp_rope rope_sliding;        /* the sliding-window layers' rope */
+    float *layer_scalar;         /* [n_layers] */
+} gemma4;
+
+static void gemma4_free(void *family) {
+    gemma4 *g = family;
+    sp_rope_free(&g->rope_sliding);
+    free(g->layer_scalar);
+    free(g);
+}
+
+/* config.json `key` as a count: absent gives mlx-lm's default `dflt`;
+ * null and false give 0, true 1 (the booleans and Optional[int]s). */
+static spindle_status config_count(const spindle_model *m, const char *key,
+                                   int dflt, int *out, spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (v && (cJSON_IsNull(v) || cJSON_IsBool(v))) {
+        *out = cJSON_IsTrue(v);
+        return SPINDLE_OK;
+    }
+    return sp_model_int(m, key, false, dflt, 0, 1 << 24, out, err);
+}
+
+static spindle_status check_supported(const spindle_model *m,
+                                      spindle_error *err) {
+    static const struct { const char *key; int dflt; const char *what; }
+        off[] = {
+            {"hidden_size_per_layer_input", 256, "per-layer inputs"},
+            {"enable_moe_block", 0, "the MoE block"},
+            {"attention_k_eq_v", 0, "K = V attention"},
+        };
+    spindle_status st;
+    int v;
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
+        if ((st = config_count(m, off[i].key, off[i].dflt, &v, err)))
+            return st;
+        if (v)
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s/config.json: gemma4_text with %s ('%s' %d) "
+                           "is not supported", m->dir, off[i].what,
+                           off[i].key, v);
+    }
+    return SPINDLE_OK;
+}
+
+/* A number of rope_parameters.<kind> (absent: dflt). */
+static spindle_status rope_num(const spindle_model *m, const cJSON *p,
+                               const char *kind, const char *key,
+                               double dflt, double lo, double hi,
+                               double *out, spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, key);
+    *out = cJSON_IsNumber(v) ? v->valuedouble : dflt;
+    if (v && !cJSON_IsNumber(v) && !cJSON_IsNull(v))
+        *out = NAN;
+    if (!(*out > lo && *out <= hi))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: rope_parameters.%s.%s must be a "
+                       "number in (%g, %g]", m->dir, kind, key, lo, hi);
+    return SPINDLE_OK;
+}
+
+/* The rope of one layer kind from rope_parameters (absent: mlx-lm's
+ * defaults, proportional 0.25 at 1e6 for full attention, default at 1e4
+ * for sliding), and its config in *used (what `spindle info` shows). */
+static spindle_status init_rope(const spindle_model *m, const char *kind,
+                                int hd, sp_rope *rope, sp_rope_config *used,
+                                spindle_error *err) {
+    const cJSON *all =
+        cJSON_GetObjectItemCaseSensitive(m->cfg.json, "rope_parameters");
+    bool full = !strcmp(kind, "full_attention");
+    const cJSON *p = NULL;
+    if (all && !cJSON_IsNull(all)) {
+        if (!cJSON_IsObject(all))
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: 'rope_parameters' must be an "
+                           "object", m->dir);
+        p = cJSON_GetObjectItemCaseSensitive(all, kind);
+    }
+    bool defaults = !all || cJSON_IsNull(all);
+    /* mlx-lm reads "type" before "rope_type". */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type");
+    if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(p, "rope_type");
+    const char *type = cJSON_IsString(t) ? t->valuestring
+                       : defaults && full ? "proportional" : "default";
+    double theta, factor, partial;
+    spindle_status st;
+    if ((st = rope_num(m, p, kind, "rope_theta",
+                       defaults && full ? 1000000.0 : 10000.0, 0, INFINITY,
+                       &theta, err)) ||
+        (st = rope_num(m, p, kind, "factor", 1.0, 0, INFINITY, &factor,
+                       err)) ||
+        (st = rope_num(m, p, kind, "partial_rotary_factor",
+                       defaults && full ? 0.25 : 1.0, 0, 1, &partial, err)))
+        return st;
+    sp_rope_config rc = {.type = SP_ROPE_DEFAULT, .rotary_dim = hd,
+                         .theta = theta, .factor = 1.0};
+    if (!strcmp(type, "linear")) {
+        rc.type = SP_ROPE_LINEAR;
+        rc.factor = factor;
+    } else if (!strcmp(type, "proportional")) {
+        rc.type = SP_ROPE_PROPORTIONAL;
+        rc.factor = factor;
+        rc.rotated_dim = (int)(hd * partial);  /* partial in (0, 1] */
+        if (rc.rotated_dim % 2)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s/config.json: rope_parameters.%s."
+                           "partial_rotary_factor gives an odd rotated "
+                           "dimension %d", m->dir, kind, rc.rotated_dim);
+    } else if (strcmp(type, "default")) {
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s/config.json: rope_parameters.%s.rope_type '%s' "
+                       "is not supported (supported: default, linear, "
+                       "proportional)", m->dir, kind, type);
+    }
+    if (sp_rope_init(rope, &rc))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    *used = rc;
+    return SPINDLE_OK;
+}
+
+/* The last num_kv_shared_layers layers attend the keys and values of the
+ * last earlier layer of their kind, and their MLPs are twice as wide when
+ * use_double_wide_mlp (mlx-lm's defaults: 20, true). */
+static spindle_status share_kv(spindle_model *m, const bool *sliding,
+                               spindle_error *err) {
+    int n = m->cfg.n_layers, shared, wide;
+    spindle_status st;
+    if ((st = config_count(m, "num_kv_shared_layers", 20, &shared, err)) ||
+        (st = config_count(m, "use_double_wide_mlp", 1, &wide, err)))
+        return st;
+    if (shared >= n)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: "
+                       "num_kv_shared_layers %d leaves no layer of its own "
+                       "KV among %d", m->dir, shared, n);
+    for (int l = n - shared; l < n; l++) {
+        sp_layer *L = &m->layers[l];
+        L->shares_kv = true;
+        L->kv_layer = -1;
+        for (int i = 0; i < n - shared; i++)
+            if (sliding[i] == sliding[l]) L->kv_layer = i;
+        if (L->kv_layer < 0)
+            return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: layer "
+                           "%d shares KV, but no earlier layer is of its "
+                           "kind", m->dir, l);
+        if (wide) L->intermediate = 2 * m->cfg.intermediate_size;
+    }
+    return SPINDLE_OK;
+}
+
+/* Each layer's shapes, set before binding: the full-attention layers'
+ * heads are global_head_dim wide (absent: mlx-lm's 512; null or 0:
+ * head_dim), and the KV sharing. */
+static spindle_status set_layer_shapes(spindle_model *m, int pattern,
+                                       int *global_hd, spindle_error *err) {
+    int n = m->cfg.n_layers;
+    spindle_status st = config_count(m, "global_head_dim", 512, global_hd,
+                                     err);
+    if (st) return st;
+    if (!*global_hd) *global_hd = m->cfg.head_dim;
+    if (*global_hd % 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: "
+                       "global_head_dim %d is odd", m->dir, *global_hd);
+    bool *sliding = calloc((size_t)n, sizeof *sliding);
+    if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    st = sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
+    for (int l = 0; l < n && !st; l++)
+        m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
+    if (!st) st = share_kv(m, sliding, err);
+    free(sliding);
+    return st;
+}
+
+static spindle_status bind_layers(spindle_model *m, gemma4 *g,
+                                  spindle_error *err) {
+    sp_decoder_options opt = {.qk_norm = true,
+                              .geglu = true,
+                              .norms = SP_NORMS_SANDWICH};
+    spindle_status st = sp_bind_decoder_layers(m, &opt, err);
+    int n = m->cfg.n_layers;
+    g->layer_scalar = malloc((size_t)n * sizeof *g->layer_scalar);
+    if (!st && !g->layer_scalar)
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    char p[256];
+    for (int l = 0; l < n && !st; l++) {
+        const float *s = NULL;
+        snprintf(p, sizeof p, "model.layers.%d.layer_scalar", l);
+        if (!(st = sp_bind_vector(m, p, 1, &s, err)))
+            g->layer_scalar[l] = s[0];
+        m->layers[l].v_norm = !m->layers[l].shares_kv;
+    }
+    return st;
+}
+
+static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    spindle_status st;
+    if ((st = sp_gemma_check_head_dim(m, err)) ||
+        (st = check_supported(m, err)))
+        return st;
+    int pattern;
+    if ((st = sp_model_int(m, "sliding_window_pattern", false, 5, 1,
+                           1 << 20, &pattern, err)))
+        return st;
+    gemma4 *g = calloc(1, sizeof *g);
+    if (!g) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    m->family = g;
+    /* Absent: mlx-lm's default 30; null: no cap. */
+    const cJSON *cap =
+        cJSON_GetObjectItemCaseSensitive(c->json, "final_logit_softcapping");
+    double final_cap = 0;
+    if (!cJSON_IsNull(cap) &&
+        (st = sp_model_positive(m, "final_logit_softcapping", 30.0,
+                                &final_cap, err)))
+        return st;
+    g->io = (sp_gemma_io){.embed_scale = sqrtf((float)c->hidden_size),
+                          .final_softcap = (float)final_cap};
+    sp_rope_free(&m->rope);
+    sp_rope_config sliding;
+    int global_hd = 0;
+    if ((st = set_layer_shapes(m, pattern, &global_hd, err)) ||
+        (st = init_rope(m, "full_attention", global_hd, &m->rope,
+                        &m->cfg.rope, err)) ||
+        (st = init_rope(m, "sliding_attention", c->head_dim,
+                        &g->rope_sliding, &sliding, err)) ||
+        (st = bind_layers(m, g, err)))
+        return st;
+    return sp_model_sliding_layers(m, pattern, 512.0, &g->rope_sliding, err);
+}
+
+static void gemma4_layer(sp_forward *f, int l) {
+    const gemma4 *g = f->m->family;
+    const sp_layer_scales s = {.attn = 1.0f, .residual = 1.0f};
+    sp_decoder_layer(f, l, &s);
+    float k = g->layer_scalar[l];
+    size_t n = (size_t)f->n_rows * f->m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) f->x[i] *= k;
+}
+
+const sp_arch sp_arch_gemma4_text = {
+    .model_type = "gemma4_text",
+    .load = gemma4_load,
+    .layer = gemma4_layer,
+    .embed_rows = sp_gemma_embed_rows,
+    .logits = sp_gemma_logits,
+    .free_family = gemma4_free,
+};

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Build tiny random-weight Gemma 4 text models and their mlx-lm references.
+
+Same method and CLI as make_gemma3_models.py (whose helpers this reuses):
+every model is built by mlx-lm's own gemma4_text Model, cast / quantized /
+saved by mlx-lm's own code, reloaded with mlx_lm.utils.load_model, and run
+by mlx_lm.generate.generate_step in its stored dtype and upcast to float32.
+
+The configs are the subset Spindle supports (no per-layer inputs, no MoE
+block, no K = V attention): both attention kinds occur
+with a sliding window of 8 (shorter than the prompts and the generation),
+the full-attention layers use the
+"proportional" partial RoPE (one with a factor), layer_types is given
+explicitly in one base and derived from sliding_window_pattern in the
+other, and layer_scalar, the value norm and the final logit softcap (mlx-lm
+applies it: default 30, 10 in "wide") are all in play; "global" gives the
+full-attention layers a global_head_dim twice head_dim, and "shared" adds
+KV sharing between layers with double-wide MLPs.  Gemma 4's norms
+scale by w (not 1 + w), so norm weights are drawn around 1.
+
+Usage: python tests/parity/make_gemma4_models.py [--out DIR] [--only NAME ...]
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import make_models as mm  # noqa: E402  (cheap: no mlx at import time)
+import make_gemma3_models as g3  # noqa: E402
+
+DEFAULT_OUT = HERE.parents[0] / ".work" / "parity-gemma4"
+STAMP_FILE = mm.STAMP_FILE
+MAX_TOKENS = mm.MAX_TOKENS
+PROMPTS = mm.PROMPTS
+SUBSET = dict(hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+              enable_moe_block=False, attention_k_eq_v=False)
+
+BASE = {
+    # 5 layers, pattern 3: layers 0,1,3,4 sliding, layer 2 full.
+    "small": dict(
+        model_type="gemma4_text", architectures=["Gemma4ForCausalLM"],
+        hidden_size=128, num_hidden_layers=5, intermediate_size=256,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        global_head_dim=32, rms_norm_eps=1e-6, vocab_size=512,
+        sliding_window=8, sliding_window_pattern=3,
+        max_position_embeddings=4096,
+        rope_parameters={
+            "full_attention": {"partial_rotary_factor": 0.25,
+                               "rope_theta": 1000000.0,
+                               "rope_type": "proportional"},
+            "sliding_attention": {"rope_theta": 10000.0,
+                                  "rope_type": "default"}},
+        **SUBSET,
+    ),
+    # 4 layers listed by layer_types, head_dim 64 with heads * head_dim !=
+    # hidden, a proportional factor, softcap 10.
+    "wide": dict(
+        model_type="gemma4_text", architectures=["Gemma4ForCausalLM"],
+        hidden_size=192, num_hidden_layers=4, intermediate_size=384,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=64,
+        global_head_dim=64, rms_norm_eps=1e-6, vocab_size=512,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention",
+                     "sliding_attention", "full_attention"],
+        max_position_embeddings=4096, final_logit_softcapping=10.0,
+        rope_parameters={
+            "full_attention": {"partial_rotary_factor": 0.5,
+                               "rope_theta": 1000000.0, "factor": 4.0,
+                               "rope_type": "proportional"},
+            "sliding_attention": {"rope_theta": 20000.0,
+                                  "rope_type": "default"}},
+        **SUBSET,
+    ),
+}
+# The full-attention layers' heads twice as wide as the sliding ones'
+# (Gemma 4's global_head_dim), with their own rope over 64 dimensions.
+BASE["global"] = dict(BASE["small"], global_head_dim=64)
+# 6 layers (s s F s s F), the last 3 sharing KV: layers 3 and 4 attend
+# layer 1's keys and values, layer 5 layer 2's; their MLPs double-wide.
+BASE["shared"] = dict(BASE["global"], num_hidden_layers=6,
+                      num_kv_shared_layers=3, use_double_wide_mlp=True)
+
+
+def _spec(name, base, dtype, quant=None):
+    return dict(name=name, base=base, dtype=dtype, quant=quant, cfg={})
+
+
+SPECS = [
+    _spec("gemma4-f32", "small", "float32"),
+    _spec("gemma4-bf16", "small", "bfloat16"),
+    _spec("gemma4-q4g64", "small", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-wide-f32", "wide", "float32"),
+    _spec("gemma4-wide-bf16", "wide", "bfloat16"),
+    _spec("gemma4-wide-q4g64", "wide", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-global-f32", "global", "float32"),
+    _spec("gemma4-global-bf16", "global", "bfloat16"),
+    _spec("gemma4-global-q4g64", "global", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-shared-f32", "shared", "float32"),
+    _spec("gemma4-shared-bf16", "shared", "bfloat16"),
+    _spec("gemma4-shared-q4g64", "shared", "bfloat16", quant=(4, 64)),
+]
+
+
+def source_hash():
+    # gemma3's build_model is part of this generator too.
+    h = hashlib.sha256(mm.generator_source_hash(__file__).encode())
+    h.update(g3.source_hash().encode())
+    return h.hexdigest()
+
+
+def make_config(spec):
+    cfg = dict(BASE[spec["base"]])
+    cfg["tie_word_embeddings"] = True
+    cfg["torch_dtype"] = spec["dtype"]
+    cfg["eos_token_id"] = cfg["vocab_size"] - 1
+    cfg["bos_token_id"] = 2
+    return cfg
+
+
+def init_weights(model, seed):
+    """Seeded numpy weights: norms around 1 (the final one around the gain
+    that sets the logit scale; q/k norms scaled down), layer scalars in [0.5, 1.5], embedding rows
+    with log-normal norms for peaky logits."""
+    np, mx = mm.np, mm.mx
+    rng = np.random.default_rng(seed)
+    new = []
+    for name, p in sorted(mm.tree_flatten(model.parameters())):
+        shape = p.shape
+        if name == "model.norm.weight":
+            gain = g3.LOGIT_STD / (g3.EMB_SCALE * np.sqrt(shape[0]))
+            w = gain * (1.0 + 0.2 * rng.standard_normal(shape))
+        elif name.endswith(("q_norm.weight", "k_norm.weight")):
+            # Scores are not scaled (scale 1): norms of head_dim^-1/4 give
+            # them the usual head_dim^-1/2, so attention is not one-hot.
+            w = shape[0] ** -0.25 * (1.0 + 0.3 * rng.standard_normal(shape))
+        elif name.endswith("norm.weight"):
+            w = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif name.endswith("layer_scalar"):
+            w = rng.uniform(0.5, 1.5, shape)
+        elif "embed_tokens" in name:
+            rows = np.exp(mm.ROW_SIGMA * rng.standard_normal((shape[0], 1)))
+            w = g3.EMB_SCALE * rows * rng.standard_normal(shape)
+        else:
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        new.append((name, mx.array(w.astype(np.float32))))
+    model.update(mm.tree_unflatten(new))
+
+
+def build_one(spec, out):
+    mx, mlu = mm.mx, mm.mlu
+    path = out / spec["name"]
+    mm.fresh_dir(path)
+    mem_model = g3.build_model(spec, path, make_config, init_weights)
+    model, cfg = mlu.load_model(path)
+    if not model.tie_word_embeddings:
+        raise SystemExit(f"{spec['name']}: reloaded model is not tied")
+    eos_ids = mm.eos_set(cfg)
+    model32, _ = mlu.load_model(path)
+    model32.set_dtype(mx.float32)
+    ref = {"model": spec["name"], "arch": "gemma4_text",
+           "dtype": spec["dtype"], "quantization": cfg.get("quantization"),
+           "tied": True, "eos_token_ids": sorted(eos_ids),
+           "max_tokens": MAX_TOKENS, "mlx_version": mx.__version__,
+           "prompts": {}}
+    ref["prompts"], ref["gap_rel_native_vs_f32"] = mm.record_references(
+        spec["name"], path, model, model32, mem_model, eos_ids)
+    (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    return ref
+
+
+def main(argv=None):
+    mm.generator_main(argv, __doc__, DEFAULT_OUT, SPECS, build_one,
+                      source_hash)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Oracle parity for Gemma 4 text: Spindle against mlx-lm's gemma4_text.
+
+Models and references come from make_gemma4_models.py (mlx / mlx-lm's own
+code, in the subset of gemma4_text configs Spindle supports); the checks
+are test_parity.py's (parity_common.py):
+  (a) greedy tokens identical to the reference up to a near-tie;
+  (b) last-prompt-position logits within a relative tolerance (max abs error
+      / std of the reference logits): TOL_F32_REL against the float32
+      upcast, and a multiple of mlx's own native-vs-f32 gap against the
+      stored dtype (bf16, 4-bit).
+Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
+no norm rounding; mlx-lm applies the final logit softcap itself.
+
+The configs Spindle refuses (per-layer inputs, the MoE block, K = V
+attention) must fail at load with a
+one-line error naming the key.
+
+Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
+SPINDLE_GEMMA4_PARITY_DIR (default tests/.work/parity-gemma4).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import make_gemma4_models as gm  # noqa: E402  (cheap: no mlx at import)
+import parity_common as tp  # noqa: E402
+from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
+
+OUT = Path(os.environ.get("SPINDLE_GEMMA4_PARITY_DIR", gm.DEFAULT_OUT))
+gemma4_models, case = tp.parity_fixtures(gm, OUT, "gemma4_models")
+CASES, IDS = tp.parity_cases(gm)
+
+
+@pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
+def test_gemma4_greedy_tokens(case, gemma4_models, model, prompt):
+    ref, entry, out, _ = case
+    tp.assert_greedy_tokens(out, ref, entry)
+
+
+@pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
+def test_gemma4_last_logits(case, gemma4_models, model, prompt):
+    ref, entry, _, dump = case
+    tp.assert_last_logits(dump, gemma4_models / model, ref, entry,
+                          f"{model}/{prompt}")
+
+
+def _with_config(src, dst, edit):
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.suffix in (".safetensors", ".json"):
+            (dst / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((src / "config.json").read_text())
+    edit(cfg)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def _run(spindle_bin, d, *args):  # noqa: F811
+    return subprocess.run([str(spindle_bin), *args, "-m", str(d)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    # mlx-lm's defaults switch these on: absent is refused too.
+    ("hidden_size_per_layer_input", 256, "hidden_size_per_layer_input"),
+    ("hidden_size_per_layer_input", None, "hidden_size_per_layer_input"),
+    ("num_kv_shared_layers", 5, "num_kv_shared_layers"),
+    ("enable_moe_block", True, "enable_moe_block"),
+    ("attention_k_eq_v", True, "attention_k_eq_v"),
+    ("global_head_dim", 33, "global_head_dim"),
+    ("rope_parameters", {"full_attention": {"rope_type": "yarn"}},
+     "rope_parameters.full_attention.rope_type"),
+    ("rope_parameters", {"full_attention": {"rope_type": "proportional",
+                                            "partial_rotary_factor": 2}},
+     "partial_rotary_factor"),
+    ("head_dim", None, "head_dim"),
+    ("final_logit_softcapping", -1, "final_logit_softcapping"),
+])
+def test_gemma4_refused_config(spindle_bin, gemma4_models,  # noqa: F811
+                               tmp_path, key, value, needle):
+    def edit(cfg):
+        if value is None:
+            cfg.pop(key)
+        else:
+            cfg[key] = value
+    d = _with_config(gemma4_models / "gemma4-f32", tmp_path / "m", edit)
+    r = _run(spindle_bin, d, "run", "--prompt-tokens", "1,2", "-n", "1")
+    assert r.returncode != 0, "an unsupported config was accepted"
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, \
+        r.stderr
+
+
+def test_gemma4_info(spindle_bin, gemma4_models):  # noqa: F811
+    """`spindle info` describes the model: the family, its layer kinds and
+    the full-attention layers' proportional rope."""
+    r = _run(spindle_bin, gemma4_models / "gemma4-wide-q4g64", "info",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    text = json.dumps(info)
+    assert "gemma4_text" in text, text
+    assert info.get("rope_scaling") == "proportional" or \
+        "proportional" in text, text
