@@ -5,6 +5,7 @@
 #include "models/blocks.h"
 #include "base/error.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ struct sp_mtp {
     const float *norm_embed, *norm_hidden;
     float *fused;            /* [cap_rows][2 * hidden] */
     int cap_rows;
+    atomic_int refs;
 };
 
 /* The head's tensors sit at the top of the checkpoint ("mtp.*"), beside a
@@ -27,6 +29,8 @@ static const sp_tensor_info *head_tensor(const spindle_model *m,
 bool sp_mtp_present(const spindle_model *m) {
     return m && m->arch->mtp_load && head_tensor(m, "mtp.fc.weight");
 }
+
+bool spindle_model_has_mtp(const spindle_model *m) { return sp_mtp_present(m); }
 
 spindle_model *sp_mtp_model(sp_mtp *p) { return &p->head; }
 
@@ -76,6 +80,7 @@ spindle_status sp_mtp_new(spindle_model *target, sp_mtp **out,
     sp_mtp *p = calloc(1, sizeof *p);
     if (!p) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     p->target = target;
+    atomic_init(&p->refs, 1);
     spindle_model *h = &p->head;
     *h = *target;           /* borrowed: tensors, embed, lm_head, rope, pool */
     h->cfg.n_layers = 1;
@@ -99,8 +104,10 @@ spindle_status sp_mtp_new(spindle_model *target, sp_mtp **out,
     return SPINDLE_OK;
 }
 
+void sp_mtp_retain(sp_mtp *p) { atomic_fetch_add(&p->refs, 1); }
+
 void sp_mtp_free(sp_mtp *p) {
-    if (!p) return;
+    if (!p || atomic_fetch_sub(&p->refs, 1) > 1) return;
     spindle_model *h = &p->head;
     sp_forward_free(h->fwd);
     sp_kv_pool_free(h->kv_pool);
@@ -136,14 +143,15 @@ static spindle_status fuse_rows(sp_mtp *p, sp_forward *f, const float *hidden,
 
 spindle_status sp_mtp_forward(sp_mtp *p, spindle_seq *seq,
                               const int32_t *tokens, const float *hidden,
-                              int n, float *logits, float *hidden_out,
-                              spindle_error *err) {
+                              int n, bool all_logits, float *logits,
+                              float *hidden_out, spindle_error *err) {
     sp_error_clear(err);
     if (!p || !seq || !tokens || !hidden || !logits || n < 1)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "MTP forward: no rows");
     spindle_model *h = &p->head;
     spindle_batch_entry e = {.seq = seq, .tokens = tokens, .n_tokens = n,
-                             .logits_mode = SPINDLE_LOGITS_ALL,
+                             .logits_mode = all_logits ? SPINDLE_LOGITS_ALL
+                                                       : SPINDLE_LOGITS_LAST,
                              .logits = logits, .hidden = hidden_out};
     spindle_status st = sp_forward_prepare(h, &h->fwd, &e, 1, err);
     if (!st) st = fuse_rows(p, h->fwd, hidden, err);

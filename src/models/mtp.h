@@ -33,18 +33,23 @@ bool sp_mtp_present(const spindle_model *m);
  * with one line naming what is missing when the model has none. */
 spindle_status sp_mtp_new(spindle_model *target, sp_mtp **out,
                           spindle_error *err);
+/* Reference counted (atomically): every holder of a head sequence keeps
+ * a reference, since the sequences live in the head's KV pool.
+ * sp_mtp_free drops one; the last frees the head. */
+void sp_mtp_retain(sp_mtp *p);
 void sp_mtp_free(sp_mtp *p);
 /* The head as a model: spindle_seq_new / _truncate / _length work on its
  * sequences. */
 spindle_model *sp_mtp_model(sp_mtp *p);
 
 /* n rows of one head sequence, at its next positions: row t takes
- * tokens[t] and hidden[t * hidden_size]. Writes logits[n][vocab] and, when
+ * tokens[t] and hidden[t * hidden_size]. Writes logits[n][vocab] (only
+ * the last row's, [vocab], unless all_logits) and, when
  * hidden_out is not NULL, each row's output g (before mtp.norm) for the
  * recursion. On error the sequence is unchanged. */
 spindle_status sp_mtp_forward(sp_mtp *p, spindle_seq *seq,
                               const int32_t *tokens, const float *hidden,
-                              int n, float *logits, float *hidden_out,
-                              spindle_error *err);
+                              int n, bool all_logits, float *logits,
+                              float *hidden_out, spindle_error *err);
 
 #endif

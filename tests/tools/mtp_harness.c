@@ -55,12 +55,12 @@ static int run(spindle_model *m, sp_mtp *head, const int32_t *tok, int n_tok,
                              .logits_mode = SPINDLE_LOGITS_LAST,
                              .logits = last, .hidden = hidden};
     if (spindle_forward(m, &e, 1, &err)) { fail("target forward", &err); goto done; }
-    if (sp_mtp_forward(head, hs, tok + 1, hidden, prompt, logits, g, &err)) {
+    if (sp_mtp_forward(head, hs, tok + 1, hidden, prompt, true, logits, g, &err)) {
         fail("MTP forward", &err);
         goto done;
     }
     for (int j = prompt; j < rows; j++)
-        if (sp_mtp_forward(head, hs, tok + j + 1, g + (size_t)(j - 1) * d, 1,
+        if (sp_mtp_forward(head, hs, tok + j + 1, g + (size_t)(j - 1) * d, 1, true,
                            logits + (size_t)j * vocab, g + (size_t)j * d, &err)) {
             fail("MTP recursion", &err);
             goto done;
