@@ -188,6 +188,11 @@ spindle_status spindle_model_fingerprint(spindle_model *model,
                                          char out[SPINDLE_FINGERPRINT_LEN + 1],
                                          spindle_error *err);
 int spindle_model_vocab_size(const spindle_model *model);
+/* The width of a hidden state (spindle_batch_entry.hidden rows). */
+int spindle_model_hidden_size(const spindle_model *model);
+/* Whether the model's files carry a multi-token-prediction head its
+ * family can run (SPINDLE_SPEC_MTP). */
+bool spindle_model_has_mtp(const spindle_model *model);
 int spindle_model_context_length(const spindle_model *model);
 /* false for an encoder (BERT): no logits, so no generation; only
  * spindle_embed runs it. */
@@ -299,6 +304,10 @@ typedef struct spindle_batch_entry {
      * pass: the base products run once over all rows. */
     const struct spindle_adapter *adapter;
     float adapter_scale;
+    /* NULL, or caller-owned n_tokens * hidden_size floats: each row's
+     * last-layer hidden state BEFORE the final norm (what a
+     * multi-token-prediction head reads). */
+    float *hidden;
 } spindle_batch_entry;
 
 /* Run the model over every entry in one pass; all entries must belong to
@@ -404,7 +413,9 @@ typedef void (*spindle_checkpoint_fn)(spindle_checkpoint *ck, void *user);
 typedef enum spindle_spec_mode {
     SPINDLE_SPEC_NONE = 0,
     SPINDLE_SPEC_NGRAM,    /* prompt lookup over prompt ++ generated */
-    SPINDLE_SPEC_DRAFT     /* a smaller draft model with the same tokenizer */
+    SPINDLE_SPEC_DRAFT,    /* a smaller draft model with the same tokenizer */
+    SPINDLE_SPEC_MTP       /* the model's own multi-token-prediction head
+                              (mtp.* weights of Qwen3.5-class checkpoints) */
 } spindle_spec_mode;
 
 #define SPINDLE_MAX_DRAFT_TOKENS 32

@@ -19,9 +19,10 @@ int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o) {
         if (!(v = sp_arg_value(argc, argv, i))) return -1;
         if (!strcmp(v, "ngram")) o->spec.mode = SPINDLE_SPEC_NGRAM;
         else if (!strcmp(v, "draft")) o->spec.mode = SPINDLE_SPEC_DRAFT;
+        else if (!strcmp(v, "mtp")) o->spec.mode = SPINDLE_SPEC_MTP;
         else if (!strcmp(v, "none")) o->spec.mode = SPINDLE_SPEC_NONE;
         else {
-            fprintf(stderr, "spindle: --spec expects ngram, draft or none, got '%s'\n", v);
+            fprintf(stderr, "spindle: --spec expects ngram, draft, mtp or none, got '%s'\n", v);
             return -1;
         }
     } else if (!strcmp(a, "--draft-model")) {
@@ -42,6 +43,12 @@ spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
                                  const spindle_load_options *lo,
                                  spindle_model **draft, spindle_error *err) {
     *draft = NULL;
+    if (o->spec.mode == SPINDLE_SPEC_MTP && !spindle_model_has_mtp(target)) {
+        snprintf(err->message, sizeof err->message,
+                 "--spec mtp: %s has no multi-token-prediction head "
+                 "(mtp.* weights)", spindle_model_dir(target));
+        return SPINDLE_ERR_UNSUPPORTED;
+    }
     if (o->spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
     if (!o->draft_path) {
         snprintf(err->message, sizeof err->message, "--spec draft needs --draft-model PATH");

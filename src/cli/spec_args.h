@@ -10,8 +10,9 @@
 #include "spindle.h"
 
 #define SP_ARG_SPEC_HELP \
-    "  --spec ngram|draft      lossless speculative decoding: prompt lookup\n" \
-    "                          or a draft model (default: off)\n" \
+    "  --spec ngram|draft|mtp  lossless speculative decoding: prompt lookup,\n" \
+    "                          a draft model, or the model's own MTP head\n" \
+    "                          (mtp.* weights; default: off)\n" \
     "  --draft-model PATH      the draft model (same tokenizer) for --spec draft\n" \
     "  --num-draft-tokens K    draft tokens per round at most (default 10)\n" \
     "  --ngram-max N, --ngram-min N  k-gram lengths prompt lookup tries (3, 1)\n" \

@@ -89,7 +89,8 @@ static void add_entry(spindle_engine *e, int *n, sp_request *r,
                                        : SPINDLE_LOGITS_NONE,
         .logits = logit_rows ? e->logits + (size_t)e->n_logit_rows * e->vocab
                              : NULL,
-        .adapter = r->adapter, .adapter_scale = r->adapter_scale};
+        .adapter = r->adapter, .adapter_scale = r->adapter_scale,
+        .hidden = sp_spec_hidden_rows(r, n_tokens)};
     e->n_logit_rows += logit_rows;
     e->entry_req[i] = r;
 }

@@ -32,6 +32,7 @@
 
 #include "base/error.h"
 #include "models/model.h"
+#include "models/mtp.h"
 
 #define COUNT_DECAY 0.9
 #define BACKOFF_MIN 8
@@ -42,6 +43,7 @@ struct sp_spec {
     int max_draft;                 /* K, capped by the target's rollback */
     sp_ngram_index *ngram;
     sp_draft_seq *dseq;
+    sp_mtp_draft *mtp;
     int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
     int n_round;                   /* drafts in this step's round; -1: none */
     bool forced_round;             /* this round's drafts are a forced span */
@@ -66,6 +68,7 @@ struct sp_spec_engine {
     sp_request **job_req;
     spindle_batch_entry *draft_entries;
     cost_table cost;
+    sp_mtp *mtp;                   /* the target's MTP head, once asked for */
 };
 
 static bool always_accept;
@@ -73,8 +76,8 @@ static bool always_accept;
 void sp_spec_set_always_accept(bool on) { always_accept = on; }
 
 const char *spindle_spec_mode_name(spindle_spec_mode mode) {
-    static const char *const names[] = {"none", "ngram", "draft"};
-    return (unsigned)mode < 3 ? names[mode] : NULL;
+    static const char *const names[] = {"none", "ngram", "draft", "mtp"};
+    return (unsigned)mode < 4 ? names[mode] : NULL;
 }
 
 /* How far back every layer of m can surely be truncated. */
@@ -86,12 +89,28 @@ static int rollback_limit(const spindle_model *m) {
     return SPINDLE_MAX_DRAFT_TOKENS;
 }
 
+static sp_spec_engine *engine_state(spindle_engine *e);
+
+/* A request's MTP drafter over the engine's head of the target (bound at
+ * the first request that asks for one). */
+static spindle_status new_mtp_draft(spindle_engine *e, int cap,
+                                    sp_mtp_draft **out, spindle_error *err) {
+    sp_spec_engine *se = engine_state(e);
+    if (!se) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!se->mtp) {
+        spindle_status st = sp_mtp_new(e->model, &se->mtp, err);
+        if (st) return st;
+    }
+    return sp_mtp_draft_new(se->mtp, cap, out, err);
+}
+
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           bool jump_forward, sp_spec **out, spindle_error *err) {
+                           bool jump_forward, int cap, sp_spec **out,
+                           spindle_error *err) {
     *out = NULL;
     if (p->mode == SPINDLE_SPEC_NONE && !jump_forward) return SPINDLE_OK;
     if (p->mode != SPINDLE_SPEC_NONE && p->mode != SPINDLE_SPEC_NGRAM &&
-        p->mode != SPINDLE_SPEC_DRAFT)
+        p->mode != SPINDLE_SPEC_DRAFT && p->mode != SPINDLE_SPEC_MTP)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "unknown speculation mode %d",
                        (int)p->mode);
     /* Jump-forward alone (no drafter): forced spans up to the most a
@@ -123,6 +142,8 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
         : p->mode == SPINDLE_SPEC_NGRAM
             ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
+        : p->mode == SPINDLE_SPEC_MTP
+            ? new_mtp_draft(e, cap, &s->mtp, err)
             : sp_draft_seq_new(p->draft_model, e->vocab, &s->dseq, err);
     if (st) {
         sp_spec_free(s);
@@ -136,6 +157,7 @@ void sp_spec_free(sp_spec *s) {
     if (!s) return;
     sp_ngram_free(s->ngram);
     sp_draft_seq_free(s->dseq);
+    sp_mtp_draft_free(s->mtp);
     free(s);
 }
 
@@ -144,6 +166,7 @@ void sp_spec_engine_free(sp_spec_engine *se) {
     free(se->jobs);
     free(se->job_req);
     free(se->draft_entries);
+    sp_mtp_free(se->mtp);
     free(se);
 }
 
@@ -343,6 +366,12 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
             d = sp_ngram_propose(s->ngram, r->tokens, n_hist, room, s->draft);
             d = grammar_cut(r, s, d);
             d = adapt_k(s, &se->cost, d, &tokens, &step_rows);
+        } else if (s->mtp && room > 0) {
+            /* Priced like a draft model's: k first, then that many. */
+            d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
+            d = sp_mtp_draft_propose(s->mtp, r->tokens, n_hist,
+                                     spindle_seq_length(r->seq), d, s->draft);
+            d = grammar_cut(r, s, d);
         } else if (s->dseq) {
             d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
             if (d > 0) {
@@ -372,6 +401,11 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         memcpy(r->tokens + r->n_prompt + r->n_generated, r->spec->draft,
                (size_t)r->spec->n_round * sizeof *r->spec->draft);
     }
+}
+
+float *sp_spec_hidden_rows(sp_request *r, int n_tokens) {
+    if (!r->spec || !r->spec->mtp) return NULL;
+    return sp_mtp_draft_taps(r->spec->mtp, spindle_seq_length(r->seq), n_tokens);
 }
 
 int sp_spec_round_drafts(const sp_request *r) {

@@ -40,7 +40,8 @@
  * drafter), else the drafter's tokens cut before the first the grammar
  * rejects. */
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           bool jump_forward, sp_spec **out, spindle_error *err);
+                           bool jump_forward, int cap, sp_spec **out,
+                           spindle_error *err);
 void sp_spec_free(sp_spec *s);
 void sp_spec_engine_free(sp_spec_engine *se);
 
@@ -110,5 +111,27 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
  * token on the next round). */
 void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
                          int accepted);
+
+/* ---- drafter_mtp.c ---- */
+
+typedef struct sp_mtp sp_mtp;
+typedef struct sp_mtp_draft sp_mtp_draft;
+
+/* A request's MTP drafter over `head` (a reference is kept), with room
+ * for the target's hidden states at positions 0 .. cap - 1. */
+spindle_status sp_mtp_draft_new(sp_mtp *head, int cap, sp_mtp_draft **out,
+                                spindle_error *err);
+void sp_mtp_draft_free(sp_mtp_draft *d);
+/* Where a target forward pass writes the hidden states of its n rows from
+ * position pos (spindle_batch_entry.hidden); NULL when they do not fit. */
+float *sp_mtp_draft_taps(sp_mtp_draft *d, int pos, int n);
+/* Up to `want` greedy drafts after history[0..n_hist) (its last token the
+ * pending one, the target sequence target_length = n_hist - 1 long) into
+ * out; their count (0 when it cannot draft). */
+int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
+                         int target_length, int want, int32_t *out);
+/* The hidden-state rows for an entry of r's n_tokens from its sequence's
+ * current length (NULL: r has no MTP drafter). */
+float *sp_spec_hidden_rows(sp_request *r, int n_tokens);
 
 #endif

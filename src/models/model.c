@@ -137,6 +137,7 @@ void spindle_model_free(spindle_model *m) {
 
 const char *spindle_model_dir(const spindle_model *m) { return m ? m->dir : NULL; }
 int spindle_model_vocab_size(const spindle_model *m) { return m ? m->cfg.vocab_size : 0; }
+int spindle_model_hidden_size(const spindle_model *m) { return m ? m->cfg.hidden_size : 0; }
 int spindle_model_context_length(const spindle_model *m) { return m ? m->max_context : 0; }
 bool spindle_model_has_logits(const spindle_model *m) { return m && !m->arch->encoder; }
 
@@ -223,9 +224,9 @@ static void compute_logits(spindle_model *m, sp_forward *f,
     if (k) head_rows(m, f, k, run);
 }
 
-spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
-                                 spindle_batch_entry *e, int n,
-                                 spindle_error *err) {
+spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
+                                  spindle_batch_entry *e, int n,
+                                  spindle_error *err) {
     int rows;
     spindle_status st = check_batch(m, e, n, &rows, err);
     if (!st) st = sp_forward_reserve(fwd, m, rows, n, err);
@@ -259,8 +260,30 @@ spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
     if (m->arch->embed_rows) m->arch->embed_rows(m, f->x, rows);
     f->status = SPINDLE_OK;
     f->err = err;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_forward_run_layers(spindle_model *m, sp_forward *f) {
     for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);
     return f->status;
+}
+
+spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
+                                 spindle_batch_entry *e, int n,
+                                 spindle_error *err) {
+    spindle_status st = sp_forward_prepare(m, fwd, e, n, err);
+    return st ? st : sp_forward_run_layers(m, *fwd);
+}
+
+void sp_forward_finish(spindle_model *m, sp_forward *f, spindle_batch_entry *e,
+                       int n) {
+    const size_t d = (size_t)m->cfg.hidden_size;
+    for (int i = 0; i < n; i++)
+        if (e[i].hidden)
+            memcpy(e[i].hidden, f->x + (size_t)f->seqs[i].first_row * d,
+                   (size_t)f->seqs[i].n_rows * d * sizeof(float));
+    compute_logits(m, f, e, n);
+    for (int i = 0; i < n; i++) sp_seq_state_commit(e[i].seq->state);
 }
 
 spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
@@ -274,7 +297,6 @@ spindle_status spindle_forward(spindle_model *m, spindle_batch_entry *e,
                        "use embeddings", m->dir, m->cfg.model_type);
     spindle_status st = sp_forward_layers(m, &m->fwd, e, n, err);
     if (st) return st;
-    compute_logits(m, m->fwd, e, n);
-    for (int i = 0; i < n; i++) sp_seq_state_commit(e[i].seq->state);
+    sp_forward_finish(m, m->fwd, e, n);
     return SPINDLE_OK;
 }

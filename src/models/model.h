@@ -134,6 +134,13 @@ typedef struct sp_arch {
      * the elements of its small float vectors (default: none). */
     int (*layer_extra)(const spindle_model *m, int l, const sp_linear **out,
                        int max, int64_t *vector_floats);
+    /* Bind the one decoder layer of target's multi-token-prediction head
+     * ("mtp.layers.0.*", models/mtp.h) into head->layers[0], with the
+     * family data it needs in head->family (released by free_family);
+     * *norms_plus_one tells whether the files store (1 + w) norms as w.
+     * NULL: the family has no such head. */
+    spindle_status (*mtp_load)(spindle_model *head, const spindle_model *target,
+                               bool *norms_plus_one, spindle_error *err);
 } sp_arch;
 
 struct spindle_model {
@@ -202,6 +209,17 @@ spindle_status sp_model_init_kv_pool(spindle_model *m,
 spindle_status sp_forward_layers(spindle_model *m, sp_forward **fwd,
                                  spindle_batch_entry *e, int n,
                                  spindle_error *err);
+/* sp_forward_layers in two halves: the checks, the scratch and each row's
+ * embedding in f->x (a head that builds its own input rows, models/mtp.c,
+ * replaces them in between), then the layers. */
+spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
+                                  spindle_batch_entry *e, int n,
+                                  spindle_error *err);
+spindle_status sp_forward_run_layers(spindle_model *m, sp_forward *f);
+/* After the layers: each entry's hidden rows (when asked for), its logits
+ * (m->final_norm, m->lm_head), and the commit of every sequence. */
+void sp_forward_finish(spindle_model *m, sp_forward *f, spindle_batch_entry *e,
+                       int n);
 
 /* ---- weight binding helpers (models/weights.c) ---- */
 

@@ -66,19 +66,29 @@ static void qwen3_5_free(void *family) {
     free(family);
 }
 
-static spindle_status bind_mlp(spindle_model *m, spindle_error *err) {
+/* The dense MLP of every layer, named "<layers>.N.mlp.*". */
+static spindle_status bind_mlp(spindle_model *m, const char *layers,
+                               spindle_error *err) {
     const int64_t d = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
     char p[128];
     spindle_status st = SPINDLE_OK;
     for (int l = 0; l < m->cfg.n_layers && !st; l++) {
         sp_layer *L = &m->layers[l];
-#define NAME(s) (snprintf(p, sizeof p, "model.layers.%d.mlp." s, l), p)
+#define NAME(s) (snprintf(p, sizeof p, "%s.%d.mlp." s, layers, l), p)
         if (!(st = sp_bind_linear(m, NAME("gate_proj"), inter, d, false, &L->gate, err)) &&
             !(st = sp_bind_linear(m, NAME("up_proj"), inter, d, false, &L->up, err)))
             st = sp_bind_linear(m, NAME("down_proj"), d, inter, false, &L->down, err);
 #undef NAME
     }
     return st;
+}
+
+/* mlx-lm's sanitize: conv1d weights of [channels, 1, kernel] mark an
+ * unconverted checkpoint, whose norms it shifts by 1. */
+static bool hf_checkpoint(const spindle_model *m, const sp_hybrid *h) {
+    bool hf = false;
+    for (int l = 0; l < m->cfg.n_layers; l++) hf |= sp_hybrid_hf_conv(m, h, l);
+    return hf;
 }
 
 static spindle_status qwen3_5_load(spindle_model *m, spindle_error *err) {
@@ -93,14 +103,39 @@ static spindle_status qwen3_5_load(spindle_model *m, spindle_error *err) {
     spindle_status st = qwen3_5_rope(m, err);
     if (st) return st;
     if ((st = sp_hybrid_config(m, h, err))) return st;
-    /* mlx-lm's sanitize: conv1d weights of [channels, 1, kernel] mark an
-     * unconverted checkpoint, whose norms it shifts by 1. */
-    bool hf = false;
-    for (int l = 0; l < m->cfg.n_layers; l++) hf |= sp_hybrid_hf_conv(m, h, l);
-    const sp_hybrid_options opt = {.norms_plus_one = hf,
+    const sp_hybrid_options opt = {.norms_plus_one = hf_checkpoint(m, h),
                                    .heads_tiled = m->gguf != NULL};
     if ((st = sp_hybrid_bind(m, h, &opt, err))) return st;
-    return bind_mlp(m, err);
+    return bind_mlp(m, "model.layers", err);
+}
+
+/* The multi-token-prediction head's layer: the family's gated attention
+ * and dense MLP under "mtp.layers.0." (vLLM's qwen3_5_mtp.py names). */
+static spindle_status qwen3_5_mtp_load(spindle_model *head,
+                                       const spindle_model *target,
+                                       bool *norms_plus_one,
+                                       spindle_error *err) {
+    const sp_hybrid *th = target->family;
+    sp_hybrid *h = calloc(1, sizeof *h);
+    if (!h) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    head->family = h;
+    /* The sizes only (the forward's scratch is sized by them); no
+     * pointer of the target's is shared. */
+    h->n_k_heads = th->n_k_heads;
+    h->n_v_heads = th->n_v_heads;
+    h->k_dim = th->k_dim;
+    h->v_dim = th->v_dim;
+    h->conv_kernel = th->conv_kernel;
+    h->key_dim = th->key_dim;
+    h->value_dim = th->value_dim;
+    h->conv_dim = th->conv_dim;
+    h->linear = calloc(1, sizeof *h->linear); /* one full-attention layer */
+    if (!h->linear) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    *norms_plus_one = hf_checkpoint(target, th);
+    const sp_hybrid_options opt = {.norms_plus_one = *norms_plus_one,
+                                   .heads_tiled = th->heads_tiled};
+    spindle_status st = sp_hybrid_bind_layers_at(head, h, "mtp.layers", &opt, err);
+    return st ? st : bind_mlp(head, "mtp.layers", err);
 }
 
 /* llama.cpp's qwen35 spelling (gguf-py MODEL_TENSORS[QWEN35]). */
@@ -130,7 +165,8 @@ const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
                                       .layer = sp_hybrid_layer,
                                       .free_family = qwen3_5_free,
                                       .layer_state = sp_hybrid_layer_state,
-                                 .layer_extra = sp_hybrid_layer_extra};
+                                      .layer_extra = sp_hybrid_layer_extra,
+                                      .mtp_load = qwen3_5_mtp_load};
 
 /* A text-only config may name the multimodal type itself (mlx-lm then
  * reads the whole config as the text config). */
@@ -139,4 +175,5 @@ const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
                                  .layer = sp_hybrid_layer,
                                  .free_family = qwen3_5_free,
                                  .layer_state = sp_hybrid_layer_state,
-                                 .layer_extra = sp_hybrid_layer_extra};
+                                 .layer_extra = sp_hybrid_layer_extra,
+                                 .mtp_load = qwen3_5_mtp_load};

@@ -85,6 +85,7 @@ static spindle_status read_pattern(spindle_model *m, sp_hybrid *h,
 
 typedef struct binder {
     spindle_model *m;
+    const char *layers;      /* the layers' name prefix: "model.layers" */
     const sp_hybrid_options *opt;
     int l;
     char name[256];
@@ -92,7 +93,7 @@ typedef struct binder {
 } binder;
 
 static const char *layer_name(binder *b, const char *suffix) {
-    snprintf(b->name, sizeof b->name, "model.layers.%d.%s", b->l, suffix);
+    snprintf(b->name, sizeof b->name, "%s.%d.%s", b->layers, b->l, suffix);
     return b->name;
 }
 
@@ -197,6 +198,19 @@ static spindle_status bind_delta(binder *b, const sp_hybrid *h,
     return linear(b, "linear_attn.out_proj", d, h->value_dim, false, &D->out);
 }
 
+/* Layer b->l's norms and mixer. */
+static spindle_status bind_layer(binder *b, const sp_hybrid *h) {
+    sp_layer *L = &b->m->layers[b->l];
+    const int64_t d = b->m->cfg.hidden_size;
+    L->rope = &b->m->rope;
+    spindle_status st;
+    if ((st = norm(b, "input_layernorm.weight", d, &L->attn_norm)) ||
+        (st = norm(b, "post_attention_layernorm.weight", d, &L->mlp_norm)))
+        return st;
+    return h->linear[b->l] ? bind_delta(b, h, &h->delta[b->l])
+                           : bind_attention(b);
+}
+
 spindle_status sp_hybrid_config(spindle_model *m, sp_hybrid *h,
                                 spindle_error *err) {
     spindle_status st = read_dims(m, h, err);
@@ -206,26 +220,23 @@ spindle_status sp_hybrid_config(spindle_model *m, sp_hybrid *h,
 spindle_status sp_hybrid_bind(spindle_model *m, sp_hybrid *h,
                               const sp_hybrid_options *opt,
                               spindle_error *err) {
-    spindle_status st;
-    h->heads_tiled = opt->heads_tiled;
-    const int n = m->cfg.n_layers;
-    h->delta = calloc((size_t)n, sizeof *h->delta);
-    if (!h->delta) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     if (opt->norms_plus_one)
         sp_fold_norm_plus_one(m, "model.norm.weight", m->final_norm,
                               m->cfg.hidden_size);
-    binder b = {.m = m, .opt = opt, .err = err};
-    const int64_t d = m->cfg.hidden_size;
-    for (b.l = 0; b.l < n; b.l++) {
-        sp_layer *L = &m->layers[b.l];
-        L->rope = &m->rope;
-        if ((st = norm(&b, "input_layernorm.weight", d, &L->attn_norm)) ||
-            (st = norm(&b, "post_attention_layernorm.weight", d, &L->mlp_norm)) ||
-            (st = h->linear[b.l] ? bind_delta(&b, h, &h->delta[b.l])
-                                 : bind_attention(&b)))
-            return st;
-    }
-    return SPINDLE_OK;
+    return sp_hybrid_bind_layers_at(m, h, "model.layers", opt, err);
+}
+
+spindle_status sp_hybrid_bind_layers_at(spindle_model *m, sp_hybrid *h,
+                                        const char *layers,
+                                        const sp_hybrid_options *opt,
+                                        spindle_error *err) {
+    h->heads_tiled = opt->heads_tiled;
+    h->delta = calloc((size_t)m->cfg.n_layers, sizeof *h->delta);
+    if (!h->delta) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    binder b = {.m = m, .layers = layers, .opt = opt, .err = err};
+    spindle_status st = SPINDLE_OK;
+    for (b.l = 0; b.l < m->cfg.n_layers && !st; b.l++) st = bind_layer(&b, h);
+    return st;
 }
 
 bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l) {

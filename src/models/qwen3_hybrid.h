@@ -73,6 +73,13 @@ spindle_status sp_hybrid_config(spindle_model *m, sp_hybrid *h,
 spindle_status sp_hybrid_bind(spindle_model *m, sp_hybrid *h,
                               const sp_hybrid_options *opt,
                               spindle_error *err);
+/* The same for a model whose layers are named "<layers>.N." (a
+ * multi-token-prediction head's "mtp.layers"), h->linear already set; the
+ * final norm is left to the caller. */
+spindle_status sp_hybrid_bind_layers_at(spindle_model *m, sp_hybrid *h,
+                                        const char *layers,
+                                        const sp_hybrid_options *opt,
+                                        spindle_error *err);
 /* Whether layer l's conv1d weight has the Hugging Face shape
  * [channels, 1, kernel] (mlx-lm's and GGUF files drop or move the 1): the
  * mark of an unconverted checkpoint. False when l is not linear. */

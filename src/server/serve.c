@@ -68,9 +68,16 @@ static void stop_signal_watch(signal_watch *w) {
 }
 
 /* --spec draft: the draft model, loaded as the target (its own threads,
- * context and KV type), whose tokenizer must be the target's. */
+ * context and KV type), whose tokenizer must be the target's. --spec mtp:
+ * the target must carry its head. */
 static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
                                  spindle_error *err) {
+    if (s->opts.spec.mode == SPINDLE_SPEC_MTP && !spindle_model_has_mtp(s->model)) {
+        snprintf(err->message, sizeof err->message,
+                 "--spec mtp: %s has no multi-token-prediction head "
+                 "(mtp.* weights)", spindle_model_dir(s->model));
+        return SPINDLE_ERR_UNSUPPORTED;
+    }
     if (s->opts.spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
     spindle_status st = spindle_model_load(s->opts.draft_path, lo, &s->draft_model, err);
     if (!st) st = spindle_spec_check_draft(s->model, s->draft_model, err);

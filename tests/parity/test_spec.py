@@ -1,7 +1,8 @@
 """Lossless speculative decoding in the step engine (issue 14), on the tiny
 mlx-lm parity models, through tests/tools/engine_harness.
 
-  * greedy equality: with --spec ngram (K 1, 4, 10) and with a draft model,
+  * greedy equality: with --spec ngram (K 1, 4, 10), with a draft model
+    and with the checkpoint's own MTP head (make_mtp_models.py),
     greedy tokens equal plain greedy decoding's on 60 prompts (a third of
     them highly repetitive), speculating and plain requests mixed in the
     same batches, on a dense model and a qwen3_5 hybrid (recurrent layers);
@@ -30,6 +31,7 @@ sys.path.insert(0, str(HERE))
 import make_gemma3_models as gm  # noqa: E402
 import make_hybrid_models as hm  # noqa: E402
 import make_models as mm  # noqa: E402
+import make_mtp_models as mtpm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 from test_engine import HARNESS, assert_same_tokens, run  # noqa: E402
@@ -37,6 +39,7 @@ from test_engine import HARNESS, assert_same_tokens, run  # noqa: E402
 OUT = Path(os.environ.get("SPINDLE_PARITY_DIR", mm.DEFAULT_OUT))
 HYBRID_OUT = Path(os.environ.get("SPINDLE_HYBRID_DIR", hm.DEFAULT_OUT))
 GEMMA_OUT = Path(os.environ.get("SPINDLE_GEMMA3_DIR", gm.DEFAULT_OUT))
+MTP_OUT = Path(os.environ.get("SPINDLE_MTP_PARITY_DIR", mtpm.DEFAULT_OUT))
 
 
 def prompts(vocab, n=60):
@@ -74,6 +77,12 @@ def hybrid_dir(spindle_bin):  # noqa: F811
 def gemma_dir(spindle_bin):  # noqa: F811
     need_harness()
     return pc.ensure_models(GEMMA_OUT, gm)
+
+
+@pytest.fixture(scope="session")
+def mtp_dir(spindle_bin):  # noqa: F811
+    need_harness()
+    return pc.ensure_models(MTP_OUT, mtpm)
 
 
 def vocab_of(model_dir):
@@ -170,6 +179,21 @@ def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path, draft):
     check_greedy(hybrid_dir / "qwen3_5-f32", tmp_path,
                  dict(spec="draft", num_draft_tokens=4, fixed_k=True),
                  draft=hybrid_dir / draft)
+
+
+@pytest.mark.parametrize("k", [1, 4, 10])
+def test_greedy_mtp_hybrid(mtp_dir, tmp_path, k):
+    # the checkpoint's own MTP head (random: it accepts little, so the
+    # rejection path and the head's rewind run often)
+    check_greedy(mtp_dir / mtpm.SPECS[0]["name"], tmp_path,
+                 dict(spec="mtp", num_draft_tokens=k, fixed_k=True))
+
+
+def test_mtp_needs_a_head(hybrid_dir, tmp_path):
+    got = run(hybrid_dir / "qwen3_5-f32", tmp_path, "step",
+              [dict(prompt=[1, 2, 3], max_tokens=4, spec="mtp")])
+    assert got[0]["submit_status"] == "unsupported"
+    assert "multi-token-prediction head" in got[0]["submit_error"]
 
 
 def test_processors_and_logprobs_at_target_positions(dense_dir, tmp_path):
@@ -349,12 +373,29 @@ def test_cli_run_json(dense_dir):
         assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
         assert s["tokens_per_target_forward"] > 1
         assert 0 < len(s["acceptance_by_position"]) <= 10
-    for bad, msg in ((["--spec", "mtp"], "--spec expects"),
+    for bad, msg in ((["--spec", "eagle"], "--spec expects"),
+                     (["--spec", "mtp"], "multi-token-prediction head"),
                      (["--spec", "draft"], "needs --draft-model"),
                      (["--spec", "ngram", "--num-draft-tokens", "0"], "")):
         r = cli(*base, *bad)
         assert r.returncode != 0 and msg in r.stderr and \
             len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_cli_run_json_mtp(mtp_dir):
+    import json
+    model = str(mtp_dir / mtpm.SPECS[0]["name"])
+    base = ["-m", model, "--prompt-tokens", "5,6,7,8,9,10,11", "-n", "24",
+            "--ignore-eos", "--json"]
+    plain = json.loads(cli(*base).stdout)
+    r = cli(*base, "--spec", "mtp", "--num-draft-tokens", "3", "--spec-fixed-k")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tokens"] == plain["tokens"]
+    s = out["stats"]["spec"]
+    assert s["mode"] == "mtp" and s["drafted"] > 0
+    assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+    assert 0 < len(s["acceptance_by_position"]) <= 3
 
 
 # ------------------------------------------------------------ n-gram drafter

@@ -102,3 +102,17 @@ def test_fields_ignored_without_spec(server, reference):
     status, _, r = post_json(server.port, CHAT, {"messages": ref["messages"],
                                                  "num_draft_tokens": 99})
     assert_api_error(status, r, 400, param="num_draft_tokens")
+
+
+def test_spec_mtp_needs_a_head(server_model):
+    """`serve --spec mtp` on a model without mtp.* weights exits while
+    loading, with one line naming it (the MTP drafter itself: tests/parity/
+    test_spec.py and test_mtp.py, on a tiny checkpoint carrying a head)."""
+    import subprocess
+    from server_common import SPINDLE_BIN
+    r = subprocess.run([str(SPINDLE_BIN), "serve", "-m", str(server_model),
+                        "--host", "127.0.0.1", "--port", "0", "--spec", "mtp"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    errors = [ln for ln in r.stderr.splitlines() if "listening on" not in ln]
+    assert len(errors) == 1 and "multi-token-prediction head" in errors[0], r.stderr

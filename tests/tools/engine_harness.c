@@ -14,7 +14,7 @@
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
  *     "foreign_seq": B, "own_seq": B, "next_logits": B, "seq_of": I,
  *     "truncate_to": T,
- *     "spec": "ngram" | "draft", "num_draft_tokens": K, "ngram_max": N,
+ *     "spec": "ngram" | "draft" | "mtp", "num_draft_tokens": K, "ngram_max": N,
  *     "ngram_min": N, "fixed_k": B}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
@@ -143,6 +143,7 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     const char *spec = cJSON_GetStringValue(cJSON_GetObjectItem(j, "spec"));
     if (spec) {
         p->spec.mode = !strcmp(spec, "draft") ? SPINDLE_SPEC_DRAFT
+                       : !strcmp(spec, "mtp") ? SPINDLE_SPEC_MTP
                                               : SPINDLE_SPEC_NGRAM;
         p->spec.num_draft_tokens = (int)num(j, "num_draft_tokens", 0);
         p->spec.ngram_max = (int)num(j, "ngram_max", 0);

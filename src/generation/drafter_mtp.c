@@ -1,0 +1,104 @@
+/* The MTP drafter: the target's own multi-token-prediction head
+ * (models/mtp.h) drafts greedily (q one-hot, so the round in
+ * speculative.c stays exact at any temperature).
+ *
+ * Every target forward pass of the request writes its rows' hidden states
+ * (before the final norm) into `taps`, by position. Head row j is fed
+ * token t_{j+1} and the target's h_j, so at a round whose pending token
+ * sits at position L (the target has computed h_0 .. h_{L-1}) the head
+ * first catches up over the rows it has not seen, up to L - 1, in one
+ * forward (its last logits propose the token after the pending one), then
+ * recurses one row per further draft on its own output hidden and its own
+ * draft. Those recursion rows are dropped again at once (a full-KV
+ * truncation): the next round replaces them with rows fed the target's
+ * hidden states of what was accepted. Positions whose hidden state the
+ * target never computed (a prompt prefix restored from the prompt cache)
+ * are fed zeros: the drafts are weaker there, never wrong. */
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "generation/sampler.h"
+#include "generation/speculative.h"
+#include "models/mtp.h"
+
+struct sp_mtp_draft {
+    sp_mtp *head;
+    spindle_seq *seq;
+    int hidden_size, vocab, target_vocab, cap;
+    float *taps;           /* [cap][hidden_size], by target position */
+    float *g;              /* [cap][hidden_size], the head's own outputs */
+    float *logits;         /* [vocab] */
+};
+
+spindle_status sp_mtp_draft_new(sp_mtp *head, int cap, sp_mtp_draft **out,
+                                spindle_error *err) {
+    *out = NULL;
+    sp_mtp_draft *d = calloc(1, sizeof *d);
+    if (!d) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    sp_mtp_retain(head);
+    d->head = head;
+    spindle_model *m = sp_mtp_model(head);
+    d->hidden_size = spindle_model_hidden_size(m);
+    d->vocab = d->target_vocab = spindle_model_vocab_size(m);
+    d->cap = cap;
+    d->taps = calloc((size_t)cap * d->hidden_size, sizeof *d->taps);
+    d->g = malloc((size_t)cap * d->hidden_size * sizeof *d->g);
+    d->logits = malloc((size_t)d->vocab * sizeof *d->logits);
+    spindle_status st = d->taps && d->g && d->logits
+                            ? spindle_seq_new(m, &d->seq, err)
+                            : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (st) {
+        sp_mtp_draft_free(d);
+        return st;
+    }
+    *out = d;
+    return SPINDLE_OK;
+}
+
+void sp_mtp_draft_free(sp_mtp_draft *d) {
+    if (!d) return;
+    spindle_seq_free(d->seq);
+    sp_mtp_free(d->head);
+    free(d->taps);
+    free(d->g);
+    free(d->logits);
+    free(d);
+}
+
+float *sp_mtp_draft_taps(sp_mtp_draft *d, int pos, int n) {
+    if (!d || pos < 0 || n > d->cap - pos) return NULL;
+    return d->taps + (size_t)pos * d->hidden_size;
+}
+
+int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
+                         int target_length, int want, int32_t *out) {
+    /* The history's positions are the target sequence's (a caller's
+     * sequence with other content first is not drafted for). */
+    const int L = n_hist - 1, hs = d->hidden_size;
+    if (want < 1 || L < 1 || target_length != L || L > d->cap) return 0;
+    spindle_error err;
+    int fed = spindle_seq_length(d->seq);
+    /* At least one row, so that the last one's logits are fresh. */
+    if (fed >= L && spindle_seq_truncate(d->seq, fed = L - 1, &err)) return 0;
+    const int n = L - fed;
+    if (sp_mtp_forward(d->head, d->seq, history + fed + 1,
+                       d->taps + (size_t)fed * hs, n, false, d->logits, d->g,
+                       &err))
+        return 0;
+    int got = 0;
+    const float *g = d->g + (size_t)(n - 1) * hs;
+    while (got < want) {
+        int32_t t = sp_sample_argmax(d->logits, d->vocab);
+        if (t >= d->target_vocab) break;
+        out[got++] = t;
+        if (got >= want ||
+            sp_mtp_forward(d->head, d->seq, &out[got - 1], g, 1, false,
+                           d->logits, d->g, &err))
+            break;
+        g = d->g;
+    }
+    /* Drop the recursion rows: they hold the head's hidden states, not
+     * the target's. */
+    if (spindle_seq_length(d->seq) > L) spindle_seq_truncate(d->seq, L, &err);
+    return got;
+}

@@ -1,0 +1,116 @@
+/* The multi-token-prediction head (src/models/mtp.h) on a model's files,
+ * for tests/parity/test_mtp.py to compare against its numpy oracle
+ * (tests/parity/mtp_numpy_ref.py).
+ *
+ *   mtp_harness MODEL --tokens T0,T1,...,TN-1 --prompt-len P --out FILE
+ *
+ * The target runs over T0..TP-1, its hidden states (before the final
+ * norm) tapped; the head then runs teacher-forced over rows j = 0..P-1
+ * (token T(j+1), the target's hidden h_j), and recursively for rows
+ * P..N-2 (token T(j+1), the head's own previous output). FILE gets f32
+ * hidden[P][hidden] then logits[N-1][vocab]; stdout one JSON line with the
+ * shapes. Exits 2 on a usage or load error, 1 on a failed forward. */
+#include "models/mtp.h"
+#include "spindle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS 256
+
+static int parse_tokens(const char *s, int32_t *out) {
+    int n = 0;
+    for (char *end; *s && n < MAX_TOKENS; s = *end ? end + 1 : end) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 1 << 30) return -1;
+        out[n++] = (int32_t)v;
+    }
+    return n;
+}
+
+static int fail(const char *what, const spindle_error *err) {
+    fprintf(stderr, "mtp_harness: %s: %s\n", what, err->message);
+    return 1;
+}
+
+static int run(spindle_model *m, sp_mtp *head, const int32_t *tok, int n_tok,
+               int prompt, FILE *out) {
+    const int d = spindle_model_hidden_size(m), vocab = spindle_model_vocab_size(m);
+    const int rows = n_tok - 1;
+    float *hidden = malloc(sizeof(float) * (size_t)prompt * d);
+    float *g = malloc(sizeof(float) * (size_t)rows * d);
+    float *logits = malloc(sizeof(float) * (size_t)rows * vocab);
+    float *last = malloc(sizeof(float) * (size_t)vocab);
+    spindle_seq *ts = NULL, *hs = NULL;
+    spindle_error err;
+    int rc = 1;
+    if (!hidden || !g || !logits || !last ||
+        spindle_seq_new(m, &ts, &err) ||
+        spindle_seq_new(sp_mtp_model(head), &hs, &err)) {
+        fail("setup", &err);
+        goto done;
+    }
+    spindle_batch_entry e = {.seq = ts, .tokens = tok, .n_tokens = prompt,
+                             .logits_mode = SPINDLE_LOGITS_LAST,
+                             .logits = last, .hidden = hidden};
+    if (spindle_forward(m, &e, 1, &err)) { fail("target forward", &err); goto done; }
+    if (sp_mtp_forward(head, hs, tok + 1, hidden, prompt, true, logits, g, &err)) {
+        fail("MTP forward", &err);
+        goto done;
+    }
+    for (int j = prompt; j < rows; j++)
+        if (sp_mtp_forward(head, hs, tok + j + 1, g + (size_t)(j - 1) * d, 1, true,
+                           logits + (size_t)j * vocab, g + (size_t)j * d, &err)) {
+            fail("MTP recursion", &err);
+            goto done;
+        }
+    fwrite(hidden, sizeof(float), (size_t)prompt * d, out);
+    fwrite(logits, sizeof(float), (size_t)rows * vocab, out);
+    printf("{\"hidden_rows\": %d, \"hidden_size\": %d, \"logit_rows\": %d, "
+           "\"vocab\": %d, \"mtp_length\": %d}\n",
+           prompt, d, rows, vocab, spindle_seq_length(hs));
+    rc = 0;
+done:
+    spindle_seq_free(ts);
+    spindle_seq_free(hs);
+    free(hidden);
+    free(g);
+    free(logits);
+    free(last);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *tokens = NULL, *out_path = NULL;
+    int prompt = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = argv[++i];
+        else if (!strcmp(argv[i], "--prompt-len") && i + 1 < argc) prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!model) model = argv[i];
+        else { fprintf(stderr, "mtp_harness: unknown argument %s\n", argv[i]); return 2; }
+    }
+    int32_t tok[MAX_TOKENS];
+    const int n_tok = tokens ? parse_tokens(tokens, tok) : -1;
+    if (!model || !out_path || n_tok < 2 || prompt < 1 || prompt >= n_tok) {
+        fprintf(stderr, "usage: mtp_harness MODEL --tokens T0,T1,... "
+                        "--prompt-len P (1 <= P < count) --out FILE\n");
+        return 2;
+    }
+    spindle_error err;
+    spindle_model *m = NULL;
+    sp_mtp *head = NULL;
+    const spindle_load_options lo = {.n_threads = 1, .max_context = 512};
+    if (spindle_model_load(model, &lo, &m, &err) || sp_mtp_new(m, &head, &err)) {
+        fprintf(stderr, "mtp_harness: %s\n", err.message);
+        spindle_model_free(m);
+        return 2;
+    }
+    FILE *out = fopen(out_path, "wb");
+    int rc = out ? run(m, head, tok, n_tok, prompt, out) : 2;
+    if (out && fclose(out)) rc = 2;
+    sp_mtp_free(head);
+    spindle_model_free(m);
+    return rc;
+}
