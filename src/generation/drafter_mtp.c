@@ -70,6 +70,10 @@ float *sp_mtp_draft_taps(sp_mtp_draft *d, int pos, int n) {
     return d->taps + (size_t)pos * d->hidden_size;
 }
 
+const float *sp_mtp_draft_last_logits(const sp_mtp_draft *d) {
+    return d->logits;
+}
+
 int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
                          int target_length, int want, int32_t *out) {
     /* The history's positions are the target sequence's (a caller's

@@ -130,6 +130,9 @@ float *sp_mtp_draft_taps(sp_mtp_draft *d, int pos, int n);
  * out; their count (0 when it cannot draft). */
 int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
                          int target_length, int want, int32_t *out);
+/* The logits of the head's last row of the last proposal ([vocab]; test
+ * harnesses compare them). */
+const float *sp_mtp_draft_last_logits(const sp_mtp_draft *d);
 /* The hidden-state rows for an entry of r's n_tokens from its sequence's
  * current length (NULL: r has no MTP drafter). */
 float *sp_spec_hidden_rows(sp_request *r, int n_tokens);

@@ -8,6 +8,10 @@ checkpoint carries mtp.* weights), through tests/tools/mtp_harness:
     fed back), within TOL_F32_REL of the reference's scale;
   * the check can fail: the same comparison against the reference with the
     fusion's halves exchanged (concat(hidden, embed)) is off by far more;
+  * the drafter (generation/drafter_mtp.c): its drafts are the reference's
+    recursive picks, and after accepted rows its incrementally caught-up
+    head equals a fresh one (the recursion rows are dropped: keeping them
+    moves the logits by 0.87 of their std, 2e-6 when dropped);
   * a model without mtp.* weights is refused with one line.
 
 Environment: SPINDLE_BUILD_DIR (the harness; default beside SPINDLE_BIN),
@@ -91,3 +95,27 @@ def test_mtp_absent_is_refused(spindle_bin, tmp_path):  # noqa: F811
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "multi-token-prediction head" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("prompt", list(gen.PROMPTS))
+def test_mtp_drafter(spindle_bin, mtp_models, prompt):  # noqa: F811
+    """The drafter (generation/drafter_mtp.c) on the target's taps: its
+    first round's drafts are the reference's recursive argmax picks; after
+    three more target rows (two drafts accepted) its head (caught up
+    incrementally, the first round's recursion rows dropped) drafts what a
+    fresh one fed every tap at once drafts, with the same logits within
+    TOL_F32_REL."""
+    d = mtp_models / MODEL
+    entry = json.loads((d / "reference.json").read_text())["prompts"][prompt]
+    P, tokens = entry["prompt_len"], entry["tokens"]
+    k = len(tokens) - P - 1
+    r = subprocess.run(
+        [str(harness(spindle_bin)), str(d), "--tokens", ",".join(map(str, tokens)),
+         "--prompt-len", str(P), "--propose", str(k)],
+        capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["drafts"] == tokens[P + 1:]
+    assert len(out["drafts_after"]) == k
+    assert out["drafts_after"] == out["drafts_fresh"]
+    assert out["after_vs_fresh"] < pc.TOL_F32_REL

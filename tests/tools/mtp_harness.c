@@ -9,10 +9,25 @@
  * (token T(j+1), the target's hidden h_j), and recursively for rows
  * P..N-2 (token T(j+1), the head's own previous output). FILE gets f32
  * hidden[P][hidden] then logits[N-1][vocab]; stdout one JSON line with the
- * shapes. Exits 2 on a usage or load error, 1 on a failed forward. */
+ * shapes.
+ *
+ *   mtp_harness MODEL --tokens ... --prompt-len P --propose K
+ *
+ * The MTP drafter (generation/drafter_mtp.c) instead: the target's taps
+ * over T0..TP-1, then K drafts after the pending token TP (printed as
+ * "drafts"); then the target takes TP, TP+1 and TP+2 (as if two drafts
+ * were accepted) and the same drafter drafts again after TP+3
+ * ("drafts_after", its head caught up incrementally, the recursion rows of
+ * the first round dropped), beside a fresh drafter fed all P + 3 taps at
+ * once ("drafts_fresh"), which must agree, and so must the logits of their
+ * last head rows ("after_vs_fresh": the largest difference over the
+ * fresh logits' standard deviation).
+ * Exits 2 on a usage or load error, 1 on a failed forward. */
+#include "generation/speculative.h"
 #include "models/mtp.h"
 #include "spindle.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,21 +96,83 @@ done:
     return rc;
 }
 
+static void print_drafts(const char *key, const int32_t *t, int n, bool last) {
+    printf("\"%s\": [", key);
+    for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", t[i]);
+    printf("]%s", last ? "}\n" : ", ");
+}
+
+/* The target over tok[from..to) into s, its hidden rows into d's taps. */
+static bool target_rows(spindle_model *m, spindle_seq *s, sp_mtp_draft *d,
+                        const int32_t *tok, int from, int to, float *last) {
+    spindle_error err;
+    spindle_batch_entry e = {.seq = s, .tokens = tok + from, .n_tokens = to - from,
+                             .logits_mode = SPINDLE_LOGITS_LAST, .logits = last,
+                             .hidden = sp_mtp_draft_taps(d, from, to - from)};
+    return e.hidden && !spindle_forward(m, &e, 1, &err);
+}
+
+static int propose(spindle_model *m, sp_mtp *head, const int32_t *tok,
+                   int n_tok, int P, int k) {
+    if (P + 4 > n_tok) return 2;
+    spindle_error err;
+    sp_mtp_draft *d = NULL, *fresh = NULL;
+    spindle_seq *s = NULL, *s2 = NULL;
+    float *last = malloc(sizeof(float) * (size_t)spindle_model_vocab_size(m));
+    int32_t a[SPINDLE_MAX_DRAFT_TOKENS], b[SPINDLE_MAX_DRAFT_TOKENS],
+        c[SPINDLE_MAX_DRAFT_TOKENS];
+    int rc = 1, na = 0, nb = 0, nc = 0;
+    if (!last || sp_mtp_draft_new(head, n_tok, &d, &err) ||
+        sp_mtp_draft_new(head, n_tok, &fresh, &err) ||
+        spindle_seq_new(m, &s, &err) || spindle_seq_new(m, &s2, &err))
+        goto done;
+    if (!target_rows(m, s, d, tok, 0, P, last)) goto done;
+    na = sp_mtp_draft_propose(d, tok, P + 1, P, k, a);
+    if (!target_rows(m, s, d, tok, P, P + 3, last)) goto done;
+    nb = sp_mtp_draft_propose(d, tok, P + 4, P + 3, k, b);
+    if (!target_rows(m, s2, fresh, tok, 0, P + 3, last)) goto done;
+    nc = sp_mtp_draft_propose(fresh, tok, P + 4, P + 3, k, c);
+    const float *la = sp_mtp_draft_last_logits(d), *lf = sp_mtp_draft_last_logits(fresh);
+    const int V = spindle_model_vocab_size(m);
+    double diff = 0, mean = 0, var = 0;
+    for (int i = 0; i < V; i++) mean += lf[i] / V;
+    for (int i = 0; i < V; i++) {
+        var += (lf[i] - mean) * (lf[i] - mean) / V;
+        if (fabs(la[i] - lf[i]) > diff) diff = fabs(la[i] - lf[i]);
+    }
+    printf("{\"after_vs_fresh\": %g, ", diff / sqrt(var));
+    print_drafts("drafts", a, na, false);
+    print_drafts("drafts_after", b, nb, false);
+    print_drafts("drafts_fresh", c, nc, true);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "mtp_harness: the drafter failed\n");
+    sp_mtp_draft_free(d);
+    sp_mtp_draft_free(fresh);
+    spindle_seq_free(s);
+    spindle_seq_free(s2);
+    free(last);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *out_path = NULL;
-    int prompt = 0;
+    int prompt = 0, k = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = argv[++i];
         else if (!strcmp(argv[i], "--prompt-len") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!strcmp(argv[i], "--propose") && i + 1 < argc) k = atoi(argv[++i]);
         else if (!model) model = argv[i];
         else { fprintf(stderr, "mtp_harness: unknown argument %s\n", argv[i]); return 2; }
     }
     int32_t tok[MAX_TOKENS];
     const int n_tok = tokens ? parse_tokens(tokens, tok) : -1;
-    if (!model || !out_path || n_tok < 2 || prompt < 1 || prompt >= n_tok) {
+    if (!model || (!out_path && !k) || n_tok < 2 || prompt < 1 ||
+        prompt >= n_tok || k < 0 || k > SPINDLE_MAX_DRAFT_TOKENS) {
         fprintf(stderr, "usage: mtp_harness MODEL --tokens T0,T1,... "
-                        "--prompt-len P (1 <= P < count) --out FILE\n");
+                        "--prompt-len P (1 <= P < count) (--out FILE | "
+                        "--propose K)\n");
         return 2;
     }
     spindle_error err;
@@ -107,9 +184,14 @@ int main(int argc, char **argv) {
         spindle_model_free(m);
         return 2;
     }
-    FILE *out = fopen(out_path, "wb");
-    int rc = out ? run(m, head, tok, n_tok, prompt, out) : 2;
-    if (out && fclose(out)) rc = 2;
+    int rc = 2;
+    if (k) {
+        rc = propose(m, head, tok, n_tok, prompt, k);
+    } else {
+        FILE *out = fopen(out_path, "wb");
+        rc = out ? run(m, head, tok, n_tok, prompt, out) : 2;
+        if (out && fclose(out)) rc = 2;
+    }
     sp_mtp_free(head);
     spindle_model_free(m);
     return rc;
