@@ -41,7 +41,9 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
         size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
         if (pos) f->pos = pos;
-        if (!pos || !grow(&f->x, T * c->hidden_size) ||
+        int32_t *tokens = realloc(f->tokens, T * sizeof *tokens);
+        if (tokens) f->tokens = tokens;
+        if (!pos || !tokens || !grow(&f->x, T * c->hidden_size) ||
             !grow(&f->xn, T * c->hidden_size) ||
             !grow(&f->out, T * c->hidden_size) || !grow(&f->q, T * qw) ||
             !grow(&f->k, T * kw) || !grow(&f->v, T * kw) ||
@@ -64,6 +66,8 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
 void sp_forward_free(sp_forward *f) {
     if (!f) return;
     free(f->pos);
+    free(f->tokens);
+    free(f->family_rows);
     free(f->seqs);
     free(f->x); free(f->xn); free(f->out);
     free(f->q); free(f->k); free(f->v); free(f->attn);
@@ -71,6 +75,13 @@ void sp_forward_free(sp_forward *f) {
     sp_moe_scratch_free(f->moe);
     sp_lora_scratch_free(f->lora);
     free(f);
+}
+
+bool sp_forward_family_rows(sp_forward *f, size_t n) {
+    if (n <= f->family_cap) return true;
+    if (!grow(&f->family_rows, n)) return false;
+    f->family_cap = n;
+    return true;
 }
 
 /* --------------------------------------------------------- row helpers */

@@ -118,6 +118,10 @@ typedef struct sp_arch {
     /* Transform the embedding rows x[n_rows][hidden] just looked up
      * (default: used as stored). */
     void (*embed_rows)(const spindle_model *m, float *x, int n_rows);
+    /* After the embeddings (f->x, f->tokens), before layer 0: what the
+     * family's layers take from the whole pass (Gemma 4's per-layer
+     * inputs); a failure goes to f->status (default: nothing). */
+    void (*begin_layers)(sp_forward *f);
     /* Transform n logits as they leave the lm_head (default: none). */
     void (*logits)(const spindle_model *m, float *logits, size_t n);
     /* Release spindle_model.family (default: nothing to release). */
