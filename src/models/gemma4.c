@@ -23,8 +23,12 @@
  *    and a projection of the embeddings (gemma4_begin_layers), which each
  *    layer gates into its output before the layer_scalar.
  *
+ *  - attention_k_eq_v: the full-attention layers' values are their key
+ *    projections (sp_layer.v_is_k).
+ *
  * Not supported yet, refused at load naming the key: the MoE block
- * (enable_moe_block) and K = V attention (attention_k_eq_v). */
+ * (enable_moe_block), and num_global_key_value_heads other than
+ * num_key_value_heads with attention_k_eq_v. */
 #include "models/blocks.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
@@ -80,7 +84,6 @@ static spindle_status check_supported(const spindle_model *m,
     static const struct { const char *key; int dflt; const char *what; }
         off[] = {
             {"enable_moe_block", 0, "the MoE block"},
-            {"attention_k_eq_v", 0, "K = V attention"},
         };
     spindle_status st;
     int v;
@@ -216,8 +219,20 @@ static spindle_status set_layer_shapes(spindle_model *m, int pattern,
     bool *sliding = calloc((size_t)n, sizeof *sliding);
     if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     st = sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
-    for (int l = 0; l < n && !st; l++)
+    int k_eq_v = 0, global_kv = 0;
+    if (!st) st = config_count(m, "attention_k_eq_v", 0, &k_eq_v, err);
+    if (!st)
+        st = config_count(m, "num_global_key_value_heads", 0, &global_kv,
+                          err);
+    if (!st && k_eq_v && global_kv && global_kv != m->cfg.n_kv_heads)
+        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s/config.json: "
+                     "gemma4_text with 'num_global_key_value_heads' %d other "
+                     "than num_key_value_heads %d is not supported", m->dir,
+                     global_kv, m->cfg.n_kv_heads);
+    for (int l = 0; l < n && !st; l++) {
         m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
+        m->layers[l].v_is_k = k_eq_v && !sliding[l];
+    }
     if (!st) st = share_kv(m, sliding, err);
     free(sliding);
     return st;

@@ -60,6 +60,9 @@ typedef struct sp_layer {
      * sharing): no k/v projections, k norm or sequence state of its own. */
     bool shares_kv;
     int kv_layer;
+    /* Its values are its key projection (Gemma 4's attention_k_eq_v),
+     * before the key norm and RoPE: no v_proj. */
+    bool v_is_k;
     /* Its dense MLP's width; 0: the config's intermediate_size (Gemma 4's
      * double-wide MLPs). Set, like head_dim, before binding. */
     int intermediate;

@@ -11,7 +11,8 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
-The configs Spindle refuses (the MoE block, K = V attention) must fail at load with a
+The configs Spindle refuses (the MoE block; K = V attention with its own
+KV head count) must fail at load with a
 one-line error naming the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
@@ -72,7 +73,6 @@ def _run(spindle_bin, d, *args):  # noqa: F811
     ("hidden_size_per_layer_input", None, "embed_tokens_per_layer"),
     ("num_kv_shared_layers", 5, "num_kv_shared_layers"),
     ("enable_moe_block", True, "enable_moe_block"),
-    ("attention_k_eq_v", True, "attention_k_eq_v"),
     ("global_head_dim", 33, "global_head_dim"),
     ("rope_parameters", {"full_attention": {"rope_type": "yarn"}},
      "rope_parameters.full_attention.rope_type"),
@@ -104,6 +104,15 @@ def test_gemma4_per_layer_vocab(spindle_bin, gemma4_models,  # noqa: F811
                                "vocab_size_per_layer_input", 100,
                                "vocab_size_per_layer_input",
                                model="gemma4-per-layer-f32")
+
+
+def test_gemma4_global_kv_heads(spindle_bin, gemma4_models,  # noqa: F811
+                                tmp_path):
+    """K = V attention with a KV head count of its own is refused."""
+    test_gemma4_refused_config(spindle_bin, gemma4_models, tmp_path,
+                               "num_global_key_value_heads", 1,
+                               "num_global_key_value_heads",
+                               model="gemma4-k-eq-v-f32")
 
 
 def test_gemma4_info(spindle_bin, gemma4_models):  # noqa: F811
