@@ -41,7 +41,9 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
         size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
         if (pos) f->pos = pos;
-        if (!pos || !grow(&f->x, T * c->hidden_size) ||
+        int32_t *tokens = realloc(f->tokens, T * sizeof *tokens);
+        if (tokens) f->tokens = tokens;
+        if (!pos || !tokens || !grow(&f->x, T * c->hidden_size) ||
             !grow(&f->xn, T * c->hidden_size) ||
             !grow(&f->out, T * c->hidden_size) || !grow(&f->q, T * qw) ||
             !grow(&f->k, T * kw) || !grow(&f->v, T * kw) ||
@@ -64,6 +66,8 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
 void sp_forward_free(sp_forward *f) {
     if (!f) return;
     free(f->pos);
+    free(f->tokens);
+    free(f->family_rows);
     free(f->seqs);
     free(f->x); free(f->xn); free(f->out);
     free(f->q); free(f->k); free(f->v); free(f->attn);
@@ -71,6 +75,13 @@ void sp_forward_free(sp_forward *f) {
     sp_moe_scratch_free(f->moe);
     sp_lora_scratch_free(f->lora);
     free(f);
+}
+
+bool sp_forward_family_rows(sp_forward *f, size_t n) {
+    if (n <= f->family_cap) return true;
+    if (!grow(&f->family_rows, n)) return false;
+    f->family_cap = n;
+    return true;
 }
 
 /* --------------------------------------------------------- row helpers */
@@ -197,7 +208,11 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     sp_linear_forward(f, &L->q, f->xn, f->q);
     if (!L->shares_kv) {
         sp_linear_forward(f, &L->k, f->xn, f->k);
-        sp_linear_forward(f, &L->v, f->xn, f->v);
+        if (L->v_is_k)
+            memcpy(f->v, f->k, (size_t)f->n_rows * f->m->cfg.n_kv_heads *
+                                   sp_layer_head_dim(f->m, l) * sizeof *f->v);
+        else
+            sp_linear_forward(f, &L->v, f->xn, f->v);
     }
     sp_attention_core(f, l, scale, softcap);
     sp_linear_forward(f, &L->o, f->attn, f->out);
@@ -325,10 +340,12 @@ static spindle_status bind_attention(spindle_model *m, int l,
     sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
     char p[256];
     spindle_status st;
-    /* A layer sharing another's keys and values has only q (and o). */
-    if ((st = bind_inputs(m, l, opt->fused_qkv && !L->shares_kv,
-                          "self_attn.qkv_proj", names, L->shares_kv ? 1 : 3,
-                          rows, d, opt->qkv_bias, qkv, err)) ||
+    /* A layer sharing another's keys and values has only q (and o); one
+     * whose values are its keys, q and k. */
+    int n_inputs = L->shares_kv ? 1 : L->v_is_k ? 2 : 3;
+    if ((st = bind_inputs(m, l, opt->fused_qkv && n_inputs == 3,
+                          "self_attn.qkv_proj", names, n_inputs, rows, d,
+                          opt->qkv_bias, qkv, err)) ||
         (st = sp_bind_linear(m, NAME("self_attn.o_proj"), d, qw, opt->o_bias,
                              &L->o, err)))
         return st;

@@ -28,6 +28,7 @@ struct sp_forward {
     int n_seqs;
     sp_forward_seq *seqs;
     int *pos;                 /* [T] position of each row */
+    int32_t *tokens;          /* [T] token id of each row */
     int cap_rows, cap_seqs;   /* allocated sizes */
 
     /* Activations, row-major [T][width]. */
@@ -39,6 +40,10 @@ struct sp_forward {
     float *attn;              /* n_heads * head_dim */
     float *gate, *up;         /* intermediate */
     struct sp_moe_scratch *moe; /* sp_moe_block's, NULL until needed */
+    /* A family's own per-pass rows (Gemma 4's per-layer inputs), grown by
+     * sp_forward_family_rows. */
+    float *family_rows;
+    size_t family_cap;
     bool any_adapter;         /* some sequence has a LoRA adapter */
     struct sp_lora_scratch *lora; /* sp_lora_apply's, NULL until needed */
 
@@ -52,6 +57,8 @@ struct sp_forward {
 spindle_status sp_forward_reserve(sp_forward **f, spindle_model *m, int rows,
                                   int seqs, spindle_error *err);
 void sp_forward_free(sp_forward *f);
+/* f->family_rows with room for n floats; false when out of memory. */
+bool sp_forward_family_rows(sp_forward *f, size_t n);
 
 /* out[t] = rmsnorm(in[t]) * w for every row (a family whose norms scale
  * by 1 + w folds the 1 into w when it binds them). */

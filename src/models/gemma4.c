@@ -18,28 +18,52 @@
  *  - defaults: sliding_window_pattern 5, final_logit_softcapping 30 (null:
  *    none); there is no query_pre_attn_scalar or attention softcap.
  *
- * Not supported yet, refused at load naming the key: per-layer inputs
- * (hidden_size_per_layer_input), the MoE block (enable_moe_block) and
- * K = V attention (attention_k_eq_v). mlx-lm's default turns the first on,
- * so a config must set it off explicitly. */
+ *  - per-layer inputs (hidden_size_per_layer_input P, mlx-lm's default
+ *    256; 0 or null: none): per token and layer P floats from a token table
+ *    and a projection of the embeddings (gemma4_begin_layers), which each
+ *    layer gates into its output before the layer_scalar.
+ *
+ *  - attention_k_eq_v: the full-attention layers' values are their key
+ *    projections (sp_layer.v_is_k).
+ *
+ * Not supported yet, refused at load naming the key: the MoE block
+ * (enable_moe_block), and num_global_key_value_heads other than
+ * num_key_value_heads with attention_k_eq_v. */
 #include "models/blocks.h"
 #include "base/error.h"
+#include "compute/matmul/matmul.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* One layer's gate on its per-layer input. */
+typedef struct per_layer_gate {
+    sp_linear gate;              /* per_layer_input_gate [P][hidden] */
+    sp_linear proj;              /* per_layer_projection [hidden][P] */
+    const float *norm;           /* post_per_layer_input_norm [hidden] */
+} per_layer_gate;
+
 typedef struct gemma4 {
     sp_gemma_io io;              /* first: the shared Gemma hooks read it */
     sp_rope rope_sliding;        /* the sliding-window layers' rope */
     float *layer_scalar;         /* [n_layers] */
+    /* Per-layer inputs: P = hidden_size_per_layer_input floats per token
+     * and layer (0: none), from a token table and a projection of the
+     * embeddings, each layer gating its own. */
+    int per_layer;
+    sp_linear embed_per_layer;   /* [vocab_per_layer][n_layers * P] */
+    sp_linear model_projection;  /* [n_layers * P][hidden] */
+    const float *projection_norm; /* [P] */
+    per_layer_gate *gates;       /* [n_layers] */
 } gemma4;
 
 static void gemma4_free(void *family) {
     gemma4 *g = family;
     sp_rope_free(&g->rope_sliding);
     free(g->layer_scalar);
+    free(g->gates);
     free(g);
 }
 
@@ -59,9 +83,7 @@ static spindle_status check_supported(const spindle_model *m,
                                       spindle_error *err) {
     static const struct { const char *key; int dflt; const char *what; }
         off[] = {
-            {"hidden_size_per_layer_input", 256, "per-layer inputs"},
             {"enable_moe_block", 0, "the MoE block"},
-            {"attention_k_eq_v", 0, "K = V attention"},
         };
     spindle_status st;
     int v;
@@ -197,8 +219,20 @@ static spindle_status set_layer_shapes(spindle_model *m, int pattern,
     bool *sliding = calloc((size_t)n, sizeof *sliding);
     if (!sliding) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     st = sp_model_layer_kinds(m, "sliding_attention", pattern, sliding, err);
-    for (int l = 0; l < n && !st; l++)
+    int k_eq_v = 0, global_kv = 0;
+    if (!st) st = config_count(m, "attention_k_eq_v", 0, &k_eq_v, err);
+    if (!st)
+        st = config_count(m, "num_global_key_value_heads", 0, &global_kv,
+                          err);
+    if (!st && k_eq_v && global_kv && global_kv != m->cfg.n_kv_heads)
+        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s/config.json: "
+                     "gemma4_text with 'num_global_key_value_heads' %d other "
+                     "than num_key_value_heads %d is not supported", m->dir,
+                     global_kv, m->cfg.n_kv_heads);
+    for (int l = 0; l < n && !st; l++) {
         m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
+        m->layers[l].v_is_k = k_eq_v && !sliding[l];
+    }
     if (!st) st = share_kv(m, sliding, err);
     free(sliding);
     return st;
@@ -223,6 +257,89 @@ static spindle_status bind_layers(spindle_model *m, gemma4 *g,
         m->layers[l].v_norm = !m->layers[l].shares_kv;
     }
     return st;
+}
+
+static spindle_status bind_per_layer_inputs(spindle_model *m, gemma4 *g,
+                                            spindle_error *err) {
+    const sp_model_config *c = &m->cfg;
+    int n = c->n_layers, P, vocab;
+    spindle_status st;
+    if ((st = config_count(m, "hidden_size_per_layer_input", 256, &P, err)))
+        return st;
+    if (!P) return SPINDLE_OK;
+    if ((st = sp_model_int(m, "vocab_size_per_layer_input", false, 262144,
+                           c->vocab_size, 1 << 30, &vocab, err)))
+        return st;
+    g->per_layer = P;
+    g->gates = calloc((size_t)n, sizeof *g->gates);
+    if (!g->gates) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    int64_t d = c->hidden_size, w = (int64_t)n * P;
+    if ((st = sp_bind_linear(m, "model.embed_tokens_per_layer", vocab, w,
+                             false, &g->embed_per_layer, err)) ||
+        (st = sp_bind_linear(m, "model.per_layer_model_projection", w, d,
+                             false, &g->model_projection, err)) ||
+        (st = sp_bind_vector(m, "model.per_layer_projection_norm.weight", P,
+                             &g->projection_norm, err)))
+        return st;
+    char p[256];
+    for (int l = 0; l < n && !st; l++) {
+        per_layer_gate *G = &g->gates[l];
+#define NAME(s) (snprintf(p, sizeof p, "model.layers.%d." s, l), p)
+        if (!(st = sp_bind_linear(m, NAME("per_layer_input_gate"), P, d,
+                                  false, &G->gate, err)) &&
+            !(st = sp_bind_linear(m, NAME("per_layer_projection"), d, P,
+                                  false, &G->proj, err)))
+            st = sp_bind_vector(m, NAME("post_per_layer_input_norm.weight"),
+                                d, &G->norm, err);
+#undef NAME
+    }
+    return st;
+}
+
+/* The per-layer inputs of every row, [T][n_layers][P] in f->family_rows:
+ * (norm(projection(x) / sqrt(hidden)) + table[token] * sqrt(P)) / sqrt(2),
+ * x the scaled embeddings; then room for one layer's [T][P] gate. */
+static void gemma4_begin_layers(sp_forward *f) {
+    const spindle_model *m = f->m;
+    const gemma4 *g = m->family;
+    if (!g->per_layer) return;
+    const int T = f->n_rows, P = g->per_layer;
+    const size_t w = (size_t)m->cfg.n_layers * P;
+    if (!sp_forward_family_rows(f, (size_t)T * (2 * w + P))) {
+        f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY, "out of memory for "
+                            "the per-layer inputs of %d tokens", T);
+        return;
+    }
+    float *in = f->family_rows, *proj = in + (size_t)T * w;
+    sp_linear_rows(f->pool, &g->model_projection, f->x, T, proj);
+    const float proj_scale = 1.0f / sqrtf((float)m->cfg.hidden_size);
+    const float table_scale = sqrtf((float)P), mix = 1.0f / sqrtf(2.0f);
+    for (int t = 0; t < T; t++) {
+        float *row = in + (size_t)t * w, *pr = proj + (size_t)t * w;
+        sp_weight_row(&g->embed_per_layer.w, f->tokens[t], row);
+        for (size_t i = 0; i < w; i++) pr[i] *= proj_scale;
+        for (size_t i = 0; i < w; i += (size_t)P)
+            sp_rmsnorm(pr + i, pr + i, g->projection_norm, P,
+                       m->cfg.rms_norm_eps, 0.0f);
+        for (size_t i = 0; i < w; i++)
+            row[i] = (pr[i] + row[i] * table_scale) * mix;
+    }
+}
+
+/* x += norm(proj(gelu(gate(x)) * input_l)): layer l's per-layer input. */
+static void add_per_layer_input(sp_forward *f, int l) {
+    const gemma4 *g = f->m->family;
+    const per_layer_gate *G = &g->gates[l];
+    const int T = f->n_rows, P = g->per_layer;
+    const size_t w = (size_t)f->m->cfg.n_layers * P;
+    float *gate = f->family_rows + 2 * (size_t)T * w;
+    sp_linear_rows(f->pool, &G->gate, f->x, T, gate);
+    for (int t = 0; t < T; t++)
+        sp_gelu_tanh_mul(gate + (size_t)t * P,
+                         f->family_rows + (size_t)t * w + (size_t)l * P, P);
+    sp_linear_rows(f->pool, &G->proj, gate, T, f->out);
+    sp_norm_rows(f, f->out, G->norm, f->out);
+    sp_add_rows(f, f->x, f->out);
 }
 
 static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
@@ -256,7 +373,8 @@ static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
                         &m->cfg.rope, err)) ||
         (st = init_rope(m, "sliding_attention", c->head_dim,
                         &g->rope_sliding, &sliding, err)) ||
-        (st = bind_layers(m, g, err)))
+        (st = bind_layers(m, g, err)) ||
+        (st = bind_per_layer_inputs(m, g, err)))
         return st;
     return sp_model_sliding_layers(m, pattern, 512.0, &g->rope_sliding, err);
 }
@@ -265,6 +383,7 @@ static void gemma4_layer(sp_forward *f, int l) {
     const gemma4 *g = f->m->family;
     const sp_layer_scales s = {.attn = 1.0f, .residual = 1.0f};
     sp_decoder_layer(f, l, &s);
+    if (g->per_layer && !f->status) add_per_layer_input(f, l);
     float k = g->layer_scalar[l];
     size_t n = (size_t)f->n_rows * f->m->cfg.hidden_size;
     for (size_t i = 0; i < n; i++) f->x[i] *= k;
@@ -275,6 +394,7 @@ const sp_arch sp_arch_gemma4_text = {
     .load = gemma4_load,
     .layer = gemma4_layer,
     .embed_rows = sp_gemma_embed_rows,
+    .begin_layers = gemma4_begin_layers,
     .logits = sp_gemma_logits,
     .free_family = gemma4_free,
 };

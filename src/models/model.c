@@ -254,6 +254,7 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
         if (s->adapter) f->any_adapter = true;
         for (int t = 0; t < e[i].n_tokens; t++, row++) {
             f->pos[row] = s->first_pos + t;
+            f->tokens[row] = e[i].tokens[t];
             sp_weight_row(&m->embed, e[i].tokens[t], f->x + (size_t)row * d);
         }
     }
@@ -264,6 +265,7 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
 }
 
 spindle_status sp_forward_run_layers(spindle_model *m, sp_forward *f) {
+    if (m->arch->begin_layers) m->arch->begin_layers(f);
     for (int l = 0; l < m->cfg.n_layers && !f->status; l++) m->arch->layer(f, l);
     return f->status;
 }

@@ -60,6 +60,9 @@ typedef struct sp_layer {
      * sharing): no k/v projections, k norm or sequence state of its own. */
     bool shares_kv;
     int kv_layer;
+    /* Its values are its key projection (Gemma 4's attention_k_eq_v),
+     * before the key norm and RoPE: no v_proj. */
+    bool v_is_k;
     /* Its dense MLP's width; 0: the config's intermediate_size (Gemma 4's
      * double-wide MLPs). Set, like head_dim, before binding. */
     int intermediate;
@@ -118,6 +121,10 @@ typedef struct sp_arch {
     /* Transform the embedding rows x[n_rows][hidden] just looked up
      * (default: used as stored). */
     void (*embed_rows)(const spindle_model *m, float *x, int n_rows);
+    /* After the embeddings (f->x, f->tokens), before layer 0: what the
+     * family's layers take from the whole pass (Gemma 4's per-layer
+     * inputs); a failure goes to f->status (default: nothing). */
+    void (*begin_layers)(sp_forward *f);
     /* Transform n logits as they leave the lm_head (default: none). */
     void (*logits)(const spindle_model *m, float *logits, size_t n);
     /* Release spindle_model.family (default: nothing to release). */

@@ -6,8 +6,7 @@ every model is built by mlx-lm's own gemma4_text Model, cast / quantized /
 saved by mlx-lm's own code, reloaded with mlx_lm.utils.load_model, and run
 by mlx_lm.generate.generate_step in its stored dtype and upcast to float32.
 
-The configs are the subset Spindle supports (no per-layer inputs, no MoE
-block, no K = V attention): both attention kinds occur
+The configs are the subset Spindle supports (no MoE block): both attention kinds occur
 with a sliding window of 8 (shorter than the prompts and the generation),
 the full-attention layers use the
 "proportional" partial RoPE (one with a factor), layer_types is given
@@ -15,7 +14,8 @@ explicitly in one base and derived from sliding_window_pattern in the
 other, and layer_scalar, the value norm and the final logit softcap (mlx-lm
 applies it: default 30, 10 in "wide") are all in play; "global" gives the
 full-attention layers a global_head_dim twice head_dim, and "shared" adds
-KV sharing between layers with double-wide MLPs.  Gemma 4's norms
+KV sharing between layers with double-wide MLPs, "per-layer" the per-layer
+inputs of Gemma 4 E2B / E4B on top, "k-eq-v" K = V full attention.  Gemma 4's norms
 scale by w (not 1 + w), so norm weights are drawn around 1.
 
 Usage: python tests/parity/make_gemma4_models.py [--out DIR] [--only NAME ...]
@@ -82,6 +82,12 @@ BASE["global"] = dict(BASE["small"], global_head_dim=64)
 # layer 1's keys and values, layer 5 layer 2's; their MLPs double-wide.
 BASE["shared"] = dict(BASE["global"], num_hidden_layers=6,
                       num_kv_shared_layers=3, use_double_wide_mlp=True)
+# Gemma 4 E2B/E4B's layout in small: per-layer inputs (64 floats per token
+# and layer, from a table of its own vocabulary size) on top of "shared".
+# attention_k_eq_v: the full-attention layers' values are their keys.
+BASE["k-eq-v"] = dict(BASE["global"], attention_k_eq_v=True)
+BASE["per-layer"] = dict(BASE["shared"], hidden_size_per_layer_input=64,
+                         vocab_size_per_layer_input=512)
 
 
 def _spec(name, base, dtype, quant=None):
@@ -101,6 +107,11 @@ SPECS = [
     _spec("gemma4-shared-f32", "shared", "float32"),
     _spec("gemma4-shared-bf16", "shared", "bfloat16"),
     _spec("gemma4-shared-q4g64", "shared", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-k-eq-v-f32", "k-eq-v", "float32"),
+    _spec("gemma4-k-eq-v-q4g64", "k-eq-v", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-per-layer-f32", "per-layer", "float32"),
+    _spec("gemma4-per-layer-bf16", "per-layer", "bfloat16"),
+    _spec("gemma4-per-layer-q4g64", "per-layer", "bfloat16", quant=(4, 64)),
 ]
 
 

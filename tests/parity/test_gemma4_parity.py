@@ -11,8 +11,8 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
-The configs Spindle refuses (per-layer inputs, the MoE block, K = V
-attention) must fail at load with a
+The configs Spindle refuses (the MoE block; K = V attention with its own
+KV head count) must fail at load with a
 one-line error naming the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
@@ -68,12 +68,11 @@ def _run(spindle_bin, d, *args):  # noqa: F811
 
 
 @pytest.mark.parametrize("key,value,needle", [
-    # mlx-lm's defaults switch these on: absent is refused too.
-    ("hidden_size_per_layer_input", 256, "hidden_size_per_layer_input"),
-    ("hidden_size_per_layer_input", None, "hidden_size_per_layer_input"),
+    # mlx-lm's default (256) switches per-layer inputs on: their weights
+    # are then missing.
+    ("hidden_size_per_layer_input", None, "embed_tokens_per_layer"),
     ("num_kv_shared_layers", 5, "num_kv_shared_layers"),
     ("enable_moe_block", True, "enable_moe_block"),
-    ("attention_k_eq_v", True, "attention_k_eq_v"),
     ("global_head_dim", 33, "global_head_dim"),
     ("rope_parameters", {"full_attention": {"rope_type": "yarn"}},
      "rope_parameters.full_attention.rope_type"),
@@ -84,17 +83,36 @@ def _run(spindle_bin, d, *args):  # noqa: F811
     ("final_logit_softcapping", -1, "final_logit_softcapping"),
 ])
 def test_gemma4_refused_config(spindle_bin, gemma4_models,  # noqa: F811
-                               tmp_path, key, value, needle):
+                               tmp_path, key, value, needle,
+                               model="gemma4-f32"):
     def edit(cfg):
         if value is None:
             cfg.pop(key)
         else:
             cfg[key] = value
-    d = _with_config(gemma4_models / "gemma4-f32", tmp_path / "m", edit)
+    d = _with_config(gemma4_models / model, tmp_path / "m", edit)
     r = _run(spindle_bin, d, "run", "--prompt-tokens", "1,2", "-n", "1")
     assert r.returncode != 0, "an unsupported config was accepted"
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, \
         r.stderr
+
+
+def test_gemma4_per_layer_vocab(spindle_bin, gemma4_models,  # noqa: F811
+                                tmp_path):
+    """A per-layer table smaller than the vocabulary is refused."""
+    test_gemma4_refused_config(spindle_bin, gemma4_models, tmp_path,
+                               "vocab_size_per_layer_input", 100,
+                               "vocab_size_per_layer_input",
+                               model="gemma4-per-layer-f32")
+
+
+def test_gemma4_global_kv_heads(spindle_bin, gemma4_models,  # noqa: F811
+                                tmp_path):
+    """K = V attention with a KV head count of its own is refused."""
+    test_gemma4_refused_config(spindle_bin, gemma4_models, tmp_path,
+                               "num_global_key_value_heads", 1,
+                               "num_global_key_value_heads",
+                               model="gemma4-k-eq-v-f32")
 
 
 def test_gemma4_info(spindle_bin, gemma4_models):  # noqa: F811
