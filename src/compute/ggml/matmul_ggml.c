@@ -210,9 +210,17 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     };
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
-    if (n_tokens <= SP_MM_DECODE_TOKENS &&
+    const int levels = sp_mm_act_levels();
+    /* From 5 tokens on the prefill GEMM, where it covers the type, beats
+     * the decode kernels (SmolLM2 Q4_1, 8 rows, precision high: S_TG about
+     * 1.7x theirs; bench/RESULTS.md "Batched decode"): they take 5..8
+     * tokens only where it does not (AVX2, the k-quants). */
+    const bool gemm = n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
+                      levels <= SP_GGML_SPLIT_MAX_LEVELS &&
+                      sp_ggml_vnni_active() &&
+                      sp_ggml_gemm_covered(w->ggml_type, w->cols);
+    if (n_tokens <= SP_MM_DECODE_TOKENS && !gemm &&
         sp_ggml_dot_covered(w->ggml_type, w->cols)) {
-        const int levels = sp_mm_act_levels();
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
             gg_split(&job, levels)) {
             sp_pool_for(pool, w->rows, grain, gg_rows_split, &job);
@@ -237,10 +245,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
-    const int levels = sp_mm_act_levels();
-    if (n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
-        levels <= SP_GGML_SPLIT_MAX_LEVELS && sp_ggml_vnni_active() &&
-        sp_ggml_gemm_covered(w->ggml_type, w->cols)) {
+    if (gemm) {
         /* quantized (fast) or split (high) once per call, tokens split over
          * the pool, into the caller's thread scratch, which outlives the
          * synchronous pool call; read by every worker */
