@@ -213,14 +213,17 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     const int levels = sp_mm_act_levels();
     /* From 5 tokens on the prefill GEMM, where it covers the type, beats
      * the decode kernels (SmolLM2 Q4_1, 8 rows, precision high: S_TG about
-     * 1.7x theirs; bench/RESULTS.md "Batched decode"): they take 5..8
-     * tokens only where it does not (AVX2, the k-quants). */
+     * 1.8x theirs), and so do the f32 tiles at precision high on AVX2
+     * (whose 3 parts per token make 8 rows 24 kernel tokens; bench/
+     * RESULTS.md "Batched decode"): the decode kernels take 5..8 tokens
+     * only at precision fast where the GEMM does not cover. */
     const bool gemm = n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
                       levels <= SP_GGML_SPLIT_MAX_LEVELS &&
                       sp_ggml_vnni_active() &&
                       sp_ggml_gemm_covered(w->ggml_type, w->cols);
-    if (n_tokens <= SP_MM_DECODE_TOKENS && !gemm &&
-        sp_ggml_dot_covered(w->ggml_type, w->cols)) {
+    const bool decode = n_tokens <= SP_MM_SMALL_TOKENS ||
+                        (n_tokens <= SP_MM_DECODE_TOKENS && levels == 1 && !gemm);
+    if (decode && sp_ggml_dot_covered(w->ggml_type, w->cols)) {
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
             gg_split(&job, levels)) {
             sp_pool_for(pool, w->rows, grain, gg_rows_split, &job);
