@@ -1,7 +1,9 @@
 /* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
  * memory.
  *
- * Few tokens (decode, n_tokens <= SP_MM_DECODE_TOKENS) stream one weight row
+ * Few tokens (decode: n_tokens <= SP_MM_SMALL_TOKENS, or up to
+ * SP_MM_DECODE_TOKENS at precision fast where the GEMM below does not
+ * cover) stream one weight row
  * after the other (one sequential stream per thread reads DRAM about twice
  * as fast as interleaved row streams):
  *   - precision fast (sp_mm_act_levels() == 1): llama.cpp's own
