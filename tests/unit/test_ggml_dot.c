@@ -385,8 +385,8 @@ static void test_levels(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
-/* (d) Prefill (n_tokens > SP_MM_DECODE_TOKENS; 5 and 7 tokens take the
- * decode kernels), precision fast and high, on
+/* (d) Prefill (n_tokens > SP_MM_SMALL_TOKENS: the GEMM also takes 5..8
+ * tokens where it covers the type), precision fast and high, on
  * the AVX-512 level with VNNI: ggml_gemm_vnni.c must give the decode
  * kernels' per-block values, so the same double reference and tolerance
  * apply (fast: the f32 tiles would miss it by the activations' quantization

@@ -404,6 +404,33 @@ static void test_three_levels_match_f32(void **state) {
     FOR_EACH_KERNEL(run_three_levels_match_f32(kernel););
 }
 
+/* 8 tokens in one pass give each token the bits of two 4-token passes
+ * (every token's sums are its own; only the pass count changes). */
+static void run_eight_as_two_fours(rows_fn *kernel) {
+    for (int bits = 4; bits <= 8; bits += 4) {
+        tw t;
+        make_weight(&t, 13, 512, bits, 64, SP_DTYPE_BF16, 1);
+        float x[8 * 512], one[8 * 13], two[8 * 13];
+        make_x(x, 8, 512);
+        for (int levels = 1; levels <= 3; levels++) {
+            assert_true(kernel(&t.w, x, 8, one, 0, 13, levels));
+            float half[4 * 13];
+            for (int h = 0; h < 2; h++) {
+                assert_true(kernel(&t.w, x + h * 4 * 512, 4, half, 0, 13, levels));
+                for (int k = 0; k < 4; k++)
+                    memcpy(two + (h * 4 + k) * 13, half + k * 13, 13 * sizeof(float));
+            }
+            assert_memory_equal(one, two, sizeof one);
+        }
+        free_weight(&t);
+    }
+}
+
+static void test_eight_as_two_fours(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_eight_as_two_fours(kernel););
+}
+
 static void test_coverage_and_range(void **state) {
     (void)state;
     FOR_EACH_KERNEL(run_coverage_and_range(kernel););
@@ -415,6 +442,7 @@ int main(void) {
         cmocka_unit_test(test_three_levels_match_f32),
         cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_coverage_and_range),
+        cmocka_unit_test(test_eight_as_two_fours),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

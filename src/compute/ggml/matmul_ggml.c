@@ -1,7 +1,9 @@
 /* y = x W^T for ggml block-quantized weights, never expanding W to f32 in
  * memory.
  *
- * Few tokens (decode, n_tokens <= SP_MM_DECODE_TOKENS) stream one weight row
+ * Few tokens (decode: n_tokens <= SP_MM_SMALL_TOKENS, or up to
+ * SP_MM_DECODE_TOKENS at precision fast where the GEMM below does not
+ * cover) stream one weight row
  * after the other (one sequential stream per thread reads DRAM about twice
  * as fast as interleaved row streams):
  *   - precision fast (sp_mm_act_levels() == 1): llama.cpp's own
@@ -214,9 +216,24 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     };
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
-    if (n_tokens <= SP_MM_DECODE_TOKENS &&
-        sp_ggml_dot_covered(w->ggml_type, w->cols)) {
-        const int levels = sp_mm_act_levels();
+    const int levels = sp_mm_act_levels();
+    /* From 5 tokens on the prefill GEMM, where it covers the type, beats
+     * the decode kernels (SmolLM2 Q4_1, 8 rows, precision high: S_TG about
+     * 1.8x theirs), and so do the f32 tiles at precision high on AVX2
+     * (whose 3 parts per token make 8 rows 24 kernel tokens; bench/
+     * RESULTS.md "Batched decode"): the decode kernels take 5..8 tokens
+     * only at precision fast where the GEMM does not cover. */
+    const bool gemm =
+        n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
+        levels <= SP_GGML_SPLIT_MAX_LEVELS &&
+        ((sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) ||
+         /* the AVX2 / AVX-VNNI GEMM: precision high's 3 parts cost it more
+          * than the f32 tiles (bench/RESULTS.md), so only fast there */
+         (levels == 1 &&
+          sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, job.level)));
+    const bool decode = n_tokens <= SP_MM_SMALL_TOKENS ||
+                        (n_tokens <= SP_MM_DECODE_TOKENS && levels == 1 && !gemm);
+    if (decode && sp_ggml_dot_covered(w->ggml_type, w->cols)) {
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
             gg_split(&job, levels)) {
             sp_pool_for(pool, w->rows, grain, gg_rows_split, &job);
@@ -241,14 +258,7 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
         }
     }
     grain = (grain + SP_GG_ROWS - 1) / SP_GG_ROWS * SP_GG_ROWS;
-    const int levels = sp_mm_act_levels();
-    if (n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
-        levels <= SP_GGML_SPLIT_MAX_LEVELS &&
-        ((sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) ||
-         /* precision high: 3 parts cost AVX2 more than the f32 tiles
-          * (bench/RESULTS.md), so only fast there */
-         (levels == 1 &&
-          sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, job.level)))) {
+    if (gemm) {
         /* quantized (fast) or split (high) once per call, tokens split over
          * the pool, into the caller's thread scratch, which outlives the
          * synchronous pool call; read by every worker */
