@@ -31,7 +31,12 @@
 
 /* The feature sets of the kernel files. */
 #define SP_TARGET_AVX2 "avx2,fma,f16c"
+#if defined(SP_EMULATE_AVXVNNI) && SP_EMULATE_AVXVNNI
+/* emulated (simd_dpbusd.h): the compiler may not emit real AVX-VNNI */
+#define SP_TARGET_AVXVNNI "avx2,fma,f16c"
+#else
 #define SP_TARGET_AVXVNNI "avx2,fma,f16c,avxvnni"
+#endif
 #define SP_TARGET_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
 /* (whole literals: a pragma does not concatenate adjacent strings) */
 #define SP_TARGET_AVX512_VNNI \
