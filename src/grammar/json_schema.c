@@ -571,6 +571,21 @@ static const char *visit(js_conv *c, const cJSON *s, const char *name,
     return r;
 }
 
+/* A schema can be valid JSON Schema yet have no grammar: a $ref cycle
+ * that recurses before consuming anything ({"anyOf": [..., {"$ref": "#"}]})
+ * is left-recursive. Parsing the result says so as a schema error, so a
+ * success is always GBNF that compiles (over a size limit aside). */
+static spindle_status check_grammar(char **gbnf, spindle_error *err) {
+    sp_gram g;
+    spindle_error ge = {0};
+    spindle_status st = sp_gbnf_parse(*gbnf, strlen(*gbnf), &g, &ge);
+    if (st == SPINDLE_OK) sp_gram_free(&g);
+    if (st == SPINDLE_OK || st == SPINDLE_ERR_LIMIT) return SPINDLE_OK;
+    free(*gbnf);
+    *gbnf = NULL;
+    return sp_fail(err, SPINDLE_ERR_FORMAT, "json schema: it has no grammar: %s", ge.message);
+}
+
 spindle_status sp_json_schema_to_gbnf(const char *schema, size_t len,
                                       char **gbnf, spindle_error *err) {
     *gbnf = NULL;
@@ -606,6 +621,6 @@ spindle_status sp_json_schema_to_gbnf(const char *schema, size_t len,
     }
     *gbnf = take(&out);
     if (!*gbnf) return sp_fail(err, SPINDLE_ERR_MEMORY, "json schema: out of memory");
-    return SPINDLE_OK;
+    return check_grammar(gbnf, err);
 }
 
