@@ -24,7 +24,7 @@ import pytest
 
 from test_bert_llama_cpp import gguf_file  # noqa: F401  (fixture)
 from test_bert_parity import (COS_MIN, CORPUS, MAX_SEQ, MODEL, SPINDLE_BIN,  # noqa: F401
-                              hf_tokenizer)
+                              hf_tokenizer, spindle_embed)
 
 EXTRA = [
     "naïve café résumé Ångström",
@@ -56,17 +56,6 @@ def spindle_ids(model, lines):
     return [json.loads(l)["ids"] for l in r.stdout.splitlines()]
 
 
-def spindle_embed(model, lines, *args):
-    r = subprocess.run([str(SPINDLE_BIN), "embed", "-m", str(model),
-                        "--threads", "2", *args],
-                       input="\n".join(lines) + "\n", capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    rows = [json.loads(l)["embedding"] for l in r.stdout.splitlines()]
-    assert len(rows) == len(lines)
-    return np.array(rows, dtype=np.float64)
-
-
 def test_gguf_ids_match_hf(gguf_file, hf_tokenizer):  # noqa: F811
     ours = spindle_ids(gguf_file, TEXTS)
     assert len(ours) == len(TEXTS)
@@ -79,8 +68,8 @@ def test_gguf_text_embeddings_match_safetensors(gguf_file):  # noqa: F811
     is the context length, 512), so it is given sentence-transformers' 256:
     the over-long text is then truncated alike, [CLS]/[SEP] kept."""
     lines = [t for t in TEXTS if "\n" not in t and "\r" not in t]
-    a = spindle_embed(gguf_file, lines, "--max-tokens", str(MAX_SEQ))
-    b = spindle_embed(MODEL, lines)
+    a = spindle_embed(lines, "--max-tokens", str(MAX_SEQ), model=gguf_file)
+    b = spindle_embed(lines)
     worst = min(float(x @ y / np.linalg.norm(x) / np.linalg.norm(y))
                 for x, y in zip(a, b))
     print(f"worst cosine GGUF text vs safetensors text {worst:.7f}")
@@ -112,7 +101,7 @@ def test_server_embeds_text_on_gguf(gguf_file, hf_tokenizer):  # noqa: F811
     assert status == 200, body
     assert body["usage"]["prompt_tokens"] == sum(
         len(hf_tokenizer.encode(t).ids) for t in texts)
-    ref = spindle_embed(MODEL, [t for t in texts if "\n" not in t and "\r" not in t])
+    ref = spindle_embed([t for t in texts if "\n" not in t and "\r" not in t])
     got = [np.array(d["embedding"]) for d, t in zip(body["data"], texts)
            if "\n" not in t and "\r" not in t]
     assert len(got) == len(ref)

@@ -72,8 +72,8 @@ def reference():
     return BertReference(MODEL)
 
 
-def spindle_embed(lines, *args):
-    r = subprocess.run([str(SPINDLE_BIN), "embed", "-m", str(MODEL),
+def spindle_embed(lines, *args, model=MODEL):
+    r = subprocess.run([str(SPINDLE_BIN), "embed", "-m", str(model),
                         "--threads", "2", *args],
                        input="\n".join(lines) + "\n", capture_output=True,
                        text=True, timeout=300)
