@@ -152,6 +152,63 @@ static char *unescape(const char *s, size_t n, size_t *out_len) {
     return o;
 }
 
+/* The end of the number literal at s: digits and '_', then an optional
+ * fraction and exponent. Sets *is_float when either is there. */
+static size_t number_end(const char *s, size_t left, bool *is_float) {
+    size_t q = 0;
+    *is_float = false;
+    while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) q++;
+    if (q + 1 < left && s[q] == '.' && s[q + 1] >= '0' && s[q + 1] <= '9') {
+        *is_float = true;
+        q++;
+        while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) q++;
+    }
+    if (q < left && (s[q] == 'e' || s[q] == 'E')) {
+        size_t r = q + 1;
+        if (r < left && (s[r] == '+' || s[r] == '-')) r++;
+        if (r < left && s[r] >= '0' && s[r] <= '9') {
+            *is_float = true;
+            q = r;
+            while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) q++;
+        }
+    }
+    return q;
+}
+
+/* A number literal at offset p (s = the source there, left = bytes to its
+ * end): one JT_INT or JT_FLOAT token. The digits are copied whole, without
+ * the '_' separators, so a literal of any length keeps its value (a float
+ * past DBL_MAX is inf, as Python's float() makes it). */
+static spindle_status lex_number(lexer *lx, size_t p, const char *s, size_t left) {
+    bool is_float;
+    size_t q = number_end(s, left, &is_float);
+    char small[128];
+    char *num = q < sizeof small ? small : malloc(q + 1);
+    if (!num) return SPINDLE_ERR_MEMORY;
+    size_t k = 0;
+    for (size_t i = 0; i < q; i++)
+        if (s[i] != '_') num[k++] = s[i];
+    num[k] = '\0';
+    spindle_status st = SPINDLE_OK;
+    if (!push(lx, is_float ? JT_FLOAT : JT_INT, p, s, q)) {
+        st = SPINDLE_ERR_MEMORY;
+    } else {
+        jx_token *tk = &lx->out->v[lx->out->n - 1];
+        if (is_float) {
+            tk->fval = strtod(num, NULL);
+        } else {
+            unsigned long long u = strtoull(num, NULL, 10);
+            if (k > 18 && (u > (unsigned long long)INT64_MAX || k > 19))
+                st = lex_fail(lx, p, "integer literal too large");
+            else
+                tk->ival = (int64_t)u;
+        }
+    }
+    if (num != small) free(num);
+    if (st == SPINDLE_OK) advance_to(lx, p + q);
+    return st;
+}
+
 static const char *const OPS2[] = {"//", "**", "==", "!=", ">=", "<=", NULL};
 static const char OPS1[] = "+-/*%~[](){}<>=.:|,;";
 
@@ -209,48 +266,8 @@ static spindle_status lex_tag(lexer *lx, bool block, bool *line_starting) {
             if (!push(lx, JT_NAME, p, s, q)) return SPINDLE_ERR_MEMORY;
             advance_to(lx, p + q);
         } else if (c >= '0' && c <= '9') {
-            size_t q = 0;
-            bool is_float = false;
-            char num[128];
-            size_t k = 0;
-            while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) {
-                if (s[q] != '_' && k < sizeof num - 1) num[k++] = s[q];
-                q++;
-            }
-            if (q + 1 < left && s[q] == '.' && s[q + 1] >= '0' && s[q + 1] <= '9') {
-                is_float = true;
-                num[k++] = s[q++];
-                while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) {
-                    if (s[q] != '_' && k < sizeof num - 1) num[k++] = s[q];
-                    q++;
-                }
-            }
-            if (q < left && (s[q] == 'e' || s[q] == 'E')) {
-                size_t r = q + 1;
-                if (r < left && (s[r] == '+' || s[r] == '-')) r++;
-                if (r < left && s[r] >= '0' && s[r] <= '9') {
-                    is_float = true;
-                    while (q < r && k < sizeof num - 1) num[k++] = s[q++];
-                    while (q < left && ((s[q] >= '0' && s[q] <= '9') || s[q] == '_')) {
-                        if (s[q] != '_' && k < sizeof num - 1) num[k++] = s[q];
-                        q++;
-                    }
-                }
-            }
-            num[k] = '\0';
-            if (!push(lx, is_float ? JT_FLOAT : JT_INT, p, s, q))
-                return SPINDLE_ERR_MEMORY;
-            jx_token *tk = &lx->out->v[lx->out->n - 1];
-            if (is_float) {
-                tk->fval = strtod(num, NULL);
-            } else {
-                char *e;
-                unsigned long long u = strtoull(num, &e, 10);
-                if (k > 18 && (u > (unsigned long long)INT64_MAX || k > 19))
-                    return lex_fail(lx, p, "integer literal too large");
-                tk->ival = (int64_t)u;
-            }
-            advance_to(lx, p + q);
+            spindle_status st = lex_number(lx, p, s, left);
+            if (st != SPINDLE_OK) return st;
         } else if (c == '\'' || c == '"') {
             size_t q = 1;
             while (q < left && s[q] != c) {
