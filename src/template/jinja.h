@@ -23,7 +23,10 @@ typedef struct sp_jinja_template sp_jinja_template;
 typedef struct sp_jinja_limits {
     int max_depth;            /* nesting of expressions, macro calls */
     int64_t max_iterations;   /* loop iterations over the whole render */
-    size_t max_output;        /* bytes of rendered text */
+    size_t max_output;        /* bytes of rendered text, and of any one
+                                 string value */
+    size_t max_value_bytes;   /* bytes that the render's values (strings,
+                                 list and dict slots) hold at once */
     int64_t now;              /* strftime_now's clock (epoch seconds, local
                                  time); < 0: the real clock */
 } sp_jinja_limits;

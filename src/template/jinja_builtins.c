@@ -212,7 +212,7 @@ bool jx_call_str_method(jx_ctx *ctx, jx_value s, const char *m, const jx_args *a
         jx_value items;
         if (!a0) return jx_fail(ctx, "join() takes exactly one argument");
         if (!jx_to_list(ctx, *a0, &items)) return false;
-        sp_strbuf b = {0};
+        sp_strbuf b = jx_strbuf();
         for (size_t i = 0; i < items.u.o->u.list.n; i++) {
             jx_value it = items.u.o->u.list.v[i];
             if (it.t != JX_STR) {

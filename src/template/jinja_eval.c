@@ -20,6 +20,16 @@ bool jx_fail(jx_ctx *ctx, const char *fmt, ...) {
     if (ctx->failed) return false;
     ctx->failed = true;
     char msg[440];
+    jx_budget *budget = jx_budget_current();
+    if (budget && budget->exceeded) {
+        /* the "out of memory" of a value the budget refused */
+        snprintf(msg, sizeof msg,
+                 "the template's values exceed the limit (%zu bytes in all, %zu per string)",
+                 budget->max_live, budget->max_string);
+        sp_fail(ctx->err, SPINDLE_ERR_LIMIT, "template line %d, column %d: %s", ctx->line,
+                ctx->col, msg);
+        return false;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -299,9 +309,9 @@ static bool repeat(jx_ctx *ctx, jx_value seq, int64_t n, jx_value *out) {
         size_t len = jx_slen(seq);
         if (len && (uint64_t)n > (ctx->limits->max_output ? ctx->limits->max_output : SIZE_MAX) / len)
             return jx_limit_fail(ctx, "string repetition exceeds the output limit");
-        sp_strbuf b = {0};
+        sp_strbuf b = jx_strbuf();
         for (int64_t i = 0; i < n; i++) sp_strbuf_add(&b, jx_s(seq), len);
-        bool ok = !b.oom && jx_str_new(b.p ? b.p : "", b.len, out);
+        bool ok = jx_strbuf_ok(&b) && jx_str_new(b.p ? b.p : "", b.len, out);
         sp_strbuf_free(&b);
         return ok || jx_fail(ctx, "out of memory");
     }
@@ -319,7 +329,7 @@ static bool markup_add(jx_ctx *ctx, jx_value a, jx_value b, jx_value *out) {
     jx_value ea, eb;
     if (!jx_escape(ctx, a, false, &ea)) return false;
     if (!jx_escape(ctx, b, false, &eb)) return jx_unref(ea), false;
-    sp_strbuf buf = {0};
+    sp_strbuf buf = jx_strbuf();
     sp_strbuf_add(&buf, jx_s(ea), jx_slen(ea));
     sp_strbuf_add(&buf, jx_s(eb), jx_slen(eb));
     jx_unref(ea);
@@ -338,10 +348,10 @@ static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
     if (op == '+' && a.t == JX_STR && b.t == JX_STR && (jx_is_markup(a) || jx_is_markup(b)))
         return markup_add(ctx, a, b, out);
     if (op == '+' && a.t == JX_STR && b.t == JX_STR) {
-        sp_strbuf buf = {0};
+        sp_strbuf buf = jx_strbuf();
         sp_strbuf_add(&buf, jx_s(a), jx_slen(a));
         sp_strbuf_add(&buf, jx_s(b), jx_slen(b));
-        bool ok = !buf.oom && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+        bool ok = jx_strbuf_ok(&buf) && jx_str_new(buf.p ? buf.p : "", buf.len, out);
         sp_strbuf_free(&buf);
         return ok || jx_fail(ctx, "out of memory");
     }
@@ -550,12 +560,12 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     }
     const char *s = jx_s(obj);
     size_t len = jx_slen(obj);
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i = next_index(i, step, hi)) {
         size_t a = sp_utf8_offset(s, len, (size_t)i), z = sp_utf8_offset(s, len, (size_t)i + 1);
         sp_strbuf_add(&b, s + a, z - a);
     }
-    bool ok = !b.oom && jx_str_new(b.p ? b.p : "", b.len, out);
+    bool ok = jx_strbuf_ok(&b) && jx_str_new(b.p ? b.p : "", b.len, out);
     sp_strbuf_free(&b);
     return ok || jx_fail(ctx, "out of memory");
 }
@@ -684,13 +694,13 @@ static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
         return ok;
     }
     case JN_CONCAT: {
-        sp_strbuf buf = {0};
+        sp_strbuf buf = jx_strbuf();
         for (size_t i = 0; i < n->list.n; i++) {
             if (!eval(e, n->list.v[i], &a)) return sp_strbuf_free(&buf), false;
             jx_write_str(&buf, a);
             jx_unref(a);
         }
-        bool ok = !buf.oom && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+        bool ok = jx_strbuf_ok(&buf) && jx_str_new(buf.p ? buf.p : "", buf.len, out);
         sp_strbuf_free(&buf);
         return ok || jx_fail(ctx, "out of memory");
     }

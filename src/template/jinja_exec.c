@@ -15,6 +15,7 @@ sp_jinja_limits sp_jinja_default_limits(void) {
     return (sp_jinja_limits){.max_depth = 400,
                              .max_iterations = 1000000,
                              .max_output = 64u << 20,
+                             .max_value_bytes = 512u << 20,
                              .now = -1};
 }
 
@@ -345,6 +346,24 @@ bool jx_call_value(jx_ctx *ctx, jx_value fn, const jx_args *args, jx_value *out)
     return ok;
 }
 
+/* The context's variables in the root frame, then the template's body. */
+static int render_body(const sp_jinja_template *tpl, const cJSON *context, jx_ctx *ctx) {
+    jx_frame *root = ctx->root;
+    if (!jx_frame_push(root, NULL)) return jx_fail(ctx, "out of memory"), EX_ERR;
+    for (const cJSON *c = context ? context->child : NULL; c; c = c->next) {
+        jx_value v;
+        if (!jx_from_json(c, &v, 0) || !jx_dict_set_cstr(root->vars, c->string ? c->string : "", v)) {
+            jx_frame_pop(root);
+            jx_fail(ctx, "template context: out of memory or nested too deeply");
+            if (!jx_budget_current()->exceeded) ctx->err->status = SPINDLE_ERR_MEMORY;
+            return EX_ERR;
+        }
+    }
+    int r = exec_body(ctx, root, &tpl->root->list);
+    jx_frame_pop(root);
+    return r;
+}
+
 spindle_status sp_jinja_render(const sp_jinja_template *tpl, const cJSON *context,
                                const sp_jinja_limits *limits, char **out,
                                size_t *out_len, spindle_error *err) {
@@ -360,16 +379,17 @@ spindle_status sp_jinja_render(const sp_jinja_template *tpl, const cJSON *contex
     sp_strbuf buf = {.limit = lim.max_output};
     jx_frame root;
     jx_ctx ctx = {.limits = &lim, .err = err, .out = &buf, .root = &root, .line = 1, .col = 1};
-    if (!jx_frame_push(&root, NULL)) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    for (const cJSON *c = context ? context->child : NULL; c; c = c->next) {
-        jx_value v;
-        if (!jx_from_json(c, &v, 0) || !jx_dict_set_cstr(root.vars, c->string ? c->string : "", v)) {
-            jx_frame_pop(&root);
-            return sp_fail(err, SPINDLE_ERR_MEMORY, "template context: out of memory or nested too deeply");
-        }
+    jx_budget budget = {.max_live = lim.max_value_bytes ? lim.max_value_bytes : SIZE_MAX,
+                        .max_string = lim.max_output ? lim.max_output : SIZE_MAX};
+    jx_budget_enter(&budget);
+    int r = render_body(tpl, context, &ctx);
+    if (budget.exceeded && !ctx.failed) {
+        /* a refusal that no caller turned into an error (a dropped list
+         * item): the output would be wrong, so it is the limit error */
+        r = EX_ERR;
+        jx_fail(&ctx, "out of memory");
     }
-    int r = exec_body(&ctx, &root, &tpl->root->list);
-    jx_frame_pop(&root);
+    jx_budget_leave();
     if (r == EX_ERR || ctx.failed) {
         sp_strbuf_free(&buf);
         if (!ctx.failed) return sp_fail(err, SPINDLE_ERR_TEMPLATE, "template: render failed");

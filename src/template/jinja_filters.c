@@ -163,7 +163,7 @@ static bool f_tojson(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
         return jx_fail(ctx, "tojson: separators must be a pair of strings");
     }
     jx_json_style style = {indent, item_sep, key_sep, sk && jx_truthy(*sk), ea && jx_truthy(*ea)};
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     const char *why = NULL;
     if (!jx_write_json(&b, v, &style, 0, &why)) {
         sp_strbuf_free(&b);
@@ -187,7 +187,7 @@ static bool f_indent(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
         if (!jx_str_new(sp, (size_t)k, &ind)) return jx_unref(s), jx_fail(ctx, "out of memory");
     }
     /* Jinja appends "\n" so that splitlines() keeps a trailing empty line. */
-    sp_strbuf src = {0}, b = {0};
+    sp_strbuf src = jx_strbuf(), b = jx_strbuf();
     sp_strbuf_add(&src, jx_s(s), jx_slen(s));
     sp_strbuf_addc(&src, '\n');
     const char *p = src.p;
@@ -207,7 +207,7 @@ static bool f_indent(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     jx_value r;
     bool ok = jx_str_from_buf(ctx, &b, &r);
     if (ok && first && jx_truthy(*first)) {
-        sp_strbuf c = {0};
+        sp_strbuf c = jx_strbuf();
         sp_strbuf_add(&c, jx_s(ind), jx_slen(ind));
         sp_strbuf_add(&c, jx_s(r), jx_slen(r));
         jx_unref(r);
@@ -285,7 +285,7 @@ static bool f_join(jx_ctx *ctx, jx_value v, const jx_args *a, jx_value *out) {
     const jx_value *sep = jx_arg(a, 0, "d"), *attr = jx_arg(a, 1, "attribute");
     jx_value items;
     if (!jx_to_list(ctx, v, &items)) return false;
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     bool ok = true;
     for (size_t i = 0; ok && i < items.u.o->u.list.n; i++) {
         if (i && sep) jx_write_str(&b, *sep);
@@ -433,7 +433,7 @@ static bool f_reverse(jx_ctx *ctx, jx_value v, jx_value *out) {
     if (v.t == JX_LIST && !jx_iterator(v)) items.u.o->u.list.iterator = JX_LIST_REVERSE;
     if (jx_is_map(v)) items.u.o->u.list.iterator = JX_DICT_REVERSE;
     if (v.t != JX_STR) return *out = items, true;
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     for (size_t i = 0; i < o->u.list.n; i++) jx_write_str(&b, o->u.list.v[i]);
     jx_unref(items);
     return jx_str_from_buf(ctx, &b, out);
@@ -443,7 +443,7 @@ bool jx_escape(jx_ctx *ctx, jx_value v, bool force, jx_value *out) {
     if (jx_is_markup(v) && !force) return *out = jx_ref(v), true;
     jx_value s;
     if (!as_str(ctx, v, &s)) return false;
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     for (size_t i = 0; i < jx_slen(s); i++) {
         char c = jx_s(s)[i];
         switch (c) {

@@ -51,6 +51,7 @@ typedef enum jx_func_kind { JX_FN_BUILTIN, JX_FN_MACRO, JX_FN_CALLER } jx_func_k
 struct jx_obj {
     int rc;
     jx_type type;
+    size_t charged; /* bytes counted against the render's value budget */
     union {
         /* markup: a jinja2 Markup string (from safe or escape), whose `+`
          * escapes a plain operand. */
@@ -89,6 +90,26 @@ void jx_unref(jx_value v);
 /* Constructors return JX_UNDEF with t == JX_UNDEF on allocation failure is
  * not distinguishable, so they return false instead. */
 bool jx_str_new(const char *s, size_t len, jx_value *out);
+
+/* The value budget of the render running on this thread (sp_jinja_render
+ * enters it): the bytes its strings and list/dict slots hold at once, and
+ * the longest string. A value that would pass either is refused as if
+ * memory ran out, and `exceeded` turns that failure into a limit error, so
+ * a template whose values double in a loop fails cleanly instead of taking
+ * the machine's memory. Values made outside a render are not counted. */
+typedef struct jx_budget {
+    size_t live, max_live, max_string;
+    bool exceeded;
+} jx_budget;
+void jx_budget_enter(jx_budget *b);
+void jx_budget_leave(void);
+/* The current render's budget, NULL outside a render. */
+jx_budget *jx_budget_current(void);
+/* A string builder held to the longest string a value may be. */
+sp_strbuf jx_strbuf(void);
+/* Whether `b` was built whole: false (and the budget marked exceeded when
+ * the limit cut it) after an allocation failure or the limit. */
+bool jx_strbuf_ok(const sp_strbuf *b);
 bool jx_str_cstr(const char *s, jx_value *out);
 bool jx_list_new(size_t cap, bool tuple, jx_value *out);
 bool jx_dict_new(jx_type type, jx_value *out);

@@ -8,7 +8,7 @@
 #include "template/jinja_str.h"
 
 bool jx_str_from_buf(jx_ctx *ctx, sp_strbuf *b, jx_value *out) {
-    bool ok = !b->oom && jx_str_new(b->p ? b->p : "", b->len, out);
+    bool ok = jx_strbuf_ok(b) && jx_str_new(b->p ? b->p : "", b->len, out);
     sp_strbuf_free(b);
     return ok || jx_fail(ctx, "out of memory");
 }
@@ -56,7 +56,7 @@ bool jx_strip(jx_ctx *ctx, jx_value s, const jx_value *chars, bool left, bool ri
 bool jx_case(jx_ctx *ctx, jx_value s, int case_op, jx_value *out) {
     const char *p = jx_s(s);
     size_t n = jx_slen(s);
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     bool prev_cased = false, first = true, word_start = true;
     for (size_t i = 0; i < n;) {
         int k;
@@ -94,7 +94,7 @@ bool jx_replace(jx_ctx *ctx, jx_value s, jx_value old, jx_value new_, int64_t co
         return jx_fail(ctx, "replace() arguments must be str");
     const char *p = jx_s(s), *o = jx_s(old);
     size_t n = jx_slen(s), on = jx_slen(old);
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     if (on == 0) {
         /* Python inserts `new` before every code point and at the end. */
         int64_t done = 0;
@@ -249,7 +249,7 @@ bool jx_split(jx_ctx *ctx, jx_value s, const jx_value *sep, int64_t maxsplit, bo
 bool jx_str_format(jx_ctx *ctx, jx_value fmt, const jx_args *args, jx_value *out) {
     const char *p = jx_s(fmt);
     size_t n = jx_slen(fmt), auto_idx = 0;
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '{' && i + 1 < n && p[i + 1] == '{') {
             sp_strbuf_addc(&b, '{');
@@ -391,7 +391,7 @@ bool jx_percent_format(jx_ctx *ctx, jx_value fmt, jx_value args, jx_value *out) 
     }
     const char *p = jx_s(fmt);
     size_t n = jx_slen(fmt);
-    sp_strbuf b = {0};
+    sp_strbuf b = jx_strbuf();
     for (size_t i = 0; i < n; i++) {
         if (p[i] != '%') {
             sp_strbuf_addc(&b, p[i]);

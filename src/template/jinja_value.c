@@ -11,6 +11,41 @@
 
 #include "template/jinja_impl.h"
 
+/* ------------------------------------------------------------ value budget */
+
+static _Thread_local jx_budget *current_budget;
+
+void jx_budget_enter(jx_budget *b) { current_budget = b; }
+void jx_budget_leave(void) { current_budget = NULL; }
+jx_budget *jx_budget_current(void) { return current_budget; }
+
+/* Count `bytes` more for `o`; false (budget marked exceeded) past it. */
+static bool charge(jx_obj *o, size_t bytes) {
+    jx_budget *b = current_budget;
+    if (!b) return true;
+    if (bytes > b->max_live - b->live) {
+        b->exceeded = true;
+        return false;
+    }
+    b->live += bytes;
+    o->charged += bytes;
+    return true;
+}
+
+static void uncharge(jx_obj *o) {
+    jx_budget *b = current_budget;
+    if (b) b->live -= o->charged < b->live ? o->charged : b->live;
+}
+
+sp_strbuf jx_strbuf(void) {
+    return (sp_strbuf){.limit = current_budget ? current_budget->max_string : 0};
+}
+
+bool jx_strbuf_ok(const sp_strbuf *b) {
+    if (b->overflow && current_budget) current_budget->exceeded = true;
+    return !b->oom && !b->overflow;
+}
+
 /* ------------------------------------------------------------ ref counting */
 
 jx_value jx_ref(jx_value v) {
@@ -40,11 +75,16 @@ void jx_unref(jx_value v) {
     case JX_FUNC: jx_unref(o->u.fn.self); break;
     default: break;
     }
+    uncharge(o);
     free(o);
 }
 
 static jx_obj *obj_new(jx_type t) {
     jx_obj *o = calloc(1, sizeof *o);
+    if (o && !charge(o, sizeof *o)) {
+        free(o);
+        return NULL;
+    }
     if (o) {
         o->rc = 1;
         o->type = t;
@@ -53,9 +93,14 @@ static jx_obj *obj_new(jx_type t) {
 }
 
 bool jx_str_new(const char *s, size_t len, jx_value *out) {
+    if (current_budget && len > current_budget->max_string) {
+        current_budget->exceeded = true;
+        return false;
+    }
     jx_obj *o = obj_new(JX_STR);
-    char *d = malloc(len + 1);
+    char *d = o && charge(o, len + 1) ? malloc(len + 1) : NULL;
     if (!o || !d) {
+        if (o) uncharge(o);
         free(o);
         free(d);
         return false;
@@ -75,8 +120,9 @@ bool jx_list_new(size_t cap, bool tuple, jx_value *out) {
     jx_obj *o = obj_new(JX_LIST);
     if (!o) return false;
     if (cap) {
-        o->u.list.v = malloc(cap * sizeof(jx_value));
+        o->u.list.v = charge(o, cap * sizeof(jx_value)) ? malloc(cap * sizeof(jx_value)) : NULL;
         if (!o->u.list.v) {
+            uncharge(o);
             free(o);
             return false;
         }
@@ -100,7 +146,8 @@ bool jx_list_push(jx_value list, jx_value item) {
     jx_obj *o = list.u.o;
     if (o->u.list.n == o->u.list.cap) {
         size_t cap = o->u.list.cap ? o->u.list.cap * 2 : 4;
-        jx_value *v = realloc(o->u.list.v, cap * sizeof *v);
+        jx_value *v = charge(o, (cap - o->u.list.cap) * sizeof *v)
+                          ? realloc(o->u.list.v, cap * sizeof *v) : NULL;
         if (!v) {
             jx_unref(item);
             return false;
@@ -146,7 +193,8 @@ bool jx_dict_set(jx_value dict, jx_value key, jx_value val) {
         }
     if (o->u.dict.n == o->u.dict.cap) {
         size_t cap = o->u.dict.cap ? o->u.dict.cap * 2 : 8;
-        jx_value *k = realloc(o->u.dict.k, cap * sizeof *k);
+        jx_value *k = charge(o, 2 * (cap - o->u.dict.cap) * sizeof *k)
+                          ? realloc(o->u.dict.k, cap * sizeof *k) : NULL;
         if (k) o->u.dict.k = k;
         jx_value *v = k ? realloc(o->u.dict.v, cap * sizeof *v) : NULL;
         if (v) o->u.dict.v = v;
@@ -400,8 +448,8 @@ bool jx_to_str(jx_value v, jx_value *out) {
         *out = jx_ref(v);
         return true;
     }
-    sp_strbuf b = {0};
-    if (!jx_write_str(&b, v) && (b.oom || b.overflow)) {
+    sp_strbuf b = jx_strbuf();
+    if (!jx_write_str(&b, v) && !jx_strbuf_ok(&b)) {
         sp_strbuf_free(&b);
         return false;
     }

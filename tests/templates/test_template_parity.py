@@ -302,6 +302,28 @@ def test_limits(tmp_path):
     # Under the limits, the same templates render in full.
     rc, out, _ = run_spindle(tmp_path, big, {}, chat=False)
     assert rc == 0 and out == "xxxxxxxxxx" * 100000
+    # Values that double in a loop (a list, a string joined with itself:
+    # fuzz_jinja's out-of-memory find) and many large strings kept in a
+    # list stop at the value budget with a limit
+    # error instead of taking the machine's memory; under it they render.
+    doubling = {
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+        "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}": str(2 ** 20),
+        "{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+        "{% set ns.s = ns.s | join(ns.s) %}{% endfor %}{{ ns.s | length }}": None,
+        "{% set ns = namespace(d=[]) %}{% for i in range(3000) %}"
+        "{% set ns.d = ns.d + ['x' * 1000000 ~ i] %}{% endfor %}{{ ns.d | length }}": "3",
+    }
+    for src, small in doubling.items():
+        rc, _, err = run_spindle(tmp_path, src, {}, chat=False,
+                                 extra_args=("--max-value-bytes", str(64 << 20),
+                                             "--max-iterations", "10000000"))
+        assert rc == 1 and err.startswith("limit exceeded: ") and "values exceed the limit" in err, err
+        assert re.search(r"template line \d+, column \d+: ", err), err
+        if small:
+            shrunk = src.replace("range(40)", "range(20)").replace("range(3000)", "range(3)")
+            rc, out, err = run_spindle(tmp_path, shrunk, {}, chat=False)
+            assert rc == 0 and out == small, err
     # Deeply nested input is refused at parse time, not by crashing.
     deep = "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}"
     rc, _, err = run_spindle(tmp_path, deep, {}, chat=False)

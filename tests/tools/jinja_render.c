@@ -3,6 +3,7 @@
  *
  *   jinja_render TEMPLATE CONTEXT.json [--chat] [--now EPOCH]
  *                [--max-depth N] [--max-iterations N] [--max-output N]
+ *                [--max-value-bytes N]
  *
  * Plain mode: the context object's keys are the template variables.
  * --chat: the context is {"messages", "tools", "documents",
@@ -46,7 +47,8 @@ static const char *special(const cJSON *sp, const char *key) {
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s TEMPLATE CONTEXT.json [--chat] [--now EPOCH] "
-                        "[--max-depth N] [--max-iterations N] [--max-output N]\n", argv[0]);
+                        "[--max-depth N] [--max-iterations N] [--max-output N] "
+                        "[--max-value-bytes N]\n", argv[0]);
         return 2;
     }
     sp_jinja_limits lim = sp_jinja_default_limits();
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
         else if (v && !strcmp(a, "--max-depth")) lim.max_depth = atoi(argv[++i]);
         else if (v && !strcmp(a, "--max-iterations")) lim.max_iterations = atoll(argv[++i]);
         else if (v && !strcmp(a, "--max-output")) lim.max_output = (size_t)atoll(argv[++i]);
+        else if (v && !strcmp(a, "--max-value-bytes"))
+            lim.max_value_bytes = (size_t)atoll(argv[++i]);
         else {
             fprintf(stderr, "unknown option %s\n", a);
             return 2;
