@@ -13,6 +13,17 @@ scripts/apt_install.sh setup clang-16 libclang-rt-16-dev  # libFuzzer (scripts/f
 scripts/apt_install.sh setup chromium  # the chat page's browser test (tests/server)
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 
+# What set-up and the tests build once and may keep (the llama.cpp
+# reference's wheel, and tests/.work: the parity models that mlx-lm writes,
+# the unpacked MiniLM) lives in a cache outside the clone, shared by the
+# clones on this machine. Every entry is keyed or stamped by what made it
+# (the wheel by its build flags and this CPU's, a model set by its
+# generator's hash and mlx's version) and rebuilt when that changes; a new
+# machine builds everything.
+cache=${SPINDLE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/spindle}
+mkdir -p "$cache/work"
+if [ ! -e tests/.work ] && [ ! -L tests/.work ]; then ln -s "$cache/work" tests/.work; fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
@@ -77,11 +88,21 @@ if [ ! -f "$sdist" ] && { [ $build_llama = yes ] || [ ! -f $templates/.stamp ]; 
   .venv/bin/pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .venv/sdist
 fi
 if [ $build_llama = yes ]; then
-  echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
-  # Native: the reference runs only on the machine that builds it. No wheel
-  # cache: a cached wheel may have been built with other CMAKE_ARGS.
-  CFLAGS="$LLAMA_CFLAGS" CXXFLAGS="$LLAMA_CFLAGS" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
-    CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip install -q --no-cache-dir --force-reinstall --no-deps "$sdist"
+  # Native: the reference runs only on the machine that builds it, so the
+  # wheel's key holds the build flags, the compiler and the CPU's flags. No
+  # pip wheel cache: it does not know CMAKE_ARGS.
+  key=$( { echo "$want"; cc --version | head -1; grep -m1 '^flags' /proc/cpuinfo; } | sha256sum | cut -c1-16)
+  wheels=$cache/llama-cpp-python-$key
+  if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "setup: building llama-cpp-python (llama.cpp reference; several minutes)"
+    rm -rf "$wheels.tmp"
+    CFLAGS="$LLAMA_CFLAGS" CXXFLAGS="$LLAMA_CFLAGS" CMAKE_ARGS="$LLAMA_CMAKE_ARGS" \
+      CMAKE_BUILD_PARALLEL_LEVEL=2 .venv/bin/pip wheel -q --no-cache-dir --no-deps \
+      -w "$wheels.tmp" "$sdist"
+    rm -rf "$wheels"
+    mv "$wheels.tmp" "$wheels"
+  fi
+  .venv/bin/pip install -q --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl
   # Its own dependencies (installing "$sdist" again could rebuild it).
   .venv/bin/pip install -q typing-extensions numpy diskcache jinja2
   echo "$want" > "$llama_stamp"

@@ -32,7 +32,7 @@ static void render(const sp_jinja_template *tpl, const cJSON *ctx) {
     sp_jinja_limits lim = sp_jinja_default_limits();
     lim.max_iterations = 20000;
     lim.max_output = 1 << 20;
-    lim.max_value_bytes = 64 << 20;
+    lim.max_value_bytes = 8 << 20;
     lim.now = 1700000000; /* a fixed clock: the two renders must agree */
     char *out[2] = {NULL, NULL};
     size_t len[2] = {0, 0};
