@@ -96,6 +96,35 @@ int sp_arg_prompt_cache(int argc, char **argv, int *i,
     return sp_arg_bytes(a, v, &lo->prompt_cache_disk_bytes) ? 1 : -1;
 }
 
+int sp_arg_sampler(int argc, char **argv, int *i, spindle_sampler_params *sp) {
+    static const struct {
+        const char *name;
+        double lo, hi;
+        bool integer;
+    } opts[] = {{"--temp", 0, 1e4, false},        {"--top-k", 0, 1 << 24, true},
+                {"--top-p", 0, 1, false},         {"--min-p", 0, 1, false},
+                {"--xtc-probability", 0, 1, false}, {"--xtc-threshold", 0, 0.5, false}};
+    const char *a = argv[*i], *v;
+    size_t k = 0;
+    while (k < sizeof opts / sizeof opts[0] && strcmp(a, opts[k].name) != 0) k++;
+    if (k == sizeof opts / sizeof opts[0]) return 0;
+    if (!(v = sp_arg_value(argc, argv, i))) return -1;
+    long n = 0;
+    double x = 0;
+    if (opts[k].integer ? !sp_arg_int(a, v, (long)opts[k].lo, (long)opts[k].hi, &n)
+                        : !sp_arg_float(a, v, opts[k].lo, opts[k].hi, &x))
+        return -1;
+    switch (k) {
+    case 0: sp->temperature = (float)x; break;
+    case 1: sp->top_k = (int)n; break;
+    case 2: sp->top_p = (float)x; break;
+    case 3: sp->min_p = (float)x; break;
+    case 4: sp->xtc_probability = (float)x; break;
+    default: sp->xtc_threshold = (float)x; break;
+    }
+    return 1;
+}
+
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out) {
     spindle_error err = {0};
     if (spindle_kv_type_parse(s, out, &err) == SPINDLE_OK) return true;

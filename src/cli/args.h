@@ -46,6 +46,13 @@ bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
  * 0 not one of them, -1 a usage error (printed). */
 int sp_arg_prompt_cache(int argc, char **argv, int *i,
                         spindle_load_options *lo);
+/* The sampler's options (run and chat share them): --temp, --top-k,
+ * --top-p, --min-p, --xtc-probability, --xtc-threshold. Parses argv[*i]
+ * when it is one of them (advancing *i): 1 parsed, 0 not one of them, -1 a
+ * usage error (printed). --seed is the caller's (run records whether it
+ * was given). */
+int sp_arg_sampler(int argc, char **argv, int *i, spindle_sampler_params *sp);
+
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 /* "1,2,4" → malloc'd counts, each in [1, hi]. */

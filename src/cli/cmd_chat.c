@@ -99,6 +99,7 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
 static const char *chat_usage =
     "usage: spindle chat -m MODEL [--system TEXT] [-n MAX_TOKENS] "
     "[--temp T --top-k K --top-p P --min-p P --seed S] [-t THREADS]\n"
+    "       [--xtc-probability P --xtc-threshold T]\n"
     "       [--kv-type f32|bf16|f16] [--mmap] [--lora PATH[:SCALE]]...\n"
     SP_ARG_SPEC_HELP
     "Type a message and press Enter; /reset clears the history, "
@@ -118,7 +119,6 @@ static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long n;
-        double x;
 #define VALUE() if (!(v = sp_arg_value(argc, argv, &i))) return 2
         if (sp_arg_is_help(a)) { fputs(chat_usage, stdout); return 1; }
         else if (!strcmp(a, "--mmap")) o->use_mmap = true;
@@ -133,18 +133,8 @@ static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
         } else if (!strcmp(a, "-t")) {
             VALUE(); if (!sp_arg_int(a, v, 1, 1024, &n)) return 2;
             o->threads = (int)n;
-        } else if (!strcmp(a, "--top-k")) {
-            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
-            gen->sampler.top_k = (int)n;
-        } else if (!strcmp(a, "--temp")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1e4, &x)) return 2;
-            gen->sampler.temperature = (float)x;
-        } else if (!strcmp(a, "--top-p")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
-            gen->sampler.top_p = (float)x;
-        } else if (!strcmp(a, "--min-p")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
-            gen->sampler.min_p = (float)x;
+        } else if ((n = sp_arg_sampler(argc, argv, &i, &gen->sampler)) != 0) {
+            if (n < 0) return 2;
         } else if (!strcmp(a, "--seed")) {
             VALUE(); if (!sp_arg_u64(a, v, &gen->sampler.seed)) return 2;
         } else if (!strcmp(a, "--kv-type")) {

@@ -94,6 +94,8 @@ static bool prompts_options_ok(run_options *o) {
 /* Not a status of the library: --prompts ran and printed everything. */
 #define SP_RUN_PROMPTS_DONE ((spindle_status)-1)
 
+static bool options_ok(run_options *o);
+
 static int parse(int argc, char **argv, run_options *o) {
     o->gen = spindle_gen_defaults();
     for (int i = 1; i < argc; i++) {
@@ -125,24 +127,8 @@ static int parse(int argc, char **argv, run_options *o) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
             o->gen.max_tokens = (int)n;
-        } else if (!strcmp(a, "--temp")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1e4, &x)) return 2;
-            o->gen.sampler.temperature = (float)x;
-        } else if (!strcmp(a, "--top-k")) {
-            VALUE(); if (!sp_arg_int(a, v, 0, 1 << 24, &n)) return 2;
-            o->gen.sampler.top_k = (int)n;
-        } else if (!strcmp(a, "--top-p")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
-            o->gen.sampler.top_p = (float)x;
-        } else if (!strcmp(a, "--min-p")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
-            o->gen.sampler.min_p = (float)x;
-        } else if (!strcmp(a, "--xtc-probability")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 1, &x)) return 2;
-            o->gen.sampler.xtc_probability = (float)x;
-        } else if (!strcmp(a, "--xtc-threshold")) {
-            VALUE(); if (!sp_arg_float(a, v, 0, 0.5, &x)) return 2;
-            o->gen.sampler.xtc_threshold = (float)x;
+        } else if ((rc = sp_arg_sampler(argc, argv, &i, &o->gen.sampler)) != 0) {
+            if (rc < 0) return 2;
         } else if (!strcmp(a, "--repetition-penalty")) {
             VALUE(); if (!sp_arg_float(a, v, 0, 100, &x)) return 2;
             o->gen.repetition_penalty = (float)x;
@@ -223,31 +209,36 @@ static int parse(int argc, char **argv, run_options *o) {
         }
 #undef VALUE
     }
+    return options_ok(o) ? 0 : 2;
+}
+
+/* The checks across options, once all are read. */
+static bool options_ok(run_options *o) {
     if (!o->model) {
         fprintf(stderr, "spindle run: -m MODEL is required\n");
-        return 2;
+        return false;
     }
     if (o->grammar_file && o->schema_file) {
         fprintf(stderr, "spindle run: --grammar and --json-schema exclude each other\n");
-        return 2;
+        return false;
     }
     if (o->prompts_file)
-        return prompts_options_ok(o) ? 0 : 2;
+        return prompts_options_ok(o);
     if (o->parallel) {
         fprintf(stderr, "spindle run: --parallel needs --prompts FILE\n");
-        return 2;
+        return false;
     }
-    if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return 2;
+    if (!sp_run_durable_prompt_ok(&o->durable, o->prompt || o->text)) return false;
     if (!o->durable.resume_path && !o->prompt == !o->text) {
         fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
                         "--prompt-tokens IDS\n");
-        return 2;
+        return false;
     }
     if ((o->chat || o->system) && !o->text && !o->prompts_file) {
         fprintf(stderr, "spindle run: --chat and --system need -p TEXT\n");
-        return 2;
+        return false;
     }
-    return 0;
+    return true;
 }
 
 /* A 1-D float32 .npy file, as numpy.save writes it. */
