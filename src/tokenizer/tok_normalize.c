@@ -123,14 +123,13 @@ static bool is_mark(uint32_t cp) {
 }
 
 static bool is_mark_nonspacing(uint32_t cp) {
-    return utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_MN;
+    return sp_uc_in_ranges(SP_UC_BERT_NONSPACING, SP_UC_N_BERT_NONSPACING, cp);
 }
 
-/* BERT's "control": Cc, Cf, Cs, Co. HF's category tables leave unassigned
- * code points (Cn) alone, so they are kept. */
+/* BERT's "control": Cc, Cf, Co by its crate's tables; unassigned code
+ * points (Cn) are kept. */
 static bool is_other(uint32_t cp) {
-    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-    return c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO;
+    return sp_uc_in_ranges(SP_UC_BERT_CONTROL, SP_UC_N_BERT_CONTROL, cp);
 }
 
 static bool is_chinese(uint32_t c) {

@@ -209,3 +209,14 @@ int sp_uc_norm_barrier(uint32_t cp) {
     return lo < SP_UC_N_NORM_BARRIERS && SP_UC_NORM_BARRIERS[lo].cp == cp
                ? SP_UC_NORM_BARRIERS[lo].forms : 0;
 }
+
+bool sp_uc_in_ranges(const sp_uc_range *r, size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < r[mid].lo) hi = mid;
+        else if (cp > r[mid].hi) lo = mid + 1;
+        else return true;
+    }
+    return false;
+}

@@ -60,6 +60,20 @@ extern const sp_uc_barrier SP_UC_NORM_BARRIERS[];
 extern const size_t SP_UC_N_NORM_BARRIERS;
 extern const sp_uc_lower_map SP_UC_LOWER[];
 extern const size_t SP_UC_N_LOWER;
+/* BERT's classes, from the unicode_categories crate that HF's BertNormalizer,
+ * BertPreTokenizer and Punctuation pre-tokenizer use (Unicode older than
+ * utf8proc's: e.g. U+061D and U+07FD are not punctuation / marks there):
+ * punctuation (ASCII punctuation included), nonspacing marks (Mn), and
+ * controls (Cc, Cf, Co less tab, newline and carriage return). */
+extern const sp_uc_range SP_UC_BERT_PUNCT[];
+extern const size_t SP_UC_N_BERT_PUNCT;
+extern const sp_uc_range SP_UC_BERT_NONSPACING[];
+extern const size_t SP_UC_N_BERT_NONSPACING;
+extern const sp_uc_range SP_UC_BERT_CONTROL[];
+extern const size_t SP_UC_N_BERT_CONTROL;
+
+/* Whether cp lies in one of the n sorted, disjoint ranges. */
+bool sp_uc_in_ranges(const sp_uc_range *r, size_t n, uint32_t cp);
 
 /* Copy the PCRE2 pattern `src` into `out` with \s \S \d \D \w \W, \p{..}
  * \P{..} \p{^..} of the general categories replaced by explicit sets of HF's

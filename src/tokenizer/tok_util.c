@@ -269,11 +269,7 @@ bool sp_uc_is_whitespace(uint32_t cp) { /* Unicode White_Space */
 }
 
 bool sp_uc_is_punct(uint32_t cp) {
-    if (cp < 0x80 && ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) ||
-                      (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126)))
-        return true;
-    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-    return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
+    return sp_uc_in_ranges(SP_UC_BERT_PUNCT, SP_UC_N_BERT_PUNCT, cp);
 }
 
 bool sp_uc_is_numeric(uint32_t cp) {
