@@ -259,12 +259,16 @@ static void join_residual(sp_forward *f, const float *post_norm,
     for (size_t i = 0; i < n; i++) f->x[i] += f->out[i] * scale;
 }
 
-void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s) {
+void sp_decoder_attention(sp_forward *f, int l, const sp_layer_scales *s) {
     const sp_layer *L = &f->m->layers[l];
     norm_or_copy(f, f->x, L->attn_norm, f->xn);
     sp_attention_block(f, l, s->attn, s->attn_softcap);
     join_residual(f, L->post_attn_norm, s->residual);
+}
 
+void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s) {
+    const sp_layer *L = &f->m->layers[l];
+    sp_decoder_attention(f, l, s);
     norm_or_copy(f, f->x, L->mlp_norm, f->xn);
     if (L->moe)
         sp_moe_block(f, L->moe);

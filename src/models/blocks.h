@@ -102,6 +102,8 @@ typedef struct sp_layer_scales {
  *   x' = h + residual * post_mlp_norm(mlp(mlp_norm(h)))
  * where an absent norm is the identity. */
 void sp_decoder_layer(sp_forward *f, int l, const sp_layer_scales *s);
+/* Its first half, h above, for a family whose MLP half is its own. */
+void sp_decoder_attention(sp_forward *f, int l, const sp_layer_scales *s);
 
 /* The standard decoder layer: the above with scale head_dim^-0.5 and
  * residual 1, over the layer's own norms (pre-norms in Llama, Qwen2,

@@ -78,8 +78,8 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
             vec += L->qk_norm_full
                        ? (int64_t)(c->n_heads + c->n_kv_heads) * c->head_dim
                        : 2 * c->head_dim;
-        if (L->moe) {
-            moe = L->moe;
+        if (L->moe || L->moe_beside) {
+            moe = L->moe ? L->moe : L->moe_beside;
             const sp_linear *always[] = {&moe->router, &moe->shared_gate_proj,
                                          &moe->shared_up, &moe->shared_down,
                                          &moe->shared_expert_gate};

@@ -26,10 +26,21 @@
  *  - attention_k_eq_v: the full-attention layers' values are their key
  *    projections (sp_layer.v_is_k).
  *
- * Not supported yet, refused at load naming the key: the MoE block
- * (enable_moe_block), and num_global_key_value_heads other than
- * num_key_value_heads with attention_k_eq_v. */
+ *  - enable_moe_block (Gemma 4 26B): beside each layer's dense MLP, routed
+ *    experts (models/moe.h) whose router reads the residual stream
+ *    (RMS-normalized by router.scale * hidden^-0.5; the top_k_experts
+ *    largest logits, softmax over them, times router.per_expert_scale) and
+ *    whose experts (GeGLU, moe_intermediate_size) read
+ *    pre_feedforward_layernorm_2 of it:
+ *      x += post_ff_norm(post_ff_norm_1(mlp(pre_ff_norm(x)))
+ *                        + post_ff_norm_2(experts(pre_ff_norm_2(x))))
+ *    Weights as mlx-lm writes them (experts.switch_glu.*_proj).
+ *
+ * Not supported yet, refused at load naming the key:
+ * num_global_key_value_heads other than num_key_value_heads with
+ * attention_k_eq_v. */
 #include "models/blocks.h"
+#include "models/moe.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 
@@ -45,6 +56,11 @@ typedef struct per_layer_gate {
     const float *norm;           /* post_per_layer_input_norm [hidden] */
 } per_layer_gate;
 
+/* A MoE layer's norms around its two MLP paths. */
+typedef struct moe_norms {
+    const float *post_1, *pre_2, *post_2;
+} moe_norms;
+
 typedef struct gemma4 {
     sp_gemma_io io;              /* first: the shared Gemma hooks read it */
     sp_rope rope_sliding;        /* the sliding-window layers' rope */
@@ -57,6 +73,10 @@ typedef struct gemma4 {
     sp_linear model_projection;  /* [n_layers * P][hidden] */
     const float *projection_norm; /* [P] */
     per_layer_gate *gates;       /* [n_layers] */
+    /* enable_moe_block: every layer's experts and norms; NULL: none. */
+    sp_moe *moe;                 /* [n_layers] */
+    moe_norms *moe_norms;        /* [n_layers] */
+    int n_layers;
 } gemma4;
 
 static void gemma4_free(void *family) {
@@ -64,6 +84,9 @@ static void gemma4_free(void *family) {
     sp_rope_free(&g->rope_sliding);
     free(g->layer_scalar);
     free(g->gates);
+    for (int l = 0; g->moe && l < g->n_layers; l++) sp_moe_free(&g->moe[l]);
+    free(g->moe);
+    free(g->moe_norms);
     free(g);
 }
 
@@ -79,24 +102,50 @@ static spindle_status config_count(const spindle_model *m, const char *key,
     return sp_model_int(m, key, false, dflt, 0, 1 << 24, out, err);
 }
 
-static spindle_status check_supported(const spindle_model *m,
-                                      spindle_error *err) {
-    static const struct { const char *key; int dflt; const char *what; }
-        off[] = {
-            {"enable_moe_block", 0, "the MoE block"},
-        };
-    spindle_status st;
-    int v;
-    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
-        if ((st = config_count(m, off[i].key, off[i].dflt, &v, err)))
-            return st;
-        if (v)
-            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                           "%s/config.json: gemma4_text with %s ('%s' %d) "
-                           "is not supported", m->dir, off[i].what,
-                           off[i].key, v);
+/* enable_moe_block: every layer's routed experts beside its MLP
+ * (num_experts, top_k_experts and moe_intermediate_size required). */
+static spindle_status bind_moe(spindle_model *m, gemma4 *g,
+                               spindle_error *err) {
+    int on, experts = 0, top_k = 0, inter = 0;
+    spindle_status st = config_count(m, "enable_moe_block", 0, &on, err);
+    if (st || !on) return st;
+    if ((st = sp_model_int(m, "num_experts", true, 0, 1, 1 << 16, &experts,
+                           err)) ||
+        (st = sp_model_int(m, "top_k_experts", true, 0, 1, 1 << 16, &top_k,
+                           err)) ||
+        (st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
+                           &inter, err)))
+        return st;
+    const sp_moe_spec spec = {.n_experts = experts, .top_k = top_k,
+                              .inter = inter,
+                              .routing = SP_ROUTE_TOPK_SOFTMAX,
+                              .act = sp_gelu_tanh_mul,
+                              .router = "router.proj",
+                              .router_norm = "router.scale",
+                              .expert_scale = "router.per_expert_scale",
+                              .stacked = "experts.switch_glu"};
+    const int n = m->cfg.n_layers;
+    g->n_layers = n;
+    g->moe = calloc((size_t)n, sizeof *g->moe);
+    g->moe_norms = calloc((size_t)n, sizeof *g->moe_norms);
+    if (!g->moe || !g->moe_norms)
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    const int64_t d = m->cfg.hidden_size;
+    char p[256];
+    for (int l = 0; l < n && !st; l++) {
+        moe_norms *N = &g->moe_norms[l];
+#define NAME(s) (snprintf(p, sizeof p, "model.layers.%d" s, l), p)
+        if (!(st = sp_moe_bind(m, NAME(""), &spec, &g->moe[l], err)) &&
+            !(st = sp_bind_vector(m, NAME(".post_feedforward_layernorm_1.weight"),
+                                  d, &N->post_1, err)) &&
+            !(st = sp_bind_vector(m, NAME(".pre_feedforward_layernorm_2.weight"),
+                                  d, &N->pre_2, err)))
+            st = sp_bind_vector(m, NAME(".post_feedforward_layernorm_2.weight"),
+                                d, &N->post_2, err);
+        m->layers[l].moe_beside = &g->moe[l];
+#undef NAME
     }
-    return SPINDLE_OK;
+    return st;
 }
 
 /* A number of rope_parameters.<kind> (absent: dflt). */
@@ -302,14 +351,16 @@ static spindle_status bind_per_layer_inputs(spindle_model *m, gemma4 *g,
 static void gemma4_begin_layers(sp_forward *f) {
     const spindle_model *m = f->m;
     const gemma4 *g = m->family;
-    if (!g->per_layer) return;
     const int T = f->n_rows, P = g->per_layer;
     const size_t w = (size_t)m->cfg.n_layers * P;
-    if (!sp_forward_family_rows(f, (size_t)T * (2 * w + P))) {
+    const size_t moe_rows = g->moe ? (size_t)T * m->cfg.hidden_size : 0;
+    if ((P || moe_rows) &&
+        !sp_forward_family_rows(f, (size_t)T * (2 * w + P) + moe_rows)) {
         f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY, "out of memory for "
-                            "the per-layer inputs of %d tokens", T);
+                            "the per-layer rows of %d tokens", T);
         return;
     }
+    if (!P) return;
     float *in = f->family_rows, *proj = in + (size_t)T * w;
     sp_linear_rows(f->pool, &g->model_projection, f->x, T, proj);
     const float proj_scale = 1.0f / sqrtf((float)m->cfg.hidden_size);
@@ -342,11 +393,30 @@ static void add_per_layer_input(sp_forward *f, int l) {
     sp_add_rows(f, f->x, f->out);
 }
 
+/* The MLP half of a MoE layer (the header's formula). The dense path's
+ * output waits in f->family_rows, after the per-layer inputs. */
+static void moe_mlp_half(sp_forward *f, int l) {
+    const gemma4 *g = f->m->family;
+    const sp_layer *L = &f->m->layers[l];
+    const moe_norms *N = &g->moe_norms[l];
+    const size_t w = (size_t)f->m->cfg.n_layers * g->per_layer;
+    float *dense = f->family_rows + (size_t)f->n_rows * (2 * w + g->per_layer);
+    sp_norm_rows(f, f->x, L->mlp_norm, f->xn);
+    sp_mlp_geglu(f, l);
+    sp_norm_rows(f, f->out, N->post_1, dense);
+    sp_norm_rows(f, f->x, N->pre_2, f->xn);
+    sp_moe_block_routed(f, &g->moe[l], f->x);
+    if (f->status) return;
+    sp_norm_rows(f, f->out, N->post_2, f->out);
+    sp_add_rows(f, f->out, dense);
+    sp_norm_rows(f, f->out, L->post_mlp_norm, f->out);
+    sp_add_rows(f, f->x, f->out);
+}
+
 static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     spindle_status st;
-    if ((st = sp_gemma_check_head_dim(m, err)) ||
-        (st = check_supported(m, err)))
+    if ((st = sp_gemma_check_head_dim(m, err)))
         return st;
     int pattern;
     if ((st = sp_model_int(m, "sliding_window_pattern", false, 5, 1,
@@ -374,7 +444,8 @@ static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
         (st = init_rope(m, "sliding_attention", c->head_dim,
                         &g->rope_sliding, &sliding, err)) ||
         (st = bind_layers(m, g, err)) ||
-        (st = bind_per_layer_inputs(m, g, err)))
+        (st = bind_per_layer_inputs(m, g, err)) ||
+        (st = bind_moe(m, g, err)))
         return st;
     return sp_model_sliding_layers(m, pattern, 512.0, &g->rope_sliding, err);
 }
@@ -382,7 +453,12 @@ static spindle_status gemma4_load(spindle_model *m, spindle_error *err) {
 static void gemma4_layer(sp_forward *f, int l) {
     const gemma4 *g = f->m->family;
     const sp_layer_scales s = {.attn = 1.0f, .residual = 1.0f};
-    sp_decoder_layer(f, l, &s);
+    if (g->moe) {
+        sp_decoder_attention(f, l, &s);
+        moe_mlp_half(f, l);
+    } else {
+        sp_decoder_layer(f, l, &s);
+    }
     if (g->per_layer && !f->status) add_per_layer_input(f, l);
     float k = g->layer_scalar[l];
     size_t n = (size_t)f->n_rows * f->m->cfg.hidden_size;

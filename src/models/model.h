@@ -45,6 +45,9 @@ typedef struct sp_layer {
     /* A routed-experts MLP (models/moe.h) in place of gate/up/down, owned
      * by the family data; NULL for a dense MLP. */
     const struct sp_moe *moe;
+    /* Routed experts beside the dense MLP, which the family's layer runs
+     * itself (Gemma 4's MoE block); owned by the family data, NULL: none. */
+    const struct sp_moe *moe_beside;
     const sp_rope *rope;         /* NULL: no position encoding (NoPE) */
     /* Attention sinks: one logit per query head in each softmax's
      * denominator (gpt-oss); NULL: none. */

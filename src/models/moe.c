@@ -73,6 +73,27 @@ static spindle_status bind_shared(spindle_model *m, const char *prefix,
     return sp_bind_linear(m, name, 1, d, false, &moe->shared_expert_gate, err);
 }
 
+static spindle_status bind_router_scales(spindle_model *m, const char *prefix,
+                                         sp_moe *moe, spindle_error *err) {
+    const sp_moe_spec *s = &moe->spec;
+    char name[320];
+    spindle_status st = SPINDLE_OK;
+    if (s->expert_scale) {
+        snprintf(name, sizeof name, "%s.%s", prefix, s->expert_scale);
+        st = sp_bind_vector(m, name, s->n_experts, &moe->expert_scale, err);
+    }
+    if (st || !s->router_norm) return st;
+    const float *w = NULL;
+    snprintf(name, sizeof name, "%s.%s", prefix, s->router_norm);
+    if ((st = sp_bind_vector(m, name, moe->hidden, &w, err))) return st;
+    moe->router_norm = malloc((size_t)moe->hidden * sizeof *moe->router_norm);
+    if (!moe->router_norm) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* mlx-lm's scale * hidden_size**-0.5, in float32 */
+    const float root = (float)(1.0 / sqrt((double)moe->hidden));
+    for (int64_t i = 0; i < moe->hidden; i++) moe->router_norm[i] = w[i] * root;
+    return SPINDLE_OK;
+}
+
 spindle_status sp_moe_bind(spindle_model *m, const char *prefix,
                            const sp_moe_spec *spec, sp_moe *out,
                            spindle_error *err) {
@@ -94,6 +115,7 @@ spindle_status sp_moe_bind(spindle_model *m, const char *prefix,
     snprintf(name, sizeof name, "%s.%s", prefix, spec->router);
     spindle_status st = sp_bind_linear(m, name, spec->n_experts, out->hidden,
                                        false, &out->router, err);
+    if (!st) st = bind_router_scales(m, prefix, out, err);
     if (!st) st = bind_experts(m, prefix, out, err);
     if (!st && spec->shared_inter > 0) st = bind_shared(m, prefix, out, err);
     if (st) sp_moe_free(out);
@@ -104,6 +126,8 @@ void sp_moe_free(sp_moe *moe) {
     if (!moe) return;
     free(moe->gate); /* up and down share its allocation */
     moe->gate = moe->up = moe->down = NULL;
+    free(moe->router_norm);
+    moe->router_norm = NULL;
 }
 
 static void add_linear(const sp_linear *l, int64_t *params, int64_t *bytes) {
@@ -375,19 +399,42 @@ static void add_shared_expert(sp_forward *f, const sp_moe *moe) {
 }
 
 void sp_moe_block(sp_forward *f, const sp_moe *moe) {
+    sp_moe_block_routed(f, moe, f->xn);
+}
+
+/* Each row's top_k experts and weights from the router over router_in. */
+static void route_rows(sp_forward *f, const sp_moe *moe, const float *router_in) {
+    sp_moe_scratch *s = f->moe;
+    const sp_moe_spec *sp = &moe->spec;
+    const int T = f->n_rows, E = sp->n_experts, k = sp->top_k;
+    const size_t D = (size_t)moe->hidden;
+    if (moe->router_norm) { /* s->x is free until the rows are gathered */
+        for (int t = 0; t < T; t++)
+            sp_rmsnorm(s->x + (size_t)t * D, router_in + (size_t)t * D,
+                       moe->router_norm, (int)D, f->m->cfg.rms_norm_eps, 0.0f);
+        router_in = s->x;
+    }
+    sp_linear_forward(f, &moe->router, router_in, s->logits);
+    for (int t = 0; t < T; t++) {
+        int *idx = s->idx + (size_t)t * k;
+        float *w = s->weight + (size_t)t * k;
+        sp_route(s->logits + (size_t)t * E, E, k, sp->routing, sp->norm_topk, idx, w);
+        if (moe->expert_scale)
+            for (int j = 0; j < k; j++) w[j] *= moe->expert_scale[idx[j]];
+    }
+}
+
+void sp_moe_block_routed(sp_forward *f, const sp_moe *moe, const float *router_in) {
     if (f->status) return;
     if ((f->status = reserve(f, moe))) return;
     sp_moe_scratch *s = f->moe;
     sp_pool *pool = f->pool;
     const sp_moe_spec *sp = &moe->spec;
-    const int T = f->n_rows, E = sp->n_experts, k = sp->top_k;
+    const int T = f->n_rows, k = sp->top_k;
     const size_t D = (size_t)moe->hidden;
 
-    sp_linear_forward(f, &moe->router, f->xn, s->logits);
-    for (int t = 0; t < T; t++)
-        sp_route(s->logits + (size_t)t * E, E, k, sp->routing, sp->norm_topk,
-                 s->idx + (size_t)t * k, s->weight + (size_t)t * k);
-    group_by_expert(s, T * k, E);
+    route_rows(f, moe, router_in);
+    group_by_expert(s, T * k, sp->n_experts);
     for (int p = 0; p < T * k; p++)
         memcpy(s->x + (size_t)p * D, f->xn + (size_t)(s->order[p] / k) * D,
                D * sizeof(float));

@@ -40,6 +40,12 @@ typedef struct sp_moe_spec {
     sp_moe_act_fn act;          /* NULL: SwiGLU, silu(gate) * up */
     const char *router;         /* "gate": <router>.weight [n_experts][hidden],
                                    optional <router>.bias */
+    /* Gemma 4's router: its input RMS-normalized with weight
+     * <router_norm> [hidden] times hidden^-0.5 (NULL: the input as it is),
+     * and each chosen expert's weight times <expert_scale>[e]
+     * [n_experts] (NULL: none). */
+    const char *router_norm;
+    const char *expert_scale;
     /* Stacked experts: <stacked>.{gate,up,down}_proj.weight (3-D), e.g.
      * "switch_mlp"; when absent, the per-expert layout
      * <per_expert>.N.{gate,up,down}_proj.weight (NULL: none), e.g.
@@ -68,6 +74,8 @@ typedef struct sp_moe {
     bool fused;      /* gate[e] is the interleaved gate_up; up[] unused */
     sp_linear shared_gate_proj, shared_up, shared_down;
     sp_linear shared_expert_gate;    /* rows 0: none */
+    float *router_norm;              /* [hidden] owned, pre-scaled; or NULL */
+    const float *expert_scale;       /* [n_experts] or NULL */
 } sp_moe;
 
 /* Bind the layer's router and experts under `prefix` (m->cfg.hidden_size
@@ -91,6 +99,11 @@ sp_moe_size sp_moe_measure(const sp_moe *moe);
 /* f->out = moe(f->xn) over the pass's rows. A failure (out of memory for
  * the scratch) is left in f->status. */
 void sp_moe_block(sp_forward *f, const sp_moe *moe);
+/* The same with the router reading router_in [n_rows][hidden] instead of
+ * f->xn (Gemma 4 routes on the residual stream, the experts read its
+ * normalized copy). */
+void sp_moe_block_routed(sp_forward *f, const sp_moe *moe,
+                         const float *router_in);
 
 /* The Qwen MoE config keys, as mlx-lm's qwen3_moe and qwen3_next read
  * them. is_moe[n_layers]: layer l is MoE unless it is in mlp_only_layers

@@ -6,7 +6,7 @@ every model is built by mlx-lm's own gemma4_text Model, cast / quantized /
 saved by mlx-lm's own code, reloaded with mlx_lm.utils.load_model, and run
 by mlx_lm.generate.generate_step in its stored dtype and upcast to float32.
 
-The configs are the subset Spindle supports (no MoE block): both attention kinds occur
+The configs are the subset Spindle supports: both attention kinds occur
 with a sliding window of 8 (shorter than the prompts and the generation),
 the full-attention layers use the
 "proportional" partial RoPE (one with a factor), layer_types is given
@@ -15,8 +15,11 @@ other, and layer_scalar, the value norm and the final logit softcap (mlx-lm
 applies it: default 30, 10 in "wide") are all in play; "global" gives the
 full-attention layers a global_head_dim twice head_dim, and "shared" adds
 KV sharing between layers with double-wide MLPs, "per-layer" the per-layer
-inputs of Gemma 4 E2B / E4B on top, "k-eq-v" K = V full attention.  Gemma 4's norms
-scale by w (not 1 + w), so norm weights are drawn around 1.
+inputs of Gemma 4 E2B / E4B on top, "k-eq-v" K = V full attention, "moe"
+Gemma 4 26B's routed experts beside every layer's MLP (8 experts, 2 per
+token; router weights drawn wide enough that the chosen experts are not
+near ties).  Gemma 4's norms scale by w (not 1 + w), so norm weights are
+drawn around 1.
 
 Usage: python tests/parity/make_gemma4_models.py [--out DIR] [--only NAME ...]
 """
@@ -88,6 +91,8 @@ BASE["shared"] = dict(BASE["global"], num_hidden_layers=6,
 BASE["k-eq-v"] = dict(BASE["global"], attention_k_eq_v=True)
 BASE["per-layer"] = dict(BASE["shared"], hidden_size_per_layer_input=64,
                          vocab_size_per_layer_input=512)
+BASE["moe"] = dict(BASE["small"], enable_moe_block=True, num_experts=8,
+                   top_k_experts=2, moe_intermediate_size=64)
 
 
 def _spec(name, base, dtype, quant=None):
@@ -112,6 +117,9 @@ SPECS = [
     _spec("gemma4-per-layer-f32", "per-layer", "float32"),
     _spec("gemma4-per-layer-bf16", "per-layer", "bfloat16"),
     _spec("gemma4-per-layer-q4g64", "per-layer", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-moe-f32", "moe", "float32"),
+    _spec("gemma4-moe-bf16", "moe", "bfloat16"),
+    _spec("gemma4-moe-q4g64", "moe", "bfloat16", quant=(4, 64)),
 ]
 
 
@@ -149,8 +157,14 @@ def init_weights(model, seed):
             w = shape[0] ** -0.25 * (1.0 + 0.3 * rng.standard_normal(shape))
         elif name.endswith("norm.weight"):
             w = 1.0 + 0.3 * rng.standard_normal(shape)
-        elif name.endswith("layer_scalar"):
+        elif name.endswith(("layer_scalar", "per_expert_scale")):
             w = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("router.scale"):
+            w = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif name.endswith("router.proj.weight"):
+            # logits with a standard deviation of 3: the top 2 of 8 stand
+            # clear of the rest, so rounding cannot swap an expert
+            w = 3.0 * rng.standard_normal(shape)
         elif "embed_tokens" in name:
             rows = np.exp(mm.ROW_SIGMA * rng.standard_normal((shape[0], 1)))
             w = g3.EMB_SCALE * rows * rng.standard_normal(shape)
@@ -171,6 +185,11 @@ def build_one(spec, out):
     eos_ids = mm.eos_set(cfg)
     model32, _ = mlu.load_model(path)
     model32.set_dtype(mx.float32)
+    if cfg.get("enable_moe_block") and spec["dtype"] != "float32" and not spec["quant"]:
+        # mlx's CPU gather_mm multiplies float32 only (gather_qmm takes
+        # bf16): unquantized bf16 experts run upcast, as in make_moe_models.
+        model = model32
+        mem_model.set_dtype(mx.float32)
     ref = {"model": spec["name"], "arch": "gemma4_text",
            "dtype": spec["dtype"], "quantization": cfg.get("quantization"),
            "tied": True, "eos_token_ids": sorted(eos_ids),

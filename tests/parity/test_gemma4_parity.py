@@ -11,9 +11,9 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
-The configs Spindle refuses (the MoE block; K = V attention with its own
-KV head count) must fail at load with a
-one-line error naming the key.
+The configs Spindle refuses (K = V attention with its own KV head count; a
+MoE block without its sizes) must fail at load with a one-line error
+naming the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GEMMA4_PARITY_DIR (default tests/.work/parity-gemma4).
@@ -72,7 +72,7 @@ def _run(spindle_bin, d, *args):  # noqa: F811
     # are then missing.
     ("hidden_size_per_layer_input", None, "embed_tokens_per_layer"),
     ("num_kv_shared_layers", 5, "num_kv_shared_layers"),
-    ("enable_moe_block", True, "enable_moe_block"),
+    ("enable_moe_block", True, "num_experts"),
     ("global_head_dim", 33, "global_head_dim"),
     ("rope_parameters", {"full_attention": {"rope_type": "yarn"}},
      "rope_parameters.full_attention.rope_type"),
@@ -126,3 +126,15 @@ def test_gemma4_info(spindle_bin, gemma4_models):  # noqa: F811
     assert "gemma4_text" in text, text
     assert info.get("rope_scaling") == "proportional" or \
         "proportional" in text, text
+
+
+def test_gemma4_moe_info(spindle_bin, gemma4_models):  # noqa: F811
+    """`spindle info` counts the MoE block's experts: every layer has 8, 2
+    read per token, so a token reads fewer parameters than the model has."""
+    r = _run(spindle_bin, gemma4_models / "gemma4-moe-q4g64", "info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["experts"] == {"count": 8, "used_per_token": 2,
+                               "intermediate_size": 64, "moe_layers": 5}, info
+    assert info["active_parameters"] < info["parameters"], info
+
