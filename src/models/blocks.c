@@ -32,13 +32,15 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
     if (rows > f->cap_rows) {
         size_t T = (size_t)rows;
         int hd = c->head_dim, inter = c->intermediate_size;
+        size_t kw = (size_t)c->n_kv_heads * hd;
         for (int l = 0; l < c->n_layers; l++) {
             if (sp_layer_head_dim(m, l) > hd) hd = sp_layer_head_dim(m, l);
             if (sp_layer_intermediate(m, l) > inter)
                 inter = sp_layer_intermediate(m, l);
+            size_t lkw = (size_t)sp_layer_kv_heads(m, l) * sp_layer_head_dim(m, l);
+            if (lkw > kw) kw = lkw;
         }
         size_t qw = (size_t)c->n_heads * hd;
-        size_t kw = (size_t)c->n_kv_heads * hd;
         int *pos = realloc(f->pos, T * sizeof *pos);
         if (pos) f->pos = pos;
         int32_t *tokens = realloc(f->tokens, T * sizeof *tokens);
@@ -154,28 +156,27 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
     /* A layer sharing another's KV attends that layer's state. */
     const int kv_layer = L->shares_kv ? L->kv_layer : l;
     const sp_layer_state_desc *sd = &f->m->state_desc[kv_layer];
-    const int hd = sp_layer_head_dim(f->m, l);
+    const int hd = sp_layer_head_dim(f->m, l), kvh = sp_layer_kv_heads(f->m, l);
     if ((sd->kind != SP_STATE_FULL_KV && sd->kind != SP_STATE_WINDOW_KV) ||
-        sd->n_kv_heads != c->n_kv_heads || sd->head_dim != hd) {
+        sd->n_kv_heads != kvh || sd->head_dim != hd) {
         if (!f->status)
             f->status = sp_fail(f->err, SPINDLE_ERR_INTERNAL,
                                 "layer %d: attention of %d KV heads of %d "
                                 "over a %s state of %d heads of %d", l,
-                                c->n_kv_heads, hd,
+                                kvh, hd,
                                 sp_state_kind_name(sd->kind), sd->n_kv_heads,
                                 sd->head_dim);
         return;
     }
     norm_and_rotate(f, l, f->q, c->n_heads, L->q_norm, true);
-    if (!L->shares_kv) norm_and_rotate(f, l, f->k, c->n_kv_heads, L->k_norm,
-                                       false);
+    if (!L->shares_kv) norm_and_rotate(f, l, f->k, kvh, L->k_norm, false);
     if (L->v_norm && !L->shares_kv)
-        for (size_t h = 0; h < (size_t)f->n_rows * c->n_kv_heads; h++)
+        for (size_t h = 0; h < (size_t)f->n_rows * kvh; h++)
             sp_rmsnorm(f->v + h * hd, f->v + h * hd, NULL, hd,
                        c->rms_norm_eps, 0.0f);
 
     size_t qw = (size_t)c->n_heads * hd;
-    size_t kw = (size_t)c->n_kv_heads * hd;
+    size_t kw = (size_t)kvh * hd;
     for (int s = 0; s < f->n_seqs; s++) {
         const sp_forward_seq *sq = &f->seqs[s];
         /* The new keys/values join the cache before attending, so each
@@ -191,7 +192,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .n_q = sq->n_rows,
             .first_pos = sq->first_pos,
             .n_heads = c->n_heads,
-            .n_kv_heads = c->n_kv_heads,
+            .n_kv_heads = kvh,
             .head_dim = hd,
             .kv = sp_seq_state_kv_view(sq->state, kv_layer),
             .scale = scale,
@@ -209,7 +210,7 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
     if (!L->shares_kv) {
         sp_linear_forward(f, &L->k, f->xn, f->k);
         if (L->v_is_k)
-            memcpy(f->v, f->k, (size_t)f->n_rows * f->m->cfg.n_kv_heads *
+            memcpy(f->v, f->k, (size_t)f->n_rows * sp_layer_kv_heads(f->m, l) *
                                    sp_layer_head_dim(f->m, l) * sizeof *f->v);
         else
             sp_linear_forward(f, &L->v, f->xn, f->v);
@@ -339,7 +340,7 @@ static spindle_status bind_attention(spindle_model *m, int l,
     const sp_model_config *c = &m->cfg;
     sp_layer *L = &m->layers[l];
     int64_t d = c->hidden_size, hd = sp_layer_head_dim(m, l);
-    int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)c->n_kv_heads * hd;
+    int64_t qw = (int64_t)c->n_heads * hd, kw = (int64_t)sp_layer_kv_heads(m, l) * hd;
     int64_t rows[3] = {qw, kw, kw};
     sp_linear *qkv[3] = {&L->q, &L->k, &L->v};
     char p[256];

@@ -24,7 +24,8 @@
  *    layer gates into its output before the layer_scalar.
  *
  *  - attention_k_eq_v: the full-attention layers' values are their key
- *    projections (sp_layer.v_is_k).
+ *    projections (sp_layer.v_is_k), with num_global_key_value_heads KV
+ *    heads when it is set (sp_layer.n_kv_heads).
  *
  *  - enable_moe_block (Gemma 4 26B): beside each layer's dense MLP, routed
  *    experts (models/moe.h) whose router reads the residual stream
@@ -35,10 +36,7 @@
  *      x += post_ff_norm(post_ff_norm_1(mlp(pre_ff_norm(x)))
  *                        + post_ff_norm_2(experts(pre_ff_norm_2(x))))
  *    Weights as mlx-lm writes them (experts.switch_glu.*_proj).
- *
- * Not supported yet, refused at load naming the key:
- * num_global_key_value_heads other than num_key_value_heads with
- * attention_k_eq_v. */
+ */
 #include "models/blocks.h"
 #include "models/moe.h"
 #include "base/error.h"
@@ -273,14 +271,15 @@ static spindle_status set_layer_shapes(spindle_model *m, int pattern,
     if (!st)
         st = config_count(m, "num_global_key_value_heads", 0, &global_kv,
                           err);
-    if (!st && k_eq_v && global_kv && global_kv != m->cfg.n_kv_heads)
-        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s/config.json: "
-                     "gemma4_text with 'num_global_key_value_heads' %d other "
-                     "than num_key_value_heads %d is not supported", m->dir,
-                     global_kv, m->cfg.n_kv_heads);
+    if (!st && k_eq_v && global_kv && m->cfg.n_heads % global_kv)
+        st = sp_fail(err, SPINDLE_ERR_FORMAT, "%s/config.json: "
+                     "num_attention_heads %d is not a multiple of "
+                     "'num_global_key_value_heads' %d", m->dir,
+                     m->cfg.n_heads, global_kv);
     for (int l = 0; l < n && !st; l++) {
         m->layers[l].head_dim = sliding[l] ? m->cfg.head_dim : *global_hd;
         m->layers[l].v_is_k = k_eq_v && !sliding[l];
+        if (m->layers[l].v_is_k && global_kv) m->layers[l].n_kv_heads = global_kv;
     }
     if (!st) st = share_kv(m, sliding, err);
     free(sliding);

@@ -59,6 +59,10 @@ typedef struct sp_layer {
     /* The size of this layer's heads; 0: the config's head_dim (a family
      * sets another before binding the layer: Gemma 4's global_head_dim). */
     int head_dim;
+    /* Its KV heads; 0: the config's num_key_value_heads (Gemma 4's K = V
+     * full-attention layers: num_global_key_value_heads). Set before
+     * binding, like head_dim. */
+    int n_kv_heads;
     /* Attends the keys and values layer kv_layer stores (Gemma 4's KV
      * sharing): no k/v projections, k norm or sequence state of its own. */
     bool shares_kv;
@@ -80,6 +84,8 @@ typedef struct sp_forward sp_forward;
 struct spindle_model;
 /* Layer l's head size (sp_layer.head_dim or the config's). */
 int sp_layer_head_dim(const struct spindle_model *m, int l);
+/* Layer l's KV head count (sp_layer.n_kv_heads or the config's). */
+int sp_layer_kv_heads(const struct spindle_model *m, int l);
 /* Layer l's dense MLP width (sp_layer.intermediate or the config's). */
 int sp_layer_intermediate(const struct spindle_model *m, int l);
 

@@ -10,6 +10,11 @@ int sp_layer_head_dim(const spindle_model *m, int l) {
     return hd > 0 ? hd : m->cfg.head_dim;
 }
 
+int sp_layer_kv_heads(const spindle_model *m, int l) {
+    int n = m->layers ? m->layers[l].n_kv_heads : 0;
+    return n > 0 ? n : m->cfg.n_kv_heads;
+}
+
 int sp_layer_intermediate(const spindle_model *m, int l) {
     int n = m->layers ? m->layers[l].intermediate : 0;
     return n > 0 ? n : m->cfg.intermediate_size;
@@ -25,7 +30,7 @@ static void default_layer_state(const spindle_model *m, int l,
     }
     *out = (sp_layer_state_desc){
         .kind = window > 0 ? SP_STATE_WINDOW_KV : SP_STATE_FULL_KV,
-        .n_kv_heads = m->cfg.n_kv_heads,
+        .n_kv_heads = sp_layer_kv_heads(m, l),
         .head_dim = sp_layer_head_dim(m, l),
         .window = window > 0 ? window : 0,
     };

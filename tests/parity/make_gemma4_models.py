@@ -15,7 +15,8 @@ other, and layer_scalar, the value norm and the final logit softcap (mlx-lm
 applies it: default 30, 10 in "wide") are all in play; "global" gives the
 full-attention layers a global_head_dim twice head_dim, and "shared" adds
 KV sharing between layers with double-wide MLPs, "per-layer" the per-layer
-inputs of Gemma 4 E2B / E4B on top, "k-eq-v" K = V full attention, "moe"
+inputs of Gemma 4 E2B / E4B on top, "k-eq-v" K = V full attention ("-gkv":
+with num_global_key_value_heads of its own), "moe"
 Gemma 4 26B's routed experts beside every layer's MLP (8 experts, 2 per
 token; router weights drawn wide enough that the chosen experts are not
 near ties).  Gemma 4's norms scale by w (not 1 + w), so norm weights are
@@ -89,6 +90,9 @@ BASE["shared"] = dict(BASE["global"], num_hidden_layers=6,
 # and layer, from a table of its own vocabulary size) on top of "shared".
 # attention_k_eq_v: the full-attention layers' values are their keys.
 BASE["k-eq-v"] = dict(BASE["global"], attention_k_eq_v=True)
+# ... with a KV head count of their own (num_global_key_value_heads, as the
+# 26B / 31B have): one KV head on the full layers, two on the sliding ones.
+BASE["k-eq-v-gkv"] = dict(BASE["k-eq-v"], num_global_key_value_heads=1)
 BASE["per-layer"] = dict(BASE["shared"], hidden_size_per_layer_input=64,
                          vocab_size_per_layer_input=512)
 BASE["moe"] = dict(BASE["small"], enable_moe_block=True, num_experts=8,
@@ -114,6 +118,8 @@ SPECS = [
     _spec("gemma4-shared-q4g64", "shared", "bfloat16", quant=(4, 64)),
     _spec("gemma4-k-eq-v-f32", "k-eq-v", "float32"),
     _spec("gemma4-k-eq-v-q4g64", "k-eq-v", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-k-eq-v-gkv-f32", "k-eq-v-gkv", "float32"),
+    _spec("gemma4-k-eq-v-gkv-q4g64", "k-eq-v-gkv", "bfloat16", quant=(4, 64)),
     _spec("gemma4-per-layer-f32", "per-layer", "float32"),
     _spec("gemma4-per-layer-bf16", "per-layer", "bfloat16"),
     _spec("gemma4-per-layer-q4g64", "per-layer", "bfloat16", quant=(4, 64)),

@@ -11,9 +11,9 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
-The configs Spindle refuses (K = V attention with its own KV head count; a
-MoE block without its sizes) must fail at load with a one-line error
-naming the key.
+Bad configs (a global KV head count that does not divide the heads; a MoE
+block without its sizes) must fail at load with a one-line error naming
+the key.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GEMMA4_PARITY_DIR (default tests/.work/parity-gemma4).
@@ -108,9 +108,9 @@ def test_gemma4_per_layer_vocab(spindle_bin, gemma4_models,  # noqa: F811
 
 def test_gemma4_global_kv_heads(spindle_bin, gemma4_models,  # noqa: F811
                                 tmp_path):
-    """K = V attention with a KV head count of its own is refused."""
+    """A global KV head count that does not divide the heads is refused."""
     test_gemma4_refused_config(spindle_bin, gemma4_models, tmp_path,
-                               "num_global_key_value_heads", 1,
+                               "num_global_key_value_heads", 3,
                                "num_global_key_value_heads",
                                model="gemma4-k-eq-v-f32")
 
