@@ -46,6 +46,7 @@ void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
     pthread_mutex_lock(&m->lock);
     m->generations++;
     m->prompt_tokens += (uint64_t)(s->prompt_tokens > 0 ? s->prompt_tokens : 0);
+    m->cached_tokens += (uint64_t)(s->cached_tokens > 0 ? s->cached_tokens : 0);
     m->generated_tokens += (uint64_t)(n_generated > 0 ? n_generated : 0);
     m->prefill_seconds += s->prefill_seconds;
     m->decode_seconds += s->decode_seconds;
@@ -107,13 +108,42 @@ void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
     sp_strbuf_printf(out, "vllm:cache_config_info{block_size=\"%d\","
                           "num_gpu_blocks=\"%d\"} 1\n",
                      kv->block_tokens, kv->blocks);
+    family(out, "spindle_kv_blocks", "gauge",
+           "The KV pool's blocks: held by sequences, cached (unreferenced "
+           "prefix blocks, reused or evicted LRU) and free.");
+    sp_strbuf_printf(out, "spindle_kv_blocks{state=\"used\"} %d\n"
+                          "spindle_kv_blocks{state=\"cached\"} %d\n"
+                          "spindle_kv_blocks{state=\"free\"} %d\n",
+                     kv->used, kv->cached, kv->free);
+    if (!kv->disk_budget_bytes) return;
+    scalar(out, "spindle_prompt_cache_disk_bytes", "gauge",
+           "Bytes of the on-disk prompt cache's block files.", (double)kv->disk_bytes);
+    scalar(out, "spindle_prompt_cache_disk_budget_bytes", "gauge",
+           "The on-disk prompt cache's budget.", (double)kv->disk_budget_bytes);
+    scalar(out, "spindle_prompt_cache_disk_files", "gauge",
+           "Block files in the on-disk prompt cache.", kv->disk_files);
+    family(out, "spindle_prompt_cache_disk_blocks_total", "counter",
+           "On-disk prompt cache blocks since the start: loaded back, written, "
+           "refused (a failed check), evicted under the budget, dropped "
+           "(offered while the writer was too far behind).");
+    const struct { const char *event; long long n; } ev[] = {
+        {"loaded", kv->disk_loaded},   {"written", kv->disk_written},
+        {"refused", kv->disk_refused}, {"evicted", kv->disk_evicted},
+        {"dropped", kv->disk_dropped}};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
+        sp_strbuf_printf(out, "spindle_prompt_cache_disk_blocks_total{event=\"%s\"} %lld\n",
+                         ev[i].event, ev[i].n);
 }
 
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
     pthread_mutex_lock(&m->lock);
     render_requests(m, out);
-    scalar(out, "spindle_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+    scalar(out, "spindle_prompt_tokens_total", "counter",
+           "Prompt tokens of finished generations (cached ones included).",
            (double)m->prompt_tokens);
+    scalar(out, "spindle_prompt_cached_tokens_total", "counter",
+           "Prompt tokens whose KV blocks came from the prefix cache (memory "
+           "or disk) instead of being computed.", (double)m->cached_tokens);
     scalar(out, "spindle_generation_tokens_total", "counter", "Tokens generated.",
            (double)m->generated_tokens);
     scalar(out, "spindle_generations_total", "counter", "Generation requests finished.",

@@ -45,6 +45,7 @@ typedef struct sp_metrics {
         uint64_t count;
     } requests[SP_ROUTE_COUNT][SP_METRICS_STATUSES];
     uint64_t prompt_tokens, generated_tokens, generations;
+    uint64_t cached_tokens;   /* of prompt_tokens, mapped from the prefix index */
     uint64_t spec_drafted, spec_accepted;   /* speculative decoding's tokens */
     double prefill_seconds, decode_seconds;
     uint64_t ttft_buckets[SP_METRICS_TTFT_BUCKETS];
@@ -62,7 +63,9 @@ void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out);
 /* The KV block pool's gauges: the share of blocks in use (0-1) and the
  * cache config info metric, under Spindle's names and vLLM's (the series
- * the Gateway API Inference Extension's endpoint picker reads). */
+ * the Gateway API Inference Extension's endpoint picker reads); the blocks
+ * by state; with an on-disk prompt cache, its size, budget and files, and
+ * its blocks loaded, written, refused, evicted and dropped. */
 void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out);
 
 #endif

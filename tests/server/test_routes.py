@@ -86,6 +86,13 @@ def test_metrics_parse_with_prometheus_client(server, client, reference):
                         if k[0] == "vllm:cache_config_info"]
     assert value == 1 and int(labels["block_size"]) > 0
     assert int(labels["num_gpu_blocks"]) > 0
+    # The pool's blocks by state add up to the pool; nothing is held now.
+    states = {dict(k[1])["state"]: v for k, v in samples.items() if k[0] == "spindle_kv_blocks"}
+    assert set(states) == {"used", "cached", "free"} and states["used"] == 0
+    assert sum(states.values()) == int(labels["num_gpu_blocks"])
+    assert samples[("spindle_prompt_cached_tokens_total", ())] >= 0
+    # No on-disk prompt cache here: none of its series.
+    assert not any(k[0].startswith("spindle_prompt_cache_disk") for k in samples)
 
 
 def test_models_and_page(server, reference):
