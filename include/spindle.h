@@ -505,7 +505,12 @@ typedef struct spindle_gen_params {
     const spindle_checkpoint *resume;
     /* A LoRA adapter of the model (NULL: none) and the factor on its own
      * scale (0 reads as 1). An engine request holds a reference from
-     * submit to its end, so the caller may unload the adapter at once. */
+     * submit to its end, so the caller may unload the adapter at once.
+     * A resumed request takes the caller's, like the grammar: its
+     * checkpoint records the adapter's identity (a hash of its scale and
+     * values) and this factor, and a resume under another adapter, another
+     * factor, or none where there was one (or the reverse) fails with
+     * SPINDLE_ERR_ARGUMENT. */
     const struct spindle_adapter *adapter;
     float adapter_scale;
     spindle_spec_params spec;         /* zero: no speculation */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "models/lora.h"
 
 static void *dup_array(const void *src, int n, size_t each, bool *failed) {
     if (n <= 0 || !src) return NULL;
@@ -36,7 +37,11 @@ spindle_status sp_checkpoint_set_params(spindle_checkpoint *ck,
     p.logit_bias_ids = ck->bias_ids;
     p.logit_bias_values = ck->bias_values;
     p.sampler.xtc_special_tokens = ck->xtc_special;
-    /* What belongs to the run, not to the generation. */
+    /* What belongs to the run, not to the generation; the adapter is the
+     * caller's at resume, like the grammar (its identity is recorded in
+     * the ADAPTER_EXT extension). */
+    p.adapter = NULL;
+    p.adapter_scale = 0;
     p.checkpoint_every = 0;
     p.on_checkpoint = NULL;
     p.checkpoint_user = NULL;
@@ -52,10 +57,44 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
     p.on_checkpoint = caller->on_checkpoint;
     p.checkpoint_user = caller->checkpoint_user;
     /* A grammar is the caller's, borrowed (a checkpoint file cannot hold
-     * it); request.c replays the generated tokens through its matcher. */
+     * it); request.c replays the generated tokens through its matcher. So
+     * is the adapter, checked against the checkpoint's at submit. */
     p.grammar = caller->grammar;
+    p.adapter = caller->adapter;
+    p.adapter_scale = caller->adapter_scale;
     p.resume = ck;
     return p;
+}
+
+/* The adapter a generation runs with, as a checkpoint records it: the
+ * adapter's identity and the request's scale on it; 0 bytes: none. */
+#define ADAPTER_EXT "spindle.adapter"
+static size_t adapter_record(const spindle_adapter *a, float scale,
+                             unsigned char out[20]) {
+    if (!a) return 0;
+    if (scale == 0) scale = 1.0f;   /* spindle_gen_params: 0 reads as 1 */
+    memcpy(out, a->identity, 16);
+    memcpy(out + 16, &scale, sizeof scale);
+    return 20;
+}
+
+/* A resume must run under the adapter and scale its checkpoint was made
+ * with: another one would continue a different generation. */
+static spindle_status check_resume_adapter(const spindle_checkpoint *from,
+                                           const spindle_gen_params *g,
+                                           spindle_error *err) {
+    unsigned char have[20];
+    size_t want_n = 0, have_n = adapter_record(g->adapter, g->adapter_scale, have);
+    const unsigned char *want = spindle_checkpoint_extension(from, ADAPTER_EXT, &want_n);
+    if (want_n == have_n && (!have_n || !memcmp(want, have, have_n))) return SPINDLE_OK;
+    if (!want_n)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the checkpoint was made without a "
+                       "LoRA adapter; resume it without one");
+    if (!have_n)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the checkpoint was made with a LoRA "
+                       "adapter; resume it with the same adapter and scale");
+    return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the checkpoint was made with another "
+                   "LoRA adapter or scale; resume it with the same ones");
 }
 
 spindle_status sp_request_set_checkpoints(sp_request *q,
@@ -63,6 +102,8 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
                                          spindle_error *err) {
     const spindle_checkpoint *from = g->resume;
     if (from) {
+        spindle_status st = check_resume_adapter(from, g, err);
+        if (st) return st;
         int n = from->n_prompt + from->n_generated;
         if (n > q->cap)
             return sp_fail(err, SPINDLE_ERR_LIMIT,
@@ -85,7 +126,11 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
     q->ck = calloc(1, sizeof *q->ck);
     if (!q->ck) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     q->ck->seed_explicit = from && from->seed_explicit;
-    return sp_checkpoint_set_params(q->ck, g, err);
+    spindle_status st = sp_checkpoint_set_params(q->ck, g, err);
+    unsigned char rec[20];
+    size_t n = adapter_record(g->adapter, g->adapter_scale, rec);
+    if (!st && n) st = spindle_checkpoint_set_extension(q->ck, ADAPTER_EXT, rec, n, err);
+    return st;
 }
 
 void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {

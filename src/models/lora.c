@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 struct sp_lora_scratch {
     float *x, *t, *u, *row_scale;
@@ -47,6 +48,28 @@ void sp_adapter_release(const spindle_adapter *ca) {
 }
 
 void spindle_adapter_unload(spindle_adapter *a) { sp_adapter_release(a); }
+
+void sp_adapter_identity(spindle_adapter *a) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) {               /* no identity to compare: every byte 0xff */
+        memset(a->identity, 0xff, sizeof a->identity);
+        return;
+    }
+    XXH3_128bits_reset(h);
+    XXH3_128bits_update(h, &a->scale, sizeof a->scale);
+    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
+    for (int32_t i = 0; i < n; i++) {
+        const sp_lora_pair *p = &a->pairs[i];
+        if (!p->a.data) continue;
+        const int64_t shape[3] = {p->a.rows, p->a.cols, p->b.rows};
+        XXH3_128bits_update(h, &i, sizeof i);
+        XXH3_128bits_update(h, shape, sizeof shape);
+        XXH3_128bits_update(h, p->a.data, (size_t)(p->a.rows * p->a.cols) * sizeof(float));
+        XXH3_128bits_update(h, p->b.data, (size_t)(p->b.rows * p->b.cols) * sizeof(float));
+    }
+    XXH128_canonicalFromHash((XXH128_canonical_t *)a->identity, XXH3_128bits_digest(h));
+    XXH3_freeState(h);
+}
 
 float spindle_adapter_scale(const spindle_adapter *a) { return a ? a->scale : 0; }
 int spindle_adapter_rank(const spindle_adapter *a) { return a ? a->cfg.rank : 0; }

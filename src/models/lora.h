@@ -29,7 +29,14 @@ struct spindle_adapter {
     sp_lora_pair *pairs;
     int n_pairs;           /* present ones */
     float *storage;        /* every matrix, one allocation */
+    /* What the adapter computes: XXH3-128 of its scale and every pair's
+     * shape and values (sp_adapter_identity), set at load and stack. A
+     * checkpoint records it, so a resume under another adapter is refused. */
+    unsigned char identity[16];
 };
+
+/* Compute a->identity from its scale and pairs. */
+void sp_adapter_identity(spindle_adapter *a);
 
 /* Take one more reference (an engine request holding the adapter). */
 void sp_adapter_retain(const spindle_adapter *a);

@@ -430,6 +430,7 @@ spindle_status spindle_adapter_load(spindle_model *m, const char *path,
         return st;
     }
     a->scale = (float)a->cfg.scale;
+    sp_adapter_identity(a);
     *out = a;
     return SPINDLE_OK;
 }

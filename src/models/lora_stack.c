@@ -75,6 +75,7 @@ spindle_status spindle_adapter_stack(spindle_model *m,
         return st;
     }
     a->cfg.scale = 1.0;
+    sp_adapter_identity(a);
     *out = a;
     return SPINDLE_OK;
 }
