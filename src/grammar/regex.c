@@ -116,20 +116,45 @@ static bool class_escape(char c, uint32_t *r, int *n, bool *negate) {
     return true;
 }
 
+/* `digits` hex digits at r->p into *v. */
+static bool hex_digits(rx *r, int digits, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < digits; i++, r->p++) {
+        char h = r->p < r->end ? *r->p : 0;
+        int d = h >= '0' && h <= '9' ? h - '0' : (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ? (h | 0x20) - 'a' + 10 : -1;
+        if (d < 0) return rx_fail(r, "bad hex escape");
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return true;
+}
+
+/* After \u of a high surrogate: the \uDC00-\uDFFF that completes the
+ * pair (ECMAScript's UTF-16 spelling of a code point past U+FFFF). A lone
+ * surrogate is no character of JSON text: refused. */
+static bool surrogate_pair(rx *r, uint32_t *cp) {
+    uint32_t lo = 0;
+    if (*cp <= 0xDBFF && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
+        const char *at = r->p;
+        r->p += 2;
+        if (hex_digits(r, 4, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+            *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+            return true;
+        }
+        if (r->failed) return false;
+        r->p = at;
+    }
+    char why[80];
+    snprintf(why, sizeof why, "\\u%04X is a lone surrogate, not a character", (unsigned)*cp);
+    return rx_fail(r, why);
+}
+
 static bool escaped_cp(rx *r, uint32_t *cp) {
     if (r->p >= r->end) return rx_fail(r, "pattern ends in a backslash");
     char c = *r->p++;
     int digits = c == 'x' ? 2 : c == 'u' ? 4 : 0;
     if (digits) {
-        uint32_t v = 0;
-        for (int i = 0; i < digits; i++, r->p++) {
-            char h = r->p < r->end ? *r->p : 0;
-            int d = h >= '0' && h <= '9' ? h - '0' : (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ? (h | 0x20) - 'a' + 10 : -1;
-            if (d < 0) return rx_fail(r, "bad hex escape");
-            v = v * 16 + (uint32_t)d;
-        }
-        *cp = v;
-        return true;
+        if (!hex_digits(r, digits, cp)) return false;
+        return *cp >= 0xD800 && *cp <= 0xDFFF ? surrogate_pair(r, cp) : true;
     }
     switch (c) {
     case 'n': *cp = '\n'; return true;
