@@ -362,6 +362,12 @@ spindle_status spindle_adapter_stack(spindle_model *model,
  * Thread-safe. */
 float spindle_adapter_scale(const spindle_adapter *adapter);
 int spindle_adapter_rank(const spindle_adapter *adapter);
+/* What the adapter computes, as 16 bytes: a hash (XXH3-128) of its scale
+ * and every matrix's shape and values, equal for the same files loaded
+ * twice. State computed under one adapter is reused only under an adapter
+ * of the same identity. Thread-safe. */
+void spindle_adapter_identity(const spindle_adapter *adapter,
+                              unsigned char out[16]);
 
 /* ----------------------------------------------------------------- sampling */
 

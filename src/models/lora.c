@@ -49,6 +49,10 @@ void sp_adapter_release(const spindle_adapter *ca) {
 
 void spindle_adapter_unload(spindle_adapter *a) { sp_adapter_release(a); }
 
+void spindle_adapter_identity(const spindle_adapter *a, unsigned char out[16]) {
+    memcpy(out, a->identity, 16);
+}
+
 void sp_adapter_identity(spindle_adapter *a) {
     XXH3_state_t *h = XXH3_createState();
     if (!h) {               /* no identity to compare: every byte 0xff */

@@ -35,6 +35,7 @@ struct sp_job {
     int id_slot;                  /* -1: none (slots.h) */
     spindle_seq *seq;             /* the slot's sequence, NULL without one */
     int slot_reused;              /* prompt tokens the slot's state covered */
+    sp_slot_adapter slot_adapter; /* the request's adapter, as slots key it */
     sp_job_reply reply;           /* tools / reasoning split off the text */
 
     /* Written by the engine's thread, read by the connection's: under mu. */
@@ -121,7 +122,8 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
     sp_stop_flush(&j->stop, &j->text);
     sp_durable_end(&j->durable, r->stop_reason);
     if (j->seq && r->stop_reason != SPINDLE_STOP_ERROR && r->stop_reason != SPINDLE_STOP_CANCELLED)
-        sp_slot_end(j->srv, j->id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens);
+        sp_slot_end(j->srv, j->id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens,
+                    &j->slot_adapter);
     j->stop_reason = r->stop_reason;
     j->status = r->status;
     snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
@@ -589,17 +591,20 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
         return false;
     }
     if (!st && j->id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
+    /* The adapter first: a slot's state is reused only under its own. */
+    if (!st && !sp_adapters_select_lock(s, &j->req, e)) {
+        j->finished = true;
+        return false;
+    }
+    if (!st) j->slot_adapter = sp_slot_adapter_of(j->req.gen.adapter, j->req.gen.adapter_scale);
     if (!st && !j->durable.resume)
-        j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, j->seq);
+        j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, &j->slot_adapter,
+                                       j->seq);
     spindle_request rq = {.prompt = j->prompt + j->slot_reused,
                           .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
                           .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
-    if (!st && !sp_adapters_select_lock(s, &j->req, e)) {
-        j->finished = true;
-        return false;
-    }
     if (!st) {
         st = spindle_engine_submit(s->engine, &rq, &id, &err);
         sp_adapters_unlock(s);

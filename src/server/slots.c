@@ -16,6 +16,7 @@ typedef struct sp_slot {
     spindle_seq_snapshot *snap;   /* the state of tokens[0 .. n) */
     int32_t *tokens;
     int n;
+    sp_slot_adapter adapter;      /* what the state was computed under */
 } sp_slot;
 
 struct sp_slots {
@@ -40,16 +41,33 @@ static void slot_clear(sp_slot *sl) {
     sl->snap = NULL;
     sl->tokens = NULL;
     sl->n = 0;
+    sl->adapter.n = 0;
 }
 
 /* Replace the slot's state (its snapshot and tokens are taken over). */
-static void slot_install(sp_slot *sl, spindle_seq_snapshot *snap, int32_t *tokens, int n) {
+static void slot_install(sp_slot *sl, spindle_seq_snapshot *snap, int32_t *tokens, int n,
+                         const sp_slot_adapter *adapter) {
     pthread_mutex_lock(&sl->mu);
     slot_clear(sl);
     sl->snap = snap;
     sl->tokens = tokens;
     sl->n = n;
+    sl->adapter = *adapter;
     pthread_mutex_unlock(&sl->mu);
+}
+
+sp_slot_adapter sp_slot_adapter_of(const spindle_adapter *a, float scale) {
+    sp_slot_adapter k = {.n = 0};
+    if (!a) return k;
+    if (scale == 0) scale = 1.0f;   /* spindle_gen_params: 0 reads as 1 */
+    spindle_adapter_identity(a, k.key);
+    memcpy(k.key + 16, &scale, sizeof scale);
+    k.n = sizeof k.key;
+    return k;
+}
+
+static bool same_adapter(const sp_slot_adapter *a, const sp_slot_adapter *b) {
+    return a->n == b->n && !memcmp(a->key, b->key, a->n);
 }
 
 void sp_slots_free(sp_slots *s) {
@@ -84,12 +102,14 @@ bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *i
 }
 
 /* The slot's state into seq when prompt extends it; how many tokens. */
-int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n, spindle_seq *seq) {
+int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n,
+                  const sp_slot_adapter *adapter, spindle_seq *seq) {
     if (id < 0) return 0;
     sp_slot *sl = &srv->slots->slot[id];
     int reused = 0;
     pthread_mutex_lock(&sl->mu);
-    if (sl->snap && sl->n < n && !memcmp(sl->tokens, prompt, (size_t)sl->n * sizeof *prompt) &&
+    if (sl->snap && sl->n < n && same_adapter(&sl->adapter, adapter) &&
+        !memcmp(sl->tokens, prompt, (size_t)sl->n * sizeof *prompt) &&
         spindle_seq_snapshot_restore(seq, sl->snap, NULL) == SPINDLE_OK)
         reused = sl->n;
     pthread_mutex_unlock(&sl->mu);
@@ -97,7 +117,8 @@ int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n, spindle_
 }
 
 void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *prompt,
-                 int n_prompt, const int32_t *generated, int n_generated) {
+                 int n_prompt, const int32_t *generated, int n_generated,
+                 const sp_slot_adapter *adapter) {
     if (id < 0) return;
     int n = spindle_seq_length(seq);
     if (n < 1 || n > n_prompt + n_generated) return;
@@ -110,7 +131,7 @@ void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *
     int from_prompt = n < n_prompt ? n : n_prompt;
     memcpy(tokens, prompt, (size_t)from_prompt * sizeof *tokens);
     memcpy(tokens + from_prompt, generated, (size_t)(n - from_prompt) * sizeof *tokens);
-    slot_install(&srv->slots->slot[id], snap, tokens, n);
+    slot_install(&srv->slots->slot[id], snap, tokens, n, adapter);
 }
 
 /* ------------------------------------------------------ POST /slots/{id} */
@@ -146,6 +167,14 @@ static bool slot_save(sp_server *srv, sp_slot *sl, const char *path, cJSON *out,
                       sp_api_error *e) {
     spindle_error err = {0};
     pthread_mutex_lock(&sl->mu);
+    if (sl->adapter.n) {
+        /* a saved state file records no adapter: restored, it would pass
+         * for the base model's */
+        pthread_mutex_unlock(&sl->mu);
+        return sp_api_fail(e, 400, "invalid_request_error", NULL, "slot_has_adapter",
+                           "the slot's state was computed under a LoRA adapter; "
+                           "only base-model states can be saved");
+    }
     spindle_status st = sl->snap ? spindle_seq_state_save(srv->model, sl->snap, sl->tokens,
                                                           sl->n, path, &err)
                                  : SPINDLE_ERR_ARGUMENT;
@@ -175,7 +204,8 @@ static bool slot_restore(sp_server *srv, sp_slot *sl, const char *path, cJSON *o
         return sp_api_fail(e, 409, "invalid_request_error", "filename", "slot_file_unusable",
                            "%s", err.message);
     size_t bytes = spindle_seq_snapshot_bytes(snap);
-    slot_install(sl, snap, tokens, n);
+    const sp_slot_adapter base = {.n = 0};
+    slot_install(sl, snap, tokens, n, &base);
     cJSON_AddNumberToObject(out, "n_restored", n);
     cJSON_AddNumberToObject(out, "n_read", (double)bytes);
     return true;

@@ -29,12 +29,23 @@ void sp_slots_free(sp_slots *slots);
  * false (400) when out of range. */
 bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *id,
                       sp_api_error *e);
+/* The LoRA adapter a slot's state was computed under: its identity and the
+ * request's scale on it (n 0: the base model). */
+typedef struct sp_slot_adapter {
+    unsigned char key[20];
+    size_t n;
+} sp_slot_adapter;
+sp_slot_adapter sp_slot_adapter_of(const spindle_adapter *a, float scale);
+
 /* Restore slot id's state into the fresh `seq` when prompt[0 .. n) strictly
- * extends its tokens; the number of prompt tokens it covers (0: none). */
-int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n, spindle_seq *seq);
+ * extends its tokens and it was computed under the same adapter; the
+ * number of prompt tokens it covers (0: none). */
+int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n,
+                  const sp_slot_adapter *adapter, spindle_seq *seq);
 /* The request on slot id ended: seq's state becomes the slot's. */
 void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *prompt,
-                 int n_prompt, const int32_t *generated, int n_generated);
+                 int n_prompt, const int32_t *generated, int n_generated,
+                 const sp_slot_adapter *adapter);
 enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c, const char *url,
                                 const char *body, size_t len);
 

@@ -187,3 +187,37 @@ def test_gguf_adapters(lora_setup, tmp_path):
         assert "not a GGUF file" in sc.assert_api_error(st, b, 400)["message"]
     finally:
         s.stop_cleanly()
+
+
+def test_slot_state_kept_per_adapter(lora_setup, tmp_path):
+    """A slot's state is reused only by a request under the adapter it was
+    computed with: a base request extending the prompt of an adapter
+    request on the same slot prefills it all and answers as the base model
+    alone; a request under the same adapter reuses it; an adapter state is
+    not saved to a file (it would come back as the base model's)."""
+    model, paths, texts = lora_setup
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}",
+               "--slot-save-path", tmp_path)
+    longer = PROMPT + [5, 6]
+
+    def on_slot(model_name, prompt, max_tokens=N):
+        body = dict(prompt=prompt, max_tokens=max_tokens, temperature=0, id_slot=0,
+                    model=model_name)
+        st, _, out = post_json(s.port, "/v1/completions", body)
+        assert st == 200, out
+        return out["choices"][0]["text"], out["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    try:
+        alone, _ = on_slot(sc.ALIAS, longer)
+        assert on_slot(None, [1, 2, 3], 1)[1] == 0     # the slot now holds the base's state
+        # max_tokens 1: the slot keeps the prompt's 7 positions
+        assert on_slot("one", PROMPT, 1)[1] == 0
+        text, cached = on_slot(sc.ALIAS, longer)
+        assert cached == 0 and text == alone, (cached, text, alone)
+        assert on_slot("one", PROMPT, 1)[1] == 0
+        text_one, cached = on_slot("one", longer)
+        assert cached == len(PROMPT), cached
+        st, _, b = post_json(s.port, "/slots/0?action=save", {"filename": "a.bin"})
+        sc.assert_api_error(st, b, 400)
+    finally:
+        s.stop_cleanly()
