@@ -362,12 +362,16 @@ spindle_status spindle_adapter_stack(spindle_model *model,
  * Thread-safe. */
 float spindle_adapter_scale(const spindle_adapter *adapter);
 int spindle_adapter_rank(const spindle_adapter *adapter);
-/* What the adapter computes, as 16 bytes: a hash (XXH3-128) of its scale
- * and every matrix's shape and values, equal for the same files loaded
- * twice. State computed under one adapter is reused only under an adapter
- * of the same identity. Thread-safe. */
-void spindle_adapter_identity(const spindle_adapter *adapter,
-                              unsigned char out[16]);
+/* What state computed under `adapter` (NULL: the base model) at a
+ * request's `scale` (0 reads as 1, as in spindle_gen_params) depends on:
+ * a hash (XXH3-128) of the adapter's own scale and every matrix's shape
+ * and values, equal for the same files loaded twice, then the request's
+ * scale. Writes and returns SPINDLE_ADAPTER_KEY_BYTES bytes, 0 for no
+ * adapter. State is reused (a checkpoint resumed, a slot's prefix) only
+ * under an equal key. Thread-safe. */
+#define SPINDLE_ADAPTER_KEY_BYTES 20
+size_t spindle_adapter_key(const spindle_adapter *adapter, float scale,
+                           unsigned char out[SPINDLE_ADAPTER_KEY_BYTES]);
 
 /* ----------------------------------------------------------------- sampling */
 

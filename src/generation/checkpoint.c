@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "models/lora.h"
 
 static void *dup_array(const void *src, int n, size_t each, bool *failed) {
     if (n <= 0 || !src) return NULL;
@@ -66,25 +65,17 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
     return p;
 }
 
-/* The adapter a generation runs with, as a checkpoint records it: the
- * adapter's identity and the request's scale on it; 0 bytes: none. */
+/* The adapter a generation runs with, as a checkpoint records it: its
+ * spindle_adapter_key; absent: none. */
 #define ADAPTER_EXT "spindle.adapter"
-static size_t adapter_record(const spindle_adapter *a, float scale,
-                             unsigned char out[20]) {
-    if (!a) return 0;
-    if (scale == 0) scale = 1.0f;   /* spindle_gen_params: 0 reads as 1 */
-    memcpy(out, a->identity, 16);
-    memcpy(out + 16, &scale, sizeof scale);
-    return 20;
-}
 
 /* A resume must run under the adapter and scale its checkpoint was made
  * with: another one would continue a different generation. */
 static spindle_status check_resume_adapter(const spindle_checkpoint *from,
                                            const spindle_gen_params *g,
                                            spindle_error *err) {
-    unsigned char have[20];
-    size_t want_n = 0, have_n = adapter_record(g->adapter, g->adapter_scale, have);
+    unsigned char have[SPINDLE_ADAPTER_KEY_BYTES];
+    size_t want_n = 0, have_n = spindle_adapter_key(g->adapter, g->adapter_scale, have);
     const unsigned char *want = spindle_checkpoint_extension(from, ADAPTER_EXT, &want_n);
     if (want_n == have_n && (!have_n || !memcmp(want, have, have_n))) return SPINDLE_OK;
     if (!want_n)
@@ -127,8 +118,8 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
     if (!q->ck) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     q->ck->seed_explicit = from && from->seed_explicit;
     spindle_status st = sp_checkpoint_set_params(q->ck, g, err);
-    unsigned char rec[20];
-    size_t n = adapter_record(g->adapter, g->adapter_scale, rec);
+    unsigned char rec[SPINDLE_ADAPTER_KEY_BYTES];
+    size_t n = spindle_adapter_key(g->adapter, g->adapter_scale, rec);
     if (!st && n) st = spindle_checkpoint_set_extension(q->ck, ADAPTER_EXT, rec, n, err);
     return st;
 }

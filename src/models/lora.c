@@ -49,8 +49,13 @@ void sp_adapter_release(const spindle_adapter *ca) {
 
 void spindle_adapter_unload(spindle_adapter *a) { sp_adapter_release(a); }
 
-void spindle_adapter_identity(const spindle_adapter *a, unsigned char out[16]) {
-    memcpy(out, a->identity, 16);
+size_t spindle_adapter_key(const spindle_adapter *a, float scale,
+                           unsigned char out[SPINDLE_ADAPTER_KEY_BYTES]) {
+    if (!a) return 0;
+    if (scale == 0) scale = 1.0f;
+    memcpy(out, a->identity, sizeof a->identity);
+    memcpy(out + sizeof a->identity, &scale, sizeof scale);
+    return SPINDLE_ADAPTER_KEY_BYTES;
 }
 
 void sp_adapter_identity(spindle_adapter *a) {

@@ -596,7 +596,9 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
         j->finished = true;
         return false;
     }
-    if (!st) j->slot_adapter = sp_slot_adapter_of(j->req.gen.adapter, j->req.gen.adapter_scale);
+    if (!st)
+        j->slot_adapter.n = spindle_adapter_key(j->req.gen.adapter, j->req.gen.adapter_scale,
+                                                j->slot_adapter.key);
     if (!st && !j->durable.resume)
         j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, &j->slot_adapter,
                                        j->seq);

@@ -56,16 +56,6 @@ static void slot_install(sp_slot *sl, spindle_seq_snapshot *snap, int32_t *token
     pthread_mutex_unlock(&sl->mu);
 }
 
-sp_slot_adapter sp_slot_adapter_of(const spindle_adapter *a, float scale) {
-    sp_slot_adapter k = {.n = 0};
-    if (!a) return k;
-    if (scale == 0) scale = 1.0f;   /* spindle_gen_params: 0 reads as 1 */
-    spindle_adapter_identity(a, k.key);
-    memcpy(k.key + 16, &scale, sizeof scale);
-    k.n = sizeof k.key;
-    return k;
-}
-
 static bool same_adapter(const sp_slot_adapter *a, const sp_slot_adapter *b) {
     return a->n == b->n && !memcmp(a->key, b->key, a->n);
 }

@@ -29,13 +29,12 @@ void sp_slots_free(sp_slots *slots);
  * false (400) when out of range. */
 bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *id,
                       sp_api_error *e);
-/* The LoRA adapter a slot's state was computed under: its identity and the
- * request's scale on it (n 0: the base model). */
+/* The LoRA adapter a slot's state was computed under: its
+ * spindle_adapter_key (n 0: the base model). */
 typedef struct sp_slot_adapter {
-    unsigned char key[20];
+    unsigned char key[SPINDLE_ADAPTER_KEY_BYTES];
     size_t n;
 } sp_slot_adapter;
-sp_slot_adapter sp_slot_adapter_of(const spindle_adapter *a, float scale);
 
 /* Restore slot id's state into the fresh `seq` when prompt[0 .. n) strictly
  * extends its tokens and it was computed under the same adapter; the
