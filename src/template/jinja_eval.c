@@ -221,230 +221,6 @@ bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out) {
     }
 }
 
-/* ---------------------------------------------------------------- operators */
-
-static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out);
-
-/* x ** y by squaring (y >= 0); false when the result passes int64. */
-static bool int_pow(int64_t x, int64_t y, int64_t *out) {
-    int64_t acc = 1;
-    for (;;) {
-        if ((y & 1) && __builtin_mul_overflow(acc, x, &acc)) return false;
-        y >>= 1;
-        if (!y) break;
-        if (__builtin_mul_overflow(x, x, &x)) return false;
-    }
-    *out = acc;
-    return true;
-}
-
-static bool num_binop(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
-    bool ints = a.t != JX_FLOAT && b.t != JX_FLOAT;
-    int64_t x = jx_int_of(a), y = jx_int_of(b);
-    double fx = a.t == JX_FLOAT ? a.u.f : (double)x, fy = b.t == JX_FLOAT ? b.u.f : (double)y;
-    int64_t r;
-    switch (op) {
-    case '+':
-        if (ints && !__builtin_add_overflow(x, y, &r)) return *out = jx_int(r), true;
-        return *out = jx_float(fx + fy), true;
-    case '-':
-        if (ints && !__builtin_sub_overflow(x, y, &r)) return *out = jx_int(r), true;
-        return *out = jx_float(fx - fy), true;
-    case '*':
-        if (ints && !__builtin_mul_overflow(x, y, &r)) return *out = jx_int(r), true;
-        return *out = jx_float(fx * fy), true;
-    case '/':
-        if (fy == 0) return jx_fail(ctx, "division by zero");
-        return *out = jx_float(fx / fy), true;
-    case 'f':
-    case '%':
-        if (ints) {
-            if (y == 0) return jx_fail(ctx, "integer division or modulo by zero");
-            /* (INT64_MIN // -1 passes int64: a float, as + - * do) */
-            if (y == -1 && op == 'f' && x == INT64_MIN) return *out = jx_float(-(double)x), true;
-            if (y == -1) return *out = jx_int(op == 'f' ? -x : 0), true;
-            int64_t q = x / y, m = x % y;
-            if (m != 0 && ((m < 0) != (y < 0))) {
-                q--;
-                m += y;
-            }
-            return *out = jx_int(op == 'f' ? q : m), true;
-        }
-        if (fy == 0) return jx_fail(ctx, "float division by zero");
-        {
-            /* CPython's float_divmod: floor(fx / fy) would round 7 // 0.1
-             * to 70.0 where Python gives 69.0. */
-            double m = fmod(fx, fy), div = (fx - m) / fy;
-            if (m != 0 && ((m < 0) != (fy < 0))) {
-                m += fy;
-                div -= 1.0;
-            }
-            if (op == '%') return *out = jx_float(m), true;
-            double q = div != 0 ? floor(div) : copysign(0.0, fx / fy);
-            if (div != 0 && div - q > 0.5) q += 1.0;
-            return *out = jx_float(q), true;
-        }
-    case 'p':
-        if (ints && y >= 0 && int_pow(x, y, &r)) return *out = jx_int(r), true;
-        return *out = jx_float(pow(fx, fy)), true;
-    }
-    return jx_fail(ctx, "bad operator");
-}
-
-static const char *op_name(int op) {
-    switch (op) {
-    case 'f': return "//";
-    case 'p': return "**";
-    case '+': return "+";
-    case '-': return "-";
-    case '*': return "*";
-    case '/': return "/";
-    default: return "%";
-    }
-}
-
-static bool repeat(jx_ctx *ctx, jx_value seq, int64_t n, jx_value *out) {
-    if (n < 0) n = 0;
-    if (seq.t == JX_STR) {
-        size_t len = jx_slen(seq);
-        if (len && (uint64_t)n > (ctx->limits->max_output ? ctx->limits->max_output : SIZE_MAX) / len)
-            return jx_limit_fail(ctx, "string repetition exceeds the output limit");
-        sp_strbuf b = jx_strbuf();
-        for (int64_t i = 0; i < n; i++) sp_strbuf_add(&b, jx_s(seq), len);
-        bool ok = jx_strbuf_ok(&b) && jx_str_new(b.p ? b.p : "", b.len, out);
-        sp_strbuf_free(&b);
-        return ok || jx_fail(ctx, "out of memory");
-    }
-    jx_obj *o = seq.u.o;
-    if (o->u.list.n && (uint64_t)n > 1000000 / o->u.list.n)
-        return jx_limit_fail(ctx, "list repetition too large");
-    if (!jx_list_new(0, o->u.list.tuple, out)) return jx_fail(ctx, "out of memory");
-    for (int64_t i = 0; i < n; i++)
-        for (size_t j = 0; j < o->u.list.n; j++) jx_list_push(*out, jx_ref(o->u.list.v[j]));
-    return true;
-}
-
-/* Markup.__add__ / __radd__: the plain operand is escaped, the sum is Markup. */
-static bool markup_add(jx_ctx *ctx, jx_value a, jx_value b, jx_value *out) {
-    jx_value ea, eb;
-    if (!jx_escape(ctx, a, false, &ea)) return false;
-    if (!jx_escape(ctx, b, false, &eb)) return jx_unref(ea), false;
-    sp_strbuf buf = jx_strbuf();
-    sp_strbuf_add(&buf, jx_s(ea), jx_slen(ea));
-    sp_strbuf_add(&buf, jx_s(eb), jx_slen(eb));
-    jx_unref(ea);
-    jx_unref(eb);
-    if (!jx_str_from_buf(ctx, &buf, out)) return false;
-    out->u.o->u.str.markup = true;
-    return true;
-}
-
-static bool arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out) {
-    if (op == '%' && jx_is_markup(a)) return jx_markup_percent(ctx, a, b, out);
-    if (op == '%' && a.t == JX_STR) return jx_percent_format(ctx, a, b, out);
-    if (a.t == JX_UNDEF || b.t == JX_UNDEF)
-        return jx_fail(ctx, "unsupported operand: an operand of '%s' is undefined", op_name(op));
-    if (jx_is_num(a) && jx_is_num(b)) return num_binop(ctx, op, a, b, out);
-    if (op == '+' && a.t == JX_STR && b.t == JX_STR && (jx_is_markup(a) || jx_is_markup(b)))
-        return markup_add(ctx, a, b, out);
-    if (op == '+' && a.t == JX_STR && b.t == JX_STR) {
-        sp_strbuf buf = jx_strbuf();
-        sp_strbuf_add(&buf, jx_s(a), jx_slen(a));
-        sp_strbuf_add(&buf, jx_s(b), jx_slen(b));
-        bool ok = jx_strbuf_ok(&buf) && jx_str_new(buf.p ? buf.p : "", buf.len, out);
-        sp_strbuf_free(&buf);
-        return ok || jx_fail(ctx, "out of memory");
-    }
-    if (op == '+' && a.t == JX_LIST && b.t == JX_LIST &&
-        a.u.o->u.list.tuple == b.u.o->u.list.tuple) {
-        if (!jx_list_new(0, a.u.o->u.list.tuple, out)) return jx_fail(ctx, "out of memory");
-        for (size_t i = 0; i < a.u.o->u.list.n; i++) jx_list_push(*out, jx_ref(a.u.o->u.list.v[i]));
-        for (size_t i = 0; i < b.u.o->u.list.n; i++) jx_list_push(*out, jx_ref(b.u.o->u.list.v[i]));
-        return true;
-    }
-    if (op == '*' && (a.t == JX_STR || a.t == JX_LIST) && (b.t == JX_INT || b.t == JX_BOOL))
-        return repeat(ctx, a, jx_int_of(b), out);
-    if (op == '*' && (b.t == JX_STR || b.t == JX_LIST) && (a.t == JX_INT || a.t == JX_BOOL))
-        return repeat(ctx, b, jx_int_of(a), out);
-    return jx_fail(ctx, "unsupported operand type(s) for %s: '%s' and '%s'", op_name(op),
-                   jx_type_name(a), jx_type_name(b));
-}
-
-static int order(jx_ctx *ctx, jx_value a, jx_value b, bool *ok) {
-    *ok = true;
-    if (jx_is_num(a) && jx_is_num(b)) {
-        if (a.t != JX_FLOAT && b.t != JX_FLOAT) {
-            int64_t x = jx_int_of(a), y = jx_int_of(b);
-            return (x > y) - (x < y);
-        }
-        double x = jx_num_of(a);
-        double y = jx_num_of(b);
-        return (x > y) - (x < y);
-    }
-    if (a.t == JX_STR && b.t == JX_STR) {
-        size_t la = jx_slen(a), lb = jx_slen(b);
-        int c = memcmp(jx_s(a), jx_s(b), la < lb ? la : lb);
-        return c ? (c > 0) - (c < 0) : (la > lb) - (la < lb);
-    }
-    if (a.t == JX_LIST && b.t == JX_LIST) {
-        jx_obj *x = a.u.o, *y = b.u.o;
-        for (size_t i = 0; i < x->u.list.n && i < y->u.list.n; i++) {
-            if (jx_equal(x->u.list.v[i], y->u.list.v[i])) continue;
-            return order(ctx, x->u.list.v[i], y->u.list.v[i], ok);
-        }
-        return (x->u.list.n > y->u.list.n) - (x->u.list.n < y->u.list.n);
-    }
-    *ok = false;
-    return 0;
-}
-
-bool jx_compare(jx_ctx *ctx, int op, jx_value a, jx_value b, bool *out) {
-    switch (op) {
-    case '=': *out = jx_equal(a, b); return true;
-    case '!': *out = !jx_equal(a, b); return true;
-    case 'i':
-    case 'n': {
-        bool r = false;
-        if (b.t == JX_STR) {
-            if (a.t != JX_STR)
-                return jx_fail(ctx, "'in <string>' requires string as left operand, not %s", jx_type_name(a));
-            r = jx_slen(a) == 0 || memmem(jx_s(b), jx_slen(b), jx_s(a), jx_slen(a)) != NULL;
-        } else if (b.t == JX_LIST) {
-            for (size_t i = 0; i < b.u.o->u.list.n && !r; i++) r = jx_equal(a, b.u.o->u.list.v[i]);
-        } else if (jx_is_map(b)) {
-            r = jx_dict_get(b, a) != NULL;
-        } else if (b.t == JX_UNDEF) {
-            r = false; /* Undefined iterates as empty */
-        } else {
-            return jx_fail(ctx, "argument of type '%s' is not iterable", jx_type_name(b));
-        }
-        *out = op == 'i' ? r : !r;
-        return true;
-    }
-    default: {
-        bool ok;
-        int c = order(ctx, a, b, &ok);
-        if (!ok)
-            return jx_fail(ctx, "'%s' not supported between instances of '%s' and '%s'",
-                           op == '<' ? "<" : op == 'l' ? "<=" : op == '>' ? ">" : ">=",
-                           jx_type_name(a), jx_type_name(b));
-        *out = op == '<' ? c < 0 : op == 'l' ? c <= 0 : op == '>' ? c > 0 : c >= 0;
-        return true;
-    }
-    }
-}
-
-static int cmp_code(const char *s) {
-    if (!strcmp(s, "==")) return '=';
-    if (!strcmp(s, "!=")) return '!';
-    if (!strcmp(s, "<")) return '<';
-    if (!strcmp(s, "<=")) return 'l';
-    if (!strcmp(s, ">")) return '>';
-    if (!strcmp(s, ">=")) return 'g';
-    if (!strcmp(s, "in")) return 'i';
-    return 'n';
-}
-
 /* -------------------------------------------------------------- expressions */
 
 typedef struct ev {
@@ -570,9 +346,163 @@ static bool slice(jx_ctx *ctx, jx_value obj, const jx_value *bounds, jx_value *o
     return ok || jx_fail(ctx, "out of memory");
 }
 
-static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
+/* [..], (..,) and {..: ..} literals. */
+static bool eval_container(ev *e, const jx_node *n, jx_value *out) {
     jx_ctx *ctx = e->ctx;
     jx_value a, b;
+    if (n->kind == JN_DICT) {
+        if (!jx_dict_new(JX_DICT, out)) return jx_fail(ctx, "out of memory");
+        for (size_t i = 0; i < n->list.n; i++) {
+            if (!eval(e, n->list.v[i], &a)) return jx_unref(*out), false;
+            if (!eval(e, n->list2.v[i], &b)) return jx_unref(a), jx_unref(*out), false;
+            jx_dict_set(*out, a, b);
+        }
+        return true;
+    }
+    if (!jx_list_new(n->list.n, n->kind == JN_TUPLE, out)) return jx_fail(ctx, "out of memory");
+    for (size_t i = 0; i < n->list.n; i++) {
+        if (!eval(e, n->list.v[i], &a)) return jx_unref(*out), false;
+        jx_list_push(*out, a);
+    }
+    return true;
+}
+
+/* x.name, x[key] and x[lo:hi:step]. */
+static bool eval_access(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
+    jx_value a, b;
+    if (!eval(e, n->a, &a)) return false;
+    bool ok = true;
+    if (n->kind == JN_SLICE) {
+        jx_value bounds[3] = {JX_NONEV, JX_NONEV, JX_NONEV};
+        const jx_node *parts[3] = {n->b, n->c, n->d};
+        for (int i = 0; i < 3 && ok; i++)
+            if (parts[i]) ok = eval(e, parts[i], &bounds[i]);
+        AT(ctx, n);
+        ok = ok && slice(ctx, a, bounds, out);
+        for (int i = 0; i < 3; i++) jx_unref(bounds[i]);
+        jx_unref(a);
+        return ok;
+    }
+    if (n->kind == JN_ATTR) {
+        AT(ctx, n);
+        if (!jx_str_cstr(n->name, &b)) return jx_unref(a), jx_fail(ctx, "out of memory");
+    } else if (!eval(e, n->b, &b)) {
+        return jx_unref(a), false;
+    }
+    AT(ctx, n);
+    ok = get_item(ctx, a, b, n->kind == JN_ATTR, out);
+    jx_unref(a);
+    jx_unref(b);
+    return ok;
+}
+
+/* f(args) and `x is test(args)`. */
+static bool eval_call(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
+    jx_value a;
+    if (!eval(e, n->a, &a)) return false;
+    argv_t av;
+    if (!eval_args(e, n, &av)) return jx_unref(a), false;
+    AT(ctx, n);
+    bool ok;
+    if (n->kind == JN_CALL) {
+        ok = jx_call_value(ctx, a, &av.a, out);
+    } else {
+        bool r = false;
+        ok = jx_apply_test(ctx, n->name, a, &av.a, &r);
+        *out = jx_bool(n->flag ? !r : r);
+    }
+    args_free(&av);
+    jx_unref(a);
+    return ok;
+}
+
+/* -x, +x and `not x`. */
+static bool eval_unary(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
+    jx_value a;
+    if (!eval(e, n->a, &a)) return false;
+    if (n->kind == JN_NOT) {
+        *out = jx_bool(!jx_truthy(a));
+        jx_unref(a);
+        return true;
+    }
+    AT(ctx, n);
+    if (!jx_is_num(a)) {
+        bool r = jx_fail(ctx, "bad operand type for unary %s: '%s'",
+                         n->kind == JN_NEG ? "-" : "+", jx_type_name(a));
+        jx_unref(a);
+        return r;
+    }
+    if (n->kind == JN_POS) *out = a.t == JX_BOOL ? jx_int(a.u.b) : a;
+    else if (a.t == JX_FLOAT) *out = jx_float(-a.u.f);
+    else {
+        int64_t neg;
+        /* -INT64_MIN does not fit: go to float, as num_binop does. */
+        *out = __builtin_sub_overflow(0, jx_int_of(a), &neg) ? jx_float(-(double)jx_int_of(a))
+                                                             : jx_int(neg);
+    }
+    return true;
+}
+
+/* a ~ b ~ c: every operand's string form, joined. */
+static bool eval_concat(ev *e, const jx_node *n, jx_value *out) {
+    jx_value a;
+    sp_strbuf buf = jx_strbuf();
+    for (size_t i = 0; i < n->list.n; i++) {
+        if (!eval(e, n->list.v[i], &a)) return sp_strbuf_free(&buf), false;
+        jx_write_str(&buf, a);
+        jx_unref(a);
+    }
+    bool ok = jx_strbuf_ok(&buf) && jx_str_new(buf.p ? buf.p : "", buf.len, out);
+    sp_strbuf_free(&buf);
+    return ok || jx_fail(e->ctx, "out of memory");
+}
+
+/* a < b <= c ...: chained, each operand evaluated once, stopping at the
+ * first false comparison as Python does. */
+static bool eval_compare(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
+    jx_value a, b;
+    if (!eval(e, n->a, &a)) return false;
+    bool r = true;
+    for (size_t i = 0; i < n->list.n && r; i++) {
+        if (!eval(e, n->list.v[i], &b)) return jx_unref(a), false;
+        AT(ctx, n);
+        if (!jx_compare(ctx, jx_compare_code(n->kwnames[i]), a, b, &r))
+            return jx_unref(a), jx_unref(b), false;
+        jx_unref(a);
+        a = b;
+    }
+    jx_unref(a);
+    *out = jx_bool(r);
+    return true;
+}
+
+/* and / or (short-circuit, yielding an operand), arithmetic. */
+static bool eval_binary(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
+    jx_value a, b;
+    if (!eval(e, n->a, &a)) return false;
+    if (n->kind != JN_BINOP) {
+        if (jx_truthy(a) == (n->kind == JN_OR)) {
+            *out = a;
+            return true;
+        }
+        jx_unref(a);
+        return eval(e, n->b, out);
+    }
+    if (!eval(e, n->b, &b)) return jx_unref(a), false;
+    AT(ctx, n);
+    bool ok = jx_arith(ctx, n->op, a, b, out);
+    jx_unref(a);
+    jx_unref(b);
+    return ok;
+}
+
+static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
+    jx_ctx *ctx = e->ctx;
     *out = JX_UNDEFINED;
     switch (n->kind) {
     case JN_CONST: *out = jx_ref(n->value); return true;
@@ -584,149 +514,30 @@ static bool eval_inner(ev *e, const jx_node *n, jx_value *out) {
     }
     case JN_LIST:
     case JN_TUPLE:
-        if (!jx_list_new(n->list.n, n->kind == JN_TUPLE, out)) return jx_fail(ctx, "out of memory");
-        for (size_t i = 0; i < n->list.n; i++) {
-            if (!eval(e, n->list.v[i], &a)) return jx_unref(*out), false;
-            jx_list_push(*out, a);
-        }
-        return true;
-    case JN_DICT:
-        if (!jx_dict_new(JX_DICT, out)) return jx_fail(ctx, "out of memory");
-        for (size_t i = 0; i < n->list.n; i++) {
-            if (!eval(e, n->list.v[i], &a)) return jx_unref(*out), false;
-            if (!eval(e, n->list2.v[i], &b)) return jx_unref(a), jx_unref(*out), false;
-            jx_dict_set(*out, a, b);
-        }
-        return true;
-    case JN_ATTR: {
-        if (!eval(e, n->a, &a)) return false;
-        AT(ctx, n);
-        if (!jx_str_cstr(n->name, &b)) return jx_unref(a), jx_fail(ctx, "out of memory");
-        bool ok = get_item(ctx, a, b, true, out);
-        jx_unref(a);
-        jx_unref(b);
-        return ok;
-    }
-    case JN_ITEM: {
-        if (!eval(e, n->a, &a)) return false;
-        if (!eval(e, n->b, &b)) return jx_unref(a), false;
-        AT(ctx, n);
-        bool ok = get_item(ctx, a, b, false, out);
-        jx_unref(a);
-        jx_unref(b);
-        return ok;
-    }
-    case JN_SLICE: {
-        jx_value bounds[3] = {JX_NONEV, JX_NONEV, JX_NONEV};
-        const jx_node *parts[3] = {n->b, n->c, n->d};
-        if (!eval(e, n->a, &a)) return false;
-        bool ok = true;
-        for (int i = 0; i < 3 && ok; i++)
-            if (parts[i]) ok = eval(e, parts[i], &bounds[i]);
-        AT(ctx, n);
-        ok = ok && slice(ctx, a, bounds, out);
-        for (int i = 0; i < 3; i++) jx_unref(bounds[i]);
-        jx_unref(a);
-        return ok;
-    }
-    case JN_CALL: {
-        if (!eval(e, n->a, &a)) return false;
-        argv_t av;
-        if (!eval_args(e, n, &av)) return jx_unref(a), false;
-        AT(ctx, n);
-        bool ok = jx_call_value(ctx, a, &av.a, out);
-        args_free(&av);
-        jx_unref(a);
-        return ok;
-    }
+    case JN_DICT: return eval_container(e, n, out);
+    case JN_ATTR:
+    case JN_ITEM:
+    case JN_SLICE: return eval_access(e, n, out);
+    case JN_CALL:
+    case JN_TEST: return eval_call(e, n, out);
     case JN_FILTER: return eval_filter(e, n, NULL, out);
-    case JN_TEST: {
-        if (!eval(e, n->a, &a)) return false;
-        argv_t av;
-        if (!eval_args(e, n, &av)) return jx_unref(a), false;
-        AT(ctx, n);
-        bool r = false, ok = jx_apply_test(ctx, n->name, a, &av.a, &r);
-        args_free(&av);
-        jx_unref(a);
-        *out = jx_bool(n->flag ? !r : r);
-        return ok;
-    }
     case JN_NEG:
     case JN_POS:
-        if (!eval(e, n->a, &a)) return false;
-        AT(ctx, n);
-        if (!jx_is_num(a)) {
-            bool r = jx_fail(ctx, "bad operand type for unary %s: '%s'",
-                             n->kind == JN_NEG ? "-" : "+", jx_type_name(a));
-            jx_unref(a);
-            return r;
-        }
-        if (n->kind == JN_POS) *out = a.t == JX_BOOL ? jx_int(a.u.b) : a;
-        else if (a.t == JX_FLOAT) *out = jx_float(-a.u.f);
-        else {
-            int64_t neg;
-            /* -INT64_MIN does not fit: go to float, as num_binop does. */
-            *out = __builtin_sub_overflow(0, jx_int_of(a), &neg) ? jx_float(-(double)jx_int_of(a))
-                                                                 : jx_int(neg);
-        }
-        return true;
-    case JN_NOT:
-        if (!eval(e, n->a, &a)) return false;
-        *out = jx_bool(!jx_truthy(a));
-        jx_unref(a);
-        return true;
+    case JN_NOT: return eval_unary(e, n, out);
     case JN_AND:
     case JN_OR:
-        if (!eval(e, n->a, &a)) return false;
-        if (jx_truthy(a) == (n->kind == JN_OR)) {
-            *out = a;
-            return true;
-        }
-        jx_unref(a);
-        return eval(e, n->b, out);
-    case JN_BINOP: {
-        if (!eval(e, n->a, &a)) return false;
-        if (!eval(e, n->b, &b)) return jx_unref(a), false;
-        AT(ctx, n);
-        bool ok = arith(ctx, n->op, a, b, out);
-        jx_unref(a);
-        jx_unref(b);
-        return ok;
-    }
-    case JN_CONCAT: {
-        sp_strbuf buf = jx_strbuf();
-        for (size_t i = 0; i < n->list.n; i++) {
-            if (!eval(e, n->list.v[i], &a)) return sp_strbuf_free(&buf), false;
-            jx_write_str(&buf, a);
-            jx_unref(a);
-        }
-        bool ok = jx_strbuf_ok(&buf) && jx_str_new(buf.p ? buf.p : "", buf.len, out);
-        sp_strbuf_free(&buf);
-        return ok || jx_fail(ctx, "out of memory");
-    }
-    case JN_COMPARE: {
-        if (!eval(e, n->a, &a)) return false;
-        bool r = true;
-        for (size_t i = 0; i < n->list.n && r; i++) {
-            if (!eval(e, n->list.v[i], &b)) return jx_unref(a), false;
-            AT(ctx, n);
-            if (!jx_compare(ctx, cmp_code(n->kwnames[i]), a, b, &r))
-                return jx_unref(a), jx_unref(b), false;
-            jx_unref(a);
-            a = b;
-        }
-        jx_unref(a);
-        *out = jx_bool(r);
-        return true;
-    }
-    case JN_COND:
+    case JN_BINOP: return eval_binary(e, n, out);
+    case JN_CONCAT: return eval_concat(e, n, out);
+    case JN_COMPARE: return eval_compare(e, n, out);
+    case JN_COND: {
+        jx_value a;
         if (!eval(e, n->b, &a)) return false;
         bool t = jx_truthy(a);
         jx_unref(a);
         if (t) return eval(e, n->a, out);
         if (n->c) return eval(e, n->c, out);
-        *out = JX_UNDEFINED;
         return true;
+    }
     default:
         AT(ctx, n);
         return jx_fail(ctx, "statement used as an expression");

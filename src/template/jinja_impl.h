@@ -281,7 +281,13 @@ bool jx_getattr(jx_ctx *ctx, jx_value obj, jx_value key, jx_value *out);
 /* Iterable -> new list (dict: keys, str: characters, undefined: empty). */
 bool jx_to_list(jx_ctx *ctx, jx_value v, jx_value *out);
 void jx_drain(jx_value iterator, size_t n);
+/* Operators (jinja_ops.c). op: the parser's code ('+', '-', '*', '/',
+ * 'f' floor-div, '%', 'p' power) for jx_arith; jx_compare_code maps
+ * "==" "!=" "<" "<=" ">" ">=" "in" "not in" to jx_compare's. *out is a new
+ * reference on success. */
+bool jx_arith(jx_ctx *ctx, int op, jx_value a, jx_value b, jx_value *out);
 bool jx_compare(jx_ctx *ctx, int op, jx_value a, jx_value b, bool *out);
+int jx_compare_code(const char *s);
 /* Render a macro/caller body (jinja_eval.c). */
 bool jx_call_macro(jx_ctx *ctx, jx_obj *fn, const jx_args *args,
                    jx_value *out);
