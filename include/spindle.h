@@ -323,8 +323,9 @@ spindle_status spindle_forward(spindle_model *model,
 /* ---------------------------------------------------------------- adapters
  *
  * A LoRA adapter adds scale * B·(A·x) to the output of some of a model's
- * projections (q/k/v/o/gate/up/down_proj), whatever the base weights'
- * storage type; the base weights are never changed, so any number of
+ * projections (q/k/v/o/gate/up/down_proj; on MoE models also the router
+ * and each routed expert's gate/up/down_proj, with a pair per expert),
+ * whatever the base weights' storage type; the base weights are never changed, so any number of
  * adapters can be mounted on one model and each batch entry or request
  * picks one (or none). */
 typedef struct spindle_adapter spindle_adapter;

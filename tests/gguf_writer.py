@@ -24,6 +24,7 @@ The 1-D norm weights stay F32, as llama.cpp's converter keeps them.
 """
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
@@ -555,6 +556,25 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
     return out
 
 
+def _stack_expert_loras(items):
+    """PEFT's per-expert pairs (transformers 4.x's mlp.experts.E.X) stacked
+    over E under mlp.switch_mlp.X, whose GGUF name is ffn_X_exps: what
+    convert_lora_to_gguf.py writes through the base converter's expert
+    stacking (A [E, r, in], B [E, out, r]); the other tensors as they
+    are."""
+    pat = re.compile(r"(.*\.mlp)\.experts\.(\d+)\.(\w+_proj)\.(lora_[AB]\.weight)$")
+    stacks = {}
+    for name, arr in items:
+        m = pat.match(name)
+        if not m:
+            yield name, arr
+            continue
+        key = f"{m[1]}.switch_mlp.{m[3]}.{m[4]}"
+        stacks.setdefault(key, {})[int(m[2])] = arr
+    for key, per in stacks.items():
+        yield key, np.stack([per[e] for e in sorted(per)])
+
+
 def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
                     edit=None, general_type="adapter", arch_name=None):
     """Write PEFT adapter directory `peft_dir` (adapter_config.json,
@@ -563,8 +583,8 @@ def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
     "adapter", adapter.type "lora", adapter.lora.alpha (PEFT's lora_alpha
     as written, so llama.cpp's scale alpha / r ignores use_rslora, as it
     does), and per target blk.N.<module>.weight.lora_a [r, in] / .lora_b
-    [out, r] in llama.cpp's names, B's q/k rows permuted as the base's
-    rows are. `alpha` overrides the config's; `edit` (a function of the
+    [out, r] in llama.cpp's names (routed experts stacked:
+    _stack_expert_loras), B's q/k rows permuted as the base's rows are. `alpha` overrides the config's; `edit` (a function of the
     {GGUF name: array} dict), `general_type` and `arch_name` make the
     malformed files of the tests. Shown identical (names, shapes, bytes,
     the four keys) to convert_lora_to_gguf.py --outtype f32 on
@@ -583,8 +603,8 @@ def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads", heads)
     tensors = {}
-    for name, arr in read_safetensors(os.path.join(
-            peft_dir, "adapter_model.safetensors")):
+    for name, arr in _stack_expert_loras(read_safetensors(os.path.join(
+            peft_dir, "adapter_model.safetensors"))):
         base, kind, _ = name.removeprefix("base_model.model.").rsplit(".", 2)
         hf = base.removeprefix("language_model.") + ".weight"
         is_b = kind == "lora_B"

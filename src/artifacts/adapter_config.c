@@ -8,6 +8,7 @@
 
 static const char *const module_names[SP_LORA_N_MODULES] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "gate",
 };
 
 int sp_lora_module_from_name(const char *name) {
@@ -81,7 +82,7 @@ static spindle_status read_targets(const cJSON *list, const char *what,
         if (m < 0)
             return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                            "%s: unknown target module '%.64s' in %s "
-                           "(supported: q/k/v/o/gate/up/down_proj)",
+                           "(supported: q/k/v/o/gate/up/down_proj, the router gate)",
                            what, e->valuestring, key);
         *out |= 1u << m;
     }

@@ -4,7 +4,8 @@
  * The model and the adapter are loaded as `spindle run` loads them, so the
  * adapter is checked against the model exactly as when applied unmerged;
  * each adapted projection's rows are the base rows (dequantized when
- * quantized) plus scale * B A, computed row by row; every other tensor is
+ * quantized) plus scale * B A, computed row by row (a stacked experts
+ * tensor expert by expert, each with its own pair); every other tensor is
  * copied byte for byte. */
 #include "convert/convert.h"
 #include "convert/convert_internal.h"
@@ -16,6 +17,7 @@
 #include "compute/matmul/matmul.h"
 #include "models/lora.h"
 #include "models/model.h"
+#include "models/moe.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -29,8 +31,9 @@ typedef enum merge_kind { M_COPY, M_MERGE, M_DROP } merge_kind;
 typedef struct merge_tensor {
     const sp_tensor_info *t;
     merge_kind kind;
-    const sp_linear *lin;     /* M_MERGE: the base projection */
-    const sp_lora_pair *pair; /* M_MERGE */
+    sp_lora_target tgt;       /* M_MERGE: the projection (of every expert
+                                 when stacked) */
+    int n_parts;              /* M_MERGE: experts stacked in t, else 1 */
     sp_dtype out;             /* M_MERGE: the merged matrix's type */
 } merge_tensor;
 
@@ -41,42 +44,51 @@ static bool skip(const char **s, const char *prefix) {
     return true;
 }
 
-/* <prefix>model.layers.N.{self_attn,mlp}.X.{weight,scales,biases}: the
- * projection's layer and module, and whether it is .weight. */
-static bool projection_of(const spindle_model *m, const char *name, int *layer,
-                          sp_lora_module *mod, bool *is_weight) {
+/* <prefix>model.layers.N.{self_attn,mlp}.[G.]X.{weight,scales,biases}: the
+ * projection, resolved against the model, and whether it is .weight. */
+static bool projection_of(const spindle_model *m, const char *name,
+                          sp_lora_target *tgt, bool *is_weight) {
     const char *s = name;
-    if (!skip(&s, m->tensor_prefix) || !skip(&s, "model.layers.")) return false;
-    char *end;
-    long l = strtol(s, &end, 10);
-    if (end == s || *end != '.' || l < 0 || l >= m->cfg.n_layers) return false;
-    s = end + 1;
-    if (!skip(&s, "self_attn.") && !skip(&s, "mlp.")) return false;
-    const char *dot = strchr(s, '.');
-    char module[16];
-    if (!dot || dot - s >= (long)sizeof module) return false;
-    memcpy(module, s, (size_t)(dot - s));
-    module[dot - s] = 0;
-    int k = sp_lora_module_from_name(module);
-    if (k < 0) return false;
-    *is_weight = !strcmp(dot + 1, "weight");
-    if (!*is_weight && strcmp(dot + 1, "scales") && strcmp(dot + 1, "biases"))
+    char why[192];
+    if (!skip(&s, m->tensor_prefix) || !sp_lora_parse_target(&s, tgt) ||
+        tgt->layer >= m->cfg.n_layers)
         return false;
-    *layer = (int)l;
-    *mod = (sp_lora_module)k;
-    return true;
+    *is_weight = !strcmp(s, "weight");
+    if (!*is_weight && strcmp(s, "scales") && strcmp(s, "biases")) return false;
+    return sp_lora_resolve(m, tgt, why, sizeof why) != NULL;
 }
 
-static const sp_linear *projection(const spindle_model *m, int l,
-                                   sp_lora_module k) {
-    const sp_layer *L = &m->layers[l];
-    const sp_linear *all[SP_LORA_N_MODULES] = {&L->q, &L->k, &L->v, &L->o,
-                                               &L->gate, &L->up, &L->down};
-    return all[k];
+/* Part p's expert (the whole projection's, when it is not stacked). */
+static int part_expert(const sp_lora_target *tgt, int p) {
+    return tgt->expert == SP_LORA_STACKED ? p : tgt->expert;
 }
 
 static bool is_float(sp_dtype t) {
     return t == SP_DTYPE_F32 || t == SP_DTYPE_F16 || t == SP_DTYPE_BF16;
+}
+
+/* The tensor's parts (experts, or just itself) and whether the adapter
+ * has a pair for any; a pair of another shape than its base fails. */
+static spindle_status adapted(const spindle_model *m, const spindle_adapter *a,
+                              merge_tensor *mt, bool *any, spindle_error *err) {
+    const sp_lora_target *tgt = &mt->tgt;
+    mt->n_parts = tgt->expert == SP_LORA_STACKED
+                      ? m->layers[tgt->layer].moe->spec.n_experts : 1;
+    *any = false;
+    for (int p = 0; p < mt->n_parts; p++) {
+        int e = part_expert(tgt, p);
+        const sp_lora_pair *pr = sp_adapter_pair(a, tgt->layer, tgt->module, e);
+        const sp_linear *lin = sp_lora_base(m, tgt->layer, tgt->module, e);
+        if (!pr) continue;
+        *any = true;
+        if (lin->w.rows != pr->b.rows || lin->w.cols != pr->a.cols)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "merge: %s is [%lld, %lld], the adapter's product "
+                           "[%lld, %lld]", mt->t->name, (long long)lin->w.rows,
+                           (long long)lin->w.cols, (long long)pr->b.rows,
+                           (long long)pr->a.cols);
+    }
+    return SPINDLE_OK;
 }
 
 /* What happens to each tensor of the model's files; the quantized modules
@@ -86,28 +98,21 @@ static spindle_status plan(const spindle_model *m, const spindle_adapter *a,
                            size_t n, cJSON *quant_off, spindle_error *err) {
     for (size_t i = 0; i < n; i++) {
         const sp_tensor_info *t = sp_tensor_set_at(m->tensors, i);
-        ts[i] = (merge_tensor){.t = t, .kind = M_COPY};
-        int l;
-        sp_lora_module k;
-        bool is_weight;
-        if (!projection_of(m, t->name, &l, &k, &is_weight)) continue;
-        const sp_lora_pair *p = sp_adapter_pair(a, l, k);
-        if (!p) continue;
-        const sp_linear *lin = projection(m, l, k);
+        merge_tensor mt = {.t = t, .kind = M_COPY};
+        ts[i] = mt;
+        bool is_weight, any;
+        if (!projection_of(m, t->name, &mt.tgt, &is_weight)) continue;
+        spindle_status st = adapted(m, a, &mt, &any, err);
+        if (st) return st;
+        if (!any) continue;
         bool quantized = !is_float(t->dtype) || t->ggml_quant;
         if (!is_weight) {
             ts[i].kind = M_DROP;   /* the scales / biases of a merged module */
             continue;
         }
-        if (lin->w.rows != p->b.rows || lin->w.cols != p->a.cols)
-            return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "merge: %s is [%lld, %lld], the adapter's product "
-                           "[%lld, %lld]", t->name, (long long)lin->w.rows,
-                           (long long)lin->w.cols, (long long)p->b.rows,
-                           (long long)p->a.cols);
-        ts[i] = (merge_tensor){.t = t, .kind = M_MERGE, .lin = lin, .pair = p,
-                               .out = quantized || opt->dtype_given
-                                          ? opt->dtype : t->dtype};
+        mt.kind = M_MERGE;
+        mt.out = quantized || opt->dtype_given ? opt->dtype : t->dtype;
+        ts[i] = mt;
         if (quantized) {
             char path[256];
             snprintf(path, sizeof path, "%s", t->name);
@@ -131,33 +136,44 @@ static void store_row(const float *row, int64_t n, sp_dtype t, void *dst) {
     }
 }
 
-/* W + scale B A, row by row. */
-static spindle_status write_merged(sp_st_writer *w, const merge_tensor *mt,
-                                   float scale, spindle_error *err) {
-    const sp_weight *base = &mt->lin->w;
-    const float *A = mt->pair->a.data, *B = mt->pair->b.data;
-    int64_t cols = base->cols, rank = mt->pair->a.rows;
+/* W + scale B A, row by row, part (expert) after part; a part without a
+ * pair as it is, decoded. */
+static spindle_status write_merged(const spindle_model *m,
+                                   const spindle_adapter *a, sp_st_writer *w,
+                                   const merge_tensor *mt, float scale,
+                                   spindle_error *err) {
+    const sp_lora_target *tgt = &mt->tgt;
+    const int64_t cols = sp_lora_base(m, tgt->layer, tgt->module,
+                                      part_expert(tgt, 0))->w.cols;
     float *row = malloc((size_t)cols * sizeof *row);
     void *out = malloc((size_t)cols * 4);
     spindle_status st = row && out ? SPINDLE_OK
         : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     size_t bytes = (size_t)cols * (mt->out == SP_DTYPE_F32 ? 4 : 2);
-    for (int64_t r = 0; r < base->rows && !st; r++) {
-        sp_weight_row(base, r, row);
-        for (int64_t k = 0; k < rank; k++) {
-            float b = scale * B[r * rank + k];
-            const float *ak = A + k * cols;
-            for (int64_t c = 0; c < cols; c++) row[c] += b * ak[c];
+    for (int p = 0; p < mt->n_parts && !st; p++) {
+        int e = part_expert(tgt, p);
+        const sp_weight *base = &sp_lora_base(m, tgt->layer, tgt->module, e)->w;
+        const sp_lora_pair *pr = sp_adapter_pair(a, tgt->layer, tgt->module, e);
+        int64_t rank = pr ? pr->a.rows : 0;
+        for (int64_t r = 0; r < base->rows && !st; r++) {
+            sp_weight_row(base, r, row);
+            for (int64_t k = 0; k < rank; k++) {
+                float b = scale * ((const float *)pr->b.data)[r * rank + k];
+                const float *ak = (const float *)pr->a.data + k * cols;
+                for (int64_t c = 0; c < cols; c++) row[c] += b * ak[c];
+            }
+            store_row(row, cols, mt->out, out);
+            st = sp_st_writer_write(w, out, bytes, err);
         }
-        store_row(row, cols, mt->out, out);
-        st = sp_st_writer_write(w, out, bytes, err);
     }
     free(row);
     free(out);
     return st;
 }
 
-static spindle_status write_weights(const merge_tensor *ts, size_t n,
+static spindle_status write_weights(const spindle_model *m,
+                                    const spindle_adapter *a,
+                                    const merge_tensor *ts, size_t n,
                                     float scale, const char *dir,
                                     spindle_error *err) {
     char *path = sp_path_join(dir, "model.safetensors");
@@ -171,9 +187,15 @@ static spindle_status write_weights(const merge_tensor *ts, size_t n,
             st = sp_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, err);
             continue;
         }
-        /* [rows][cols]: a quantized source is packed narrower */
-        int64_t shape[2] = {ts[i].lin->w.rows, ts[i].lin->w.cols};
-        st = sp_st_writer_add(w, t->name, ts[i].out, 2, shape, err);
+        /* [rows][cols], or [experts][rows][cols]: a quantized source is
+         * packed narrower */
+        const sp_lora_target *tgt = &ts[i].tgt;
+        const sp_weight *base =
+            &sp_lora_base(m, tgt->layer, tgt->module, part_expert(tgt, 0))->w;
+        int stacked = ts[i].n_parts > 1 || t->ndim == 3;
+        int64_t shape[3] = {ts[i].n_parts, base->rows, base->cols};
+        st = sp_st_writer_add(w, t->name, ts[i].out, 2 + stacked,
+                              shape + 1 - stacked, err);
     }
     if (!st) st = sp_st_writer_meta(w, "format", "pt", err);
     if (!st) st = sp_st_writer_begin(w, err);
@@ -181,7 +203,7 @@ static spindle_status write_weights(const merge_tensor *ts, size_t n,
         if (ts[i].kind == M_COPY)
             st = sp_st_writer_write(w, ts[i].t->data, ts[i].t->nbytes, err);
         else if (ts[i].kind == M_MERGE)
-            st = write_merged(w, &ts[i], scale, err);
+            st = write_merged(m, a, w, &ts[i], scale, err);
     }
     if (!st) {
         st = sp_st_writer_finish(w, err);
@@ -272,7 +294,7 @@ static spindle_status merge_dir(const char *model_dir, const char *out_dir,
         st = sp_fail(err, SPINDLE_ERR_IO, "%s: cannot create directory", out_dir);
     if (!st) st = copy_side_files(m->dir, out_dir, err);
     float scale = st ? 0 : a->scale * (opt->merge_scale != 0 ? opt->merge_scale : 1);
-    if (!st) st = write_weights(ts, n, scale, out_dir, err);
+    if (!st) st = write_weights(m, a, ts, n, scale, out_dir, err);
     /* config.json last: a directory without it is not mistaken for a model. */
     if (!st) st = write_config(m->dir, out_dir, quant_off, err);
     free(ts);

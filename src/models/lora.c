@@ -1,9 +1,12 @@
 /* LoRA adapters in the forward pass: the low-rank terms of each adapter
- * over its group of rows, after the one base product over all rows; and
- * the adapter's reference count. Loading is in lora_load.c. */
+ * over its group of rows, after the one base product over all rows (for
+ * routed experts, per expert and adapter after the grouped expert
+ * products); the adapter's slots and reference count. Loading is in
+ * lora_load.c. */
 #include "models/lora.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
+#include "models/moe.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -11,24 +14,103 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* A group of rows multiplied by one pair: rows[off .. off + n) of the
+ * scratch, gathered into x, t and u at the same row offsets. */
+typedef struct lora_group {
+    const sp_lora_pair *pr;
+    int off, n;
+} lora_group;
+
 struct sp_lora_scratch {
     float *x, *t, *u, *row_scale;
-    size_t cap_x, cap_t, cap_u, cap_rows;
+    int *rows;                 /* the rows (or grouped positions) to adapt */
+    int *row_seq;              /* [T] each row's sequence */
+    const spindle_adapter **adapters; /* the pass's distinct adapters */
+    lora_group *groups;
+    size_t cap_x, cap_t, cap_u, cap_scale, cap_rows, cap_seq, cap_ads,
+        cap_groups;
 };
 
 void sp_lora_scratch_free(sp_lora_scratch *s) {
     if (!s) return;
     free(s->x); free(s->t); free(s->u); free(s->row_scale);
+    free(s->rows); free(s->row_seq); free(s->adapters); free(s->groups);
     free(s);
 }
 
-static bool grow(float **p, size_t *cap, size_t n) {
-    if (n <= *cap) return true;
-    float *q = realloc(*p, n * sizeof *q);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
+/* Grow array p (capacity cap) to n elements; false when out of memory,
+ * p unchanged. Needs `void *tmp` in scope. */
+#define GROW(p, cap, n)                                                    \
+    ((size_t)(n) <= (cap) ||                                               \
+     ((tmp = realloc((p), (size_t)(n) * sizeof *(p))) != NULL &&           \
+      ((p) = tmp, (cap) = (size_t)(n), true)))
+
+/* ------------------------------------------------------------- the adapter */
+
+/* Adapters name the experts of sp_layer.moe only (Gemma 4's experts
+ * beside the MLP have names of their own, which no adapter resolves). */
+static int max_experts(const spindle_model *m) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sp_moe *moe = m->layers[l].moe;
+        if (moe && moe->spec.n_experts > n) n = moe->spec.n_experts;
+    }
+    return n;
+}
+
+spindle_adapter *sp_adapter_new(const spindle_model *m) {
+    spindle_adapter *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->model = m;
+    atomic_init(&a->refs, 1);
+    a->max_experts = max_experts(m);
+    /* q..down and the router of each layer, and 3 projections per expert */
+    const int64_t L = m->cfg.n_layers;
+    const int64_t n = L * SP_LORA_N_MODULES + L * 3 * a->max_experts;
+    if (n > INT32_MAX / 2) {
+        free(a);
+        return NULL;
+    }
+    a->n_slots = (int)n;
+    a->pairs = calloc((size_t)n, sizeof *a->pairs);
+    a->expert_layers = calloc((size_t)L, sizeof *a->expert_layers);
+    if (!a->pairs || !a->expert_layers) {
+        free(a->pairs);
+        free(a->expert_layers);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+int sp_lora_slot(const spindle_adapter *a, int l, sp_lora_module m, int e) {
+    const int L = a->model->cfg.n_layers, own = SP_LORA_N_MODULES - 1;
+    if (l < 0 || l >= L || (int)m < 0 || m >= SP_LORA_N_MODULES) return -1;
+    if (e == SP_LORA_OWN)
+        return m == SP_LORA_ROUTER ? L * own + l : l * own + (int)m;
+    if (e < 0 || e >= a->max_experts || m < SP_LORA_GATE || m > SP_LORA_DOWN)
+        return -1;
+    return L * SP_LORA_N_MODULES +
+           (l * 3 + (int)(m - SP_LORA_GATE)) * a->max_experts + e;
+}
+
+void sp_lora_slot_place(const spindle_adapter *a, int i, int *l,
+                        sp_lora_module *m, int *e) {
+    const int L = a->model->cfg.n_layers, own = SP_LORA_N_MODULES - 1;
+    *e = SP_LORA_OWN;
+    if (i < L * own) {
+        *l = i / own;
+        *m = (sp_lora_module)(i % own);
+    } else if (i < L * SP_LORA_N_MODULES) {
+        *l = i - L * own;
+        *m = SP_LORA_ROUTER;
+    } else {
+        i -= L * SP_LORA_N_MODULES;
+        *e = i % a->max_experts;
+        i /= a->max_experts;
+        *m = (sp_lora_module)(SP_LORA_GATE + i % 3);
+        *l = i / 3;
+    }
 }
 
 void sp_adapter_retain(const spindle_adapter *a) {
@@ -38,12 +120,12 @@ void sp_adapter_retain(const spindle_adapter *a) {
 void sp_adapter_release(const spindle_adapter *ca) {
     spindle_adapter *a = (spindle_adapter *)ca;
     if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
-    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
-    for (int i = 0; a->pairs && i < n; i++) {
+    for (int i = 0; a->pairs && i < a->n_slots; i++) {
         free((void *)a->pairs[i].a.data);
         free((void *)a->pairs[i].b.data);
     }
     free(a->pairs);
+    free(a->expert_layers);
     free(a);
 }
 
@@ -58,7 +140,7 @@ size_t spindle_adapter_key(const spindle_adapter *a, float scale,
     return SPINDLE_ADAPTER_KEY_BYTES;
 }
 
-void sp_adapter_identity(spindle_adapter *a) {
+static void identity(spindle_adapter *a) {
     XXH3_state_t *h = XXH3_createState();
     if (!h) {               /* no identity to compare: every byte 0xff */
         memset(a->identity, 0xff, sizeof a->identity);
@@ -66,8 +148,7 @@ void sp_adapter_identity(spindle_adapter *a) {
     }
     XXH3_128bits_reset(h);
     XXH3_128bits_update(h, &a->scale, sizeof a->scale);
-    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < a->n_slots; i++) {
         const sp_lora_pair *p = &a->pairs[i];
         if (!p->a.data) continue;
         const int64_t shape[3] = {p->a.rows, p->a.cols, p->b.rows};
@@ -80,93 +161,115 @@ void sp_adapter_identity(spindle_adapter *a) {
     XXH3_freeState(h);
 }
 
+void sp_adapter_finish(spindle_adapter *a) {
+    identity(a);
+    for (int i = 0; i < a->n_slots; i++) {
+        int l, e;
+        sp_lora_module m;
+        sp_lora_slot_place(a, i, &l, &m, &e);
+        if (e >= 0 && a->pairs[i].a.data) a->expert_layers[l] = true;
+    }
+}
+
 float spindle_adapter_scale(const spindle_adapter *a) { return a ? a->scale : 0; }
 int spindle_adapter_rank(const spindle_adapter *a) { return a ? a->cfg.rank : 0; }
 
 const sp_lora_pair *sp_adapter_pair(const spindle_adapter *a, int l,
-                                    sp_lora_module m) {
-    if (!a || l < 0 || l >= a->model->cfg.n_layers) return NULL;
-    const sp_lora_pair *p = &a->pairs[l * SP_LORA_N_MODULES + m];
-    return p->a.data ? p : NULL;
+                                    sp_lora_module m, int e) {
+    int i = a ? sp_lora_slot(a, l, m, e) : -1;
+    return i >= 0 && a->pairs[i].a.data ? &a->pairs[i] : NULL;
 }
 
-/* Which layer and projection `lin` is, when it lives in m->layers. */
+/* ------------------------------------------------------------ the forward */
+
+/* Which layer and projection `lin` is: one of m->layers' own, or an MoE
+ * layer's router. */
 static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
                    sp_lora_module *mod) {
     /* Integers: comparing pointers into different objects is undefined. */
     uintptr_t base = (uintptr_t)m->layers, p = (uintptr_t)lin;
     size_t span = (size_t)m->cfg.n_layers * sizeof *m->layers;
-    if (p < base || p - base >= span) return false;
-    size_t off = (size_t)(p - base) % sizeof *m->layers;
-    static const size_t fields[SP_LORA_N_MODULES] = {
-        offsetof(sp_layer, q),    offsetof(sp_layer, k),
-        offsetof(sp_layer, v),    offsetof(sp_layer, o),
-        offsetof(sp_layer, gate), offsetof(sp_layer, up),
-        offsetof(sp_layer, down),
-    };
-    for (int i = 0; i < SP_LORA_N_MODULES; i++)
-        if (off == fields[i]) {
-            *l = (int)((p - base) / sizeof *m->layers);
-            *mod = (sp_lora_module)i;
+    if (p >= base && p - base < span) {
+        size_t off = (size_t)(p - base) % sizeof *m->layers;
+        static const size_t fields[SP_LORA_ROUTER] = {
+            offsetof(sp_layer, q),    offsetof(sp_layer, k),
+            offsetof(sp_layer, v),    offsetof(sp_layer, o),
+            offsetof(sp_layer, gate), offsetof(sp_layer, up),
+            offsetof(sp_layer, down),
+        };
+        for (int i = 0; i < SP_LORA_ROUTER; i++)
+            if (off == fields[i]) {
+                *l = (int)((p - base) / sizeof *m->layers);
+                *mod = (sp_lora_module)i;
+                return true;
+            }
+        return false;
+    }
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        const sp_moe *moe = m->layers[i].moe;
+        if (moe && lin == &moe->router) {
+            *l = i;
+            *mod = SP_LORA_ROUTER;
             return true;
         }
+    }
     return false;
 }
 
-/* Rows of every sequence from `first` on that uses adapter a. */
-static int group_rows(const sp_forward *f, int first, const spindle_adapter *a) {
+/* The pass's distinct adapters into s->adapters; their count, -1 when out
+ * of memory. */
+static int pass_adapters(sp_forward *f) {
+    sp_lora_scratch *s = f->lora;
+    void *tmp;
+    if (!GROW(s->adapters, s->cap_ads, f->n_seqs)) return -1;
     int n = 0;
-    for (int s = first; s < f->n_seqs; s++)
-        if (f->seqs[s].adapter == a) n += f->seqs[s].n_rows;
+    for (int q = 0; q < f->n_seqs; q++) {
+        const spindle_adapter *a = f->seqs[q].adapter;
+        bool seen = !a;
+        for (int i = 0; i < n && !seen; i++) seen = s->adapters[i] == a;
+        if (!seen) s->adapters[n++] = a;
+    }
     return n;
 }
 
+/* Room for n gathered rows of width in, rank and out, and for the pass's
+ * per-row and per-sequence arrays. */
 static bool reserve(sp_forward *f, int n, int in, int rank, int out) {
     if (!f->lora && !(f->lora = calloc(1, sizeof *f->lora))) return false;
     sp_lora_scratch *s = f->lora;
-    return grow(&s->x, &s->cap_x, (size_t)n * in) &&
-           grow(&s->t, &s->cap_t, (size_t)n * rank) &&
-           grow(&s->u, &s->cap_u, (size_t)n * out) &&
-           grow(&s->row_scale, &s->cap_rows, (size_t)n);
+    void *tmp;
+    return GROW(s->x, s->cap_x, (size_t)n * in) &&
+           GROW(s->t, s->cap_t, (size_t)n * rank) &&
+           GROW(s->u, s->cap_u, (size_t)n * out) &&
+           GROW(s->row_scale, s->cap_scale, n) &&
+           GROW(s->rows, s->cap_rows, n) &&
+           GROW(s->row_seq, s->cap_seq, f->n_rows);
 }
 
-/* y += scale * B (A x) for the rows of the sequences (from `first` on)
- * that use adapter a: gathered, two products for the whole group, added
- * back in place. */
-static void apply_group(sp_forward *f, int first, const spindle_adapter *a,
-                        const sp_lora_pair *pr, const float *x, float *y) {
-    int in = (int)pr->a.cols, rank = (int)pr->a.rows, out = (int)pr->b.rows;
-    int n = group_rows(f, first, a);
-    if (!reserve(f, n, in, rank, out)) {
-        if (!f->status)
-            f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY,
-                                "out of memory for LoRA scratch");
-        return;
-    }
-    sp_lora_scratch *s = f->lora;
-    int k = 0;
-    for (int q = first; q < f->n_seqs; q++) {
-        const sp_forward_seq *sq = &f->seqs[q];
-        if (sq->adapter != a) continue;
-        memcpy(s->x + (size_t)k * in, x + (size_t)sq->first_row * in,
-               (size_t)sq->n_rows * in * sizeof *x);
-        for (int t = 0; t < sq->n_rows; t++)
-            s->row_scale[k + t] = a->scale * sq->adapter_scale;
-        k += sq->n_rows;
-    }
-    sp_matmul(f->pool, &pr->a, s->x, n, s->t);
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < rank; i++) s->t[(size_t)r * rank + i] *= s->row_scale[r];
-    sp_matmul(f->pool, &pr->b, s->t, n, s->u);
-    k = 0;
-    for (int q = first; q < f->n_seqs; q++) {
-        const sp_forward_seq *sq = &f->seqs[q];
-        if (sq->adapter != a) continue;
-        for (int t = 0; t < sq->n_rows; t++, k++) {
-            float *dst = y + (size_t)(sq->first_row + t) * out;
-            const float *src = s->u + (size_t)k * out;
-            for (int o = 0; o < out; o++) dst[o] += src[o];
-        }
+static void fail_memory(sp_forward *f) {
+    if (!f->status)
+        f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY,
+                            "out of memory for LoRA scratch");
+}
+
+/* y[rows[i]] += row_scale[i] * B (A x[rows[i]]) for the n rows listed:
+ * gathered into gx, multiplied (on pool's threads; NULL: the caller's
+ * alone) through gt into gu, added back in place. */
+static void lowrank(sp_pool *pool, const sp_lora_pair *pr, const int *rows,
+                    const float *row_scale, int n, const float *x, float *y,
+                    float *gx, float *gt, float *gu) {
+    const size_t in = (size_t)pr->a.cols, rank = (size_t)pr->a.rows,
+                 out = (size_t)pr->b.rows;
+    for (int i = 0; i < n; i++)
+        memcpy(gx + i * in, x + (size_t)rows[i] * in, in * sizeof *x);
+    sp_matmul(pool, &pr->a, gx, n, gt);
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < rank; j++) gt[i * rank + j] *= row_scale[i];
+    sp_matmul(pool, &pr->b, gt, n, gu);
+    for (int i = 0; i < n; i++) {
+        float *dst = y + (size_t)rows[i] * out;
+        const float *src = gu + i * out;
+        for (size_t o = 0; o < out; o++) dst[o] += src[o];
     }
 }
 
@@ -175,12 +278,115 @@ void sp_lora_apply(sp_forward *f, const sp_linear *lin, const float *x,
     int l;
     sp_lora_module mod;
     if (f->status || !locate(f->m, lin, &l, &mod)) return;
-    for (int s = 0; s < f->n_seqs; s++) {
-        const spindle_adapter *a = f->seqs[s].adapter;
-        bool seen = !a;
-        for (int p = 0; p < s && !seen; p++) seen = f->seqs[p].adapter == a;
-        if (seen) continue;
-        const sp_lora_pair *pr = sp_adapter_pair(a, l, mod);
-        if (pr) apply_group(f, s, a, pr, x, y);
+    if (!reserve(f, 0, 0, 0, 0)) return fail_memory(f);
+    int n_ads = pass_adapters(f);
+    if (n_ads < 0) return fail_memory(f);
+    for (int i = 0; i < n_ads; i++) {
+        const spindle_adapter *a = f->lora->adapters[i];
+        const sp_lora_pair *pr = sp_adapter_pair(a, l, mod, SP_LORA_OWN);
+        if (!pr) continue;
+        int n = 0;
+        for (int q = 0; q < f->n_seqs; q++)
+            if (f->seqs[q].adapter == a) n += f->seqs[q].n_rows;
+        if (!reserve(f, n, (int)pr->a.cols, (int)pr->a.rows, (int)pr->b.rows))
+            return fail_memory(f);
+        sp_lora_scratch *s = f->lora;
+        n = 0;
+        for (int q = 0; q < f->n_seqs; q++) {
+            const sp_forward_seq *sq = &f->seqs[q];
+            if (sq->adapter != a) continue;
+            for (int t = 0; t < sq->n_rows; t++, n++) {
+                s->rows[n] = sq->first_row + t;
+                s->row_scale[n] = a->scale * sq->adapter_scale;
+            }
+        }
+        lowrank(f->pool, pr, s->rows, s->row_scale, n, x, y, s->x, s->t, s->u);
     }
+}
+
+/* ----------------------------------------------------- the routed experts */
+
+bool sp_lora_adapts_experts(const sp_forward *f, int l) {
+    for (int q = 0; q < f->n_seqs; q++) {
+        const spindle_adapter *a = f->seqs[q].adapter;
+        if (a && l >= 0 && l < a->model->cfg.n_layers && a->expert_layers[l])
+            return true;
+    }
+    return false;
+}
+
+/* The (expert, adapter) groups of module m over the routed positions:
+ * rows and scales into the scratch, groups into s->groups; their count
+ * (-1: out of memory), the largest rank into *rank. */
+static int expert_groups(sp_forward *f, const sp_lora_routed *r,
+                         sp_lora_module m, int *rank) {
+    sp_lora_scratch *s = f->lora;
+    void *tmp;
+    for (int q = 0; q < f->n_seqs; q++)
+        for (int t = 0; t < f->seqs[q].n_rows; t++)
+            s->row_seq[f->seqs[q].first_row + t] = q;
+    int n_ads = pass_adapters(f);
+    if (n_ads < 0 || !GROW(s->groups, s->cap_groups, (size_t)r->n_experts * n_ads))
+        return -1;
+    int n = 0, at = 0;
+    *rank = 0;
+    for (int e = 0; e < r->n_experts; e++)
+        for (int i = 0; i < n_ads; i++) {
+            const spindle_adapter *a = s->adapters[i];
+            const sp_lora_pair *pr = sp_adapter_pair(a, r->layer, m, e);
+            if (!pr) continue;
+            lora_group g = {pr, at, 0};
+            for (int p = r->first[e]; p < r->first[e + 1]; p++) {
+                const sp_forward_seq *sq =
+                    &f->seqs[s->row_seq[r->order[p] / r->top_k]];
+                if (sq->adapter != a) continue;
+                s->rows[at] = p;
+                s->row_scale[at++] = a->scale * sq->adapter_scale;
+            }
+            if ((g.n = at - g.off) == 0) continue;
+            s->groups[n++] = g;
+            if (pr->a.rows > *rank) *rank = (int)pr->a.rows;
+        }
+    return n;
+}
+
+typedef struct expert_ctx {
+    sp_lora_scratch *s;
+    const float *x;
+    float *y;
+    int in, rank, out;
+} expert_ctx;
+
+/* Groups [g0, g1) on this thread; each writes only its own positions. */
+static void run_groups(void *ctx, int64_t g0, int64_t g1, int thread_id) {
+    (void)thread_id;
+    const expert_ctx *c = ctx;
+    sp_lora_scratch *s = c->s;
+    for (int64_t i = g0; i < g1; i++) {
+        const lora_group *g = &s->groups[i];
+        const size_t off = (size_t)g->off;
+        lowrank(NULL, g->pr, s->rows + off, s->row_scale + off, g->n, c->x,
+                c->y, s->x + off * c->in, s->t + off * c->rank,
+                s->u + off * c->out);
+    }
+}
+
+void sp_lora_apply_experts(sp_forward *f, const sp_lora_routed *r,
+                           sp_lora_module m, const float *x, float *y) {
+    if (f->status) return;
+    const sp_lora_pair *any = NULL;
+    for (int q = 0; q < f->n_seqs && !any; q++)
+        for (int e = 0; e < r->n_experts && !any; e++)
+            any = sp_adapter_pair(f->seqs[q].adapter, r->layer, m, e);
+    if (!any) return;
+    /* Every pair of this module has the same in and out; ranks differ
+     * between adapters, so the scratch is sized for the largest. */
+    const int positions = r->first[r->n_experts];
+    const int in = (int)any->a.cols, out = (int)any->b.rows;
+    int rank = 0;
+    if (!reserve(f, positions, in, 0, out)) return fail_memory(f);
+    int n = expert_groups(f, r, m, &rank);
+    if (n < 0 || !reserve(f, positions, in, rank, out)) return fail_memory(f);
+    expert_ctx c = {f->lora, x, y, in, rank, out};
+    sp_pool_for(f->pool, n, 1, run_groups, &c);
 }

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "compute/ggml/ggml_quants.h"
+#include "models/moe.h"
 #include "models/registry.h"
 
 #include <math.h>
@@ -18,8 +19,7 @@
 
 /* Where an adapter tensor goes. */
 typedef struct lora_key {
-    int layer;
-    sp_lora_module module;
+    sp_lora_target t;
     bool is_b;
 } lora_key;
 
@@ -30,13 +30,8 @@ static bool skip(const char **s, const char *prefix) {
     return true;
 }
 
-/* model.layers.N.{self_attn,mlp}.X. at *s (after the prefixes of
- * multimodal and PEFT checkpoints): the layer and module into k, *s past
- * them. */
-static bool parse_module(const char **sp, lora_key *k) {
+bool sp_lora_parse_target(const char **sp, sp_lora_target *t) {
     const char *s = *sp;
-    skip(&s, "base_model.model.");
-    skip(&s, "language_model.");
     if (!skip(&s, "model.layers.")) return false;
     char *end;
     long layer = strtol(s, &end, 10);
@@ -44,26 +39,111 @@ static bool parse_module(const char **sp, lora_key *k) {
     s = end + 1;
     bool attn = skip(&s, "self_attn.");
     if (!attn && !skip(&s, "mlp.")) return false;
-    const char *dot = strchr(s, '.');
-    if (!dot || dot - s >= 16) return false;
-    char module[16];
-    memcpy(module, s, (size_t)(dot - s));
-    module[dot - s] = 0;
-    int m = sp_lora_module_from_name(module);
-    if (m < 0 || attn != (m <= SP_LORA_O)) return false;
-    k->layer = (int)layer;
-    k->module = (sp_lora_module)m;
-    *sp = dot + 1;
+    /* The group is every dotted part before the first module name. */
+    const char *group = s;
+    for (const char *dot; (dot = strchr(s, '.')); s = dot + 1) {
+        char part[16];
+        size_t len = (size_t)(dot - s), glen = s > group ? (size_t)(s - group) - 1 : 0;
+        if (len >= sizeof part) continue;
+        memcpy(part, s, len);
+        part[len] = 0;
+        int m = sp_lora_module_from_name(part);
+        if (m < 0) continue;
+        /* attention has no groups, a routed expert no router */
+        if (attn != (m <= SP_LORA_O) || glen >= sizeof t->group ||
+            (glen && (attn || m == SP_LORA_ROUTER)))
+            return false;
+        memcpy(t->group, group, glen);
+        t->group[glen] = 0;
+        t->layer = (int)layer;
+        t->module = (sp_lora_module)m;
+        t->expert = SP_LORA_OWN;
+        *sp = dot + 1;
+        return true;
+    }
+    return false;
+}
+
+const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
+                              int e) {
+    if (l < 0 || l >= m->cfg.n_layers) return NULL;
+    const sp_layer *L = &m->layers[l];
+    const sp_moe *moe = L->moe;
+    const sp_linear *lin = NULL;
+    if (e == SP_LORA_OWN && mod == SP_LORA_ROUTER) {
+        lin = moe ? &moe->router : NULL;
+    } else if (e == SP_LORA_OWN) {
+        const sp_linear *own[SP_LORA_ROUTER] = {&L->q, &L->k, &L->v, &L->o,
+                                                &L->gate, &L->up, &L->down};
+        lin = own[mod];
+    } else if (moe && e >= 0 && e < moe->spec.n_experts &&
+               (mod == SP_LORA_DOWN || (!moe->fused && mod >= SP_LORA_GATE))) {
+        const sp_linear *experts[3] = {moe->gate, moe->up, moe->down};
+        lin = &experts[mod - SP_LORA_GATE][e];
+    }
+    return lin && lin->w.rows > 0 ? lin : NULL;
+}
+
+/* Group "<per_expert>.E" of spec: E into *e. */
+static bool per_expert_group(const sp_moe_spec *sp, const char *group, int *e) {
+    size_t n = sp->per_expert ? strlen(sp->per_expert) : 0;
+    if (!n || strncmp(group, sp->per_expert, n) || group[n] != '.') return false;
+    char *end;
+    long v = strtol(group + n + 1, &end, 10);
+    if (end == group + n + 1 || *end || v < 0 || v > 1000000) return false;
+    *e = (int)v;
     return true;
 }
 
-/* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.X.lora_{A,B}
- * [.default].weight; mlx-lm: model.layers.N.{self_attn,mlp}.X.lora_{a,b};
+const sp_linear *sp_lora_resolve(const spindle_model *m, sp_lora_target *t,
+                                 char *why, size_t n) {
+    const char *name = sp_lora_module_name(t->module);
+    const sp_moe *moe = t->layer < m->cfg.n_layers ? m->layers[t->layer].moe : NULL;
+    int e = SP_LORA_OWN;
+    if (t->group[0] && !moe) {
+        snprintf(why, n, "layer %d has no routed experts", t->layer);
+        return NULL;
+    }
+    if (t->group[0] && moe->spec.stacked && !strcmp(t->group, moe->spec.stacked)) {
+        e = SP_LORA_STACKED;
+    } else if (t->group[0] && moe->spec.shared &&
+               !strcmp(t->group, moe->spec.shared)) {
+        snprintf(why, n, "layer %d's shared expert is not adapted", t->layer);
+        return NULL;
+    } else if (t->group[0] && !per_expert_group(&moe->spec, t->group, &e)) {
+        snprintf(why, n, "layer %d's routed experts are mlp.%s%s%s%s, not "
+                 "mlp.%s", t->layer,
+                 moe->spec.stacked ? moe->spec.stacked : "?",
+                 moe->spec.per_expert ? " or mlp." : "",
+                 moe->spec.per_expert ? moe->spec.per_expert : "",
+                 moe->spec.per_expert ? ".E" : "", t->group);
+        return NULL;
+    } else if (moe && e >= moe->spec.n_experts) {
+        snprintf(why, n, "layer %d has %d experts, not expert %d", t->layer,
+                 moe->spec.n_experts, e);
+        return NULL;
+    }
+    t->expert = e;
+    const sp_linear *lin = sp_lora_base(m, t->layer, t->module,
+                                        e == SP_LORA_STACKED ? 0 : e);
+    if (!lin && e != SP_LORA_OWN)
+        snprintf(why, n, "layer %d's experts have no separate %s (a fused "
+                 "gate_up projection is not adapted)", t->layer, name);
+    else if (!lin)
+        snprintf(why, n, "layer %d has no %s %s", t->layer,
+                 t->module == SP_LORA_ROUTER ? "router" : "dense", name);
+    return lin;
+}
+
+/* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.[G.]X.lora_{A,B}
+ * [.default].weight; mlx-lm: model.layers.N.{self_attn,mlp}.[G.]X.lora_{a,b};
  * GGUF (translated to Hugging Face names by the caller): ...X.weight.
  * lora_{a,b}; either under language_model. (multimodal checkpoints). */
 static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
     const char *s = name;
-    if (!parse_module(&s, k)) return false;
+    skip(&s, "base_model.model.");
+    skip(&s, "language_model.");
+    if (!sp_lora_parse_target(&s, &k->t)) return false;
     if (fmt == SP_ADAPTER_PEFT) {
         if (!skip(&s, "lora_A.") && !(k->is_b = skip(&s, "lora_B.")))
             return false;
@@ -73,14 +153,6 @@ static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
     if (fmt == SP_ADAPTER_GGUF && !skip(&s, "weight.")) return false;
     k->is_b = !strcmp(s, "lora_b");
     return k->is_b || !strcmp(s, "lora_a");
-}
-
-static const sp_linear *target(const spindle_model *m, const lora_key *k) {
-    const sp_layer *L = &m->layers[k->layer];
-    const sp_linear *all[SP_LORA_N_MODULES] = {&L->q, &L->k, &L->v, &L->o,
-                                               &L->gate, &L->up, &L->down};
-    const sp_linear *lin = all[k->module];
-    return lin->w.rows > 0 ? lin : NULL;
 }
 
 /* t's elements as f32, row-major, into dst[n]: GGUF block formats through
@@ -105,13 +177,11 @@ static spindle_status load_elements(const sp_tensor_info *t, const char *what,
     return SPINDLE_OK;
 }
 
-/* The tensor's shape must be [rank][in] (A) / [out][rank] (B) for PEFT and
- * GGUF, transposed for mlx-lm; copy it to f32 in the first layout. */
+/* The tensor's shape must be [rows][cols] ([cols][rows] when
+ * `transposed`: mlx-lm's LoRALinear); copy it to f32 [rows][cols]. */
 static spindle_status copy_matrix(const sp_tensor_info *t, const char *what,
-                                  sp_adapter_format fmt, int64_t rows,
-                                  int64_t cols, sp_weight *out,
-                                  spindle_error *err) {
-    bool transposed = fmt == SP_ADAPTER_MLX;
+                                  bool transposed, int64_t rows, int64_t cols,
+                                  sp_weight *out, spindle_error *err) {
     int64_t want0 = transposed ? cols : rows, want1 = transposed ? rows : cols;
     if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
@@ -173,45 +243,89 @@ static bool qk_rows_differ(const spindle_model *m, sp_adapter_format fmt,
     return !m->gguf && m->arch->gguf && m->arch->gguf->rope_interleaved;
 }
 
+/* Tensor t ([rank][in] or [out][rank], mlx-lm's own projections
+ * transposed) as the A or B of expert e's pair (SP_LORA_OWN: the layer's
+ * own) over base projection lin. */
+static spindle_status place_pair(spindle_adapter *a, const sp_tensor_info *t,
+                                 const lora_key *k, int e, int64_t rank,
+                                 const sp_linear *lin, const char *shown,
+                                 const char *what, spindle_error *err) {
+    sp_lora_pair *p = &a->pairs[sp_lora_slot(a, k->t.layer, k->t.module, e)];
+    sp_weight *dst = k->is_b ? &p->b : &p->a;
+    if (dst->data)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor %s appears twice%s",
+                       what, shown, e >= 0 ? " (or its experts are also "
+                                             "stacked in one tensor)" : "");
+    sp_adapter_format fmt = a->cfg.format;
+    /* mlx-lm's LoRASwitchLinear keeps PEFT's orientation per expert */
+    bool transposed = fmt == SP_ADAPTER_MLX && e == SP_LORA_OWN;
+    if (!k->is_b)
+        return copy_matrix(t, what, transposed, rank, lin->w.cols, dst, err);
+    spindle_status st = copy_matrix(t, what, transposed, lin->w.rows, rank,
+                                    dst, err);
+    bool to_gguf;
+    if (!st && e == SP_LORA_OWN && qk_rows_differ(a->model, fmt, k->t.module, &to_gguf))
+        st = permute_qk_rows(a->model, k->t.module, to_gguf, dst, err);
+    return st;
+}
+
+/* A stacked tensor [n_experts][rows][cols] (mlx-lm's LoRASwitchLinear,
+ * llama.cpp's *_exps) cut into one pair per expert. */
+static spindle_status place_stacked(spindle_adapter *a, const sp_tensor_info *t,
+                                    const lora_key *k, int64_t rank,
+                                    const char *shown, const char *what,
+                                    spindle_error *err) {
+    const spindle_model *m = a->model;
+    const int n = m->layers[k->t.layer].moe->spec.n_experts;
+    if (t->ndim != 3 || t->shape[0] != n || t->nbytes % (size_t)n)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: tensor %s has %d dimensions and %lld experts, "
+                       "expected 3 and %d (expert count mismatch)", what, shown,
+                       t->ndim, (long long)t->shape[0], n);
+    sp_tensor_info slice = *t;
+    slice.ndim = 2;
+    slice.shape[0] = t->shape[1];
+    slice.shape[1] = t->shape[2];
+    slice.nbytes = t->nbytes / (size_t)n;
+    spindle_status st = SPINDLE_OK;
+    for (int e = 0; e < n && !st; e++) {
+        slice.data = (const char *)t->data + (size_t)e * slice.nbytes;
+        st = place_pair(a, &slice, k, e, rank,
+                        sp_lora_base(m, k->t.layer, k->t.module, e), shown,
+                        what, err);
+    }
+    return st;
+}
+
 /* Tensor t, at place k, into the adapter. `rank` is the config's, or the
  * tensor's own for a GGUF file (which has no config; check_pairs then
  * matches A's and B's). `shown` names the tensor in errors. */
 static spindle_status place_tensor(spindle_adapter *a, const sp_tensor_info *t,
-                                   const lora_key *k, int64_t rank,
+                                   lora_key *k, int64_t rank,
                                    const char *shown, const char *what,
                                    spindle_error *err) {
     const spindle_model *m = a->model;
-    if (k->layer >= m->cfg.n_layers)
+    if (k->t.layer >= m->cfg.n_layers)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor %s targets layer %d; the model has %d", what,
-                       shown, k->layer, m->cfg.n_layers);
-    if (!(a->cfg.targets & (1u << k->module)))
+                       shown, k->t.layer, m->cfg.n_layers);
+    if (!(a->cfg.targets & (1u << k->t.module)))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor %s targets %s, which the config's target "
                        "modules leave out", what, shown,
-                       sp_lora_module_name(k->module));
-    const sp_linear *lin = target(m, k);
+                       sp_lora_module_name(k->t.module));
+    char why[192];
+    const sp_linear *lin = sp_lora_resolve(m, &k->t, why, sizeof why);
     if (!lin)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: tensor %s: layer %d has no dense %s (expert "
-                       "projections are not adapted)", what, shown, k->layer,
-                       sp_lora_module_name(k->module));
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tensor %s: %s", what,
+                       shown, why);
     if (rank < 1 || rank > SP_LORA_MAX_RANK)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor %s has rank %lld (1..%d)", what, shown,
                        (long long)rank, SP_LORA_MAX_RANK);
-    sp_lora_pair *p = &a->pairs[k->layer * SP_LORA_N_MODULES + k->module];
-    sp_weight *dst = k->is_b ? &p->b : &p->a;
-    if (dst->data)
-        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: tensor %s appears twice",
-                       what, shown);
-    sp_adapter_format fmt = a->cfg.format;
-    if (!k->is_b) return copy_matrix(t, what, fmt, rank, lin->w.cols, dst, err);
-    spindle_status st = copy_matrix(t, what, fmt, lin->w.rows, rank, dst, err);
-    bool to_gguf;
-    if (!st && qk_rows_differ(m, fmt, k->module, &to_gguf))
-        st = permute_qk_rows(m, k->module, to_gguf, dst, err);
-    return st;
+    if (k->t.expert == SP_LORA_STACKED)
+        return place_stacked(a, t, k, rank, shown, what, err);
+    return place_pair(a, t, k, k->t.expert, rank, lin, shown, what, err);
 }
 
 static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
@@ -220,29 +334,39 @@ static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
     if (!parse_key(t->name, a->cfg.format, &k))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor %s is not a %s of a supported projection "
-                       "(q/k/v/o/gate/up/down_proj of model.layers.N)", what,
+                       "(q/k/v/o/gate/up/down_proj of model.layers.N, an MoE "
+                       "layer's router gate or experts' gate/up/down_proj)", what,
                        t->name, a->cfg.format == SP_ADAPTER_PEFT
                                     ? "lora_A/lora_B weight" : "lora_a/lora_b");
     return place_tensor(a, t, &k, a->cfg.rank, t->name, what, err);
 }
 
+/* "layer 3 q_proj", "layer 3 expert 5 gate_proj": slot i, for errors. */
+static const char *slot_name(const spindle_adapter *a, int i, char *buf,
+                             size_t n) {
+    int l, e;
+    sp_lora_module m;
+    sp_lora_slot_place(a, i, &l, &m, &e);
+    if (e >= 0) snprintf(buf, n, "layer %d expert %d %s", l, e, sp_lora_module_name(m));
+    else snprintf(buf, n, "layer %d %s", l, sp_lora_module_name(m));
+    return buf;
+}
+
 static spindle_status check_pairs(spindle_adapter *a, const char *what,
                                   spindle_error *err) {
-    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
-    for (int i = 0; i < n; i++) {
+    char name[64];
+    for (int i = 0; i < a->n_slots; i++) {
         const sp_lora_pair *p = &a->pairs[i];
         if (!p->a.data != !p->b.data)
             return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s: layer %d %s has lora_%s but no lora_%s", what,
-                           i / SP_LORA_N_MODULES,
-                           sp_lora_module_name((sp_lora_module)(i % SP_LORA_N_MODULES)),
+                           "%s: %s has lora_%s but no lora_%s", what,
+                           slot_name(a, i, name, sizeof name),
                            p->a.data ? "A" : "B", p->a.data ? "B" : "A");
         if (p->a.data && p->a.rows != p->b.cols)
             return sp_fail(err, SPINDLE_ERR_FORMAT,
-                           "%s: layer %d %s has lora_a of rank %lld and lora_b "
-                           "of rank %lld (rank or shape mismatch)", what,
-                           i / SP_LORA_N_MODULES,
-                           sp_lora_module_name((sp_lora_module)(i % SP_LORA_N_MODULES)),
+                           "%s: %s has lora_a of rank %lld and lora_b of rank "
+                           "%lld (rank or shape mismatch)", what,
+                           slot_name(a, i, name, sizeof name),
                            (long long)p->a.rows, (long long)p->b.cols);
         a->n_pairs += p->a.data != NULL;
     }
@@ -354,9 +478,8 @@ static spindle_status gguf_header(const spindle_model *m, const sp_gguf *g,
  * pair of another rank r absorbs rank / r, so that each pair gets
  * llama.cpp's alpha / r. */
 static void gguf_scale(spindle_adapter *a, double alpha) {
-    int n = a->model->cfg.n_layers * SP_LORA_N_MODULES;
     int64_t rank = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < a->n_slots; i++) {
         sp_lora_pair *p = &a->pairs[i];
         if (!p->a.data) continue;
         if (!rank) rank = p->a.rows;
@@ -388,13 +511,16 @@ static spindle_status load_gguf(spindle_adapter *a, const char *path,
         if (!parse_gguf_key(t->name, fam, &k)) {
             st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                          "%s: tensor %s is not a lora_a/lora_b of a supported "
-                         "projection (attn_q/k/v/output, ffn_gate/up/down of "
-                         "blk.N)", path, t->name);
+                         "projection (attn_q/k/v/output, ffn_gate/up/down, "
+                         "ffn_gate_inp, ffn_gate/up/down_exps of blk.N)", path,
+                         t->name);
             break;
         }
         sp_tensor_info info;
         st = sp_gguf_tensor_info(g, t, &info, err);
-        int64_t rank = info.ndim != 2 ? 1 : info.shape[k.is_b ? 1 : 0];
+        /* A [..][r][in], B [..][out][r]; stacked over experts when 3-D */
+        int64_t rank = info.ndim != 2 && info.ndim != 3 ? 1
+                     : info.shape[info.ndim - (k.is_b ? 1 : 2)];
         if (!st) st = place_tensor(a, &info, &k, rank, t->name, path, err);
     }
     if (!st) st = check_pairs(a, path, err);
@@ -413,24 +539,19 @@ spindle_status spindle_adapter_load(spindle_model *m, const char *path,
     if (!dir && !sp_file_exists(path))
         return sp_fail(err, SPINDLE_ERR_IO,
                        "%s: no such adapter directory or GGUF file", path);
-    spindle_adapter *a = calloc(1, sizeof *a);
+    spindle_adapter *a = sp_adapter_new(m);
     if (!a) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    a->model = m;
-    atomic_init(&a->refs, 1);
     static atomic_uint next_serial = 1;
     a->serial = atomic_fetch_add(&next_serial, 1);
-    a->pairs = calloc((size_t)m->cfg.n_layers * SP_LORA_N_MODULES,
-                      sizeof *a->pairs);
-    spindle_status st = a->pairs ? SPINDLE_OK
-                                 : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    if (!st && dir) st = read_config(path, &a->cfg, err);
+    spindle_status st = SPINDLE_OK;
+    if (dir) st = read_config(path, &a->cfg, err);
     if (!st) st = dir ? load_tensors(a, path, err) : load_gguf(a, path, err);
     if (st) {
         sp_adapter_release(a);
         return st;
     }
     a->scale = (float)a->cfg.scale;
-    sp_adapter_identity(a);
+    sp_adapter_finish(a);
     *out = a;
     return SPINDLE_OK;
 }

@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Layer l's module m of the stack: [sum rank][in] and [out][sum rank]. */
+/* Slot `slot` of the stack: [sum rank][in] and [out][sum rank]. */
 static spindle_status stack_pair(spindle_adapter *out,
                                  const spindle_adapter *const *ads,
-                                 const float *scales, int n, int l,
-                                 sp_lora_module m, spindle_error *err) {
+                                 const float *scales, int n, int slot,
+                                 spindle_error *err) {
     int64_t rank = 0, in = 0, rows = 0;
     for (int i = 0; i < n; i++) {
-        const sp_lora_pair *p = sp_adapter_pair(ads[i], l, m);
-        if (!p) continue;
+        const sp_lora_pair *p = &ads[i]->pairs[slot];
+        if (!p->a.data) continue;
         rank += p->a.rows;
         in = p->a.cols;
         rows = p->b.rows;
@@ -22,14 +22,14 @@ static spindle_status stack_pair(spindle_adapter *out,
     if (!rank) return SPINDLE_OK;
     float *a = malloc((size_t)(rank * in) * sizeof *a);
     float *b = malloc((size_t)(rank * rows) * sizeof *b);
-    sp_lora_pair *dst = &out->pairs[l * SP_LORA_N_MODULES + m];
+    sp_lora_pair *dst = &out->pairs[slot];
     dst->a = (sp_weight){.type = SP_W_F32, .rows = rank, .cols = in, .data = a};
     dst->b = (sp_weight){.type = SP_W_F32, .rows = rows, .cols = rank, .data = b};
     if (!a || !b) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
-        const sp_lora_pair *p = sp_adapter_pair(ads[i], l, m);
-        if (!p) continue;
+        const sp_lora_pair *p = &ads[i]->pairs[slot];
+        if (!p->a.data) continue;
         int64_t r = p->a.rows;
         float s = ads[i]->scale * (scales && scales[i] != 0 ? scales[i] : 1.0f);
         memcpy(a + at * in, p->a.data, (size_t)(r * in) * sizeof *a);
@@ -56,26 +56,21 @@ spindle_status spindle_adapter_stack(spindle_model *m,
         if (!adapters[i] || adapters[i]->model != m)
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "adapter %d is NULL or of another model", i);
-    spindle_adapter *a = calloc(1, sizeof *a);
+    spindle_adapter *a = sp_adapter_new(m);
     if (!a) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    a->model = m;
-    atomic_init(&a->refs, 1);
     a->cfg = adapters[0]->cfg;
     a->cfg.rank = 0;
     a->scale = 1.0f;
-    a->pairs = calloc((size_t)m->cfg.n_layers * SP_LORA_N_MODULES,
-                      sizeof *a->pairs);
-    spindle_status st = a->pairs ? SPINDLE_OK
-        : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    for (int l = 0; l < m->cfg.n_layers && !st; l++)
-        for (int k = 0; k < SP_LORA_N_MODULES && !st; k++)
-            st = stack_pair(a, adapters, scales, n, l, (sp_lora_module)k, err);
+    /* every adapter of m has the same slots */
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; i < a->n_slots && !st; i++)
+        st = stack_pair(a, adapters, scales, n, i, err);
     if (st) {
         sp_adapter_release(a);
         return st;
     }
     a->cfg.scale = 1.0;
-    sp_adapter_identity(a);
+    sp_adapter_finish(a);
     *out = a;
     return SPINDLE_OK;
 }

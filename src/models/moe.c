@@ -1,6 +1,7 @@
 /* The routed mixture-of-experts MLP (moe.h): binding and the forward pass. */
 #include "models/moe.h"
 #include "models/blocks.h"
+#include "models/lora.h"
 #include "base/error.h"
 #include "compute/matmul/matmul.h"
 #include "compute/ops.h"
@@ -289,7 +290,7 @@ static void run_pooled(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
  * projection: its fused rows [2 r0, 2 r1) in one product, split into the
  * usual gate and up outputs, then the activation. */
 static void run_fused_gate_up(const sp_moe *moe, sp_moe_scratch *s,
-                              const unit *u, const float *x) {
+                              const unit *u, const float *x, bool act) {
     const size_t I = (size_t)moe->spec.inter, w = (size_t)(u->r1 - u->r0);
     const size_t h = (size_t)u->first * I;
     float *fused = s->fused + 2 * h + 2 * (size_t)u->r0;
@@ -306,14 +307,17 @@ static void run_fused_gate_up(const sp_moe *moe, sp_moe_scratch *s,
             up[i] = f[2 * i + 1];
         }
     }
-    activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
-                    u->n * (int)w);
+    if (act)
+        activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
+                        u->n * (int)w);
 }
 
 typedef struct phase {
     const sp_moe *moe;
     sp_moe_scratch *s;
     bool down;          /* phase 2: down(h); else gate/up and activation */
+    bool act;           /* phase 1 applies the activation (no LoRA terms
+                           must join gate and up first) */
 } phase;
 
 /* One thread's units; the products inside run on that thread alone. */
@@ -335,15 +339,16 @@ static void run_units(void *ctx, int64_t u0, int64_t u1, int thread_id) {
         }
         const float *x = s->x + (size_t)u->first * D;
         if (moe->fused) {
-            run_fused_gate_up(moe, s, u, x);
+            run_fused_gate_up(moe, s, u, x, ph->act);
             continue;
         }
         sp_linear g = row_block(&moe->gate[u->expert], u->r0, u->r1);
         sp_linear up = row_block(&moe->up[u->expert], u->r0, u->r1);
         sp_linear_rows(NULL, &g, x, u->n, s->gate + h + u->r0);
         sp_linear_rows(NULL, &up, x, u->n, s->up + h + u->r0);
-        activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
-                        u->n * (int)(u->r1 - u->r0));
+        if (ph->act)
+            activation(moe)(s->gate + h + u->r0, s->up + h + u->r0,
+                            u->n * (int)(u->r1 - u->r0));
     }
 }
 
@@ -367,16 +372,37 @@ static int plan_units(sp_moe_scratch *s, int E, int64_t rows, int threads) {
     return n_units;
 }
 
+/* The layer whose routed experts moe is, or -1. */
+static int layer_of(const spindle_model *m, const sp_moe *moe) {
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].moe == moe) return l;
+    return -1;
+}
+
 /* Every routed expert over its grouped rows in s->x; the outputs replace
- * the inputs there (phase 2 starts once phase 1 has read them all). */
-static void run_experts(sp_pool *pool, const sp_moe *moe, sp_moe_scratch *s) {
-    const int E = moe->spec.n_experts, threads = sp_pool_size(pool);
-    phase ph = {.moe = moe, .s = s};
+ * the inputs there (phase 2 starts once phase 1 has read them all). The
+ * LoRA terms of the sequences' adapters (mlx-lm's LoRASwitchLinear) join
+ * each expert's gate and up products before the activation and its down
+ * product after, grouped per expert as the base products are. */
+static void run_experts(sp_forward *f, const sp_moe *moe, sp_moe_scratch *s) {
+    const int E = moe->spec.n_experts, threads = sp_pool_size(f->pool);
+    const sp_lora_routed lr = {
+        .layer = f->any_adapter ? layer_of(f->m, moe) : -1,
+        .n_experts = E, .top_k = moe->spec.top_k,
+        .first = s->first, .order = s->order};
+    const bool lora = lr.layer >= 0 && sp_lora_adapts_experts(f, lr.layer);
+    phase ph = {.moe = moe, .s = s, .act = !lora};
     int n = plan_units(s, E, moe->spec.inter, threads);
-    sp_pool_for(pool, n, 1, run_units, &ph);
+    sp_pool_for(f->pool, n, 1, run_units, &ph);
+    if (lora) {
+        sp_lora_apply_experts(f, &lr, SP_LORA_GATE, s->x, s->gate);
+        sp_lora_apply_experts(f, &lr, SP_LORA_UP, s->x, s->up);
+        activation(moe)(s->gate, s->up, s->first[E] * (int)moe->spec.inter);
+    }
     ph.down = true;
     n = plan_units(s, E, moe->hidden, threads);
-    sp_pool_for(pool, n, 1, run_units, &ph);
+    sp_pool_for(f->pool, n, 1, run_units, &ph);
+    if (lora) sp_lora_apply_experts(f, &lr, SP_LORA_DOWN, s->gate, s->x);
 }
 
 /* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn). */
@@ -428,7 +454,6 @@ void sp_moe_block_routed(sp_forward *f, const sp_moe *moe, const float *router_i
     if (f->status) return;
     if ((f->status = reserve(f, moe))) return;
     sp_moe_scratch *s = f->moe;
-    sp_pool *pool = f->pool;
     const sp_moe_spec *sp = &moe->spec;
     const int T = f->n_rows, k = sp->top_k;
     const size_t D = (size_t)moe->hidden;
@@ -438,7 +463,7 @@ void sp_moe_block_routed(sp_forward *f, const sp_moe *moe, const float *router_i
     for (int p = 0; p < T * k; p++)
         memcpy(s->x + (size_t)p * D, f->xn + (size_t)(s->order[p] / k) * D,
                D * sizeof(float));
-    run_experts(pool, moe, s);
+    run_experts(f, moe, s);
     for (int t = 0; t < T; t++) {
         float *o = f->out + (size_t)t * D;
         memset(o, 0, D * sizeof(float));

@@ -17,8 +17,10 @@
  * A forward pass groups the rows by expert (gather the rows routed to
  * expert e, one sp_matmul per projection over them, scatter-add with the
  * routing weights), so each chosen expert's weights are read once per pass
- * and a decode step reads only the top_k experts it picked. Scratch lives
- * in the forward state and grows; nothing is allocated per token. */
+ * and a decode step reads only the top_k experts it picked. The LoRA
+ * terms of the sequences' adapters join per expert group too
+ * (sp_lora_apply_experts). Scratch lives in the forward state and grows;
+ * nothing is allocated per token. */
 #ifndef SP_MODELS_MOE_H
 #define SP_MODELS_MOE_H
 
