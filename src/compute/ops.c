@@ -1,13 +1,17 @@
 /* Element-wise and per-row kernels: RMSNorm, gated activations, softmax.
  *
- * Precise libm functions (expf, tanhf) are used throughout; fast
- * approximations can come later behind the same signatures once parity is
- * measured. Reductions keep SP_LANES independent partial sums so that the
+ * Precise libm functions (expf, tanhf) are used here; the gated
+ * activations have AVX2 versions with a vector exponential (within a few
+ * ulp; activations_avx2.c), used at every x86 SIMD level except in
+ * precision exact. Reductions keep SP_LANES independent partial sums so that the
  * compiler can vectorize them without -ffast-math (a strict left-to-right
  * float sum is a dependency chain it must not reorder). */
 #include "compute/ops.h"
 
 #include <math.h>
+
+#include "compute/activations_simd.h"
+#include "compute/cpu_features.h"
 
 #define SP_LANES 8
 
@@ -40,7 +44,26 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
     }
 }
 
+/* Whether the vector activations run: an x86 SIMD level is in use (every
+ * one includes AVX2) and the precision is not exact. */
+static bool vector_activations(void) {
+#if defined(__x86_64__)
+    const sp_simd_level level = sp_simd_current();
+    return (level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
+            level == SP_SIMD_AVX512) &&
+           sp_mm_precision() != SP_PRECISION_EXACT;
+#else
+    return false;
+#endif
+}
+
 void sp_silu_mul(float *gate, const float *up, int n) {
+#if defined(__x86_64__)
+    if (vector_activations()) {
+        sp_silu_mul_avx2(gate, up, n);
+        return;
+    }
+#endif
     for (int i = 0; i < n; i++) {
         float g = gate[i];
         /* expf(-g) overflows to inf for g < -88: g / inf = -0, the limit. */
@@ -49,6 +72,12 @@ void sp_silu_mul(float *gate, const float *up, int n) {
 }
 
 void sp_gelu_tanh_mul(float *gate, const float *up, int n) {
+#if defined(__x86_64__)
+    if (vector_activations()) {
+        sp_gelu_tanh_mul_avx2(gate, up, n);
+        return;
+    }
+#endif
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int i = 0; i < n; i++) {
         float g = gate[i];

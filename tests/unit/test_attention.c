@@ -8,7 +8,7 @@
  * bit by bit in test_kv_cache.c) and the reference is computed from the
  * rounded values, widened here by an independent decoder, so the tolerance
  * is the f32 one whatever the type. The sweeps run on the portable path and,
- * where the CPU has it, the AVX-512 path (sp_simd_force). */
+ * where the CPU has them, the AVX2 and AVX-512 paths (sp_simd_force). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -213,11 +213,12 @@ static void sweep(sp_pool *pool) {
     const int nq[] = {1, 3, 17};
     const int first[] = {0, 1, 40, 77};
     const int heads[][2] = {{4, 4}, {4, 2}, {8, 2}, {6, 6}};
-    const int hds[] = {64, 13};
+    /* 24: the AVX2 tiles (8 lanes) cover it, the AVX-512 ones do not */
+    const int hds[] = {64, 24, 13};
     for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 4; b++)
             for (size_t c = 0; c < 4; c++)
-                for (size_t d = 0; d < 2; d++) {
+                for (size_t d = 0; d < 3; d++) {
                     shape sh = {.n_q = nq[a], .first_pos = first[b],
                                 .n_heads = heads[c][0],
                                 .n_kv_heads = heads[c][1],
@@ -348,12 +349,13 @@ static void test_long_context(void **s) {
 }
 
 /* `body` once per cache type on the portable path and, where the CPU has
- * it, on the AVX-512 path; the CPU's own level is restored afterwards. */
+ * them, on the AVX2 and AVX-512 paths; the CPU's own level is restored
+ * afterwards. */
 static void every_type_and_path(void (*body)(void **), void **state) {
     const sp_simd_level own = sp_simd_current();
-    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX512};
-    for (size_t l = 0; l < 2; l++) {
-        if (!sp_simd_force(levels[l])) continue; /* CPU without AVX-512 */
+    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_AVX512};
+    for (size_t l = 0; l < 3; l++) {
+        if (!sp_simd_force(levels[l])) continue; /* CPU without the level */
         for (int t = 0; t < N_KV_TYPES; t++) {
             case_type = kv_types[t];
             body(state);

@@ -109,9 +109,9 @@ static void test_sinks(void **s) {
     sp_pool *pool = sp_pool_create(2);
     assert_non_null(pool);
     const sp_simd_level own = sp_simd_current();
-    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX512};
-    for (size_t l = 0; l < 2; l++) {
-        if (!sp_simd_force(levels[l])) continue; /* CPU without AVX-512 */
+    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_AVX512};
+    for (size_t l = 0; l < 3; l++) {
+        if (!sp_simd_force(levels[l])) continue; /* CPU without the level */
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
             for (int with = 0; with < 2; with++) {
                 run(&cases[i], NULL, with);

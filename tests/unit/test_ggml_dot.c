@@ -467,36 +467,46 @@ static void test_prefill_avx2(void **s) {
     if (!checked) skip();
 }
 
-/* The AVX-512 split of 32-blocks (ggml_act_split_avx512.c) gives the
- * scalar split's bits at every part: the decode path (either level) and the
- * prefill GEMM read the same parts. Inputs: fill_acts' ties, zeros and
- * scale jumps, plus a block with an inf and a NaN. */
+/* The vector splits (ggml_act_split_avx2.c for 32- and 256-blocks,
+ * ggml_act_split_avx512.c for 32-blocks) give the scalar split's bits at
+ * every part: the decode path (any level) and the prefill GEMM read the
+ * same parts. Inputs: fill_acts' ties, zeros and scale jumps, plus a block
+ * with an inf and a NaN. */
 static void test_split_levels_agree(void **s) {
     (void)s;
-    if (!sp_simd_available(SP_SIMD_AVX512)) {
-        skip();
-        return;
-    }
+    const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_AVX512};
     static sp_ggml_act scalar[3], vector[3];
     float x[1024];
+    bool checked = false;
     for (int variant = 0; variant < 4; variant++) {
         fill_acts(x, 1024, variant % 3);
         if (variant == 3) x[100] = INFINITY, x[200] = NAN, x[201] = -INFINITY;
-        for (uint32_t at = SP_GGML_Q8_0; ; at = SP_GGML_Q8_1) {
-            assert_true(sp_simd_force(SP_SIMD_AVX2));
-            assert_true(sp_ggml_quantize_act_split(at, x, 1024, 3, scalar));
-            assert_true(sp_simd_force(SP_SIMD_AVX512));
-            assert_true(sp_ggml_quantize_act_split(at, x, 1024, 3, vector));
-            for (int l = 0; l < 3; l++) {
-                assert_memory_equal(scalar[l].q, vector[l].q, 1024);
-                assert_memory_equal(scalar[l].d, vector[l].d, 32 * sizeof(float));
-                assert_memory_equal(scalar[l].s, vector[l].s, 32 * sizeof(float));
-                assert_memory_equal(scalar[l].sum32, vector[l].sum32, 32 * sizeof(int32_t));
+        const uint32_t ats[] = {SP_GGML_Q8_0, SP_GGML_Q8_1, SP_GGML_Q8_K};
+        for (size_t a = 0; a < 3; a++) {
+            const int nb = ats[a] == SP_GGML_Q8_K ? 4 : 32;
+            assert_true(sp_simd_force(SP_SIMD_SCALAR));
+            assert_true(sp_ggml_quantize_act_split(ats[a], x, 1024, 3, scalar));
+            for (size_t v = 0; v < 2; v++) {
+                if (!sp_simd_force(levels[v])) continue;
+                checked = true;
+                assert_true(sp_ggml_quantize_act_split(ats[a], x, 1024, 3, vector));
+                for (int l = 0; l < 3; l++) {
+                    assert_memory_equal(scalar[l].q, vector[l].q, 1024);
+                    assert_memory_equal(scalar[l].d, vector[l].d, nb * sizeof(float));
+                    if (ats[a] == SP_GGML_Q8_K) {
+                        assert_memory_equal(scalar[l].bsums, vector[l].bsums,
+                                            64 * sizeof(int16_t));
+                        continue;
+                    }
+                    assert_memory_equal(scalar[l].s, vector[l].s, nb * sizeof(float));
+                    assert_memory_equal(scalar[l].sum32, vector[l].sum32,
+                                        nb * sizeof(int32_t));
+                }
             }
-            if (at == SP_GGML_Q8_1) break;
         }
     }
     sp_simd_force(sp_simd_supported());
+    if (!checked) skip();
 }
 
 /* Every kernel level gives the portable kernel's result up to f32 order

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compute/ops.h"
+#include "compute/cpu_features.h"
 
 #define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
 #include "test_util.h"
@@ -95,8 +96,24 @@ static void check_gated(int which) {
     }
 }
 
-static void test_silu_mul(void **s) { (void)s; check_gated(0); }
-static void test_gelu_tanh_mul(void **s) { (void)s; check_gated(1); }
+/* On the portable path and, where the CPU has them, the vector one at each
+ * x86 level (activations_avx2.c); precision exact keeps libm's. */
+static void check_gated_levels(int which) {
+    const sp_simd_level own = sp_simd_current();
+    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_AVX512};
+    for (size_t l = 0; l < 3; l++) {
+        if (!sp_simd_force(levels[l])) continue;
+        check_gated(which);
+    }
+    assert_true(sp_simd_force(own));
+    const sp_precision p = sp_mm_precision();
+    sp_mm_precision_force(SP_PRECISION_EXACT);
+    check_gated(which);
+    sp_mm_precision_force(p);
+}
+
+static void test_silu_mul(void **s) { (void)s; check_gated_levels(0); }
+static void test_gelu_tanh_mul(void **s) { (void)s; check_gated_levels(1); }
 
 /* ---- softmax / log_softmax ---- */
 

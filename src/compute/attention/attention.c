@@ -195,6 +195,12 @@ spindle_status sp_attention(sp_pool *pool, const sp_attention_args *args,
         sp_attention_avx512(pool, a);
         return SPINDLE_OK;
     }
+    const sp_simd_level level = sp_simd_current();
+    if ((level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI) &&
+        sp_attention_avx2_covers(a)) {
+        sp_attention_avx2(pool, a);
+        return SPINDLE_OK;
+    }
 #endif
     int64_t n = (int64_t)a->n_q * a->n_heads;
     if (!pool) {

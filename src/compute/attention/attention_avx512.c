@@ -1,22 +1,6 @@
-/* AVX-512 causal attention: the same online softmax as attention.c, but a
- * unit of work is one KV head times a block of query tokens, so that every
- * key and value row read from the cache serves all the query heads of the
- * group and all the tokens of the block (a prefill of 512 tokens spent a
- * quarter of its time in the one-pair-at-a-time loop).
- *
- * Per tile of 16 keys the keys are transposed once (dimension-major), so a
- * query row's 16 scores are one vector built by FMAs with no horizontal sums
- * (with fewer than TRANSPOSE_ROWS rows, as in a decode step, each row's
- * partial sums are transposed instead, which costs less than the keys);
- * the values are then accumulated with one broadcast weight per key. The
- * exponential is a vector polynomial (Cephes expf, about 1 ulp) instead of
- * libm's expf; everything else is f32 as in the portable path, in a
- * different summation order.
- *
- * A bf16 or f16 cache is widened to f32 as it is loaded (bf16: zero-extend
- * to 32 bits and shift left 16; f16: vcvtph2ps), both exact, so the math
- * after the load is the f32 path's. The unit is instantiated once per cache
- * type so that the load is not a branch in the inner loops. */
+/* AVX-512 instance of the blocked attention (attention_blocked.inc): 16
+ * keys per tile. bf16 is widened by zero-extending to 32 bits and shifting
+ * left 16, f16 by vcvtph2ps; e^x uses vscalefps for 2^n. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
@@ -30,15 +14,6 @@
 
 SP_TARGET_BEGIN(SP_TARGET_AVX512)
 #include "compute/matmul/matmul_transpose.h"
-
-#define KT 16            /* keys per tile: one vector of scores */
-#define MAX_ROWS 32      /* query rows (token, head) per unit */
-
-bool sp_attention_avx512_covers(const sp_attention_args *a) {
-    return !a->bidirectional && a->softcap <= 0.0f && a->head_dim % 16 == 0 &&
-           a->head_dim <= SP_ATTN_MAX_HD &&
-           a->n_heads / a->n_kv_heads <= MAX_ROWS;
-}
 
 /* e^x, x <= 0 (a score minus the running max) or -inf. Cephes expf: x =
  * n ln2 + r, |r| <= ln2 / 2, e^r by its minimax polynomial, times 2^n. */
@@ -72,188 +47,35 @@ load_kv16(const void *base, size_t i, sp_kv_dtype type) {
     return _mm512_cvtph_ps(h);
 }
 
-typedef struct unit_geometry {
-    int group, tokens_per_unit, blocks;
-} unit_geometry;
-
-static unit_geometry geometry(const sp_attention_args *a) {
-    unit_geometry g;
-    g.group = a->n_heads / a->n_kv_heads;
-    g.tokens_per_unit = MAX_ROWS / g.group;
-    if (g.tokens_per_unit > 8) g.tokens_per_unit = 8;
-    g.blocks = (a->n_q + g.tokens_per_unit - 1) / g.tokens_per_unit;
-    return g;
+/* Lanes from..to of 16 (0 <= from <= to < 16). */
+static inline __mmask16 lanes16(int from, int to) {
+    return (__mmask16)((((1u << (to + 1)) - 1u) >> from) << from);
 }
 
-/* Scores of one query row against a transposed tile: kt[d * KT + j]. Four
- * chains so the FMA latency is hidden. */
-static inline __m512 tile_scores(const float *q, const float *kt, int hd) {
-    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int d = 0; d < hd; d += 4)
-        for (int u = 0; u < 4; u++)
-            s[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
-                                   _mm512_load_ps(kt + (d + u) * KT), s[u]);
-    return _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
-}
-
-/* Scores of one query row against n <= 16 keys read in place: a vector of
- * partial products per key, then one 16 x 16 transpose to add them up.
- * Cheaper than transposing the keys when few query rows share the tile
- * (a decode step: one token, a group of 2-8 heads). */
-static inline __attribute__((always_inline)) __m512
-row_scores(const float *q, const void *k, size_t first, int n, int hd,
-           const sp_kv_dtype type) {
-    __m512 r[16];
-    for (int j = 0; j < 16; j++) {
-        __m512 s = _mm512_setzero_ps();
-        if (j < n)
-            for (int c = 0; c < hd / 16; c++)
-                s = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(q + 16 * c),
-                    load_kv16(k, first + (size_t)j * hd + 16 * (size_t)c, type), s);
-        r[j] = s;
-    }
-    sp_transpose16(r);
-    for (int w = 8; w >= 1; w /= 2)
-        for (int d = 0; d < w; d++) r[d] = _mm512_add_ps(r[d], r[d + w]);
-    return r[0];
-}
-
-/* Below this many query rows per unit the keys are not transposed. */
-#define TRANSPOSE_ROWS 8
-
-static inline __attribute__((always_inline)) void
-attend_unit(const sp_attention_args *a, const unit_geometry *g, int kvh,
-            int block, const sp_kv_dtype type) {
-    const int hd = a->head_dim, nv = hd / 16;
-    const int t0 = block * g->tokens_per_unit;
-    const int nt = a->n_q - t0 < g->tokens_per_unit ? a->n_q - t0
-                                                    : g->tokens_per_unit;
-    const int rows = nt * g->group;
-    if (rows <= 0) return;
-    const size_t qrow = (size_t)a->n_heads * (size_t)hd;
-
-    float m[MAX_ROWS], l[MAX_ROWS];
-    int lo[MAX_ROWS], hi[MAX_ROWS];
-    const float *q[MAX_ROWS];
-    float *acc[MAX_ROWS];
-    for (int i = 0; i < rows; i++) {
-        const int t = t0 + i / g->group, h = kvh * g->group + i % g->group;
-        const int p = a->first_pos + t;
-        hi[i] = p;
-        lo[i] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        q[i] = a->q + (size_t)t * qrow + (size_t)h * hd;
-        acc[i] = a->out + (size_t)t * qrow + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) acc[i][d] = 0.0f;
-        m[i] = a->sinks ? a->sinks[h] : -INFINITY; /* (attention.c) */
-        l[i] = a->sinks ? 1.0f : 0.0f;
-    }
-    const int first = lo[0], last = hi[rows - 1];
-    _Alignas(64) float kt[SP_ATTN_MAX_HD * KT];
-    _Alignas(64) float e[KT];
-
-    /* A tile is cut at the end of a block of a paged view, so its rows
-     * are contiguous; tile: its element offset (bytes depend on the type). */
-    for (int j0 = first, n; j0 <= last; j0 += n) {
-        int run;
-        const size_t tile = (size_t)sp_kv_view_row(&a->kv, kvh, j0, hd, &run);
-        n = last + 1 - j0 < KT ? last + 1 - j0 : KT;
-        if (n > run) n = run;
-        /* Transpose the tile's keys; rows past n are zeros (the cache
-         * beyond the last position may hold anything). */
-        for (int c = 0; c < nv && rows >= TRANSPOSE_ROWS; c++) {
-            __m512 r[16];
-            for (int j = 0; j < 16; j++)
-                r[j] = j < n ? load_kv16(a->kv.k, tile + (size_t)j * hd + 16 * c,
-                                         type)
-                             : _mm512_setzero_ps();
-            sp_transpose16(r);
-            for (int d = 0; d < 16; d++)
-                _mm512_store_ps(kt + (16 * c + d) * KT, r[d]);
-        }
-        for (int i = 0; i < rows; i++) {
-            const int from = lo[i] > j0 ? lo[i] : j0;
-            const int to = hi[i] < j0 + n - 1 ? hi[i] : j0 + n - 1;
-            if (from > to) continue;
-            const __mmask16 valid =
-                (__mmask16)((((1u << (to - j0 + 1)) - 1u) >> (from - j0)) << (from - j0));
-            __m512 s = _mm512_mul_ps(
-                rows >= TRANSPOSE_ROWS
-                    ? tile_scores(q[i], kt, hd)
-                    : row_scores(q[i], a->kv.k, tile, n, hd, type),
-                _mm512_set1_ps(a->scale));
-            s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s);
-            const float tmax = _mm512_reduce_max_ps(s);
-            float rescale = 1.0f;
-            if (tmax > m[i]) {
-                rescale = expf(m[i] - tmax); /* 0 on a first tile, no sink */
-                l[i] *= rescale;
-                m[i] = tmax;
-            }
-            const __m512 p = _mm512_maskz_mov_ps(
-                valid, exp_ps(_mm512_sub_ps(s, _mm512_set1_ps(m[i]))));
-            l[i] += _mm512_reduce_add_ps(p);
-            _mm512_store_ps(e, p);
-            __m512 o[SP_ATTN_MAX_HD / 16];
-            for (int c = 0; c < nv; c++)
-                o[c] = _mm512_mul_ps(_mm512_loadu_ps(acc[i] + 16 * c),
-                                     _mm512_set1_ps(rescale));
-            for (int j = from - j0; j <= to - j0; j++) {
-                const __m512 w = _mm512_set1_ps(e[j]);
-                const size_t v = tile + (size_t)j * hd;
-                for (int c = 0; c < nv; c++)
-                    o[c] = _mm512_fmadd_ps(
-                        w, load_kv16(a->kv.v, v + 16 * (size_t)c, type), o[c]);
-            }
-            for (int c = 0; c < nv; c++) _mm512_storeu_ps(acc[i] + 16 * c, o[c]);
-        }
-    }
-    /* l >= 1 (the max term contributes e^0) unless every score was NaN. */
-    for (int i = 0; i < rows; i++) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
-        for (int c = 0; c < nv; c++)
-            _mm512_storeu_ps(acc[i] + 16 * c,
-                             _mm512_mul_ps(_mm512_loadu_ps(acc[i] + 16 * c), inv));
-    }
-}
-
-/* One instance of attend_unit per cache type (the type is a constant in
- * each, so the loads compile to a single instruction sequence). */
-#define UNITS_RANGE(name, kv_type)                                           \
-    static void name(const sp_attention_args *a, int64_t begin,             \
-                     int64_t end) {                                         \
-        const unit_geometry g = geometry(a);                                \
-        /* Late blocks see the most keys: hand them out first. */           \
-        for (int64_t u = begin; u < end; u++) {                             \
-            const int64_t rev = (int64_t)g.blocks * a->n_kv_heads - 1 - u;  \
-            attend_unit(a, &g, (int)(rev % a->n_kv_heads),                  \
-                        (int)(rev / a->n_kv_heads), kv_type);               \
-        }                                                                   \
-    }
-UNITS_RANGE(units_f32, SP_KV_F32)
-UNITS_RANGE(units_bf16, SP_KV_BF16)
-UNITS_RANGE(units_f16, SP_KV_F16)
-
-static void units_range(void *ctx, int64_t begin, int64_t end, int thread_id) {
-    (void)thread_id;
-    const sp_attention_args *a = ctx;
-    switch (a->kv.type) {
-    case SP_KV_F32: units_f32(a, begin, end); break;
-    case SP_KV_BF16: units_bf16(a, begin, end); break;
-    case SP_KV_F16: units_f16(a, begin, end); break;
-    }
-}
-
-void sp_attention_avx512(sp_pool *pool, const sp_attention_args *a) {
-    const unit_geometry g = geometry(a);
-    const int64_t units = (int64_t)g.blocks * a->n_kv_heads;
-    if (!pool) {
-        units_range((void *)a, 0, units, 0);
-        return;
-    }
-    sp_pool_for(pool, units, 1, units_range, (void *)a);
-}
+#define AB_COVERS sp_attention_avx512_covers
+#define AB_RUN sp_attention_avx512
+#define AB_W 16
+#define VF __m512
+#define VM __mmask16
+#define V_ZERO() _mm512_setzero_ps()
+#define V_SET1(x) _mm512_set1_ps(x)
+#define V_LOAD(p) _mm512_load_ps(p)
+#define V_LOADU(p) _mm512_loadu_ps(p)
+#define V_STORE(p, v) _mm512_store_ps((p), (v))
+#define V_STOREU(p, v) _mm512_storeu_ps((p), (v))
+#define V_ADD(a, b) _mm512_add_ps((a), (b))
+#define V_SUB(a, b) _mm512_sub_ps((a), (b))
+#define V_MUL(a, b) _mm512_mul_ps((a), (b))
+#define V_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define V_HMAX(v) _mm512_reduce_max_ps(v)
+#define V_HADD(v) _mm512_reduce_add_ps(v)
+#define V_TRANSPOSE(r) sp_transpose16(r)
+#define V_LANES(from, to) lanes16((from), (to))
+#define V_OR_NEG_INF(m, v) _mm512_mask_blend_ps((m), _mm512_set1_ps(-INFINITY), (v))
+#define V_AND_MASK(m, v) _mm512_maskz_mov_ps((m), (v))
+#define V_LOAD_KV(base, i, type) load_kv16((base), (i), (type))
+#define V_EXP(x) exp_ps(x)
+#include "compute/attention/attention_blocked.inc"
 SP_TARGET_END
 #else
 typedef int sp_no_x86_kernels; /* ISO C wants a non-empty file */

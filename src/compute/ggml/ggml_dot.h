@@ -93,6 +93,10 @@ void sp_ggml_split_row32(const float *x, int64_t cols, int levels,
 void sp_ggml_split_row32_avx512(const float *x, int64_t cols, int levels,
                                 int8_t *const q[], float *const d[],
                                 int32_t *const sum32[]);
+/* One block of bs (32 or 256) values split into `levels` parts on AVX2:
+ * q[l][0..bs), d[l], sum[l], the same bits as the portable split. */
+void sp_ggml_split_block_avx2(const float *x, int bs, int levels,
+                              int8_t *const q[], float d[], int32_t sum[]);
 
 /* y[t * w->rows + r] for r in [r0, r1), t < n_tokens (1..SP_MM_DECODE_TOKENS): the integer
  * block products of the rows of w with act[t] (quantized to
