@@ -18,6 +18,7 @@
 
 SP_TARGET_BEGIN(SP_TARGET_AVX2)
 #include "compute/simd_exp_avx2.h"
+#include "compute/simd_reduce_avx2.h"
 
 /* e^x, x <= 0 or -inf; NaN and x below ln(FLT_MIN) give 0. */
 static inline __m256 exp_ps(__m256 x) {
@@ -53,20 +54,6 @@ static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
     }
 }
 
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-static inline float hadd8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Lanes from..to of 8 (0 <= from <= to < 8): all-ones lanes. */
 static inline __m256 lanes8(int from, int to) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -90,8 +77,8 @@ static inline __m256 lanes8(int from, int to) {
 #define V_SUB(a, b) _mm256_sub_ps((a), (b))
 #define V_MUL(a, b) _mm256_mul_ps((a), (b))
 #define V_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
-#define V_HMAX(v) hmax8(v)
-#define V_HADD(v) hadd8(v)
+#define V_HMAX(v) sp_hmax8(v)
+#define V_HADD(v) sp_hsum8(v)
 #define V_TRANSPOSE(r) transpose8(r)
 #define V_LANES(from, to) lanes8((from), (to))
 #define V_OR_NEG_INF(m, v) _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), (v), (m))

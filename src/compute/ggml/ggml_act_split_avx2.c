@@ -12,6 +12,7 @@
 #include "compute/simd_target.h"
 
 SP_TARGET_BEGIN(SP_TARGET_AVX2)
+#include "compute/simd_reduce_avx2.h"
 
 /* nearest(v) of ggml_act_split.c, per lane. */
 static inline __m256i split_nearest(__m256 v) {
@@ -19,20 +20,6 @@ static inline __m256i split_nearest(__m256 v) {
     return _mm256_sub_epi32(
         _mm256_and_si256(_mm256_castps_si256(t), _mm256_set1_epi32(0x007fffff)),
         _mm256_set1_epi32(0x00400000));
-}
-
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-static inline int32_t hsum8i(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
 }
 
 void sp_ggml_split_block_avx2(const float *x, int bs, int levels,
@@ -48,7 +35,7 @@ void sp_ggml_split_block_avx2(const float *x, int bs, int levels,
         /* max_ps returns its second operand when the first is NaN */
         __m256 m = _mm256_setzero_ps();
         for (int v = 0; v < nv; v++) m = _mm256_max_ps(_mm256_andnot_ps(sign, r[v]), m);
-        const float amax = hmax8(m);
+        const float amax = sp_hmax8(m);
         const float dl = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         __m256i total = _mm256_setzero_si256();
         for (int v0 = 0; v0 < nv; v0 += 4) {
@@ -66,7 +53,7 @@ void sp_ggml_split_block_avx2(const float *x, int bs, int levels,
                                 _mm256_permutevar8x32_epi32(b, order));
         }
         d[l] = dl;
-        sum[l] = hsum8i(total);
+        sum[l] = sp_hsum8_epi32(total);
     }
 }
 SP_TARGET_END

@@ -100,7 +100,7 @@ SP_INLINE void avx2_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                                      _mm256_set1_ps(dw * act[t].d[b]), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]) + mins[t];
+    for (int t = 0; t < nt; t++) y[t * ystride] = sp_hsum8(acc[t]) + mins[t];
 }
 
 /* One row of MXFP4 blocks against nt tokens: the nibbles looked up
@@ -125,7 +125,7 @@ SP_INLINE void avx2_row_mxfp4(const uint8_t *row, int64_t nb,
                                      _mm256_set1_ps(act[t].d[b] * dw), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]);
+    for (int t = 0; t < nt; t++) y[t * ystride] = sp_hsum8(acc[t]);
 }
 
 bool SP_GGML_ROWS_Q8(const sp_weight *w, const sp_ggml_act *act,

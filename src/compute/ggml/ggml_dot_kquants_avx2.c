@@ -208,7 +208,7 @@ SP_INLINE void avx2_row_k(int kt, const uint8_t *row, int64_t nb,
                                      acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) y[t * ystride] = hsum8(acc[t]) - hsum8(acc_min[t]);
+    for (int t = 0; t < nt; t++) y[t * ystride] = sp_hsum8(acc[t]) - sp_hsum8(acc_min[t]);
 }
 
 bool sp_ggml_rows_q8_kquants_avx2(const sp_weight *w, const sp_ggml_act *act,

@@ -114,7 +114,7 @@ SP_INLINE void vnni_row_q45_K(const uint8_t *row, int64_t nb, bool five,
         }
     }
     for (int t = 0; t < nt; t++)
-        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) - hsum8(acc_min[t]);
+        y[t * ystride] = _mm512_reduce_add_ps(acc[t]) - sp_hsum8(acc_min[t]);
 }
 
 /* ---------------- Q6_K: 16 sub-blocks of 16 ---------------- */

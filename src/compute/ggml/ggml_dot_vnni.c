@@ -187,7 +187,7 @@ SP_INLINE void vnni_row_q4q8(int kind, const uint8_t *row, int64_t nb,
             const __m256i i = dot32(u, act + t, 32 * b, kind);
             const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i),
                                            _mm256_set1_ps(dw * act[t].d[b]));
-            tail[t] = hsum8(f);
+            tail[t] = sp_hsum8(f);
             if (KIND_MIN(kind)) tail[t] += f16_at(p + 2) * act[t].s[b];
         }
     }
@@ -246,7 +246,7 @@ SP_INLINE void vnni_row_mxfp4(const uint8_t *row, int64_t nb,
                     _mm256_loadu_si256((const __m256i *)(act[t].q + 32 * b)))),
                 _mm512_castsi256_si512(
                     _mm256_loadu_si256((const __m256i *)(act[t].sum4 + 8 * b))));
-            tail[t] = hsum8(_mm256_mul_ps(
+            tail[t] = sp_hsum8(_mm256_mul_ps(
                 _mm256_cvtepi32_ps(_mm512_castsi512_si256(i)),
                 _mm256_set1_ps(act[t].d[b] * dw)));
         }

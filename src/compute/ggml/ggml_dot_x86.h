@@ -71,13 +71,7 @@ SP_INLINE __m256i nibbles_one(const uint8_t *p) {
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-/* The sum of the 8 lanes of v. */
-SP_INLINE float hsum8(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
+#include "compute/simd_reduce_avx2.h"
 
 /* Calls call(n) with the token count nt (1..SP_MM_DECODE_TOKENS) as a constant, so that the
  * per-token loops of an inlined row kernel unroll. */

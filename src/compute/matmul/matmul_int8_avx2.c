@@ -37,6 +37,7 @@ typedef struct sp_i8_plan {
 } sp_i8_plan;
 
 SP_TARGET_BEGIN(SP_TARGET_AVX2)
+#include "compute/simd_reduce_avx2.h"
 
 /* ------------------------------------------------ activation quantization */
 
@@ -79,20 +80,6 @@ sp_deinterleave16(const float *p, __m256 *ev, __m256 *od, __m256 inv) {
         _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xD8));
     *od = _mm256_castpd_ps(_mm256_permute4x64_pd(
         _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xDD)), 0xD8));
-}
-
-static inline float sp_hmax8(__m256 v) {
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-static inline float sp_hsum8(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
 }
 
 /* The 16 lane sums of an 8-bit record's level-1 bytes (64 columns), times
