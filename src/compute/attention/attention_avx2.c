@@ -19,6 +19,7 @@
 SP_TARGET_BEGIN(SP_TARGET_AVX2)
 #include "compute/simd_exp_avx2.h"
 #include "compute/simd_reduce_avx2.h"
+#include "compute/simd_transpose_avx2.h"
 
 /* e^x, x <= 0 or -inf; NaN and x below ln(FLT_MIN) give 0. */
 static inline __m256 exp_ps(__m256 x) {
@@ -34,24 +35,6 @@ load_kv8(const void *base, size_t i, sp_kv_dtype type) {
     if (type == SP_KV_BF16)
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
-}
-
-static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-    }
 }
 
 /* Lanes from..to of 8 (0 <= from <= to < 8): all-ones lanes. */
@@ -79,7 +62,7 @@ static inline __m256 lanes8(int from, int to) {
 #define V_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define V_HMAX(v) sp_hmax8(v)
 #define V_HADD(v) sp_hsum8(v)
-#define V_TRANSPOSE(r) transpose8(r)
+#define V_TRANSPOSE(r) sp_transpose8(r)
 #define V_LANES(from, to) lanes8((from), (to))
 #define V_OR_NEG_INF(m, v) _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), (v), (m))
 #define V_AND_MASK(m, v) _mm256_and_ps((m), (v))
