@@ -11,8 +11,12 @@ Table-driven: ARCHS maps a config.json model_type to an Arch, which says
   * whether q/k rows are permuted for llama.cpp's interleaved ("normal")
     RoPE, as LlamaModel.permute does for the archs llama.cpp ropes that way
     (llama_model_rope_type: LLAMA_ROPE_TYPE_NORM),
-  * a function adding the architecture's own metadata keys.
-Adding an architecture is one entry. Configs are read as mlx-lm / HF write
+  * a function adding the architecture's own metadata keys,
+  * the converter's tensor transforms: per tensor (`tensors`), or over the
+    whole stream (`stream`: fusing, generated tensors such as rope_freqs),
+    and extra non-layer names (`global_names`).
+Adding an architecture is one entry (Gemma 4's, the largest, lives in
+gguf_writer_gemma4.py). Configs are read as mlx-lm / HF write
 them; multimodal wrappers (mistral3) are unwrapped to their text_config
 and their tensors' "language_model." prefix dropped.
 
@@ -402,6 +406,14 @@ class Arch:
     # only the matrices of these GGUF name suffixes take the qtype, the
     # rest stay F32 (empty: every matrix takes it)
     qtype_names: tuple = ()
+    # HF name -> GGUF name of non-layer tensors beyond GLOBAL_NAMES
+    global_names: Dict[str, str] = field(default_factory=dict)
+    # (cfg, iterator of (hf, arr)) -> iterator of (hf, arr): converter
+    # steps that see several tensors (fusing, generated tensors); runs
+    # before `tensors`
+    stream: Optional[Callable] = None
+    # False: `keys` writes every key itself (its converter's own set)
+    common_keys: bool = True
 
 
 _OLMO_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -452,6 +464,8 @@ def text_config(cfg):
 
 
 def gguf_name(hf, arch):
+    if hf in arch.global_names:
+        return arch.global_names[hf]
     if hf in GLOBAL_NAMES:
         return GLOBAL_NAMES[hf]
     parts = hf.split(".")
@@ -508,9 +522,12 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
     w = gguf.GGUFWriter(out, arch.gguf_arch)
     # (llama.cpp changes token attributes by model name: keep it neutral)
     w.add_name(name or "spindle-tiny")
-    _common_keys(w, cfg, arch, ftype, context_length)
-    if arch.keys:
-        arch.keys(w, cfg)
+    if arch.common_keys:
+        _common_keys(w, cfg, arch, ftype, context_length)
+        if arch.keys:
+            arch.keys(w, cfg)
+    else:
+        arch.keys(w, cfg, ftype, context_length)
     eos = cfg.get("eos_token_id", cfg["vocab_size"] - 1)
     if bos_id is None:
         bos_id = cfg.get("bos_token_id", 1)
@@ -522,31 +539,35 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
         raise WriterError(f"no .safetensors in {src}")
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads", heads)
+    def source():
+        for fn in files:
+            for hf, arr in read_safetensors(os.path.join(src, fn)):
+                hf = hf.removeprefix("language_model.")
+                if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+                    continue
+                yield hf, arr
+    items = arch.stream(cfg, source()) if arch.stream else source()
     seen = set()
-    for fn in files:
-        for hf, arr in read_safetensors(os.path.join(src, fn)):
-            hf = hf.removeprefix("language_model.")
-            if hf == "lm_head.weight" and cfg.get("tie_word_embeddings"):
-                continue
-            if arch.permute_qk and hf.endswith("self_attn.q_proj.weight"):
-                arr = permute(arr, heads, heads)
-            elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
-                arr = permute(arr, heads, kv_heads)
-            parts = arch.tensors(cfg, hf, arr) if arch.tensors else [(hf, arr)]
-            for hf, arr in parts:
-                gname = gguf_name(hf, arch)
-                seen.add(gname)
-                if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
-                        or gname.endswith(arch.f32_names) or (
-                            arch.qtype_names and
-                            not gname.endswith(arch.qtype_names))):
-                    w.add_tensor(gname, arr.astype(np.float32))
-                elif dequantized:
-                    w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
-                elif qt == gguf.GGMLQuantizationType.F16:
-                    w.add_tensor(gname, arr.astype(np.float16))
-                else:
-                    w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
+    for hf, arr in items:
+        if arch.permute_qk and hf.endswith("self_attn.q_proj.weight"):
+            arr = permute(arr, heads, heads)
+        elif arch.permute_qk and hf.endswith("self_attn.k_proj.weight"):
+            arr = permute(arr, heads, kv_heads)
+        parts = arch.tensors(cfg, hf, arr) if arch.tensors else [(hf, arr)]
+        for hf, arr in parts:
+            gname = gguf_name(hf, arch)
+            seen.add(gname)
+            if (_keeps_f32(gname, arr) or qt == gguf.GGMLQuantizationType.F32
+                    or gname.endswith(arch.f32_names) or (
+                        arch.qtype_names and
+                        not gname.endswith(arch.qtype_names))):
+                w.add_tensor(gname, arr.astype(np.float32))
+            elif dequantized:
+                w.add_tensor(gname, dequantize(quantize(arr, qt), qt))
+            elif qt == gguf.GGMLQuantizationType.F16:
+                w.add_tensor(gname, arr.astype(np.float16))
+            else:
+                w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
     if "token_embd.weight" not in seen:
         raise WriterError("the model has no embedding")
     w.write_header_to_file()
@@ -627,3 +648,8 @@ def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+# Gemma 4 lives in its own module (its converter differs the most); it
+# registers ARCHS["gemma4_text"] on import.
+import gguf_writer_gemma4  # noqa: E402,F401

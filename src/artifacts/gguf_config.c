@@ -3,7 +3,8 @@
  * families read their settings the same way for both formats.
  *
  * Here are the keys every family shares; a family's own keys come from its
- * sp_gguf_family table. llama.cpp conventions carried over: files whose
+ * sp_gguf_family table, and what does not map key for key from its config
+ * hook, run last. llama.cpp conventions carried over: files whose
  * family says rope_interleaved have q/k rows permuted for llama.cpp's
  * interleaved RoPE (rope_traditional here, no repacking); the stop tokens
  * are the file's eos/eot/eom ids plus the end-of-turn tokens llama.cpp
@@ -20,6 +21,8 @@ typedef struct meta {
     const sp_gguf *g;
     const char *arch;
     const char *path;
+    /* The family's config hook reads per-layer arrays itself. */
+    bool family_arrays;
     spindle_error *err;
 } meta;
 
@@ -71,6 +74,8 @@ static const sp_gguf_value *arch_key(const meta *m, const char *key) {
 static spindle_status put_int(const meta *m, cJSON *json, const char *key,
                               const char *name, bool required,
                               int64_t *value) {
+    const sp_gguf_value *v = arch_key(m, key);
+    if (v && v->type == SP_GGUF_ARRAY && m->family_arrays) return SPINDLE_OK;
     int64_t x = 0;
     spindle_status st = sp_gguf_arch_count(m->g, m->arch, key, required, &x,
                                            m->err);
@@ -247,7 +252,7 @@ static spindle_status check_head_dims(const meta *m, int64_t hidden,
 static spindle_status build(const sp_gguf_weights *w, const meta *m,
                             cJSON *json) {
     const sp_gguf_family *family = sp_gguf_weights_family(w);
-    if (has_tensor(w, "rope_freqs.weight"))
+    if (!family->config && has_tensor(w, "rope_freqs.weight"))
         return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: rope_freqs (RoPE frequency factors, Llama 3 "
                        "scaling) is not supported", m->path);
@@ -292,7 +297,8 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
         !cJSON_AddBoolToObject(json, "rope_traditional",
                                family->rope_interleaved))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
-    return family_keys(m, family, json);
+    if ((st = family_keys(m, family, json)) || !family->config) return st;
+    return family->config(w, json, m->err);
 }
 
 spindle_status sp_gguf_model_config(const sp_gguf_weights *w,
@@ -301,7 +307,9 @@ spindle_status sp_gguf_model_config(const sp_gguf_weights *w,
     memset(cfg, 0, sizeof *cfg);
     const sp_gguf *g = sp_gguf_weights_file(w);
     meta m = {.g = g, .arch = sp_gguf_weights_family(w)->arch,
-              .path = sp_gguf_path(g), .err = err};
+              .path = sp_gguf_path(g),
+              .family_arrays = sp_gguf_weights_family(w)->config != NULL,
+              .err = err};
     cJSON *json = cJSON_CreateObject();
     if (!json) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     spindle_status st = build(w, &m, json);

@@ -153,7 +153,9 @@ bool sp_gguf_translate_name(const char *name, const sp_gguf_family *family,
         return hf && (size_t)snprintf(out, cap, "model.layers.%ld.%s%s",
                                       layer, hf, dot) < cap;
     }
-    const char *hf = lookup_name(global_names, name, (size_t)(dot - name));
+    const char *hf = lookup_name(family->global_names, name,
+                                 (size_t)(dot - name));
+    if (!hf) hf = lookup_name(global_names, name, (size_t)(dot - name));
     return hf && (size_t)snprintf(out, cap, "%s%s", hf, dot) < cap;
 }
 

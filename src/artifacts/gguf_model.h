@@ -50,8 +50,20 @@ typedef struct sp_gguf_family {
      * to, llama.cpp's common ones (attn_*, ffn_{gate,up,down,norm});
      * looked up first. {NULL}-terminated, or NULL. */
     const sp_gguf_name_map *layer_names;
+    /* Non-layer tensors the family adds, <gguf>.* <-> <hf>.* (Gemma 4's
+     * per-layer embedding table); looked up first. {NULL}-terminated, or
+     * NULL. */
+    const sp_gguf_name_map *global_names;
     /* The family's own metadata keys. {NULL}-terminated, or NULL. */
     const sp_gguf_key_map *keys;
+    /* What does not map key for key (per-layer arrays, settings a tensor
+     * carries), run on the config.json object after the common keys and
+     * `keys`; it may replace what they set. A family with this hook reads
+     * those itself: the common reading then skips array-valued counts
+     * (llama.cpp's per-layer feed_forward_length, attention.head_count_kv)
+     * and leaves the rope_freqs tensor to it. NULL: none. */
+    spindle_status (*config)(const sp_gguf_weights *w, cJSON *json,
+                             spindle_error *err);
     /* config.json keys (a JSON object text) that llama.cpp's loader of
      * this architecture takes as fixed, so that GGUF files carry no key
      * for them (Qwen3-MoE: every layer MoE, top-k renormalized); `spindle

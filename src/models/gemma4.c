@@ -1,5 +1,5 @@
 /* Gemma 4 text models (model_type "gemma4_text"), as mlx-lm's gemma4_text
- * computes them.
+ * computes them; llama.cpp's "gemma4" GGUF files through gemma4_gguf.c.
  *
  * The layer is Gemma 3's (gemma3.c: sandwich norms, per-head q/k norms,
  * GeGLU MLP, sliding-window layers with their own RoPE, embeddings times
@@ -37,6 +37,7 @@
  *                        + post_ff_norm_2(experts(pre_ff_norm_2(x))))
  *    Weights as mlx-lm writes them (experts.switch_glu.*_proj).
  */
+#include "models/gemma4.h"
 #include "models/blocks.h"
 #include "models/moe.h"
 #include "base/error.h"
@@ -114,14 +115,24 @@ static spindle_status bind_moe(spindle_model *m, gemma4 *g,
         (st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
                            &inter, err)))
         return st;
-    const sp_moe_spec spec = {.n_experts = experts, .top_k = top_k,
-                              .inter = inter,
-                              .routing = SP_ROUTE_TOPK_SOFTMAX,
-                              .act = sp_gelu_tanh_mul,
-                              .router = "router.proj",
-                              .router_norm = "router.scale",
-                              .expert_scale = "router.per_expert_scale",
-                              .stacked = "experts.switch_glu"};
+    sp_moe_spec spec = {.n_experts = experts, .top_k = top_k,
+                        .inter = inter,
+                        .routing = SP_ROUTE_TOPK_SOFTMAX,
+                        .act = sp_gelu_tanh_mul,
+                        .router = "router.proj",
+                        .router_norm = "router.scale",
+                        .expert_scale = "router.per_expert_scale",
+                        .stacked = "experts.switch_glu"};
+    if (m->gguf) {
+        /* gemma4_gguf.c's names: ffn_gate_inp.{weight,scale} ->
+         * router.{weight,scale}, per_expert_scale as ffn_down_exps.scale,
+         * the converter's fused ffn_gate_up_exps (gate rows first) or
+         * separate ffn_{gate,up}_exps. */
+        spec.router = "router";
+        spec.expert_scale = "experts.switch_glu.down_proj.scale";
+        spec.gate_up = "gate_up_proj";
+        spec.gate_up_halves = true;
+    }
     const int n = m->cfg.n_layers;
     g->n_layers = n;
     g->moe = calloc((size_t)n, sizeof *g->moe);
@@ -299,7 +310,9 @@ static spindle_status bind_layers(spindle_model *m, gemma4 *g,
     char p[256];
     for (int l = 0; l < n && !st; l++) {
         const float *s = NULL;
-        snprintf(p, sizeof p, "model.layers.%d.layer_scalar", l);
+        /* GGUF: layer_output_scale.weight */
+        snprintf(p, sizeof p, "model.layers.%d.layer_scalar%s", l,
+                 m->gguf ? ".weight" : "");
         if (!(st = sp_bind_vector(m, p, 1, &s, err)))
             g->layer_scalar[l] = s[0];
         m->layers[l].v_norm = !m->layers[l].shares_kv;
@@ -466,6 +479,7 @@ static void gemma4_layer(sp_forward *f, int l) {
 
 const sp_arch sp_arch_gemma4_text = {
     .model_type = "gemma4_text",
+    .gguf = &sp_gemma4_gguf,
     .load = gemma4_load,
     .layer = gemma4_layer,
     .embed_rows = sp_gemma_embed_rows,

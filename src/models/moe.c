@@ -29,9 +29,15 @@ static spindle_status bind_experts(spindle_model *m, const char *prefix,
     if (s->gate_up && !sp_model_find_tensor(m, name)) {
         snprintf(name, sizeof name, "%s.%s.%s", prefix, s->stacked,
                  s->gate_up);
-        moe->fused = true;
+        moe->fused = !s->gate_up_halves;
         st = sp_bind_stacked_linear(m, name, n, 2 * s->inter, d,
                                     s->expert_bias, moe->gate, err);
+        for (int64_t e = 0; s->gate_up_halves && e < n && !st; e++) {
+            const sp_linear both = moe->gate[e];
+            moe->gate[e].w = sp_weight_row_block(&both.w, 0, s->inter);
+            moe->up[e].w = sp_weight_row_block(&both.w, s->inter, s->inter);
+            moe->up[e].bias = both.bias ? both.bias + s->inter : NULL;
+        }
         p = 2;
     }
     for (; p < 3 && !st; p++) {

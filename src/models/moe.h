@@ -57,8 +57,11 @@ typedef struct sp_moe_spec {
     /* Fused stacked experts, tried first when set: <stacked>.<gate_up>
      * [n_experts][2 inter][hidden] with gate row i at 2i and up row i at
      * 2i + 1 (Hugging Face's gpt-oss "gate_up_proj"), beside
-     * <stacked>.down_proj. */
+     * <stacked>.down_proj; with gate_up_halves, gate rows [0, inter) then
+     * up rows [inter, 2 inter) (GGUF's ffn_gate_up_exps), bound as views
+     * of each half. */
     const char *gate_up;
+    bool gate_up_halves;
     /* Shared expert: <shared>.{gate,up,down}_proj of shared_inter
      * (0: none) and its gate <shared_gate>.weight [1][hidden] (NULL:
      * added ungated). */

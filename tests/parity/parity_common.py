@@ -262,7 +262,8 @@ def assert_gguf_parity(bin_path, case, ids, n_gen, threads, tmp_path, tol,
     within `tol` of llama.cpp on the exact twin (and within `loose`, unless
     None, of llama.cpp on a quantized file itself, which rounds its
     activations), greedy tokens equal up to a near-tie of llama.cpp's own
-    margins. `extra_args` go to `spindle run` (--lora FILE)."""
+    margins. `extra_args` go to `spindle run` (--lora FILE). Returns
+    Spindle's last-prompt logits."""
     sys.path.insert(0, str(REPO / "tests"))
     import llama_cpp_ref
     label = f"{case['name']}/{case['qtype']}/{len(ids)} tokens"
@@ -298,3 +299,4 @@ def assert_gguf_parity(bin_path, case, ids, n_gen, threads, tmp_path, tol,
         print(f"  diverged at token {i} (near-tie, margin {margins[i]:.3g})")
         break
     assert len(tokens) == n_gen
+    return got
