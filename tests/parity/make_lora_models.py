@@ -97,6 +97,12 @@ def write_peft_adapter(weights, a, path):
         peft = "lora_A" if leaf == "lora_a" else "lora_B"
         tensors[f"base_model.model.{base}.{peft}.weight"] = mm.mx.array(
             mm.np.array(v).T.copy())
+    save_peft(tensors, targets, a, path)
+
+
+def save_peft(tensors, targets, a, path):
+    """adapter_model.safetensors and adapter_config.json, lora_alpha making
+    PEFT's scale mlx-lm's."""
     r = a["rank"]
     alpha = a["scale"] * (math.sqrt(r) if a["rslora"] else r)
     path.mkdir(parents=True)
@@ -109,30 +115,39 @@ def write_peft_adapter(weights, a, path):
         "base_model_name_or_path": None}, indent=1) + "\n")
 
 
-def build(spec, out):
+def record_adapter(spec, path, name, a, mem, write_peft, native=True):
+    """Adapter `name` written for the base model in `path` (mlx-lm's layout,
+    and PEFT's by write_peft), and mlx-lm's references with it loaded: the
+    model's own dtype and f32 (native False: f32 for both, mem upcast)."""
     from mlx_lm.tuner.utils import load_adapters
+    weights = write_mlx_adapter(mem, len(mem.layers), name, a, path / name)
+    write_peft(weights, a, path / f"{name}-peft")
+    model, cfg = mm.mlu.load_model(path)
+    load_adapters(model, str(path / name))
+    model32, _ = mm.mlu.load_model(path)
+    load_adapters(model32, str(path / name))
+    model32.set_dtype(mm.mx.float32)
+    if not native:
+        model = model32
+        mem.set_dtype(mm.mx.float32)
+    prompts, gap = mm.record_references(
+        f"{spec['name']}/{name}", path / name, model, model32, mem,
+        mm.eos_set(cfg), PROMPTS)
+    for entry in prompts.values():
+        for kind in ("native", "f32"):
+            entry[kind]["logits_file"] = f"{name}/{entry[kind]['logits_file']}"
+    return {"prompts": prompts, "gap_rel_native_vs_f32": gap}
+
+
+def build(spec, out):
     ref = mm.build_one(spec, out, native=True)
     path = out / spec["name"]
     ref["adapters"] = {}
     for name, a in ADAPTERS.items():
         mem = mm.build_model(spec, path / "_scratch")
         mm.shutil.rmtree(path / "_scratch")
-        n_layers = len(mem.layers)
-        weights = write_mlx_adapter(mem, n_layers, name, a, path / name)
-        write_peft_adapter(weights, a, path / f"{name}-peft")
-        model, cfg = mm.mlu.load_model(path)
-        load_adapters(model, str(path / name))
-        model32, _ = mm.mlu.load_model(path)
-        load_adapters(model32, str(path / name))
-        model32.set_dtype(mm.mx.float32)
-        prompts, gap = mm.record_references(
-            f"{spec['name']}/{name}", path / name, model, model32, mem,
-            mm.eos_set(cfg), PROMPTS)
-        for entry in prompts.values():
-            for kind in ("native", "f32"):
-                entry[kind]["logits_file"] = f"{name}/{entry[kind]['logits_file']}"
-        ref["adapters"][name] = {"prompts": prompts,
-                                 "gap_rel_native_vs_f32": gap}
+        ref["adapters"][name] = record_adapter(spec, path, name, a, mem,
+                                               write_peft_adapter)
     (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref
 

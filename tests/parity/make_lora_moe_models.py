@@ -82,20 +82,10 @@ def write_peft_adapter(weights, a, path):
         else:
             tensors[f"base_model.model.{base}.{peft}.weight"] = mm.mx.array(
                 v.T.copy())
-    r = a["rank"]
-    alpha = a["scale"] * (math.sqrt(r) if a["rslora"] else r)
-    path.mkdir(parents=True)
-    mm.mx.save_safetensors(str(path / "adapter_model.safetensors"), tensors,
-                           metadata={"format": "pt"})
-    (path / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r,
-        "lora_alpha": alpha, "use_rslora": a["rslora"], "lora_dropout": 0.0,
-        "bias": "none", "target_modules": sorted(targets),
-        "base_model_name_or_path": None}, indent=1) + "\n")
+    ml.save_peft(tensors, targets, a, path)
 
 
 def build(spec, out):
-    from mlx_lm.tuner.utils import load_adapters
     ref = mo.build_one(spec, out)
     path = out / spec["name"]
     native = spec["dtype"] == "float32" or spec["quant"] is not None
@@ -103,25 +93,8 @@ def build(spec, out):
     for name, a in ADAPTERS.items():
         mem = mm.build_model(spec, path / "_scratch", base=mo.BASE)
         mm.shutil.rmtree(path / "_scratch")
-        weights = ml.write_mlx_adapter(mem, len(mem.layers), name, a,
-                                       path / name)
-        write_peft_adapter(weights, a, path / f"{name}-peft")
-        model, cfg = mm.mlu.load_model(path)
-        load_adapters(model, str(path / name))
-        model32, _ = mm.mlu.load_model(path)
-        load_adapters(model32, str(path / name))
-        model32.set_dtype(mm.mx.float32)
-        if not native:
-            model = model32
-            mem.set_dtype(mm.mx.float32)
-        prompts, gap = mm.record_references(
-            f"{spec['name']}/{name}", path / name, model, model32, mem,
-            mm.eos_set(cfg), PROMPTS)
-        for entry in prompts.values():
-            for kind in ("native", "f32"):
-                entry[kind]["logits_file"] = f"{name}/{entry[kind]['logits_file']}"
-        ref["adapters"][name] = {"prompts": prompts,
-                                 "gap_rel_native_vs_f32": gap}
+        ref["adapters"][name] = ml.record_adapter(
+            spec, path, name, a, mem, write_peft_adapter, native)
     (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref
 
