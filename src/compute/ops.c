@@ -44,18 +44,16 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
     }
 }
 
+#if defined(__x86_64__)
 /* Whether the vector activations run: an x86 SIMD level is in use (every
  * one includes AVX2) and the precision is not exact. */
 static bool vector_activations(void) {
-#if defined(__x86_64__)
     const sp_simd_level level = sp_simd_current();
     return (level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
             level == SP_SIMD_AVX512) &&
            sp_mm_precision() != SP_PRECISION_EXACT;
-#else
-    return false;
-#endif
 }
+#endif
 
 void sp_silu_mul(float *gate, const float *up, int n) {
 #if defined(__x86_64__)
