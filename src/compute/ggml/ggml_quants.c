@@ -4,6 +4,7 @@
  * against the `gguf` Python package). Speed is not the goal here; kernels
  * that read blocks directly come later. */
 #include "compute/ggml/ggml_quants.h"
+#include "compute/cpu_features.h"
 #include "compute/tensor.h"
 
 #include <string.h>
@@ -264,21 +265,48 @@ void sp_dequantize_row_q8_K(const void *vx, float *y, int64_t k) {
 }
 
 #define BLOCK(T) _Alignof(T)
+/* The table's dequantizer of a type with an AVX2 version: that version when
+ * an x86 SIMD level is in use (the same bits, several times faster), else
+ * the reference loop. */
+#if defined(__x86_64__)
+static bool dequant_avx2(void) {
+    const sp_simd_level level = sp_simd_current();
+    return level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
+           level == SP_SIMD_AVX512;
+}
+#define SP_BEST_DEQUANT(name)                                               \
+    static void name##_best(const void *x, float *y, int64_t k) {          \
+        (dequant_avx2() ? name##_avx2 : name)(x, y, k);                     \
+    }
+#else
+#define SP_BEST_DEQUANT(name)                                               \
+    static void name##_best(const void *x, float *y, int64_t k) {          \
+        name(x, y, k);                                                      \
+    }
+#endif
+SP_BEST_DEQUANT(sp_dequantize_row_q4_0)
+SP_BEST_DEQUANT(sp_dequantize_row_q4_1)
+SP_BEST_DEQUANT(sp_dequantize_row_q5_0)
+SP_BEST_DEQUANT(sp_dequantize_row_q5_1)
+SP_BEST_DEQUANT(sp_dequantize_row_q8_0)
+SP_BEST_DEQUANT(sp_dequantize_row_q4_K)
+SP_BEST_DEQUANT(sp_dequantize_row_q6_K)
+
 static const sp_ggml_type_traits k_traits[SP_GGML_TYPE_LIMIT] = {
     [SP_GGML_F32] = {"F32", 1, 4, 4, sp_dequantize_row_f32},
     [SP_GGML_F16] = {"F16", 1, 2, 2, sp_dequantize_row_f16},
     [SP_GGML_BF16] = {"BF16", 1, 2, 2, sp_dequantize_row_bf16},
-    [SP_GGML_Q4_0] = {"Q4_0", SP_QK4_0, sizeof(sp_block_q4_0), BLOCK(sp_block_q4_0), sp_dequantize_row_q4_0},
-    [SP_GGML_Q4_1] = {"Q4_1", SP_QK4_1, sizeof(sp_block_q4_1), BLOCK(sp_block_q4_1), sp_dequantize_row_q4_1},
-    [SP_GGML_Q5_0] = {"Q5_0", SP_QK5_0, sizeof(sp_block_q5_0), BLOCK(sp_block_q5_0), sp_dequantize_row_q5_0},
-    [SP_GGML_Q5_1] = {"Q5_1", SP_QK5_1, sizeof(sp_block_q5_1), BLOCK(sp_block_q5_1), sp_dequantize_row_q5_1},
-    [SP_GGML_Q8_0] = {"Q8_0", SP_QK8_0, sizeof(sp_block_q8_0), BLOCK(sp_block_q8_0), sp_dequantize_row_q8_0},
+    [SP_GGML_Q4_0] = {"Q4_0", SP_QK4_0, sizeof(sp_block_q4_0), BLOCK(sp_block_q4_0), sp_dequantize_row_q4_0_best},
+    [SP_GGML_Q4_1] = {"Q4_1", SP_QK4_1, sizeof(sp_block_q4_1), BLOCK(sp_block_q4_1), sp_dequantize_row_q4_1_best},
+    [SP_GGML_Q5_0] = {"Q5_0", SP_QK5_0, sizeof(sp_block_q5_0), BLOCK(sp_block_q5_0), sp_dequantize_row_q5_0_best},
+    [SP_GGML_Q5_1] = {"Q5_1", SP_QK5_1, sizeof(sp_block_q5_1), BLOCK(sp_block_q5_1), sp_dequantize_row_q5_1_best},
+    [SP_GGML_Q8_0] = {"Q8_0", SP_QK8_0, sizeof(sp_block_q8_0), BLOCK(sp_block_q8_0), sp_dequantize_row_q8_0_best},
     [SP_GGML_Q8_1] = {"Q8_1", SP_QK8_1, sizeof(sp_block_q8_1), BLOCK(sp_block_q8_1), NULL},
     [SP_GGML_Q2_K] = {"Q2_K", SP_QK_K, sizeof(sp_block_q2_K), BLOCK(sp_block_q2_K), sp_dequantize_row_q2_K},
     [SP_GGML_Q3_K] = {"Q3_K", SP_QK_K, sizeof(sp_block_q3_K), BLOCK(sp_block_q3_K), sp_dequantize_row_q3_K},
-    [SP_GGML_Q4_K] = {"Q4_K", SP_QK_K, sizeof(sp_block_q4_K), BLOCK(sp_block_q4_K), sp_dequantize_row_q4_K},
+    [SP_GGML_Q4_K] = {"Q4_K", SP_QK_K, sizeof(sp_block_q4_K), BLOCK(sp_block_q4_K), sp_dequantize_row_q4_K_best},
     [SP_GGML_Q5_K] = {"Q5_K", SP_QK_K, sizeof(sp_block_q5_K), BLOCK(sp_block_q5_K), sp_dequantize_row_q5_K},
-    [SP_GGML_Q6_K] = {"Q6_K", SP_QK_K, sizeof(sp_block_q6_K), BLOCK(sp_block_q6_K), sp_dequantize_row_q6_K},
+    [SP_GGML_Q6_K] = {"Q6_K", SP_QK_K, sizeof(sp_block_q6_K), BLOCK(sp_block_q6_K), sp_dequantize_row_q6_K_best},
     [SP_GGML_Q8_K] = {"Q8_K", SP_QK_K, sizeof(sp_block_q8_K), BLOCK(sp_block_q8_K), sp_dequantize_row_q8_K},
     [SP_GGML_MXFP4] = {"MXFP4", SP_QK_MXFP4, sizeof(sp_block_mxfp4), BLOCK(sp_block_mxfp4), sp_dequantize_row_mxfp4},
     /* Known to ggml, not loadable here: sizes from ggml-common.h. */

@@ -232,6 +232,17 @@ static inline void sp_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d,
     }
 }
 
+/* AVX2 versions of seven of the reference dequantizers below, bit for bit
+ * (ggml_dequant_avx2.c; x86 only). The type table calls them when an x86
+ * SIMD level is in use; callers never need to. */
+void sp_dequantize_row_q4_0_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q4_1_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q5_0_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q5_1_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q8_0_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q4_K_avx2(const void *x, float *y, int64_t k);
+void sp_dequantize_row_q6_K_avx2(const void *x, float *y, int64_t k);
+
 void sp_dequantize_row_f32(const void *x, float *y, int64_t k);
 void sp_dequantize_row_f16(const void *x, float *y, int64_t k);
 void sp_dequantize_row_bf16(const void *x, float *y, int64_t k);
