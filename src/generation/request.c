@@ -167,7 +167,8 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
      * sampler elsewhere; here each forced token still goes through it). */
     bool jump = g->grammar && (g->jump_forward > 0 ||
                                (g->jump_forward == 0 && g->sampler.temperature == 0));
-    if (!st) st = sp_spec_new(e, &g->spec, jump, q->cap, &q->spec, err);
+    if (!st)
+        st = sp_spec_new(e, &g->spec, jump, q->cap, q->sampler, &q->spec, err);
     if (!st) st = sp_grammar_gate_new(g->grammar, e->vocab, &q->grammar, err);
     if (!st && g->grammar) st = end_ids(q, err);
     if (!st && q->resume && q->grammar.matcher) st = replay_grammar(q, err);

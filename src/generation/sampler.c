@@ -151,6 +151,20 @@ spindle_status spindle_sampler_new(const spindle_sampler_params *params,
     return SPINDLE_OK;
 }
 
+spindle_status sp_sampler_clone(const spindle_sampler *sampler,
+                                spindle_sampler **out, spindle_error *err) {
+    spindle_sampler_params p = sampler->p;
+    p.xtc_special_tokens = sampler->xtc_special;
+    p.n_xtc_special_tokens = sampler->n_xtc_special;
+    spindle_status st = spindle_sampler_new(&p, out, err);
+    if (st == SPINDLE_OK) sp_sampler_set_rng(*out, sampler->rng);
+    return st;
+}
+
+bool sp_sampler_greedy(const spindle_sampler *sampler) {
+    return sampler->p.temperature == 0.0f;
+}
+
 void spindle_sampler_free(spindle_sampler *sampler) {
     if (!sampler) return;
     free(sampler->xtc_special);

@@ -38,6 +38,15 @@ spindle_status sp_sampler_sample_top(spindle_sampler *sampler, float *logits,
 void sp_sampler_get_rng(const spindle_sampler *sampler, uint64_t state[4]);
 void sp_sampler_set_rng(spindle_sampler *sampler, const uint64_t state[4]);
 
+/* A new sampler with `sampler`'s parameters (XTC special ids included) and
+ * its random stream's current state: sampling with the copy draws the
+ * uniforms the original would draw next, without advancing the original
+ * (the draft-model drafter samples its drafts so, drafter_model.c). */
+spindle_status sp_sampler_clone(const spindle_sampler *sampler,
+                                spindle_sampler **out, spindle_error *err);
+/* True when the sampler is greedy (temperature 0: argmax, no draw). */
+bool sp_sampler_greedy(const spindle_sampler *sampler);
+
 /* --------------------------------------------------- individual transforms
  * Each takes log-probabilities (entries may already be -inf), masks entries
  * to -inf in place, and never changes a kept value. `scratch` holds at least

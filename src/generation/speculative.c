@@ -105,7 +105,8 @@ static spindle_status new_mtp_draft(spindle_engine *e, int cap,
 }
 
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           bool jump_forward, int cap, sp_spec **out,
+                           bool jump_forward, int cap,
+                           const spindle_sampler *sampler, sp_spec **out,
                            spindle_error *err) {
     *out = NULL;
     if (p->mode == SPINDLE_SPEC_NONE && !jump_forward) return SPINDLE_OK;
@@ -144,7 +145,8 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
         : p->mode == SPINDLE_SPEC_MTP
             ? new_mtp_draft(e, cap, &s->mtp, err)
-            : sp_draft_seq_new(p->draft_model, e->vocab, &s->dseq, err);
+            : sp_draft_seq_new(p->draft_model, e->vocab, sampler, &s->dseq,
+                               err);
     if (st) {
         sp_spec_free(s);
         return st;

@@ -12,13 +12,22 @@
  *   3. row by row, the request's usual per-token rule (request.c:
  *      processors over prompt ++ accepted, sampler, logprobs, callbacks,
  *      stop rules) picks the target's token; the round goes on to the next
- *      row only while that token equals the draft. With a deterministic
- *      drafter (q one-hot on the draft x) this IS speculative sampling:
- *      drawing y ~ p and accepting x iff y == x accepts with probability
- *      p(x) = min(1, p(x)/q(x)), and on rejection y is distributed as
- *      p restricted to y != x, renormalized = norm(max(0, p - q)). Greedy
- *      is the special case "accept the longest prefix matching argmax";
- *      the target's own token always follows the last accepted draft;
+ *      row only while that token equals the draft. Every emitted token is
+ *      thus the one plain decoding draws: y_j ~ p from the request's own
+ *      random stream, in order, whatever the drafts were; the drafts only
+ *      decide how many rows of the round are kept, so the output is
+ *      exactly plain sampling (the same tokens for the same seed, up to
+ *      the batched forward's rounding). With a deterministic drafter (q
+ *      one-hot on x: n-gram, MTP, greedy draft-model drafts) this is
+ *      speculative sampling: x is accepted with probability p(x) =
+ *      min(1, p(x)/q(x)) and on rejection y is p restricted to y != x,
+ *      renormalized = norm(max(0, p - q)). The draft model at temperature
+ *      > 0 samples its drafts with a clone of the request's sampler that
+ *      reuses the uniforms row j will draw (drafter_model.c), coupling x_j
+ *      with y_j: accepted with probability near 1 when q is close to p
+ *      instead of p(argmax q). Greedy is the special case "accept the
+ *      longest prefix matching argmax"; the target's own token always
+ *      follows the last accepted draft;
  *   4. the sequence is truncated back to what was accepted (every kind of
  *      layer state, spindle_seq_truncate), the drafter rewinds.
  * Drafts are capped so that the truncation stays within the model's
@@ -35,12 +44,15 @@
 
 /* A request's speculation state from its parameters (*out NULL when the
  * mode is SPINDLE_SPEC_NONE and not jump_forward: a grammar's forced
- * spans alone, as drafts). Validates the parameters. With a grammar, every
+ * spans alone, as drafts). Validates the parameters. `sampler` is the
+ * request's (borrowed for the request's life: a draft model samples its
+ * drafts after it, drafter_model.c). With a grammar, every
  * round offers the span the grammar forces as its draft (the constraint
  * drafter), else the drafter's tokens cut before the first the grammar
  * rejects. */
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
-                           bool jump_forward, int cap, sp_spec **out,
+                           bool jump_forward, int cap,
+                           const spindle_sampler *sampler, sp_spec **out,
                            spindle_error *err);
 void sp_spec_free(sp_spec *s);
 void sp_spec_engine_free(sp_spec_engine *se);
@@ -83,7 +95,11 @@ int sp_ngram_propose(sp_ngram_index *ix, const int32_t *history, int n,
 
 typedef struct sp_draft_seq sp_draft_seq;
 
+/* A draft sequence for a request whose sampler is `sampler` (borrowed: its
+ * parameters are cloned, its stream read at each round's start; greedy
+ * samplers draft the argmax). */
 spindle_status sp_draft_seq_new(spindle_model *draft, int target_vocab,
+                                const spindle_sampler *sampler,
                                 sp_draft_seq **out, spindle_error *err);
 void sp_draft_seq_free(sp_draft_seq *d);
 spindle_model *sp_draft_seq_model(const sp_draft_seq *d);
@@ -99,9 +115,10 @@ typedef struct sp_draft_job {
 } sp_draft_job;
 /* Run the jobs that share one draft model: the catch-up of each sequence
  * and its first draft in one batched forward, then one batched forward per
- * further draft position (greedy drafts: q one-hot). A failing forward
- * ends the drafting of that round (what was drafted stays). `entries` has
- * room for n_jobs. */
+ * further draft position (drafts sampled with the request's sampler on the
+ * uniforms its verify rows will draw, argmax when greedy; the request's
+ * stream is not advanced). A failing forward ends the drafting of that
+ * round (what was drafted stays). `entries` has room for n_jobs. */
 void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
                         spindle_batch_entry *entries);
 /* After verification of a round that drafted `drafted` tokens after a
@@ -111,6 +128,10 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
  * token on the next round). */
 void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
                          int accepted);
+/* Test hook: the draft model drafts its argmax at every temperature (as
+ * before drafts were sampled), so that tests compare the two acceptance
+ * rates. Process-wide; off by default. */
+void sp_draft_set_greedy(bool on);
 
 /* ---- drafter_mtp.c ---- */
 

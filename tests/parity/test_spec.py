@@ -10,8 +10,15 @@ mlx-lm parity models, through tests/tools/engine_harness.
     rule of test_engine.py);
   * sampling equality: at temperature 1.0 the per-position token marginals
     of speculative and plain sampling agree by a chi-square test
-    (p > 0.01), and the same test rejects a deliberately wrong acceptance
-    rule (every draft accepted) — the check shows it can fail;
+    (p > 0.01), for the n-gram drafter and the draft model, and the same
+    test rejects a deliberately wrong acceptance rule (every draft
+    accepted) — the check shows it can fail;
+  * sampled drafts (the draft model at temperature > 0 samples its drafts
+    with a clone of the request's sampler on the uniforms the verify rows
+    draw): the output is token for token plain sampling's with the same
+    seed (the request's random stream is never advanced by drafting, also
+    as the durable checkpoint records it), and a draft model that is the
+    target itself is accepted nearly always, far more than greedy drafts;
   * rollback: after a speculative run the sequence (full KV, sliding
     window KV, recurrent state) gives the same next-token logits as after
     plain decoding of the same tokens.
@@ -19,6 +26,7 @@ mlx-lm parity models, through tests/tools/engine_harness.
 
 import math
 import os
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -83,6 +91,24 @@ def gemma_dir(spindle_bin):  # noqa: F811
 def mtp_dir(spindle_bin):  # noqa: F811
     need_harness()
     return pc.ensure_models(MTP_OUT, mtpm)
+
+
+@pytest.fixture(scope="session")
+def near_copy(dense_dir, tmp_path_factory):
+    """qwen3-f32 with every matrix perturbed by 1% of its spread: a draft
+    model whose q is close to the target's p, not equal (the parity set's
+    other qwen3 models are unrelated random models, accepted ~never)."""
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    src, dst = dense_dir / "qwen3-f32", tmp_path_factory.mktemp("near-copy")
+    rng = np.random.default_rng(5)
+    w = {k: v + rng.normal(0, 0.01 * v.std(), v.shape).astype(v.dtype)
+         if v.ndim == 2 else v
+         for k, v in load_file(src / "model.safetensors").items()}
+    save_file(w, dst / "model.safetensors", metadata={"format": "pt"})
+    for f in ("config.json", "model.safetensors.index.json"):
+        shutil.copy(src / f, dst / f)
+    return dst
 
 
 def vocab_of(model_dir):
@@ -291,18 +317,27 @@ def sample_runs(model_dir, tmp_path, prompt, spec, n=N_SAMPLES, seed=1000,
     return [q["tokens"] for q in out], sum(q["stats"]["accepted"] for q in out)
 
 
-def test_sampling_matches_plain(dense_dir, tmp_path):
+@pytest.mark.parametrize("drafter", ["ngram", "draft"])
+def test_sampling_matches_plain(dense_dir, near_copy, tmp_path, drafter):
     model = dense_dir / "qwen3-f32"
     # a prompt holding typical continuations, so that prompt lookup drafts
     # (and is accepted) often
     typical, _ = sample_runs(model, tmp_path, SEED_PROMPT, {}, n=12)
     prompt = SEED_PROMPT + [t for toks in typical for t in toks]
     # disjoint seeds: two independent samples, not the same random streams
-    # (one-hot drafts consume one draw per emitted token, as plain does)
+    # (drafting never draws from the request's stream: one draw per
+    # emitted token, as plain does)
     plain, _ = sample_runs(model, tmp_path, prompt, {}, seed=90000)
-    spec = dict(spec="ngram", num_draft_tokens=4, fixed_k=True)
-    got, accepted = sample_runs(model, tmp_path, prompt, spec)
-    wrong, _ = sample_runs(model, tmp_path, prompt, spec, always_accept=True)
+    spec = dict(spec=drafter, num_draft_tokens=4, fixed_k=True)
+    # the draft model: a perturbed copy of the target (drafts sampled on
+    # the verify rows' uniforms, some rejected). Always accepting such
+    # coupled drafts is barely wrong (they are mostly the target's own
+    # draws), so the wrong rule gets greedy drafts, whose output it skews
+    # toward the draft's argmax.
+    opts = dict(draft_model=str(near_copy)) if drafter == "draft" else {}
+    got, accepted = sample_runs(model, tmp_path, prompt, spec, **opts)
+    wrong, _ = sample_runs(model, tmp_path, prompt, spec, always_accept=True,
+                           greedy_drafts=drafter == "draft", **opts)
     assert accepted > N_SAMPLES / 5, "too few drafts accepted to test anything"
     ps_good = [homogeneity_p([t[i] for t in got], [t[i] for t in plain])
                for i in range(1, POSITIONS + 1)]
@@ -313,6 +348,137 @@ def test_sampling_matches_plain(dense_dir, tmp_path):
     assert min(ps_good) > 0.01 / POSITIONS, f"speculative sampling differs: {ps_good}"
     assert min(ps_bad) < 0.01 / POSITIONS, \
         f"the test cannot see a wrong acceptance rule: {ps_bad}"
+
+
+# ------------------------------------------------------------ sampled drafts
+
+# the request's sampler: temperature 1 alone, with top_p and top_k, and
+# with min_p and XTC (its coin flip, one more draw per token)
+SAMPLERS = {
+    "t1": dict(temperature=1.0),
+    "top_p_k": dict(temperature=1.0, top_p=0.9, top_k=12),
+    "min_p_xtc": dict(temperature=1.0, min_p=0.05, xtc_probability=0.5,
+                      xtc_threshold=0.005),
+}
+SEEDS = (11, 2024, 777)
+
+
+def sampled_requests(model, sampler, spec, n_prompts=8, max_tokens=24):
+    return [dict(prompt=p, max_tokens=max_tokens, ignore_eos=True, seed=seed,
+                 **SAMPLERS[sampler], **spec)
+            for p in prompts(vocab_of(model), n_prompts) for seed in SEEDS]
+
+
+def acceptance(out):
+    drafted = sum(q["stats"]["drafted"] for q in out)
+    return sum(q["stats"]["accepted"] for q in out) / max(drafted, 1), drafted
+
+
+@pytest.mark.parametrize("draft", ["itself", "near_copy"])
+@pytest.mark.parametrize("sampler", ["t1", "top_p_k"])
+def test_sampled_drafts_equal_plain(dense_dir, near_copy, tmp_path, sampler,
+                                    draft):
+    """With the same seed, speculative sampling emits plain sampling's very
+    tokens (not only its distribution): every emitted token is drawn by the
+    target from the request's stream, which drafting never advances.
+    Every other request speculates: mixed batches. The target drafting for
+    itself accepts (nearly) every draft, the near copy rejects some."""
+    model = dense_dir / "qwen3-f32"
+    draft = model if draft == "itself" else near_copy
+    plain = run(model, tmp_path, "step", sampled_requests(model, sampler, {}),
+                max_seqs=12)
+    spec = dict(spec="draft", num_draft_tokens=4, fixed_k=True)
+    reqs = [dict(q, **spec) if i % 2 == 0 else q
+            for i, q in enumerate(sampled_requests(model, sampler, {}))]
+    got = run(model, tmp_path, "step", reqs, max_seqs=12,
+              draft_model=str(draft))
+    for i, (g, want) in enumerate(zip(got, plain)):
+        assert g["status"] == "ok", g["error"]
+        assert g["tokens"] == want["tokens"], \
+            f"{sampler} {draft} request {i}: speculation changed the sample"
+    rate, drafted = acceptance(got)
+    print(f"  {sampler} draft {draft.name}: drafted {drafted}, "
+          f"accepted {rate:.3f}")
+    assert drafted > 0, "speculation never ran"
+
+
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
+def test_sampled_drafts_accepted_more_than_greedy(dense_dir, near_copy,
+                                                  tmp_path, sampler):
+    """The target drafting for itself (q == p): drafts sampled on the
+    uniforms of the verify rows are the target's own tokens (up to the
+    batched forward's rounding), so they are accepted nearly always, greedy
+    drafts only with probability p(argmax). The near copy (q close to p):
+    sampled drafts still win clearly. Every run keeps plain sampling's
+    tokens."""
+    model = dense_dir / "qwen3-f32"
+    spec = dict(spec="draft", num_draft_tokens=4, fixed_k=True)
+    plain = run(model, tmp_path, "step", sampled_requests(model, sampler, {}),
+                max_seqs=12)
+    rates = {}
+    for name, draft in (("itself", model), ("near_copy", near_copy)):
+        for greedy in (False, True):
+            got = run(model, tmp_path, "step",
+                      sampled_requests(model, sampler, spec), max_seqs=12,
+                      draft_model=str(draft), greedy_drafts=greedy)
+            assert [g["tokens"] for g in got] == [w["tokens"] for w in plain]
+            rates[name, greedy] = acceptance(got)
+        (sampled, n_s), (greedy, n_g) = rates[name, False], rates[name, True]
+        print(f"  {sampler}, draft {name}: acceptance sampled drafts "
+              f"{sampled:.3f} ({n_s} drafted), greedy drafts {greedy:.3f} "
+              f"({n_g} drafted)")
+    assert rates["itself", False][0] > 0.95, "sampled self-drafts rejected"
+    assert rates["itself", True][0] < rates["itself", False][0] - 0.3
+    assert rates["near_copy", True][0] < rates["near_copy", False][0] - 0.15
+
+
+def checkpoint_meta(path):
+    """(n_generated, rng state) from a checkpoint file's META section
+    (checkpoint_file.c: 16-byte head, 16-byte section headers; META holds
+    the 32-byte fingerprint, i32 n_prompt, n_generated, max_tokens,
+    prefill_chunk, u32 flags, reserved, then u64 rng[4])."""
+    import struct
+    data = Path(path).read_bytes()
+    at = 16
+    while data[at:at + 4] != b"META":
+        at += 16 + struct.unpack_from("<Q", data, at + 8)[0]
+    meta = at + 16
+    return (struct.unpack_from("<i", data, meta + 36)[0],
+            struct.unpack_from("<4Q", data, meta + 56))
+
+
+def test_sampled_drafts_leave_rng_alone(dense_dir, tmp_path):
+    """The durable checkpoint after a speculative round records the random
+    stream plain sampling has after as many tokens, and a plain resume
+    from it continues plain sampling's run."""
+    model = str(dense_dir / "qwen3-f32")
+    n = 24
+    base = ["-m", model, "--prompt-tokens", "5,6,7,8,9,10,11", "--ignore-eos",
+            "--temp", "1", "--top-k", "12", "--seed", "4242"]
+    spec = ["--spec", "draft", "--draft-model", model, "--num-draft-tokens",
+            "4", "--spec-fixed-k"]
+
+    def ids(*args):
+        r = cli(*base, *args)
+        assert r.returncode == 0, r.stderr
+        return [int(t) for t in r.stdout.split()]
+
+    full = ids("-n", str(n))
+    ck_spec = tmp_path / "spec.ckpt"
+    assert ids("-n", str(n), *spec, "--checkpoint", str(ck_spec),
+               "--checkpoint-every", "1") == full
+    k, rng_spec = checkpoint_meta(ck_spec)
+    assert 0 < k < n
+    # plain: its last checkpoint is after token k (none after the last)
+    ck_plain = tmp_path / "plain.ckpt"
+    ids("-n", str(k + 1), "--checkpoint", str(ck_plain),
+        "--checkpoint-every", "1")
+    assert checkpoint_meta(ck_plain) == (k, rng_spec)
+    r = subprocess.run([str(pc.SPINDLE_BIN), "run", "-m", model, "--resume",
+                        str(ck_spec)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert full[:k] + [int(t) for t in r.stdout.split()] == full
 
 
 # ------------------------------------------------------------ rollback

@@ -9,7 +9,8 @@
  *   "max_seqs": N, "max_batch_tokens": N, "logits_dir": DIR,
  *   "free_after_tokens": N (background: free the engine once N tokens came),
  *   "requests": [{"prompt": [...], "max_tokens": N, "temperature": T,
- *     "top_p": P, "top_k": K, "seed": S, "repetition_penalty": R,
+ *     "top_p": P, "top_k": K, "seed": S, "min_p": M, "xtc_probability": X,
+ *     "xtc_threshold": T, "repetition_penalty": R,
  *     "ignore_eos": B, "stop_ids": [...], "top_logprobs": N, "logits": B,
  *     "submit_at": K, "cancel_at": K, "after": I, "stop_after": N,
  *     "foreign_seq": B, "own_seq": B, "next_logits": B, "seq_of": I,
@@ -18,7 +19,8 @@
  *     "ngram_min": N, "fixed_k": B}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
- *   "always_accept": B (speculation's deliberately wrong acceptance rule)}
+ *   "always_accept": B (speculation's deliberately wrong acceptance rule),
+ *   "greedy_drafts": B (a draft model drafts its argmax at any temperature)}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.
@@ -125,6 +127,9 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
     p->sampler.top_p = (float)num(j, "top_p", 1);
     p->sampler.top_k = (int)num(j, "top_k", 0);
     p->sampler.seed = (uint64_t)num(j, "seed", 0);
+    p->sampler.min_p = (float)num(j, "min_p", 0);
+    p->sampler.xtc_probability = (float)num(j, "xtc_probability", 0);
+    p->sampler.xtc_threshold = (float)num(j, "xtc_threshold", 0.1);
     p->repetition_penalty = (float)num(j, "repetition_penalty", 0);
     p->ignore_eos = flag(j, "ignore_eos");
     p->stop_ids = r->stop_ids;
@@ -546,6 +551,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     sp_spec_set_always_accept(flag(sc, "always_accept"));
+    sp_draft_set_greedy(flag(sc, "greedy_drafts"));
     bool foreign = false;
     for (int i = 0; i < H.n_reqs; i++) {
         parse_request(cJSON_GetArrayItem(reqs, i), i, &H.reqs[i]);

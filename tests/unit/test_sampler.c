@@ -111,6 +111,48 @@ static void test_seed_reproducible(void **state) {
     assert_true(differ > 20);
 }
 
+/* A clone (the draft-model drafter's) draws what the original would draw
+ * next, XTC special ids and coin flips included, and cloning or drawing on
+ * the clone leaves the original's stream where it was. */
+static void test_clone_continues_stream(void **state) {
+    (void)state;
+    spindle_sampler_params p = spindle_sampler_defaults();
+    p.temperature = 0.9f;
+    p.top_p = 0.99f;
+    p.top_k = 3;
+    p.seed = 7;
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.1f;
+    p.xtc_special_tokens = (const int32_t[]){0};
+    p.n_xtc_special_tokens = 1;
+    spindle_sampler *s = new_sampler(p);
+    /* p = 0.5, 0.3, 0.15, 0.05: XTC keeps id 0 only as a special id */
+    const float x[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    for (int i = 0; i < 5; i++) sample_copy(s, x, 4, NULL);
+    uint64_t before[4], after[4];
+    sp_sampler_get_rng(s, before);
+    spindle_sampler *c = NULL;
+    spindle_error err;
+    assert_int_equal(sp_sampler_clone(s, &c, &err), SPINDLE_OK);
+    assert_false(sp_sampler_greedy(c));
+    int32_t a[200], b[200];
+    for (int i = 0; i < 200; i++) b[i] = sample_copy(c, x, 4, NULL);
+    sp_sampler_get_rng(s, after);
+    assert_memory_equal(before, after, sizeof before);
+    int zeros = 0;
+    for (int i = 0; i < 200; i++) {
+        a[i] = sample_copy(s, x, 4, NULL);
+        zeros += a[i] == 0;
+    }
+    assert_memory_equal(a, b, sizeof a);
+    assert_true(zeros > 90);   /* id 0 survived XTC as a special id */
+    spindle_sampler_free(c);
+    spindle_sampler_free(s);
+    spindle_sampler *g = new_sampler(spindle_sampler_defaults());
+    assert_true(sp_sampler_greedy(g));
+    spindle_sampler_free(g);
+}
+
 /* ---------------------------------------------------------- chi-square */
 
 /* Pearson's statistic of `counts` against probabilities `p` (categories
@@ -437,6 +479,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_argmax_and_ties),
         cmocka_unit_test(test_seed_reproducible),
+        cmocka_unit_test(test_clone_continues_stream),
         cmocka_unit_test(test_temperature_distribution),
         cmocka_unit_test(test_top_k_distribution),
         cmocka_unit_test(test_top_k_keep_set),
