@@ -11,38 +11,12 @@
  * only fed, with the target's next token, on the next round when it was
  * accepted (mlx-lm's rule).
  *
- * How a draft is chosen. Greedy requests (temperature 0) draft the argmax
- * of the draft model's logits, as they always did. At temperature > 0 a
- * greedy draft x is accepted only with probability p(x), low where p is
- * flat, so the drafts are sampled instead, coupled with the target's own
- * draws. The request's sampler (sampler.c) draws one uniform per token
- * (the inverse CDF of `categorical`), plus one XTC coin flip before it
- * when xtc_probability > 0, whatever the logits are: verify row j of a
- * round therefore uses the j-th token's draws of the request's stream from
- * where it stands at the round's start. Draft j is sampled from the draft
- * model's logits (log-softmax, the same filter chain, temperature) by a
- * clone of the request's sampler (sp_sampler_clone: one per draft
- * sequence, made once; its stream is overwritten with the request's at the
- * start of every round, so it is a fresh per-round clone without an
- * allocation per round) that then consumes draws token by token exactly as
- * the target's rows 0..j will: when rows 0..j-1 were accepted, draft j and
- * target row j invert the same uniform, through q and p. The draft equals
- * the target's token unless the uniform falls where the two CDFs disagree
- * (the token order is the vocabulary's in both; a draft vocabulary larger
- * than the target's only adds ids at the end, which end the draft); when
- * q == p it always does. The output stays exactly plain sampling:
- * the target still draws every emitted token from p with the request's
- * own stream, which drafting never advances (the clone's stream is
- * discarded after the round, so durable checkpoints record what plain
- * decoding would); the drafts only decide how many rows are accepted.
- * Logits processors (penalties, bias) and the grammar are not applied to
- * the draft distribution: they only shift acceptance, never the output,
- * and the processors' history and the grammar's ids are the target's
- * (speculative.c cuts drafts the grammar rejects before verification). */
+ * Greedy requests draft the argmax of the draft model's logits; at
+ * temperature > 0 the drafts are sampled on the uniforms the target's
+ * verify rows will draw (draft_sampler.c, which the MTP drafter shares). */
 #include <stdlib.h>
 
 #include "base/error.h"
-#include "generation/sampler.h"
 #include "generation/speculative.h"
 
 struct sp_draft_seq {
@@ -51,13 +25,8 @@ struct sp_draft_seq {
     int vocab, target_vocab;
     float *logits;         /* [vocab] */
     int32_t fed;           /* the draft of the previous forward, to feed */
-    const spindle_sampler *request; /* the request's sampler (borrowed) */
-    spindle_sampler *sampler;       /* its clone; NULL for greedy drafts */
+    sp_draft_sampler pick; /* argmax, or the request's sampler's clone */
 };
-
-static bool greedy_drafts;
-
-void sp_draft_set_greedy(bool on) { greedy_drafts = on; }
 
 spindle_status sp_draft_seq_new(spindle_model *draft, int target_vocab,
                                 const spindle_sampler *sampler,
@@ -68,12 +37,10 @@ spindle_status sp_draft_seq_new(spindle_model *draft, int target_vocab,
     d->model = draft;
     d->vocab = spindle_model_vocab_size(draft);
     d->target_vocab = target_vocab;
-    d->request = sampler;
     d->logits = malloc((size_t)d->vocab * sizeof *d->logits);
     spindle_status st = d->logits ? spindle_seq_new(draft, &d->seq, err)
                                   : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    if (!st && !sp_sampler_greedy(sampler))
-        st = sp_sampler_clone(sampler, &d->sampler, err);
+    if (!st) st = sp_draft_sampler_init(&d->pick, sampler, err);
     if (st) {
         sp_draft_seq_free(d);
         return st;
@@ -85,36 +52,19 @@ spindle_status sp_draft_seq_new(spindle_model *draft, int target_vocab,
 void sp_draft_seq_free(sp_draft_seq *d) {
     if (!d) return;
     spindle_seq_free(d->seq);
-    spindle_sampler_free(d->sampler);
+    sp_draft_sampler_free(&d->pick);
     free(d->logits);
     free(d);
 }
 
 spindle_model *sp_draft_seq_model(const sp_draft_seq *d) { return d->model; }
 
-/* The next draft from d->logits (clobbered when sampled): the argmax for
- * greedy requests, else a draw of the clone (one token's draws of the
- * request's stream, header comment). -1 ends the draft: a token outside
- * the target's vocabulary (the target could never accept it) or logits
- * the sampler refuses (nothing left to draw from). */
+/* The next draft from d->logits (clobbered when sampled), or -1, which
+ * ends the draft: a token outside the target's vocabulary (the target
+ * could never accept it) or logits the sampler refuses. */
 static int32_t draft_token(sp_draft_seq *d) {
-    int32_t t;
-    spindle_error err;
-    if (!d->sampler || greedy_drafts)
-        t = sp_sample_argmax(d->logits, d->vocab);
-    else if (spindle_sampler_sample(d->sampler, d->logits, d->vocab, &t, NULL,
-                                    &err))
-        return -1;
+    int32_t t = sp_draft_sampler_pick(&d->pick, d->logits, d->vocab);
     return t < d->target_vocab ? t : -1;
-}
-
-/* The clone's stream from where the request's stands before the round's
- * verify rows draw anything (the request's stream itself is only read). */
-static void start_round(sp_draft_seq *d) {
-    if (!d->sampler) return;
-    uint64_t state[4];
-    sp_sampler_get_rng(d->request, state);
-    sp_sampler_set_rng(d->sampler, state);
 }
 
 void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
@@ -125,7 +75,7 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
         int have = spindle_seq_length(j->seq->seq);
         j->got = 0;
         if (j->want < 1 || have >= j->n) continue;
-        start_round(j->seq);
+        sp_draft_sampler_start_round(&j->seq->pick);
         entries[n++] = (spindle_batch_entry){
             .seq = j->seq->seq, .tokens = j->history + have,
             .n_tokens = j->n - have, .logits_mode = SPINDLE_LOGITS_LAST,

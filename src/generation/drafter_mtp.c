@@ -1,6 +1,9 @@
 /* The MTP drafter: the target's own multi-token-prediction head
- * (models/mtp.h) drafts greedily (q one-hot, so the round in
- * speculative.c stays exact at any temperature).
+ * (models/mtp.h) drafts the argmax of its logits for greedy requests and,
+ * at temperature > 0, samples each draft position with a per-round clone
+ * of the request's sampler on the uniforms the target's verify rows will
+ * draw (draft_sampler.c, shared with the draft model; the request's own
+ * stream is never advanced, so the output stays plain sampling's).
  *
  * Every target forward pass of the request writes its rows' hidden states
  * (before the final norm) into `taps`, by position. Head row j is fed
@@ -17,7 +20,6 @@
 #include <stdlib.h>
 
 #include "base/error.h"
-#include "generation/sampler.h"
 #include "generation/speculative.h"
 #include "models/mtp.h"
 
@@ -28,10 +30,12 @@ struct sp_mtp_draft {
     float *taps;           /* [cap][hidden_size], by target position */
     float *g;              /* [cap][hidden_size], the head's own outputs */
     float *logits;         /* [vocab] */
+    sp_draft_sampler pick; /* argmax, or the request's sampler's clone */
 };
 
-spindle_status sp_mtp_draft_new(sp_mtp *head, int cap, sp_mtp_draft **out,
-                                spindle_error *err) {
+spindle_status sp_mtp_draft_new(sp_mtp *head, int cap,
+                                const spindle_sampler *sampler,
+                                sp_mtp_draft **out, spindle_error *err) {
     *out = NULL;
     sp_mtp_draft *d = calloc(1, sizeof *d);
     if (!d) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
@@ -47,6 +51,7 @@ spindle_status sp_mtp_draft_new(sp_mtp *head, int cap, sp_mtp_draft **out,
     spindle_status st = d->taps && d->g && d->logits
                             ? spindle_seq_new(m, &d->seq, err)
                             : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!st) st = sp_draft_sampler_init(&d->pick, sampler, err);
     if (st) {
         sp_mtp_draft_free(d);
         return st;
@@ -59,6 +64,7 @@ void sp_mtp_draft_free(sp_mtp_draft *d) {
     if (!d) return;
     spindle_seq_free(d->seq);
     sp_mtp_free(d->head);
+    sp_draft_sampler_free(&d->pick);
     free(d->taps);
     free(d->g);
     free(d->logits);
@@ -91,9 +97,12 @@ int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
         return 0;
     int got = 0;
     const float *g = d->g + (size_t)(n - 1) * hs;
+    /* Draft j takes the draws verify row j will take: the clone restarts
+     * from the request's stream here and draws once per draft. */
+    sp_draft_sampler_start_round(&d->pick);
     while (got < want) {
-        int32_t t = sp_sample_argmax(d->logits, d->vocab);
-        if (t >= d->target_vocab) break;
+        int32_t t = sp_draft_sampler_pick(&d->pick, d->logits, d->vocab);
+        if (t < 0 || t >= d->target_vocab) break;
         out[got++] = t;
         if (got >= want ||
             sp_mtp_forward(d->head, d->seq, &out[got - 1], g, 1, false,

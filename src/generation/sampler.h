@@ -41,7 +41,8 @@ void sp_sampler_set_rng(spindle_sampler *sampler, const uint64_t state[4]);
 /* A new sampler with `sampler`'s parameters (XTC special ids included) and
  * its random stream's current state: sampling with the copy draws the
  * uniforms the original would draw next, without advancing the original
- * (the draft-model drafter samples its drafts so, drafter_model.c). */
+ * (the draft model and the MTP head sample their drafts so,
+ * draft_sampler.c). */
 spindle_status sp_sampler_clone(const spindle_sampler *sampler,
                                 spindle_sampler **out, spindle_error *err);
 /* True when the sampler is greedy (temperature 0: argmax, no draw). */

@@ -94,6 +94,7 @@ static sp_spec_engine *engine_state(spindle_engine *e);
 /* A request's MTP drafter over the engine's head of the target (bound at
  * the first request that asks for one). */
 static spindle_status new_mtp_draft(spindle_engine *e, int cap,
+                                    const spindle_sampler *sampler,
                                     sp_mtp_draft **out, spindle_error *err) {
     sp_spec_engine *se = engine_state(e);
     if (!se) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
@@ -101,7 +102,7 @@ static spindle_status new_mtp_draft(spindle_engine *e, int cap,
         spindle_status st = sp_mtp_new(e->model, &se->mtp, err);
         if (st) return st;
     }
-    return sp_mtp_draft_new(se->mtp, cap, out, err);
+    return sp_mtp_draft_new(se->mtp, cap, sampler, out, err);
 }
 
 spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
@@ -144,7 +145,7 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
             ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
         : p->mode == SPINDLE_SPEC_MTP
-            ? new_mtp_draft(e, cap, &s->mtp, err)
+            ? new_mtp_draft(e, cap, sampler, &s->mtp, err)
             : sp_draft_seq_new(p->draft_model, e->vocab, sampler, &s->dseq,
                                err);
     if (st) {

@@ -1,6 +1,8 @@
 /* Speculative decoding inside the step engine: the shared round every
  * drafter goes through (speculative.c), the n-gram prompt-lookup drafter
- * (drafter_ngram.c) and the draft-model drafter (drafter_model.c).
+ * (drafter_ngram.c), the draft-model drafter (drafter_model.c), the MTP
+ * drafter (drafter_mtp.c) and how the last two pick a draft from their
+ * logits (draft_sampler.c).
  *
  * One round of a speculating request, within one engine step:
  *   1. before the batch is planned, its drafter proposes d <= K tokens
@@ -18,14 +20,14 @@
  *      decide how many rows of the round are kept, so the output is
  *      exactly plain sampling (the same tokens for the same seed, up to
  *      the batched forward's rounding). With a deterministic drafter (q
- *      one-hot on x: n-gram, MTP, greedy draft-model drafts) this is
+ *      one-hot on x: n-gram, greedy model or MTP drafts) this is
  *      speculative sampling: x is accepted with probability p(x) =
  *      min(1, p(x)/q(x)) and on rejection y is p restricted to y != x,
- *      renormalized = norm(max(0, p - q)). The draft model at temperature
- *      > 0 samples its drafts with a clone of the request's sampler that
- *      reuses the uniforms row j will draw (drafter_model.c), coupling x_j
- *      with y_j: accepted with probability near 1 when q is close to p
- *      instead of p(argmax q). Greedy is the special case "accept the
+ *      renormalized = norm(max(0, p - q)). The draft model and the MTP
+ *      head at temperature > 0 sample their drafts with a clone of the
+ *      request's sampler that reuses the uniforms row j will draw
+ *      (draft_sampler.c), coupling x_j with y_j: accepted with probability
+ *      near 1 when q is close to p instead of p(argmax q). Greedy is the special case "accept the
  *      longest prefix matching argmax"; the target's own token always
  *      follows the last accepted draft;
  *   4. the sequence is truncated back to what was accepted (every kind of
@@ -45,8 +47,8 @@
 /* A request's speculation state from its parameters (*out NULL when the
  * mode is SPINDLE_SPEC_NONE and not jump_forward: a grammar's forced
  * spans alone, as drafts). Validates the parameters. `sampler` is the
- * request's (borrowed for the request's life: a draft model samples its
- * drafts after it, drafter_model.c). With a grammar, every
+ * request's (borrowed for the request's life: a draft model or an MTP
+ * head samples its drafts after it, draft_sampler.c). With a grammar, every
  * round offers the span the grammar forces as its draft (the constraint
  * drafter), else the drafter's tokens cut before the first the grammar
  * rejects. */
@@ -91,6 +93,36 @@ void sp_ngram_free(sp_ngram_index *ix);
 int sp_ngram_propose(sp_ngram_index *ix, const int32_t *history, int n,
                      int max, int32_t *out);
 
+/* ---- draft_sampler.c ---- */
+
+/* How a drafter with logits picks its drafts for one request: the argmax
+ * when the request is greedy, else a draw of `clone`, a copy of the
+ * request's sampler whose stream restarts each round from the request's,
+ * so that draft j uses the uniforms verify row j will draw (the coupling
+ * is explained in draft_sampler.c). */
+typedef struct sp_draft_sampler {
+    const spindle_sampler *request; /* borrowed; NULL: greedy drafts */
+    spindle_sampler *clone;         /* NULL for greedy drafts */
+} sp_draft_sampler;
+
+/* `request` is borrowed for the drafter's life (NULL drafts greedily). */
+spindle_status sp_draft_sampler_init(sp_draft_sampler *ds,
+                                     const spindle_sampler *request,
+                                     spindle_error *err);
+void sp_draft_sampler_free(sp_draft_sampler *ds);
+/* Before a round's first draft: the clone's stream := the request's as it
+ * stands before the round's verify rows draw (the request's is only
+ * read). */
+void sp_draft_sampler_start_round(sp_draft_sampler *ds);
+/* The next draft from logits[0..vocab) (clobbered when sampled: they end
+ * as the filtered log-probabilities); -1 when the sampler refuses them
+ * (nothing left to draw from). */
+int32_t sp_draft_sampler_pick(sp_draft_sampler *ds, float *logits, int vocab);
+/* Test hook: the drafters draft their argmax at every temperature (as
+ * before drafts were sampled), so that tests compare the two acceptance
+ * rates. Process-wide; off by default. */
+void sp_draft_set_greedy(bool on);
+
 /* ---- drafter_model.c ---- */
 
 typedef struct sp_draft_seq sp_draft_seq;
@@ -128,10 +160,6 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
  * token on the next round). */
 void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
                          int accepted);
-/* Test hook: the draft model drafts its argmax at every temperature (as
- * before drafts were sampled), so that tests compare the two acceptance
- * rates. Process-wide; off by default. */
-void sp_draft_set_greedy(bool on);
 
 /* ---- drafter_mtp.c ---- */
 
@@ -139,20 +167,25 @@ typedef struct sp_mtp sp_mtp;
 typedef struct sp_mtp_draft sp_mtp_draft;
 
 /* A request's MTP drafter over `head` (a reference is kept), with room
- * for the target's hidden states at positions 0 .. cap - 1. */
-spindle_status sp_mtp_draft_new(sp_mtp *head, int cap, sp_mtp_draft **out,
-                                spindle_error *err);
+ * for the target's hidden states at positions 0 .. cap - 1, drafting
+ * after the request's `sampler` (borrowed; NULL or greedy: the argmax). */
+spindle_status sp_mtp_draft_new(sp_mtp *head, int cap,
+                                const spindle_sampler *sampler,
+                                sp_mtp_draft **out, spindle_error *err);
 void sp_mtp_draft_free(sp_mtp_draft *d);
 /* Where a target forward pass writes the hidden states of its n rows from
  * position pos (spindle_batch_entry.hidden); NULL when they do not fit. */
 float *sp_mtp_draft_taps(sp_mtp_draft *d, int pos, int n);
-/* Up to `want` greedy drafts after history[0..n_hist) (its last token the
+/* Up to `want` drafts after history[0..n_hist) (its last token the
  * pending one, the target sequence target_length = n_hist - 1 long) into
- * out; their count (0 when it cannot draft). */
+ * out, picked by sp_draft_sampler_pick (argmax, or sampled on the
+ * uniforms the verify rows will draw); their count (0 when it cannot
+ * draft). */
 int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
                          int target_length, int want, int32_t *out);
 /* The logits of the head's last row of the last proposal ([vocab]; test
- * harnesses compare them). */
+ * harnesses compare them; a sampled draft leaves them filtered
+ * log-probabilities). */
 const float *sp_mtp_draft_last_logits(const sp_mtp_draft *d);
 /* The hidden-state rows for an entry of r's n_tokens from its sequence's
  * current length (NULL: r has no MTP drafter). */

@@ -13,12 +13,14 @@ mlx-lm parity models, through tests/tools/engine_harness.
     (p > 0.01), for the n-gram drafter and the draft model, and the same
     test rejects a deliberately wrong acceptance rule (every draft
     accepted) — the check shows it can fail;
-  * sampled drafts (the draft model at temperature > 0 samples its drafts
-    with a clone of the request's sampler on the uniforms the verify rows
-    draw): the output is token for token plain sampling's with the same
-    seed (the request's random stream is never advanced by drafting, also
-    as the durable checkpoint records it), and a draft model that is the
-    target itself is accepted nearly always, far more than greedy drafts;
+  * sampled drafts (the draft model and the MTP head at temperature > 0
+    sample their drafts with a clone of the request's sampler on the
+    uniforms the verify rows draw): the output is token for token plain
+    sampling's with the same seed (the request's random stream is never
+    advanced by drafting, also as the durable checkpoint records it), and
+    a drafter whose q is p (the target itself; an MTP head computing what
+    its target computes, mtp_informed) is accepted nearly always, far more
+    than greedy drafts;
   * rollback: after a speculative run the sequence (full KV, sliding
     window KV, recurrent state) gives the same next-token logits as after
     plain decoding of the same tokens.
@@ -109,6 +111,88 @@ def near_copy(dense_dir, tmp_path_factory):
     for f in ("config.json", "model.safetensors.index.json"):
         shutil.copy(src / f, dst / f)
     return dst
+
+
+# the scale of the informed MTP targets' context (mtp_informed): none
+# (q == p) and some (q close to p)
+MTP_EPS = {"mtp_exact": 0.0, "mtp_near": 0.03}
+
+
+def informed_mtp(src, dst, eps):
+    """src's MTP checkpoint made into a target whose next token depends on
+    the token just seen alone, through layer 0's MLP (attention and the
+    other layers' outputs scaled by eps: at eps 0 its last hidden state is
+    e + mlp(e)), and a head that computes the same: fc = [I | 0] takes the
+    normed embedding alone, its layer's attention adds nothing (o_proj 0)
+    and its MLP is the target's layer 0's, mtp.norm the target's final
+    norm. The embedding rows get unit rms (so that the head's RMSNorm
+    returns them: its eps, 1e-6, is negligible beside their mean square,
+    3e-3 in the original), the kept MLP's output x20 (so that it still
+    dominates e as it did the original's 0.05-rms rows: tied embeddings
+    favour the token just seen where e dominates) and the final norm
+    x0.03, for a p(argmax) of ~0.2-0.35 under SAMPLERS."""
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    dst.mkdir(parents=True, exist_ok=True)
+    w = load_file(src / "model.safetensors")
+    pre, kept = "language_model.model.", "layers.0.mlp.down_proj.weight"
+    for k in w:
+        if k == pre + kept:
+            w[k] = w[k] * np.float32(20)
+        elif k.endswith(("out_proj.weight", "o_proj.weight",
+                         "down_proj.weight")):
+            w[k] = w[k] * np.float32(eps)
+    emb = w[pre + "embed_tokens.weight"]
+    w[pre + "embed_tokens.weight"] = emb / np.sqrt((emb ** 2).mean(
+        1, keepdims=True))
+    w[pre + "norm.weight"] = w[pre + "norm.weight"] * np.float32(0.03)
+    h = load_file(src / "model-mtp.safetensors")
+    d = emb.shape[1]
+    h["mtp.fc.weight"] = np.hstack([np.eye(d), np.zeros((d, d))]).astype(
+        np.float32)
+    h["mtp.pre_fc_norm_embedding.weight"] = np.ones(d, np.float32)
+    h["mtp.norm.weight"] = w[pre + "norm.weight"]
+    o_proj = "mtp.layers.0.self_attn.o_proj.weight"
+    h[o_proj] = np.zeros_like(h[o_proj])
+    for k in ("mlp.gate_proj.weight", "mlp.up_proj.weight",
+              "mlp.down_proj.weight", "post_attention_layernorm.weight"):
+        h["mtp.layers.0." + k] = w[pre + "layers.0." + k]
+    save_file(w, dst / "model.safetensors", metadata={"format": "mlx"})
+    save_file(h, dst / "model-mtp.safetensors", metadata={"format": "mlx"})
+    for f in ("config.json", "model.safetensors.index.json"):
+        shutil.copy(src / f, dst / f)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def mtp_informed(mtp_dir, tmp_path_factory):
+    """{name: model dir} of MTP_EPS: MTP checkpoints whose head is
+    informative. The checkpoint's random head predicts nothing of its
+    random target (acceptance ~0, sampled or greedy), and no one-layer head
+    follows a random four-layer hybrid, so the target is changed instead
+    (informed_mtp)."""
+    src = mtp_dir / mtpm.SPECS[0]["name"]
+    root = tmp_path_factory.mktemp("mtp-informed")
+    return {name: informed_mtp(src, root / name, eps)
+            for name, eps in MTP_EPS.items()}
+
+
+def drafting(request, name, k=4):
+    """(target, request spec fields, engine options) of a drafting set-up:
+    the draft model for qwen3-f32, the target itself ("itself", q == p) or
+    near_copy; an MTP head, the checkpoint's random one ("mtp") or an
+    informed one (MTP_EPS)."""
+    mtp = name.startswith("mtp")
+    spec = dict(spec="mtp" if mtp else "draft", num_draft_tokens=k,
+                fixed_k=True)
+    if name == "mtp":
+        return request.getfixturevalue("mtp_dir") / mtpm.SPECS[0]["name"], \
+            spec, {}
+    if mtp:
+        return request.getfixturevalue("mtp_informed")[name], spec, {}
+    model = request.getfixturevalue("dense_dir") / "qwen3-f32"
+    draft = model if name == "itself" else request.getfixturevalue("near_copy")
+    return model, spec, dict(draft_model=str(draft))
 
 
 def vocab_of(model_dir):
@@ -374,62 +458,71 @@ def acceptance(out):
     return sum(q["stats"]["accepted"] for q in out) / max(drafted, 1), drafted
 
 
-@pytest.mark.parametrize("draft", ["itself", "near_copy"])
+@pytest.mark.parametrize("draft", ["itself", "near_copy", "mtp", "mtp_near"])
 @pytest.mark.parametrize("sampler", ["t1", "top_p_k"])
-def test_sampled_drafts_equal_plain(dense_dir, near_copy, tmp_path, sampler,
-                                    draft):
+def test_sampled_drafts_equal_plain(request, tmp_path, sampler, draft):
     """With the same seed, speculative sampling emits plain sampling's very
     tokens (not only its distribution): every emitted token is drawn by the
     target from the request's stream, which drafting never advances.
     Every other request speculates: mixed batches. The target drafting for
-    itself accepts (nearly) every draft, the near copy rejects some."""
-    model = dense_dir / "qwen3-f32"
-    draft = model if draft == "itself" else near_copy
+    itself accepts (nearly) every draft, the near copy and the near MTP
+    head reject some, the random MTP head nearly all."""
+    model, spec, opts = drafting(request, draft)
     plain = run(model, tmp_path, "step", sampled_requests(model, sampler, {}),
                 max_seqs=12)
-    spec = dict(spec="draft", num_draft_tokens=4, fixed_k=True)
     reqs = [dict(q, **spec) if i % 2 == 0 else q
             for i, q in enumerate(sampled_requests(model, sampler, {}))]
-    got = run(model, tmp_path, "step", reqs, max_seqs=12,
-              draft_model=str(draft))
+    got = run(model, tmp_path, "step", reqs, max_seqs=12, **opts)
     for i, (g, want) in enumerate(zip(got, plain)):
         assert g["status"] == "ok", g["error"]
         assert g["tokens"] == want["tokens"], \
             f"{sampler} {draft} request {i}: speculation changed the sample"
     rate, drafted = acceptance(got)
-    print(f"  {sampler} draft {draft.name}: drafted {drafted}, "
+    print(f"  {sampler} draft {draft}: drafted {drafted}, "
           f"accepted {rate:.3f}")
     assert drafted > 0, "speculation never ran"
 
 
+# per drafter: (set-up, least sampled acceptance, least lead of sampled
+# over greedy drafts); None: only reported (the random MTP head)
+LEADS = {"draft": (("itself", 0.95, 0.3), ("near_copy", None, 0.15)),
+         "mtp": (("mtp_exact", 0.95, 0.3), ("mtp_near", None, 0.15),
+                 ("mtp", None, None))}
+
+
+@pytest.mark.parametrize("drafter", list(LEADS))
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
-def test_sampled_drafts_accepted_more_than_greedy(dense_dir, near_copy,
-                                                  tmp_path, sampler):
-    """The target drafting for itself (q == p): drafts sampled on the
-    uniforms of the verify rows are the target's own tokens (up to the
-    batched forward's rounding), so they are accepted nearly always, greedy
-    drafts only with probability p(argmax). The near copy (q close to p):
-    sampled drafts still win clearly. Every run keeps plain sampling's
-    tokens."""
-    model = dense_dir / "qwen3-f32"
-    spec = dict(spec="draft", num_draft_tokens=4, fixed_k=True)
-    plain = run(model, tmp_path, "step", sampled_requests(model, sampler, {}),
-                max_seqs=12)
-    rates = {}
-    for name, draft in (("itself", model), ("near_copy", near_copy)):
+def test_sampled_drafts_accepted_more_than_greedy(request, tmp_path, sampler,
+                                                  drafter):
+    """A drafter whose q is p (the target itself; the exact informed MTP
+    head): drafts sampled on the uniforms of the verify rows are the
+    target's own tokens (up to rounding), so they are accepted nearly
+    always, greedy drafts only with probability p(argmax). q close to p
+    (the near copy, the near MTP head): sampled drafts still win clearly.
+    Every run keeps plain sampling's tokens."""
+    plain = {}
+    for name, least, lead in LEADS[drafter]:
+        model, spec, opts = drafting(request, name)
+        if model not in plain:
+            plain[model] = run(model, tmp_path, "step",
+                               sampled_requests(model, sampler, {}),
+                               max_seqs=12)
+        rates = {}
         for greedy in (False, True):
             got = run(model, tmp_path, "step",
                       sampled_requests(model, sampler, spec), max_seqs=12,
-                      draft_model=str(draft), greedy_drafts=greedy)
-            assert [g["tokens"] for g in got] == [w["tokens"] for w in plain]
-            rates[name, greedy] = acceptance(got)
-        (sampled, n_s), (greedy, n_g) = rates[name, False], rates[name, True]
+                      greedy_drafts=greedy, **opts)
+            assert [g["tokens"] for g in got] == \
+                [w["tokens"] for w in plain[model]]
+            rates[greedy] = acceptance(got)
+        (sampled, n_s), (greedy, n_g) = rates[False], rates[True]
         print(f"  {sampler}, draft {name}: acceptance sampled drafts "
               f"{sampled:.3f} ({n_s} drafted), greedy drafts {greedy:.3f} "
               f"({n_g} drafted)")
-    assert rates["itself", False][0] > 0.95, "sampled self-drafts rejected"
-    assert rates["itself", True][0] < rates["itself", False][0] - 0.3
-    assert rates["near_copy", True][0] < rates["near_copy", False][0] - 0.15
+        if least is not None:
+            assert sampled > least, f"sampled drafts of {name} rejected"
+        if lead is not None:
+            assert greedy < sampled - lead, name
 
 
 def checkpoint_meta(path):
@@ -447,16 +540,20 @@ def checkpoint_meta(path):
             struct.unpack_from("<4Q", data, meta + 56))
 
 
-def test_sampled_drafts_leave_rng_alone(dense_dir, tmp_path):
+@pytest.mark.parametrize("draft", ["itself", "mtp_near"])
+def test_sampled_drafts_leave_rng_alone(request, tmp_path, draft):
     """The durable checkpoint after a speculative round records the random
     stream plain sampling has after as many tokens, and a plain resume
     from it continues plain sampling's run."""
-    model = str(dense_dir / "qwen3-f32")
+    target, fields, opts = drafting(request, draft)
+    model = str(target)
     n = 24
     base = ["-m", model, "--prompt-tokens", "5,6,7,8,9,10,11", "--ignore-eos",
             "--temp", "1", "--top-k", "12", "--seed", "4242"]
-    spec = ["--spec", "draft", "--draft-model", model, "--num-draft-tokens",
-            "4", "--spec-fixed-k"]
+    spec = ["--spec", fields["spec"], "--num-draft-tokens", "4",
+            "--spec-fixed-k"]
+    if opts:
+        spec += ["--draft-model", opts["draft_model"]]
 
     def ids(*args):
         r = cli(*base, *args)

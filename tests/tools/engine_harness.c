@@ -20,7 +20,8 @@
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
- *   "greedy_drafts": B (a draft model drafts its argmax at any temperature)}
+ *   "greedy_drafts": B (a draft model or MTP head drafts its argmax at any
+ *     temperature)}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.

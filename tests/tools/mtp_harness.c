@@ -122,8 +122,8 @@ static int propose(spindle_model *m, sp_mtp *head, const int32_t *tok,
     int32_t a[SPINDLE_MAX_DRAFT_TOKENS], b[SPINDLE_MAX_DRAFT_TOKENS],
         c[SPINDLE_MAX_DRAFT_TOKENS];
     int rc = 1, na = 0, nb = 0, nc = 0;
-    if (!last || sp_mtp_draft_new(head, n_tok, &d, &err) ||
-        sp_mtp_draft_new(head, n_tok, &fresh, &err) ||
+    if (!last || sp_mtp_draft_new(head, n_tok, NULL, &d, &err) ||
+        sp_mtp_draft_new(head, n_tok, NULL, &fresh, &err) ||
         spindle_seq_new(m, &s, &err) || spindle_seq_new(m, &s2, &err))
         goto done;
     if (!target_rows(m, s, d, tok, 0, P, last)) goto done;
