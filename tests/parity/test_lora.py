@@ -154,9 +154,15 @@ def test_malformed_adapter_one_line(lora_models, spindle_bin, tmp_path, case):
     bad = tmp_path / "adapter"
     shutil.copytree(d / ("all8" if layout == "mlx" else "all8-peft"), bad)
     breaker(bad)
-    r = subprocess.run([str(spindle_bin), "run", "-m", str(d),
+    assert_adapter_refused(spindle_bin, d, bad, needle)
+
+
+def assert_adapter_refused(spindle_bin, model_dir, adapter, needle):
+    """`spindle run --lora adapter` exits 1 with one stderr line naming
+    `needle` (test_lora_moe.py's malformed expert adapters too)."""
+    r = subprocess.run([str(spindle_bin), "run", "-m", str(model_dir),
                         "--prompt-tokens", "1,2", "-n", "1", "--lora",
-                        str(bad)], capture_output=True, text=True, timeout=60)
+                        str(adapter)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -310,12 +310,7 @@ def test_malformed_expert_adapter_one_line(moe_lora, spindle_bin, tmp_path,  # n
     bad = tmp_path / "adapter"
     shutil.copytree(d / adapter, bad)
     breaker(bad)
-    r = subprocess.run([str(spindle_bin), "run", "-m", str(d),
-                        "--prompt-tokens", "1,2", "-n", "1", "--lora",
-                        str(bad)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], r.stderr
+    tl.assert_adapter_refused(spindle_bin, d, bad, needle)
 
 
 def test_malformed_gguf_expert_adapter_one_line(moe_lora, spindle_bin,  # noqa: F811

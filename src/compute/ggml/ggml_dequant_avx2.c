@@ -58,23 +58,16 @@ void sp_dequantize_row_q4_1_avx2(const void *vx, float *y, int64_t k) {
                 f16_exact(x[i].m), true);
 }
 
-/* Byte c is 16 where bit c of the block's qh is set (the fifth bit). */
-SP_INLINE __m256i fifth16(const uint8_t *qh) {
-    uint32_t bits;
-    memcpy(&bits, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
-                         2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                            _mm256_set1_epi8(16));
+SP_INLINE uint32_t u32_at(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
 void sp_dequantize_row_q5_0_avx2(const void *vx, float *y, int64_t k) {
     const sp_block_q5_0 *x = vx;
     for (int64_t i = 0; i < k / SP_QK5_0; i++) {
-        const __m256i q = _mm256_or_si256(nibbles_one(x[i].qs), fifth16(x[i].qh));
+        const __m256i q = _mm256_or_si256(nibbles_one(x[i].qs), fifth_bits(u32_at(x[i].qh)));
         store32(y + i * 32, _mm256_sub_epi8(q, _mm256_set1_epi8(16)),
                 f16_exact(x[i].d), 0.0f, false);
     }
@@ -83,7 +76,7 @@ void sp_dequantize_row_q5_0_avx2(const void *vx, float *y, int64_t k) {
 void sp_dequantize_row_q5_1_avx2(const void *vx, float *y, int64_t k) {
     const sp_block_q5_1 *x = vx;
     for (int64_t i = 0; i < k / SP_QK5_1; i++)
-        store32(y + i * 32, _mm256_or_si256(nibbles_one(x[i].qs), fifth16(x[i].qh)),
+        store32(y + i * 32, _mm256_or_si256(nibbles_one(x[i].qs), fifth_bits(u32_at(x[i].qh))),
                 f16_exact(x[i].d), f16_exact(x[i].m), true);
 }
 

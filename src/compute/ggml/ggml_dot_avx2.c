@@ -48,19 +48,6 @@ SP_INLINE __m256i madd_us(__m256i u, __m256i q) {
 #endif
 }
 
-/* Bytes 16 (the fifth bit of q5_0 / q5_1 codes) where bit j of qh is set,
- * byte j standing for column j. */
-SP_INLINE __m256i fifth_bits(uint32_t qh) {
-    /* byte j takes byte j / 8 of qh, then tests bit j % 8 of it */
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)qh),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
-                         2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                            _mm256_set1_epi8(16));
-}
-
 /* One row of kind 0..4 blocks (ggml_dot_x86.h) against nt tokens. */
 SP_INLINE void avx2_row_q4q8(int kind, const uint8_t *row, int64_t nb,
                              const sp_ggml_act *act, const int nt, float *y,

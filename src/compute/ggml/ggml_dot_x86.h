@@ -62,6 +62,19 @@ SP_INLINE __m128i k4_scales_mins(const uint8_t *s) {
     return _mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo);
 }
 
+/* Bytes 16 (the fifth bit of q5_0 / q5_1 codes) where bit j of qh is set,
+ * byte j standing for column j. */
+SP_INLINE __m256i fifth_bits(uint32_t qh) {
+    /* byte j takes byte j / 8 of qh, then tests bit j % 8 of it */
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)qh),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                         2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                            _mm256_set1_epi8(16));
+}
+
 /* The 32 nibbles of the 16 bytes at p as bytes in column order (low
  * nibbles, then high ones: the qs of a 32-column block). */
 SP_INLINE __m256i nibbles_one(const uint8_t *p) {
