@@ -69,13 +69,23 @@ static const sp_gguf_value *arch_key(const meta *m, const char *key) {
     return sp_gguf_arch_value(m->g, m->arch, key);
 }
 
+/* The counts llama.cpp reads per layer (get_key_or_arr) that a family's
+ * config hook reads itself when they are arrays; every other count is one
+ * number (an array block_count or head_count left the hook without
+ * num_hidden_layers, check_head_dims dividing by zero). */
+static bool per_layer_key(const meta *m, const char *key) {
+    return m->family_arrays && (!strcmp(key, "feed_forward_length") ||
+                                !strcmp(key, "attention.head_count_kv"));
+}
+
 /* A positive integer `{arch}.key` into json[name] (json NULL: only into
  * *value); required or optional. */
 static spindle_status put_int(const meta *m, cJSON *json, const char *key,
                               const char *name, bool required,
                               int64_t *value) {
     const sp_gguf_value *v = arch_key(m, key);
-    if (v && v->type == SP_GGUF_ARRAY && m->family_arrays) return SPINDLE_OK;
+    if (v && v->type == SP_GGUF_ARRAY && per_layer_key(m, key))
+        return SPINDLE_OK;
     int64_t x = 0;
     spindle_status st = sp_gguf_arch_count(m->g, m->arch, key, required, &x,
                                            m->err);

@@ -37,7 +37,7 @@ def js(obj):
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i",
           F32: "<f", BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0 = 0, 1, 2, 8
 
 
 def gstr(s):
@@ -82,6 +82,124 @@ def f32s(n, scale=0.01):
 def q8_0_rows(rows, cols):
     block = struct.pack("<e", 0.01) + bytes(((i * 5) % 255) - 127 & 0xFF for i in range(32))
     return block * (rows * cols // 32)
+
+
+def f16s(n):
+    return b"".join(struct.pack("<e", ((i * 5) % 11 - 5) * 0.01) for i in range(n))
+
+
+def q4_0_rows(rows, cols):
+    block = struct.pack("<e", 0.01) + bytes((i * 37) & 0xFF for i in range(16))
+    return block * (rows * cols // 32)
+
+
+def gemma4_gguf(tokens, merges, layers, hd=16, gd=32, rotated=4, h=32, heads=2,
+                kv=1, ff=32, shared=0, ff_array=False, global_kv=0, k_eq_v=False,
+                per_layer=0, experts=0, top_k=0, moe_ff=32, mat_type=GGML_Q4_0):
+    """llama.cpp's converter's Gemma 4 form (tests/gguf_writer_gemma4.py,
+    as src/models/gemma4_gguf.c reads it) at tiny sizes: `layers` the
+    sliding flags, full layers with global_head_dim gd (rope_freqs: the
+    first `rotated` pairs rotate), the last `shared` layers attending an
+    earlier layer's KV (no attn_k / attn_v; twice the MLP when ff_array),
+    K = V full layers (no attn_v) with global_kv heads of their own,
+    per-layer inputs of width per_layer, and routed experts beside the
+    MLP (expert tensors Q4_0). Every row length is a multiple of 32 (the
+    matrices mat_type; Q4_0 keeps the files small)."""
+    n, n_vocab = len(layers), len(tokens)
+    first = n - shared
+    ffs = [ff * (2 if l >= first and ff_array else 1) for l in range(n)]
+    kvs_l = [global_kv if global_kv and not s else kv for s in layers]
+    A = "gemma4."
+    kvs = [
+        ("general.architecture", STR, "gemma4"),
+        ("general.name", STR, "fuzz seed"),
+        (A + "block_count", U32, n),
+        (A + "context_length", U32, 256),
+        (A + "embedding_length", U32, h),
+        (A + "feed_forward_length", ARR, (I32, ffs)) if ff_array else
+        (A + "feed_forward_length", U32, ff),
+        (A + "attention.head_count", U32, heads),
+        (A + "attention.head_count_kv", ARR, (I32, kvs_l)) if global_kv else
+        (A + "attention.head_count_kv", U32, kv),
+        (A + "rope.freq_base", F32, 1000000.0),
+        (A + "rope.freq_base_swa", F32, 10000.0),
+        (A + "attention.layer_norm_rms_epsilon", F32, 1e-6),
+    ]
+    if experts:
+        kvs += [(A + "expert_count", U32, experts),
+                (A + "expert_used_count", U32, top_k),
+                (A + "expert_feed_forward_length", U32, moe_ff)]
+    kvs += [
+        (A + "attention.key_length", U32, gd),
+        (A + "attention.value_length", U32, gd),
+        (A + "attention.key_length_swa", U32, hd),
+        (A + "attention.value_length_swa", U32, hd),
+        (A + "final_logit_softcapping", F32, 30.0),
+        (A + "attention.sliding_window", U32, 8),
+        (A + "attention.shared_kv_layers", U32, shared),
+        (A + "embedding_length_per_layer_input", U32, per_layer),
+        (A + "attention.sliding_window_pattern", ARR, (BOOL, layers)),
+        (A + "rope.dimension_count", U32, gd),
+        (A + "rope.dimension_count_swa", U32, hd),
+        ("tokenizer.ggml.model", STR, "gpt2"),
+        ("tokenizer.ggml.pre", STR, "default"),
+        ("tokenizer.ggml.tokens", ARR, (STR, tokens)),
+        ("tokenizer.ggml.token_type", ARR, (I32, [3 if t.startswith("<") and len(t) > 1 else 1
+                                                  for t in tokens])),
+        ("tokenizer.ggml.merges", ARR, (STR, merges)),
+        ("tokenizer.ggml.bos_token_id", U32, 2),
+        ("tokenizer.ggml.eos_token_id", U32, 1),
+        ("tokenizer.ggml.add_bos_token", BOOL, True),
+    ]
+    mat = {GGML_F16: lambda r, c: f16s(r * c), GGML_Q4_0: q4_0_rows,
+           GGML_Q8_0: q8_0_rows}[mat_type]
+    norm = lambda k: f32s(k, 1.0)
+    tensors = [("token_embd.weight", mat_type, [h, n_vocab], mat(n_vocab, h)),
+               ("output_norm.weight", GGML_F32, [h], norm(h)),
+               ("rope_freqs.weight", GGML_F32, [gd // 2],
+                struct.pack("<f", 1.0) * rotated + struct.pack("<f", 1e30) * (gd // 2 - rotated))]
+    if per_layer:
+        w = n * per_layer
+        tensors += [("per_layer_token_embd.weight", mat_type, [w, n_vocab], mat(n_vocab, w)),
+                    ("per_layer_model_proj.weight", mat_type, [h, w], mat(w, h)),
+                    ("per_layer_proj_norm.weight", GGML_F32, [per_layer], norm(per_layer))]
+    for l, sliding in enumerate(layers):
+        d, k = (hd if sliding else gd), kvs_l[l]
+        b = f"blk.{l}."
+        t = [(b + "attn_norm.weight", GGML_F32, [h], norm(h)),
+             (b + "attn_q.weight", mat_type, [h, heads * d], mat(heads * d, h)),
+             (b + "attn_q_norm.weight", GGML_F32, [d], norm(d))]
+        if l < first:
+            t += [(b + "attn_k.weight", mat_type, [h, k * d], mat(k * d, h)),
+                  (b + "attn_k_norm.weight", GGML_F32, [d], norm(d))]
+            if sliding or not k_eq_v:
+                t.append((b + "attn_v.weight", mat_type, [h, k * d], mat(k * d, h)))
+        f = ffs[l]
+        t += [(b + "attn_output.weight", mat_type, [heads * d, h], mat(h, heads * d)),
+              (b + "post_attention_norm.weight", GGML_F32, [h], norm(h)),
+              (b + "ffn_norm.weight", GGML_F32, [h], norm(h)),
+              (b + "ffn_gate.weight", mat_type, [h, f], mat(f, h)),
+              (b + "ffn_up.weight", mat_type, [h, f], mat(f, h)),
+              (b + "ffn_down.weight", mat_type, [f, h], mat(h, f)),
+              (b + "post_ffw_norm.weight", GGML_F32, [h], norm(h)),
+              (b + "layer_output_scale.weight", GGML_F32, [1], struct.pack("<f", 0.5))]
+        if per_layer:
+            t += [(b + "inp_gate.weight", mat_type, [h, per_layer], mat(per_layer, h)),
+                  (b + "proj.weight", mat_type, [per_layer, h], mat(h, per_layer)),
+                  (b + "post_norm.weight", GGML_F32, [h], norm(h))]
+        if experts:
+            t += [(b + "ffn_gate_inp.weight", GGML_F32, [h, experts], f32s(h * experts)),
+                  (b + "ffn_gate_inp.scale", GGML_F32, [h], norm(h)),
+                  (b + "ffn_gate_up_exps.weight", GGML_Q4_0, [h, 2 * moe_ff, experts],
+                   q4_0_rows(2 * moe_ff * experts, h)),
+                  (b + "ffn_down_exps.weight", GGML_Q4_0, [moe_ff, h, experts],
+                   q4_0_rows(h * experts, moe_ff)),
+                  (b + "ffn_down_exps.scale", GGML_F32, [experts], norm(experts)),
+                  (b + "post_ffw_norm_1.weight", GGML_F32, [h], norm(h)),
+                  (b + "pre_ffw_norm_2.weight", GGML_F32, [h], norm(h)),
+                  (b + "post_ffw_norm_2.weight", GGML_F32, [h], norm(h))]
+        tensors += t
+    return gguf(kvs, tensors)
 
 
 def llama_gguf(arch, vocab_model, tokens, merges=None, quant=False):
@@ -167,6 +285,21 @@ def gguf_seeds():
         ("tokenizer.ggml.bos_token_id", U32, 2),
         ("tokenizer.ggml.seperator_token_id", U32, 3),
         ("tokenizer.ggml.padding_token_id", U32, 0)], []))
+    # Gemma 4 in llama.cpp's converter's form (gemma4_gguf.c's config
+    # hook): sliding and full layers, each variant the hook turns into
+    # gemma4.c's config.
+    g4 = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"] + byte_chars + \
+         ["\u0120w", "or", "\u0120wor", "ld", "He", "ll"]
+    put("fuzz_gguf", "gemma4-dense", gemma4_gguf(g4, merges, [True, False, True]))
+    put("fuzz_gguf", "gemma4-per-layer", gemma4_gguf(g4, merges, [True, False], gd=16,
+                                                     per_layer=32))
+    put("fuzz_gguf", "gemma4-shared-kv", gemma4_gguf(g4, merges, [True, False, True],
+                                                     shared=1, ff_array=True))
+    put("fuzz_gguf", "gemma4-k-eq-v", gemma4_gguf(g4, merges, [True, False, True],
+                                                  kv=1, global_kv=2, k_eq_v=True,
+                                                  mat_type=GGML_Q8_0))
+    put("fuzz_gguf", "gemma4-moe", gemma4_gguf(g4, merges, [True, False], gd=16,
+                                               experts=3, top_k=2))
     # llama.cpp's LoRA GGUF (convert_lora_to_gguf.py): adapter keys and
     # blk.N.<module>.weight.lora_a [in, r] / .lora_b [r, out] tensors.
     lora_kvs = [("general.architecture", STR, "llama"),
