@@ -201,6 +201,11 @@ bool sp_simd_avx512_active(void) {
     return sp_simd_current() == SP_SIMD_AVX512;
 }
 
+bool sp_simd_avx2_active(void) {
+    const sp_simd_level l = sp_simd_current();
+    return l == SP_SIMD_AVX2 || l == SP_SIMD_AVXVNNI || l == SP_SIMD_AVX512;
+}
+
 bool sp_mm_int8_active(void) {
     const sp_simd_level l = sp_simd_current();
     return (l == SP_SIMD_AVX2 || l == SP_SIMD_AVXVNNI || l == SP_SIMD_AVX512 ||

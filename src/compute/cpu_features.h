@@ -67,6 +67,10 @@ const char *sp_simd_name(sp_simd_level level);
  * the AVX-512 level is in use. */
 bool sp_simd_avx512_active(void);
 
+/* Whether one of the x86 levels (avx2, avxvnni, avx512) is in use: each
+ * includes AVX2, so the AVX2 kernels of any op may run. */
+bool sp_simd_avx2_active(void);
+
 /* Whether one of the AArch64 levels (neon, dotprod, i8mm) is in use: the
  * NEON f32 kernels run at each. */
 bool sp_simd_neon_active(void);

@@ -45,13 +45,9 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int n, float eps,
 }
 
 #if defined(__x86_64__)
-/* Whether the vector activations run: an x86 SIMD level is in use (every
- * one includes AVX2) and the precision is not exact. */
+/* Whether the vector activations run: not in precision exact. */
 static bool vector_activations(void) {
-    const sp_simd_level level = sp_simd_current();
-    return (level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
-            level == SP_SIMD_AVX512) &&
-           sp_mm_precision() != SP_PRECISION_EXACT;
+    return sp_simd_avx2_active() && sp_mm_precision() != SP_PRECISION_EXACT;
 }
 #endif
 

@@ -23,18 +23,6 @@ static int nearest(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* Whether split_block runs sp_ggml_split_block_avx2: an x86 SIMD level is
- * in use (each includes AVX2). */
-static bool split_avx2(void) {
-#if defined(__x86_64__)
-    const sp_simd_level level = sp_simd_current();
-    return level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
-           level == SP_SIMD_AVX512;
-#else
-    return false;
-#endif
-}
-
 /* One block of `bs` values in `levels` parts: q[l][0..bs), d[l], sum[l]. */
 static void split_block(const float *x, int bs, int levels, int8_t *const q[],
                         float d[], int32_t sum[], bool avx2) {
@@ -73,7 +61,7 @@ void sp_ggml_split_row32(const float *x, int64_t cols, int levels,
         return;
     }
 #endif
-    const bool avx2 = split_avx2();
+    const bool avx2 = sp_simd_avx2_active();
     for (int64_t b = 0; b < cols / 32; b++) {
         int8_t *qb[SP_GGML_SPLIT_MAX_LEVELS] = {0};
         float db[SP_GGML_SPLIT_MAX_LEVELS];
@@ -108,7 +96,7 @@ bool sp_ggml_quantize_act_split(uint32_t act_type, const float *x,
     for (int l = 0; l < levels; l++)
         q[l] = parts[l].q, d[l] = parts[l].d, sum32[l] = parts[l].sum32;
     if (k_quant) {
-        const bool avx2 = split_avx2();
+        const bool avx2 = sp_simd_avx2_active();
         for (int64_t b = 0; b < cols / bs; b++) {
             int8_t *qb[SP_GGML_SPLIT_MAX_LEVELS] = {0};
             float db[SP_GGML_SPLIT_MAX_LEVELS];

@@ -269,14 +269,9 @@ void sp_dequantize_row_q8_K(const void *vx, float *y, int64_t k) {
  * an x86 SIMD level is in use (the same bits, several times faster), else
  * the reference loop. */
 #if defined(__x86_64__)
-static bool dequant_avx2(void) {
-    const sp_simd_level level = sp_simd_current();
-    return level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI ||
-           level == SP_SIMD_AVX512;
-}
 #define SP_BEST_DEQUANT(name)                                               \
     static void name##_best(const void *x, float *y, int64_t k) {          \
-        (dequant_avx2() ? name##_avx2 : name)(x, y, k);                     \
+        (sp_simd_avx2_active() ? name##_avx2 : name)(x, y, k);                     \
     }
 #else
 #define SP_BEST_DEQUANT(name)                                               \
