@@ -957,13 +957,18 @@ typedef enum spindle_grammar_kind {
 
 /* A compiled grammar. A text that does not parse, is unsupported or is
  * over the limits fails with SPINDLE_ERR_FORMAT / SPINDLE_ERR_LIMIT and a
- * one-line message naming where and why. Immutable: thread-safe, shared by
- * any number of requests; it must outlive them. */
+ * one-line message naming where and why. Thread-safe, shared by any number
+ * of requests; it must outlive them. Its matchers share one lazily built
+ * automaton and mask cache (under a lock), so a grammar kept for later
+ * requests makes their masks cheaper. Reference counted: new gives one
+ * reference, retain another (it returns `grammar`), and free drops one;
+ * the last frees it. */
 typedef struct spindle_grammar spindle_grammar;
 spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
                                    spindle_grammar_kind kind, const char *text,
                                    size_t len, spindle_grammar **out,
                                    spindle_error *err);
+spindle_grammar *spindle_grammar_retain(spindle_grammar *grammar);
 void spindle_grammar_free(spindle_grammar *grammar);
 /* The vocabulary size its masks cover (the tokenizer's). Thread-safe. */
 int spindle_grammar_vocab_size(const spindle_grammar *grammar);
@@ -989,8 +994,9 @@ spindle_status spindle_grammar_matcher_accept(spindle_grammar_matcher *m,
                                               int32_t token, spindle_error *err);
 /* The matcher's position as a small id, and a return to a position it
  * had earlier (ids stay valid for the matcher's life): how speculation
- * tries a draft against the grammar and undoes it. An id from another
- * matcher, or a negative one, is ignored. */
+ * tries a draft against the grammar and undoes it. A negative or unknown
+ * id is ignored; ids are not checked against the matcher they came from
+ * (matchers of one grammar may share them). */
 int32_t spindle_grammar_matcher_state(const spindle_grammar_matcher *m);
 void spindle_grammar_matcher_restore(spindle_grammar_matcher *m, int32_t state);
 /* True when the tokens so far form a complete sentence of the grammar. */

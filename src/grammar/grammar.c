@@ -2,6 +2,7 @@
  * schema converter, vocabulary trie and matcher. */
 #include "grammar/grammar.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,11 @@ struct spindle_grammar {
     const spindle_grammar_vocab *vocab;
     sp_gram gram;
     char *gbnf;
+    /* The automaton new matchers share (one reference); replaced when
+     * crowded, the old one living on with the matchers that hold it. */
+    pthread_mutex_t lock;
+    sp_gauto *shared;
+    int refs;               /* (lock) */
 };
 
 struct spindle_grammar_matcher {
@@ -77,11 +83,15 @@ spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
     }
     g->vocab = vocab;
     g->gbnf = gbnf;
+    g->refs = 1;
+    if (pthread_mutex_init(&g->lock, NULL)) {
+        free(gbnf);
+        free(g);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: cannot make a lock");
+    }
     st = sp_gbnf_parse(gbnf, strlen(gbnf), &g->gram, err);
     /* A grammar that matches nothing fails here, not in the first request. */
-    sp_gmatch *probe = NULL;
-    if (!st) st = sp_gmatch_new(&g->gram, NULL, &probe, err);
-    sp_gmatch_free(probe);
+    if (!st) st = sp_gauto_new(&g->gram, &vocab->trie, &g->shared, err);
     if (st) {
         spindle_grammar_free(g);
         return st;
@@ -90,8 +100,22 @@ spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
     return SPINDLE_OK;
 }
 
+spindle_grammar *spindle_grammar_retain(spindle_grammar *g) {
+    if (!g) return NULL;
+    pthread_mutex_lock(&g->lock);
+    g->refs++;
+    pthread_mutex_unlock(&g->lock);
+    return g;
+}
+
 void spindle_grammar_free(spindle_grammar *g) {
     if (!g) return;
+    pthread_mutex_lock(&g->lock);
+    bool last = --g->refs == 0;
+    pthread_mutex_unlock(&g->lock);
+    if (!last) return;
+    sp_gauto_release(g->shared);
+    pthread_mutex_destroy(&g->lock);
     sp_gram_free(&g->gram);
     free(g->gbnf);
     free(g);
@@ -113,7 +137,19 @@ spindle_status spindle_grammar_matcher_new(const spindle_grammar *g,
     spindle_grammar_matcher *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
     m->grammar = g;
-    spindle_status st = sp_gmatch_new(&g->gram, &g->vocab->trie, &m->m, err);
+    spindle_status st = SPINDLE_OK;
+    spindle_grammar *mut = (spindle_grammar *)g;  /* the lock and the cache only */
+    pthread_mutex_lock(&mut->lock);
+    if (sp_gauto_crowded(mut->shared)) {
+        sp_gauto *fresh = NULL;
+        st = sp_gauto_new(&g->gram, &g->vocab->trie, &fresh, err);
+        if (!st) {
+            sp_gauto_release(mut->shared);
+            mut->shared = fresh;
+        }
+    }
+    if (!st) st = sp_gmatch_new_on(mut->shared, &m->m, err);
+    pthread_mutex_unlock(&mut->lock);
     if (st) {
         free(m);
         return st;

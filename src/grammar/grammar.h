@@ -98,6 +98,7 @@ typedef struct sp_vocab_trie {
     char *bytes;            /* every token's bytes, back to back */
     size_t *tok_off;        /* [n_vocab] into bytes */
     uint32_t *tok_len;      /* [n_vocab]; 0: special, never matched */
+    int max_depth;          /* the longest token's bytes + 1 */
 } sp_vocab_trie;
 
 spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
@@ -106,10 +107,35 @@ void sp_vocab_trie_free(sp_vocab_trie *t);
 
 /* ------------------------------------------------------------- matcher */
 
+/* A grammar's automaton over a vocabulary, determinized lazily as matchers
+ * walk it, with its transitions and token masks cached: shared by every
+ * matcher of one compiled grammar, so what one request computed the next
+ * one reuses. Reference counted; internally locked (any thread). */
+typedef struct sp_gauto sp_gauto;
+
+/* A new automaton (one reference, the caller's). `trie` may be NULL for
+ * accept-only use (no masks). Fails "grammar matches nothing" when the
+ * root derives no input. */
+spindle_status sp_gauto_new(const sp_gram *g, const sp_vocab_trie *trie,
+                            sp_gauto **out, spindle_error *err);
+sp_gauto *sp_gauto_retain(sp_gauto *a);
+void sp_gauto_release(sp_gauto *a);
+/* Mask cache slots of automata made from now on (at most 256, the
+ * default): tests lower it so that eviction runs. */
+extern int sp_gauto_mask_slots;
+/* True when it failed (over a limit: its matchers fail from then on) or
+ * holds a quarter of its state or node limits: the grammar then starts a
+ * fresh one for new matchers, so a long-lived grammar cannot push its
+ * later requests over the limits. */
+bool sp_gauto_crowded(sp_gauto *a);
+
 typedef struct sp_gmatch sp_gmatch;
 
+/* A matcher on a private automaton (tests, fuzzing). */
 spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
                              sp_gmatch **out, spindle_error *err);
+/* A matcher on a shared automaton (takes its own reference). */
+spindle_status sp_gmatch_new_on(sp_gauto *a, sp_gmatch **out, spindle_error *err);
 void sp_gmatch_free(sp_gmatch *m);
 /* Feed bytes; false (state unchanged) when the grammar rejects them. */
 bool sp_gmatch_accept_bytes(sp_gmatch *m, const uint8_t *bytes, size_t n,
@@ -119,8 +145,8 @@ bool sp_gmatch_accepting(const sp_gmatch *m);
 /* True when no byte can follow (only end of input). */
 bool sp_gmatch_finished(sp_gmatch *m);
 /* The current state's id, and a return to one this matcher had before
- * (states are interned and never freed, so an id stays valid): a draft
- * is tried and undone without copying the matcher. */
+ * (states are the automaton's, interned and never freed, so an id stays
+ * valid): a draft is tried and undone without copying the matcher. */
 int32_t sp_gmatch_state(const sp_gmatch *m);
 void sp_gmatch_set_state(sp_gmatch *m, int32_t state);
 /* Bit t of `bits` (n_vocab bits, 32 per word) set iff token t's bytes are

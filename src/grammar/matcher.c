@@ -8,12 +8,16 @@
  * sets get one id. Rule calls in tail position push nothing, so x* and
  * right recursion keep the state set small and recurring.
  *
- * The transition state x byte -> state is computed once and kept in a
- * 256-entry row per state: the trie walk of a mask is then one table
- * lookup per trie node after the first walk from a state, and a subtree
- * whose prefix is rejected is skipped whole. The masks of the states
+ * The transition state x byte -> state is computed once and kept in a row
+ * per state with one entry per byte class (bytes that every terminal set
+ * treats alike): the trie walk of a mask is then one table lookup per trie
+ * node after the first walk from a state, and a subtree whose prefix is
+ * rejected is skipped whole. The masks of the states
  * generation actually reaches are cached too (strings, numbers and
- * whitespace recur).
+ * whitespace recur). All of it lives in the grammar's automaton
+ * (automaton.h), which every matcher of one compiled grammar shares: a
+ * matcher is only its current state, and the second request with a
+ * schema finds the first one's states, transitions and masks.
  *
  * Bounded repetitions (x{0,60}: a string's maxLength) make every count a
  * different state, so each would need a full trie walk. A token of at most
@@ -23,74 +27,29 @@
  * (grammar.h): band b's part of the mask comes from the state capped at
  * the band's maximum, which all counts above it share, computed once and
  * cached; only the last band (tokens over 32 bytes, 0.2 % of Qwen3's) is
- * always walked from the exact state. This is the matcher's adaptive mask
- * cache: what a state's mask shares with others is cached once, and only
- * what depends on the exact state is walked. */
-#include "grammar/grammar.h"
+ * always walked from the exact state (mask_cache.c). This is the
+ * matcher's adaptive mask cache: what a state's mask shares with others
+ * is cached once, and only what depends on the exact state is walked. */
+#include "grammar/automaton.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 
-#define UNKNOWN (-1)
-#define DEAD (-2)
 #define ACCEPT_NODE 0
-#define NOT_SEEN (-1)
-#define SEEN_ONCE (-2)
 #define MAX_NODES (1 << 22)
 #define MAX_STATES (1 << 15)
 #define MAX_EXPAND_WORK (1 << 20)
-#define MAX_CACHED_MASKS 128
-
-typedef struct gm_node {
-    int32_t pos, parent, next;
-} gm_node;
-
-/* Chains capped at one band's maximum. */
-typedef struct gm_cap {
-    int32_t *alpha;       /* [n_elems] position with chains capped; NULL: none */
-    int32_t *node_capped; /* node -> its capped node, or -1 */
-    long cap_capped;
-    int n_known;          /* node_capped[0 .. n_known) are set */
-} gm_cap;
-
-typedef struct gm_state {
-    int32_t off, n;       /* tops[off .. off + n) */
-    int32_t next;         /* hash chain */
-    int32_t mask;         /* cached mask slot, or -1 */
-    /* Cached slots of its band masks as a capped state; NOT_SEEN until
-     * some state capped to it, SEEN_ONCE after the first. */
-    int32_t band_mask[SP_TRIE_BANDS - 1];
-    uint32_t hash;
-    int32_t *trans;       /* [256] or NULL until first used */
-} gm_state;
-
-struct sp_gmatch {
-    const sp_gram *g;
-    const sp_vocab_trie *trie;
-    gm_node *nodes;
-    int n_nodes, cap_nodes;
-    int32_t *node_heads;  /* [MAX_NODES / 4 buckets], chained by next */
-    int32_t *tops;
-    long n_tops, cap_tops;
-    gm_state *states;
-    int n_states, cap_states;
-    int32_t *state_heads;
-    int32_t *scratch;
-    int n_scratch, cap_scratch;
-    long work;
-    bool overflow, oom;
-    int cur;
-    uint32_t *masks;      /* [MAX_CACHED_MASKS][words] */
-    int32_t slot_lo[MAX_CACHED_MASKS], slot_hi[MAX_CACHED_MASKS]; /* nonzero words */
-    int n_masks, words;
-    int32_t *walk;        /* state per trie depth */
-    gm_cap cap[SP_TRIE_BANDS - 1];  /* per band but the last */
-};
-
 #define NODE_BUCKETS (1 << 18)
 #define STATE_BUCKETS (1 << 14)
+
+int sp_gauto_mask_slots = GA_MAX_CACHED_MASKS;
+
+struct sp_gmatch {
+    sp_gauto *a;          /* one reference */
+    int32_t cur;
+};
 
 static uint32_t mix(uint32_t h, uint32_t v) {
     h ^= v + 0x9E3779B9u + (h << 6) + (h >> 2);
@@ -108,7 +67,7 @@ static bool grow(void **p, long *cap, long need, size_t size) {
     return true;
 }
 
-static int32_t node(sp_gmatch *m, int32_t pos, int32_t parent) {
+static int32_t node(sp_gauto *m, int32_t pos, int32_t parent) {
     uint32_t h = mix(mix(0, (uint32_t)pos), (uint32_t)parent) & (NODE_BUCKETS - 1);
     for (int32_t i = m->node_heads[h]; i >= 0; i = m->nodes[i].next)
         if (m->nodes[i].pos == pos && m->nodes[i].parent == parent) return i;
@@ -127,7 +86,7 @@ static int32_t node(sp_gmatch *m, int32_t pos, int32_t parent) {
     return m->n_nodes++;
 }
 
-static void add_top(sp_gmatch *m, int32_t top) {
+static void add_top(sp_gauto *m, int32_t top) {
     long cap = m->cap_scratch;
     if (!grow((void **)&m->scratch, &cap, m->n_scratch + 1, sizeof *m->scratch)) {
         m->oom = true;
@@ -139,7 +98,7 @@ static void add_top(sp_gmatch *m, int32_t top) {
 
 /* Every stack top reachable from "continue at pos, then return to
  * parent" without consuming a byte. */
-static void expand(sp_gmatch *m, int32_t pos, int32_t parent) {
+static void expand(sp_gauto *m, int32_t pos, int32_t parent) {
     if (++m->work > MAX_EXPAND_WORK) {
         m->overflow = true;
         return;
@@ -165,8 +124,8 @@ static int cmp_i32(const void *a, const void *b) {
 }
 
 /* The state id of the scratch top set (sorted, deduplicated), or DEAD. */
-static int32_t intern(sp_gmatch *m) {
-    if (m->n_scratch == 0 || m->overflow || m->oom) return DEAD;
+static int32_t intern(sp_gauto *m) {
+    if (m->n_scratch == 0 || m->overflow || m->oom) return GA_DEAD;
     qsort(m->scratch, (size_t)m->n_scratch, sizeof *m->scratch, cmp_i32);
     int n = 1;
     for (int i = 1; i < m->n_scratch; i++)
@@ -181,34 +140,31 @@ static int32_t intern(sp_gmatch *m) {
             return s;
     if (m->n_states >= MAX_STATES) {
         m->overflow = true;
-        return DEAD;
+        return GA_DEAD;
     }
     long cap = m->cap_states;
     if (!grow((void **)&m->tops, &m->cap_tops, m->n_tops + n, sizeof *m->tops) ||
         !grow((void **)&m->states, &cap, m->n_states + 1, sizeof *m->states)) {
         m->oom = true;
-        return DEAD;
+        return GA_DEAD;
     }
     m->cap_states = (int)cap;
+    size_t row = (size_t)m->n_states * (size_t)m->n_cls;
+    if (!grow((void **)&m->trans, &m->cap_trans, (long)(row + (size_t)m->n_cls), sizeof *m->trans)) {
+        m->oom = true;
+        return GA_DEAD;
+    }
+    for (int c = 0; c < m->n_cls; c++) m->trans[row + (size_t)c] = GA_UNKNOWN;
     memcpy(m->tops + m->n_tops, m->scratch, (size_t)n * sizeof *m->scratch);
     m->states[m->n_states] = (gm_state){.off = (int32_t)m->n_tops, .n = n,
                                         .next = *head, .mask = -1, .hash = h};
-    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) m->states[m->n_states].band_mask[b] = NOT_SEEN;
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) m->states[m->n_states].band_mask[b] = GA_NOT_SEEN;
     m->n_tops += n;
     *head = m->n_states;
     return m->n_states++;
 }
 
-static int32_t step_slow(sp_gmatch *m, int32_t s, uint8_t b) {
-    if (!m->states[s].trans) {
-        int32_t *row = malloc(256 * sizeof *row);
-        if (!row) {
-            m->oom = true;
-            return DEAD;
-        }
-        for (int i = 0; i < 256; i++) row[i] = UNKNOWN;
-        m->states[s].trans = row;
-    }
+int32_t ga_step_slow(sp_gauto *m, int32_t s, uint8_t b) {
     m->n_scratch = 0;
     m->work = 0;
     const gm_state st = m->states[s];
@@ -219,17 +175,12 @@ static int32_t step_slow(sp_gmatch *m, int32_t s, uint8_t b) {
         if (sp_gram_set_has(m->g, m->g->elems[n.pos], b)) expand(m, n.pos + 1, n.parent);
     }
     int32_t next = intern(m);
-    m->states[s].trans[b] = next;
+    /* A failed step (over a limit) is not remembered as a rejection. */
+    if (!m->overflow && !m->oom) m->trans[(size_t)s * (size_t)m->n_cls + m->cls[b]] = next;
     return next;
 }
 
-static inline int32_t step(sp_gmatch *m, int32_t s, uint8_t b) {
-    const int32_t *row = m->states[s].trans;
-    if (row && row[b] != UNKNOWN) return row[b];
-    return step_slow(m, s, b);
-}
-
-static spindle_status limit_error(const sp_gmatch *m, spindle_error *err) {
+spindle_status ga_limit_error(const sp_gauto *m, spindle_error *err) {
     if (m->oom) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
     return sp_fail(err, SPINDLE_ERR_LIMIT,
                    "grammar matcher: over its state limit (the grammar is "
@@ -263,7 +214,7 @@ static bool build_alpha(const sp_gram *g, gm_cap *c, int C) {
     return true;
 }
 
-static bool cap_known(sp_gmatch *m, gm_cap *c) {
+static bool cap_known(sp_gauto *m, gm_cap *c) {
     if (!grow((void **)&c->node_capped, &c->cap_capped, m->n_nodes, sizeof *c->node_capped)) {
         m->oom = true;
         return false;
@@ -273,7 +224,7 @@ static bool cap_known(sp_gmatch *m, gm_cap *c) {
 }
 
 /* The node of stack n with every position mapped through c->alpha. */
-static int32_t capped_node(sp_gmatch *m, gm_cap *c, int32_t n) {
+static int32_t capped_node(sp_gauto *m, gm_cap *c, int32_t n) {
     if (n < 0 || n == ACCEPT_NODE || !cap_known(m, c)) return n;
     /* Walk down to the first node already mapped, then map back up. */
     int32_t chain[64];
@@ -293,8 +244,8 @@ static int32_t capped_node(sp_gmatch *m, gm_cap *c, int32_t n) {
     return at;
 }
 
-/* State s with every chain capped (s itself when none is over the cap). */
-static int32_t capped_state(sp_gmatch *m, gm_cap *c, int32_t s) {
+int32_t ga_capped_state(sp_gauto *m, int b, int32_t s) {
+    gm_cap *c = &m->cap[b];
     if (!c->alpha) return s;
     m->n_scratch = 0;
     const gm_state st = m->states[s];
@@ -307,48 +258,47 @@ static int32_t capped_state(sp_gmatch *m, gm_cap *c, int32_t s) {
     return changed ? intern(m) : s;
 }
 
-spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
-                             sp_gmatch **out, spindle_error *err) {
-    *out = NULL;
-    sp_gmatch *m = calloc(1, sizeof *m);
-    if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
-    m->g = g;
-    m->trie = trie;
-    m->words = trie ? (trie->n_vocab + 31) / 32 : 0;
-    int max_depth = 1;
-    for (int i = 0; trie && i < trie->full.n_nodes; i++)
-        if (trie->full.nodes[i].depth + 1 > max_depth) max_depth = trie->full.nodes[i].depth + 1;
-    m->node_heads = malloc(NODE_BUCKETS * sizeof *m->node_heads);
-    m->state_heads = malloc(STATE_BUCKETS * sizeof *m->state_heads);
-    m->walk = malloc((size_t)max_depth * sizeof *m->walk);
-    bool alpha_ok = true;
-    for (int b = 0; b < SP_TRIE_BANDS - 1; b++)
-        alpha_ok = alpha_ok && build_alpha(g, &m->cap[b], sp_trie_band_max[b]);
-    if (!m->node_heads || !m->state_heads || !m->walk || !alpha_ok) {
-        sp_gmatch_free(m);
-        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
+/* m->cls: bytes in the same class are in exactly the same terminal sets,
+ * so every state steps them alike. Each distinct set splits the classes
+ * it cuts (equal sets are skipped: literals repeat their bytes' sets). */
+static bool byte_classes(sp_gauto *m) {
+    const sp_gram *g = m->g;
+    memset(m->cls, 0, sizeof m->cls);
+    m->n_cls = 1;
+    int n_seen = 1;
+    while (n_seen < 2 * g->n_sets) n_seen *= 2;
+    int32_t *seen = malloc((size_t)n_seen * sizeof *seen);
+    if (!seen) return false;
+    memset(seen, 0xFF, (size_t)n_seen * sizeof *seen);
+    for (int s = 0; s < g->n_sets && m->n_cls < 256; s++) {
+        uint32_t h = 0;
+        for (int i = 0; i < 32; i += 4) {
+            uint32_t w;
+            memcpy(&w, g->sets[s] + i, 4);
+            h = mix(h, w);
+        }
+        int32_t *at = &seen[h & (uint32_t)(n_seen - 1)];
+        bool dup = false;
+        for (; *at >= 0 && !dup; at = &seen[(at - seen + 1) & (n_seen - 1)])
+            dup = !memcmp(g->sets[*at], g->sets[s], 32);
+        if (dup) continue;
+        *at = s;
+        int16_t split[2][256];
+        memset(split, 0xFF, sizeof split);
+        int n = 0;
+        for (int b = 0; b < 256; b++) {
+            int16_t *to = &split[sp_gram_set_has(g, s, (uint8_t)b)][m->cls[b]];
+            if (*to < 0) *to = (int16_t)n++;
+            m->cls[b] = (uint8_t)*to;
+        }
+        m->n_cls = n;
     }
-    memset(m->node_heads, 0xFF, NODE_BUCKETS * sizeof *m->node_heads);
-    memset(m->state_heads, 0xFF, STATE_BUCKETS * sizeof *m->state_heads);
-    node(m, -1, -1); /* ACCEPT_NODE: the root rule has ended */
-    m->n_scratch = 0;
-    for (int a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
-        expand(m, g->alt_start[a], -1);
-    m->cur = intern(m);
-    if (m->cur < 0) {
-        spindle_status st = m->overflow || m->oom
-                                ? limit_error(m, err)
-                                : sp_fail(err, SPINDLE_ERR_FORMAT, "grammar matches nothing");
-        sp_gmatch_free(m);
-        return st;
-    }
-    *out = m;
-    return SPINDLE_OK;
+    free(seen);
+    return true;
 }
 
-void sp_gmatch_free(sp_gmatch *m) {
-    if (!m) return;
-    for (int s = 0; s < m->n_states; s++) free(m->states[s].trans);
+static void gauto_free(sp_gauto *m) {
+    free(m->trans);
     free(m->states);
     free(m->tops);
     free(m->nodes);
@@ -361,139 +311,148 @@ void sp_gmatch_free(sp_gmatch *m) {
         free(m->cap[b].alpha);
         free(m->cap[b].node_capped);
     }
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+spindle_status sp_gauto_new(const sp_gram *g, const sp_vocab_trie *trie,
+                            sp_gauto **out, spindle_error *err) {
+    *out = NULL;
+    sp_gauto *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
+    if (pthread_mutex_init(&m->lock, NULL)) {
+        free(m);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: cannot make a lock");
+    }
+    m->refs = 1;
+    m->g = g;
+    m->trie = trie;
+    m->words = trie ? (trie->n_vocab + 31) / 32 : 0;
+    for (int i = 0; i < GA_MAX_CACHED_MASKS; i++) m->slots[i].state = -1;
+    m->n_slots = sp_gauto_mask_slots < 1 || sp_gauto_mask_slots > GA_MAX_CACHED_MASKS
+                     ? GA_MAX_CACHED_MASKS : sp_gauto_mask_slots;
+    m->node_heads = malloc(NODE_BUCKETS * sizeof *m->node_heads);
+    m->state_heads = malloc(STATE_BUCKETS * sizeof *m->state_heads);
+    m->walk = malloc((size_t)(trie ? trie->max_depth : 1) * sizeof *m->walk);
+    bool alpha_ok = byte_classes(m);
+    for (int b = 0; b < SP_TRIE_BANDS - 1; b++)
+        alpha_ok = alpha_ok && build_alpha(g, &m->cap[b], sp_trie_band_max[b]);
+    if (!m->node_heads || !m->state_heads || !m->walk || !alpha_ok) {
+        gauto_free(m);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
+    }
+    memset(m->node_heads, 0xFF, NODE_BUCKETS * sizeof *m->node_heads);
+    memset(m->state_heads, 0xFF, STATE_BUCKETS * sizeof *m->state_heads);
+    node(m, -1, -1); /* ACCEPT_NODE: the root rule has ended */
+    m->n_scratch = 0;
+    for (int a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
+        expand(m, g->alt_start[a], -1);
+    m->start = intern(m);
+    if (m->start < 0) {
+        spindle_status st = m->overflow || m->oom
+                                ? ga_limit_error(m, err)
+                                : sp_fail(err, SPINDLE_ERR_FORMAT, "grammar matches nothing");
+        gauto_free(m);
+        return st;
+    }
+    *out = m;
+    return SPINDLE_OK;
+}
+
+sp_gauto *sp_gauto_retain(sp_gauto *a) {
+    pthread_mutex_lock(&a->lock);
+    a->refs++;
+    pthread_mutex_unlock(&a->lock);
+    return a;
+}
+
+void sp_gauto_release(sp_gauto *a) {
+    if (!a) return;
+    pthread_mutex_lock(&a->lock);
+    bool last = --a->refs == 0;
+    pthread_mutex_unlock(&a->lock);
+    if (last) gauto_free(a);
+}
+
+bool sp_gauto_crowded(sp_gauto *a) {
+    pthread_mutex_lock(&a->lock);
+    bool crowded = a->n_states > MAX_STATES / 4 || a->n_nodes > MAX_NODES / 4 ||
+                   a->overflow || a->oom;
+    pthread_mutex_unlock(&a->lock);
+    return crowded;
+}
+
+spindle_status sp_gmatch_new_on(sp_gauto *a, sp_gmatch **out, spindle_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar matcher: out of memory");
+    (*out)->a = sp_gauto_retain(a);
+    (*out)->cur = a->start;
+    return SPINDLE_OK;
+}
+
+spindle_status sp_gmatch_new(const sp_gram *g, const sp_vocab_trie *trie,
+                             sp_gmatch **out, spindle_error *err) {
+    *out = NULL;
+    sp_gauto *a = NULL;
+    spindle_status st = sp_gauto_new(g, trie, &a, err);
+    if (!st) st = sp_gmatch_new_on(a, out, err);
+    sp_gauto_release(a);
+    return st;
+}
+
+void sp_gmatch_free(sp_gmatch *m) {
+    if (!m) return;
+    sp_gauto_release(m->a);
     free(m);
 }
 
 bool sp_gmatch_accept_bytes(sp_gmatch *m, const uint8_t *bytes, size_t n,
                             spindle_error *err) {
+    sp_gauto *a = m->a;
+    pthread_mutex_lock(&a->lock);
     int32_t s = m->cur;
-    for (size_t i = 0; i < n && s >= 0; i++) s = step(m, s, bytes[i]);
-    if (m->overflow || m->oom) {
-        limit_error(m, err);
-        return false;
-    }
-    if (s < 0) return false;
+    for (size_t i = 0; i < n && s >= 0; i++) s = ga_step(a, s, bytes[i]);
+    /* Over a limit the automaton stays failed (a half-built expansion may
+     * have left wrong memos): the grammar starts a new one for later
+     * matchers, see sp_gauto_crowded. */
+    bool failed = a->overflow || a->oom;
+    if (failed) ga_limit_error(a, err);
+    pthread_mutex_unlock(&a->lock);
+    if (failed || s < 0) return false;
     m->cur = s;
     return true;
 }
 
 bool sp_gmatch_accepting(const sp_gmatch *m) {
-    const gm_state *s = &m->states[m->cur];
-    return m->tops[s->off] == ACCEPT_NODE;
+    sp_gauto *a = m->a;
+    pthread_mutex_lock(&a->lock);
+    bool yes = a->tops[a->states[m->cur].off] == ACCEPT_NODE;
+    pthread_mutex_unlock(&a->lock);
+    return yes;
 }
 
 bool sp_gmatch_finished(sp_gmatch *m) {
-    const gm_state *s = &m->states[m->cur];
-    return s->n == 1 && m->tops[s->off] == ACCEPT_NODE;
-}
-
-static void walk_trie(sp_gmatch *m, const sp_trie_part *part, int32_t start,
-                      uint32_t *bits) {
-    const sp_trie_node *nodes = part->nodes;
-    const int32_t *tokens = part->tokens;
-    int n_nodes = part->n_nodes;
-    m->walk[0] = start;
-    for (int i = 1; i < n_nodes;) {
-        const sp_trie_node *t = &nodes[i];
-        int32_t next = step(m, m->walk[t->depth - 1], t->byte);
-        if (next < 0) {
-            i = t->end;
-            continue;
-        }
-        m->walk[t->depth] = next;
-        for (int k = 0; k < t->n_tok; k++) {
-            int32_t id = tokens[t->tok_first + k];
-            bits[id >> 5] |= 1u << (id & 31);
-        }
-        i++;
-    }
-}
-
-/* A free cache slot for a mask of `words` words, or -1 when all are used. */
-static int32_t cache_slot(sp_gmatch *m) {
-    if (m->n_masks >= MAX_CACHED_MASKS) return -1;
-    if (!m->masks) m->masks = malloc((size_t)MAX_CACHED_MASKS * (size_t)m->words * sizeof *m->masks);
-    return m->masks ? m->n_masks++ : -1;
-}
-
-static uint32_t *slot_bits(sp_gmatch *m, int32_t slot) {
-    return m->masks + (size_t)slot * (size_t)m->words;
-}
-
-/* OR into bits band b's part of the mask of the capped state a (never the
- * current state), computing and caching it the first time. */
-static void band_mask(sp_gmatch *m, int b, int32_t a, uint32_t *bits) {
-    const uint32_t *keep = m->trie->band_bits[b];
-    if (m->states[a].mask >= 0) {
-        const uint32_t *full = slot_bits(m, m->states[a].mask);
-        for (int w = 0; w < m->words; w++) bits[w] |= full[w] & keep[w];
-        return;
-    }
-    int32_t slot = m->states[a].band_mask[b];
-    if (slot < 0) {
-        slot = cache_slot(m);
-        if (slot < 0) {  /* cache full: walk into bits directly */
-            walk_trie(m, &m->trie->band[b], a, bits);
-            return;
-        }
-        uint32_t *part = slot_bits(m, slot);
-        memset(part, 0, (size_t)m->words * sizeof *bits);
-        walk_trie(m, &m->trie->band[b], a, part);
-        /* Most band masks are a few words (a number's digits): OR only
-         * the words that have bits. */
-        int lo = 0, hi = m->words;
-        while (lo < hi && !part[lo]) lo++;
-        while (hi > lo && !part[hi - 1]) hi--;
-        m->slot_lo[slot] = lo;
-        m->slot_hi[slot] = hi;
-        m->states[a].band_mask[b] = slot;
-    }
-    const uint32_t *part = slot_bits(m, slot);
-    for (int w = m->slot_lo[slot]; w < m->slot_hi[slot]; w++) bits[w] |= part[w];
-}
-
-spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits,
-                              spindle_error *err) {
-    size_t bytes = (size_t)m->words * sizeof *bits;
-    int32_t cur = m->cur;
-    int32_t slot = m->states[cur].mask;
-    if (slot >= 0) {
-        memcpy(bits, slot_bits(m, slot), bytes);
-        return SPINDLE_OK;
-    }
-    /* A capped state pays off from its second use (the next count of the
-     * same repetition); on its first the exact walk is as cheap. */
-    int32_t capped[SP_TRIE_BANDS - 1];
-    bool reuse = false;
-    for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
-        capped[b] = capped_state(m, &m->cap[b], cur);
-        if (m->overflow || m->oom) return limit_error(m, err);
-        if (capped[b] == cur) continue;
-        gm_state *a = &m->states[capped[b]];
-        if (a->band_mask[b] != NOT_SEEN || a->mask >= 0) reuse = true;
-        else a->band_mask[b] = SEEN_ONCE;
-    }
-    memset(bits, 0, bytes);
-    if (!reuse) {
-        walk_trie(m, &m->trie->full, cur, bits);
-    } else {
-        for (int b = 0; b < SP_TRIE_BANDS - 1; b++) {
-            if (capped[b] != cur) band_mask(m, b, capped[b], bits);
-            else walk_trie(m, &m->trie->band[b], cur, bits);
-        }
-        walk_trie(m, &m->trie->band[SP_TRIE_BANDS - 1], cur, bits);
-    }
-    if (m->overflow || m->oom) return limit_error(m, err);
-    slot = cache_slot(m);
-    if (slot >= 0) {
-        memcpy(slot_bits(m, slot), bits, bytes);
-        m->states[cur].mask = slot;
-    }
-    return SPINDLE_OK;
+    sp_gauto *a = m->a;
+    pthread_mutex_lock(&a->lock);
+    const gm_state *s = &a->states[m->cur];
+    bool yes = s->n == 1 && a->tops[s->off] == ACCEPT_NODE;
+    pthread_mutex_unlock(&a->lock);
+    return yes;
 }
 
 int32_t sp_gmatch_state(const sp_gmatch *m) { return m->cur; }
 
 void sp_gmatch_set_state(sp_gmatch *m, int32_t state) {
-    if (state >= 0 && state < m->n_states) m->cur = state;
+    pthread_mutex_lock(&m->a->lock);
+    if (state >= 0 && state < m->a->n_states) m->cur = state;
+    pthread_mutex_unlock(&m->a->lock);
+}
+
+spindle_status sp_gmatch_mask(sp_gmatch *m, uint32_t *bits, spindle_error *err) {
+    sp_gauto *a = m->a;
+    pthread_mutex_lock(&a->lock);
+    spindle_status st = a->overflow || a->oom ? ga_limit_error(a, err)
+                                              : ga_mask(a, m->cur, bits, err);
+    pthread_mutex_unlock(&a->lock);
+    return st;
 }

@@ -102,6 +102,7 @@ spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
     uint32_t *len = calloc((size_t)n_vocab, sizeof *len);
     tok_ref *refs = malloc((size_t)n_vocab * sizeof *refs);
     spindle_status st = SPINDLE_OK;
+    out->max_depth = 1;
     if (!off || !refs || !len) st = sp_fail(err, SPINDLE_ERR_MEMORY, "vocabulary trie: out of memory");
     int n = 0;
     for (int id = 0; id < n_vocab && !st; id++) {
@@ -114,6 +115,7 @@ spindle_status sp_vocab_trie_build(const spindle_tokenizer *tok,
         }
         off[id] = at;
         len[id] = (uint32_t)(bytes.len - at);
+        if ((int)len[id] + 1 > out->max_depth) out->max_depth = (int)len[id] + 1;
         refs[n++] = (tok_ref){.len = len[id], .id = id};
     }
     for (int i = 0; i < n && !st; i++) refs[i].s = (const uint8_t *)bytes.p + off[refs[i].id];

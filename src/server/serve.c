@@ -183,6 +183,7 @@ static void server_free(sp_server *s) {
     spindle_engine_free(s->engine);
     sp_slots_free(s->slots);     /* their snapshots go before the model */
     sp_adapters_free(&s->adapters);
+    sp_server_grammars_free(s);  /* before the vocabulary they were built on */
     spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_embedder_free(s->embedder);
     spindle_tokenizer_free(s->tok);

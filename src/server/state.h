@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "server/adapters.h"
@@ -24,11 +25,24 @@ typedef enum sp_phase {
 
 typedef struct sp_job sp_job;
 
+/* Compiled grammars kept across requests (grammar_compile.c): a schema
+ * sent again reuses the grammar, and with it the states and masks its
+ * earlier requests computed. Least recently used goes first. */
+#define SP_SERVER_GRAMMARS 8
+typedef struct sp_cached_grammar {
+    int kind;                   /* spindle_grammar_kind */
+    char *text;                 /* NULL: an empty entry */
+    spindle_grammar *grammar;   /* the cache's reference */
+    uint64_t used;
+} sp_cached_grammar;
+
 typedef struct sp_server {
     sp_server_options opts;
     spindle_model *model;
     spindle_tokenizer *tok;
     spindle_grammar_vocab *grammar_vocab;  /* (lock) built on first use */
+    sp_cached_grammar grammars[SP_SERVER_GRAMMARS];  /* (lock) */
+    uint64_t grammar_clock;                          /* (lock) */
     spindle_engine *engine;       /* NULL for an encoder (no logits) */
     spindle_model *draft_model;   /* --spec draft's (opts.spec points at it) */
     /* The embedding side (server/embeddings.c): NULL when the model is not
@@ -64,6 +78,11 @@ typedef struct sp_server {
 /* ---- grammar_compile.c: response_format / grammar against the tokenizer;
  * false (a 400 naming where and why) when it does not compile */
 bool sp_server_compile_grammar(sp_server *s, sp_api_request *r, sp_api_error *e);
+/* A grammar for (kind, text), from the cache or compiled (and then kept):
+ * *out is a new reference, the caller's (spindle_grammar_free). */
+spindle_status sp_server_grammar(sp_server *s, spindle_grammar_kind kind, const char *text,
+                                 spindle_grammar **out, spindle_error *err);
+void sp_server_grammars_free(sp_server *s);
 
 /* ---- tool_grammar.c: tool_choice "required" / a named function as a
  * grammar over the template's call format (it replaces r->grammar);

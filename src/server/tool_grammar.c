@@ -183,11 +183,7 @@ bool sp_server_tool_grammar_applies(const sp_server *s, const sp_api_request *r)
 static bool compile(sp_server *s, const char *kind_text, spindle_grammar_kind kind,
                     spindle_grammar **g, sp_api_error *e) {
     spindle_error err = {0};
-    spindle_status st = SPINDLE_OK;
-    pthread_mutex_lock(&s->lock);
-    if (!s->grammar_vocab) st = spindle_grammar_vocab_new(s->tok, &s->grammar_vocab, &err);
-    pthread_mutex_unlock(&s->lock);
-    if (!st) st = spindle_grammar_new(s->grammar_vocab, kind, kind_text, strlen(kind_text), g, &err);
+    spindle_status st = sp_server_grammar(s, kind, kind_text, g, &err);
     if (st == SPINDLE_ERR_MEMORY)
         return sp_api_fail(e, 503, "server_error", "tools", NULL, "%s", err.message);
     if (st)

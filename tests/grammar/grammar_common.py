@@ -22,10 +22,10 @@ def require(path):
 class Harness:
     """tests/tools/grammar_harness over a pipe: our matcher."""
 
-    def __init__(self, tokenizer, kind, grammar_file):
+    def __init__(self, tokenizer, kind, grammar_file, extra=()):
         require(HARNESS)
-        self.p = subprocess.Popen([str(HARNESS), str(tokenizer), kind, str(grammar_file)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.p = subprocess.Popen([str(HARNESS), str(tokenizer), kind, str(grammar_file),
+                                   *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True)
 
     def ask(self, line):

@@ -99,3 +99,24 @@ def test_batched_constrained_equal_solo(server):
     for t in threads:
         t.join(timeout=300)
     assert together == solo
+
+
+def test_grammar_cache_keys_on_the_text(server):
+    """The server keeps compiled grammars keyed by kind and text: the same
+    schema again (its grammar and masks from the cache) writes the same
+    greedy answer, and a different schema right after gets its own grammar,
+    not the cached one."""
+    jsonschema = pytest.importorskip("jsonschema")
+
+    def fmt(schema):
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "x", "schema": schema}}}
+    other = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}},
+             "required": ["name"], "additionalProperties": False}
+    first, again = (chat(server, fmt(SCHEMA), 200, 0.0)[2] for _ in range(2))
+    assert first["choices"][0]["message"]["content"] == again["choices"][0]["message"]["content"]
+    status, _, body = chat(server, fmt(other), 120, 0.0)
+    assert status == 200, body
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    jsonschema.validate(json.loads(choice["message"]["content"]), other)

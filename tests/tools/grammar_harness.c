@@ -12,14 +12,18 @@
  *                    from FILE again (schema conversion included) and a
  *                    matcher on it
  *
- *   grammar_harness TOKENIZER (gbnf|json_schema|json_object) FILE [--print]
+ *   grammar_harness TOKENIZER (gbnf|json_schema|json_object) FILE
+ *                   [--print | --mask-slots N]
  * --print writes the GBNF the grammar was built from and exits.
+ * --mask-slots N gives the grammar's mask cache N slots (256 by default),
+ * so that a short walk evicts and recomputes masks.
  * A grammar that fails to compile prints "error: <message>" and exits 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "grammar/grammar.h"
 #include "spindle.h"
 
 static char *read_file(const char *path, size_t *len) {
@@ -40,8 +44,10 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: grammar_harness TOKENIZER KIND FILE\n");
+    bool print = argc == 5 && !strcmp(argv[4], "--print");
+    if (argc == 6 && !strcmp(argv[4], "--mask-slots")) sp_gauto_mask_slots = atoi(argv[5]);
+    else if (argc != 4 && !print) {
+        fprintf(stderr, "usage: grammar_harness TOKENIZER KIND FILE [--print | --mask-slots N]\n");
         return 1;
     }
     spindle_error err = {0};
@@ -70,7 +76,7 @@ int main(int argc, char **argv) {
         spindle_tokenizer_free(tok);
         return 2;
     }
-    if (argc == 5) {
+    if (print) {
         fputs(spindle_grammar_gbnf(g), stdout);
         n_vocab = -1;  /* print only: fall through to the cleanup */
     }
