@@ -7,7 +7,9 @@ the median ratios.
   python3 bench/prompt_cache_bench.py MODEL [--prefix 4096] [--rounds 3]
 
 Each prompt is the shared prefix plus a 32-token suffix of its own, so every
-warm run prefills that suffix (and, from disk, reads 128 block files)."""
+warm run prefills that suffix (and, from disk, reads 128 block files; for a
+hybrid or sliding-window model also the boundary state at the prefix's end,
+which the first run's prefill left there)."""
 import argparse
 import json
 import os

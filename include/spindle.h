@@ -114,12 +114,16 @@ typedef struct spindle_load_options {
      * later process whose prompt starts the same way reads them back
      * instead of prefilling them. Files that fail a check (corrupted,
      * truncated, another model's) are refused with a warning on stderr and
-     * deleted. Models with recurrent or sliding-window layers have no
-     * prefix index, so nothing is written for them. An unusable directory
-     * fails the load with SPINDLE_ERR_IO. */
+     * deleted. Models with recurrent or sliding-window layers also write
+     * the other layers' state at each block boundary their prefix index
+     * keeps one for (DIR/<hash>.kvs, the same container and checks, the
+     * snapshot checked against the model's layers), since a prefix of
+     * theirs can be resumed only from one. An unusable directory fails the
+     * load with SPINDLE_ERR_IO. */
     const char *prompt_cache_dir;
-    /* Bytes the cache directory's block files may take, least recently
-     * used deleted first (0: SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES). */
+    /* Bytes the cache directory's files (blocks and states) may take,
+     * least recently used deleted first (0:
+     * SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES). */
     size_t prompt_cache_disk_bytes;
 } spindle_load_options;
 
@@ -135,7 +139,8 @@ typedef struct spindle_kv_pool_info {
     int cached;              /* unreferenced prefix-index blocks (LRU) */
     int free;                /* the rest */
     /* The on-disk prompt cache (all 0 without one): its budget, what its
-     * files take, and since the load: blocks read back, written, refused
+     * files take, and since the load: files (blocks, and boundary states of
+     * hybrid and sliding-window models) read back, written, refused
      * (failed a check), evicted under the budget, and dropped (offered
      * while the writer was too far behind). */
     size_t disk_budget_bytes, disk_bytes;
@@ -843,19 +848,42 @@ const void *spindle_checkpoint_extension(const spindle_checkpoint *ck,
 /* A sequence's state with the n tokens it holds (n == the snapshot's
  * length) as a file: the checkpoint container (fingerprint, checksum,
  * atomic write) without a generation; what `spindle serve` saves for a
- * slot. Thread-safe for distinct paths. */
+ * slot. A state of the base model. Thread-safe for distinct paths. */
 spindle_status spindle_seq_state_save(spindle_model *model,
                                       const spindle_seq_snapshot *snap,
                                       const int32_t *tokens, int n,
                                       const char *path, spindle_error *err);
+/* The same for a state computed under a LoRA adapter: `adapter_key` is
+ * its spindle_adapter_key (the content identity of the adapter's weights
+ * and the request's scale; adapter_key_n SPINDLE_ADAPTER_KEY_BYTES), which
+ * the file records (adapter_key_n 0: the base model, as
+ * spindle_seq_state_save). */
+spindle_status spindle_seq_state_save_keyed(spindle_model *model,
+                                            const spindle_seq_snapshot *snap,
+                                            const int32_t *tokens, int n,
+                                            const unsigned char *adapter_key,
+                                            size_t adapter_key_n,
+                                            const char *path,
+                                            spindle_error *err);
 /* Read one back: *snap (free with spindle_seq_snapshot_free before the
  * model), *tokens (spindle_free) and their count. Errors as
  * spindle_checkpoint_load's; a generation checkpoint is refused here and a
- * saved state by spindle_checkpoint_load. */
+ * saved state by spindle_checkpoint_load. A state saved under an adapter
+ * is refused here (SPINDLE_ERR_ARGUMENT): read it with
+ * spindle_seq_state_load_keyed, so that it is never taken for the base
+ * model's. */
 spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
                                       spindle_seq_snapshot **snap,
                                       int32_t **tokens, int *n,
                                       spindle_error *err);
+/* The same, also giving the adapter key the file records (*adapter_key_n
+ * SPINDLE_ADAPTER_KEY_BYTES, or 0 for a base-model state). Reuse such a
+ * state only for requests whose spindle_adapter_key equals it. */
+spindle_status spindle_seq_state_load_keyed(
+    spindle_model *model, const char *path, spindle_seq_snapshot **snap,
+    int32_t **tokens, int *n,
+    unsigned char adapter_key[SPINDLE_ADAPTER_KEY_BYTES],
+    size_t *adapter_key_n, spindle_error *err);
 
 /* ---------------------------------------------------------------- tokenizer */
 

@@ -36,9 +36,10 @@ bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
 /* --prompt-cache-dir DIR and --prompt-cache-disk-bytes BYTES (run and
  * serve): the on-disk prompt cache (spindle_load_options). */
 #define SP_ARG_PROMPT_CACHE_HELP \
-    "  --prompt-cache-dir DIR  keep full 32-token KV blocks of prompts in DIR;\n" \
-    "                          a later process reads a matching prefix back\n" \
-    "                          instead of prefilling it\n" \
+    "  --prompt-cache-dir DIR  keep full 32-token KV blocks of prompts in DIR\n" \
+    "                          (hybrid and sliding-window models: with the state\n" \
+    "                          at block boundaries); a later process reads a\n" \
+    "                          matching prefix back instead of prefilling it\n" \
     "  --prompt-cache-disk-bytes BYTES\n" \
     "                          the directory's budget, least recently used\n" \
     "                          files deleted first, suffix K/M/G (default 4G)\n"

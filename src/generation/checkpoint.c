@@ -67,7 +67,7 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
 
 /* The adapter a generation runs with, as a checkpoint records it: its
  * spindle_adapter_key; absent: none. */
-#define ADAPTER_EXT "spindle.adapter"
+#define ADAPTER_EXT SP_CHECKPOINT_ADAPTER_EXT
 
 /* A resume must run under the adapter and scale its checkpoint was made
  * with: another one would continue a different generation. */

@@ -19,6 +19,11 @@
 
 #define SP_CHECKPOINT_NAME_MAX 31
 
+/* The extension recording the LoRA adapter a generation (a checkpoint) or
+ * a saved sequence state was computed under: its spindle_adapter_key
+ * (SPINDLE_ADAPTER_KEY_BYTES); absent: the base model. */
+#define SP_CHECKPOINT_ADAPTER_EXT "spindle.adapter"
+
 typedef struct sp_checkpoint_extension {
     char name[SP_CHECKPOINT_NAME_MAX + 1];
     unsigned char *data;

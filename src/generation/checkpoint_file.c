@@ -486,31 +486,70 @@ spindle_status spindle_checkpoint_load(spindle_model *model, const char *path,
     return load_file(model, path, false, out, err);
 }
 
-spindle_status spindle_seq_state_save(spindle_model *model,
-                                      const spindle_seq_snapshot *snap,
-                                      const int32_t *tokens, int n,
-                                      const char *path, spindle_error *err) {
-    if (!model || !snap || !tokens || !path)
+spindle_status spindle_seq_state_save_keyed(spindle_model *model,
+                                            const spindle_seq_snapshot *snap,
+                                            const int32_t *tokens, int n,
+                                            const unsigned char *adapter_key,
+                                            size_t adapter_key_n,
+                                            const char *path,
+                                            spindle_error *err) {
+    if (!model || !snap || !tokens || !path || (adapter_key_n && !adapter_key))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    if (adapter_key_n != 0 && adapter_key_n != SPINDLE_ADAPTER_KEY_BYTES)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "an adapter key of %zu bytes (spindle_adapter_key "
+                       "gives %d)", adapter_key_n, SPINDLE_ADAPTER_KEY_BYTES);
     if (n < 1 || n != spindle_seq_snapshot_length(snap))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "%d tokens for a state of %d", n, spindle_seq_snapshot_length(snap));
+    sp_checkpoint_extension adapter = {.name = SP_CHECKPOINT_ADAPTER_EXT,
+                                       .data = (unsigned char *)adapter_key,
+                                       .n = adapter_key_n};
     spindle_checkpoint ck = {.n_prompt = n, .prompt_state = true,
                              .tokens = (int32_t *)tokens,
-                             .snap = (spindle_seq_snapshot *)snap};
+                             .snap = (spindle_seq_snapshot *)snap,
+                             .ext = adapter_key_n ? &adapter : NULL,
+                             .n_ext = adapter_key_n ? 1 : 0};
     ck.params = spindle_gen_defaults();
     spindle_status st = spindle_model_fingerprint(model, ck.fingerprint, err);
     return st ? st : spindle_checkpoint_save(&ck, path, err);
 }
 
-spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
-                                      spindle_seq_snapshot **snap,
-                                      int32_t **tokens, int *n,
-                                      spindle_error *err) {
-    if (!snap || !tokens || !n) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+spindle_status spindle_seq_state_save(spindle_model *model,
+                                      const spindle_seq_snapshot *snap,
+                                      const int32_t *tokens, int n,
+                                      const char *path, spindle_error *err) {
+    return spindle_seq_state_save_keyed(model, snap, tokens, n, NULL, 0, path,
+                                        err);
+}
+
+spindle_status spindle_seq_state_load_keyed(
+    spindle_model *model, const char *path, spindle_seq_snapshot **snap,
+    int32_t **tokens, int *n,
+    unsigned char adapter_key[SPINDLE_ADAPTER_KEY_BYTES],
+    size_t *adapter_key_n, spindle_error *err) {
+    if (!snap || !tokens || !n || !adapter_key_n)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     spindle_checkpoint *ck = NULL;
     spindle_status st = load_file(model, path, true, &ck, err);
     if (st) return st;
+    size_t key_n = 0;
+    const void *key =
+        spindle_checkpoint_extension(ck, SP_CHECKPOINT_ADAPTER_EXT, &key_n);
+    if (key && key_n != SPINDLE_ADAPTER_KEY_BYTES) {
+        spindle_checkpoint_free(ck);
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "state %s: a malformed adapter record (%zu bytes)",
+                       path, key_n);
+    }
+    if (key && !adapter_key) {
+        spindle_checkpoint_free(ck);
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "state %s: computed under a LoRA adapter (read it with "
+                       "spindle_seq_state_load_keyed)", path);
+    }
+    *adapter_key_n = key ? key_n : 0;
+    if (key && adapter_key) memcpy(adapter_key, key, key_n);
     *snap = ck->snap;
     *tokens = ck->tokens;
     *n = ck->n_prompt;
@@ -518,4 +557,13 @@ spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
     ck->tokens = NULL;
     spindle_checkpoint_free(ck);
     return SPINDLE_OK;
+}
+
+spindle_status spindle_seq_state_load(spindle_model *model, const char *path,
+                                      spindle_seq_snapshot **snap,
+                                      int32_t **tokens, int *n,
+                                      spindle_error *err) {
+    size_t key_n = 0;
+    return spindle_seq_state_load_keyed(model, path, snap, tokens, n, NULL,
+                                        &key_n, err);
 }

@@ -82,10 +82,11 @@ spindle_status sp_model_init_kv_pool(spindle_model *m,
     spindle_status st = spindle_model_fingerprint(m, fp, err);
     if (!st) st = init_pool(m, kv_bytes, fp, err);
     if (st) return st;
-    /* No full-KV layer, or a hybrid/sliding-window model: its blocks are of
-     * use only with the boundary states beside them, which stay in memory. */
+    /* No full-KV layer (no prefix index), or the boundary-state store of a
+     * hybrid/sliding-window model could not be made. Such a model's
+     * boundary states go to disk beside its blocks (prefix_disk.h). */
     if (!sp_kv_pool_block_bytes(m->kv_pool) ||
-        !sp_kv_pool_prefix_ok(m->kv_pool) || sp_kv_pool_states(m->kv_pool))
+        !sp_kv_pool_prefix_ok(m->kv_pool))
         return SPINDLE_OK;
     const size_t disk = options->prompt_cache_disk_bytes
                             ? options->prompt_cache_disk_bytes

@@ -5,7 +5,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-static const char magic[8] = "SPKVBLK";   /* and its NUL */
+/* By kind (sp_prefix_file_kind), each with its NUL. */
+static const char magics[2][8] = {"SPKVBLK", "SPKVSTA"};
 
 #define SUM_AT 208
 
@@ -42,7 +43,7 @@ static void checksum(const unsigned char *head, const void *payload,
 void sp_prefix_block_header(const sp_prefix_block_key *key,
                             const void *payload, unsigned char *out) {
     memset(out, 0, SP_PREFIX_BLOCK_HEADER);
-    memcpy(out, magic, 8);
+    memcpy(out, magics[key->kind == SP_PREFIX_FILE_STATE], 8);
     put32(out + 8, SP_PREFIX_BLOCK_VERSION);
     put32(out + 12, key->kv_type);
     put32(out + 16, SP_KV_BLOCK_TOKENS);
@@ -62,8 +63,10 @@ spindle_status sp_prefix_block_parse(const void *data, size_t n,
     if (n < SP_PREFIX_BLOCK_HEADER)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "truncated: %zu bytes, shorter than the header", n);
-    if (memcmp(p, magic, 8) != 0)
-        return sp_fail(err, SPINDLE_ERR_FORMAT, "not a prompt cache block");
+    uint32_t kind = SP_PREFIX_FILE_BLOCK;
+    while (kind < 2 && memcmp(p, magics[kind], 8) != 0) kind++;
+    if (kind == 2)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "not a prompt cache file");
     if (get32(p + 8) != SP_PREFIX_BLOCK_VERSION)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "block format version %u",
                        get32(p + 8));
@@ -87,6 +90,7 @@ spindle_status sp_prefix_block_parse(const void *data, size_t n,
         if (memcmp(sum, p + SUM_AT, 16) != 0)
             return sp_fail(err, SPINDLE_ERR_FORMAT, "checksum mismatch");
     }
+    key->kind = kind;
     memcpy(key->fingerprint, p + 32, SP_PREFIX_FP_LEN);
     key->kv_type = get32(p + 12);
     key->payload_bytes = payload_bytes;
@@ -106,13 +110,25 @@ bool sp_prefix_block_matches(const sp_prefix_block_key *got,
                 "is %.32s)", got->fingerprint, want->fingerprint);
         return false;
     }
+    if (got->kind != want->kind) {
+        sp_fail(err, SPINDLE_ERR_FORMAT, "a %s where a %s belongs",
+                got->kind == SP_PREFIX_FILE_STATE ? "boundary state" : "block",
+                want->kind == SP_PREFIX_FILE_STATE ? "boundary state"
+                                                    : "block");
+        return false;
+    }
     if (got->kv_type != want->kv_type ||
-        got->payload_bytes != want->payload_bytes) {
-        sp_fail(err, SPINDLE_ERR_FORMAT,
-                "another cache layout (type %u, %llu bytes; this one is %u, "
-                "%llu bytes)", got->kv_type,
-                (unsigned long long)got->payload_bytes, want->kv_type,
-                (unsigned long long)want->payload_bytes);
+        (want->payload_bytes && got->payload_bytes != want->payload_bytes)) {
+        if (want->payload_bytes)
+            sp_fail(err, SPINDLE_ERR_FORMAT,
+                    "another cache layout (type %u, %llu bytes; this one is "
+                    "%u, %llu bytes)", got->kv_type,
+                    (unsigned long long)got->payload_bytes, want->kv_type,
+                    (unsigned long long)want->payload_bytes);
+        else
+            sp_fail(err, SPINDLE_ERR_FORMAT,
+                    "another cache layout (type %u; this one is %u)",
+                    got->kv_type, want->kv_type);
         return false;
     }
     if (got->hash != want->hash || got->parent != want->parent ||

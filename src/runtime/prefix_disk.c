@@ -1,8 +1,9 @@
 /* The on-disk prompt cache (prefix_disk.h): an index of the directory's
- * block files in LRU order, a writer thread with its queue, and the
- * checked read into a pool block. */
+ * block and state files in LRU order, a writer thread with its queue, and
+ * the checked reads into a pool block or a boundary-state snapshot. */
 #include "runtime/prefix_disk.h"
 #include "runtime/prefix_block.h"
+#include "runtime/seq_state_impl.h"
 #include "base/atomic_file.h"
 #include "base/error.h"
 
@@ -19,10 +20,14 @@
 /* Offers queued beyond this many bytes (or 8 blocks, when more) are
  * dropped: the writer is behind, and a step must not wait for it. */
 #define QUEUE_BYTES ((size_t)256 << 20)
-#define NAME_LEN 20   /* 16 hex digits and ".kvb" */
+#define NAME_LEN 20   /* 16 hex digits and ".kvb" or ".kvs" */
+
+/* File name extensions by sp_prefix_file_kind. */
+static const char *const EXT[2] = {".kvb", ".kvs"};
 
 typedef struct entry {
     uint64_t hash;
+    uint32_t kind;       /* sp_prefix_file_kind: a block or a state */
     size_t bytes;        /* the file's, once written */
     bool written;        /* false: queued, no file yet */
     int prev, next;      /* LRU of written entries, oldest first */
@@ -58,13 +63,17 @@ struct sp_prefix_disk {
 
 /* ------------------------------------------------------------- index */
 
-static int *bucket_of(sp_prefix_disk *d, uint64_t hash) {
-    return &d->buckets[(int)(hash & (uint64_t)d->bucket_mask)];
+/* A block and the state at its end share the hash; their kinds tell
+ * them apart. */
+static int *bucket_of(sp_prefix_disk *d, uint64_t hash, uint32_t kind) {
+    const uint64_t h = hash ^ (uint64_t)kind * 0x9e3779b97f4a7c15ull;
+    return &d->buckets[(int)(h & (uint64_t)d->bucket_mask)];
 }
 
-static int index_find(sp_prefix_disk *d, uint64_t hash) {
-    for (int e = *bucket_of(d, hash); e >= 0; e = d->entries[e].hash_next)
-        if (d->entries[e].hash == hash) return e;
+static int index_find(sp_prefix_disk *d, uint64_t hash, uint32_t kind) {
+    for (int e = *bucket_of(d, hash, kind); e >= 0;
+         e = d->entries[e].hash_next)
+        if (d->entries[e].hash == hash && d->entries[e].kind == kind) return e;
     return -1;
 }
 
@@ -81,7 +90,7 @@ static bool index_grow(sp_prefix_disk *d) {
     d->bucket_mask = 2 * cap - 1;
     for (int i = 0; i < 2 * cap; i++) d->buckets[i] = -1;
     for (int e = 0; e < old; e++) {
-        int *b = bucket_of(d, d->entries[e].hash);
+        int *b = bucket_of(d, d->entries[e].hash, d->entries[e].kind);
         d->entries[e].hash_next = *b;
         *b = e;
     }
@@ -110,13 +119,15 @@ static void lru_push(sp_prefix_disk *d, int e) {
     d->lru_tail = e;
 }
 
-/* A new entry for hash (not written, off the LRU), or -1. (lock held) */
-static int index_add(sp_prefix_disk *d, uint64_t hash) {
+/* A new entry for (hash, kind) (not written, off the LRU), or -1. (lock
+ * held) */
+static int index_add(sp_prefix_disk *d, uint64_t hash, uint32_t kind) {
     if (d->free_head < 0 && !index_grow(d)) return -1;
     const int e = d->free_head;
     d->free_head = d->entries[e].hash_next;
-    d->entries[e] = (entry){.hash = hash, .prev = -1, .next = -1};
-    int *b = bucket_of(d, hash);
+    d->entries[e] = (entry){.hash = hash, .kind = kind, .prev = -1,
+                            .next = -1};
+    int *b = bucket_of(d, hash, kind);
     d->entries[e].hash_next = *b;
     *b = e;
     d->n_entries++;
@@ -131,7 +142,7 @@ static void index_remove(sp_prefix_disk *d, int e) {
         d->stats.bytes -= x->bytes;
         d->stats.files--;
     }
-    int *link = bucket_of(d, x->hash);
+    int *link = bucket_of(d, x->hash, x->kind);
     while (*link != e) link = &d->entries[*link].hash_next;
     *link = x->hash_next;
     x->hash_next = d->free_head;
@@ -148,9 +159,10 @@ static void mark_written(sp_prefix_disk *d, int e, size_t bytes) {
     lru_push(d, e);
 }
 
-static void file_name(const sp_prefix_disk *d, uint64_t hash, char *out,
-                      size_t n) {
-    snprintf(out, n, "%s/%016llx.kvb", d->dir, (unsigned long long)hash);
+static void file_name(const sp_prefix_disk *d, uint64_t hash, uint32_t kind,
+                      char *out, size_t n) {
+    snprintf(out, n, "%s/%016llx%s", d->dir, (unsigned long long)hash,
+             EXT[kind == SP_PREFIX_FILE_STATE]);
 }
 
 /* Delete the least recently used files until the budget holds. The
@@ -160,7 +172,8 @@ static void evict_to_budget(sp_prefix_disk *d) {
     char path[4096];
     while (d->stats.bytes > d->stats.budget_bytes && d->lru_head >= 0) {
         const int e = d->lru_head;
-        file_name(d, d->entries[e].hash, path, sizeof path);
+        file_name(d, d->entries[e].hash, d->entries[e].kind, path,
+                  sizeof path);
         unlink(path);
         index_remove(d, e);
         d->stats.evicted++;
@@ -173,7 +186,7 @@ static void write_job(sp_prefix_disk *d, job *j) {
     unsigned char header[SP_PREFIX_BLOCK_HEADER];
     sp_prefix_block_header(&j->key, j->payload, header);
     char path[4096];
-    file_name(d, j->key.hash, path, sizeof path);
+    file_name(d, j->key.hash, j->key.kind, path, sizeof path);
     const void *parts[2] = {header, j->payload};
     const size_t sizes[2] = {sizeof header, (size_t)j->key.payload_bytes};
     spindle_error err = {0};
@@ -181,7 +194,7 @@ static void write_job(sp_prefix_disk *d, job *j) {
         sp_atomic_write(path, parts, sizes, 2,
                         "SPINDLE_TEST_PROMPT_CACHE_PAUSE_MS", &err);
     pthread_mutex_lock(&d->lock);
-    const int e = index_find(d, j->key.hash);
+    const int e = index_find(d, j->key.hash, j->key.kind);
     if (st) {
         if (e >= 0 && !d->entries[e].written) index_remove(d, e);
         if (!d->warned_write)
@@ -189,7 +202,7 @@ static void write_job(sp_prefix_disk *d, job *j) {
                             "failures are not reported)\n", err.message);
         d->warned_write = true;
     } else if (e >= 0 && !d->entries[e].written) {
-        mark_written(d, e, d->file_bytes);
+        mark_written(d, e, sizeof header + (size_t)j->key.payload_bytes);
         d->stats.written++;
         evict_to_budget(d);
     }
@@ -221,6 +234,7 @@ static void *writer_main(void *arg) {
 
 typedef struct found_file {
     uint64_t hash;
+    uint32_t kind;
     size_t bytes;
     struct timespec mtime;
 } found_file;
@@ -232,10 +246,13 @@ static int older_first(const void *a, const void *b) {
     return (x->tv_nsec > y->tv_nsec) - (x->tv_nsec < y->tv_nsec);
 }
 
-/* The hash a block file's name gives, or false for any other name. */
-static bool parse_name(const char *name, uint64_t *hash) {
-    if (strlen(name) != NAME_LEN || strcmp(name + 16, ".kvb") != 0)
-        return false;
+/* The hash and kind a block or state file's name gives, or false for any
+ * other name. */
+static bool parse_name(const char *name, uint64_t *hash, uint32_t *kind) {
+    if (strlen(name) != NAME_LEN) return false;
+    if (!strcmp(name + 16, EXT[0])) *kind = SP_PREFIX_FILE_BLOCK;
+    else if (!strcmp(name + 16, EXT[1])) *kind = SP_PREFIX_FILE_STATE;
+    else return false;
     uint64_t h = 0;
     for (int i = 0; i < 16; i++) {
         const char c = name[i];
@@ -248,8 +265,8 @@ static bool parse_name(const char *name, uint64_t *hash) {
     return true;
 }
 
-/* Index the directory's block files, oldest first; remove the temporary
- * files a killed writer left. */
+/* Index the directory's block and state files, oldest first; remove the
+ * temporary files a killed writer left. */
 static spindle_status scan_dir(sp_prefix_disk *d, spindle_error *err) {
     DIR *dir = opendir(d->dir);
     if (!dir)
@@ -261,13 +278,14 @@ static spindle_status scan_dir(sp_prefix_disk *d, spindle_error *err) {
     spindle_status st = SPINDLE_OK;
     for (struct dirent *de; !st && (de = readdir(dir));) {
         uint64_t hash;
+        uint32_t kind;
         snprintf(path, sizeof path, "%s/%s", d->dir, de->d_name);
-        if (strstr(de->d_name, ".kvb.tmp-")) {
+        if (strstr(de->d_name, ".kvb.tmp-") || strstr(de->d_name, ".kvs.tmp-")) {
             unlink(path);
             continue;
         }
         struct stat sb;
-        if (!parse_name(de->d_name, &hash) || stat(path, &sb) != 0 ||
+        if (!parse_name(de->d_name, &hash, &kind) || stat(path, &sb) != 0 ||
             !S_ISREG(sb.st_mode))
             continue;
         if (n == cap) {
@@ -276,13 +294,15 @@ static spindle_status scan_dir(sp_prefix_disk *d, spindle_error *err) {
             if (!g) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
             else found = g;
         }
-        if (!st) found[n++] = (found_file){hash, (size_t)sb.st_size, sb.st_mtim};
+        if (!st)
+            found[n++] = (found_file){hash, kind, (size_t)sb.st_size,
+                                      sb.st_mtim};
     }
     closedir(dir);
     if (!st && n) qsort(found, n, sizeof *found, older_first);
     for (size_t i = 0; !st && i < n; i++) {
-        if (index_find(d, found[i].hash) >= 0) continue;
-        const int e = index_add(d, found[i].hash);
+        if (index_find(d, found[i].hash, found[i].kind) >= 0) continue;
+        const int e = index_add(d, found[i].hash, found[i].kind);
         if (e < 0) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
         else mark_written(d, e, found[i].bytes);
     }
@@ -349,43 +369,95 @@ void sp_prefix_disk_close(sp_prefix_disk *d) {
 
 /* ------------------------------------------------------- offer and load */
 
-void sp_prefix_disk_offer(sp_kv_pool *p, int block, uint64_t hash,
-                          uint64_t parent, const int32_t *tokens) {
-    sp_prefix_disk *d = sp_kv_pool_disk(p);
-    if (!d || d->file_bytes > d->stats.budget_bytes) return;
-    const size_t bytes = (size_t)d->proto.payload_bytes;
-    const size_t bound = 8 * bytes > QUEUE_BYTES ? 8 * bytes : QUEUE_BYTES;
+/* A job for the file (kind, hash) with room for `bytes` of payload, the
+ * entry claimed (not written yet, so no other offer queues it), or NULL:
+ * no tier, over the budget, already there or queued, the queue full, no
+ * memory. The caller fills the payload and enqueues it. */
+static job *claim(sp_prefix_disk *d, uint32_t kind, uint64_t hash,
+                  uint64_t parent, const int32_t *tokens, size_t bytes) {
+    if (!d || SP_PREFIX_BLOCK_HEADER + bytes > d->stats.budget_bytes)
+        return NULL;
+    const size_t most = bytes > (size_t)d->proto.payload_bytes
+                            ? bytes : (size_t)d->proto.payload_bytes;
+    const size_t bound = 8 * most > QUEUE_BYTES ? 8 * most : QUEUE_BYTES;
     pthread_mutex_lock(&d->lock);
-    bool take = index_find(d, hash) < 0;
+    bool take = index_find(d, hash, kind) < 0;
     if (take && d->queued_bytes + bytes > bound) {
         take = false;
         d->stats.dropped++;
     }
-    /* Claimed now (not written yet), so no other offer queues it. */
-    const int e = take ? index_add(d, hash) : -1;
+    const int e = take ? index_add(d, hash, kind) : -1;
     pthread_mutex_unlock(&d->lock);
-    if (e < 0) return;
+    if (e < 0) return NULL;
     job *j = calloc(1, sizeof *j);
-    if (j) j->payload = malloc(bytes);
+    if (j) j->payload = malloc(bytes ? bytes : 1);
     if (!j || !j->payload) {
         free(j);
         pthread_mutex_lock(&d->lock);
         index_remove(d, e);
         pthread_mutex_unlock(&d->lock);
-        return;
+        return NULL;
     }
     j->key = d->proto;
+    j->key.kind = kind;
+    j->key.payload_bytes = bytes;
     j->key.hash = hash;
     j->key.parent = parent;
     memcpy(j->key.tokens, tokens, sizeof j->key.tokens);
-    sp_kv_pool_block_copy_out(p, block, j->payload);
+    return j;
+}
+
+static void enqueue(sp_prefix_disk *d, job *j) {
     pthread_mutex_lock(&d->lock);
-    d->queued_bytes += bytes;
+    d->queued_bytes += (size_t)j->key.payload_bytes;
     if (d->queue_tail) d->queue_tail->next = j;
     else d->queue_head = j;
     d->queue_tail = j;
     pthread_cond_signal(&d->wake);
     pthread_mutex_unlock(&d->lock);
+}
+
+void sp_prefix_disk_offer(sp_kv_pool *p, int block, uint64_t hash,
+                          uint64_t parent, const int32_t *tokens) {
+    sp_prefix_disk *d = sp_kv_pool_disk(p);
+    job *j = d ? claim(d, SP_PREFIX_FILE_BLOCK, hash, parent, tokens,
+                       (size_t)d->proto.payload_bytes)
+               : NULL;
+    if (!j) return;
+    sp_kv_pool_block_copy_out(p, block, j->payload);
+    enqueue(d, j);
+}
+
+void sp_prefix_disk_offer_state(sp_kv_pool *p, uint64_t hash, uint64_t parent,
+                                const int32_t *tokens,
+                                const sp_state_snapshot *snap) {
+    sp_prefix_disk *d = sp_kv_pool_disk(p);
+    const size_t bytes = sp_state_snapshot_bytes(snap);
+    job *j = d && bytes ? claim(d, SP_PREFIX_FILE_STATE, hash, parent, tokens,
+                                bytes)
+                        : NULL;
+    if (!j) return;
+    memcpy(j->payload, sp_state_snapshot_data(snap), bytes);
+    enqueue(d, j);
+}
+
+bool sp_prefix_disk_wants_state(sp_kv_pool *p, uint64_t hash) {
+    sp_prefix_disk *d = sp_kv_pool_disk(p);
+    if (!d) return false;
+    pthread_mutex_lock(&d->lock);
+    const bool wants = index_find(d, hash, SP_PREFIX_FILE_STATE) < 0;
+    pthread_mutex_unlock(&d->lock);
+    return wants;
+}
+
+bool sp_prefix_disk_has_state(sp_kv_pool *p, uint64_t hash) {
+    sp_prefix_disk *d = sp_kv_pool_disk(p);
+    if (!d) return false;
+    pthread_mutex_lock(&d->lock);
+    const int e = index_find(d, hash, SP_PREFIX_FILE_STATE);
+    const bool has = e >= 0 && d->entries[e].written;
+    pthread_mutex_unlock(&d->lock);
+    return has;
 }
 
 /* The whole file at path, or NULL (missing: *missing set). */
@@ -414,22 +486,23 @@ static unsigned char *read_file(const char *path, size_t most, size_t *n,
 }
 
 /* Refuse a file: say why once, forget it and delete it. */
-static void refuse(sp_prefix_disk *d, uint64_t hash, const char *path,
-                   const char *why) {
+static void refuse(sp_prefix_disk *d, uint64_t hash, uint32_t kind,
+                   const char *path, const char *why) {
     fprintf(stderr, "spindle: warning: prompt cache: %s: %s; ignored and "
                     "deleted\n", path, why);
     pthread_mutex_lock(&d->lock);
-    const int e = index_find(d, hash);
+    const int e = index_find(d, hash, kind);
     if (e >= 0 && d->entries[e].written) index_remove(d, e);
     d->stats.refused++;
     unlink(path);
     pthread_mutex_unlock(&d->lock);
 }
 
-/* Whether the file of hash is there; made the most recently used. */
-static bool touch_entry(sp_prefix_disk *d, uint64_t hash) {
+/* Whether the file of (hash, kind) is there; made the most recently
+ * used. */
+static bool touch_entry(sp_prefix_disk *d, uint64_t hash, uint32_t kind) {
     pthread_mutex_lock(&d->lock);
-    const int e = index_find(d, hash);
+    const int e = index_find(d, hash, kind);
     const bool there = e >= 0 && d->entries[e].written;
     if (there) {
         lru_unlink(d, e);
@@ -439,40 +512,106 @@ static bool touch_entry(sp_prefix_disk *d, uint64_t hash) {
     return there;
 }
 
+/* The file of want's kind and hash read and checked against want (its
+ * contents in *data to free, its payload in *payload and *payload_bytes),
+ * or false: no such file, or refused (deleted, with a warning). */
+static bool read_checked(sp_prefix_disk *d, const sp_prefix_block_key *want,
+                         size_t most, char *path, size_t path_size,
+                         unsigned char **data, const void **payload,
+                         size_t *payload_bytes) {
+    *data = NULL;
+    if (!touch_entry(d, want->hash, want->kind)) return false;
+    file_name(d, want->hash, want->kind, path, path_size);
+    size_t n = 0;
+    bool missing;
+    unsigned char *buf = read_file(path, most, &n, &missing);
+    if (!buf) {
+        if (!missing)
+            refuse(d, want->hash, want->kind, path, "unreadable or oversized");
+        return false;
+    }
+    sp_prefix_block_key got;
+    spindle_error err = {0};
+    if (sp_prefix_block_parse(buf, n, true, &got, payload, &err) ||
+        !sp_prefix_block_matches(&got, want, &err)) {
+        refuse(d, want->hash, want->kind, path, err.message);
+        free(buf);
+        return false;
+    }
+    *data = buf;
+    *payload_bytes = (size_t)got.payload_bytes;
+    return true;
+}
+
+static void count_loaded(sp_prefix_disk *d, const char *path) {
+    utimensat(AT_FDCWD, path, NULL, 0);   /* the LRU order on disk */
+    pthread_mutex_lock(&d->lock);
+    d->stats.loaded++;
+    pthread_mutex_unlock(&d->lock);
+}
+
 int sp_prefix_disk_load(sp_kv_pool *p, uint64_t hash, uint64_t parent,
                         const int32_t *tokens) {
     sp_prefix_disk *d = sp_kv_pool_disk(p);
-    if (!d || !touch_entry(d, hash)) return -1;
-    char path[4096];
-    file_name(d, hash, path, sizeof path);
-    size_t n = 0;
-    bool missing;
-    unsigned char *data = read_file(path, 2 * d->file_bytes + 4096, &n,
-                                    &missing);
-    if (!data) {
-        if (!missing) refuse(d, hash, path, "unreadable or oversized");
-        return -1;
-    }
-    sp_prefix_block_key want = d->proto, got;
+    if (!d) return -1;
+    sp_prefix_block_key want = d->proto;
     want.hash = hash;
     want.parent = parent;
     memcpy(want.tokens, tokens, sizeof want.tokens);
-    const void *payload = NULL;
-    spindle_error err = {0};
-    int block = -1;
-    if (sp_prefix_block_parse(data, n, true, &got, &payload, &err) ||
-        !sp_prefix_block_matches(&got, &want, &err)) {
-        refuse(d, hash, path, err.message);
-    } else if ((block = sp_kv_pool_alloc(p)) >= 0) {
+    char path[4096];
+    unsigned char *data;
+    const void *payload;
+    size_t bytes;
+    if (!read_checked(d, &want, 2 * d->file_bytes + 4096, path, sizeof path,
+                      &data, &payload, &bytes))
+        return -1;
+    const int block = sp_kv_pool_alloc(p);
+    if (block >= 0) {
         sp_kv_pool_block_copy_in(p, block, payload);
         sp_kv_pool_publish(p, block, hash, parent, tokens);
-        utimensat(AT_FDCWD, path, NULL, 0);   /* the LRU order on disk */
-        pthread_mutex_lock(&d->lock);
-        d->stats.loaded++;
-        pthread_mutex_unlock(&d->lock);
+        count_loaded(d, path);
     }
     free(data);
     return block;
+}
+
+sp_state_snapshot *sp_prefix_disk_load_state(sp_kv_pool *p,
+                                             const sp_seq_state *s,
+                                             uint64_t hash, uint64_t parent,
+                                             const int32_t *tokens,
+                                             int length) {
+    sp_prefix_disk *d = sp_kv_pool_disk(p);
+    if (!d) return NULL;
+    sp_prefix_block_key want = d->proto;
+    want.kind = SP_PREFIX_FILE_STATE;
+    want.payload_bytes = 0;   /* any: the snapshot is checked below */
+    want.hash = hash;
+    want.parent = parent;
+    memcpy(want.tokens, tokens, sizeof want.tokens);
+    char path[4096];
+    unsigned char *data;
+    const void *payload;
+    size_t bytes;
+    if (!read_checked(d, &want, d->stats.budget_bytes, path, sizeof path,
+                      &data, &payload, &bytes))
+        return NULL;
+    /* The snapshot's own structure, then its layers against the sequence
+     * it goes into (the checks a restore makes) and the boundary. */
+    sp_state_snapshot *snap = NULL;
+    spindle_error err = {0};
+    spindle_status st = sp_state_snapshot_from_bytes(payload, bytes, &snap,
+                                                     &err);
+    if (!st) st = sp_seq_state_check_tail(s, snap, length, &err);
+    if (st) {
+        if (st != SPINDLE_ERR_MEMORY)
+            refuse(d, hash, SP_PREFIX_FILE_STATE, path, err.message);
+        sp_state_snapshot_free(snap);
+        snap = NULL;
+    } else {
+        count_loaded(d, path);
+    }
+    free(data);
+    return snap;
 }
 
 bool sp_prefix_disk_stats_get(sp_kv_pool *p, sp_prefix_disk_stats *out) {

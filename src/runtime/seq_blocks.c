@@ -115,14 +115,19 @@ spindle_status sp_blocks_fit(sp_seq_state *s, int64_t end, spindle_error *err) {
     return st;
 }
 
+/* The hash block i of the sequence follows (the namespace's root for
+ * the first). */
+static uint64_t parent_of(const sp_seq_state *s, int i) {
+    return i ? s->hashes[i - 1]
+             : sp_kv_pool_root_hash(s->pool, s->opt.adapter_id);
+}
+
 /* Hash and publish the blocks the sequence has filled since the last
  * call, when their tokens are known. */
 static void publish_full(sp_seq_state *s, int length) {
     if (!s->hashable || !sp_kv_pool_prefix_ok(s->pool)) return;
     for (int i = s->n_hashed; (i + 1) * B <= length; i++) {
-        const uint64_t parent =
-            i ? s->hashes[i - 1]
-              : sp_kv_pool_root_hash(s->pool, s->opt.adapter_id);
+        const uint64_t parent = parent_of(s, i);
         const int32_t *tokens = s->tokens + (size_t)i * B;
         s->hashes[i] = sp_kv_pool_chain_hash(parent, tokens);
         sp_kv_pool_publish(s->pool, s->blocks[i], s->hashes[i], parent,
@@ -148,34 +153,63 @@ void sp_blocks_commit(sp_seq_state *s, int n_new) {
 void sp_blocks_boundary_state(sp_seq_state *s) {
     sp_prefix_states *store = s->has_full ? sp_kv_pool_states(s->pool) : NULL;
     const int i = s->length / B - 1;
-    if (!store || !s->hashable || s->length % B || i < 0 || i >= s->n_hashed ||
-        sp_prefix_states_has(store, s->hashes[i]))
+    if (!store || !s->hashable || s->length % B || i < 0 || i >= s->n_hashed)
         return;
+    const uint64_t h = s->hashes[i];
+    const int32_t *tokens = s->tokens + (size_t)i * B;
+    /* Only the base model's namespace is stable across processes. */
+    const bool to_disk =
+        !s->opt.adapter_id && sp_prefix_disk_wants_state(s->pool, h);
+    if (sp_prefix_states_has(store, h)) {
+        /* Kept in memory, not yet on disk (a dropped offer, or a state
+         * taken before the file was evicted): the kept one is offered. */
+        const sp_state_snapshot *kept =
+            to_disk ? sp_prefix_states_acquire(store, h) : NULL;
+        if (kept) {
+            sp_prefix_disk_offer_state(s->pool, h, parent_of(s, i), tokens,
+                                       kept);
+            sp_prefix_states_release(store);
+        }
+        return;
+    }
     /* A state the store could keep only a few of is not worth its copy
      * (a long window over many layers): such a model maps no prefix. */
     sp_prefix_states_counts c;
     sp_prefix_states_counts_get(store, &c);
     if (sp_seq_state_tail_bytes(s) > c.max_bytes / 4) return;
     sp_state_snapshot *snap = NULL;
-    if (!sp_seq_state_snapshot_tail(s, &snap, NULL))
-        sp_prefix_states_put(store, s->hashes[i], snap);
+    if (sp_seq_state_snapshot_tail(s, &snap, NULL)) return;
+    if (to_disk)
+        sp_prefix_disk_offer_state(s->pool, h, parent_of(s, i), tokens, snap);
+    sp_prefix_states_put(store, h, snap);
 }
 
 /* Keep the first k of the n_blocks mapped blocks, k the most whose
- * boundary has a state, and restore it: the mapped length (0 without
- * any). */
-static int restore_boundary(sp_seq_state *s, sp_prefix_states *store) {
-    int k = s->n_blocks;
-    const sp_state_snapshot *snap = NULL;
-    while (k > 0 && !(snap = sp_prefix_states_acquire(store, s->hashes[k - 1])))
-        k--;
-    release_from(s, k);
-    if (snap) {
-        spindle_status st = sp_seq_state_restore_tail(s, snap, NULL);
-        sp_prefix_states_release(store);
+ * boundary has a state (in the store, else read back from the disk tier
+ * and then kept in the store), and restore it: the mapped length (0
+ * without any). */
+static int restore_boundary(sp_seq_state *s, sp_prefix_states *store,
+                            const int32_t *tokens) {
+    for (int k = s->n_blocks; k > 0; k--) {
+        const uint64_t h = s->hashes[k - 1];
+        const sp_state_snapshot *kept = sp_prefix_states_acquire(store, h);
+        sp_state_snapshot *read = NULL;
+        if (!kept && !s->opt.adapter_id)
+            read = sp_prefix_disk_load_state(s->pool, s, h, parent_of(s, k - 1),
+                                             tokens + (size_t)(k - 1) * B,
+                                             k * B);
+        if (!kept && !read) continue;
+        release_from(s, k);
+        spindle_status st = sp_seq_state_restore_tail(s, kept ? kept : read,
+                                                      NULL);
+        if (kept) sp_prefix_states_release(store);
+        else if (st) sp_state_snapshot_free(read);
+        else sp_prefix_states_put(store, h, read);
         if (st) release_from(s, 0);
+        return s->n_blocks ? s->length : 0;
     }
-    return s->n_blocks ? s->length : 0;
+    release_from(s, 0);
+    return 0;
 }
 
 void sp_blocks_truncate(sp_seq_state *s, int length) {
@@ -222,22 +256,29 @@ int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
     release_from(s, 0);
     s->n_hashed = 0;
     /* At least the last prompt token is computed: its logits are needed. */
-    const int full = (n - 1) / B;
+    int full = (n - 1) / B;
     if (table_room(s, full, NULL)) return 0;
-    uint64_t parent = sp_kv_pool_root_hash(s->pool, s->opt.adapter_id);
+    for (int i = 0; i < full; i++)
+        s->hashes[i] = sp_kv_pool_chain_hash(parent_of(s, i),
+                                             tokens + (size_t)i * B);
+    /* Only the base model's namespace is on disk. */
+    const bool disk = !s->opt.adapter_id;
+    /* With boundary states, blocks past the last boundary that has one (in
+     * memory or on disk) would be released at once: not even read. */
+    sp_prefix_states *store = sp_kv_pool_states(s->pool);
+    while (store && full > 0 &&
+           !sp_prefix_states_has(store, s->hashes[full - 1]) &&
+           !(disk && sp_prefix_disk_has_state(s->pool, s->hashes[full - 1])))
+        full--;
     for (int i = 0; i < full; i++) {
         const int32_t *t = tokens + (size_t)i * B;
-        const uint64_t h = sp_kv_pool_chain_hash(parent, t);
+        const uint64_t h = s->hashes[i], parent = parent_of(s, i);
         int b = sp_kv_pool_lookup(s->pool, h, parent, t);
-        if (b < 0 && !s->opt.adapter_id)
-            b = sp_prefix_disk_load(s->pool, h, parent, t);
+        if (b < 0 && disk) b = sp_prefix_disk_load(s->pool, h, parent, t);
         if (b < 0) break;
         s->blocks[s->n_blocks++] = b;
-        s->hashes[i] = h;
-        parent = h;
     }
-    sp_prefix_states *store = sp_kv_pool_states(s->pool);
-    if (store) restore_boundary(s, store);
+    if (store) restore_boundary(s, store, tokens);
     else s->length = s->n_blocks * B;
     s->n_hashed = s->n_blocks;
     memcpy(s->tokens, tokens, (size_t)s->length * sizeof *tokens);

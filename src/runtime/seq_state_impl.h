@@ -94,6 +94,12 @@ size_t sp_seq_state_tail_bytes(const sp_seq_state *s);
 spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
                                          const sp_state_snapshot *snap,
                                          spindle_error *err);
+/* Whether a tail snapshot (one read back from the disk tier) is a state
+ * `length` tokens in that restore_tail would take into s: the checks a
+ * restore makes, and the length. SPINDLE_ERR_FORMAT naming what differs. */
+spindle_status sp_seq_state_check_tail(const sp_seq_state *s,
+                                       const sp_state_snapshot *snap,
+                                       int length, spindle_error *err);
 
 /* Release every recurrent slot's role but the current state's. */
 void sp_recurrent_forget_kept(sp_layer_state *L);

@@ -254,6 +254,19 @@ spindle_status sp_seq_state_restore_tail(sp_seq_state *s,
     return SPINDLE_OK;
 }
 
+spindle_status sp_seq_state_check_tail(const sp_seq_state *s,
+                                       const sp_state_snapshot *snap,
+                                       int length, spindle_error *err) {
+    if (snap->length != length)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "a state at %d tokens where its block ends at %d",
+                       snap->length, length);
+    spindle_error why = {0};
+    if (check_snapshot(s, snap, true, &why))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s", why.message);
+    return SPINDLE_OK;
+}
+
 void sp_state_snapshot_free(sp_state_snapshot *snap) { free(snap); }
 
 size_t sp_state_snapshot_bytes(const sp_state_snapshot *snap) {

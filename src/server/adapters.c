@@ -160,6 +160,44 @@ bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e) {
 
 void sp_adapters_unlock(sp_server *s) { pthread_mutex_unlock(&s->adapters.lock); }
 
+void sp_adapter_key_describe(const unsigned char key[SPINDLE_ADAPTER_KEY_BYTES],
+                             char *hex, float *scale) {
+    for (int i = 0; i < SP_ADAPTER_IDENTITY_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    memcpy(scale, key + SP_ADAPTER_IDENTITY_BYTES, sizeof *scale);
+}
+
+bool sp_adapters_find_identity(sp_server *s,
+                               const unsigned char key[SPINDLE_ADAPTER_KEY_BYTES],
+                               char *name, char *loaded, size_t cap) {
+    char want_hex[2 * SP_ADAPTER_IDENTITY_BYTES + 1];
+    float scale;
+    sp_adapter_key_describe(key, want_hex, &scale);
+    bool found = false;
+    size_t at = 0;
+    loaded[0] = '\0';
+    pthread_mutex_lock(&s->adapters.lock);
+    for (int i = 0; i < s->adapters.n && !found; i++) {
+        const sp_adapter_entry *en = &s->adapters.v[i];
+        unsigned char have[SPINDLE_ADAPTER_KEY_BYTES];
+        spindle_adapter_key(en->adapter, scale, have);
+        if (!memcmp(have, key, SP_ADAPTER_IDENTITY_BYTES)) {
+            snprintf(name, cap, "%s", en->name);
+            found = true;
+        } else if (at < cap) {
+            char hex[2 * SP_ADAPTER_IDENTITY_BYTES + 1];
+            float same;
+            sp_adapter_key_describe(have, hex, &same);
+            int w = snprintf(loaded + at, cap - at, "%s%s (identity %s)",
+                             at ? ", " : "", en->name, hex);
+            at += w > 0 ? (size_t)w : 0;
+        }
+    }
+    pthread_mutex_unlock(&s->adapters.lock);
+    if (!found && !loaded[0]) snprintf(loaded, cap, "none");
+    return found;
+}
+
 static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_route route,
                                   const char *fmt, const char *name) {
     char msg[400];

@@ -117,15 +117,19 @@ void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
                      kv->used, kv->cached, kv->free);
     if (!kv->disk_budget_bytes) return;
     scalar(out, "spindle_prompt_cache_disk_bytes", "gauge",
-           "Bytes of the on-disk prompt cache's block files.", (double)kv->disk_bytes);
+           "Bytes of the on-disk prompt cache's files (KV blocks, and for "
+           "hybrid and sliding-window models boundary states).",
+           (double)kv->disk_bytes);
     scalar(out, "spindle_prompt_cache_disk_budget_bytes", "gauge",
            "The on-disk prompt cache's budget.", (double)kv->disk_budget_bytes);
     scalar(out, "spindle_prompt_cache_disk_files", "gauge",
-           "Block files in the on-disk prompt cache.", kv->disk_files);
+           "Files in the on-disk prompt cache (blocks and boundary states).",
+           kv->disk_files);
     family(out, "spindle_prompt_cache_disk_blocks_total", "counter",
-           "On-disk prompt cache blocks since the start: loaded back, written, "
-           "refused (a failed check), evicted under the budget, dropped "
-           "(offered while the writer was too far behind).");
+           "On-disk prompt cache files (blocks, and a boundary state counts "
+           "as one) since the start: loaded back, written, refused (a failed "
+           "check), evicted under the budget, dropped (offered while the "
+           "writer was too far behind).");
     const struct { const char *event; long long n; } ev[] = {
         {"loaded", kv->disk_loaded},   {"written", kv->disk_written},
         {"refused", kv->disk_refused}, {"evicted", kv->disk_evicted},

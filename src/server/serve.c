@@ -123,14 +123,13 @@ static bool load(sp_server *s) {
                 kv.block_tokens, kv.block_bytes,
                 o->kv_bytes ? "" : ", what fits beside the weights");
     if (o->prompt_cache_dir && kv.disk_budget_bytes)
-        fprintf(stderr, "spindle serve: prompt cache %s: %d blocks, %.1f of "
+        fprintf(stderr, "spindle serve: prompt cache %s: %d files, %.1f of "
                         "%.1f MiB\n", o->prompt_cache_dir, kv.disk_files,
                 (double)kv.disk_bytes / (1 << 20),
                 (double)kv.disk_budget_bytes / (1 << 20));
     else if (o->prompt_cache_dir)
         fprintf(stderr, "spindle serve: no prompt cache: this model has no "
-                        "disk tier (recurrent or sliding-window layers: their "
-                        "boundary states are kept in memory only)\n");
+                        "prefix index (no full-attention layer)\n");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);

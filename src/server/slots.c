@@ -157,16 +157,13 @@ static bool slot_save(sp_server *srv, sp_slot *sl, const char *path, cJSON *out,
                       sp_api_error *e) {
     spindle_error err = {0};
     pthread_mutex_lock(&sl->mu);
-    if (sl->adapter.n) {
-        /* a saved state file records no adapter: restored, it would pass
-         * for the base model's */
-        pthread_mutex_unlock(&sl->mu);
-        return sp_api_fail(e, 400, "invalid_request_error", NULL, "slot_has_adapter",
-                           "the slot's state was computed under a LoRA adapter; "
-                           "only base-model states can be saved");
-    }
-    spindle_status st = sl->snap ? spindle_seq_state_save(srv->model, sl->snap, sl->tokens,
-                                                          sl->n, path, &err)
+    /* A state computed under an adapter records the adapter's content
+     * identity and the scale (its spindle_adapter_key), so that a restore
+     * can require that adapter and reuse it only under it. */
+    spindle_status st = sl->snap ? spindle_seq_state_save_keyed(srv->model, sl->snap,
+                                                                sl->tokens, sl->n,
+                                                                sl->adapter.key,
+                                                                sl->adapter.n, path, &err)
                                  : SPINDLE_ERR_ARGUMENT;
     int n = sl->n;
     size_t bytes = spindle_seq_snapshot_bytes(sl->snap);
@@ -186,16 +183,41 @@ static bool slot_restore(sp_server *srv, sp_slot *sl, const char *path, cJSON *o
     spindle_seq_snapshot *snap = NULL;
     int32_t *tokens = NULL;
     int n = 0;
-    spindle_status st = spindle_seq_state_load(srv->model, path, &snap, &tokens, &n, &err);
+    sp_slot_adapter adapter = {.n = 0};
+    spindle_status st = spindle_seq_state_load_keyed(srv->model, path, &snap, &tokens, &n,
+                                                     adapter.key, &adapter.n, &err);
     if (st == SPINDLE_ERR_IO)
         return sp_api_fail(e, 404, "invalid_request_error", "filename", "slot_file_not_found",
                            "no saved slot file %s", strrchr(path, '/') + 1);
     if (st)
         return sp_api_fail(e, 409, "invalid_request_error", "filename", "slot_file_unusable",
                            "%s", err.message);
+    /* Under an adapter: one with the same content must be mounted, or no
+     * request could ever reuse the state. */
+    char name[256], loaded[256];
+    if (adapter.n && !sp_adapters_find_identity(srv, adapter.key, name, loaded,
+                                                sizeof loaded)) {
+        char hex[2 * SP_ADAPTER_IDENTITY_BYTES + 1];
+        float scale;
+        sp_adapter_key_describe(adapter.key, hex, &scale);
+        spindle_seq_snapshot_free(snap);
+        spindle_free(tokens);
+        return sp_api_fail(e, 409, "invalid_request_error", "filename",
+                           "slot_adapter_not_loaded",
+                           "%s was saved under a LoRA adapter (identity %s, scale %g) "
+                           "that is not loaded here (loaded: %s); load that adapter first",
+                           strrchr(path, '/') + 1, hex, (double)scale, loaded);
+    }
     size_t bytes = spindle_seq_snapshot_bytes(snap);
-    const sp_slot_adapter base = {.n = 0};
-    slot_install(sl, snap, tokens, n, &base);
+    slot_install(sl, snap, tokens, n, &adapter);
+    if (adapter.n) {
+        float scale;
+        char hex[2 * SP_ADAPTER_IDENTITY_BYTES + 1];
+        sp_adapter_key_describe(adapter.key, hex, &scale);
+        cJSON *lora = cJSON_AddObjectToObject(out, "lora");
+        cJSON_AddStringToObject(lora, "name", name);
+        cJSON_AddNumberToObject(lora, "scale", scale);
+    }
     cJSON_AddNumberToObject(out, "n_restored", n);
     cJSON_AddNumberToObject(out, "n_read", (double)bytes);
     return true;

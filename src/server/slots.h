@@ -5,8 +5,10 @@
  * and prefills only the rest (usage.prompt_tokens_details.cached_tokens
  * says how many were reused). With --slot-save-path DIR,
  * POST /slots/{i}?action=save|restore {"filename": NAME} writes / reads the
- * slot's state as DIR/NAME (spindle_seq_state_save: fingerprint, checksum,
- * atomic), and action=erase empties it; the replies are llama-server's
+ * slot's state as DIR/NAME (spindle_seq_state_save_keyed: fingerprint,
+ * checksum, atomic; a state computed under a LoRA adapter records its
+ * spindle_adapter_key, and restores only while an adapter of that content
+ * is mounted), and action=erase empties it; the replies are llama-server's
  * ({"id_slot", "filename", "n_saved"/"n_restored", "n_written"/"n_read",
  * "timings": {"save_ms"/"restore_ms"}}, {"id_slot", "n_erased"}). */
 #ifndef SP_SERVER_SLOTS_H

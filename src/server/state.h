@@ -153,6 +153,20 @@ bool sp_mount_cli_adapters(sp_server *s);
  * locked until sp_adapters_unlock (call it right after the submit). */
 bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e);
 void sp_adapters_unlock(sp_server *s);
+/* Whether a mounted adapter has the content identity that `key` (a
+ * spindle_adapter_key: the identity, then a request's scale) records: its
+ * name into name[cap]. Else false, with the mounted adapters and their
+ * identities ("NAME (identity HEX)", comma-separated; "none") in
+ * loaded[cap], for the message. */
+bool sp_adapters_find_identity(sp_server *s,
+                               const unsigned char key[SPINDLE_ADAPTER_KEY_BYTES],
+                               char *name, char *loaded, size_t cap);
+/* A spindle_adapter_key's identity (its first SP_ADAPTER_IDENTITY_BYTES)
+ * as lowercase hex into hex[2 * SP_ADAPTER_IDENTITY_BYTES + 1], and the
+ * scale it records into *scale. */
+#define SP_ADAPTER_IDENTITY_BYTES (SPINDLE_ADAPTER_KEY_BYTES - (int)sizeof(float))
+void sp_adapter_key_describe(const unsigned char key[SPINDLE_ADAPTER_KEY_BYTES],
+                             char *hex, float *scale);
 /* The Gateway API Inference Extension's vllm:lora_requests_info gauge. */
 void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out);
 /* vLLM's /v1/models entries of the adapters ({id, object, created,

@@ -1,4 +1,5 @@
-/* The on-disk prompt cache's block file reader (src/runtime/prefix_block.c):
+/* The on-disk prompt cache's block and state file reader
+ * (src/runtime/prefix_block.c):
  * sp_prefix_block_parse on the input with the checksum checked and without
  * it (so that mutations reach the fields), then sp_prefix_block_matches
  * against the parsed key and against another one.
@@ -7,10 +8,13 @@
  * with the header's byte count; writing the header again from the parsed
  * key and payload gives the input's header bytes (every field is read, none
  * is ignored) and that file parses with its checksum; a key matches itself
- * and no key that differs in its fingerprint, hash or tokens. */
+ * and no key that differs in its kind, fingerprint, hash or tokens; a
+ * state's payload is read back by sp_state_snapshot_from_bytes whole, or
+ * refused in one line. */
 #include "fuzz_common.h"
 
 #include "runtime/prefix_block.h"
+#include "runtime/seq_state.h"
 
 static void check_parsed(const uint8_t *data, size_t size,
                          const sp_prefix_block_key *key, const void *payload) {
@@ -37,11 +41,33 @@ static void check_parsed(const uint8_t *data, size_t size,
     FUZZ_CHECK(!sp_prefix_block_matches(&back, &other, &err) && err.message[0],
                "another prefix matched");
     other = *key;
+    other.kind = key->kind == SP_PREFIX_FILE_STATE ? SP_PREFIX_FILE_BLOCK
+                                                   : SP_PREFIX_FILE_STATE;
+    FUZZ_CHECK(!sp_prefix_block_matches(&back, &other, &err) && err.message[0],
+               "a block matched as a state, or a state as a block");
+    other = *key;
     other.fingerprint[size % SP_PREFIX_FP_LEN] ^= 1;
     FUZZ_CHECK(!sp_prefix_block_matches(&back, &other, &err) &&
                    strstr(err.message, "another model"),
                "another model's block matched");
     free(again);
+    /* A state's payload is a flat snapshot: read back whole or refused in
+     * one line (its layers are checked against a sequence later). */
+    if (key->kind == SP_PREFIX_FILE_STATE) {
+        sp_state_snapshot *snap = NULL;
+        err = (spindle_error){0};
+        if (sp_state_snapshot_from_bytes(payload, (size_t)key->payload_bytes,
+                                         &snap, &err) == SPINDLE_OK) {
+            FUZZ_CHECK(sp_state_snapshot_bytes(snap) == key->payload_bytes &&
+                           !memcmp(sp_state_snapshot_data(snap), payload,
+                                   (size_t)key->payload_bytes),
+                       "the snapshot is not the payload");
+            sp_state_snapshot_free(snap);
+        } else {
+            FUZZ_CHECK(err.message[0] && !strchr(err.message, '\n'),
+                       "no one-line snapshot error");
+        }
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

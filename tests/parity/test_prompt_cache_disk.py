@@ -11,9 +11,9 @@ Checks:
     a warning, deleted and never loaded: the output stays the cold run's;
   * the directory stays under --prompt-cache-disk-bytes while different
     prompts churn through it, oldest files deleted first, and a smaller
-    budget at the next start shrinks it;
-  * a hybrid model (its boundary states stay in memory) writes nothing and
-    runs as before.
+    budget at the next start shrinks it.
+Hybrid and sliding-window models (their boundary states on disk beside
+the blocks): test_prompt_cache_disk_states.py.
 """
 
 import json
@@ -27,13 +27,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import make_hybrid_models as hm  # noqa: E402
 import make_models as mm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 DENSE_OUT = Path(os.environ.get("SPINDLE_PARITY_DIR", mm.DEFAULT_OUT))
-HYBRID_OUT = Path(os.environ.get("SPINDLE_HYBRID_DIR", hm.DEFAULT_OUT))
 B = 32                       # positions per KV block
 HEADER = 224                 # a block file's header (runtime/prefix_block.h)
 N_GEN = 16
@@ -54,10 +52,10 @@ def prompt_of(n, salt=0):
     return [(7 * i + 13 * salt + 1) % 500 + 3 for i in range(n)]
 
 
-def run(model, prompt, cache=None, budget=None, n=N_GEN):
+def run(model, prompt, cache=None, budget=None, n=N_GEN, extra=()):
     cmd = [str(pc.SPINDLE_BIN), "run", "-m", str(model), "--json",
            "--prompt-tokens", ",".join(map(str, prompt)), "-n", str(n),
-           "--ignore-eos"]
+           "--ignore-eos", *extra]
     if os.environ.get("SPINDLE_THREADS"):
         cmd += ["-t", os.environ["SPINDLE_THREADS"]]
     if cache is not None:
@@ -226,16 +224,6 @@ def test_budget_respected_under_churn(dense, tmp_path):
     # A smaller budget at start deletes the least recently used first.
     _, st, _ = run(model, prompt_of(20), cache, 3 * one)
     assert dir_bytes(cache) <= 3 * one and len(block_files(cache)) == 3
-
-
-def test_hybrid_model_has_no_disk_tier(spindle_bin, tmp_path):  # noqa: F811
-    hybrid = pc.ensure_models(HYBRID_OUT, hm) / "qwen3_5-f32"
-    cache = tmp_path / "cache"
-    prompt = prompt_of(100)
-    cold, _, _ = run(hybrid, prompt)
-    tokens, st, _ = run(hybrid, prompt, cache)
-    assert tokens == cold and st["cached_tokens"] == 0
-    assert block_files(cache) == []
 
 
 def test_unusable_cache_dir_and_bad_budget(dense, tmp_path):

@@ -193,8 +193,8 @@ def test_slot_state_kept_per_adapter(lora_setup, tmp_path):
     """A slot's state is reused only by a request under the adapter it was
     computed with: a base request extending the prompt of an adapter
     request on the same slot prefills it all and answers as the base model
-    alone; a request under the same adapter reuses it; an adapter state is
-    not saved to a file (it would come back as the base model's)."""
+    alone; a request under the same adapter reuses it (saving and restoring
+    it: test_slot_file_under_adapter)."""
     model, paths, texts = lora_setup
     s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}",
                "--slot-save-path", tmp_path)
@@ -217,7 +217,83 @@ def test_slot_state_kept_per_adapter(lora_setup, tmp_path):
         assert on_slot("one", PROMPT, 1)[1] == 0
         text_one, cached = on_slot("one", longer)
         assert cached == len(PROMPT), cached
-        st, _, b = post_json(s.port, "/slots/0?action=save", {"filename": "a.bin"})
-        sc.assert_api_error(st, b, 400)
     finally:
         s.stop_cleanly()
+
+
+def test_slot_file_under_adapter(lora_setup, tmp_path):
+    """A slot state computed under an adapter is saved with the adapter's
+    content identity and the request's scale (its spindle_adapter_key).
+    Restored in another server process that mounts the same adapter files
+    (under another name: the content is what counts), a request under that
+    adapter and scale reuses the saved tokens and answers as the adapter
+    without any cache; a base-model request or another scale does not
+    reuse them; a server without that adapter, or with different weights
+    under the same name, refuses the restore (409 naming the identity and
+    what is loaded) and its slot stays as it was."""
+    model, paths, texts = lora_setup
+    longer = PROMPT + [5, 6]
+
+    def on_slot(s, prompt, max_tokens=N, **pick):
+        body = dict(prompt=prompt, max_tokens=max_tokens, temperature=0, id_slot=0,
+                    **pick)
+        st, _, out = post_json(s.port, "/v1/completions", body)
+        assert st == 200, out
+        return out["choices"][0]["text"], out["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    def slot(s, action, name="one.slot"):
+        return post_json(s.port, f"/slots/0?action={action}", {"filename": name})
+
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}",
+               "--slot-save-path", tmp_path)
+    try:
+        # Uncached references: no slot, and a prompt shorter than a block.
+        st, _, out = post_json(s.port, "/v1/completions",
+                               dict(prompt=longer, max_tokens=N, temperature=0, model="one"))
+        assert st == 200, out
+        alone_one = out["choices"][0]["text"]
+        st, _, out = post_json(s.port, "/v1/completions",
+                               dict(prompt=longer, max_tokens=N, temperature=0,
+                                    model=sc.ALIAS))
+        alone_base = out["choices"][0]["text"]
+        assert alone_one != alone_base
+        assert on_slot(s, PROMPT, 1, model="one")[1] == 0   # the slot: 7 positions
+        st, _, b = slot(s, "save")
+        assert st == 200 and b["n_saved"] == len(PROMPT), b
+    finally:
+        s.stop_cleanly()
+
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"renamed={paths['one']}",
+               "--slot-save-path", tmp_path)
+    try:
+        st, _, b = slot(s, "restore")
+        assert st == 200 and b["n_restored"] == len(PROMPT), b
+        assert b["lora"] == {"name": "renamed", "scale": 1}, b
+        text, cached = on_slot(s, longer, model="renamed")
+        assert cached == len(PROMPT) and text == alone_one, (cached, text, alone_one)
+        # The same adapter by llama-server's id at the same scale reuses it.
+        assert slot(s, "restore")[0] == 200
+        text, cached = on_slot(s, longer, lora=[{"id": 0, "scale": 1.0}])
+        assert cached == len(PROMPT) and text == alone_one, (cached, text)
+        # Another scale, or the base model: nothing reused.
+        assert slot(s, "restore")[0] == 200
+        assert on_slot(s, longer, 1, lora=[{"id": 0, "scale": 0.5}])[1] == 0
+        assert slot(s, "restore")[0] == 200
+        text, cached = on_slot(s, longer, model=sc.ALIAS)
+        assert cached == 0 and text == alone_base, (cached, text, alone_base)
+    finally:
+        s.stop_cleanly()
+
+    for mounts, loaded in (((), "loaded: none"),
+                           (("--lora", f"one={paths['two']}"), "loaded: one (identity ")):
+        s = Server(model, "--alias", sc.ALIAS, "--slot-save-path", tmp_path, *mounts)
+        try:
+            assert on_slot(s, PROMPT, 1, model=sc.ALIAS)[1] == 0
+            st, _, b = slot(s, "restore")
+            err = sc.assert_api_error(st, b, 409, "filename", "slot_adapter_not_loaded")
+            assert "one.slot" in err["message"] and "identity" in err["message"] and \
+                loaded in err["message"], err
+            # The slot kept the base state it had.
+            assert on_slot(s, longer, model=sc.ALIAS) == (alone_base, len(PROMPT))
+        finally:
+            s.stop_cleanly()

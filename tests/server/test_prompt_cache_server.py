@@ -67,7 +67,7 @@ def test_prompt_cache_across_restart(model, tmp_path):
     assert len(files) == 3
     srv = Server(model, "--prompt-cache-dir", cache)
     try:
-        assert "prompt cache" in srv.stderr() and "3 blocks" in srv.stderr()
+        assert "prompt cache" in srv.stderr() and "3 files" in srv.stderr()
         warm, cached = complete(srv)
         assert cached == 96 and warm == cold
         m = metrics(srv)

@@ -25,7 +25,9 @@
  *    sums may round differently; a wrong checkpoint is off by far more);
  *  - snapshot: continue k tokens, restore, continue the same k tokens (in
  *    the sequence itself and in a fresh one); a snapshot restores into no
- *    other model (a second load of the same files);
+ *    other model (a second load of the same files); saved as a state file
+ *    that records an adapter key, it is refused by the plain load and
+ *    read back with its key by the keyed one, and steps as before;
  *  - a forward pass that fails (one batch entry over the context limit)
  *    leaves the other entry's sequence as it was;
  *  - one decode step of two sequences in one batch equals each one's step
@@ -39,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PROMPT 40          /* the first PROMPT tokens go in one chunk */
 #define CONTEXT 512        /* max_context of the load */
@@ -281,6 +284,62 @@ static int check_beyond_window(harness *h) {
     return refused;
 }
 
+/* The snapshot (of the first n main-stream tokens) as a saved state file
+ * recording an adapter key: the plain load refuses it (it would pass for
+ * the base model's), the keyed one gives the key, the tokens and a state
+ * whose next step (draft token n) has the logits `next`; a file saved
+ * without a key gives none. */
+static void check_state_file(harness *h, const spindle_seq_snapshot *snap,
+                             int n, const float *next) {
+    char path[] = "/tmp/spindle-seq-state-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) {
+        fail(h, "no temporary file");
+        return;
+    }
+    close(fd);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) ids[i] = token(h, i, 0);
+    unsigned char key[SPINDLE_ADAPTER_KEY_BYTES], got[SPINDLE_ADAPTER_KEY_BYTES];
+    for (int i = 0; i < SPINDLE_ADAPTER_KEY_BYTES; i++) key[i] = (unsigned char)(i + 1);
+    spindle_error err = {0};
+    must(spindle_seq_state_save_keyed(h->model, snap, ids, n, key, sizeof key, path,
+                                      &err), &err, "save a keyed state");
+    spindle_seq_snapshot *back = NULL;
+    int32_t *toks = NULL;
+    int got_n = 0;
+    size_t key_n = 0;
+    h->checks++;
+    if (spindle_seq_state_load(h->model, path, &back, &toks, &got_n, &err) !=
+            SPINDLE_ERR_ARGUMENT || !strstr(err.message, "LoRA adapter"))
+        fail(h, "a state saved under an adapter loaded as the base model's");
+    must(spindle_seq_state_load_keyed(h->model, path, &back, &toks, &got_n, got, &key_n,
+                                      &err), &err, "load a keyed state");
+    h->checks++;
+    if (key_n != sizeof key || memcmp(got, key, sizeof key) || got_n != n ||
+        memcmp(toks, ids, (size_t)n * sizeof *ids))
+        fail(h, "a keyed state file gave back another key or other tokens");
+    spindle_seq *s = NULL;
+    must(spindle_seq_new(h->model, &s, &err), &err, "new sequence");
+    must(spindle_seq_snapshot_restore(s, back, &err), &err, "restore a loaded state");
+    forward(h, s, n, 1, 1, h->got);
+    h->checks++;
+    if (memcmp(h->got, next, (size_t)h->vocab * sizeof(float)))
+        fail(h, "a state read back from its file steps differently");
+    spindle_seq_free(s);
+    spindle_seq_snapshot_free(back);
+    spindle_free(toks);
+    must(spindle_seq_state_save(h->model, snap, ids, n, path, &err), &err, "save a state");
+    must(spindle_seq_state_load_keyed(h->model, path, &back, &toks, &got_n, got, &key_n,
+                                      &err), &err, "load a state");
+    h->checks++;
+    if (key_n != 0) fail(h, "a base-model state file gave an adapter key");
+    spindle_seq_snapshot_free(back);
+    spindle_free(toks);
+    free(ids);
+    unlink(path);
+}
+
 static void check_snapshot(harness *h, const char *path, size_t *bytes) {
     const int n = 70, k = 6;
     spindle_seq *s = build(h, n), *fresh = NULL;
@@ -309,6 +368,7 @@ static void check_snapshot(harness *h, const char *path, size_t *bytes) {
             }
         }
     }
+    check_state_file(h, snap, n, first);
     /* The same files loaded again are another model. */
     spindle_load_options lo = {.n_threads = 1, .max_context = CONTEXT};
     spindle_model *other = NULL;

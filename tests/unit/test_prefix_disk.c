@@ -2,7 +2,12 @@
  * offered to it comes back, after the pool (and its writer) is gone, in
  * another pool over the same directory with the same bytes; a file written
  * under another fingerprint or damaged is refused and deleted; a budget of
- * two files keeps the two most recently written. */
+ * two files keeps the two most recently written. For a hybrid layout (a
+ * full-KV layer and a recurrent one) the boundary state goes to disk
+ * beside the blocks and a new sequence in a new pool maps the prefix with
+ * it; a state file whose container is sound but whose snapshot does not
+ * fit (another layout, another boundary) is refused and deleted, and the
+ * prefix is not mapped. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +24,8 @@
 #include "runtime/kv_pool.h"
 #include "runtime/prefix_block.h"
 #include "runtime/prefix_disk.h"
+#include "runtime/seq_state.h"
+#include "runtime/seq_state_impl.h"   /* sp_seq_state_snapshot_tail */
 
 enum { HEADS = 2, HD = 4, BT = SP_KV_BLOCK_TOKENS, LAYERS = 2 };
 
@@ -94,7 +101,8 @@ static int count_files(const char *dir) {
     DIR *d = opendir(dir);
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d));)
-        n += strstr(e->d_name, ".kvb") != NULL;
+        n += strstr(e->d_name, ".kvb") != NULL ||
+             strstr(e->d_name, ".kvs") != NULL;
     if (d) closedir(d);
     return n;
 }
@@ -192,11 +200,214 @@ static void test_budget_keeps_the_newest(void **state) {
     remove_dir(dir);
 }
 
+/* ---- a hybrid layout: boundary states ---- */
+
+enum { CONV = 4, CH = 3, SF = 10 };
+static const sp_layer_state_desc HYBRID[2] = {
+    {.kind = SP_STATE_FULL_KV, .n_kv_heads = HEADS, .head_dim = HD},
+    {.kind = SP_STATE_RECURRENT, .conv_kernel = CONV, .conv_channels = CH,
+     .state_floats = SF}};
+enum { REC_FLOATS = (CONV - 1) * CH + SF };
+
+static sp_kv_pool *hybrid_pool(const char *dir) {
+    sp_kv_pool *p = NULL;
+    spindle_error err = {0};
+    const size_t bb = sp_kv_pool_block_bytes_for(HYBRID, 2, SP_KV_F32);
+    assert_int_equal(sp_kv_pool_new(HYBRID, 2, SP_KV_F32, 64 * bb, 42, &p,
+                                    &err), SPINDLE_OK);
+    assert_non_null(sp_kv_pool_states(p));
+    assert_int_equal(sp_prefix_disk_open(dir, 1 << 20, FP_A, p, &err),
+                     SPINDLE_OK);
+    return p;
+}
+
+static sp_seq_state *hybrid_seq(sp_kv_pool *p) {
+    const sp_seq_state_options opt = {.kv_type = SP_KV_F32, .max_length = 256,
+                                      .pool = p};
+    sp_seq_state *s = NULL;
+    spindle_error err = {0};
+    assert_int_equal(sp_seq_state_new(HYBRID, 2, &opt, &s, &err), SPINDLE_OK);
+    return s;
+}
+
+/* Feed blocks of tokens 0.. (one pass per block, so each boundary gets
+ * its state): KV values of the position, the recurrent state that of the
+ * length reached. */
+static void hybrid_feed(sp_seq_state *s, const int32_t *tokens, int blocks) {
+    spindle_error err = {0};
+    float k[HEADS * HD], v[HEADS * HD];
+    for (int b = 0; b < blocks; b++) {
+        const int from = sp_seq_state_length(s);
+        assert_int_equal(sp_seq_state_reserve(s, BT, &err), SPINDLE_OK);
+        sp_seq_state_set_pending_tokens(s, tokens + from);
+        for (int pos = from; pos < from + BT; pos++) {
+            for (int i = 0; i < HEADS * HD; i++)
+                k[i] = (float)(pos + i), v[i] = -k[i];
+            sp_seq_state_kv_store(s, 0, pos, k, v);
+        }
+        const sp_recurrent_state r = sp_seq_state_recurrent(s, 1);
+        for (int i = 0; i < (CONV - 1) * CH; i++) r.conv[i] = (float)(from + BT) + 0.25f * i;
+        for (int i = 0; i < SF; i++) r.state[i] = -(float)(from + BT) - 0.5f * i;
+        sp_seq_state_commit(s);
+    }
+}
+
+static void expect_recurrent_at(sp_seq_state *s, int length) {
+    spindle_error err = {0};
+    assert_int_equal(sp_seq_state_length(s), length);
+    assert_int_equal(sp_seq_state_reserve(s, 1, &err), SPINDLE_OK);
+    const sp_recurrent_state r = sp_seq_state_recurrent(s, 1);
+    for (int i = 0; i < (CONV - 1) * CH; i++)
+        assert_true(r.conv[i] == (float)length + 0.25f * i);
+    for (int i = 0; i < SF; i++)
+        assert_true(r.state[i] == -(float)length - 0.5f * i);
+}
+
+static int count_ext(const char *dir, const char *ext) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        n += len > 4 && !strcmp(e->d_name + len - 4, ext);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void hybrid_tokens(int32_t *t, int n) {
+    for (int i = 0; i < n; i++) t[i] = (i * 7 + 3) % 97;
+}
+
+static void test_hybrid_states_round_trip(void **state) {
+    (void)state;
+    char *dir = fresh_dir();
+    int32_t t[3 * BT + 1];
+    hybrid_tokens(t, 3 * BT + 1);
+    sp_kv_pool *p = hybrid_pool(dir);
+    sp_seq_state *s = hybrid_seq(p);
+    hybrid_feed(s, t, 3);
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);                     /* writes the queue */
+    assert_int_equal(count_ext(dir, ".kvb"), 3);
+    assert_int_equal(count_ext(dir, ".kvs"), 3);
+    p = hybrid_pool(dir);                   /* a fresh process, as it were */
+    s = hybrid_seq(p);
+    assert_int_equal(sp_seq_state_map_prefix(s, t, 3 * BT + 1), 3 * BT);
+    sp_prefix_disk_stats st;
+    assert_true(sp_prefix_disk_stats_get(p, &st));
+    assert_int_equal(st.loaded, 4);         /* 3 blocks, the last state */
+    assert_int_equal(st.refused, 0);
+    expect_recurrent_at(s, 3 * BT);
+    sp_seq_state_free(s);
+    /* A shorter prompt: the state at its own last boundary. */
+    s = hybrid_seq(p);
+    assert_int_equal(sp_seq_state_map_prefix(s, t, 2 * BT + 5), 2 * BT);
+    expect_recurrent_at(s, 2 * BT);
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);
+    remove_dir(dir);
+}
+
+/* Replace the state file of block `blocks` of t by `snap` under a sound
+ * container (the right fingerprint, type, hash, parent and tokens). */
+static void plant_state(sp_kv_pool *p, const char *dir, const int32_t *t,
+                        int blocks, const sp_state_snapshot *snap) {
+    uint64_t parent = sp_kv_pool_root_hash(p, 0), h = 0;
+    for (int i = 0; i < blocks; i++) {
+        h = sp_kv_pool_chain_hash(parent, t + i * BT);
+        if (i + 1 < blocks) parent = h;
+    }
+    sp_prefix_block_key key = {.kind = SP_PREFIX_FILE_STATE,
+                               .kv_type = SP_KV_F32,
+                               .payload_bytes = sp_state_snapshot_bytes(snap),
+                               .hash = h, .parent = parent};
+    memcpy(key.fingerprint, FP_A, SP_PREFIX_FP_LEN);
+    memcpy(key.tokens, t + (blocks - 1) * BT, sizeof key.tokens);
+    unsigned char header[SP_PREFIX_BLOCK_HEADER];
+    sp_prefix_block_header(&key, sp_state_snapshot_data(snap), header);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%016llx.kvs", dir, (unsigned long long)h);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(header, 1, sizeof header, f), sizeof header);
+    assert_int_equal(fwrite(sp_state_snapshot_data(snap), 1,
+                            sp_state_snapshot_bytes(snap), f),
+                     sp_state_snapshot_bytes(snap));
+    fclose(f);
+}
+
+static void expect_state_refused(const char *dir, const int32_t *t,
+                                 const sp_state_snapshot *bad) {
+    sp_kv_pool *p = hybrid_pool(dir);
+    plant_state(p, dir, t, 1, bad);
+    sp_kv_pool_free(p);
+    p = hybrid_pool(dir);
+    sp_seq_state *s = hybrid_seq(p);
+    assert_int_equal(sp_seq_state_map_prefix(s, t, BT + 1), 0);
+    sp_prefix_disk_stats st;
+    assert_true(sp_prefix_disk_stats_get(p, &st));
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(count_ext(dir, ".kvs"), 0);   /* deleted */
+    assert_int_equal(count_ext(dir, ".kvb"), 1);   /* the block stays */
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);
+}
+
+static void test_unfit_state_refused(void **state) {
+    (void)state;
+    char *dir = fresh_dir();
+    int32_t t[2 * BT + 1];
+    hybrid_tokens(t, 2 * BT + 1);
+    /* Another layout: the recurrent layer twice the size. */
+    sp_layer_state_desc other[2] = {HYBRID[0], HYBRID[1]};
+    other[1].state_floats = 2 * SF;
+    const sp_seq_state_options opt = {.kv_type = SP_KV_F32, .max_length = 256};
+    spindle_error err = {0};
+    sp_seq_state *o = NULL;
+    assert_int_equal(sp_seq_state_new(other, 2, &opt, &o, &err), SPINDLE_OK);
+    int32_t zeros[BT] = {0};
+    assert_int_equal(sp_seq_state_reserve(o, BT, &err), SPINDLE_OK);
+    sp_seq_state_set_pending_tokens(o, zeros);
+    sp_seq_state_commit(o);
+    sp_state_snapshot *foreign = NULL;
+    assert_int_equal(sp_seq_state_snapshot_tail(o, &foreign, &err),
+                     SPINDLE_OK);
+    sp_seq_state_free(o);
+    /* This layout's state, but of the second boundary. */
+    sp_kv_pool *p = hybrid_pool(dir);
+    sp_seq_state *s = hybrid_seq(p);
+    hybrid_feed(s, t, 2);
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);
+    p = hybrid_pool(dir);
+    s = hybrid_seq(p);
+    assert_int_equal(sp_seq_state_map_prefix(s, t, 2 * BT + 1), 2 * BT);
+    sp_state_snapshot *later = NULL;
+    assert_int_equal(sp_seq_state_snapshot_tail(s, &later, &err), SPINDLE_OK);
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);
+    /* Only the first block and its state from here on. */
+    remove_dir(dir);
+    dir = fresh_dir();
+    p = hybrid_pool(dir);
+    s = hybrid_seq(p);
+    hybrid_feed(s, t, 1);
+    sp_seq_state_free(s);
+    sp_kv_pool_free(p);
+    expect_state_refused(dir, t, foreign);
+    expect_state_refused(dir, t, later);
+    sp_state_snapshot_free(foreign);
+    sp_state_snapshot_free(later);
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_across_pools),
         cmocka_unit_test(test_foreign_and_damaged_refused),
         cmocka_unit_test(test_budget_keeps_the_newest),
+        cmocka_unit_test(test_hybrid_states_round_trip),
+        cmocka_unit_test(test_unfit_state_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
