@@ -267,6 +267,71 @@ def llama_bench(exe, gguf, a):
     return res
 
 
+# --- the alternating runs ----------------------------------------------------
+
+def combine(runs):
+    """One result from a run per round: the mean of the rounds' means, the
+    stdev across them (a single round keeps its repetitions' stdev)."""
+    if len(runs) == 1:
+        return runs[0]
+    out = {"load_before": runs[0]["load_before"],
+           "load_after": runs[-1]["load_after"],
+           "wall_s": round(sum(r["wall_s"] for r in runs), 1),
+           "rounds": runs}
+    for key in ("pp", "tg"):
+        vals = [r[key] for r in runs if key in r]
+        if vals:
+            out[key], out[key + "_sd"] = statistics.mean(vals), statistics.stdev(vals)
+    if "cpu" in runs[0]:
+        out["cpu"] = runs[0]["cpu"]
+    return out
+
+
+def measure(res, a, spindle, llama, pairings):
+    """Every pairing's engines in turn (spindle, llama.cpp, spindle, ...),
+    the whole sequence a.rounds times, so both meet the same load."""
+    runs = {"spindle": {}, "llama": {}, "spindle_gguf": {},
+            **{m: {} for m in a.modes[1:]}}
+
+    def add(where, key, result):
+        runs[where].setdefault(key, []).append(result)
+        log(f"  -> {result}")
+
+    for rnd in range(a.rounds):
+        done = set()
+        for label, sdir, gf in pairings:
+            if sdir not in done:
+                done.add(sdir)
+                for i, mode in enumerate(a.modes):
+                    log(f"round {rnd + 1}: spindle {sdir} precision {mode} "
+                        f"(load {loadavg()})")
+                    add("spindle" if i == 0 else mode, sdir, spindle_bench(
+                        spindle, os.path.join(MODELS, sdir), a, mode))
+            log(f"round {rnd + 1}: llama.cpp {gf} (load {loadavg()})")
+            add("llama", gf, llama_bench(llama, os.path.join(MODELS, gf), a))
+            if a.spindle_gguf:
+                log(f"round {rnd + 1}: spindle {gf} (load {loadavg()})")
+                add("spindle_gguf", gf, spindle_bench(
+                    spindle, os.path.join(MODELS, gf), a, a.modes[0]))
+    for where in ("spindle", "llama", "spindle_gguf"):
+        res[where] = {k: combine(v) for k, v in runs[where].items()}
+    for mode in a.modes[1:]:
+        res["spindle_modes"][mode] = {k: combine(v) for k, v in runs[mode].items()}
+
+
+def round_ratios(res, a):
+    """Each round's tg and pp ratio per pairing (with --rounds > 1)."""
+    lines = []
+    for label, sdir, gf in a.pairings:
+        s, l = res["spindle"].get(sdir), res["llama"].get(gf)
+        if not s or not l or "rounds" not in s:
+            continue
+        for key in ("tg", "pp"):
+            r = [f"{x[key] / y[key]:.2f}" for x, y in zip(s["rounds"], l["rounds"])]
+            lines.append(f"{label}: {key} ratio per round {', '.join(r)}")
+    return lines
+
+
 # --- report ------------------------------------------------------------------
 
 def fmt(r, key):
@@ -326,6 +391,10 @@ def main():
     ap.add_argument("-p", type=int, default=512, help="prompt tokens (pp)")
     ap.add_argument("-n", type=int, default=128, help="generated tokens (tg)")
     ap.add_argument("-r", type=int, default=3, help="repetitions per engine run")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the engines this many times (spindle, llama.cpp, "
+                         "spindle, ...); t/s become the mean ± stdev of the rounds' "
+                         "means and each round's ratio is printed")
     ap.add_argument("--spindle", help="spindle binary to use (default: build build-compare)")
     ap.add_argument("--build-dir", default="build-compare")
     ap.add_argument("--only", help="comma-separated pairing labels substrings, e.g. 'Q4_0,f16'")
@@ -357,6 +426,8 @@ def main():
             "real" if a.real else "dense")
     if a.quick:
         a.p, a.n, a.r = 128, 32, 1
+    if a.rounds < 1:
+        ap.error("--rounds takes a count of 1 or more")
     a.modes = [m.strip() for m in a.precision.split(",") if m.strip()]
     if not a.modes or any(m not in ("exact", "high", "fast") for m in a.modes):
         ap.error("--precision takes exact, high and/or fast")
@@ -376,7 +447,8 @@ def main():
 
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "threads": a.threads,
-           "args": {"p": a.p, "n": a.n, "r": a.r, "llama_omp": a.llama_omp},
+           "args": {"p": a.p, "n": a.n, "r": a.r, "rounds": a.rounds,
+                    "llama_omp": a.llama_omp},
            "load_start": loadavg(),
            "precision": a.modes,
            "spindle": {}, "llama": {}, "spindle_gguf": {}, "bytes": {}, "bandwidth": [],
@@ -387,23 +459,7 @@ def main():
         res["bytes"][gf] = gguf_bytes(os.path.join(MODELS, gf))
 
     res["bandwidth"].append(membw(bwexe, a.threads))
-    for label, sdir, gf in pairings:
-        if sdir not in res["spindle"]:
-            log(f"spindle {sdir} (load {loadavg()})")
-            res["spindle"][sdir] = spindle_bench(spindle, os.path.join(MODELS, sdir), a,
-                                                 a.modes[0])
-            log(f"  -> {res['spindle'][sdir]}")
-            for mode in a.modes[1:]:
-                log(f"spindle {sdir} precision {mode} (load {loadavg()})")
-                res["spindle_modes"][mode][sdir] = spindle_bench(
-                    spindle, os.path.join(MODELS, sdir), a, mode)
-        log(f"llama.cpp {gf} (load {loadavg()})")
-        res["llama"][gf] = llama_bench(llama, os.path.join(MODELS, gf), a)
-        log(f"  -> {res['llama'][gf]}")
-        if a.spindle_gguf:
-            log(f"spindle {gf} (load {loadavg()})")
-            res["spindle_gguf"][gf] = spindle_bench(spindle, os.path.join(MODELS, gf), a,
-                                                    a.modes[0])
+    measure(res, a, spindle, llama, pairings)
     res["bandwidth"].append(membw(bwexe, a.threads))
     res["load_end"] = loadavg()
     # The best pass of either measurement: the least disturbed by other load.
@@ -412,6 +468,7 @@ def main():
     llama_info = next(iter(res["llama"].values()), {})
     print(f"# Spindle vs llama.cpp — {res['date']}, {res['cpus']} CPUs, "
           f"{a.threads} threads, -p {a.p} -n {a.n} -r {a.r}"
+          + (f", {a.rounds} rounds" if a.rounds > 1 else "")
           + KINDS[kind][3])
     print(f"CPU: {llama_info.get('cpu', '?')}; llama.cpp: llama-bench from the "
           f"llama-cpp-python {LLAMA_VERSION} sdist, "
@@ -427,12 +484,17 @@ def main():
     print()
     print(table(res, a))
     print()
-    print("t/s are mean ± stdev over the repetitions; ratio = spindle / llama.cpp "
+    print("t/s are mean ± stdev over the "
+          + ("rounds' means" if a.rounds > 1 else "repetitions")
+          + "; ratio = spindle / llama.cpp "
           "(> 1: spindle faster). MB/token and roofline: s = spindle's file, "
           "l = llama.cpp's file.")
+    for line in round_ratios(res, a):
+        print(line)
     print("Per run (wall s, load before -> after): " + "; ".join(
-        f"{eng}:{os.path.basename(k)} {v['wall_s']}s {v['load_before'].split()[0]}->{v['load_after'].split()[0]}"
-        for eng in ("spindle", "llama") for k, v in res[eng].items()))
+        f"{eng}:{os.path.basename(k)} {r['wall_s']}s {r['load_before'].split()[0]}->{r['load_after'].split()[0]}"
+        for eng in ("spindle", "llama") for k, v in res[eng].items()
+        for r in v.get("rounds", [v])))
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(res, f, indent=1)
