@@ -8,7 +8,7 @@
 
 static const char *const module_names[SP_LORA_N_MODULES] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-    "gate",
+    "gate", "shared_expert_gate",
 };
 
 int sp_lora_module_from_name(const char *name) {
@@ -16,7 +16,8 @@ int sp_lora_module_from_name(const char *name) {
     const char *last = dot ? dot + 1 : name;
     for (int i = 0; i < SP_LORA_N_MODULES; i++)
         if (!strcmp(last, module_names[i])) return i;
-    return -1;
+    /* gpt-oss names its router mlp.router */
+    return strcmp(last, "router") ? -1 : SP_LORA_ROUTER;
 }
 
 const char *sp_lora_module_name(sp_lora_module m) {
@@ -82,7 +83,8 @@ static spindle_status read_targets(const cJSON *list, const char *what,
         if (m < 0)
             return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                            "%s: unknown target module '%.64s' in %s "
-                           "(supported: q/k/v/o/gate/up/down_proj, the router gate)",
+                           "(supported: q/k/v/o/gate/up/down_proj, the router gate "
+                           "or router, shared_expert_gate)",
                            what, e->valuestring, key);
         *out |= 1u << m;
     }

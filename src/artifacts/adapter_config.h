@@ -16,12 +16,15 @@
 #include "spindle.h"
 
 /* The projections an adapter may target, by their Hugging Face names:
- * gate/up/down name a dense MLP's and a routed expert's alike; the router
- * of an MoE layer is Qwen's mlp.gate ("gate"). */
+ * gate/up/down name a dense MLP's, a routed expert's and a shared
+ * expert's alike; the router of an MoE layer is Qwen's mlp.gate ("gate")
+ * or gpt-oss's mlp.router ("router"), the shared expert's sigmoid gate
+ * Qwen's mlp.shared_expert_gate. */
 typedef enum sp_lora_module {
     SP_LORA_Q = 0, SP_LORA_K, SP_LORA_V, SP_LORA_O,
     SP_LORA_GATE, SP_LORA_UP, SP_LORA_DOWN,
     SP_LORA_ROUTER,
+    SP_LORA_SHARED_GATE,
     SP_LORA_N_MODULES
 } sp_lora_module;
 
@@ -43,11 +46,11 @@ typedef struct sp_adapter_config {
     unsigned targets;      /* bit per sp_lora_module the config allows */
 } sp_adapter_config;
 
-/* "q_proj" ... "down_proj", "gate" (also "self_attn.q_proj",
- * "mlp.switch_mlp.up_proj": the last dotted part decides) -> module, or -1
- * when it is none of them. */
+/* "q_proj" ... "down_proj", "gate" or "router", "shared_expert_gate" (also
+ * "self_attn.q_proj", "mlp.switch_mlp.up_proj": the last dotted part
+ * decides) -> module, or -1 when it is none of them. */
 int sp_lora_module_from_name(const char *name);
-/* "q_proj" ... "down_proj", "gate". */
+/* "q_proj" ... "down_proj", "gate", "shared_expert_gate". */
 const char *sp_lora_module_name(sp_lora_module m);
 
 /* Parse `len` bytes of adapter_config.json text; `what` names the file in

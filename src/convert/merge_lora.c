@@ -55,7 +55,10 @@ static bool projection_of(const spindle_model *m, const char *name,
         return false;
     *is_weight = !strcmp(s, "weight");
     if (!*is_weight && strcmp(s, "scales") && strcmp(s, "biases")) return false;
-    return sp_lora_resolve(m, tgt, why, sizeof why) != NULL;
+    /* (a fused gate_up expert's halves resolve, but have no matrix here) */
+    return sp_lora_resolve(m, tgt, why, sizeof why) &&
+           sp_lora_base(m, tgt->layer, tgt->module,
+                        tgt->expert == SP_LORA_STACKED ? 0 : tgt->expert);
 }
 
 /* Part p's expert (the whole projection's, when it is not stacked). */
@@ -122,6 +125,41 @@ static spindle_status plan(const spindle_model *m, const spindle_adapter *a,
         }
     }
     return SPINDLE_OK;
+}
+
+/* Every pair of the adapter lands in some tensor of the files: one that
+ * none holds (a fused gate_up expert's gate or up, experts packed under
+ * names merging does not read, as gpt-oss's Hugging Face *_blocks) fails
+ * rather than being left out of the merged model unsaid. */
+static spindle_status check_all_merged(const spindle_adapter *a,
+                                       const merge_tensor *ts, size_t n,
+                                       spindle_error *err) {
+    bool *merged = calloc((size_t)a->n_slots, sizeof *merged);
+    if (!merged) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        for (int p = 0; ts[i].kind == M_MERGE && p < ts[i].n_parts; p++) {
+            const sp_lora_target *tgt = &ts[i].tgt;
+            int slot = sp_lora_slot(a, tgt->layer, tgt->module,
+                                    part_expert(tgt, p));
+            if (slot >= 0) merged[slot] = true;
+        }
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; i < a->n_slots && !st; i++) {
+        if (!a->pairs[i].a.data || merged[i]) continue;
+        int l, e;
+        sp_lora_module mod;
+        sp_lora_slot_place(a, i, &l, &mod, &e);
+        char expert[32] = "";
+        if (e >= 0) snprintf(expert, sizeof expert, "expert %d ", e);
+        else if (e == SP_LORA_SHARED) snprintf(expert, sizeof expert, "shared expert ");
+        st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                     "merge: the adapter's layer %d %s%s has no tensor of its "
+                     "own in the model's files (a fused gate_up or packed "
+                     "expert tensor), so it cannot be merged", l, expert,
+                     sp_lora_module_name(mod));
+    }
+    free(merged);
+    return st;
 }
 
 static void store_row(const float *row, int64_t n, sp_dtype t, void *dst) {
@@ -290,6 +328,7 @@ static spindle_status merge_dir(const char *model_dir, const char *out_dir,
     if (!st && !(ts = calloc(n ? n : 1, sizeof *ts)))
         st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     if (!st) st = plan(m, a, opt, ts, n, quant_off, err);
+    if (!st) st = check_all_merged(a, ts, n, err);
     if (!st && !sp_make_dirs(out_dir))
         st = sp_fail(err, SPINDLE_ERR_IO, "%s: cannot create directory", out_dir);
     if (!st) st = copy_side_files(m->dir, out_dir, err);

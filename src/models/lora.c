@@ -58,15 +58,30 @@ static int max_experts(const spindle_model *m) {
     return n;
 }
 
+/* The slot blocks, in sp_lora_slot's order: q..down of each layer, the
+ * routers, 3 projections per routed expert, then per layer the shared
+ * expert's gate, up and down and the shared-expert gate. */
+enum { OWN_PER_LAYER = SP_LORA_ROUTER, SHARED_PER_LAYER = 4 };
+
+static int routers_start(const spindle_adapter *a) {
+    return a->model->cfg.n_layers * OWN_PER_LAYER;
+}
+static int experts_start(const spindle_adapter *a) {
+    return routers_start(a) + a->model->cfg.n_layers;
+}
+static int shared_start(const spindle_adapter *a) {
+    return experts_start(a) + a->model->cfg.n_layers * 3 * a->max_experts;
+}
+
 spindle_adapter *sp_adapter_new(const spindle_model *m) {
     spindle_adapter *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->model = m;
     atomic_init(&a->refs, 1);
     a->max_experts = max_experts(m);
-    /* q..down and the router of each layer, and 3 projections per expert */
     const int64_t L = m->cfg.n_layers;
-    const int64_t n = L * SP_LORA_N_MODULES + L * 3 * a->max_experts;
+    const int64_t n = L * (OWN_PER_LAYER + 1 + SHARED_PER_LAYER) +
+                      L * 3 * a->max_experts;
     if (n > INT32_MAX / 2) {
         free(a);
         return NULL;
@@ -84,32 +99,41 @@ spindle_adapter *sp_adapter_new(const spindle_model *m) {
 }
 
 int sp_lora_slot(const spindle_adapter *a, int l, sp_lora_module m, int e) {
-    const int L = a->model->cfg.n_layers, own = SP_LORA_N_MODULES - 1;
+    const int L = a->model->cfg.n_layers;
     if (l < 0 || l >= L || (int)m < 0 || m >= SP_LORA_N_MODULES) return -1;
-    if (e == SP_LORA_OWN)
-        return m == SP_LORA_ROUTER ? L * own + l : l * own + (int)m;
-    if (e < 0 || e >= a->max_experts || m < SP_LORA_GATE || m > SP_LORA_DOWN)
-        return -1;
-    return L * SP_LORA_N_MODULES +
+    if (e == SP_LORA_OWN && m < SP_LORA_ROUTER) return l * OWN_PER_LAYER + (int)m;
+    if (e == SP_LORA_OWN && m == SP_LORA_ROUTER) return routers_start(a) + l;
+    if (e == SP_LORA_OWN && m == SP_LORA_SHARED_GATE)
+        return shared_start(a) + l * SHARED_PER_LAYER + 3;
+    if (m < SP_LORA_GATE || m > SP_LORA_DOWN) return -1;
+    if (e == SP_LORA_SHARED)
+        return shared_start(a) + l * SHARED_PER_LAYER + (int)(m - SP_LORA_GATE);
+    if (e < 0 || e >= a->max_experts) return -1;
+    return experts_start(a) +
            (l * 3 + (int)(m - SP_LORA_GATE)) * a->max_experts + e;
 }
 
 void sp_lora_slot_place(const spindle_adapter *a, int i, int *l,
                         sp_lora_module *m, int *e) {
-    const int L = a->model->cfg.n_layers, own = SP_LORA_N_MODULES - 1;
     *e = SP_LORA_OWN;
-    if (i < L * own) {
-        *l = i / own;
-        *m = (sp_lora_module)(i % own);
-    } else if (i < L * SP_LORA_N_MODULES) {
-        *l = i - L * own;
+    if (i < routers_start(a)) {
+        *l = i / OWN_PER_LAYER;
+        *m = (sp_lora_module)(i % OWN_PER_LAYER);
+    } else if (i < experts_start(a)) {
+        *l = i - routers_start(a);
         *m = SP_LORA_ROUTER;
-    } else {
-        i -= L * SP_LORA_N_MODULES;
+    } else if (i < shared_start(a)) {
+        i -= experts_start(a);
         *e = i % a->max_experts;
         i /= a->max_experts;
         *m = (sp_lora_module)(SP_LORA_GATE + i % 3);
         *l = i / 3;
+    } else {
+        i -= shared_start(a);
+        *l = i / SHARED_PER_LAYER;
+        i %= SHARED_PER_LAYER;
+        *m = i == 3 ? SP_LORA_SHARED_GATE : (sp_lora_module)(SP_LORA_GATE + i);
+        *e = i == 3 ? SP_LORA_OWN : SP_LORA_SHARED;
     }
 }
 
@@ -182,13 +206,15 @@ const sp_lora_pair *sp_adapter_pair(const spindle_adapter *a, int l,
 
 /* ------------------------------------------------------------ the forward */
 
-/* Which layer and projection `lin` is: one of m->layers' own, or an MoE
- * layer's router. */
+/* Which layer, projection and expert (SP_LORA_OWN or SP_LORA_SHARED)
+ * `lin` is: one of m->layers' own, or an MoE layer's router, shared
+ * expert projection or shared-expert gate. */
 static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
-                   sp_lora_module *mod) {
+                   sp_lora_module *mod, int *e) {
     /* Integers: comparing pointers into different objects is undefined. */
     uintptr_t base = (uintptr_t)m->layers, p = (uintptr_t)lin;
     size_t span = (size_t)m->cfg.n_layers * sizeof *m->layers;
+    *e = SP_LORA_OWN;
     if (p >= base && p - base < span) {
         size_t off = (size_t)(p - base) % sizeof *m->layers;
         static const size_t fields[SP_LORA_ROUTER] = {
@@ -207,11 +233,21 @@ static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
     }
     for (int i = 0; i < m->cfg.n_layers; i++) {
         const sp_moe *moe = m->layers[i].moe;
-        if (moe && lin == &moe->router) {
-            *l = i;
-            *mod = SP_LORA_ROUTER;
-            return true;
-        }
+        if (!moe) continue;
+        const struct { const sp_linear *lin; sp_lora_module mod; int e; } own[] = {
+            {&moe->router, SP_LORA_ROUTER, SP_LORA_OWN},
+            {&moe->shared_gate_proj, SP_LORA_GATE, SP_LORA_SHARED},
+            {&moe->shared_up, SP_LORA_UP, SP_LORA_SHARED},
+            {&moe->shared_down, SP_LORA_DOWN, SP_LORA_SHARED},
+            {&moe->shared_expert_gate, SP_LORA_SHARED_GATE, SP_LORA_OWN},
+        };
+        for (size_t j = 0; j < sizeof own / sizeof *own; j++)
+            if (lin == own[j].lin) {
+                *l = i;
+                *mod = own[j].mod;
+                *e = own[j].e;
+                return true;
+            }
     }
     return false;
 }
@@ -275,15 +311,15 @@ static void lowrank(sp_pool *pool, const sp_lora_pair *pr, const int *rows,
 
 void sp_lora_apply(sp_forward *f, const sp_linear *lin, const float *x,
                    float *y) {
-    int l;
+    int l, e;
     sp_lora_module mod;
-    if (f->status || !locate(f->m, lin, &l, &mod)) return;
+    if (f->status || !locate(f->m, lin, &l, &mod, &e)) return;
     if (!reserve(f, 0, 0, 0, 0)) return fail_memory(f);
     int n_ads = pass_adapters(f);
     if (n_ads < 0) return fail_memory(f);
     for (int i = 0; i < n_ads; i++) {
         const spindle_adapter *a = f->lora->adapters[i];
-        const sp_lora_pair *pr = sp_adapter_pair(a, l, mod, SP_LORA_OWN);
+        const sp_lora_pair *pr = sp_adapter_pair(a, l, mod, e);
         if (!pr) continue;
         int n = 0;
         for (int q = 0; q < f->n_seqs; q++)

@@ -7,7 +7,9 @@
  * A and B once for the whole group (the S-LoRA / Punica grouping), scaled
  * per row and added back. Rows without an adapter are untouched. A
  * routed expert's projection has a pair per expert, applied to the rows
- * routed to that expert (sp_lora_apply_experts, from models/moe.c). */
+ * routed to that expert (sp_lora_apply_experts, from models/moe.c); a
+ * shared expert's projections and its gate are plain ones, applied to
+ * every row as q..down are. */
 #ifndef SP_MODELS_LORA_H
 #define SP_MODELS_LORA_H
 
@@ -22,11 +24,13 @@ typedef struct sp_lora_pair {
 } sp_lora_pair;
 
 /* Which of a layer's projections a pair adapts, beside its module: the
- * layer's own (q..down, or its MoE router), or one routed expert's
- * gate/up/down (expert >= 0). Names give a third form, every expert of
- * one stacked tensor (mlx-lm's switch_mlp, GGUF's ffn_*_exps), which the
+ * layer's own (q..down, or its MoE router or shared-expert gate), one
+ * routed expert's gate/up/down (expert >= 0), or the shared expert's
+ * gate/up/down (SP_LORA_SHARED: Qwen's mlp.shared_expert, one expert
+ * every row goes through). Names give a fourth form, every expert of one
+ * stacked tensor (mlx-lm's switch_mlp, GGUF's ffn_*_exps), which the
  * loader cuts into one pair per expert. */
-enum { SP_LORA_OWN = -1, SP_LORA_STACKED = -2 };
+enum { SP_LORA_OWN = -1, SP_LORA_STACKED = -2, SP_LORA_SHARED = -3 };
 
 struct spindle_adapter {
     const spindle_model *model;
@@ -52,9 +56,12 @@ struct spindle_adapter {
 spindle_adapter *sp_adapter_new(const spindle_model *m);
 
 /* The slot of layer l's module m, of its expert e (SP_LORA_OWN: the
- * layer's own projection): q..down of every layer first (the order of
- * the identities recorded before experts existed), then the routers,
- * then each layer's experts' gate, up and down. -1: no such slot. */
+ * layer's own projection, SP_LORA_SHARED: its shared expert's): q..down
+ * of every layer first (the order of the identities recorded before
+ * experts existed), then the routers, then each layer's experts' gate,
+ * up and down, then each layer's shared expert's gate, up, down and its
+ * gate (each block added after the last, so identities recorded before
+ * it stay valid). -1: no such slot. */
 int sp_lora_slot(const spindle_adapter *a, int l, sp_lora_module m, int e);
 /* The inverse: slot i's layer, module and expert. */
 void sp_lora_slot_place(const spindle_adapter *a, int i, int *l,
@@ -75,8 +82,9 @@ const sp_lora_pair *sp_adapter_pair(const spindle_adapter *a, int l,
 
 /* y += the low-rank terms of every adapter in the pass for projection
  * `lin` (one of a layer's q/k/v/o/gate/up/down, or an MoE layer's
- * router), over x of f->n_rows rows; nothing for other matrices or when
- * no sequence has an adapter. */
+ * router, shared expert gate/up/down or shared-expert gate), over x of
+ * f->n_rows rows; nothing for other matrices or when no sequence has an
+ * adapter. */
 void sp_lora_apply(sp_forward *f, const sp_linear *lin, const float *x,
                    float *y);
 
@@ -102,23 +110,30 @@ void sp_lora_apply_experts(sp_forward *f, const sp_lora_routed *r,
 
 /* The syntax of a projection in tensor names, at "model.layers.N.":
  * {self_attn,mlp}.[G.]X. with X a module name and G (under mlp only) the
- * group of routed experts it belongs to ("switch_mlp", "experts.3");
- * group empty for a layer's own projection. *s is moved past it. */
+ * group of experts it belongs to ("switch_mlp", "experts.3",
+ * "shared_expert"); group empty for a layer's own projection. *s is
+ * moved past it. */
 typedef struct sp_lora_target {
     int layer;
     sp_lora_module module;
-    int expert;            /* SP_LORA_OWN, SP_LORA_STACKED or an index */
+    int expert;            /* SP_LORA_OWN, SP_LORA_STACKED, SP_LORA_SHARED
+                              or an index */
     char group[48];
+    char router[24];       /* the router as named: "gate" or "router" */
+    int64_t rows, cols;    /* set by sp_lora_resolve: the adapted shape */
 } sp_lora_target;
 bool sp_lora_parse_target(const char **s, sp_lora_target *t);
 /* t->expert from t->group against layer t->layer of m (its MoE spec's
- * stacked and per-expert names), and the base projection of t (of expert
- * 0 for a stacked one), or NULL with a one-line reason in why[n]. */
-const sp_linear *sp_lora_resolve(const spindle_model *m, sp_lora_target *t,
-                                 char *why, size_t n);
-/* Layer l's projection m of expert e (SP_LORA_OWN: the layer's own, or
- * its router), or NULL when the model has none (a fused gate_up expert
- * has no separate gate or up). */
+ * stacked, per-expert and shared-expert names), and t->rows / t->cols,
+ * the shape of the projection it adapts (of expert 0 for a stacked one:
+ * its base projection's, or half a fused gate_up expert's, which has no
+ * sp_lora_base); false with a one-line reason in why[n]. */
+bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
+                     size_t n);
+/* Layer l's projection m of expert e (SP_LORA_OWN: the layer's own, its
+ * router or shared-expert gate; SP_LORA_SHARED: its shared expert's), or
+ * NULL when the model has none as a matrix of its own (a fused gate_up
+ * expert's gate or up). */
 const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
                               int e);
 

@@ -42,19 +42,21 @@ bool sp_lora_parse_target(const char **sp, sp_lora_target *t) {
     /* The group is every dotted part before the first module name. */
     const char *group = s;
     for (const char *dot; (dot = strchr(s, '.')); s = dot + 1) {
-        char part[16];
+        char part[24];  /* "shared_expert_gate" fits */
         size_t len = (size_t)(dot - s), glen = s > group ? (size_t)(s - group) - 1 : 0;
         if (len >= sizeof part) continue;
         memcpy(part, s, len);
         part[len] = 0;
         int m = sp_lora_module_from_name(part);
         if (m < 0) continue;
-        /* attention has no groups, a routed expert no router */
+        /* attention has no groups, an expert no router or shared gate */
         if (attn != (m <= SP_LORA_O) || glen >= sizeof t->group ||
-            (glen && (attn || m == SP_LORA_ROUTER)))
+            (glen && (attn || m >= SP_LORA_ROUTER)))
             return false;
         memcpy(t->group, group, glen);
         t->group[glen] = 0;
+        if (m == SP_LORA_ROUTER) /* "gate" or "router": resolve checks it */
+            snprintf(t->router, sizeof t->router, "%s", part);
         t->layer = (int)layer;
         t->module = (sp_lora_module)m;
         t->expert = SP_LORA_OWN;
@@ -72,10 +74,17 @@ const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
     const sp_linear *lin = NULL;
     if (e == SP_LORA_OWN && mod == SP_LORA_ROUTER) {
         lin = moe ? &moe->router : NULL;
+    } else if (e == SP_LORA_OWN && mod == SP_LORA_SHARED_GATE) {
+        lin = moe ? &moe->shared_expert_gate : NULL;
     } else if (e == SP_LORA_OWN) {
         const sp_linear *own[SP_LORA_ROUTER] = {&L->q, &L->k, &L->v, &L->o,
                                                 &L->gate, &L->up, &L->down};
         lin = own[mod];
+    } else if (moe && e == SP_LORA_SHARED && mod >= SP_LORA_GATE &&
+               mod <= SP_LORA_DOWN) {
+        const sp_linear *shared[3] = {&moe->shared_gate_proj, &moe->shared_up,
+                                      &moe->shared_down};
+        lin = shared[mod - SP_LORA_GATE];
     } else if (moe && e >= 0 && e < moe->spec.n_experts &&
                (mod == SP_LORA_DOWN || (!moe->fused && mod >= SP_LORA_GATE))) {
         const sp_linear *experts[3] = {moe->gate, moe->up, moe->down};
@@ -95,21 +104,35 @@ static bool per_expert_group(const sp_moe_spec *sp, const char *group, int *e) {
     return true;
 }
 
-const sp_linear *sp_lora_resolve(const spindle_model *m, sp_lora_target *t,
-                                 char *why, size_t n) {
+/* The [rows][cols] an expert's pair of module mod adapts when the
+ * model's gate and up of that expert are one fused matrix (gpt-oss's
+ * Hugging Face gate_up_proj, rows interleaved): each is half of it, and
+ * models/moe.c splits the fused product into gate and up outputs before
+ * the LoRA terms join them. */
+static bool fused_half(const sp_moe *moe, sp_lora_module mod, int e,
+                       int64_t *rows, int64_t *cols) {
+    if (!moe || !moe->fused || (e < 0 && e != SP_LORA_STACKED) ||
+        (mod != SP_LORA_GATE && mod != SP_LORA_UP))
+        return false;
+    *rows = moe->spec.inter;
+    *cols = moe->hidden;
+    return true;
+}
+
+bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
+                     size_t n) {
     const char *name = sp_lora_module_name(t->module);
     const sp_moe *moe = t->layer < m->cfg.n_layers ? m->layers[t->layer].moe : NULL;
     int e = SP_LORA_OWN;
     if (t->group[0] && !moe) {
         snprintf(why, n, "layer %d has no routed experts", t->layer);
-        return NULL;
+        return false;
     }
     if (t->group[0] && moe->spec.stacked && !strcmp(t->group, moe->spec.stacked)) {
         e = SP_LORA_STACKED;
     } else if (t->group[0] && moe->spec.shared &&
                !strcmp(t->group, moe->spec.shared)) {
-        snprintf(why, n, "layer %d's shared expert is not adapted", t->layer);
-        return NULL;
+        e = SP_LORA_SHARED;
     } else if (t->group[0] && !per_expert_group(&moe->spec, t->group, &e)) {
         snprintf(why, n, "layer %d's routed experts are mlp.%s%s%s%s, not "
                  "mlp.%s", t->layer,
@@ -117,22 +140,35 @@ const sp_linear *sp_lora_resolve(const spindle_model *m, sp_lora_target *t,
                  moe->spec.per_expert ? " or mlp." : "",
                  moe->spec.per_expert ? moe->spec.per_expert : "",
                  moe->spec.per_expert ? ".E" : "", t->group);
-        return NULL;
+        return false;
+    } else if (moe && t->module == SP_LORA_ROUTER &&
+               strcmp(t->router, moe->spec.router)) {
+        snprintf(why, n, "layer %d's router is mlp.%s, not mlp.%s", t->layer,
+                 moe->spec.router, t->router);
+        return false;
     } else if (moe && e >= moe->spec.n_experts) {
         snprintf(why, n, "layer %d has %d experts, not expert %d", t->layer,
                  moe->spec.n_experts, e);
-        return NULL;
+        return false;
     }
     t->expert = e;
     const sp_linear *lin = sp_lora_base(m, t->layer, t->module,
                                         e == SP_LORA_STACKED ? 0 : e);
-    if (!lin && e != SP_LORA_OWN)
-        snprintf(why, n, "layer %d's experts have no separate %s (a fused "
-                 "gate_up projection is not adapted)", t->layer, name);
-    else if (!lin)
-        snprintf(why, n, "layer %d has no %s %s", t->layer,
-                 t->module == SP_LORA_ROUTER ? "router" : "dense", name);
-    return lin;
+    if (lin) {
+        t->rows = lin->w.rows;
+        t->cols = lin->w.cols;
+        return true;
+    }
+    if (fused_half(moe, t->module, e, &t->rows, &t->cols)) return true;
+    if (e >= 0 || e == SP_LORA_STACKED)
+        snprintf(why, n, "layer %d's experts have no %s", t->layer, name);
+    else if (e == SP_LORA_SHARED)
+        snprintf(why, n, "layer %d's shared expert has no %s", t->layer, name);
+    else
+        snprintf(why, n, "layer %d has no %s%s", t->layer,
+                 t->module == SP_LORA_ROUTER ? "router "
+                 : t->module == SP_LORA_SHARED_GATE ? "" : "dense ", name);
+    return false;
 }
 
 /* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.[G.]X.lora_{A,B}
@@ -245,11 +281,11 @@ static bool qk_rows_differ(const spindle_model *m, sp_adapter_format fmt,
 
 /* Tensor t ([rank][in] or [out][rank], mlx-lm's own projections
  * transposed) as the A or B of expert e's pair (SP_LORA_OWN: the layer's
- * own) over base projection lin. */
+ * own) over a projection of k->t's resolved [rows][cols]. */
 static spindle_status place_pair(spindle_adapter *a, const sp_tensor_info *t,
                                  const lora_key *k, int e, int64_t rank,
-                                 const sp_linear *lin, const char *shown,
-                                 const char *what, spindle_error *err) {
+                                 const char *shown, const char *what,
+                                 spindle_error *err) {
     sp_lora_pair *p = &a->pairs[sp_lora_slot(a, k->t.layer, k->t.module, e)];
     sp_weight *dst = k->is_b ? &p->b : &p->a;
     if (dst->data)
@@ -257,11 +293,14 @@ static spindle_status place_pair(spindle_adapter *a, const sp_tensor_info *t,
                        what, shown, e >= 0 ? " (or its experts are also "
                                              "stacked in one tensor)" : "");
     sp_adapter_format fmt = a->cfg.format;
-    /* mlx-lm's LoRASwitchLinear keeps PEFT's orientation per expert */
-    bool transposed = fmt == SP_ADAPTER_MLX && e == SP_LORA_OWN;
+    /* mlx-lm's LoRALinear (a layer's own projections, the shared expert's:
+     * plain nn.Linear) is transposed; its LoRASwitchLinear keeps PEFT's
+     * orientation per expert */
+    bool transposed = fmt == SP_ADAPTER_MLX &&
+                      (e == SP_LORA_OWN || e == SP_LORA_SHARED);
     if (!k->is_b)
-        return copy_matrix(t, what, transposed, rank, lin->w.cols, dst, err);
-    spindle_status st = copy_matrix(t, what, transposed, lin->w.rows, rank,
+        return copy_matrix(t, what, transposed, rank, k->t.cols, dst, err);
+    spindle_status st = copy_matrix(t, what, transposed, k->t.rows, rank,
                                     dst, err);
     bool to_gguf;
     if (!st && e == SP_LORA_OWN && qk_rows_differ(a->model, fmt, k->t.module, &to_gguf))
@@ -290,9 +329,7 @@ static spindle_status place_stacked(spindle_adapter *a, const sp_tensor_info *t,
     spindle_status st = SPINDLE_OK;
     for (int e = 0; e < n && !st; e++) {
         slice.data = (const char *)t->data + (size_t)e * slice.nbytes;
-        st = place_pair(a, &slice, k, e, rank,
-                        sp_lora_base(m, k->t.layer, k->t.module, e), shown,
-                        what, err);
+        st = place_pair(a, &slice, k, e, rank, shown, what, err);
     }
     return st;
 }
@@ -315,8 +352,7 @@ static spindle_status place_tensor(spindle_adapter *a, const sp_tensor_info *t,
                        "modules leave out", what, shown,
                        sp_lora_module_name(k->t.module));
     char why[192];
-    const sp_linear *lin = sp_lora_resolve(m, &k->t, why, sizeof why);
-    if (!lin)
+    if (!sp_lora_resolve(m, &k->t, why, sizeof why))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tensor %s: %s", what,
                        shown, why);
     if (rank < 1 || rank > SP_LORA_MAX_RANK)
@@ -325,7 +361,7 @@ static spindle_status place_tensor(spindle_adapter *a, const sp_tensor_info *t,
                        (long long)rank, SP_LORA_MAX_RANK);
     if (k->t.expert == SP_LORA_STACKED)
         return place_stacked(a, t, k, rank, shown, what, err);
-    return place_pair(a, t, k, k->t.expert, rank, lin, shown, what, err);
+    return place_pair(a, t, k, k->t.expert, rank, shown, what, err);
 }
 
 static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
@@ -335,7 +371,8 @@ static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor %s is not a %s of a supported projection "
                        "(q/k/v/o/gate/up/down_proj of model.layers.N, an MoE "
-                       "layer's router gate or experts' gate/up/down_proj)", what,
+                       "layer's router gate or router, experts' or shared expert's "
+                       "gate/up/down_proj or shared_expert_gate)", what,
                        t->name, a->cfg.format == SP_ADAPTER_PEFT
                                     ? "lora_A/lora_B weight" : "lora_a/lora_b");
     return place_tensor(a, t, &k, a->cfg.rank, t->name, what, err);
@@ -348,6 +385,8 @@ static const char *slot_name(const spindle_adapter *a, int i, char *buf,
     sp_lora_module m;
     sp_lora_slot_place(a, i, &l, &m, &e);
     if (e >= 0) snprintf(buf, n, "layer %d expert %d %s", l, e, sp_lora_module_name(m));
+    else if (e == SP_LORA_SHARED)
+        snprintf(buf, n, "layer %d shared expert %s", l, sp_lora_module_name(m));
     else snprintf(buf, n, "layer %d %s", l, sp_lora_module_name(m));
     return buf;
 }
@@ -512,7 +551,9 @@ static spindle_status load_gguf(spindle_adapter *a, const char *path,
             st = sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                          "%s: tensor %s is not a lora_a/lora_b of a supported "
                          "projection (attn_q/k/v/output, ffn_gate/up/down, "
-                         "ffn_gate_inp, ffn_gate/up/down_exps of blk.N)", path,
+                         "ffn_gate_inp, ffn_gate/up/down_exps, "
+                         "ffn_gate/up/down_shexp, ffn_gate_inp_shexp of blk.N)",
+                         path,
                          t->name);
             break;
         }

@@ -281,17 +281,6 @@ static sp_moe_act_fn activation(const sp_moe *moe) {
     return moe->spec.act ? moe->spec.act : sp_silu_mul;
 }
 
-/* h = act(gate(x)) * up(x), y = down(h) for n rows through one pooled
- * product at a time (the shared expert: every row). */
-static void run_pooled(sp_pool *pool, const sp_moe *moe, const sp_linear *g,
-                       const sp_linear *u, const sp_linear *d, const float *x,
-                       int n, float *gate, float *up, float *y) {
-    sp_linear_rows(pool, g, x, n, gate);
-    sp_linear_rows(pool, u, x, n, up);
-    activation(moe)(gate, up, n * (int)g->w.rows);
-    sp_linear_rows(pool, d, gate, n, y);
-}
-
 /* The gate and up rows [r0, r1) of a unit from the interleaved gate_up
  * projection: its fused rows [2 r0, 2 r1) in one product, split into the
  * usual gate and up outputs, then the activation. */
@@ -411,17 +400,21 @@ static void run_experts(sp_forward *f, const sp_moe *moe, sp_moe_scratch *s) {
     if (lora) sp_lora_apply_experts(f, &lr, SP_LORA_DOWN, s->gate, s->x);
 }
 
-/* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn). */
+/* out += sigmoid(shared_expert_gate(xn)) * shared_expert(xn), every row
+ * through one pooled product at a time. Its projections and gate are
+ * plain linears to LoRA (mlx-lm's LoRALinear), so sp_linear_forward adds
+ * the adapters' terms to each product, to gate and up before the
+ * activation. */
 static void add_shared_expert(sp_forward *f, const sp_moe *moe) {
     sp_moe_scratch *s = f->moe;
-    sp_pool *pool = f->pool;
     const int T = f->n_rows;
     const size_t D = (size_t)moe->hidden;
-    run_pooled(pool, moe, &moe->shared_gate_proj, &moe->shared_up,
-               &moe->shared_down, f->xn, T, s->gate, s->up, s->x);
+    sp_linear_forward(f, &moe->shared_gate_proj, f->xn, s->gate);
+    sp_linear_forward(f, &moe->shared_up, f->xn, s->up);
+    activation(moe)(s->gate, s->up, T * (int)moe->shared_gate_proj.w.rows);
+    sp_linear_forward(f, &moe->shared_down, s->gate, s->x);
     const bool gated = moe->shared_expert_gate.w.rows > 0;
-    if (gated) sp_linear_rows(pool, &moe->shared_expert_gate, f->xn, T,
-                              s->logits);
+    if (gated) sp_linear_forward(f, &moe->shared_expert_gate, f->xn, s->logits);
     for (int t = 0; t < T; t++) {
         float g = gated ? 1.0f / (1.0f + expf(-s->logits[t])) : 1.0f;
         const float *y = s->x + (size_t)t * D;

@@ -23,6 +23,22 @@ to mlx-lm's, so the same mlx-lm reference checks both. (transformers 5
 fuses the experts into 3-D parameters, which PEFT adapts differently;
 peft + transformers would need torch, too heavy for CI.)
 
+A tiny random Qwen3-Next (make_hybrid_models.py's "qwen3_next-f32": a
+sigmoid-gated shared expert beside the routed ones in every layer) gets
+adapters of its shared expert: mlx-lm's shared_expert.{gate,up,down}_proj
+and shared_expert_gate are plain nn.Linear, so its tuner makes each a
+LoRALinear as it does attention's (lora_a [in, r], lora_b [r, out]).
+
+A tiny random gpt-oss (make_gptoss_models.py's "gptoss-f32": biased
+stacked experts, mlx-lm's sanitized layout mlp.experts.{gate,up,down}_proj,
+its clamped SwiGLU, a biased router mlp.router) gets the same two kinds of
+adapter: mlx-lm's tuner makes its SwitchLinear experts LoRASwitchLinear
+(the base keeps its biases) and the router and attention LoRALinear. It
+has no PEFT form: transformers' gpt-oss experts are fused 3-D parameters.
+"gptoss-hf-mxfp4" is the Hugging Face checkpoint layout (MXFP4 experts
+with gate and up rows interleaved in one gate_up_proj), which mlx-lm's
+sanitize splits, so the same adapter names apply to it.
+
 Usage: python tests/parity/make_lora_moe_models.py [--out DIR] [--only NAME ...]
 """
 
@@ -34,6 +50,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import make_gptoss_models as mg  # noqa: E402
+import make_hybrid_models as mh  # noqa: E402
 import make_lora_models as ml  # noqa: E402
 import make_models as mm  # noqa: E402
 import make_moe_models as mo  # noqa: E402
@@ -43,8 +61,10 @@ STAMP_FILE = mm.STAMP_FILE
 MAX_TOKENS = mm.MAX_TOKENS
 PROMPTS = ml.PROMPTS
 
-_by_name = {s["name"]: s for s in mo.SPECS}
-SPECS = [_by_name[n] for n in ("qmoe-f32", "qmoe-f32-hf", "qmoe-q4g64")]
+_by_name = {s["name"]: s for s in mo.SPECS + mh.SPECS + mg.SPECS}
+SPECS = [_by_name[n] for n in ("qmoe-f32", "qmoe-f32-hf", "qmoe-q4g64",
+                               "qwen3_next-f32", "gptoss-f32",
+                               "gptoss-hf-mxfp4")]
 
 EXPERT_KEYS = ["mlp.switch_mlp.gate_proj", "mlp.switch_mlp.up_proj",
                "mlp.switch_mlp.down_proj"]
@@ -55,11 +75,50 @@ ADAPTERS = {
     "experts4": dict(rank=4, scale=2.5, keys=EXPERT_KEYS, num_layers=2,
                      rslora=True),
 }
+SHARED_KEYS = ["mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+               "mlp.shared_expert.down_proj", "mlp.shared_expert_gate"]
+# Qwen3-Next's: the shared expert and its gate alone, and with the routed
+# experts and the router in the last 2 layers.
+SHARED_ADAPTERS = {
+    "shared8": dict(rank=8, scale=10.0, keys=SHARED_KEYS, num_layers=-1,
+                    rslora=False),
+    "moe4": dict(rank=4, scale=2.5, keys=SHARED_KEYS + EXPERT_KEYS
+                 + ["mlp.gate"], num_layers=2, rslora=True),
+}
+
+
+GPTOSS_KEYS = ["mlp.experts.gate_proj", "mlp.experts.up_proj",
+               "mlp.experts.down_proj", "mlp.router"]
+# gpt-oss's: every linear and switch linear (keys None), and its experts
+# and router in the last 2 layers.
+GPTOSS_ADAPTERS = {
+    "all8": ADAPTERS["all8"],
+    "experts4": dict(ADAPTERS["experts4"], keys=GPTOSS_KEYS),
+}
+
+
+def family(spec):
+    """The generator module of the base of `spec`, and its adapters."""
+    if spec in mh.SPECS:
+        return mh, SHARED_ADAPTERS
+    if spec in mg.SPECS:
+        return mg, GPTOSS_ADAPTERS
+    return mo, ADAPTERS
+
+
+def adapters_of(spec):
+    """The adapters made for the base of `spec`."""
+    return family(spec)[1]
+
+
+def layouts_of(spec):
+    """The layouts its adapters are written in."""
+    return ("mlx",) if spec in mg.SPECS else ("mlx", "peft")
 
 
 def source_hash():
     h = hashlib.sha256(Path(__file__).read_bytes())
-    for mod in (ml, mm, mo):
+    for mod in (ml, mm, mo, mh, mg):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()
 
@@ -86,15 +145,20 @@ def write_peft_adapter(weights, a, path):
 
 
 def build(spec, out):
-    ref = mo.build_one(spec, out)
+    gen, adapters = family(spec)
+    ref = gen.build_one(spec, out)
     path = out / spec["name"]
     native = spec["dtype"] == "float32" or spec["quant"] is not None
+    write_peft = (write_peft_adapter if "peft" in layouts_of(spec)
+                  else lambda *args: None)
     ref["adapters"] = {}
-    for name, a in ADAPTERS.items():
-        mem = mm.build_model(spec, path / "_scratch", base=mo.BASE)
+    for name, a in adapters.items():
+        (path / "_scratch").mkdir()   # (the HF writer does not make it)
+        mem = (mm.build_model(spec, path / "_scratch", base=mo.BASE)
+               if gen is mo else gen.build_model(spec, path / "_scratch"))
         mm.shutil.rmtree(path / "_scratch")
         ref["adapters"][name] = ml.record_adapter(
-            spec, path, name, a, mem, write_peft_adapter, native)
+            spec, path, name, a, mem, write_peft, native)
     (path / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref
 
