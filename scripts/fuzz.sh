@@ -48,7 +48,7 @@ export TMPDIR; TMPDIR=$(cd "$run/tmp" && pwd)   # the harnesses' scratch files
 ci_runs() {   # $1 harness: its --ci input count
   local n
   n=$(awk -v h="$1" '$1 == h { print $2 }' tests/fuzz/ci_runs.txt)
-  echo "${n:-20000}"
+  echo "${n:-10000}"
 }
 
 fuzz_one() {   # $1 harness; output to $run/logs/$1.log

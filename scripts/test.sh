@@ -91,6 +91,10 @@ else
   EXACT="tests/parity/test_parity.py tests/parity/test_hybrid_parity.py"
   SELECT=(tests)
   CLANG_PARITY=(tests/parity/test_parity.py)
+  # CI's time: the soak test's load runs 20 s instead of a minute, and the
+  # longest parametrized slow suites (marker ci_half, tests/conftest.py)
+  # run every other case
+  export SOAK_SECONDS=${SOAK_SECONDS:-20}
 fi
 run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT" "${SELECT[@]}"
 

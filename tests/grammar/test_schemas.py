@@ -65,6 +65,7 @@ def complete_walk(h, hf, rng, max_steps=90):
 
 # slow: minutes of walks, run by the release suite (not under the sanitizers)
 @pytest.mark.slow
+@pytest.mark.ci_half
 @pytest.mark.parametrize("path", SUPPORTED, ids=lambda p: p.stem)
 def test_random_walks_validate(path):
     jsonschema = pytest.importorskip("jsonschema")
@@ -119,6 +120,7 @@ def _smollm2():
 
 
 @pytest.mark.slow
+@pytest.mark.ci_half
 @pytest.mark.parametrize("path", SUPPORTED, ids=lambda p: p.stem)
 def test_real_model_output_validates(path):
     jsonschema = pytest.importorskip("jsonschema")

@@ -194,6 +194,7 @@ def spindle(path, ids, tmp_path):
     return np.load(npy).astype(np.float64), json.loads(r.stdout)["tokens"]
 
 
+@pytest.mark.ci_half
 @pytest.mark.parametrize("prompt", range(len(RAW) + len(CHAT)))
 def test_gguf_parity(model, exact, prompt, tmp_path):
     ids = model["prompts"][prompt]
