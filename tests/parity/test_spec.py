@@ -401,9 +401,13 @@ def sample_runs(model_dir, tmp_path, prompt, spec, n=N_SAMPLES, seed=1000,
     return [q["tokens"] for q in out], sum(q["stats"]["accepted"] for q in out)
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "draft"])
-def test_sampling_matches_plain(dense_dir, near_copy, tmp_path, drafter):
-    model = dense_dir / "qwen3-f32"
+@pytest.mark.parametrize("drafter", ["ngram", "draft", "mtp_near"])
+def test_sampling_matches_plain(request, dense_dir, tmp_path, drafter):
+    if drafter == "ngram":
+        model, spec, opts = dense_dir / "qwen3-f32", {}, {}
+    else:
+        model, spec, opts = drafting(request, "near_copy" if drafter == "draft"
+                                     else drafter)
     # a prompt holding typical continuations, so that prompt lookup drafts
     # (and is accepted) often
     typical, _ = sample_runs(model, tmp_path, SEED_PROMPT, {}, n=12)
@@ -412,16 +416,17 @@ def test_sampling_matches_plain(dense_dir, near_copy, tmp_path, drafter):
     # (drafting never draws from the request's stream: one draw per
     # emitted token, as plain does)
     plain, _ = sample_runs(model, tmp_path, prompt, {}, seed=90000)
-    spec = dict(spec=drafter, num_draft_tokens=4, fixed_k=True)
-    # the draft model: a perturbed copy of the target (drafts sampled on
-    # the verify rows' uniforms, some rejected). Always accepting such
-    # coupled drafts is barely wrong (they are mostly the target's own
-    # draws), so the wrong rule gets greedy drafts, whose output it skews
-    # toward the draft's argmax.
-    opts = dict(draft_model=str(near_copy)) if drafter == "draft" else {}
+    spec = dict(spec=drafter, num_draft_tokens=4, fixed_k=True) \
+        if drafter == "ngram" else spec
+    # the draft model (a perturbed copy of the target) and the informed MTP
+    # head draft close to the target's p: drafts sampled on the verify
+    # rows' uniforms, some rejected. Always accepting such coupled drafts is
+    # barely wrong (they are mostly the target's own draws), so the wrong
+    # rule gets greedy drafts, whose output it skews toward the drafter's
+    # argmax.
     got, accepted = sample_runs(model, tmp_path, prompt, spec, **opts)
     wrong, _ = sample_runs(model, tmp_path, prompt, spec, always_accept=True,
-                           greedy_drafts=drafter == "draft", **opts)
+                           greedy_drafts=drafter != "ngram", **opts)
     assert accepted > N_SAMPLES / 5, "too few drafts accepted to test anything"
     ps_good = [homogeneity_p([t[i] for t in got], [t[i] for t in plain])
                for i in range(1, POSITIONS + 1)]
