@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "grammar"))
-from grammar_common import (HARNESS, QWEN3, SCHEMAS, Harness, llg_gbnf,  # noqa: E402
+from grammar_common import (HARNESS, QWEN3, SCHEMAS, Harness, llg_gbnf, pick_walk_token,  # noqa: E402
                             llg_tokenizer, solid_tokens)
 import llguidance as llg  # noqa: E402
 
@@ -145,13 +145,9 @@ def main():
                 theirs.append(cpu_us(m.compute_bitmask)[1])
                 if xm:
                     xg.append(cpu_us(lambda: xm.fill_next_token_bitmask(bm))[1])
-                allowed = allowed[:len(hf)]
-                cand = np.nonzero(allowed & solid)[0]
-                if not len(cand):
-                    cand = np.nonzero(allowed)[0]
-                if not len(cand):
+                t = pick_walk_token(allowed, solid, rng)
+                if t is None:
                     break
-                t = int(cand[rng.randrange(len(cand))])
                 h.accept(t)
                 m.consume_token(t)
                 if xm and not xm.accept_token(t):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "grammar"))
-from grammar_common import QWEN3, SCHEMAS, Harness, solid_tokens  # noqa: E402
+from grammar_common import QWEN3, SCHEMAS, Harness, pick_walk_token, solid_tokens  # noqa: E402
 
 CASES = ["schemas/github_issue.json", "schemas/invoice.json", "schemas/stripe_charge.json",
          "schemas/petstore_pet.json", "gbnf/json.gbnf", "gbnf/arithmetic.gbnf",
@@ -52,13 +52,9 @@ def record(out_dir, harness, walks, steps):
             for _ in range(steps):
                 _, allowed = h.mask()
                 lines.append("mask")
-                allowed = allowed[:len(hf)]
-                cand = np.nonzero(allowed & solid)[0]
-                if not len(cand):
-                    cand = np.nonzero(allowed)[0]
-                if not len(cand):
+                t = pick_walk_token(allowed, solid, rng)
+                if t is None:
                     break
-                t = int(cand[rng.randrange(len(cand))])
                 assert h.accept(t)
                 lines.append(f"accept {t}")
         h.close()

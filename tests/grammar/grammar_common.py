@@ -102,6 +102,19 @@ def solid_tokens(hf):
     return _SOLID[id(hf)]
 
 
+def pick_walk_token(allowed, solid, rng):
+    """A random allowed token for a walk, preferring solid ones (the
+    bench scripts' walks); None when nothing is allowed."""
+    import numpy as np
+    allowed = allowed[:len(solid)]
+    cand = np.nonzero(allowed & solid)[0]
+    if not len(cand):
+        cand = np.nonzero(allowed)[0]
+    if not len(cand):
+        return None
+    return int(cand[rng.randrange(len(cand))])
+
+
 def llg_allowed(matcher, n_vocab):
     """The ids llguidance's matcher allows now, as a numpy bool array of
     n_vocab entries."""
