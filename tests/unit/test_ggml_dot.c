@@ -18,7 +18,9 @@
  *     activation block, ggml_act_split.c) with an added 2^-23 of
  *     sum |w| * (the block's largest |x|) (single-level q8 is off by ~2^-8).
  * (d) prefill on AVX-512 VNNI (ggml_gemm_vnni.c): fast as (b), 5..40
- *     tokens; high (the same 3 parts through the GEMM) as (c).
+ *     tokens; high (the same 3 parts through the GEMM) as (c). The same on
+ *     AVX2 / AVX-VNNI (ggml_gemm_avx2.c), through sp_matmul and called
+ *     directly for 1..16 tokens.
  *
  * Tolerance: integer block sums are exact, so the kernels differ from the
  * double reference only by f32 rounding: a product per block (d_w * d_x, then
@@ -265,6 +267,10 @@ static double min_part(uint32_t type, const unsigned char *blk, int j) {
     }
 }
 
+/* check_matmul: sp_ggml_gemm_int8 on all rows in one call, in place of
+ * sp_matmul's dispatch (3 parts for an exact check, else 1). */
+static bool direct_int8_gemm;
+
 /* Token counts up to this one are checked (the prefill path's 5..40). */
 #define MAX_TEST_TOKENS 40
 
@@ -286,7 +292,14 @@ static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
         fill_acts(x + t * cols, cols, t % 3);
         ref_quantize(at, x + t * cols, cols, &ra[t]);
     }
-    sp_matmul(pool, &w, x, nt, y);
+    if (direct_int8_gemm) { /* the AVX2 / AVX-VNNI GEMM itself, any count */
+        sp_ggml_acts acts;
+        const int levels = exact ? 3 : 1;
+        assert_true(sp_ggml_quantize_acts(pool, at, x, nt, cols, levels, &acts));
+        assert_true(sp_ggml_gemm_int8(&w, &acts, y, 0, rows, sp_simd_current()));
+    } else {
+        sp_matmul(pool, &w, x, nt, y);
+    }
     const int64_t bs = tr->block_size;
     /* precision high splits each activation block into 3 int8 parts: off
      * by at most 2^-24 of the block's largest |x| (plus f32 rounding) */
@@ -431,12 +444,12 @@ static void test_prefill(void **s) {
     sp_pool_destroy(pools[1]);
 }
 
-/* (d) the same on AVX2 and AVX-VNNI (ggml_gemm_avx2.c), precision fast
- * (high keeps the f32 tiles there, checked by test_levels' tolerance):
- * rows not multiples of the 16-row panel, token counts around the 4-token
- * micro-kernel, 1 and 2 threads. A saturating vpmaddubsw sum (q8_0's
- * 255 * 127 pairs, or too many q5 steps in i16) or a lost offset misses the
- * tolerance by far. */
+/* (d) the same on AVX2 and AVX-VNNI (ggml_gemm_avx2.c) through sp_matmul:
+ * precision fast (from 5 tokens) and high (2..5 tokens, the f32 tiles
+ * above, checked by test_levels' tolerance); rows not multiples of the
+ * 16-row panel, token counts around the 2-token micro-kernel, 1 and 2
+ * threads. A saturating vpmaddubsw sum (q8_0's 255 * 127 pairs, or too many
+ * q5 steps in i16) or a lost offset misses the tolerance by far. */
 static void test_prefill_avx2(void **s) {
     (void)s;
     static const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI};
@@ -451,6 +464,10 @@ static void test_prefill_avx2(void **s) {
             if (!sp_ggml_gemm_int8_covered(types[i].type, 1024, levels[lv])) continue;
             checked++;
             for (int p = 0; p < 2; p++) {
+                sp_mm_precision_force(SP_PRECISION_HIGH);
+                check_matmul(&types[i], 37, 32 * 37, 2, pools[p], true);
+                check_matmul(&types[i], 45, 32 * 21, 5, pools[p], true);
+                sp_mm_precision_force(SP_PRECISION_FAST);
                 check_matmul(&types[i], 37, 32 * 37, 9, pools[p], false);
                 check_matmul(&types[i], 20, 32, 12, pools[p], false);
                 check_matmul(&types[i], 33, 1024, 40, pools[p], false);
@@ -464,6 +481,37 @@ static void test_prefill_avx2(void **s) {
     sp_simd_force(sp_simd_supported());
     sp_mm_precision_force(SP_PRECISION_HIGH);
     sp_pool_destroy(pools[1]);
+    if (!checked) skip();
+}
+
+/* The AVX2 / AVX-VNNI GEMM called directly for every count it may take
+ * (sp_matmul gives it 2..5 tokens at precision high, 5 and more at fast):
+ * 1..16 tokens, precision high's 3 parts (as (c)) and fast's 1 (as (b)),
+ * rows that are not multiples of the 16-row panel, an odd block count of
+ * columns in one panel and across a second one. A lost part, token, row or
+ * block misses the tolerance by far. */
+static void test_gemm_int8_few_rows(void **s) {
+    (void)s;
+    static const sp_simd_level levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI};
+    int checked = 0;
+    direct_int8_gemm = true;
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        if (!sp_simd_available(levels[lv])) continue;
+        assert_true(sp_simd_force(levels[lv]));
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            if (!sp_ggml_gemm_int8_covered(types[i].type, 1024, levels[lv])) continue;
+            checked++;
+            for (int nt = 1; nt <= 16; nt++)
+                for (int hi = 0; hi < 2; hi++) {
+                    sp_mm_precision_force(hi ? SP_PRECISION_HIGH : SP_PRECISION_FAST);
+                    check_matmul(&types[i], 21 + nt, 32 * 3, nt, NULL, hi);
+                    check_matmul(&types[i], 16 + nt % 3, 32 * 19, nt, NULL, hi);
+                }
+        }
+    }
+    direct_int8_gemm = false;
+    sp_simd_force(sp_simd_supported());
+    sp_mm_precision_force(SP_PRECISION_HIGH);
     if (!checked) skip();
 }
 
@@ -581,6 +629,7 @@ int main(void) {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_prefill_avx2),
+        cmocka_unit_test(test_gemm_int8_few_rows),
         cmocka_unit_test(test_split_levels_agree),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_levels_cover_all),

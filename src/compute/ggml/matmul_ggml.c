@@ -22,7 +22,9 @@
  * or AVX2, q4_0 / q8_0 / q4_1 / q5_0 / q5_1 (and MXFP4 on AVX-512): every
  * token is quantized (fast) or split into 3 parts (high) once per call as
  * for decode and ggml_gemm_vnni.c (ggml_gemm_avx2.c) computes the same
- * per-block values in panels of rows.
+ * per-block values in panels of rows (gg_use_gemm: on AVX2 / AVX-VNNI at
+ * precision high only 2..5 tokens, a speculative verify or a small batch,
+ * where one pass of its 3 parts beats the decode kernels' several).
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
  * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
  * and the tile is dotted with every token's f32 activations, so the decode
@@ -197,6 +199,27 @@ static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     }
 }
 
+/* Whether the integer prefill GEMM takes n_tokens tokens with `levels`
+ * int8 parts each. AVX-512 VNNI: from SP_MM_SMALL_TOKENS + 1 (it beats the
+ * decode kernels there: SmolLM2 Q4_1, 8 rows, precision high, S_TG about
+ * 1.8x theirs). AVX2 / AVX-VNNI (bench/RESULTS.md, "Few-row GGUF matmuls on
+ * AVX2"): one part (fast), from SP_MM_SMALL_TOKENS + 1, the decode kernels
+ * being cheaper below; precision high's 3 parts, from 2 to
+ * SP_GG_INT8_HIGH_MAX tokens: its one pass over each panel costs half the
+ * decode kernels' at 4 tokens (which read every weight row once per 2
+ * tokens), while from 6 tokens the f32 tiles' per-token FMAs are cheaper
+ * than 3 int8 parts. */
+#define SP_GG_INT8_HIGH_MAX 5
+static bool gg_use_gemm(const sp_weight *w, int n_tokens, int levels,
+                        sp_simd_level level) {
+    if (levels < 1 || levels > SP_GGML_SPLIT_MAX_LEVELS) return false;
+    if (sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols))
+        return n_tokens > SP_MM_SMALL_TOKENS;
+    if (!sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, level)) return false;
+    return levels == 1 ? n_tokens > SP_MM_SMALL_TOKENS
+                       : n_tokens >= 2 && n_tokens <= SP_GG_INT8_HIGH_MAX;
+}
+
 void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
                     int n_tokens, float *y) {
     if (!w || !x || !y || n_tokens <= 0) return;
@@ -217,22 +240,12 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     const int threads = sp_pool_size(pool);
     int64_t grain = (w->rows + threads - 1) / threads;
     const int levels = sp_mm_act_levels();
-    /* From 5 tokens on the prefill GEMM, where it covers the type, beats
-     * the decode kernels (SmolLM2 Q4_1, 8 rows, precision high: S_TG about
-     * 1.8x theirs), and so do the f32 tiles at precision high on AVX2
-     * (whose 3 parts per token make 8 rows 24 kernel tokens; bench/
-     * RESULTS.md "Batched decode"): the decode kernels take 5..8 tokens
-     * only at precision fast where the GEMM does not cover. */
-    const bool gemm =
-        n_tokens > SP_MM_SMALL_TOKENS && levels >= 1 &&
-        levels <= SP_GGML_SPLIT_MAX_LEVELS &&
-        ((sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols)) ||
-         /* the AVX2 / AVX-VNNI GEMM: precision high's 3 parts cost it more
-          * than the f32 tiles (bench/RESULTS.md), so only fast there */
-         (levels == 1 &&
-          sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, job.level)));
-    const bool decode = n_tokens <= SP_MM_SMALL_TOKENS ||
-                        (n_tokens <= SP_MM_DECODE_TOKENS && levels == 1 && !gemm);
+    const bool gemm = gg_use_gemm(w, n_tokens, levels, job.level);
+    /* The decode kernels take 5..8 tokens only at precision fast where the
+     * GEMM does not cover; precision high's f32 tiles beat their 3 parts
+     * per token from 5 tokens (bench/RESULTS.md "Batched decode"). */
+    const bool decode = !gemm && (n_tokens <= SP_MM_SMALL_TOKENS ||
+                                  (n_tokens <= SP_MM_DECODE_TOKENS && levels == 1));
     if (decode && sp_ggml_dot_covered(w->ggml_type, w->cols)) {
         if (levels > 1 && levels <= SP_GGML_SPLIT_MAX_LEVELS &&
             gg_split(&job, levels)) {
