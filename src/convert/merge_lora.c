@@ -37,20 +37,14 @@ typedef struct merge_tensor {
     sp_dtype out;             /* M_MERGE: the merged matrix's type */
 } merge_tensor;
 
-static bool skip(const char **s, const char *prefix) {
-    size_t n = strlen(prefix);
-    if (strncmp(*s, prefix, n)) return false;
-    *s += n;
-    return true;
-}
-
 /* <prefix>model.layers.N.{self_attn,mlp}.[G.]X.{weight,scales,biases}: the
  * projection, resolved against the model, and whether it is .weight. */
 static bool projection_of(const spindle_model *m, const char *name,
                           sp_lora_target *tgt, bool *is_weight) {
-    const char *s = name;
-    char why[192];
-    if (!skip(&s, m->tensor_prefix) || !sp_lora_parse_target(&s, tgt) ||
+    char own[400], why[192];
+    if (!sp_model_own_name(m, name, own, sizeof own)) return false;
+    const char *s = own;
+    if (!sp_lora_parse_target(&s, tgt) ||
         tgt->layer >= m->cfg.n_layers)
         return false;
     *is_weight = !strcmp(s, "weight");

@@ -35,7 +35,12 @@
  *    pre_feedforward_layernorm_2 of it:
  *      x += post_ff_norm(post_ff_norm_1(mlp(pre_ff_norm(x)))
  *                        + post_ff_norm_2(experts(pre_ff_norm_2(x))))
- *    Weights as mlx-lm writes them (experts.switch_glu.*_proj).
+ *    Weights as mlx-lm writes them (experts.switch_glu.*_proj), or as
+ *    transformers does (experts.gate_up_proj [E][2 inter][hidden], gate
+ *    rows first, and experts.down_proj [E][hidden][inter]: bare
+ *    parameters, each half of gate_up a view), the language model of a
+ *    Gemma4ForConditionalGeneration checkpoint under
+ *    "model.language_model." (models/weights.c).
  */
 #include "models/gemma4.h"
 #include "models/blocks.h"
@@ -144,6 +149,14 @@ static spindle_status bind_moe(spindle_model *m, gemma4 *g,
     for (int l = 0; l < n && !st; l++) {
         moe_norms *N = &g->moe_norms[l];
 #define NAME(s) (snprintf(p, sizeof p, "model.layers.%d" s, l), p)
+        if (!m->gguf && sp_model_find_tensor(m, NAME(".experts.gate_up_proj"))) {
+            /* transformers' layout, which mlx-lm's sanitize splits: the
+             * fused experts.gate_up_proj (gate rows first) and
+             * experts.down_proj, bare parameters used in place */
+            spec.stacked = "experts";
+            spec.gate_up = "gate_up_proj";
+            spec.gate_up_halves = true;
+        }
         if (!(st = sp_moe_bind(m, NAME(""), &spec, &g->moe[l], err)) &&
             !(st = sp_bind_vector(m, NAME(".post_feedforward_layernorm_1.weight"),
                                   d, &N->post_1, err)) &&

@@ -193,10 +193,15 @@ struct spindle_model {
 
     sp_forward *fwd;             /* reusable forward scratch */
 
-    /* Prepended to every tensor name and quantization path: multimodal
-     * checkpoints written by mlx-lm keep the language model under
-     * "language_model." (decided by the files). Empty otherwise. */
+    /* Where multimodal checkpoints keep the language model (decided by
+     * the files): a tensor name or quantization path that starts with
+     * tensor_prefix_from has that start replaced by tensor_prefix. mlx-lm
+     * writes it under "language_model." (from "": every name prefixed),
+     * transformers' *ForConditionalGeneration under
+     * "model.language_model." (from "model.": lm_head stays at the top).
+     * Both empty otherwise (sp_model_file_name). */
     char tensor_prefix[32];
+    char tensor_prefix_from[8];
 
     /* spindle_model_fingerprint's value once computed ("" before), under
      * the lock of model_fingerprint.c. */
@@ -242,6 +247,13 @@ void sp_forward_finish(spindle_model *m, sp_forward *f, spindle_batch_entry *e,
 /* A tensor by Hugging Face name in whichever files the model came from. */
 const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
                                            const char *name);
+/* The name the files give the model's tensor `name` (tensor_prefix), and
+ * back: the model's name of the files' tensor `file_name` (false: not
+ * under the prefix). False too when it does not fit in buf[n]. */
+bool sp_model_file_name(const spindle_model *m, const char *name, char *buf,
+                        size_t n);
+bool sp_model_own_name(const spindle_model *m, const char *file_name,
+                       char *buf, size_t n);
 size_t sp_model_tensor_count(const spindle_model *m);
 
 /* Bind `<prefix>.weight` (float or MLX affine, per the config's rules and

@@ -85,6 +85,7 @@ spindle_status sp_mtp_new(spindle_model *target, sp_mtp **out,
     *h = *target;           /* borrowed: tensors, embed, lm_head, rope, pool */
     h->cfg.n_layers = 1;
     h->tensor_prefix[0] = '\0';
+    h->tensor_prefix_from[0] = '\0';
     h->fingerprint[0] = '\0';
     h->family = NULL;
     h->owned = NULL;

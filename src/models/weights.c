@@ -10,14 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool sp_model_file_name(const spindle_model *m, const char *name, char *buf,
+                        size_t n) {
+    const size_t from = strlen(m->tensor_prefix_from);
+    const bool moved = !strncmp(name, m->tensor_prefix_from, from);
+    return (size_t)snprintf(buf, n, "%s%s", moved ? m->tensor_prefix : "",
+                            moved ? name + from : name) < n;
+}
+
+bool sp_model_own_name(const spindle_model *m, const char *file_name,
+                       char *buf, size_t n) {
+    const size_t to = strlen(m->tensor_prefix);
+    if (strncmp(file_name, m->tensor_prefix, to)) return false;
+    return (size_t)snprintf(buf, n, "%s%s", m->tensor_prefix_from,
+                            file_name + to) < n;
+}
+
 const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
                                            const char *name) {
     if (m->gguf) return sp_gguf_weights_find(m->gguf, name);
     if (!m->tensor_prefix[0]) return sp_tensor_set_find(m->tensors, name);
     char full[400];
-    if ((size_t)snprintf(full, sizeof full, "%s%s", m->tensor_prefix, name) >=
-        sizeof full)
-        return NULL;
+    if (!sp_model_file_name(m, name, full, sizeof full)) return NULL;
     return sp_tensor_set_find(m->tensors, full);
 }
 
@@ -319,8 +333,14 @@ static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
         *out = (sp_weight){.rows = (s.stack > 0 ? s.stack : 1) * s.rows,
                            .cols = s.cols};
         if (blocks) return bind_hf_mxfp4(m, prefix, blocks, s, out, err);
-        snprintf(name, sizeof name, "%s.weight", prefix);
-        return missing(m, name, err);
+        /* transformers' fused experts are bare 3-D parameters, no .weight
+         * (Gemma 4's experts.gate_up_proj [E][2 inter][hidden], out x in
+         * as every matrix here: the shape check catches a transposed one
+         * unless it is square) */
+        if (!(w = find(m, prefix))) {
+            snprintf(name, sizeof name, "%s.weight", prefix);
+            return missing(m, name, err);
+        }
     }
     *out = (sp_weight){.rows = (s.stack > 0 ? s.stack : 1) * s.rows,
                        .cols = s.cols, .data = w->data};
@@ -336,7 +356,7 @@ static spindle_status bind_matrix_view(spindle_model *m, const char *prefix,
     int bits, group;
     bool mxfp4;
     char path[300];
-    snprintf(path, sizeof path, "%s%s", m->tensor_prefix, prefix);
+    sp_model_file_name(m, prefix, path, sizeof path);
     sp_quant_rule rule =
         sp_config_quant_rule(&m->cfg, path, &bits, &group, &mxfp4);
     snprintf(name, sizeof name, "%s.scales", prefix);
@@ -451,12 +471,20 @@ spindle_status sp_bind_embeddings_and_head(spindle_model *m,
                                            spindle_error *err) {
     const sp_model_config *c = &m->cfg;
     /* mlx-lm saves a multimodal model's language model under its
-     * attribute name. */
-    if (!m->gguf && !find(m, "model.embed_tokens.weight") &&
-        sp_tensor_set_find(m->tensors,
-                           "language_model.model.embed_tokens.weight"))
-        snprintf(m->tensor_prefix, sizeof m->tensor_prefix,
-                 "language_model.");
+     * attribute name, transformers under the inner model's. */
+    if (!m->gguf && !find(m, "model.embed_tokens.weight")) {
+        if (sp_tensor_set_find(m->tensors,
+                               "language_model.model.embed_tokens.weight"))
+            snprintf(m->tensor_prefix, sizeof m->tensor_prefix,
+                     "language_model.");
+        else if (sp_tensor_set_find(m->tensors, "model.language_model."
+                                                "embed_tokens.weight")) {
+            snprintf(m->tensor_prefix, sizeof m->tensor_prefix,
+                     "model.language_model.");
+            snprintf(m->tensor_prefix_from, sizeof m->tensor_prefix_from,
+                     "model.");
+        }
+    }
     matrix_shape s = {0, c->vocab_size, c->hidden_size};
     spindle_status st = bind_matrix(m, "model.embed_tokens", s, &m->embed,
                                     err);

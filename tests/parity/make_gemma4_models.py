@@ -22,6 +22,18 @@ token; router weights drawn wide enough that the chosen experts are not
 near ties).  Gemma 4's norms scale by w (not 1 + w), so norm weights are
 drawn around 1.
 
+"moe-hf" ("moe" with experts of 96, so that no expert matrix is square
+and a transposed one fails the shape check) stores its weights in
+transformers' layout, which mlx-lm's
+gemma4_text sanitize undoes at load: each layer's experts as the fused
+experts.gate_up_proj [E, 2 inter, hidden] (gate rows first) and
+experts.down_proj [E, hidden, inter], bare parameters; "moe-hf-mm" as a
+Gemma4ForConditionalGeneration checkpoint on top (model_type gemma4, the
+text settings in text_config, the language model under
+"model.language_model.", beside vision tensors mlx-lm drops).  Their
+references come from mlx-lm's reload of those files, which must equal the
+in-memory model built in mlx-lm's layout.
+
 Usage: python tests/parity/make_gemma4_models.py [--out DIR] [--only NAME ...]
 """
 
@@ -97,10 +109,12 @@ BASE["per-layer"] = dict(BASE["shared"], hidden_size_per_layer_input=64,
                          vocab_size_per_layer_input=512)
 BASE["moe"] = dict(BASE["small"], enable_moe_block=True, num_experts=8,
                    top_k_experts=2, moe_intermediate_size=64)
+BASE["moe-hf"] = dict(BASE["moe"], moe_intermediate_size=96)
 
 
-def _spec(name, base, dtype, quant=None):
-    return dict(name=name, base=base, dtype=dtype, quant=quant, cfg={})
+def _spec(name, base, dtype, quant=None, layout="mlx"):
+    return dict(name=name, base=base, dtype=dtype, quant=quant, cfg={},
+                layout=layout)
 
 
 SPECS = [
@@ -126,6 +140,10 @@ SPECS = [
     _spec("gemma4-moe-f32", "moe", "float32"),
     _spec("gemma4-moe-bf16", "moe", "bfloat16"),
     _spec("gemma4-moe-q4g64", "moe", "bfloat16", quant=(4, 64)),
+    _spec("gemma4-moe-hf-f32", "moe-hf", "float32", layout="hf"),
+    _spec("gemma4-moe-hf-bf16", "moe-hf", "bfloat16", layout="hf"),
+    _spec("gemma4-moe-hf-mm-f32", "moe-hf", "float32", layout="hf-mm"),
+    _spec("gemma4-moe-hf-mm-bf16", "moe-hf", "bfloat16", layout="hf-mm"),
 ]
 
 
@@ -180,18 +198,89 @@ def init_weights(model, seed):
     model.update(mm.tree_unflatten(new))
 
 
+def hf_expert_weights(weights):
+    """mlx-lm's gemma4_text sanitize inverted: each layer's
+    experts.switch_glu.{gate,up}_proj.weight [E, inter, hidden] joined into
+    experts.gate_up_proj [E, 2 inter, hidden] (gate first, as sanitize's
+    split along axis -2 takes them) and down_proj.weight renamed
+    experts.down_proj; the other names as they are."""
+    mx = mm.mx
+    out = {}
+    for name, w in weights.items():
+        if ".experts.switch_glu." not in name:
+            out[name] = w
+            continue
+        layer, proj = name.split(".experts.switch_glu.")
+        if proj == "down_proj.weight":
+            out[f"{layer}.experts.down_proj"] = w
+        elif proj == "gate_proj.weight":
+            up = weights[f"{layer}.experts.switch_glu.up_proj.weight"]
+            out[f"{layer}.experts.gate_up_proj"] = mx.concatenate([w, up],
+                                                                  axis=-2)
+        elif proj != "up_proj.weight":
+            raise SystemExit(f"{name}: no Hugging Face name for it")
+    return out
+
+
+def multimodal_weights(weights, cfg):
+    """Gemma4ForConditionalGeneration's names: the language model under
+    model.language_model., beside vision tensors (mlx-lm's gemma4
+    sanitize drops them)."""
+    np, mx = mm.np, mm.mx
+    out = {f"model.language_model.{k.removeprefix('model.')}": w
+           for k, w in weights.items()}
+    d = cfg["hidden_size"]
+    out["model.vision_tower.encoder.layers.0.mlp.down_proj.linear.weight"] = \
+        mx.array(np.ones((d, 2 * d), np.float32)).astype(
+            weights["model.norm.weight"].dtype)
+    out["model.embed_vision.embedding_projection.weight"] = \
+        mx.array(np.ones((d, d), np.float32))
+    return out
+
+
+def save_hf_layout(spec, path):
+    """Rewrite the saved model in transformers' layout (module docstring)."""
+    mx = mm.mx
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    weights = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        weights.update(mx.load(str(path / shard)))
+        (path / shard).unlink()
+    weights = hf_expert_weights(weights)
+    cfg = json.loads((path / "config.json").read_text())
+    if spec["layout"] == "hf-mm":
+        weights = multimodal_weights(weights, cfg)
+        outer = {k: cfg[k] for k in ("tie_word_embeddings", "torch_dtype",
+                                     "eos_token_id", "bos_token_id",
+                                     "vocab_size")}
+        cfg = dict(outer, model_type="gemma4",
+                   architectures=["Gemma4ForConditionalGeneration"],
+                   text_config=cfg,
+                   vision_config={"model_type": "gemma4_vision"})
+        (path / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
+    mx.save_safetensors(str(path / "model.safetensors"), weights,
+                        metadata={"format": "pt"})
+    index["weight_map"] = {n: "model.safetensors" for n in sorted(weights)}
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps(index, indent=4) + "\n")
+
+
 def build_one(spec, out):
     mx, mlu = mm.mx, mm.mlu
     path = out / spec["name"]
     mm.fresh_dir(path)
     mem_model = g3.build_model(spec, path, make_config, init_weights)
+    if spec["layout"] != "mlx":
+        save_hf_layout(spec, path)
     model, cfg = mlu.load_model(path)
-    if not model.tie_word_embeddings:
+    if not getattr(model, "language_model", model).tie_word_embeddings:
         raise SystemExit(f"{spec['name']}: reloaded model is not tied")
     eos_ids = mm.eos_set(cfg)
     model32, _ = mlu.load_model(path)
     model32.set_dtype(mx.float32)
-    if cfg.get("enable_moe_block") and spec["dtype"] != "float32" and not spec["quant"]:
+    text_cfg = cfg.get("text_config", cfg)
+    if text_cfg.get("enable_moe_block") and spec["dtype"] != "float32" and \
+            not spec["quant"]:
         # mlx's CPU gather_mm multiplies float32 only (gather_qmm takes
         # bf16): unquantized bf16 experts run upcast, as in make_moe_models.
         model = model32

@@ -11,9 +11,14 @@ are test_parity.py's (parity_common.py):
 Gemma 4's norms scale by w, so unlike Gemma 3 the float32 reference needs
 no norm rounding; mlx-lm applies the final logit softcap itself.
 
+The "-hf" models hold the MoE experts in transformers' layout (fused
+experts.gate_up_proj, experts.down_proj; "-hf-mm" under
+"model.language_model." of a Gemma4ForConditionalGeneration checkpoint),
+read in place.
+
 Bad configs (a global KV head count that does not divide the heads; a MoE
-block without its sizes) must fail at load with a one-line error naming
-the key.
+block without its sizes) and Hugging Face expert tensors of a wrong shape
+must fail at load with a one-line error naming the key or tensor.
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS,
 SPINDLE_GEMMA4_PARITY_DIR (default tests/.work/parity-gemma4).
@@ -138,3 +143,42 @@ def test_gemma4_moe_info(spindle_bin, gemma4_models):  # noqa: F811
                                "intermediate_size": 64, "moe_layers": 5}, info
     assert info["active_parameters"] < info["parameters"], info
 
+
+
+@pytest.mark.parametrize("model,tensor,edit", [
+    # transposed: [E, hidden, 2 inter] instead of [E, 2 inter, hidden]
+    ("gemma4-moe-hf-f32", "model.layers.1.experts.gate_up_proj",
+     lambda w: w.transpose(0, 2, 1)),
+    # one expert short
+    ("gemma4-moe-hf-f32", "model.layers.3.experts.down_proj",
+     lambda w: w[1:]),
+    # only the gate half
+    ("gemma4-moe-hf-mm-bf16",
+     "model.language_model.layers.0.experts.gate_up_proj",
+     lambda w: w[:, : w.shape[1] // 2]),
+], ids=["gate-up-transposed", "down-one-expert-short", "mm-gate-up-half"])
+def test_gemma4_hf_bad_expert_shape(spindle_bin, gemma4_models,  # noqa: F811
+                                    tmp_path, model, tensor, edit):
+    """A Hugging Face expert tensor of the wrong shape fails at load with
+    one line naming it."""
+    import mlx.core as mx
+    d = _with_config(gemma4_models / model, tmp_path / "m", lambda c: None)
+    weights = mx.load(str(d / "model.safetensors"))
+    weights[tensor] = mx.contiguous(edit(weights[tensor]))
+    mx.save_safetensors(str(d / "model.safetensors"), weights)
+    r = _run(spindle_bin, d, "run", "--prompt-tokens", "1,2", "-n", "1")
+    assert r.returncode > 0, "a malformed expert tensor was accepted"
+    assert f"'{tensor}'" in r.stderr and \
+        len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_gemma4_hf_moe_info(spindle_bin, gemma4_models):  # noqa: F811
+    """The multimodal Hugging Face checkpoint is described as the text
+    model it holds, its experts counted."""
+    r = _run(spindle_bin, gemma4_models / "gemma4-moe-hf-mm-bf16", "info",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["model_type"] == "gemma4_text", info
+    assert info["experts"] == {"count": 8, "used_per_token": 2,
+                               "intermediate_size": 96, "moe_layers": 5}, info
