@@ -401,6 +401,9 @@ def sample_runs(model_dir, tmp_path, prompt, spec, n=N_SAMPLES, seed=1000,
     return [q["tokens"] for q in out], sum(q["stats"]["accepted"] for q in out)
 
 
+# slow: 1,200 sampled requests per drafter; run by the release suite (not
+# under the sanitizers, where it took a minute)
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["ngram", "draft", "mtp_near"])
 def test_sampling_matches_plain(request, dense_dir, tmp_path, drafter):
     if drafter == "ngram":
@@ -495,6 +498,9 @@ LEADS = {"draft": (("itself", 0.95, 0.3), ("near_copy", None, 0.15)),
                  ("mtp", None, None))}
 
 
+# slow: acceptance statistics; run by the release suite (not under the
+# sanitizers)
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", list(LEADS))
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
 def test_sampled_drafts_accepted_more_than_greedy(request, tmp_path, sampler,
