@@ -241,11 +241,7 @@ def multimodal_weights(weights, cfg):
 def save_hf_layout(spec, path):
     """Rewrite the saved model in transformers' layout (module docstring)."""
     mx = mm.mx
-    index = json.loads((path / "model.safetensors.index.json").read_text())
-    weights = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        weights.update(mx.load(str(path / shard)))
-        (path / shard).unlink()
+    weights, index = mm.take_saved_weights(path)
     weights = hf_expert_weights(weights)
     cfg = json.loads((path / "config.json").read_text())
     if spec["layout"] == "hf-mm":

@@ -261,6 +261,18 @@ def save_sharded(path, model, shards):
         mlu.make_shards = orig
 
 
+def take_saved_weights(path):
+    """Every tensor of a model saved by save_sharded, its shard files
+    removed (for makers that rewrite the weights in another layout), and
+    the index it had (its metadata is written back with the new map)."""
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    weights = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        weights.update(mx.load(str(path / shard)))
+        (path / shard).unlink()
+    return weights, index
+
+
 def build_model(spec, path, cfg=None, base=BASE):
     """The spec's model (config `cfg`, default make_config(spec, base))
     built, seeded, cast and quantized by mlx-lm's code and saved in `path`;

@@ -86,11 +86,7 @@ def unstack_experts(path):
     """Rewrite the saved model with every switch_mlp.<proj>.weight [E, out,
     in] split into mlp.experts.<e>.<proj>.weight, in one file."""
     mx = mm.mx
-    index = json.loads((path / "model.safetensors.index.json").read_text())
-    weights = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        weights.update(mx.load(str(path / shard)))
-        (path / shard).unlink()
+    weights, index = mm.take_saved_weights(path)
     out = {}
     for name, w in weights.items():
         if ".mlp.switch_mlp." in name:
