@@ -156,7 +156,8 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_spec.py tests/parity/test_durable.py
       tests/parity/test_prompt_cache_disk.py
       tests/parity/test_prompt_cache_disk_states.py tests/parity/test_lora.py
-      tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py -m "not slow")
+      tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py
+      tests/parity/test_lora_hybrid.py -m "not slow")
   fi
   run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
     "" "${ASAN_SELECT[@]}"

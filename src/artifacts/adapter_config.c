@@ -9,6 +9,8 @@
 static const char *const module_names[SP_LORA_N_MODULES] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
     "gate", "shared_expert_gate",
+    "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b",
+    "in_proj_a", "out_proj",
 };
 
 int sp_lora_module_from_name(const char *name) {
@@ -16,8 +18,8 @@ int sp_lora_module_from_name(const char *name) {
     const char *last = dot ? dot + 1 : name;
     for (int i = 0; i < SP_LORA_N_MODULES; i++)
         if (!strcmp(last, module_names[i])) return i;
-    /* gpt-oss names its router mlp.router */
-    return strcmp(last, "router") ? -1 : SP_LORA_ROUTER;
+    /* gpt-oss names its router mlp.router, Gemma 4 router.proj */
+    return strcmp(last, "router") && strcmp(last, "proj") ? -1 : SP_LORA_ROUTER;
 }
 
 const char *sp_lora_module_name(sp_lora_module m) {

@@ -17,16 +17,25 @@
 
 /* The projections an adapter may target, by their Hugging Face names:
  * gate/up/down name a dense MLP's, a routed expert's and a shared
- * expert's alike; the router of an MoE layer is Qwen's mlp.gate ("gate")
- * or gpt-oss's mlp.router ("router"), the shared expert's sigmoid gate
- * Qwen's mlp.shared_expert_gate. */
+ * expert's alike; the router of an MoE layer is Qwen's mlp.gate ("gate"),
+ * gpt-oss's mlp.router ("router") or Gemma 4's router.proj ("proj"), the
+ * shared expert's sigmoid gate Qwen's mlp.shared_expert_gate; the gated
+ * DeltaNet's (linear_attn.) input projections are Qwen3-Next's fused
+ * in_proj_qkvz / in_proj_ba or Qwen3.5's in_proj_qkv, _z, _b, _a, its
+ * output out_proj. New modules go last: the order numbers slots. */
 typedef enum sp_lora_module {
     SP_LORA_Q = 0, SP_LORA_K, SP_LORA_V, SP_LORA_O,
     SP_LORA_GATE, SP_LORA_UP, SP_LORA_DOWN,
     SP_LORA_ROUTER,
     SP_LORA_SHARED_GATE,
+    SP_LORA_IN_QKVZ, SP_LORA_IN_BA, SP_LORA_IN_QKV, SP_LORA_IN_Z,
+    SP_LORA_IN_B, SP_LORA_IN_A, SP_LORA_OUT_PROJ,
     SP_LORA_N_MODULES
 } sp_lora_module;
+
+/* The first of the DeltaNet's modules, and their count. */
+#define SP_LORA_LINEAR_FIRST SP_LORA_IN_QKVZ
+#define SP_LORA_N_LINEAR (SP_LORA_N_MODULES - SP_LORA_LINEAR_FIRST)
 
 #define SP_LORA_ALL_MODULES ((1u << SP_LORA_N_MODULES) - 1u)
 #define SP_LORA_MAX_RANK 4096
@@ -46,11 +55,13 @@ typedef struct sp_adapter_config {
     unsigned targets;      /* bit per sp_lora_module the config allows */
 } sp_adapter_config;
 
-/* "q_proj" ... "down_proj", "gate" or "router", "shared_expert_gate" (also
+/* "q_proj" ... "down_proj", "gate", "router" or "proj",
+ * "shared_expert_gate", "in_proj_qkvz" ... "out_proj" (also
  * "self_attn.q_proj", "mlp.switch_mlp.up_proj": the last dotted part
  * decides) -> module, or -1 when it is none of them. */
 int sp_lora_module_from_name(const char *name);
-/* "q_proj" ... "down_proj", "gate", "shared_expert_gate". */
+/* "q_proj" ... "down_proj", "gate", "shared_expert_gate", "in_proj_qkvz"
+ * ... "out_proj". */
 const char *sp_lora_module_name(sp_lora_module m);
 
 /* Parse `len` bytes of adapter_config.json text; `what` names the file in

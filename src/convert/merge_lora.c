@@ -37,8 +37,9 @@ typedef struct merge_tensor {
     sp_dtype out;             /* M_MERGE: the merged matrix's type */
 } merge_tensor;
 
-/* <prefix>model.layers.N.{self_attn,mlp}.[G.]X.{weight,scales,biases}: the
- * projection, resolved against the model, and whether it is .weight. */
+/* <prefix>model.layers.N.<projection>.{weight,scales,biases}
+ * (sp_lora_parse_target's syntax): the projection, resolved against the
+ * model, and whether it is .weight. */
 static bool projection_of(const spindle_model *m, const char *name,
                           sp_lora_target *tgt, bool *is_weight) {
     char own[400], why[192];
@@ -70,7 +71,7 @@ static spindle_status adapted(const spindle_model *m, const spindle_adapter *a,
                               merge_tensor *mt, bool *any, spindle_error *err) {
     const sp_lora_target *tgt = &mt->tgt;
     mt->n_parts = tgt->expert == SP_LORA_STACKED
-                      ? m->layers[tgt->layer].moe->spec.n_experts : 1;
+                      ? sp_lora_moe(m, tgt->layer)->spec.n_experts : 1;
     *any = false;
     for (int p = 0; p < mt->n_parts; p++) {
         int e = part_expert(tgt, p);

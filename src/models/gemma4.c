@@ -156,6 +156,8 @@ static spindle_status bind_moe(spindle_model *m, gemma4 *g,
             spec.stacked = "experts";
             spec.gate_up = "gate_up_proj";
             spec.gate_up_halves = true;
+            /* adapters name mlx-lm's split experts, as trained */
+            spec.adapter_stacked = "experts.switch_glu";
         }
         if (!(st = sp_moe_bind(m, NAME(""), &spec, &g->moe[l], err)) &&
             !(st = sp_bind_vector(m, NAME(".post_feedforward_layernorm_1.weight"),

@@ -47,12 +47,10 @@ void sp_lora_scratch_free(sp_lora_scratch *s) {
 
 /* ------------------------------------------------------------- the adapter */
 
-/* Adapters name the experts of sp_layer.moe only (Gemma 4's experts
- * beside the MLP have names of their own, which no adapter resolves). */
 static int max_experts(const spindle_model *m) {
     int n = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const sp_moe *moe = m->layers[l].moe;
+        const sp_moe *moe = sp_lora_moe(m, l);
         if (moe && moe->spec.n_experts > n) n = moe->spec.n_experts;
     }
     return n;
@@ -60,7 +58,8 @@ static int max_experts(const spindle_model *m) {
 
 /* The slot blocks, in sp_lora_slot's order: q..down of each layer, the
  * routers, 3 projections per routed expert, then per layer the shared
- * expert's gate, up and down and the shared-expert gate. */
+ * expert's gate, up and down and the shared-expert gate, then per layer
+ * the DeltaNet's projections. */
 enum { OWN_PER_LAYER = SP_LORA_ROUTER, SHARED_PER_LAYER = 4 };
 
 static int routers_start(const spindle_adapter *a) {
@@ -72,6 +71,9 @@ static int experts_start(const spindle_adapter *a) {
 static int shared_start(const spindle_adapter *a) {
     return experts_start(a) + a->model->cfg.n_layers * 3 * a->max_experts;
 }
+static int linear_start(const spindle_adapter *a) {
+    return shared_start(a) + a->model->cfg.n_layers * SHARED_PER_LAYER;
+}
 
 spindle_adapter *sp_adapter_new(const spindle_model *m) {
     spindle_adapter *a = calloc(1, sizeof *a);
@@ -80,7 +82,8 @@ spindle_adapter *sp_adapter_new(const spindle_model *m) {
     atomic_init(&a->refs, 1);
     a->max_experts = max_experts(m);
     const int64_t L = m->cfg.n_layers;
-    const int64_t n = L * (OWN_PER_LAYER + 1 + SHARED_PER_LAYER) +
+    const int64_t n = L * (OWN_PER_LAYER + 1 + SHARED_PER_LAYER +
+                           SP_LORA_N_LINEAR) +
                       L * 3 * a->max_experts;
     if (n > INT32_MAX / 2) {
         free(a);
@@ -105,6 +108,9 @@ int sp_lora_slot(const spindle_adapter *a, int l, sp_lora_module m, int e) {
     if (e == SP_LORA_OWN && m == SP_LORA_ROUTER) return routers_start(a) + l;
     if (e == SP_LORA_OWN && m == SP_LORA_SHARED_GATE)
         return shared_start(a) + l * SHARED_PER_LAYER + 3;
+    if (e == SP_LORA_OWN && m >= SP_LORA_LINEAR_FIRST)
+        return linear_start(a) + l * SP_LORA_N_LINEAR +
+               (int)(m - SP_LORA_LINEAR_FIRST);
     if (m < SP_LORA_GATE || m > SP_LORA_DOWN) return -1;
     if (e == SP_LORA_SHARED)
         return shared_start(a) + l * SHARED_PER_LAYER + (int)(m - SP_LORA_GATE);
@@ -128,6 +134,10 @@ void sp_lora_slot_place(const spindle_adapter *a, int i, int *l,
         i /= a->max_experts;
         *m = (sp_lora_module)(SP_LORA_GATE + i % 3);
         *l = i / 3;
+    } else if (i >= linear_start(a)) {
+        i -= linear_start(a);
+        *l = i / SP_LORA_N_LINEAR;
+        *m = (sp_lora_module)(SP_LORA_LINEAR_FIRST + i % SP_LORA_N_LINEAR);
     } else {
         i -= shared_start(a);
         *l = i / SHARED_PER_LAYER;
@@ -207,8 +217,9 @@ const sp_lora_pair *sp_adapter_pair(const spindle_adapter *a, int l,
 /* ------------------------------------------------------------ the forward */
 
 /* Which layer, projection and expert (SP_LORA_OWN or SP_LORA_SHARED)
- * `lin` is: one of m->layers' own, or an MoE layer's router, shared
- * expert projection or shared-expert gate. */
+ * `lin` is: one of m->layers' own, an MoE layer's router, shared expert
+ * projection or shared-expert gate, or one the family keeps (the
+ * DeltaNet's, through its lora_linear hook). */
 static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
                    sp_lora_module *mod, int *e) {
     /* Integers: comparing pointers into different objects is undefined. */
@@ -231,8 +242,15 @@ static bool locate(const spindle_model *m, const sp_linear *lin, int *l,
             }
         return false;
     }
+    for (int i = 0; i < m->cfg.n_layers && m->arch->lora_linear; i++)
+        for (int j = SP_LORA_LINEAR_FIRST; j < SP_LORA_N_MODULES; j++)
+            if (lin == m->arch->lora_linear(m, i, (sp_lora_module)j)) {
+                *l = i;
+                *mod = (sp_lora_module)j;
+                return true;
+            }
     for (int i = 0; i < m->cfg.n_layers; i++) {
-        const sp_moe *moe = m->layers[i].moe;
+        const sp_moe *moe = sp_lora_moe(m, i);
         if (!moe) continue;
         const struct { const sp_linear *lin; sp_lora_module mod; int e; } own[] = {
             {&moe->router, SP_LORA_ROUTER, SP_LORA_OWN},

@@ -9,7 +9,8 @@
  * routed expert's projection has a pair per expert, applied to the rows
  * routed to that expert (sp_lora_apply_experts, from models/moe.c); a
  * shared expert's projections and its gate are plain ones, applied to
- * every row as q..down are. */
+ * every row as q..down are, and so are a gated DeltaNet's projections
+ * (Qwen3-Next, Qwen3.5: the family's lora_linear hook names them). */
 #ifndef SP_MODELS_LORA_H
 #define SP_MODELS_LORA_H
 
@@ -60,8 +61,9 @@ spindle_adapter *sp_adapter_new(const spindle_model *m);
  * of every layer first (the order of the identities recorded before
  * experts existed), then the routers, then each layer's experts' gate,
  * up and down, then each layer's shared expert's gate, up, down and its
- * gate (each block added after the last, so identities recorded before
- * it stay valid). -1: no such slot. */
+ * gate, then each layer's DeltaNet projections in sp_lora_module's order
+ * (each block added after the last, so identities recorded before it
+ * stay valid). -1: no such slot. */
 int sp_lora_slot(const spindle_adapter *a, int l, sp_lora_module m, int e);
 /* The inverse: slot i's layer, module and expert. */
 void sp_lora_slot_place(const spindle_adapter *a, int i, int *l,
@@ -111,7 +113,9 @@ void sp_lora_apply_experts(sp_forward *f, const sp_lora_routed *r,
 /* The syntax of a projection in tensor names, at "model.layers.N.":
  * {self_attn,mlp}.[G.]X. with X a module name and G (under mlp only) the
  * group of experts it belongs to ("switch_mlp", "experts.3",
- * "shared_expert"); group empty for a layer's own projection. *s is
+ * "shared_expert"); group empty for a layer's own projection;
+ * linear_attn.X. (a DeltaNet's); or, beside the MLP (Gemma 4),
+ * router.proj. or G.X. with G its experts ("experts.switch_glu"). *s is
  * moved past it. */
 typedef struct sp_lora_target {
     int layer;
@@ -119,10 +123,15 @@ typedef struct sp_lora_target {
     int expert;            /* SP_LORA_OWN, SP_LORA_STACKED, SP_LORA_SHARED
                               or an index */
     char group[48];
-    char router[24];       /* the router as named: "gate" or "router" */
+    char router[24];       /* the router as named: "gate", "router" or
+                              "router.proj" */
+    bool beside;           /* named at the layer, not under mlp. */
     int64_t rows, cols;    /* set by sp_lora_resolve: the adapted shape */
 } sp_lora_target;
 bool sp_lora_parse_target(const char **s, sp_lora_target *t);
+/* Layer l's routed experts: sp_layer.moe, or the experts beside its MLP
+ * (sp_layer.moe_beside, Gemma 4's); NULL: none. */
+const struct sp_moe *sp_lora_moe(const spindle_model *m, int l);
 /* t->expert from t->group against layer t->layer of m (its MoE spec's
  * stacked, per-expert and shared-expert names), and t->rows / t->cols,
  * the shape of the projection it adapts (of expert 0 for a stacked one:
@@ -131,9 +140,9 @@ bool sp_lora_parse_target(const char **s, sp_lora_target *t);
 bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
                      size_t n);
 /* Layer l's projection m of expert e (SP_LORA_OWN: the layer's own, its
- * router or shared-expert gate; SP_LORA_SHARED: its shared expert's), or
- * NULL when the model has none as a matrix of its own (a fused gate_up
- * expert's gate or up). */
+ * router, shared-expert gate or DeltaNet projection; SP_LORA_SHARED: its
+ * shared expert's), or NULL when the model has none as a matrix of its
+ * own (a fused gate_up expert's gate or up). */
 const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
                               int e);
 

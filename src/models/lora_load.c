@@ -30,49 +30,87 @@ static bool skip(const char **s, const char *prefix) {
     return true;
 }
 
+/* The module named by s up to its next dot (*dot), or -1. */
+static int module_at(const char *s, const char **dot) {
+    char part[24];  /* "shared_expert_gate" fits */
+    *dot = strchr(s, '.');
+    size_t len = *dot ? (size_t)(*dot - s) : 0;
+    if (!*dot || len >= sizeof part) return -1;
+    memcpy(part, s, len);
+    part[len] = 0;
+    return sp_lora_module_from_name(part);
+}
+
+/* Whether module m may be named with group glen long at its place:
+ * attention's q..o alone; under mlp the MLP's, router's and shared gate
+ * (groups for gate/up/down only); beside the MLP grouped experts only. */
+static bool fits_place(int m, size_t glen, bool attn, bool beside) {
+    if (attn) return m <= SP_LORA_O && !glen;
+    if (beside) return glen && m >= SP_LORA_GATE && m <= SP_LORA_DOWN;
+    return m >= SP_LORA_GATE && m < SP_LORA_LINEAR_FIRST &&
+           (!glen || m <= SP_LORA_DOWN);
+}
+
 bool sp_lora_parse_target(const char **sp, sp_lora_target *t) {
-    const char *s = *sp;
+    const char *s = *sp, *dot;
     if (!skip(&s, "model.layers.")) return false;
     char *end;
     long layer = strtol(s, &end, 10);
     if (end == s || *end != '.' || layer < 0 || layer > 1000000) return false;
     s = end + 1;
+    t->layer = (int)layer;
+    t->expert = SP_LORA_OWN;
+    t->group[0] = 0;
+    t->beside = false;
+    int m;
+    if (skip(&s, "linear_attn.")) {
+        if ((m = module_at(s, &dot)) < SP_LORA_LINEAR_FIRST) return false;
+        t->module = (sp_lora_module)m;
+        *sp = dot + 1;
+        return true;
+    }
+    if (skip(&s, "router.proj.")) {   /* Gemma 4's, beside the MLP */
+        t->module = SP_LORA_ROUTER;
+        t->beside = true;
+        snprintf(t->router, sizeof t->router, "router.proj");
+        *sp = s;
+        return true;
+    }
     bool attn = skip(&s, "self_attn.");
-    if (!attn && !skip(&s, "mlp.")) return false;
+    t->beside = !attn && !skip(&s, "mlp.");
     /* The group is every dotted part before the first module name. */
     const char *group = s;
-    for (const char *dot; (dot = strchr(s, '.')); s = dot + 1) {
-        char part[24];  /* "shared_expert_gate" fits */
-        size_t len = (size_t)(dot - s), glen = s > group ? (size_t)(s - group) - 1 : 0;
-        if (len >= sizeof part) continue;
-        memcpy(part, s, len);
-        part[len] = 0;
-        int m = sp_lora_module_from_name(part);
+    for (;; s = dot + 1) {
+        m = module_at(s, &dot);
+        if (!dot) return false;
         if (m < 0) continue;
-        /* attention has no groups, an expert no router or shared gate */
-        if (attn != (m <= SP_LORA_O) || glen >= sizeof t->group ||
-            (glen && (attn || m >= SP_LORA_ROUTER)))
+        size_t glen = s > group ? (size_t)(s - group) - 1 : 0;
+        if (!fits_place(m, glen, attn, t->beside) || glen >= sizeof t->group)
             return false;
         memcpy(t->group, group, glen);
         t->group[glen] = 0;
         if (m == SP_LORA_ROUTER) /* "gate" or "router": resolve checks it */
-            snprintf(t->router, sizeof t->router, "%s", part);
-        t->layer = (int)layer;
+            snprintf(t->router, sizeof t->router, "%.*s", (int)(dot - s), s);
         t->module = (sp_lora_module)m;
-        t->expert = SP_LORA_OWN;
         *sp = dot + 1;
         return true;
     }
-    return false;
+}
+
+const struct sp_moe *sp_lora_moe(const spindle_model *m, int l) {
+    if (l < 0 || l >= m->cfg.n_layers) return NULL;
+    return m->layers[l].moe ? m->layers[l].moe : m->layers[l].moe_beside;
 }
 
 const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
                               int e) {
     if (l < 0 || l >= m->cfg.n_layers) return NULL;
     const sp_layer *L = &m->layers[l];
-    const sp_moe *moe = L->moe;
+    const sp_moe *moe = sp_lora_moe(m, l);
     const sp_linear *lin = NULL;
-    if (e == SP_LORA_OWN && mod == SP_LORA_ROUTER) {
+    if (e == SP_LORA_OWN && mod >= SP_LORA_LINEAR_FIRST) {
+        lin = m->arch->lora_linear ? m->arch->lora_linear(m, l, mod) : NULL;
+    } else if (e == SP_LORA_OWN && mod == SP_LORA_ROUTER) {
         lin = moe ? &moe->router : NULL;
     } else if (e == SP_LORA_OWN && mod == SP_LORA_SHARED_GATE) {
         lin = moe ? &moe->shared_expert_gate : NULL;
@@ -86,7 +124,8 @@ const sp_linear *sp_lora_base(const spindle_model *m, int l, sp_lora_module mod,
                                       &moe->shared_down};
         lin = shared[mod - SP_LORA_GATE];
     } else if (moe && e >= 0 && e < moe->spec.n_experts &&
-               (mod == SP_LORA_DOWN || (!moe->fused && mod >= SP_LORA_GATE))) {
+               (mod == SP_LORA_DOWN ||
+                (!moe->fused && mod >= SP_LORA_GATE && mod <= SP_LORA_UP))) {
         const sp_linear *experts[3] = {moe->gate, moe->up, moe->down};
         lin = &experts[mod - SP_LORA_GATE][e];
     }
@@ -119,41 +158,56 @@ static bool fused_half(const sp_moe *moe, sp_lora_module mod, int e,
     return true;
 }
 
+/* The expert group t->group of moe names (SP_LORA_STACKED,
+ * SP_LORA_SHARED or an index) into *e; false with a one-line reason. */
+static bool group_expert(const sp_moe *moe, const sp_lora_target *t, int *e,
+                         char *why, size_t n) {
+    const sp_moe_spec *sp = &moe->spec;
+    const char *under = t->beside ? "" : "mlp.";
+    const char *stacked = sp->adapter_stacked ? sp->adapter_stacked : sp->stacked;
+    if ((sp->stacked && !strcmp(t->group, sp->stacked)) ||
+        (stacked && !strcmp(t->group, stacked))) {
+        *e = SP_LORA_STACKED;
+    } else if (sp->shared && !strcmp(t->group, sp->shared)) {
+        *e = SP_LORA_SHARED;
+    } else if (!per_expert_group(sp, t->group, e)) {
+        snprintf(why, n, "layer %d's routed experts are %s%s%s%s%s%s, not "
+                 "%s%s", t->layer, under, stacked ? stacked : "?",
+                 sp->per_expert ? " or " : "", sp->per_expert ? under : "",
+                 sp->per_expert ? sp->per_expert : "",
+                 sp->per_expert ? ".E" : "", under, t->group);
+        return false;
+    } else if (*e >= sp->n_experts) {
+        snprintf(why, n, "layer %d has %d experts, not expert %d", t->layer,
+                 sp->n_experts, *e);
+        return false;
+    }
+    return true;
+}
+
 bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
                      size_t n) {
     const char *name = sp_lora_module_name(t->module);
-    const sp_moe *moe = t->layer < m->cfg.n_layers ? m->layers[t->layer].moe : NULL;
+    const sp_layer *L = t->layer < m->cfg.n_layers ? &m->layers[t->layer] : NULL;
+    /* experts under mlp. are sp_layer.moe, those named at the layer the
+     * ones beside its MLP */
+    const sp_moe *moe = !L ? NULL : t->beside ? L->moe_beside : L->moe;
     int e = SP_LORA_OWN;
-    if (t->group[0] && !moe) {
-        snprintf(why, n, "layer %d has no routed experts", t->layer);
+    if ((t->group[0] || t->beside) && !moe) {
+        snprintf(why, n, "layer %d has no routed experts%s", t->layer,
+                 t->beside ? " beside its MLP" : "");
         return false;
     }
-    if (t->group[0] && moe->spec.stacked && !strcmp(t->group, moe->spec.stacked)) {
-        e = SP_LORA_STACKED;
-    } else if (t->group[0] && moe->spec.shared &&
-               !strcmp(t->group, moe->spec.shared)) {
-        e = SP_LORA_SHARED;
-    } else if (t->group[0] && !per_expert_group(&moe->spec, t->group, &e)) {
-        snprintf(why, n, "layer %d's routed experts are mlp.%s%s%s%s, not "
-                 "mlp.%s", t->layer,
-                 moe->spec.stacked ? moe->spec.stacked : "?",
-                 moe->spec.per_expert ? " or mlp." : "",
-                 moe->spec.per_expert ? moe->spec.per_expert : "",
-                 moe->spec.per_expert ? ".E" : "", t->group);
-        return false;
-    } else if (moe && t->module == SP_LORA_ROUTER &&
-               strcmp(t->router, moe->spec.router)) {
-        snprintf(why, n, "layer %d's router is mlp.%s, not mlp.%s", t->layer,
-                 moe->spec.router, t->router);
-        return false;
-    } else if (moe && e >= moe->spec.n_experts) {
-        snprintf(why, n, "layer %d has %d experts, not expert %d", t->layer,
-                 moe->spec.n_experts, e);
+    if (t->group[0] && !group_expert(moe, t, &e, why, n)) return false;
+    if (t->module == SP_LORA_ROUTER && moe && strcmp(t->router, moe->spec.router)) {
+        const char *under = t->beside ? "" : "mlp.";
+        snprintf(why, n, "layer %d's router is %s%s, not %s%s", t->layer,
+                 under, moe->spec.router, under, t->router);
         return false;
     }
     t->expert = e;
-    const sp_linear *lin = sp_lora_base(m, t->layer, t->module,
-                                        e == SP_LORA_STACKED ? 0 : e);
+    const sp_linear *lin = t->module == SP_LORA_ROUTER && !moe ? NULL
+        : sp_lora_base(m, t->layer, t->module, e == SP_LORA_STACKED ? 0 : e);
     if (lin) {
         t->rows = lin->w.rows;
         t->cols = lin->w.cols;
@@ -164,6 +218,8 @@ bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
         snprintf(why, n, "layer %d's experts have no %s", t->layer, name);
     else if (e == SP_LORA_SHARED)
         snprintf(why, n, "layer %d's shared expert has no %s", t->layer, name);
+    else if (t->module >= SP_LORA_LINEAR_FIRST)
+        snprintf(why, n, "layer %d has no linear_attn.%s", t->layer, name);
     else
         snprintf(why, n, "layer %d has no %s%s", t->layer,
                  t->module == SP_LORA_ROUTER ? "router "
@@ -171,14 +227,23 @@ bool sp_lora_resolve(const spindle_model *m, sp_lora_target *t, char *why,
     return false;
 }
 
-/* PEFT: [base_model.model.]model.layers.N.{self_attn,mlp}.[G.]X.lora_{A,B}
- * [.default].weight; mlx-lm: model.layers.N.{self_attn,mlp}.[G.]X.lora_{a,b};
+/* PEFT: [base_model.model.]model.layers.N.<projection>.lora_{A,B}
+ * [.default].weight; mlx-lm: model.layers.N.<projection>.lora_{a,b};
  * GGUF (translated to Hugging Face names by the caller): ...X.weight.
- * lora_{a,b}; either under language_model. (multimodal checkpoints). */
+ * lora_{a,b} (<projection> as sp_lora_parse_target reads it). Multimodal
+ * checkpoints put the layers under language_model.model.layers (mlx-lm)
+ * or model.language_model.layers (transformers). */
 static bool parse_key(const char *name, sp_adapter_format fmt, lora_key *k) {
     const char *s = name;
+    char text_model[320];
     skip(&s, "base_model.model.");
     skip(&s, "language_model.");
+    if (skip(&s, "model.language_model.")) {
+        if ((size_t)snprintf(text_model, sizeof text_model, "model.%s", s) >=
+            sizeof text_model)
+            return false;
+        s = text_model;
+    }
     if (!sp_lora_parse_target(&s, &k->t)) return false;
     if (fmt == SP_ADAPTER_PEFT) {
         if (!skip(&s, "lora_A.") && !(k->is_b = skip(&s, "lora_B.")))
@@ -315,7 +380,7 @@ static spindle_status place_stacked(spindle_adapter *a, const sp_tensor_info *t,
                                     const char *shown, const char *what,
                                     spindle_error *err) {
     const spindle_model *m = a->model;
-    const int n = m->layers[k->t.layer].moe->spec.n_experts;
+    const int n = sp_lora_moe(m, k->t.layer)->spec.n_experts;
     if (t->ndim != 3 || t->shape[0] != n || t->nbytes % (size_t)n)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: tensor %s has %d dimensions and %lld experts, "
@@ -351,6 +416,15 @@ static spindle_status place_tensor(spindle_adapter *a, const sp_tensor_info *t,
                        "%s: tensor %s targets %s, which the config's target "
                        "modules leave out", what, shown,
                        sp_lora_module_name(k->t.module));
+    /* llama.cpp's converter regroups these rows (value heads, the fused
+     * qkvz split), so neither side's order can be assumed */
+    if (k->t.module >= SP_LORA_LINEAR_FIRST &&
+        (m->gguf || a->cfg.format == SP_ADAPTER_GGUF))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: tensor %s: LoRA on the linear attention's %s "
+                       "needs a safetensors base and a PEFT or mlx-lm "
+                       "adapter, not GGUF", what, shown,
+                       sp_lora_module_name(k->t.module));
     char why[192];
     if (!sp_lora_resolve(m, &k->t, why, sizeof why))
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED, "%s: tensor %s: %s", what,
@@ -371,8 +445,9 @@ static spindle_status add_tensor(spindle_adapter *a, const sp_tensor_info *t,
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: tensor %s is not a %s of a supported projection "
                        "(q/k/v/o/gate/up/down_proj of model.layers.N, an MoE "
-                       "layer's router gate or router, experts' or shared expert's "
-                       "gate/up/down_proj or shared_expert_gate)", what,
+                       "layer's router gate, router or router.proj, experts' or "
+                       "shared expert's gate/up/down_proj, shared_expert_gate, "
+                       "linear_attn.in_proj_*/out_proj)", what,
                        t->name, a->cfg.format == SP_ADAPTER_PEFT
                                     ? "lora_A/lora_B weight" : "lora_a/lora_b");
     return place_tensor(a, t, &k, a->cfg.rank, t->name, what, err);

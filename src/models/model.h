@@ -8,6 +8,7 @@
 #define SP_MODELS_MODEL_H
 
 #include "spindle.h"
+#include "artifacts/adapter_config.h"
 #include "artifacts/config.h"
 #include "artifacts/gguf_model.h"
 #include "artifacts/safetensors.h"
@@ -150,6 +151,11 @@ typedef struct sp_arch {
      * the elements of its small float vectors (default: none). */
     int (*layer_extra)(const spindle_model *m, int l, const sp_linear **out,
                        int max, int64_t *vector_floats);
+    /* Layer l's projection `mod` (a DeltaNet module, SP_LORA_LINEAR_FIRST
+     * on) that the family keeps outside sp_layer, for LoRA adapters: NULL
+     * when the layer has no such matrix (default: none has). */
+    const sp_linear *(*lora_linear)(const spindle_model *m, int l,
+                                    sp_lora_module mod);
     /* Bind the one decoder layer of target's multi-token-prediction head
      * ("mtp.layers.0.*", models/mtp.h) into head->layers[0], with the
      * family data it needs in head->family (released by free_family);

@@ -370,7 +370,7 @@ static int plan_units(sp_moe_scratch *s, int E, int64_t rows, int threads) {
 /* The layer whose routed experts moe is, or -1. */
 static int layer_of(const spindle_model *m, const sp_moe *moe) {
     for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->layers[l].moe == moe) return l;
+        if (sp_lora_moe(m, l) == moe) return l;
     return -1;
 }
 

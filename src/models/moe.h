@@ -54,6 +54,10 @@ typedef struct sp_moe_spec {
      * "experts". */
     const char *stacked;
     const char *per_expert;
+    /* What adapters call the stacked experts when not `stacked`: mlx-lm's
+     * name after its sanitize ("experts.switch_glu" for Gemma 4's Hugging
+     * Face "experts"); NULL: `stacked`. */
+    const char *adapter_stacked;
     /* Fused stacked experts, tried first when set: <stacked>.<gate_up>
      * [n_experts][2 inter][hidden] with gate row i at 2i and up row i at
      * 2i + 1 (Hugging Face's gpt-oss "gate_up_proj"), beside

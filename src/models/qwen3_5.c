@@ -166,6 +166,7 @@ const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
                                       .free_family = qwen3_5_free,
                                       .layer_state = sp_hybrid_layer_state,
                                       .layer_extra = sp_hybrid_layer_extra,
+                                      .lora_linear = sp_hybrid_lora_linear,
                                       .mtp_load = qwen3_5_mtp_load};
 
 /* A text-only config may name the multimodal type itself (mlx-lm then
@@ -176,4 +177,5 @@ const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
                                  .free_family = qwen3_5_free,
                                  .layer_state = sp_hybrid_layer_state,
                                  .layer_extra = sp_hybrid_layer_extra,
+                                 .lora_linear = sp_hybrid_lora_linear,
                                  .mtp_load = qwen3_5_mtp_load};

@@ -289,3 +289,16 @@ int sp_hybrid_layer_extra(const spindle_model *m, int l, const sp_linear **out,
     *vector_floats += h->conv_kernel * h->conv_dim + 2 * h->n_v_heads + h->v_dim;
     return n;
 }
+
+const sp_linear *sp_hybrid_lora_linear(const spindle_model *m, int l,
+                                       sp_lora_module mod) {
+    const sp_hybrid *h = m->family;
+    if (!h || !h->linear || l < 0 || l >= m->cfg.n_layers || !h->linear[l] ||
+        mod < SP_LORA_LINEAR_FIRST || mod >= SP_LORA_N_MODULES)
+        return NULL;
+    const sp_delta_net *D = &h->delta[l];
+    const sp_linear *by_module[SP_LORA_N_LINEAR] = {
+        &D->qkvz, &D->ba, &D->qkv, &D->z, &D->b, &D->a, &D->out};
+    const sp_linear *lin = by_module[mod - SP_LORA_LINEAR_FIRST];
+    return lin->w.rows ? lin : NULL;
+}

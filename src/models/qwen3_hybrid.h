@@ -125,6 +125,14 @@ void sp_hybrid_layer(sp_forward *f, int l);
 int sp_hybrid_layer_extra(const spindle_model *m, int l, const sp_linear **out,
                           int max, int64_t *vector_floats);
 
+/* The lora_linear hook: a DeltaNet layer's in_proj_qkvz, in_proj_ba,
+ * in_proj_qkv, _z, _b, _a or out_proj as bound (the fused or the split
+ * form, as the files hold them), NULL for the other form and for gated
+ * attention layers. The fused products get the LoRA term before the
+ * forward regroups them, where mlx-lm adds it. */
+const sp_linear *sp_hybrid_lora_linear(const spindle_model *m, int l,
+                                       sp_lora_module mod);
+
 /* The layer's sequence state: full KV for gated attention, recurrent (the
  * conv window and the delta-rule state) for DeltaNet layers. */
 void sp_hybrid_layer_state(const spindle_model *m, int l,

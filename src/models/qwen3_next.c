@@ -135,4 +135,5 @@ const sp_arch sp_arch_qwen3_next = {.model_type = "qwen3_next",
                                     .layer = sp_hybrid_layer,
                                     .free_family = qwen3_next_free,
                                     .layer_state = sp_hybrid_layer_state,
-                                 .layer_extra = sp_hybrid_layer_extra};
+                                    .layer_extra = sp_hybrid_layer_extra,
+                                    .lora_linear = sp_hybrid_lora_linear};
