@@ -74,6 +74,7 @@ spindle_status spindle_engine_new(spindle_model *model,
     e->max_batch_tokens = o.max_batch_tokens;
     e->background = o.background;
     e->no_prefix_cache = o.no_prefix_cache;
+    e->mask_overlap = sp_mask_overlap_wanted(model);
     e->next_id = 1;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
@@ -108,6 +109,7 @@ void spindle_engine_free(spindle_engine *e) {
     pthread_mutex_unlock(&e->lock);
     if (e->thread_started) pthread_join(e->thread, NULL);
     else sp_engine_cancel_all(e);
+    sp_mask_prefetch_free(e);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
     free(e->live);

@@ -20,6 +20,7 @@
 
 typedef struct sp_spec sp_spec;               /* speculative.h */
 typedef struct sp_spec_engine sp_spec_engine;
+typedef struct sp_mask_worker sp_mask_worker; /* mask_prefetch.c */
 /* A request's grammar: its matcher and the mask buffer (grammar_mask.c). */
 typedef struct sp_grammar_gate {
     spindle_grammar_matcher *matcher;   /* NULL: no grammar */
@@ -28,6 +29,11 @@ typedef struct sp_grammar_gate {
     int n_grammar_vocab;                /* ids its masks cover */
     int32_t bits_state;                 /* the matcher state `bits` is the
                                            mask of; -1: none */
+    /* A mask the engine's mask thread failed to compute (mask_prefetch.c):
+     * the state, -1 if none, and the error, returned when sampling reaches
+     * that state as if it had failed there. */
+    int32_t failed_state;
+    spindle_error failed;
 } sp_grammar_gate;
 
 typedef struct sp_request {
@@ -120,6 +126,10 @@ struct spindle_engine {
     sp_spec_engine *spec;           /* (step) NULL until a request
                                        speculates */
     int n_logit_rows;
+    /* The grammar mask thread, started at the first step that has a mask
+     * to compute (NULL until then, and always when mask_overlap is off). */
+    sp_mask_worker *masks;
+    bool mask_overlap;              /* sp_mask_overlap_wanted */
     float *raw;                     /* [vocab]: want_logits' copy */
     spindle_token_logprob top[SPINDLE_MAX_TOP_LOGPROBS];
 };
@@ -164,6 +174,29 @@ int sp_grammar_gate_valid_prefix(sp_grammar_gate *gate, const int32_t *draft, in
                                  const int32_t *end_ids, int n_end);
 spindle_status sp_grammar_gate_accept(sp_grammar_gate *gate, int32_t token,
                                       spindle_error *err);
+/* Whether the mask of the matcher's current state is still to compute. */
+bool sp_grammar_gate_mask_stale(const sp_grammar_gate *gate);
+/* Compute it now (on the mask thread); a failure is kept in the gate and
+ * reported by the sp_grammar_gate_mask that samples at this state. */
+void sp_grammar_gate_prefetch(sp_grammar_gate *gate);
+
+/* ---- mask_prefetch.c ---- */
+
+/* Whether the engine of m computes masks during the forward:
+ * SPINDLE_GRAMMAR_OVERLAP=1 on, =0 off, else (the default) on only when
+ * m's compute threads are fewer than the online cores. */
+bool sp_mask_overlap_wanted(const spindle_model *m);
+/* Hand the masks this step's planned logits rows sample first (those of
+ * constrained requests whose mask is stale) to the engine's mask thread,
+ * so that they are computed while the forward pass runs. Starts nothing
+ * when there is none. */
+void sp_mask_prefetch_start(spindle_engine *e, int n_entries);
+/* Compute here those the mask thread has not started and wait for the
+ * rest: before any token is sampled, any matcher touched or any request
+ * freed. */
+void sp_mask_prefetch_wait(spindle_engine *e);
+/* Stop and join the mask thread (spindle_engine_free). */
+void sp_mask_prefetch_free(spindle_engine *e);
 
 /* ---- engine.c ---- */
 

@@ -8,7 +8,9 @@
  *      whose first blocks are in the prefix index starts after them), all
  *      within max_batch_tokens rows;
  *   3. one spindle_forward over the whole batch (per entry again only when
- *      it fails, to find the requests that fail alone);
+ *      it fails, to find the requests that fail alone), while the engine's
+ *      mask thread computes the grammar masks its rows sample from
+ *      (mask_prefetch.c);
  *   4. per request whose last prompt token or decode row was in it: pick a
  *      token (request.c), call on_token, apply the stop rules; end the
  *      requests that stopped.
@@ -219,9 +221,11 @@ int sp_engine_run_step(spindle_engine *e) {
     int n = plan_batch(e);
     if (n > 0) {
         spindle_error err;
+        sp_mask_prefetch_start(e, n);
         double t0 = sp_engine_now();
         if (spindle_forward(e->model, e->entries, n, &err)) forward_each(e, n);
         else sp_spec_observe_step(e, n, sp_engine_now() - t0);
+        sp_mask_prefetch_wait(e);
         take_results(e, n);
         retire_running(e, false);
     }

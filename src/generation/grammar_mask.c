@@ -19,6 +19,7 @@ spindle_status sp_grammar_gate_new(const spindle_grammar *g, int n_vocab,
     int covered = spindle_grammar_vocab_size(g);
     out->n_grammar_vocab = covered;
     out->bits_state = -1;
+    out->failed_state = -1;
     out->words = ((n_vocab > covered ? n_vocab : covered) + 31) / 32;
     out->bits = calloc((size_t)out->words, sizeof *out->bits);
     if (!out->bits) {
@@ -35,11 +36,16 @@ void sp_grammar_gate_free(sp_grammar_gate *gate) {
 }
 
 /* gate->bits for the matcher's current state; the drafter's look at a
- * state (sp_grammar_gate_forced) leaves its mask for the row that samples
- * there. */
+ * state (sp_grammar_gate_forced) and the mask thread leave its mask for
+ * the row that samples there. */
 static spindle_status fill_bits(sp_grammar_gate *gate, spindle_error *err) {
     int32_t state = spindle_grammar_matcher_state(gate->matcher);
     if (state >= 0 && state == gate->bits_state) return SPINDLE_OK;
+    if (state >= 0 && state == gate->failed_state) {
+        gate->failed_state = -1;
+        if (err) *err = gate->failed;
+        return gate->failed.status;
+    }
     gate->bits_state = -1;
     spindle_status st = spindle_grammar_matcher_mask(gate->matcher, gate->bits, err);
     if (!st) gate->bits_state = state;
@@ -93,6 +99,17 @@ spindle_status sp_grammar_gate_mask(sp_grammar_gate *gate, float *logits,
 spindle_status sp_grammar_gate_accept(sp_grammar_gate *gate, int32_t token,
                                       spindle_error *err) {
     return spindle_grammar_matcher_accept(gate->matcher, token, err);
+}
+
+bool sp_grammar_gate_mask_stale(const sp_grammar_gate *gate) {
+    if (!gate->matcher) return false;
+    int32_t state = spindle_grammar_matcher_state(gate->matcher);
+    return state >= 0 && state != gate->bits_state && state != gate->failed_state;
+}
+
+void sp_grammar_gate_prefetch(sp_grammar_gate *gate) {
+    int32_t state = spindle_grammar_matcher_state(gate->matcher);
+    if (fill_bits(gate, &gate->failed)) gate->failed_state = state;
 }
 
 /* The one token the mask allows, or -1 (none, or more than one). */

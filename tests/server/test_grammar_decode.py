@@ -11,6 +11,7 @@
     grammar rejects are dropped before verification.
 """
 import json
+import os
 import re
 import subprocess
 
@@ -30,13 +31,14 @@ PROMPT = ('{"ab":x。y。,"c":z。} {"ab":x。y。,"c":z。} ab, cd; "ab":x。y�
           'x。y。 x,y, {"ab":"x"} ' * 3)
 
 
-def run(model, tmp_path, *args, n=120, temp=0):
+def run(model, tmp_path, *args, n=120, temp=0, env=None):
     g = tmp_path / "g.gbnf"
     g.write_text(GBNF)
     p = subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "-p", PROMPT,
                         "--grammar", str(g), "-n", str(n), "--temp", str(temp), "--json",
                         "-t", "2", *map(str, args)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **env} if env else None)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
