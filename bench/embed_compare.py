@@ -11,7 +11,7 @@ torch.set_num_threads(threads), batch 32, after a warm-up) joins each
 round in a process of its own. --gguf: Spindle runs the GGUF too.
 
   .venv/bin/python bench/embed_compare.py [--sentences 256] [--threads 2] [--runs 3]
-      [--st-python /path/to/venv/bin/python]
+      [--st-python /path/to/venv/bin/python] [--spindle BINARY]...
 """
 import argparse
 import json
@@ -73,10 +73,10 @@ def cosines(a, b):
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-def spindle_seconds(texts, threads):
+def spindle_seconds(binary, texts, threads):
     def run(lines):
         t = time.perf_counter()
-        r = subprocess.run([str(ROOT / "build" / "spindle"), "embed", "-m",
+        r = subprocess.run([binary, "embed", "-m",
                             str(MODEL), "--threads", str(threads)],
                            input="\n".join(lines) + "\n", capture_output=True,
                            text=True, check=True)
@@ -92,6 +92,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--st-python", default=None)
+    ap.add_argument("--spindle", action="append", default=None,
+                    help="spindle binary (repeatable: each one joins every "
+                         "round; default build/spindle)")
     a = ap.parse_args()
     GGUF.parent.mkdir(parents=True, exist_ok=True)
     if not GGUF.exists():
@@ -102,10 +105,13 @@ def main():
                 n_threads_batch=a.threads, verbose=False)
     texts = sentences(a.sentences)
     n_tokens = sum(len(llm.tokenize(t.encode())) for t in texts)
-    ours, theirs, st_times = [], [], []
+    binaries = a.spindle or [str(ROOT / "build" / "spindle")]
+    ours = {b: [] for b in binaries}
+    theirs, st_times = [], []
     for _ in range(a.runs):
-        s, ours_vec = spindle_seconds(texts, a.threads)
-        ours.append(s)
+        for b in binaries:
+            s, ours_vec = spindle_seconds(b, texts, a.threads)
+            ours[b].append(s)
         t = time.perf_counter()
         ref = np.array(llm.embed(texts, normalize=True))
         theirs.append(time.perf_counter() - t)
@@ -118,15 +124,17 @@ def main():
     if a.st_python:
         print(f"min cosine spindle vs sentence-transformers "
               f"{cosines(ours_vec, st_vec).min():.6f}")
-    so, sl = a.sentences / min(ours), a.sentences / min(theirs)
-    print(f"spindle   {so:8.1f} sentences/s (best of {a.runs}: {min(ours):.2f} s)")
+    sl = a.sentences / min(theirs)
     print(f"llama.cpp {sl:8.1f} sentences/s (best of {a.runs}: {min(theirs):.2f} s)")
-    print(f"ratio vs llama.cpp {so / sl:8.2f}x")
-    if a.st_python:
-        ss = a.sentences / min(st_times)
+    ss = a.sentences / min(st_times) if a.st_python else None
+    if ss:
         print(f"sentence-transformers {ss:8.1f} sentences/s (best of {a.runs}: "
               f"{min(st_times):.2f} s)")
-        print(f"ratio vs sentence-transformers {so / ss:8.2f}x")
+    for b, times in ours.items():
+        so = a.sentences / min(times)
+        vs_st = f", {so / ss:.2f}x sentence-transformers" if ss else ""
+        print(f"spindle {b}: {so:8.1f} sentences/s (best of {a.runs}: "
+              f"{min(times):.2f} s), {so / sl:.2f}x llama.cpp{vs_st}")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,19 @@ void sp_gelu_tanh_mul(float *gate, const float *up, int n) {
     }
 }
 
+void sp_gelu_erf(float *x, int n) {
+#if defined(__x86_64__)
+    if (vector_activations()) {
+        sp_gelu_erf_avx2(x, n);
+        return;
+    }
+#endif
+    /* 1 + erf(x / sqrt 2) written as erfc(-x / sqrt 2): no cancellation in
+     * the negative tail, where 1 + erff keeps only a few bits. */
+    for (int i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * erfcf(-x[i] * (float)M_SQRT1_2);
+}
+
 static float max_f32(const float *x, int n) {
     float m = -INFINITY;
     for (int i = 0; i < n; i++)

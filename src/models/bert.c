@@ -196,24 +196,42 @@ static spindle_status bert_load(spindle_model *m, spindle_error *err) {
     return st;
 }
 
-static void norm_rows(sp_forward *f, float *x, const bert_norm *n) {
-    const bert_family *b = f->m->family;
-    const int d = f->m->cfg.hidden_size;
-    for (int t = 0; t < f->n_rows; t++)
-        sp_layernorm(x + (size_t)t * d, x + (size_t)t * d, n->w, n->b, d,
-                     b->eps);
+/* The element-wise parts run over the pool in row ranges: with the matmuls
+ * on every thread, a serial LayerNorm or GELU would leave the other threads
+ * idle for a fifth of an encoder pass. */
+typedef enum bert_rows_op { ROWS_EMBED_TAIL, ROWS_NORM, ROWS_GELU } bert_rows_op;
+
+typedef struct bert_rows {
+    const sp_forward *f;
+    bert_rows_op op;
+    float *x;
+    const bert_norm *norm;
+} bert_rows;
+
+static void rows_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const bert_rows *r = ctx;
+    const spindle_model *m = r->f->m;
+    const bert_family *b = m->family;
+    const int d = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
+    for (int64_t t = begin; t < end; t++) {
+        float *x = r->x + (size_t)t * (r->op == ROWS_GELU ? inter : d);
+        if (r->op == ROWS_GELU) {
+            sp_gelu_erf(x, inter);
+            continue;
+        }
+        if (r->op == ROWS_EMBED_TAIL) {
+            const float *p = b->position + (size_t)r->f->pos[t] * d;
+            for (int i = 0; i < d; i++) x[i] += p[i] + b->token_type[i];
+        }
+        sp_layernorm(x, x, r->norm->w, r->norm->b, d, b->eps);
+    }
 }
 
-/* The rest of the embedding layer, over the word rows already looked up. */
-static void bert_embed_tail(sp_forward *f) {
-    const bert_family *b = f->m->family;
-    const int d = f->m->cfg.hidden_size;
-    for (int t = 0; t < f->n_rows; t++) {
-        float *x = f->x + (size_t)t * d;
-        const float *p = b->position + (size_t)f->pos[t] * d;
-        for (int i = 0; i < d; i++) x[i] += p[i] + b->token_type[i];
-    }
-    norm_rows(f, f->x, &b->embed_norm);
+static void run_rows(sp_forward *f, bert_rows_op op, float *x,
+                     const bert_norm *norm) {
+    bert_rows r = {.f = f, .op = op, .x = x, .norm = norm};
+    sp_pool_for(f->pool, f->n_rows, 0, rows_range, &r);
 }
 
 /* Bidirectional attention of every sequence over its own rows. Keys and
@@ -255,7 +273,9 @@ static void bert_layer(sp_forward *f, int l) {
     spindle_model *m = f->m;
     const bert_family *b = m->family;
     const sp_layer *L = &m->layers[l];
-    if (l == 0) bert_embed_tail(f);
+    /* The word rows are looked up; positions, the token type and the
+     * embeddings' LayerNorm finish the embedding layer. */
+    if (l == 0) run_rows(f, ROWS_EMBED_TAIL, f->x, &b->embed_norm);
     sp_linear_forward(f, &L->q, f->x, f->q);
     sp_linear_forward(f, &L->k, f->x, f->k);
     sp_linear_forward(f, &L->v, f->x, f->v);
@@ -263,12 +283,12 @@ static void bert_layer(sp_forward *f, int l) {
     if (f->status) return;
     sp_linear_forward(f, &L->o, f->attn, f->out);
     sp_add_rows(f, f->x, f->out);
-    norm_rows(f, f->x, &b->attn_norm[l]);
+    run_rows(f, ROWS_NORM, f->x, &b->attn_norm[l]);
     sp_linear_forward(f, &L->up, f->x, f->up);
-    sp_gelu_erf(f->up, f->n_rows * m->cfg.intermediate_size);
+    run_rows(f, ROWS_GELU, f->up, NULL);
     sp_linear_forward(f, &L->down, f->up, f->out);
     sp_add_rows(f, f->x, f->out);
-    norm_rows(f, f->x, &b->out_norm[l]);
+    run_rows(f, ROWS_NORM, f->x, &b->out_norm[l]);
 }
 
 static void bert_layer_state(const spindle_model *m, int l,
