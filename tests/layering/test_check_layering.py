@@ -64,6 +64,8 @@ VIOLATIONS = {
     "src/newfolder/a.c": ("int a;\n", 1, "folder newfolder is not in the layer order"),
     "include/spindle.h": ('#include <stddef.h>\n#include "base/error.h"\n',
                           2, 'the public header includes "base/error.h"'),
+    "include/spindle/part.h": ('#include "spindle/none.h"\n',
+                               1, 'the public header includes "spindle/none.h"'),
 }
 
 
