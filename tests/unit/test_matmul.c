@@ -506,6 +506,11 @@ static void test_large(void **state) {
     make_float_weight(&tw, SP_W_F32, 70, 777, 1);
     check_matmul(&tw, 40, "large f32");
     free_weight(&tw);
+    /* Aligned f32 rows are used in place, the tokens in L2-sized blocks
+     * (84 tokens at 777 columns): two whole blocks and a partial one. */
+    make_float_weight(&tw, SP_W_F32, 70, 777, 0);
+    check_matmul(&tw, 200, "large f32 in place, token blocks");
+    free_weight(&tw);
 }
 
 /* A prefill of 37 tokens (six full token blocks of the GEMM micro-kernel
