@@ -27,15 +27,35 @@ def lora_models(spindle_bin):
     return ensure_models(OUT, gen)
 
 
-def run(bin_path, model_dir, prompt, loras, dump, n=gen.MAX_TOKENS):
-    cmd = [str(bin_path), "run", "-m", str(model_dir), "--prompt-tokens",
-           ",".join(map(str, prompt)), "-n", str(n), "--json",
-           "--dump-logits", str(dump)]
+def run(bin_path, model, prompt, loras, dump, *extra):
+    """`spindle run` of model (a directory or GGUF) on prompt's token ids
+    with each adapter of loras, its last logits dumped to dump."""
+    cmd = [str(bin_path), "run", "-m", str(model), "--prompt-tokens",
+           ",".join(map(str, prompt)), "-n", str(gen.MAX_TOKENS), "--json",
+           "--dump-logits", str(dump), *extra]
     for lora in loras:
         cmd += ["--lora", str(lora)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-3000:]}"
     return json.loads(r.stdout)
+
+
+def adapter_ref(d, adapter):
+    """Model directory d's mlx-lm reference with adapter's runs in place."""
+    ref = json.loads((d / "reference.json").read_text())
+    return dict(ref, **ref["adapters"][adapter])
+
+
+def assert_adapter_ref(bin_path, d, adapter, prompt, model, loras, dump, label,
+                       *extra):
+    """model (d itself, its GGUF form or a merge) run with loras on one of
+    d's prompts gives the greedy tokens and last logits of mlx-lm's run of
+    d with adapter."""
+    aref = adapter_ref(d, adapter)
+    entry = aref["prompts"][prompt]
+    out = run(bin_path, model, entry["prompt_tokens"], loras, dump, *extra)
+    assert_greedy_tokens(out, aref, entry)
+    assert_last_logits(dump, d, aref, entry, label)
 
 
 CASES = [(s["name"], a, layout, p) for s in gen.SPECS for a in gen.ADAPTERS
@@ -47,28 +67,17 @@ CASES = [(s["name"], a, layout, p) for s in gen.SPECS for a in gen.ADAPTERS
 def test_adapter_matches_mlx_lm(lora_models, spindle_bin, tmp_path, model,
                                 adapter, layout, prompt):
     d = lora_models / model
-    ref = json.loads((d / "reference.json").read_text())
-    aref = dict(ref, **ref["adapters"][adapter])
-    entry = aref["prompts"][prompt]
     path = d / (adapter if layout == "mlx" else f"{adapter}-peft")
-    out = run(spindle_bin, d, entry["prompt_tokens"], [path],
-              tmp_path / "l.npy")
-    assert_greedy_tokens(out, aref, entry)
-    assert_last_logits(tmp_path / "l.npy", d, aref, entry,
-                       f"{model}+{adapter} ({layout})")
+    assert_adapter_ref(spindle_bin, d, adapter, prompt, d, [path],
+                       tmp_path / "l.npy", f"{model}+{adapter} ({layout})")
 
 
 def test_stacked_halves_equal_the_adapter(lora_models, spindle_bin, tmp_path):
     """--lora A:0.5 --lora A:0.5 (one adapter stacked from two) is A."""
     d = lora_models / "qwen3-f32"
-    ref = json.loads((d / "reference.json").read_text())
-    aref = dict(ref, **ref["adapters"]["all8"])
-    entry = aref["prompts"]["len7"]
-    out = run(spindle_bin, d, entry["prompt_tokens"],
-              [f"{d / 'all8'}:0.5", f"{d / 'all8-peft'}:0.5"],
-              tmp_path / "l.npy")
-    assert_greedy_tokens(out, aref, entry)
-    assert_last_logits(tmp_path / "l.npy", d, aref, entry, "stacked")
+    assert_adapter_ref(spindle_bin, d, "all8", "len7", d,
+                       [f"{d / 'all8'}:0.5", f"{d / 'all8-peft'}:0.5"],
+                       tmp_path / "l.npy", "stacked")
 
 
 def _edit_config(p, **kv):
@@ -180,11 +189,6 @@ def test_adapter_on_gguf_base(lora_models, spindle_bin, tmp_path, model,
     d = lora_models / model
     gguf = tmp_path / "m.gguf"
     gguf_writer.write_gguf(str(d), str(gguf), "f32")
-    ref = json.loads((d / "reference.json").read_text())
-    aref = dict(ref, **ref["adapters"]["all8"])
-    entry = aref["prompts"]["len40"]
     path = d / ("all8" if layout == "mlx" else "all8-peft")
-    out = run(spindle_bin, gguf, entry["prompt_tokens"], [path],
-              tmp_path / "l.npy")
-    assert_greedy_tokens(out, aref, entry)
-    assert_last_logits(tmp_path / "l.npy", d, aref, entry, f"{model} gguf")
+    assert_adapter_ref(spindle_bin, d, "all8", "len40", gguf, [path],
+                       tmp_path / "l.npy", f"{model} gguf")

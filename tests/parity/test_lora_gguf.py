@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 import gguf_writer  # noqa: E402
 import make_lora_models as gen  # noqa: E402
 import parity_common as pc  # noqa: E402
+import test_lora as tl  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 THREADS = 2
@@ -82,15 +83,6 @@ def test_gguf_adapter_matches_llama_cpp(spindle_bin, lora_models, files,  # noqa
         llm.close()
 
 
-def run(bin_path, model, prompt, lora, dump):
-    cmd = [str(bin_path), "run", "-m", str(model), "--prompt-tokens",
-           ",".join(map(str, prompt)), "-n", str(gen.MAX_TOKENS), "--json",
-           "--dump-logits", str(dump), "--lora", str(lora)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout)
-
-
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("base_form", ["gguf", "safetensors"])
 def test_gguf_adapter_matches_peft_form(spindle_bin, lora_models, files,  # noqa: F811
@@ -98,14 +90,10 @@ def test_gguf_adapter_matches_peft_form(spindle_bin, lora_models, files,  # noqa
     """all8 as GGUF equals all8 as PEFT / mlx-lm: mlx-lm's reference holds,
     over the GGUF base and over the safetensors directory."""
     d = lora_models / model
-    ref = json.loads((d / "reference.json").read_text())
-    aref = dict(ref, **ref["adapters"]["all8"])
-    entry = aref["prompts"]["len40"]
     base, adapters = files[model]
-    out = run(spindle_bin, base if base_form == "gguf" else d,
-              entry["prompt_tokens"], adapters["all8"], tmp_path / "l.npy")
-    pc.assert_greedy_tokens(out, aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry,
+    tl.assert_adapter_ref(spindle_bin, d, "all8", "len40",
+                          base if base_form == "gguf" else d,
+                          [adapters["all8"]], tmp_path / "l.npy",
                           f"{model} {base_form} + gguf adapter")
 
 

@@ -40,11 +40,6 @@ def hybrid_lora(spindle_bin):  # noqa: F811
     return pc.ensure_models(gen.DEFAULT_OUT, gen)
 
 
-def adapter_ref(d, adapter):
-    ref = json.loads((d / "reference.json").read_text())
-    return dict(ref, **ref["adapters"][adapter])
-
-
 CASES = [(s["name"], a, layout, p) for s in gen.SPECS
          for a in gen.adapters_of(s)
          for layout in (("mlx", "peft") if gen.has_peft(s, a) else ("mlx",))
@@ -56,14 +51,9 @@ CASES = [(s["name"], a, layout, p) for s in gen.SPECS
 def test_adapter_matches_mlx_lm(hybrid_lora, spindle_bin, tmp_path,  # noqa: F811
                                 model, adapter, layout, prompt):
     d = hybrid_lora / model
-    aref = adapter_ref(d, adapter)
-    entry = aref["prompts"][prompt]
     path = d / (adapter if layout == "mlx" else f"{adapter}-peft")
-    out = tl.run(spindle_bin, d, entry["prompt_tokens"], [path],
-                 tmp_path / "l.npy")
-    pc.assert_greedy_tokens(out, aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry,
-                          f"{model}+{adapter} ({layout})")
+    tl.assert_adapter_ref(spindle_bin, d, adapter, prompt, d, [path],
+                          tmp_path / "l.npy", f"{model}+{adapter} ({layout})")
 
 
 @pytest.mark.parametrize("model", [s["name"] for s in gen.SPECS])
@@ -85,18 +75,9 @@ def test_chunked_prefill(hybrid_lora, spindle_bin, tmp_path, model):  # noqa: F8
     """len40 prefilled 8 tokens per pass (the DeltaNet state carried
     between passes, every pass's rows through the adapter)."""
     d = hybrid_lora / model
-    aref = adapter_ref(d, "all8")
-    entry = aref["prompts"]["len40"]
-    cmd = [str(spindle_bin), "run", "-m", str(d), "--prompt-tokens",
-           ",".join(map(str, entry["prompt_tokens"])), "-n",
-           str(gen.MAX_TOKENS), "--json", "--dump-logits",
-           str(tmp_path / "l.npy"), "--prefill-chunk", "8", "--lora",
-           str(d / "all8")]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    pc.assert_greedy_tokens(json.loads(r.stdout), aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry,
-                          f"{model}+all8 in chunks of 8")
+    tl.assert_adapter_ref(spindle_bin, d, "all8", "len40", d, [d / "all8"],
+                          tmp_path / "l.npy", f"{model}+all8 in chunks of 8",
+                          "--prefill-chunk", "8")
 
 
 @pytest.mark.parametrize("model", [s["name"] for s in gen.SPECS])
@@ -172,12 +153,8 @@ def test_merged_matches_mlx_fuse(spindle_bin, hybrid_lora, tmp_path,  # noqa: F8
     for k, v in src.items():
         if k in ours and k not in merged:
             assert np.array_equal(ours[k], v), k
-    aref = adapter_ref(d, adapter)
-    entry = aref["prompts"]["len40"]
-    got = tm.run(spindle_bin, out, entry["prompt_tokens"], tmp_path / "m.npy")
-    pc.assert_greedy_tokens(got, aref, entry)
-    pc.assert_last_logits(tmp_path / "m.npy", d, aref, entry,
-                          f"{model} merged")
+    tl.assert_adapter_ref(spindle_bin, d, adapter, "len40", out, [],
+                          tmp_path / "m.npy", f"{model} merged")
 
 
 def test_merge_refuses_gemma4_fused_experts(spindle_bin, hybrid_lora,  # noqa: F811

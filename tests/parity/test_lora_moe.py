@@ -49,11 +49,6 @@ def moe_lora(spindle_bin):  # noqa: F811
     return pc.ensure_models(gen.DEFAULT_OUT, gen)
 
 
-def adapter_ref(d, adapter):
-    ref = json.loads((d / "reference.json").read_text())
-    return dict(ref, **ref["adapters"][adapter])
-
-
 CASES = [(s["name"], a, layout, p) for s in gen.SPECS
          for a in gen.adapters_of(s) for layout in gen.layouts_of(s)
          for p in P]
@@ -64,14 +59,9 @@ CASES = [(s["name"], a, layout, p) for s in gen.SPECS
 def test_expert_adapter_matches_mlx_lm(moe_lora, spindle_bin, tmp_path,  # noqa: F811
                                        model, adapter, layout, prompt):
     d = moe_lora / model
-    aref = adapter_ref(d, adapter)
-    entry = aref["prompts"][prompt]
     path = d / (adapter if layout == "mlx" else f"{adapter}-peft")
-    out = tl.run(spindle_bin, d, entry["prompt_tokens"], [path],
-                 tmp_path / "l.npy")
-    pc.assert_greedy_tokens(out, aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry,
-                          f"{model}+{adapter} ({layout})")
+    tl.assert_adapter_ref(spindle_bin, d, adapter, prompt, d, [path],
+                          tmp_path / "l.npy", f"{model}+{adapter} ({layout})")
 
 
 @pytest.mark.parametrize("model", [s["name"] for s in gen.SPECS])
@@ -90,13 +80,9 @@ def test_expert_adapter_is_no_noop(moe_lora, model):
 def test_stacked_halves_equal_the_adapter(moe_lora, spindle_bin, tmp_path):  # noqa: F811
     """--lora A:0.5 --lora A-peft:0.5 (stacked per expert) is A."""
     d = moe_lora / "qmoe-f32"
-    aref = adapter_ref(d, "all8")
-    entry = aref["prompts"]["len40"]
-    out = tl.run(spindle_bin, d, entry["prompt_tokens"],
-                 [f"{d / 'all8'}:0.5", f"{d / 'all8-peft'}:0.5"],
-                 tmp_path / "l.npy")
-    pc.assert_greedy_tokens(out, aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry, "stacked")
+    tl.assert_adapter_ref(spindle_bin, d, "all8", "len40", d,
+                          [f"{d / 'all8'}:0.5", f"{d / 'all8-peft'}:0.5"],
+                          tmp_path / "l.npy", "stacked")
 
 
 @pytest.fixture(scope="module")
@@ -130,15 +116,10 @@ def test_expert_adapter_on_gguf_base(moe_lora, spindle_bin, gguf_files,  # noqa:
     (ffn_*_exps, ffn_*_shexp) with the adapter in each layout."""
     d = moe_lora / model
     base, adapters = gguf_files(model)
-    aref = adapter_ref(d, adapter)
-    entry = aref["prompts"]["len40"]
     path = {"mlx": d / adapter, "peft": d / f"{adapter}-peft",
             "gguf": adapters[adapter]}[layout]
-    out = tl.run(spindle_bin, base, entry["prompt_tokens"], [path],
-                 tmp_path / "l.npy")
-    pc.assert_greedy_tokens(out, aref, entry)
-    pc.assert_last_logits(tmp_path / "l.npy", d, aref, entry,
-                          f"gguf base, {layout} adapter")
+    tl.assert_adapter_ref(spindle_bin, d, adapter, "len40", base, [path],
+                          tmp_path / "l.npy", f"gguf base, {layout} adapter")
 
 
 LLAMA_CPP = [("qmoe-f32", a) for a in sorted(gen.ADAPTERS)] + \
@@ -253,12 +234,8 @@ def test_merged_experts_match_mlx_fuse(spindle_bin, moe_lora, tmp_path,  # noqa:
         assert all(q.get(k.removesuffix(".weight")) is False for k in merged)
     out32 = tm.merge(spindle_bin, d, d / adapter, tmp_path / "m32",
                      "--dtype", "f32")
-    aref = adapter_ref(d, adapter)
-    entry = aref["prompts"]["len40"]
-    got = tm.run(spindle_bin, out32, entry["prompt_tokens"], tmp_path / "m.npy")
-    pc.assert_greedy_tokens(got, aref, entry)
-    pc.assert_last_logits(tmp_path / "m.npy", d, aref, entry,
-                          f"{model} merged in f32")
+    tl.assert_adapter_ref(spindle_bin, d, adapter, "len40", out32, [],
+                          tmp_path / "m.npy", f"{model} merged in f32")
 
 
 def test_merge_refuses_fused_experts(spindle_bin, moe_lora, tmp_path):  # noqa: F811
