@@ -8,6 +8,7 @@
 #include "cli/run_prompts.h"
 #include "cli/prompt.h"
 #include "cli/prompt_file.h"
+#include "cli/spec_args.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -72,6 +73,8 @@ static void print_job_json(const sp_prompt_job *j, int index, const char *text) 
     cJSON_AddNumberToObject(st, "total_seconds", s->total_seconds);
     cJSON_AddStringToObject(st, "stop_reason",
                             spindle_stop_reason_name(j->reason));
+    if (j->gen.spec.mode != SPINDLE_SPEC_NONE)
+        sp_spec_stats_json(st, j->gen.spec.mode, &s->spec);
     char *json = cJSON_PrintUnformatted(root);
     if (json) puts(json);
     free(json);

@@ -10,6 +10,7 @@ run alone (`spindle run` with -p / --prompt-tokens, greedy).
   * text, {"prompt"} and {"messages"} lines on the tiny chat model with the
     real Qwen3 tokenizer and template against `spindle run -p` (--chat);
   * plain (non --json) output: one line per prompt, in input order;
+  * with --spec ngram, each line's spec stats equal its solo run's;
   * a bad line fails before anything runs, naming its line number.
 """
 import json
@@ -116,6 +117,32 @@ def test_text_and_messages_lines_equal_solo_runs(tmp_path):
         assert row["prompt_tokens"] == want["prompt_tokens"], i
         assert row["tokens"] == want["tokens"], i
         assert row["text"] == want["text"], i
+
+
+LOOP = [(i % 11) * 37 + 5 for i in range(60)]   # repeats: n-gram drafts hit
+
+
+def test_speculative_lines_report_their_drafts(tmp_path):
+    """With --spec ngram every line is lossless (its tokens are the plain
+    solo run's) and carries its own spec stats, equal to the same prompt
+    speculating alone (fixed K: the drafts depend on the tokens only)."""
+    prompts = [LOOP, LOOP[5:] + [3, 4], TOKEN_PROMPTS[4]]
+    spec = ["--spec", "ngram", "--num-draft-tokens", "4", "--spec-fixed-k"]
+    rows = [json.loads(x) for x in batch(
+        QWEN3, [json.dumps({"prompt_tokens": p}) for p in prompts], tmp_path,
+        "--parallel", "3", "-n", str(N), "--ignore-eos", "--json",
+        *spec).splitlines()]
+    for i, (row, prompt) in enumerate(zip(rows, prompts)):
+        assert row["tokens"] == solo_tokens(QWEN3, prompt, N), i
+        p = spindle("run", "-m", str(QWEN3), "--prompt-tokens",
+                    ",".join(map(str, prompt)), "-n", str(N), "--ignore-eos",
+                    "--json", *spec)
+        assert p.returncode == 0, p.stderr
+        want = json.loads(p.stdout)["stats"]["spec"]
+        got = row["stats"]["spec"]
+        for k in ("mode", "drafted", "accepted", "target_forwards"):
+            assert got[k] == want[k], (i, k, got, want)
+    assert any(r["stats"]["spec"]["accepted"] > 0 for r in rows)
 
 
 @pytest.mark.parametrize("line,why", [
