@@ -12,6 +12,7 @@
 
 #include "compute/activations_simd.h"
 #include "compute/cpu_features.h"
+#include "compute/mlx_exp.h"
 
 #define SP_LANES 8
 
@@ -91,6 +92,19 @@ void sp_gelu_erf(float *x, int n) {
      * the negative tail, where 1 + erff keeps only a few bits. */
     for (int i = 0; i < n; i++)
         x[i] = 0.5f * x[i] * erfcf(-x[i] * (float)M_SQRT1_2);
+}
+
+float sp_mlx_exp_sum(const float *x, int n, float shift, float *out) {
+#if defined(__x86_64__)
+    if (sp_simd_avx2_active()) return sp_mlx_exp_sum_avx2(x, n, shift, out);
+#endif
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float t = sp_mlx_exp(x[i] - shift);
+        if (out) out[i] = t;
+        sum += t;
+    }
+    return sum;
 }
 
 static float max_f32(const float *x, int n) {

@@ -16,42 +16,7 @@
 #include <string.h>
 
 #include "base/error.h"
-
-/* mlx's CPU exp (mlx/backend/cpu/simd/math.h): 2^(x log2 e) as a power of
- * two times a degree-6 polynomial, 0 below -88 (and wherever the power of
- * two leaves the normal range), inf above 88. Using the same function keeps
- * the log-softmax bit-identical to mlx's and puts the XTC / top-p cut-offs
- * where mlx puts them; expf differs from it by up to ~8e-7 relative. The
- * fused multiply-adds are done in double: a*b is exact there, so only a
- * double rounding (vanishingly rare) could differ from fmaf. */
-static inline float fma_f(float a, float b, float c) {
-    return (float)((double)a * (double)b + (double)c);
-}
-
-static inline float mlx_exp(float x_init) {
-    if (isnan(x_init)) return x_init;
-    if (x_init > 88.0f) return INFINITY;
-    if (x_init < -88.0f) return 0.0f;
-    float x = x_init * 1.442695f;
-    /* floor(x + 0.5) by truncation (|x| < 128 here): floorf is a libm call
-     * on baseline x86-64. */
-    float y = x + 0.5f;
-    int32_t n = (int32_t)y;
-    if ((float)n > y) n--;
-    float ipart = (float)n;
-    float fpart = x - ipart;
-    x = 1.535336188319500e-4f;
-    x = fma_f(x, fpart, 1.339887440266574e-3f);
-    x = fma_f(x, fpart, 9.618437357674640e-3f);
-    x = fma_f(x, fpart, 5.550332471162809e-2f);
-    x = fma_f(x, fpart, 2.402264791363012e-1f);
-    x = fma_f(x, fpart, 6.931472028550421e-1f);
-    x = fma_f(x, fpart, 1.000000000000000f);
-    uint32_t bits = (uint32_t)(n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return scale * x;
-}
+#include "compute/mlx_exp.h"
 
 spindle_status sp_sample_log_softmax(float *logits, int n, float *lse_out,
                                      spindle_error *err) {
@@ -69,8 +34,7 @@ spindle_status sp_sample_log_softmax(float *logits, int n, float *lse_out,
                        "all %d logits are -inf", n);
     /* mlx (cpu/logsumexp.cpp) sums in float32, one element at a time; its
      * result, rounding included, is what generate_step reports. */
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) sum += mlx_exp(logits[i] - mx);
+    float sum = sp_mlx_exp_sum(logits, n, mx, NULL);
     float lse = logf(sum) + mx;
     for (int i = 0; i < n; i++) logits[i] -= lse;
     if (lse_out) *lse_out = lse;
@@ -159,7 +123,7 @@ void sp_apply_top_p(float *logprobs, int n, float top_p, float *scratch) {
      * Masses are summed in double; mlx's float32 running sums differ only
      * when the limit falls within rounding of a partial sum. */
     double total = 0.0;
-    for (int i = 0; i < n; i++) total += mlx_exp(logprobs[i]);
+    for (int i = 0; i < n; i++) total += sp_mlx_exp(logprobs[i]);
     double limit = (double)(top_p * (float)total);
 
     float *v = scratch;
@@ -172,11 +136,11 @@ void sp_apply_top_p(float *logprobs, int n, float top_p, float *scratch) {
         int gt, lt;
         partition3(v, lo, hi, pivot, &gt, &lt);
         double mass_gt = above;
-        for (int i = lo; i < gt; i++) mass_gt += mlx_exp(v[i]);
+        for (int i = lo; i < gt; i++) mass_gt += sp_mlx_exp(v[i]);
         if (mass_gt < limit) {
             /* pivot survives; smaller values might too */
             cut = pivot;
-            above = mass_gt + (double)(lt - gt) * mlx_exp(pivot);
+            above = mass_gt + (double)(lt - gt) * sp_mlx_exp(pivot);
             lo = lt;
         } else {
             hi = gt;
@@ -245,11 +209,7 @@ void sp_apply_xtc(float *logprobs, int n, float threshold,
     for (int i = 0; i < n; i++)
         if (logprobs[i] > mx) mx = logprobs[i];
     /* As mlx's cpu/softmax.cpp: float32 running sum, one reciprocal. */
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        scratch[i] = mlx_exp(logprobs[i] - mx);
-        sum += scratch[i];
-    }
+    float sum = sp_mlx_exp_sum(logprobs, n, mx, scratch);
     float inv = 1.0f / sum;
     float pmin = INFINITY;
     for (int i = 0; i < n; i++) {

@@ -12,6 +12,7 @@
 
 #include "compute/ops.h"
 #include "compute/cpu_features.h"
+#include "compute/mlx_exp.h"
 
 #define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
 #include "test_util.h"
@@ -205,6 +206,70 @@ static void test_softmax_neg_inf(void **s) {
     assert_true(y[0] == 0.0f && y[1] == 1.0f && y[2] == 0.0f);
 }
 
+/* ---- mlx's exponential (the sampler's log-softmax) ---- */
+
+/* mlx.core.exp on the CPU (mlx[cpu] 0.32), the f32 bits of each result:
+ *   mx.exp(mx.array(xs, mx.float32)) viewed as uint32. */
+static const struct {
+    float x;
+    uint32_t bits;
+} MLX_EXP[] = {
+    {-87.9000015f, 0x00000000}, {-50.25f, 0x1b359839}, {-20.0f, 0x310da432},
+    {-3.70000005f, 0x3cca88fe}, {-1.0f, 0x3ebc5ab2}, {-0.5f, 0x3f1b4598},
+    {-0.00100000005f, 0x3f7fbe7f}, {0.0f, 0x3f800000},
+    {0.00100000005f, 0x3f8020c9}, {0.499989986f, 0x3fd308c2},
+    {0.5f, 0x3fd3094d}, {1.29999995f, 0x406ad5c0}, {7.76999998f, 0x4514078c},
+    {42.0f, 0x5dc11915}, {87.9000015f, 0x7ee0dcb3}, {-88.5f, 0x00000000},
+    {88.5f, 0x7f800000},
+};
+
+static uint32_t bits_of(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* At each level the terms are mlx's bits, and the vector levels give the
+ * portable path's terms and running sum bit for bit on a vocabulary-sized
+ * row (tails of every length mod 8 included). */
+static void test_mlx_exp_sum(void **s) {
+    (void)s;
+    enum { N = 151669, K = sizeof MLX_EXP / sizeof MLX_EXP[0] };
+    float *x = malloc(N * sizeof *x), *want = malloc(N * sizeof *want);
+    float *got = malloc(N * sizeof *got);
+    assert_non_null(x), assert_non_null(want), assert_non_null(got);
+    fill_uniform(x, N, -100.0f, 12.0f);
+    x[5] = -INFINITY, x[6] = 3.5f, x[7] = 3.5f - 88.0f, x[8] = 3.5f + 88.0f;
+    const sp_simd_level own = sp_simd_current();
+    assert_true(sp_simd_force(SP_SIMD_SCALAR));
+    float want_sum = sp_mlx_exp_sum(x, N, 3.5f, want);
+    const sp_simd_level levels[] = {SP_SIMD_SCALAR, SP_SIMD_AVX2, SP_SIMD_AVX512};
+    for (size_t l = 0; l < 3; l++) {
+        if (!sp_simd_force(levels[l])) continue;
+        float xs[K], e[K];
+        for (int i = 0; i < K; i++) xs[i] = MLX_EXP[i].x;
+        for (int n = 1; n <= K; n++) {   /* every tail length */
+            sp_mlx_exp_sum(xs, n, 0.0f, e);
+            for (int i = 0; i < n; i++)
+                if (bits_of(e[i]) != MLX_EXP[i].bits)
+                    fail_msg("level %zu: exp(%.9g) = %08x, mlx %08x", l, xs[i],
+                             bits_of(e[i]), MLX_EXP[i].bits);
+        }
+        for (int n = N - 9; n <= N; n++) {
+            float sum = sp_mlx_exp_sum(x, n, 3.5f, got);
+            float serial = 0.0f;
+            for (int i = 0; i < n; i++) serial += want[i];
+            if (bits_of(sum) != bits_of(serial))
+                fail_msg("level %zu, n %d: sum %.9g, serial %.9g", l, n, sum, serial);
+            if (memcmp(got, want, (size_t)n * sizeof *got))
+                fail_msg("level %zu, n %d: terms differ from the portable path", l, n);
+        }
+        assert_true(sp_mlx_exp_sum(x, N, 3.5f, NULL) == want_sum);
+    }
+    assert_true(sp_simd_force(own));
+    free(x), free(want), free(got);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm_offset0),
@@ -219,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_basic),
         cmocka_unit_test(test_softmax_large_magnitudes),
         cmocka_unit_test(test_softmax_neg_inf),
+        cmocka_unit_test(test_mlx_exp_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
