@@ -32,6 +32,7 @@ Usage: python tests/parity/make_gptoss_models.py [--out DIR] [--only NAME ...]
 """
 
 import json
+import shutil
 import sys
 import zlib
 from pathlib import Path
@@ -206,9 +207,11 @@ def build_model(spec, path):
     mm.mlu.save_model(path, model)
     mm.mlu.save_config(dict(cfg), path / "config.json")
     if spec["chat"]:
+        # copies, not links: the models live in a cache shared by checkouts
+        # (tests/.work), where a link into this one would dangle once it goes
         for f in ("tokenizer.json", "tokenizer_config.json"):
-            (path / f).symlink_to(TOKENIZER_DIR / f)
-        (path / "chat_template.jinja").symlink_to(CHAT_TEMPLATE)
+            shutil.copyfile(TOKENIZER_DIR / f, path / f)
+        shutil.copyfile(CHAT_TEMPLATE, path / "chat_template.jinja")
     return model
 
 
