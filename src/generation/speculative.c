@@ -16,7 +16,12 @@
  * A step of R rows that would produce N tokens produces N - 1 + E(k) in
  * T(R + k) with k drafts of this request, and k is chosen to maximize
  * that ratio (the requests decide in turn, each seeing the rows and
- * tokens the previous ones added). When k = 0 wins the
+ * tokens the previous ones added). A drafter that runs a model pays for
+ * its drafts before the forward: T also holds the measured time of a
+ * draft token (a draft model's batched step, which serves every request
+ * of the round, so a request pays only for steps beyond those already
+ * planned; the MTP head's step, per request), so that a draft model about
+ * as slow as the target turns itself off. When k = 0 wins the
  * request is "off": its rounds are plain decode rows, and after `backoff`
  * such rounds one probe round drafts everything the drafter offers (up to
  * K: it measures the acceptance deep in the draft and the price of a long
@@ -29,6 +34,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "models/model.h"
@@ -62,18 +68,62 @@ typedef struct cost_table {
     bool seen[COST_ROWS];
 } cost_table;
 
+/* The measured time of one draft token of a drafter that runs a model
+ * (an exponential average; 0 until measured, so that the first round is
+ * tried and timed). */
+typedef struct draft_cost {
+    double seconds;
+    bool seen;
+} draft_cost;
+
 struct sp_spec_engine {
     int rows_cap;                  /* logits rows e->logits holds */
     sp_draft_job *jobs;            /* [max_seqs] */
     sp_request **job_req;
     spindle_batch_entry *draft_entries;
     cost_table cost;
+    draft_cost model_draft;        /* one batched step of the draft models */
+    draft_cost mtp_draft;          /* one MTP head step */
     sp_mtp *mtp;                   /* the target's MTP head, once asked for */
 };
+
+/* What a round has planned so far, request by request: the step's
+ * expected tokens and rows, and the drafting time before its forward. */
+typedef struct round_plan {
+    double tokens;
+    int rows;
+    double draft_seconds;
+    int model_steps;               /* steps of the batched draft-model run */
+} round_plan;
+
+/* How request's k drafts add to the plan's drafting time: none for a
+ * lookup (NULL cost), k MTP steps, or the draft-model steps beyond those
+ * already planned. */
+typedef struct draft_price {
+    const draft_cost *cost;
+    bool batched;
+} draft_price;
+
+static double extra_draft_seconds(const round_plan *p, draft_price price, int k) {
+    if (!price.cost) return 0;
+    int steps = price.batched ? (k > p->model_steps ? k - p->model_steps : 0) : k;
+    return price.cost->seconds * steps;
+}
+
+static void observe_draft(draft_cost *d, double seconds, int steps) {
+    if (steps <= 0) return;
+    double per = seconds / steps;
+    d->seconds = d->seen ? (1 - COST_WEIGHT) * d->seconds + COST_WEIGHT * per : per;
+    d->seen = true;
+}
 
 static bool always_accept;
 
 void sp_spec_set_always_accept(bool on) { always_accept = on; }
+
+static double draft_delay;
+
+void sp_spec_set_draft_delay(double seconds) { draft_delay = seconds; }
 
 const char *spindle_spec_mode_name(spindle_spec_mode mode) {
     static const char *const names[] = {"none", "ngram", "draft", "mtp"};
@@ -230,16 +280,20 @@ static double step_time(const cost_table *c, int rows) {
     return c->seconds[hi] - per_row * (hi - rows);
 }
 
-/* The k <= avail maximizing (tokens - 1 + E(k)) / T(rows + k). */
+/* The k <= avail maximizing (tokens - 1 + E(k)) / T(rows + k), T with
+ * the round's drafting time. */
 static int choose_k(const sp_spec *s, const cost_table *c, int avail,
-                    double tokens, int rows, double *gain) {
+                    const round_plan *p, draft_price price, double *gain) {
     int best = 0;
-    double best_rate = tokens / step_time(c, rows), expected = 1, reach = 1;
+    double best_rate = p->tokens / (step_time(c, p->rows) + p->draft_seconds);
+    double expected = 1, reach = 1;
     *gain = 0;
     for (int k = 1; k <= avail; k++) {
         reach *= (s->acc[k - 1] + 1) / (s->tried[k - 1] + 2);
         expected += reach;
-        double rate = (tokens - 1 + expected) / step_time(c, rows + k);
+        double rate = (p->tokens - 1 + expected) /
+                      (step_time(c, p->rows + k) + p->draft_seconds +
+                       extra_draft_seconds(p, price, k));
         if (k >= s->p.min_draft_tokens && rate > best_rate) {
             best_rate = rate;
             best = k;
@@ -250,12 +304,12 @@ static int choose_k(const sp_spec *s, const cost_table *c, int avail,
 }
 
 /* The adaptive rule's k for one round (header comment). */
-static int adapt_k(sp_spec *s, const cost_table *c, int avail,
-                   double *tokens, int *rows) {
+static int adapt_k(sp_spec *s, const cost_table *c, int avail, round_plan *p,
+                   draft_price price) {
     if (avail <= 0 || avail < s->p.min_draft_tokens) return 0;
     if (s->p.fixed_k) return avail;
     double gain;
-    int k = choose_k(s, c, avail, *tokens, *rows, &gain);
+    int k = choose_k(s, c, avail, p, price, &gain);
     if (k > 0) {
         s->off_rounds = 0;
         s->backoff = BACKOFF_MIN;
@@ -269,8 +323,10 @@ static int adapt_k(sp_spec *s, const cost_table *c, int avail,
         k = avail;
         gain = 0;
     }
-    *tokens += gain;
-    *rows += k;
+    p->tokens += gain;
+    p->rows += k;
+    p->draft_seconds += extra_draft_seconds(p, price, k);
+    if (price.batched && k > p->model_steps) p->model_steps = k;
     return k;
 }
 
@@ -318,7 +374,17 @@ static void run_draft_models(sp_spec_engine *se, int n_jobs) {
             se->jobs[end] = job;
             se->job_req[end++] = r;
         }
+        int steps = 0;
+        for (int j = first; j < end; j++)
+            if (se->jobs[j].want > steps) steps = se->jobs[j].want;
+        double t0 = sp_engine_now();
         sp_draft_model_run(se->jobs + first, end - first, se->draft_entries);
+        if (draft_delay > 0) {
+            double d = draft_delay * steps;
+            struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        observe_draft(&se->model_draft, sp_engine_now() - t0, steps);
         for (int j = first; j < end; j++)
             se->job_req[j]->spec->n_round = se->jobs[j].got;
         first = end;
@@ -344,8 +410,9 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
     }
     sp_spec_engine *se = n_spec ? engine_state(e) : NULL;
     if (!se) return;
-    double tokens = n_decode;
-    int step_rows = n_decode;
+    round_plan plan = {.tokens = n_decode, .rows = n_decode};
+    const draft_price lookup = {0}, mtp = {&se->mtp_draft, false},
+                      model = {&se->model_draft, true};
     spare -= n_decode;
     if (spare > e->max_batch_tokens / 2) spare = e->max_batch_tokens / 2;
     int n_jobs = 0, rows = e->max_seqs;
@@ -363,20 +430,23 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         if (d > 0) {
             s->forced_round = true;
             s->stats.forced += d;
-            tokens += d;
-            step_rows += d;
+            plan.tokens += d;
+            plan.rows += d;
         } else if (s->ngram && room > 0) {
             d = sp_ngram_propose(s->ngram, r->tokens, n_hist, room, s->draft);
             d = grammar_cut(r, s, d);
-            d = adapt_k(s, &se->cost, d, &tokens, &step_rows);
+            d = adapt_k(s, &se->cost, d, &plan, lookup);
         } else if (s->mtp && room > 0) {
             /* Priced like a draft model's: k first, then that many. */
-            d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
+            d = adapt_k(s, &se->cost, room, &plan, mtp);
+            double t0 = sp_engine_now();
+            int want = d;
             d = sp_mtp_draft_propose(s->mtp, r->tokens, n_hist,
                                      spindle_seq_length(r->seq), d, s->draft);
+            observe_draft(&se->mtp_draft, sp_engine_now() - t0, want);
             d = grammar_cut(r, s, d);
         } else if (s->dseq) {
-            d = adapt_k(s, &se->cost, room, &tokens, &step_rows);
+            d = adapt_k(s, &se->cost, room, &plan, model);
             if (d > 0) {
                 se->jobs[n_jobs] = (sp_draft_job){
                     .seq = s->dseq, .history = r->tokens, .n = n_hist,

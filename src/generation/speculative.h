@@ -77,6 +77,10 @@ void sp_spec_stats(const sp_request *r, spindle_spec_stats *out);
  * whatever the target samples) that the sampling-equality test must
  * catch. Process-wide; off by default. */
 void sp_spec_set_always_accept(bool on);
+/* Test hook: each draft-model step takes `seconds` longer (a draft model
+ * slower than its target, which the adaptive rule must turn off).
+ * Process-wide; 0 by default. */
+void sp_spec_set_draft_delay(double seconds);
 
 /* ---- drafter_ngram.c ---- */
 

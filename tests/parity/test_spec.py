@@ -282,6 +282,26 @@ def test_greedy_draft_model(dense_dir, tmp_path, k):
     assert accepted < drafted / 2
 
 
+def test_slow_draft_model_turns_itself_off(dense_dir, tmp_path):
+    """The adaptive rule prices a draft model's steps by their measured
+    time: the target drafting for itself (acceptance ~1, so only the price
+    can stop it) with every draft step made 20 ms slower drafts its first
+    round and the probes after 8, 16, ... plain rounds, and decodes plain
+    otherwise; priced as free, it drafts every round."""
+    model = dense_dir / "qwen3-f32"
+    reqs = [dict(max_tokens=48, ignore_eos=True, prompt=p, spec="draft",
+                 num_draft_tokens=4) for p in prompts(vocab_of(model))[:2]]
+    got = run(model, tmp_path, "step", reqs, max_seqs=4,
+              draft_model=str(model), draft_delay_ms=20)
+    for g in got:
+        assert g["status"] == "ok", g["error"]
+        st = g["stats"]
+        assert st["accepted"] >= 0.9 * st["drafted"], st
+        # 4 drafts in the first round and in each probe (after 8, 16
+        # plain rounds): 12; drafting every round: ~30
+        assert 0 < st["drafted"] <= 20, st
+
+
 @pytest.mark.parametrize("draft", ["qwen3_5-f32", "qwen3_next-f32"])
 def test_greedy_draft_model_hybrid(hybrid_dir, tmp_path, draft):
     # itself (all accepted) and another hybrid (rejections: the draft's

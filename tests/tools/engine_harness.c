@@ -20,6 +20,8 @@
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
+ *   "draft_delay_ms": T (each draft-model step takes T ms longer: a slow
+ *     draft model),
  *   "greedy_drafts": B (a draft model or MTP head drafts its argmax at any
  *     temperature)}
  * "step": the harness calls spindle_engine_step; before step K it submits
@@ -552,6 +554,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     sp_spec_set_always_accept(flag(sc, "always_accept"));
+    sp_spec_set_draft_delay(num(sc, "draft_delay_ms", 0) / 1000);
     sp_draft_set_greedy(flag(sc, "greedy_drafts"));
     bool foreign = false;
     for (int i = 0; i < H.n_reqs; i++) {
