@@ -67,13 +67,29 @@ static int32_t draft_token(sp_draft_seq *d) {
     return t < d->target_vocab ? t : -1;
 }
 
-void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
-                        spindle_batch_entry *entries) {
+/* Feed the sequences far behind all but the last token they miss. */
+static bool catch_up(sp_draft_job *jobs, int n_jobs, spindle_batch_entry *entries) {
     int n = 0;
     for (int i = 0; i < n_jobs; i++) {
         sp_draft_job *j = &jobs[i];
         int have = spindle_seq_length(j->seq->seq);
-        j->got = 0;
+        if (j->want < 1 || j->n - have <= SP_DRAFT_CATCH_UP) continue;
+        entries[n++] = (spindle_batch_entry){
+            .seq = j->seq->seq, .tokens = j->history + have,
+            .n_tokens = j->n - 1 - have, .logits_mode = SPINDLE_LOGITS_NONE};
+    }
+    spindle_error err;
+    return n == 0 || !spindle_forward(jobs[0].seq->model, entries, n, &err);
+}
+
+double sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
+                          spindle_batch_entry *entries) {
+    for (int i = 0; i < n_jobs; i++) jobs[i].got = 0;
+    if (!catch_up(jobs, n_jobs, entries)) return 0;
+    int n = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        sp_draft_job *j = &jobs[i];
+        int have = spindle_seq_length(j->seq->seq);
         if (j->want < 1 || have >= j->n) continue;
         sp_draft_sampler_start_round(&j->seq->pick);
         entries[n++] = (spindle_batch_entry){
@@ -82,8 +98,9 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
             .logits = j->seq->logits};
     }
     spindle_error err;
+    double t0 = sp_engine_now();
     for (int pos = 0; n > 0; pos++) {
-        if (spindle_forward(jobs[0].seq->model, entries, n, &err)) return;
+        if (spindle_forward(jobs[0].seq->model, entries, n, &err)) break;
         int kept = 0;
         for (int i = 0, e = 0; i < n_jobs; i++) {
             sp_draft_job *j = &jobs[i];
@@ -101,6 +118,7 @@ void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
         }
         n = kept;
     }
+    return sp_engine_now() - t0;
 }
 
 void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,

@@ -25,7 +25,8 @@
  * request is "off": its rounds are plain decode rows, and after `backoff`
  * such rounds one probe round drafts everything the drafter offers (up to
  * K: it measures the acceptance deep in the draft and the price of a long
- * round, which a one-token probe never would) with the counts halved
+ * round, which a one-token probe never would; a drafter running a model
+ * only what it drafts in one decode step's time) with the counts halved
  * toward the prior; backoff starts at 8 and doubles up to 256 while
  * the probes keep losing. fixed_k turns the rule off (always draft what
  * the drafter offers, up to K). */
@@ -96,18 +97,40 @@ typedef struct round_plan {
     int model_steps;               /* steps of the batched draft-model run */
 } round_plan;
 
-/* How request's k drafts add to the plan's drafting time: none for a
+static double step_time(const cost_table *c, int rows);
+
+/* How a request's k drafts add to the plan's drafting time: none for a
  * lookup (NULL cost), k MTP steps, or the draft-model steps beyond those
- * already planned. */
+ * already planned. A drafter not yet measured is free: its first round
+ * drafts, and measures it. */
 typedef struct draft_price {
     const draft_cost *cost;
     bool batched;
 } draft_price;
 
+static double draft_token_seconds(draft_price price) {
+    return price.cost && price.cost->seen ? price.cost->seconds : 0;
+}
+
 static double extra_draft_seconds(const round_plan *p, draft_price price, int k) {
-    if (!price.cost) return 0;
     int steps = price.batched ? (k > p->model_steps ? k - p->model_steps : 0) : k;
-    return price.cost->seconds * steps;
+    return draft_token_seconds(price) * steps;
+}
+
+/* A probe drafts what the drafter offers, except that a drafter running
+ * a model drafts only as many tokens as it makes in one decode step's
+ * time (at least one): a probe is there to measure, and a long one of an
+ * expensive drafter cost a plain stream ~35 % (bench/RESULTS.md). */
+static int probe_k(const cost_table *c, draft_price price, int avail) {
+    double per = draft_token_seconds(price);
+    if (per <= 0) return avail;
+    /* Measured slower per token than a decode step, the drafter cannot
+     * win at any acceptance (k drafts and a verify cost more than the k + 1
+     * plain steps they could replace), and each probe would pay for
+     * feeding it the tokens it missed: no more probes. */
+    if (per >= step_time(c, 1)) return 0;
+    double fit = step_time(c, 1) / per;
+    return fit < 1 ? 1 : fit < avail ? (int)fit : avail;
 }
 
 static void observe_draft(draft_cost *d, double seconds, int steps) {
@@ -320,7 +343,8 @@ static int adapt_k(sp_spec *s, const cost_table *c, int avail, round_plan *p,
             s->tried[j] *= 0.5;
             s->acc[j] *= 0.5;
         }
-        k = avail;
+        k = probe_k(c, price, avail);
+        if (k > 0 && k < s->p.min_draft_tokens) k = s->p.min_draft_tokens;
         gain = 0;
     }
     p->tokens += gain;
@@ -377,14 +401,15 @@ static void run_draft_models(sp_spec_engine *se, int n_jobs) {
         int steps = 0;
         for (int j = first; j < end; j++)
             if (se->jobs[j].want > steps) steps = se->jobs[j].want;
-        double t0 = sp_engine_now();
-        sp_draft_model_run(se->jobs + first, end - first, se->draft_entries);
+        double seconds = sp_draft_model_run(se->jobs + first, end - first,
+                                            se->draft_entries);
         if (draft_delay > 0) {
             double d = draft_delay * steps;
             struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
             nanosleep(&ts, NULL);
+            seconds += d;
         }
-        observe_draft(&se->model_draft, sp_engine_now() - t0, steps);
+        observe_draft(&se->model_draft, seconds, steps);
         for (int j = first; j < end; j++)
             se->job_req[j]->spec->n_round = se->jobs[j].got;
         first = end;

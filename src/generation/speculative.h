@@ -153,10 +153,16 @@ typedef struct sp_draft_job {
  * and its first draft in one batched forward, then one batched forward per
  * further draft position (drafts sampled with the request's sampler on the
  * uniforms its verify rows will draw, argmax when greedy; the request's
- * stream is not advanced). A failing forward ends the drafting of that
- * round (what was drafted stays). `entries` has room for n_jobs. */
-void sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
-                        spindle_batch_entry *entries);
+ * stream is not advanced). A sequence more than SP_DRAFT_CATCH_UP tokens
+ * behind (the prompt, or what a request decoded with drafting off) is
+ * first fed all but its last one in a forward of their own, which is
+ * prompt processing, not drafting: the seconds returned are those of the
+ * drafting forwards only (what the adaptive rule prices a draft step by).
+ * A failing forward ends the drafting of that round (what was drafted
+ * stays). `entries` has room for n_jobs. */
+#define SP_DRAFT_CATCH_UP 8
+double sp_draft_model_run(sp_draft_job *jobs, int n_jobs,
+                          spindle_batch_entry *entries);
 /* After verification of a round that drafted `drafted` tokens after a
  * history of n_before tokens, `accepted` of them accepted: rewind the draft
  * sequence to what is still valid (mlx-lm's rule: when everything was

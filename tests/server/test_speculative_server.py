@@ -30,8 +30,11 @@ def drafted(server):
 
 @pytest.fixture(scope="module", params=["ngram", "draft"])
 def spec_server(request, server_model):
-    """--spec ngram, or --spec draft with the model drafting for itself."""
-    extra = ["--draft-model", server_model] if request.param == "draft" else []
+    """--spec ngram, or --spec draft with the model drafting for itself
+    (with a fixed K: a drafter as slow as its target, the adaptive rule
+    rightly turns it off, tests/parity/test_spec.py)."""
+    extra = (["--draft-model", server_model, "--spec-fixed-k"]
+             if request.param == "draft" else [])
     s = Server(server_model, "--alias", ALIAS, "--parallel", 2, "--spec", request.param,
                *extra)
     try:
