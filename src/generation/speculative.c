@@ -26,8 +26,8 @@
  * such rounds one probe round drafts everything the drafter offers (up to
  * K: it measures the acceptance deep in the draft and the price of a long
  * round, which a one-token probe never would; a drafter running a model
- * only what it drafts in one decode step's time) with the counts halved
- * toward the prior; backoff starts at 8 and doubles up to 256 while
+ * only what it drafts in one decode step's time: probe_k) with the counts
+ * halved toward the prior; backoff starts at 8 and doubles up to 256 while
  * the probes keep losing. fixed_k turns the rule off (always draft what
  * the drafter offers, up to K). */
 #include "generation/speculative.h"
@@ -117,20 +117,23 @@ static double extra_draft_seconds(const round_plan *p, draft_price price, int k)
     return draft_token_seconds(price) * steps;
 }
 
-/* A probe drafts what the drafter offers, except that a drafter running
- * a model drafts only as many tokens as it makes in one decode step's
- * time (at least one): a probe is there to measure, and a long one of an
- * expensive drafter cost a plain stream ~35 % (bench/RESULTS.md). */
+/* A probe drafts what the drafter offers: a long probe measures the
+ * acceptance deep in the draft and the price of a long round, and on CPUs
+ * a step's first extra rows cost the most (a 2-row step ~2 one-row steps,
+ * an 11-row one ~3.5), so short probes would keep a good drafter off. A
+ * drafter running a model drafts only as many tokens as its measured
+ * steps make in one decode step's time (at least one), and none once it
+ * measures slower per token than a decode step: k drafts and a verify
+ * would then cost more than the k + 1 plain steps they could replace, at
+ * any acceptance, and each probe would pay for feeding it the tokens it
+ * missed (full probes cost a plain stream beside such a draft model ~35 %,
+ * bench/RESULTS.md). */
 static int probe_k(const cost_table *c, draft_price price, int avail) {
-    double per = draft_token_seconds(price);
+    const double per = draft_token_seconds(price), one = step_time(c, 1);
     if (per <= 0) return avail;
-    /* Measured slower per token than a decode step, the drafter cannot
-     * win at any acceptance (k drafts and a verify cost more than the k + 1
-     * plain steps they could replace), and each probe would pay for
-     * feeding it the tokens it missed: no more probes. */
-    if (per >= step_time(c, 1)) return 0;
-    double fit = step_time(c, 1) / per;
-    return fit < 1 ? 1 : fit < avail ? (int)fit : avail;
+    if (per >= one) return 0;
+    int k = (int)(one / per);
+    return k < avail ? k : avail;
 }
 
 static void observe_draft(draft_cost *d, double seconds, int steps) {
