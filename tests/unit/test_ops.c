@@ -237,7 +237,9 @@ static void test_mlx_exp_sum(void **s) {
     enum { N = 151669, K = sizeof MLX_EXP / sizeof MLX_EXP[0] };
     float *x = malloc(N * sizeof *x), *want = malloc(N * sizeof *want);
     float *got = malloc(N * sizeof *got);
-    assert_non_null(x), assert_non_null(want), assert_non_null(got);
+    assert_non_null(x);
+    assert_non_null(want);
+    assert_non_null(got);
     fill_uniform(x, N, -100.0f, 12.0f);
     x[5] = -INFINITY, x[6] = 3.5f, x[7] = 3.5f - 88.0f, x[8] = 3.5f + 88.0f;
     const sp_simd_level own = sp_simd_current();
