@@ -770,6 +770,48 @@ static void test_int8_affine(void **state) {
     sp_simd_force(sp_simd_supported());
 }
 
+/* 9..16 tokens at precision fast where no int8 GEMM runs (AVX2, AVX-VNNI,
+ * AArch64) go through the int8 row kernels in two passes instead of the f32
+ * tiles (matmul.c's sp_mm_rows_pass), so each token gets exactly the bits
+ * it gets alone. */
+static void test_int8_rows_in_passes(void **state) {
+    (void)state;
+#if defined(__aarch64__)
+    static const sp_simd_level int8_levels[] = {SP_SIMD_DOTPROD, SP_SIMD_I8MM};
+#else
+    static const sp_simd_level int8_levels[] = {SP_SIMD_AVX2, SP_SIMD_AVXVNNI};
+#endif
+    const int64_t rows = 37, cols = 256;
+    float x[16 * 256], all[16 * 37], one[37];
+    for (int64_t i = 0; i < 16 * cols; i++) x[i] = rng_unit();
+    int checked = 0;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        test_weight tw;
+        make_affine_weight(&tw, rows, cols, bits, 64, SP_DTYPE_BF16, 0);
+        for (size_t li = 0; li < 2; li++) {
+            if (!sp_simd_force(int8_levels[li]) || !sp_mm_int8_force(true))
+                continue;
+            sp_mm_precision_force(SP_PRECISION_FAST);
+            for (int nt = 9; nt <= 16; nt++) {
+                sp_matmul(pools[nt % 2], &tw.w, x, nt, all);
+                for (int t = 0; t < nt; t++) {
+                    sp_matmul(pools[1], &tw.w, x + t * cols, 1, one);
+                    if (memcmp(one, all + t * rows, sizeof one) != 0)
+                        fail_msg("%s bits=%d: token %d of %d differs from "
+                                 "its one-token product",
+                                 sp_simd_name(int8_levels[li]), bits, t, nt);
+                }
+            }
+            checked++;
+        }
+        free_weight(&tw);
+    }
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_mm_int8_force(false);
+    sp_simd_force(sp_simd_supported());
+    if (!checked) skip();
+}
+
 /* Levels above the CPU's, and those of another ISA, are refused; the
  * scalar level always exists, and every other level has a kernel table. */
 static void test_simd_levels(void **state) {
@@ -815,6 +857,7 @@ int main(void) {
         cmocka_unit_test(test_tile_kernels),
         cmocka_unit_test(test_bf16_opt_in),
         cmocka_unit_test(test_int8_affine),
+        cmocka_unit_test(test_int8_rows_in_passes),
         cmocka_unit_test(test_unusable_weight),
     };
     return cmocka_run_group_tests(tests, setup_pools, teardown_pools);

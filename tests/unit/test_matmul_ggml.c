@@ -196,6 +196,43 @@ static void test_row_blocks(void **s) {
     sp_pool_destroy(pool);
 }
 
+/* 9..16 tokens at precision fast that no int8 GEMM covers (the k-quants)
+ * go through the decode kernels in two passes (matmul_ggml.c), so each
+ * token gets exactly its one-token product, at every level. */
+static void test_fast_tokens_in_passes(void **s) {
+    (void)s;
+    static const uint32_t types[] = {SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K};
+    sp_pool *pool = sp_pool_create(2);
+    const int64_t rows = 21, cols = 512;
+    const sp_simd_level top = sp_simd_supported();
+    sp_mm_precision_force(SP_PRECISION_FAST);
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        size_t rb;
+        unsigned char *data = make_weights(types[i], rows, cols, &rb);
+        sp_weight w = {.type = SP_W_GGML, .rows = rows, .cols = cols,
+                       .data = data, .ggml_type = types[i]};
+        float x[16 * 512], all[16 * 21], one[21];
+        for (int64_t j = 0; j < 16 * cols; j++) x[j] = rng_unit();
+        for (int lv = 0; lv < SP_SIMD_COUNT; lv++) {
+            if (!sp_simd_force((sp_simd_level)lv)) continue;
+            for (int nt = 9; nt <= 16; nt += 7) {
+                sp_matmul(pool, &w, x, nt, all);
+                for (int t = 0; t < nt; t++) {
+                    sp_matmul(pool, &w, x + t * cols, 1, one);
+                    if (memcmp(one, all + t * rows, sizeof one) != 0)
+                        fail_msg("%s %s, token %d of %d: not its one-token "
+                                 "product", sp_ggml_traits(types[i])->name,
+                                 sp_simd_name((sp_simd_level)lv), t, nt);
+                }
+            }
+        }
+        free(data);
+    }
+    sp_simd_force(top);
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_pool_destroy(pool);
+}
+
 /* Descriptors the kernels cannot run produce NaNs, never a wild read. */
 static void test_unusable(void **s) {
     (void)s;
@@ -230,6 +267,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_levels),
         cmocka_unit_test(test_row_blocks),
+        cmocka_unit_test(test_fast_tokens_in_passes),
         cmocka_unit_test(test_unusable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -241,6 +241,18 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     int64_t grain = (w->rows + threads - 1) / threads;
     const int levels = sp_mm_act_levels();
     const bool gemm = gg_use_gemm(w, n_tokens, levels, job.level);
+    /* 9..16 tokens at precision fast that no int8 GEMM covers (the
+     * k-quants on AVX2): two passes of the decode kernels, not the f32
+     * tiles (as matmul.c's sp_mm_rows_pass). */
+    if (!gemm && levels == 1 && n_tokens > SP_MM_DECODE_TOKENS &&
+        n_tokens <= 2 * SP_MM_DECODE_TOKENS &&
+        sp_ggml_dot_covered(w->ggml_type, w->cols)) {
+        sp_matmul_ggml(pool, w, x, SP_MM_DECODE_TOKENS, y);
+        sp_matmul_ggml(pool, w, x + (size_t)SP_MM_DECODE_TOKENS * w->cols,
+                       n_tokens - SP_MM_DECODE_TOKENS,
+                       y + (size_t)SP_MM_DECODE_TOKENS * w->rows);
+        return;
+    }
     /* The decode kernels take 5..8 tokens only at precision fast where the
      * GEMM does not cover; precision high's f32 tiles beat their 3 parts
      * per token from 5 tokens (bench/RESULTS.md "Batched decode"). */

@@ -225,6 +225,33 @@ static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
     return SP_MM_PATH_TILES;
 }
 
+/* Tokens of a first pass of the int8 row kernels, when running n_tokens in
+ * two calls beats the one path sp_mm_choose gives them (0: one call).
+ * Measured (bench/RESULTS.md, "Batched decode"):
+ *   - 5..8 tokens over rows the kernels take only 4 of (rows wider than
+ *     their scratch holds for 8 tokens), against the int8 GEMM, whose
+ *     weight packing pays off only for more tokens;
+ *   - 9..16 tokens at precision fast where the alternative is the f32
+ *     tiles (no int8 GEMM at the AVX2 and AVX-VNNI levels: a batched step
+ *     of 9-16 sequences, a speculative verify of 9-16 rows): 2.2-2.6x the
+ *     tiles' speed for 4-bit codes, 1.2x for 8-bit. At high, three parts
+ *     over 8 tokens cost about what the tiles do (better or worse by the
+ *     shape), so the tiles stay. */
+static int sp_mm_rows_pass(const sp_weight *w, int n_tokens,
+                           const sp_mm_job *job) {
+    if (n_tokens > SP_MM_SMALL_TOKENS && n_tokens <= 2 * SP_MM_SMALL_TOKENS &&
+        job->path == SP_MM_PATH_GEMM_INT8 &&
+        sp_mm_choose(w, SP_MM_SMALL_TOKENS, job->k, job->levels) ==
+            SP_MM_PATH_ROWS_INT8)
+        return SP_MM_SMALL_TOKENS;
+    if (n_tokens > SP_MM_DECODE_TOKENS && n_tokens <= 2 * SP_MM_DECODE_TOKENS &&
+        job->path == SP_MM_PATH_TILES && job->levels == 1 &&
+        sp_mm_choose(w, SP_MM_DECODE_TOKENS, job->k, job->levels) ==
+            SP_MM_PATH_ROWS_INT8)
+        return SP_MM_DECODE_TOKENS;
+    return 0;
+}
+
 const sp_mm_kernels *sp_mm_active(void) {
     switch (sp_simd_current()) {
 #if defined(__x86_64__)
@@ -271,18 +298,11 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
         .int8_rows = sp_mm_int8_rows(),
     };
     job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
-    /* 5..8 tokens the int8 row kernels refuse (rows wider than their
-     * scratch holds for that many tokens) but take 4 of: two passes of
-     * those kernels cost less than one of the GEMM, whose weight packing
-     * pays off only for more tokens (bench/RESULTS.md, "Batched decode"). */
-    if (n_tokens > SP_MM_SMALL_TOKENS && n_tokens <= 2 * SP_MM_SMALL_TOKENS &&
-        job.path == SP_MM_PATH_GEMM_INT8 &&
-        sp_mm_choose(w, SP_MM_SMALL_TOKENS, job.k, job.levels) ==
-            SP_MM_PATH_ROWS_INT8) {
-        sp_matmul(pool, w, x, SP_MM_SMALL_TOKENS, y);
-        sp_matmul(pool, w, x + (size_t)SP_MM_SMALL_TOKENS * w->cols,
-                  n_tokens - SP_MM_SMALL_TOKENS,
-                  y + (size_t)SP_MM_SMALL_TOKENS * w->rows);
+    const int pass = sp_mm_rows_pass(w, n_tokens, &job);
+    if (pass > 0) {
+        sp_matmul(pool, w, x, pass, y);
+        sp_matmul(pool, w, x + (size_t)pass * w->cols, n_tokens - pass,
+                  y + (size_t)pass * w->rows);
         return;
     }
     job.bf16 = job.k && w->type == SP_W_BF16 && sp_mm_bf16_active();
