@@ -9,7 +9,8 @@
  *         decode rows, one batched forward pass each
  *   S_PP = B*PP / T_PP, S_TG = B*TG / T_TG, S = B*(PP+TG) / (T_PP+T_TG),
  *   N_KV = B*(PP+TG), the cache entries in use at the end.
- * Greedy sampling, EOS ignored; one untimed warm-up request first. */
+ * Greedy sampling, EOS ignored; one untimed warm-up request first. Every
+ * row computes its prompts in full (no prefix reuse across rows). */
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "spindle.h"
@@ -76,6 +77,11 @@ static spindle_status measure(spindle_model *m, const bb_args *a,
     spindle_engine_options eo = spindle_engine_defaults();
     eo.max_seqs = row->b;
     eo.max_batch_tokens = a->batch > row->b ? a->batch : row->b;
+    /* Rows share their prompts (and the warm-up the first one's start):
+     * without this, a row would map the blocks an earlier row published
+     * to the model's prefix index and time a fraction of its prompt phase.
+     * llama-batched-bench clears its cache between rows. */
+    eo.no_prefix_cache = true;
     spindle_engine *engine = NULL;
     spindle_status st = spindle_engine_new(m, &eo, &engine, err);
     spindle_gen_params gp = spindle_gen_defaults();
