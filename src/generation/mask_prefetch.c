@@ -45,8 +45,8 @@ bool sp_mask_overlap_wanted(const spindle_model *m) {
     if (v && !strcmp(v, "1")) return true;
     /* By default only where the forward leaves a core to the mask thread:
      * with every core computing it measured no gain beyond the noise
-     * (bench/RESULTS.md) and would take time slices from the pool's
-     * workers, which meet at a barrier after every product. */
+     * (bench/history/until-2026-12-07.md) and would take time slices from the
+     * pool's workers, which meet at a barrier after every product. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return cores > 0 && sp_pool_size(m->pool) < cores;
 }

@@ -127,7 +127,7 @@ static double extra_draft_seconds(const round_plan *p, draft_price price, int k)
  * would then cost more than the k + 1 plain steps they could replace, at
  * any acceptance, and each probe would pay for feeding it the tokens it
  * missed (full probes cost a plain stream beside such a draft model ~35 %,
- * bench/RESULTS.md). */
+ * bench/history/until-2026-12-07.md). */
 static int probe_k(const cost_table *c, draft_price price, int avail) {
     const double per = draft_token_seconds(price), one = step_time(c, 1);
     if (per <= 0) return avail;

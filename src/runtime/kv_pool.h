@@ -46,10 +46,10 @@
  * ever cut at a block boundary and a paged cache gives the linear cache's
  * bits, and a tile's rows are contiguous; a sequence wastes at most 31
  * positions and a prefix is reused to within 31 tokens. Measured against
- * the linear cache it replaced (bench/RESULTS.md, "KV block pool"): decode
- * at depth 2048, where attention dominates, within 2%; 16 would cut the
- * portable kernel's tiles, 64 would double the waste for no fewer lookups
- * that matter (one per 32 rows already). */
+ * the linear cache it replaced (bench/history/until-2026-12-07.md, "KV block
+ * pool"): decode at depth 2048, where attention dominates, within 2%; 16 would
+ * cut the portable kernel's tiles, 64 would double the waste for no fewer
+ * lookups that matter (one per 32 rows already). */
 #ifndef SP_KV_BLOCK_TOKENS   /* -DSP_KV_BLOCK_TOKENS=N: one-off measurements */
 #define SP_KV_BLOCK_TOKENS 32
 #endif

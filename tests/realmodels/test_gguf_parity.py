@@ -41,12 +41,12 @@ parts, within 3e-5 logits of precision exact), while llama.cpp's CPU
 backend quantizes activations to 8 bits (Q8_0 / Q8_1 / Q8_K) before every
 quantized matrix product. That single rounding is llama.cpp's own error
 against exact math, and it is chaotic through the layers. Measured teacher-
-forced on llama.cpp's tokens (bench/RESULTS.md, llama-cpp-python 0.3.36,
-x86-64): max |logit error| 0.9-1.4 per prompt (logit std 3-4.5), top-2
-margin error up to 0.9 logits; llama.cpp differs as much from Spindle exact
-as from Spindle fast (its own arithmetic, summed in another order), and
-flips greedy steps with margins up to 0.13 against exact math; its f16 KV
-cache flips steps with margins up to 0.11 against its f32 one. Over 64
+forced on llama.cpp's tokens (bench/history/until-2026-12-07.md,
+llama-cpp-python 0.3.36, x86-64): max |logit error| 0.9-1.4 per prompt (logit
+std 3-4.5), top-2 margin error up to 0.9 logits; llama.cpp differs as much from
+Spindle exact as from Spindle fast (its own arithmetic, summed in another
+order), and flips greedy steps with margins up to 0.13 against exact math; its
+f16 KV cache flips steps with margins up to 0.11 against its f32 one. Over 64
 generated steps it has flipped margins up to 0.344 (Gemma, prompt 4, token
 28; mlx-lm f32 sides with Spindle there by 0.10 logits), so no margin
 threshold alone is both tight and reliable: below NEAR_TIE a flip is taken
@@ -54,7 +54,7 @@ as llama.cpp's noise, above it the exact reference must confirm it. A
 wrong weight layout, norm offset, RoPE pairing or scale gives errors of
 several std and different tokens from the first one; a smaller one (15 %
 noise on three norms' weights) that stays within (a) but diverges at a
-confident step is caught by the arbitration (bench/RESULTS.md).
+confident step is caught by the arbitration (bench/history/until-2026-12-07.md).
 
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS (2),
 SPINDLE_GGUF_DIR (where the Gemma file is reassembled; tests/.work/gguf).

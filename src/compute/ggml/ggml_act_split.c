@@ -7,7 +7,7 @@
  * sums of each part are exact and the parts add up to the f32 product up to
  * summation order: llama.cpp's single 8-bit rounding of the activations
  * (precision fast) moves logits by tenths, and through 30 layers chaotically
- * (bench/RESULTS.md), this does not. */
+ * (bench/history/until-2026-12-07.md), this does not. */
 #include "compute/ggml/ggml_dot.h"
 
 #include <math.h>

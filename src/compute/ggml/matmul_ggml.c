@@ -14,7 +14,7 @@
  *     split into 3 int8 parts (ggml_act_split.c) run as 3 "tokens" of one
  *     call and added: the f32 product up to ~2^-21 of each block's
  *     largest value, at the cost of the integer kernels (llama.cpp's single
- *     rounding moves logits by tenths; bench/RESULTS.md);
+ *     rounding moves logits by tenths; bench/history/until-2026-12-07.md);
  *   - precision exact (levels 0): each row is decoded to f32 in L1-sized
  *     spans with ggml's bit-exact dequantizers and dotted with the f32
  *     activations (exact up to summation order).
@@ -202,9 +202,9 @@ static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
 /* Whether the integer prefill GEMM takes n_tokens tokens with `levels`
  * int8 parts each. AVX-512 VNNI: from SP_MM_SMALL_TOKENS + 1 (it beats the
  * decode kernels there: SmolLM2 Q4_1, 8 rows, precision high, S_TG about
- * 1.8x theirs). AVX2 / AVX-VNNI (bench/RESULTS.md, "Few-row GGUF matmuls on
- * AVX2"): one part (fast), from SP_MM_SMALL_TOKENS + 1, the decode kernels
- * being cheaper below; precision high's 3 parts, from 2 to
+ * 1.8x theirs). AVX2 / AVX-VNNI (bench/history/until-2026-12-07.md, "Few-row
+ * GGUF matmuls on AVX2"): one part (fast), from SP_MM_SMALL_TOKENS + 1, the
+ * decode kernels being cheaper below; precision high's 3 parts, from 2 to
  * SP_GG_INT8_HIGH_MAX tokens: its one pass over each panel costs half the
  * decode kernels' at 4 tokens (which read every weight row once per 2
  * tokens), while from 6 tokens the f32 tiles' per-token FMAs are cheaper
@@ -255,7 +255,8 @@ void sp_matmul_ggml(sp_pool *pool, const sp_weight *w, const float *x,
     }
     /* The decode kernels take 5..8 tokens only at precision fast where the
      * GEMM does not cover; precision high's f32 tiles beat their 3 parts
-     * per token from 5 tokens (bench/RESULTS.md "Batched decode"). */
+     * per token from 5 tokens (bench/history/until-2026-12-07.md "Batched
+     * decode"). */
     const bool decode = !gemm && (n_tokens <= SP_MM_SMALL_TOKENS ||
                                   (n_tokens <= SP_MM_DECODE_TOKENS && levels == 1));
     if (decode && sp_ggml_dot_covered(w->ggml_type, w->cols)) {

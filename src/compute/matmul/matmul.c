@@ -227,7 +227,7 @@ static sp_mm_path sp_mm_choose(const sp_weight *w, int n_tokens,
 
 /* Tokens of a first pass of the int8 row kernels, when running n_tokens in
  * two calls beats the one path sp_mm_choose gives them (0: one call).
- * Measured (bench/RESULTS.md, "Batched decode"):
+ * Measured (bench/history/until-2026-12-07.md, "Batched decode"):
  *   - 5..8 tokens over rows the kernels take only 4 of (rows wider than
  *     their scratch holds for 8 tokens), against the int8 GEMM, whose
  *     weight packing pays off only for more tokens;

@@ -19,8 +19,8 @@
  * weight once, not twice in two 4-token passes. 8 accumulators fit the 32
  * zmm registers; on AVX2's 16 ymm some accumulators spill to L1, which
  * still costs far less than streaming the weights a second time (measured:
- * bench/RESULTS.md, "Batched decode"). The f32 row kernels stop at
- * SP_MM_SMALL_TOKENS. */
+ * bench/history/until-2026-12-07.md, "Batched decode"). The f32 row kernels
+ * stop at SP_MM_SMALL_TOKENS. */
 #define SP_MM_DECODE_TOKENS 8
 
 typedef struct sp_mm_kernels {
