@@ -1,4 +1,5 @@
-/* Parsing of a LoRA adapter's adapter_config.json (PEFT or mlx-lm). */
+/* Parsing of a LoRA adapter's adapter_config.json (PEFT or mlx-lm).
+ * Pure, fuzzed by tests/fuzz/fuzz_adapter_config.c. */
 #include "artifacts/adapter_config.h"
 #include "base/error.h"
 

@@ -1,3 +1,5 @@
+/* One-line errors into the caller's spindle_error (error.h): sp_fail formats
+ * the message and returns the status. */
 #include "base/error.h"
 
 #include <stdarg.h>

@@ -1,3 +1,6 @@
+/* A file's bytes (mapped_file.h): a mapping of the file, or a copy into
+ * private memory backed by 2 MiB transparent huge pages; and whole-file
+ * reads. */
 #include "base/mapped_file.h"
 #include "base/error.h"
 #include "base/utf8.h"

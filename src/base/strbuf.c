@@ -1,3 +1,4 @@
+/* The one growable string buffer, sp_strbuf (strbuf.h). */
 #include "base/strbuf.h"
 
 #include <stdarg.h>

@@ -1,3 +1,6 @@
+/* The one UTF-8 decoder and encoder (utf8.h): every sequence checked, and
+ * each maximal invalid subpart read as one U+FFFD where the caller asks for
+ * replacement. */
 #include "base/utf8.h"
 
 /* Length of the well-formed sequence at u (0 when ill-formed); *sub gets

@@ -1,3 +1,5 @@
+/* Option-parsing helpers of the subcommands (args.h): strict option values,
+ * --help, and one-line errors naming an unknown option. */
 #include "cli/args.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* --grammar FILE / --json-schema FILE of run and chat, compiled against the
+ * model's tokenizer (grammar_file.h). */
 #include "cli/grammar_file.h"
 
 #include <stdio.h>

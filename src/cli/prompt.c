@@ -1,3 +1,5 @@
+/* Text and chat prompts to token ids, and generated ids to streamed text, for
+ * run and chat (prompt.h). */
 #include "cli/prompt.h"
 
 #include <cjson/cJSON.h>

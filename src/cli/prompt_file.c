@@ -1,4 +1,5 @@
-/* The prompt file of `spindle run --prompts` (prompt_file.h). */
+/* The prompt file of `spindle run --prompts` (prompt_file.h).
+ * Pure, fuzzed by tests/fuzz/fuzz_prompt_file.c. */
 #include "cli/prompt_file.h"
 #include "cli/prompt.h"
 

@@ -1,3 +1,5 @@
+/* The speculative-decoding options that run and chat share, parsed and
+ * checked (spec_args.h). */
 #include "cli/spec_args.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* sentence-transformers' module files, as SentenceTransformer loads them. */
+/* sentence-transformers' module files, as SentenceTransformer loads them.
+ * Pure parsers, fuzzed by tests/fuzz/fuzz_st_modules.c. */
 #include "embedding/st_config.h"
 #include "base/error.h"
 #include "base/mapped_file.h"

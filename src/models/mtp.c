@@ -1,6 +1,9 @@
 /* The multi-token-prediction head (mtp.h): a one-layer model over the
  * target's tensors, whose input rows are the fused embedding and hidden
- * state instead of the plain embedding. */
+ * state instead of the plain embedding.
+ * sp_arch.mtp_load binds its layer; the target's hidden states come from
+ * spindle_batch_entry.hidden; generation/drafter_mtp.c drafts with it.
+ * Checked by tests/parity/test_mtp.py against mtp_numpy_ref.py. */
 #include "models/mtp.h"
 #include "models/blocks.h"
 #include "base/error.h"

@@ -1,3 +1,6 @@
+/* A layer's KV rows (kv_cache.h): f32, bf16 or f16,
+ * [heads][capacity][head_dim] from position `base`, slid forward by a
+ * sliding-window layer. */
 #include "runtime/kv_cache.h"
 #include "base/error.h"
 #include "compute/tensor.h"

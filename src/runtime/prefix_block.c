@@ -1,4 +1,5 @@
-/* The block file form of the on-disk prompt cache (prefix_block.h). */
+/* The block file form of the on-disk prompt cache (prefix_block.h).
+ * Pure, fuzzed by tests/fuzz/fuzz_prefix_block.c. */
 #include "runtime/prefix_block.h"
 #include "base/error.h"
 

@@ -1,4 +1,6 @@
-/* The /v1/embeddings request and response, as OpenAI defines them. */
+/* The /v1/embeddings request and response, as OpenAI defines them.
+ * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c (its embeddings
+ * route). */
 #include "server/api_embeddings.h"
 
 #include <cjson/cJSON.h>

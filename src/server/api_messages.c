@@ -1,5 +1,6 @@
 /* Chat messages of a request -> the JSON text the chat template renders
- * (api_json.h). */
+ * (api_json.h).
+ * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c. */
 #include "server/api_json.h"
 
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* Request bodies -> validated structs (api_request.h): the typed field
  * readers, the sampling fields shared by both generation routes, and the
- * routes' own fields. The chat messages are normalized in api_messages.c. */
+ * routes' own fields. The chat messages are normalized in api_messages.c.
+ * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c. */
 #include "server/api_request.h"
 #include "server/api_json.h"
 #include "server/api_grammar.h"

@@ -1,3 +1,5 @@
+/* OpenAI's response, streaming chunk, usage, logprobs and error objects
+ * (api_response.h). */
 #include "server/api_response.h"
 
 #include <cjson/cJSON.h>

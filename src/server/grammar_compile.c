@@ -2,7 +2,9 @@
  * tokenizer. The vocabulary trie is built on the first such request and
  * kept for the server's life, and so are the last few compiled grammars
  * (a client sends the same schema again and again: the second request
- * skips the compile and finds the first one's states and masks). */
+ * skips the compile and finds the first one's states and masks).
+ * The cache holds SP_SERVER_GRAMMARS (8) grammars keyed by kind and text, the
+ * least recently used replaced. */
 #include "server/state.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* The counters, gauges and time-to-first-token histogram of GET /metrics, in
+ * Prometheus' text format (metrics.h). */
 #include "server/metrics.h"
 
 #include <string.h>

@@ -1,3 +1,6 @@
+/* Stop strings across token boundaries (stop_strings.h): text that may still
+ * begin a stop string is held back, and never sent once it matches. Fuzzed
+ * against a reference by tests/fuzz/fuzz_server_stop.c. */
 #include "server/stop_strings.h"
 
 #include <string.h>

@@ -1,7 +1,9 @@
 /* Reply text -> content, reasoning and tool calls (tool_calls.h): format
  * detection, the shared scanners, the <think> block and the formats whose
  * calls are JSON after a marker (Hermes, Llama 3, Mistral). Harmony and
- * Gemma are in tool_formats.c. */
+ * Gemma are in tool_formats.c.
+ * Fuzzed by tests/fuzz/fuzz_reply_parse.c (a partial parse must be a prefix
+ * of the final one). */
 #include "server/tool_parse.h"
 
 #include <cjson/cJSON.h>

@@ -13,7 +13,9 @@
  * (<tool_call>...</tool_call>, one or more) and Llama 3 JSON (one bare
  * object). Mistral's [TOOL_CALLS], harmony's and Gemma's markers are
  * special tokens, which a mask never lets through (the vocabulary trie
- * has no bytes for them): those replies are parsed as with "auto". */
+ * has no bytes for them): those replies are parsed as with "auto".
+ * The schema goes through the server's grammar cache, the tools' $refs
+ * rebased. Fuzzed by tests/fuzz/fuzz_tool_grammar.c. */
 #include "server/state.h"
 
 #include <cjson/cJSON.h>
