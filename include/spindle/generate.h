@@ -48,7 +48,8 @@ typedef struct spindle_spec_params {
      * request, and nothing else may run it while the request runs). */
     spindle_model *draft_model;
     /* true: always draft as many tokens as the drafter offers (up to K);
-     * false, the default: the adaptive rule picks K per step (README). */
+     * false, the default: the adaptive rule picks K per step
+     * (docs/speculative.md). */
     bool fixed_k;
 } spindle_spec_params;
 

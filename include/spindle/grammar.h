@@ -13,7 +13,7 @@ extern "C" {
 /* ------------------------------------------------------------------ grammar
  * Structured output: a grammar constrains which tokens may be sampled.
  * GBNF is llama.cpp's grammar format; a JSON Schema is converted to GBNF
- * as llama.cpp's json-schema-to-grammar does (docs/ARCHITECTURE.md lists
+ * as llama.cpp's json-schema-to-grammar does (docs/structured-output.md lists
  * the supported subset); JSON_OBJECT is any JSON value. */
 
 /* Every token's byte string as a trie, built once per tokenizer and shared

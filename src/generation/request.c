@@ -162,9 +162,10 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
-    /* Jump-forward is on by default only for greedy sampling (the
-     * issue's rule: at temperature > 0 a forced span would skip the
-     * sampler elsewhere; here each forced token still goes through it). */
+    /* Jump-forward is on by default only for greedy sampling; at
+     * temperature > 0 only when asked for (jump_forward > 0), because
+     * elsewhere a forced span skips the sampler (here each forced token
+     * still goes through it). */
     bool jump = g->grammar && (g->jump_forward > 0 ||
                                (g->jump_forward == 0 && g->sampler.temperature == 0));
     if (!st)

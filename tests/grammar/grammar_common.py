@@ -78,8 +78,8 @@ def llg_gbnf(text):
 
     By default llguidance masks a span the grammar forces (exactly one
     continuation, e.g. "rue" after "t" of true) down to the one token of
-    its canonical tokenization, so its mask there is a single token. The
-    issue asks for llama.cpp's semantics instead: the mask admits every
+    its canonical tokenization, so its mask there is a single token.
+    Spindle follows llama.cpp's semantics instead: the mask admits every
     token whose bytes the grammar accepts, and forced spans are the
     generation side's jump-forward (off by default at temperature > 0).
     `no_forcing` is llguidance's own switch for exactly that, so with it

@@ -1,4 +1,4 @@
-"""Lossless speculative decoding in the step engine (issue 14), on the tiny
+"""Lossless speculative decoding in the step engine, on the tiny
 mlx-lm parity models, through tests/tools/engine_harness.
 
   * greedy equality: with --spec ngram (K 1, 4, 10), with a draft model
