@@ -49,10 +49,9 @@ static bool path_matches(const char *path, const char *url) {
 static const route_entry *find_route(const char *url, const char **path) {
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
         const route_entry *r = &routes[i];
-        if (path_matches(r->path, url) || (r->also && path_matches(r->also, url))) {
-            *path = path_matches(r->path, url) ? r->path : r->also;
-            return r;
-        }
+        *path = path_matches(r->path, url) ? r->path
+                : r->also && path_matches(r->also, url) ? r->also : NULL;
+        if (*path) return r;
     }
     return NULL;
 }
