@@ -20,7 +20,7 @@ static inline void sp_debug_check_failed(const char *cond, const char *file, int
 #define SP_DEBUG_CHECK(cond) \
     ((cond) ? (void)0 : sp_debug_check_failed(#cond, __FILE__, __LINE__))
 #else
-#define SP_DEBUG_CHECK(cond) ((void)sizeof((cond) ? 1 : 0))
+#define SP_DEBUG_CHECK(cond) ((void)(0 && (cond)))
 #endif
 
 #endif
