@@ -16,6 +16,18 @@ double sp_engine_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+bool sp_request_transition_allowed(sp_request_state from, sp_request_state to) {
+    static const unsigned next[] = {
+        [SP_REQ_NEW] = 1u << SP_REQ_QUEUED,
+        [SP_REQ_QUEUED] = 1u << SP_REQ_WAITING,
+        [SP_REQ_WAITING] = 1u << SP_REQ_RUNNING | 1u << SP_REQ_FINISHED,
+        [SP_REQ_RUNNING] = 1u << SP_REQ_ENDING,
+        [SP_REQ_ENDING] = 1u << SP_REQ_FINISHED,
+        [SP_REQ_FINISHED] = 0,
+    };
+    return from >= SP_REQ_NEW && from <= SP_REQ_FINISHED && (next[from] >> to & 1u);
+}
+
 spindle_engine_options spindle_engine_defaults(void) {
     return (spindle_engine_options){.max_seqs = 16, .max_batch_tokens = 512,
                                     .background = false};
@@ -144,6 +156,7 @@ static spindle_status enqueue(spindle_engine *e, sp_request *r,
         e->cap_live = cap;
     }
     e->live[e->n_live++] = r;
+    sp_request_set_state(r, SP_REQ_QUEUED);
     r->id = e->next_id++;
     r->t_submit = sp_engine_now();
     if (e->in_tail) e->in_tail->next = r;
@@ -244,6 +257,7 @@ static void fill_stats(const sp_request *r, double now,
 void sp_engine_finish(spindle_engine *e, sp_request *r,
                       spindle_stop_reason reason, spindle_status status,
                       const char *error) {
+    sp_request_set_state(r, SP_REQ_FINISHED);
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n_live; i++)
         if (e->live[i] == r) {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "spindle.h"
+#include "base/check.h"
 #include "generation/sampler.h"
 
 typedef struct sp_spec sp_spec;               /* speculative.h */
@@ -36,8 +37,40 @@ typedef struct sp_grammar_gate {
     spindle_error failed;
 } sp_grammar_gate;
 
+/* A request's life in the engine. r->state only moves along these
+ * transitions, each made by the function named (sp_request_set_state
+ * checks it in debug and sanitizer builds):
+ *
+ *   NEW     -> QUEUED    enqueue() (engine.c), under the lock: on the
+ *                        incoming list, visible to cancel
+ *   QUEUED  -> WAITING   take_incoming() (engine_sched.c): in the waiting
+ *                        queue, first come first served
+ *   WAITING -> RUNNING   admit() (engine_sched.c): its sequence and KV room
+ *                        given, in running[]
+ *   RUNNING -> ENDING    the step that ends it: take_results(),
+ *                        forward_each(), sp_spec_take_round()
+ *                        (speculative.c), retire_running() (cancelled),
+ *                        sp_engine_cancel_all()
+ *   ENDING  -> FINISHED  sp_engine_finish() from retire_running(), after
+ *                        the step's pass
+ *   WAITING -> FINISHED  sp_engine_finish() from drop_cancelled_waiting(),
+ *                        plan_batch() (SP_ADMIT_FAIL), admit() (its
+ *                        checkpoint did not restore), sp_engine_cancel_all()
+ *
+ * In FINISHED on_finish has run, and the request is freed right after. One
+ * that spindle_engine_submit refuses is freed in NEW, without on_finish. */
+typedef enum sp_request_state {
+    SP_REQ_NEW = 0,
+    SP_REQ_QUEUED,
+    SP_REQ_WAITING,
+    SP_REQ_RUNNING,
+    SP_REQ_ENDING,
+    SP_REQ_FINISHED
+} sp_request_state;
+
 typedef struct sp_request {
     spindle_request_id id;
+    sp_request_state state;         /* (step; NEW -> QUEUED under the lock) */
     atomic_bool cancelled;          /* set by spindle_engine_cancel */
     struct sp_request *next;        /* queue link: incoming (lock) or
                                        waiting (step) */
@@ -84,8 +117,7 @@ typedef struct sp_request {
     int need_blocks;                /* KV blocks it may ever hold (written
                                        by submit) */
     double t_submit, t_first_chunk, t_first_token;
-    /* Finished in this step: how (ended after the step's forward pass). */
-    bool done;
+    /* SP_REQ_ENDING: how it ends (after the step's forward pass). */
     spindle_stop_reason reason;
     spindle_error error;            /* status SPINDLE_OK unless it failed */
 } sp_request;
@@ -135,6 +167,19 @@ struct spindle_engine {
 };
 
 double sp_engine_now(void);
+
+/* Whether the request's state table allows from -> to (engine.c). */
+bool sp_request_transition_allowed(sp_request_state from, sp_request_state to);
+
+static inline void sp_request_set_state(sp_request *r, sp_request_state to) {
+    SP_DEBUG_CHECK(sp_request_transition_allowed(r->state, to));
+    r->state = to;
+}
+
+/* Marked in this step to end after its pass. */
+static inline bool sp_request_ending(const sp_request *r) {
+    return r->state == SP_REQ_ENDING;
+}
 
 /* ---- request.c ---- */
 

@@ -30,6 +30,7 @@
 /* Move the submitted requests to the end of the waiting queue. */
 static void take_incoming(spindle_engine *e) {
     pthread_mutex_lock(&e->lock);
+    for (sp_request *r = e->in_head; r; r = r->next) sp_request_set_state(r, SP_REQ_WAITING);
     if (e->in_head) {
         if (e->wait_tail) e->wait_tail->next = e->in_head;
         else e->wait_head = e->in_head;
@@ -42,17 +43,17 @@ static void take_incoming(spindle_engine *e) {
     pthread_mutex_unlock(&e->lock);
 }
 
-/* End, in order, the running requests marked done (or, with `cancel`,
+/* End, in order, the running requests marked ENDING (or, with `cancel`,
  * every one that was cancelled), keeping the others in admission order. */
 static void retire_running(spindle_engine *e, bool cancel) {
     int kept = 0;
     for (int i = 0; i < e->n_running; i++) {
         sp_request *r = e->running[i];
         if (cancel && atomic_load(&r->cancelled)) {
-            r->done = true;
+            sp_request_set_state(r, SP_REQ_ENDING);
             r->reason = SPINDLE_STOP_CANCELLED;
         }
-        if (r->done)
+        if (sp_request_ending(r))
             sp_engine_finish(e, r, r->reason, r->error.status,
                              r->error.message);
         else
@@ -136,6 +137,7 @@ static bool admit(spindle_engine *e, sp_request *r) {
                          r->error.message);
         return false;
     }
+    sp_request_set_state(r, SP_REQ_RUNNING);
     e->running[e->n_running++] = r;
     return true;
 }
@@ -182,7 +184,7 @@ static void forward_each(spindle_engine *e, int n) {
     for (int i = 0; i < n; i++) {
         sp_request *r = e->entry_req[i];
         if (spindle_forward(e->model, &e->entries[i], 1, &r->error)) {
-            r->done = true;
+            sp_request_set_state(r, SP_REQ_ENDING);
             r->reason = SPINDLE_STOP_ERROR;
         }
     }
@@ -194,19 +196,19 @@ static void take_results(spindle_engine *e, int n) {
     for (int i = 0; i < n; i++) {
         sp_request *r = e->entry_req[i];
         const spindle_batch_entry *en = &e->entries[i];
-        if (r->done) continue;
+        if (sp_request_ending(r)) continue;
         if (r->prefilled < r->n_prompt) r->prefilled += en->n_tokens;
         if (en->logits_mode == SPINDLE_LOGITS_NONE) continue;
         spindle_status st = SPINDLE_OK;
         if (r->max_tokens == 0) {
-            r->done = true;
+            sp_request_set_state(r, SP_REQ_ENDING);
             r->reason = SPINDLE_STOP_LENGTH;
         } else if (sp_spec_round_drafts(r) >= 0) {
             sp_spec_take_round(e, r, en);
-            if (!r->done) sp_checkpoint_maybe_emit(e, r);
+            if (!sp_request_ending(r)) sp_checkpoint_maybe_emit(e, r);
         } else if (sp_request_take_token(e, r, en->logits, &r->reason, &st,
                                          &r->error)) {
-            r->done = true;
+            sp_request_set_state(r, SP_REQ_ENDING);
             if (st) r->reason = SPINDLE_STOP_ERROR;
         } else {
             sp_checkpoint_maybe_emit(e, r);
@@ -240,7 +242,7 @@ int sp_engine_run_step(spindle_engine *e) {
 void sp_engine_cancel_all(spindle_engine *e) {
     take_incoming(e);
     for (int i = 0; i < e->n_running; i++) {
-        e->running[i]->done = true;
+        sp_request_set_state(e->running[i], SP_REQ_ENDING);
         e->running[i]->reason = SPINDLE_STOP_CANCELLED;
     }
     retire_running(e, false);

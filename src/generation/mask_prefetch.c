@@ -115,7 +115,7 @@ static sp_mask_worker *worker(spindle_engine *e) {
  * computed. */
 static bool row_needs_mask(const spindle_engine *e, int i) {
     const sp_request *r = e->entry_req[i];
-    return e->entries[i].logits_mode != SPINDLE_LOGITS_NONE && !r->done &&
+    return e->entries[i].logits_mode != SPINDLE_LOGITS_NONE && !sp_request_ending(r) &&
            sp_grammar_gate_mask_stale(&r->grammar);
 }
 

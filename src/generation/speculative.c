@@ -552,23 +552,23 @@ void sp_spec_take_round(spindle_engine *e, sp_request *r,
         spindle_status st = SPINDLE_OK;
         bool stop = sp_request_take_token(e, r, row, &r->reason, &st, &r->error);
         if (st) {
-            r->done = true;
+            sp_request_set_state(r, SP_REQ_ENDING);
             r->reason = SPINDLE_STOP_ERROR;
             break;
         }
         emitted++;
         bool match = i < d && r->tokens[n_before + i] == s->draft[i];
         accepted += match;
-        if (stop) r->done = true;
+        if (stop) sp_request_set_state(r, SP_REQ_ENDING);
         if (stop || !match) break;
     }
     count_round(s, d, emitted < d ? emitted : d, accepted, emitted);
     if (s->dseq) sp_draft_seq_rewind(s->dseq, n_before, d, accepted);
     spindle_error err;
     if (spindle_seq_length(r->seq) > base + emitted &&
-        spindle_seq_truncate(r->seq, base + emitted, &err) && !r->done) {
+        spindle_seq_truncate(r->seq, base + emitted, &err) && !sp_request_ending(r)) {
         r->error = err;
-        r->done = true;
+        sp_request_set_state(r, SP_REQ_ENDING);
         r->reason = SPINDLE_STOP_ERROR;
     }
 }

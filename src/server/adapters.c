@@ -207,10 +207,10 @@ static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_rou
 }
 
 enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
-                                    const char *body, size_t len) {
+                                    const sp_http_call *call) {
     sp_api_error e;
     char *name, *path;
-    if (!sp_api_parse_lora_request(body, len, true, &name, &path, &e))
+    if (!sp_api_parse_lora_request(call->body, call->len, true, &name, &path, &e))
         return sp_reply_error(s, c, SP_ROUTE_LORA_LOAD, &e);
     bool ok = sp_adapters_add(s, name, path, &e);
     enum MHD_Result rc = ok ? reply_text(s, c, SP_ROUTE_LORA_LOAD,
@@ -222,10 +222,10 @@ enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
 }
 
 enum MHD_Result sp_handle_unload_lora(sp_server *s, struct MHD_Connection *c,
-                                      const char *body, size_t len) {
+                                      const sp_http_call *call) {
     sp_api_error e;
     char *name;
-    if (!sp_api_parse_lora_request(body, len, false, &name, NULL, &e))
+    if (!sp_api_parse_lora_request(call->body, call->len, false, &name, NULL, &e))
         return sp_reply_error(s, c, SP_ROUTE_LORA_UNLOAD, &e);
     bool ok = remove_adapter(s, name, &e);
     enum MHD_Result rc = ok ? reply_text(s, c, SP_ROUTE_LORA_UNLOAD,
@@ -236,7 +236,8 @@ enum MHD_Result sp_handle_unload_lora(sp_server *s, struct MHD_Connection *c,
 }
 
 /* llama-server's list: [{"id", "path", "scale"}], plus the name. */
-enum MHD_Result sp_handle_list_lora(sp_server *s, struct MHD_Connection *c) {
+enum MHD_Result sp_handle_list_lora(sp_server *s, struct MHD_Connection *c,
+                                    const sp_http_call *call) {
     cJSON *list = cJSON_CreateArray();
     pthread_mutex_lock(&s->adapters.lock);
     for (int i = 0; i < s->adapters.n; i++) {

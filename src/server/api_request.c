@@ -38,6 +38,25 @@ bool sp_api_bad(sp_api_error *err, const char *param, const char *fmt, ...) {
     return false;
 }
 
+void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
+                              const char *message) {
+    const char *msg = message && message[0] ? message : spindle_status_name(st);
+    switch (st) {
+    case SPINDLE_ERR_MEMORY:
+        sp_api_fail(e, 503, "server_error", NULL, NULL, "%s", msg);
+        break;
+    case SPINDLE_ERR_ARGUMENT:
+    case SPINDLE_ERR_FORMAT:
+    case SPINDLE_ERR_TEMPLATE:
+    case SPINDLE_ERR_LIMIT:
+    case SPINDLE_ERR_UNSUPPORTED:
+        sp_api_bad(e, param, "%s", msg);
+        break;
+    default:
+        sp_api_fail(e, 500, "server_error", NULL, NULL, "%s", msg);
+    }
+}
+
 /* ------------------------------------------------------- typed field reads
  * Each returns false (with err) for a present field of the wrong type or
  * out of range, and leaves *out alone when the field is absent or null. */
@@ -309,6 +328,30 @@ static bool read_logprobs(const cJSON *root, sp_api_request *r, sp_api_error *er
     return true;
 }
 
+/* resume_id: a string (which checkpoint, durable.c decides). */
+static bool read_resume_id(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "resume_id");
+    if (!v) return true;
+    if (!cJSON_IsString(v)) return sp_api_bad(err, "resume_id", "resume_id must be a string");
+    return dup_text(v, &r->resume_id, err);
+}
+
+/* id_slot: an integer in [0, n_slots), or -1 (llama-server's "any slot",
+ * which here is none). */
+static bool read_id_slot(const cJSON *root, const sp_api_limits *limits, sp_api_request *r,
+                         sp_api_error *err) {
+    const cJSON *v = field(root, "id_slot");
+    r->id_slot = -1;
+    if (!v) return true;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -2;
+    if (d == -1) return true;
+    if (d < 0 || d >= limits->n_slots || d != (int)d)
+        return sp_api_bad(err, "id_slot", "id_slot must be an integer in [0, %d]",
+                          limits->n_slots - 1);
+    r->id_slot = (int)d;
+    return true;
+}
+
 /* ------------------------------------------------------------ the routes */
 
 static bool read_prompt_ids(const cJSON *v, const sp_api_limits *limits,
@@ -384,7 +427,8 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
               read_stop(root, out, err) && read_logit_bias(root, limits, out, err) &&
               read_logprobs(root, out, err) && read_speculative(root, out, err) &&
               sp_api_read_adapter_fields(root, out, err) &&
-              sp_api_read_grammar(root, out, err);
+              sp_api_read_grammar(root, out, err) && read_resume_id(root, out, err) &&
+              read_id_slot(root, limits, out, err);
     cJSON_Delete(root);
     if (!ok) sp_api_request_free(out);
     else out->gen.max_tokens = out->max_tokens;
@@ -405,6 +449,7 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->adapter_name);
     free(r->grammar_text);
     spindle_grammar_free(r->grammar);
+    free(r->resume_id);
     sp_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

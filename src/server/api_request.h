@@ -33,6 +33,13 @@ bool sp_api_fail(sp_api_error *err, int http_status, const char *type,
 bool sp_api_bad(sp_api_error *err, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A library failure on the client's input as an API error: argument,
+ * format, template, limit and unsupported errors are the request's fault
+ * (400 naming `param`), memory 503, anything else 500. The one mapping of
+ * spindle_status to HTTP statuses. */
+void sp_api_error_from_status(sp_api_error *err, spindle_status st, const char *param,
+                              const char *message);
+
 /* The most stop strings a request may give (OpenAI's limit). */
 #define SP_API_MAX_STOP 4
 /* The most logit_bias entries (OpenAI's documented maximum is 300). */
@@ -44,6 +51,7 @@ typedef struct sp_api_limits {
     const char *const *model_names;/* names `model` may take (any if none) */
     int n_model_names;
     int default_max_tokens;        /* when the request gives none */
+    int n_slots;                   /* id_slot must be below it */
 } sp_api_limits;
 
 /* `model` of a request body (NULL when absent, *model borrowed from root):
@@ -125,6 +133,12 @@ typedef struct sp_api_request {
     char *grammar_text;
     const char *grammar_param;
     spindle_grammar *grammar;
+    /* Durable requests (durable.h): the checkpoint to resume, NULL when
+     * absent. */
+    char *resume_id;
+    /* llama-server's slot (slots.h): [0, n_slots), or -1 for none (absent,
+     * or its -1, "any slot"). */
+    int id_slot;
 } sp_api_request;
 
 /* api_lora.c: "adapters" and "lora" of a generation body (cJSON root). */

@@ -3,7 +3,6 @@
 #include "server/durable.h"
 #include "server/state.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +31,6 @@ static char *checkpoint_path(const sp_server *s, const char *id) {
     return p;
 }
 
-/* The body's "resume_id": NULL when absent; false when not a string. */
-static bool body_resume_id(const char *body, size_t len, char **out) {
-    *out = NULL;
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "resume_id");
-    bool ok = !v || cJSON_IsNull(v) || cJSON_IsString(v);
-    if (cJSON_IsString(v)) *out = strdup(v->valuestring);
-    cJSON_Delete(root);
-    return ok;
-}
-
 /* The checkpoint's stop strings replace the body's. */
 static bool take_stop_strings(sp_job_durable *d, sp_api_request *req,
                               sp_api_error *e) {
@@ -65,11 +53,11 @@ static bool take_stop_strings(sp_job_durable *d, sp_api_request *req,
     return true;
 }
 
-bool sp_durable_open(sp_server *s, const char *body, size_t len,
-                     sp_api_request *req, sp_job_durable *d, sp_api_error *e) {
+bool sp_durable_open(sp_server *s, sp_api_request *req, sp_job_durable *d,
+                     sp_api_error *e) {
     memset(d, 0, sizeof *d);
-    if (!body_resume_id(body, len, &d->resume_id))
-        return sp_api_bad(e, "resume_id", "resume_id must be a string");
+    d->resume_id = req->resume_id;   /* taken over */
+    req->resume_id = NULL;
     if (!d->resume_id) return true;
     if (!s->opts.checkpoint_dir)
         return sp_api_bad(e, "resume_id",

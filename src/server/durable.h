@@ -29,12 +29,12 @@ typedef struct sp_job_durable {
     bool seed_explicit;
 } sp_job_durable;
 
-/* Read the body's resume_id and load its checkpoint: 400 when the server
- * has no --checkpoint-dir or the id is malformed, 404 when there is no
- * such checkpoint, 409 for a corrupted one or another model's. Then the
+/* Take the request's resume_id and load its checkpoint: 400 when the
+ * server has no --checkpoint-dir or the id is malformed, 404 when there is
+ * no such checkpoint, 409 for a corrupted one or another model's. Then the
  * request's stop strings become the checkpoint's. */
-bool sp_durable_open(sp_server *s, const char *body, size_t len,
-                     sp_api_request *req, sp_job_durable *d, sp_api_error *e);
+bool sp_durable_open(sp_server *s, sp_api_request *req, sp_job_durable *d,
+                     sp_api_error *e);
 /* The checkpoint's prompt, copied (for the job's usage and the engine). */
 bool sp_durable_prompt(const sp_job_durable *d, int32_t **ids, int *n);
 /* Point gen at the resumed checkpoint and at this job's checkpoint file

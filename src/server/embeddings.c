@@ -36,12 +36,12 @@ static bool embed_ready(sp_server *s, sp_api_error *e) {
 }
 
 enum MHD_Result sp_handle_embeddings(sp_server *s, struct MHD_Connection *c,
-                                     const char *body, size_t len) {
+                                     const sp_http_call *call) {
     const sp_route route = SP_ROUTE_EMBEDDINGS;
     sp_api_error e;
     sp_api_embeddings r;
     if (!embed_ready(s, &e) ||
-        !sp_api_parse_embeddings(body, len, &s->limits, &r, &e))
+        !sp_api_parse_embeddings(call->body, call->len, &s->limits, &r, &e))
         return sp_reply_error(s, c, route, &e);
     const int d = spindle_embedder_dim(s->embedder);
     if (r.dimensions > d) {

@@ -4,7 +4,6 @@
  * every route uses (state.h). */
 #include "server/api_response.h"
 #include "server/http.h"
-#include "server/slots.h"
 #include "server/state.h"
 
 #include <errno.h>
@@ -24,40 +23,37 @@ typedef struct http_request {
     struct timespec start;
 } http_request;
 
+/* The rows of routes.def. */
 typedef struct route_entry {
-    const char *path;
     sp_route route;
     const char *method;   /* GET routes also answer HEAD */
+    const char *path, *also;
+    sp_route_handler handler;
+    bool api_key;
 } route_entry;
 
 static const route_entry routes[] = {
-    {"/v1/chat/completions", SP_ROUTE_CHAT, "POST"},
-    {"/chat/completions", SP_ROUTE_CHAT, "POST"},
-    {"/v1/completions", SP_ROUTE_COMPLETIONS, "POST"},
-    {"/completions", SP_ROUTE_COMPLETIONS, "POST"},
-    {"/v1/models", SP_ROUTE_MODELS, "GET"},
-    {"/models", SP_ROUTE_MODELS, "GET"},
-    {"/health", SP_ROUTE_HEALTH, "GET"},
-    {"/v1/health", SP_ROUTE_HEALTH, "GET"},
-    {"/tokenize", SP_ROUTE_TOKENIZE, "POST"},
-    {"/detokenize", SP_ROUTE_DETOKENIZE, "POST"},
-    {"/apply-template", SP_ROUTE_APPLY_TEMPLATE, "POST"},
-    {"/metrics", SP_ROUTE_METRICS, "GET"},
-    {"/v1/embeddings", SP_ROUTE_EMBEDDINGS, "POST"},
-    {"/embeddings", SP_ROUTE_EMBEDDINGS, "POST"},
-    {"/", SP_ROUTE_INDEX, "GET"},
-    {"/index.html", SP_ROUTE_INDEX, "GET"},
-    {"/v1/load_lora_adapter", SP_ROUTE_LORA_LOAD, "POST"},
-    {"/v1/unload_lora_adapter", SP_ROUTE_LORA_UNLOAD, "POST"},
-    {"/lora-adapters", SP_ROUTE_LORA_LIST, "GET"},
+#define SP_ROUTE(name, method, path, also, metric, handler, api_key)                   \
+    {SP_ROUTE_##name, method, path, also, handler, api_key},
+#include "server/routes.def"
 };
 
-static const route_entry slots_route = {"/slots/{id}", SP_ROUTE_SLOTS, "POST"};
+/* Whether `url` is `path`, or starts with what precedes a final "{id}". */
+static bool path_matches(const char *path, const char *url) {
+    size_t n = strlen(path);
+    if (n >= 4 && !strcmp(path + n - 4, "{id}")) return !strncmp(url, path, n - 4);
+    return !strcmp(url, path);
+}
 
-static const route_entry *find_route(const char *url) {
-    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
-        if (!strcmp(url, routes[i].path)) return &routes[i];
-    return strncmp(url, "/slots/", 7) ? NULL : &slots_route;
+/* The first row with a path that `url` matches (and that path in *path). */
+static const route_entry *find_route(const char *url, const char **path) {
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        const route_entry *r = &routes[i];
+        *path = path_matches(r->path, url) ? r->path
+                : r->also && path_matches(r->also, url) ? r->also : NULL;
+        if (*path) return r;
+    }
+    return NULL;
 }
 
 static double seconds_since(const struct timespec *t) {
@@ -178,7 +174,8 @@ static enum MHD_Result reply_problem(sp_server *s, struct MHD_Connection *c, sp_
 /* Checks that need only the request line and headers: true with a reply
  * queued (its result in *rc), false when the request may go on. */
 static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_entry *r,
-                         const char *method, const char *url, enum MHD_Result *rc) {
+                         const char *path, const char *method, const char *url,
+                         enum MHD_Result *rc) {
     char msg[160];
     if (!r) {
         snprintf(msg, sizeof msg, "no route %.16s %.100s", method, url);
@@ -191,11 +188,11 @@ static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_ent
     }
     bool get_like = !strcmp(r->method, "GET") && !strcmp(method, "HEAD");
     if (strcmp(method, r->method) && !get_like) {
-        snprintf(msg, sizeof msg, "%s takes %s, not %.16s", r->path, r->method, method);
+        snprintf(msg, sizeof msg, "%s takes %s, not %.16s", path, r->method, method);
         *rc = reply_problem(s, c, r->route, 405, "method_not_allowed", msg);
         return true;
     }
-    if (r->route != SP_ROUTE_HEALTH && r->route != SP_ROUTE_INDEX && !authorized(s, c)) {
+    if (r->api_key && !authorized(s, c)) {
         sp_api_error e;
         sp_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                     "Invalid or missing API key (send 'Authorization: Bearer KEY')");
@@ -218,25 +215,9 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->opts.max_body_bytes);
         return reply_problem(s, c, r->route, 413, "request_too_large", msg);
     }
-    const char *body = rq->body.p ? rq->body.p : "";
-    size_t len = rq->body.len;
-    switch (r->route) {
-    case SP_ROUTE_CHAT: return sp_handle_generation(s, c, SP_API_CHAT, body, len);
-    case SP_ROUTE_COMPLETIONS: return sp_handle_generation(s, c, SP_API_COMPLETION, body, len);
-    case SP_ROUTE_MODELS: return sp_handle_models(s, c);
-    case SP_ROUTE_HEALTH: return sp_handle_health(s, c);
-    case SP_ROUTE_TOKENIZE: return sp_handle_tokenize(s, c, body, len);
-    case SP_ROUTE_DETOKENIZE: return sp_handle_detokenize(s, c, body, len);
-    case SP_ROUTE_APPLY_TEMPLATE: return sp_handle_apply_template(s, c, body, len);
-    case SP_ROUTE_METRICS: return sp_handle_metrics(s, c);
-    case SP_ROUTE_EMBEDDINGS: return sp_handle_embeddings(s, c, body, len);
-    case SP_ROUTE_INDEX: return sp_handle_index(s, c);
-    case SP_ROUTE_SLOTS: return sp_handle_slots(s, c, url, body, len);
-    case SP_ROUTE_LORA_LOAD: return sp_handle_load_lora(s, c, body, len);
-    case SP_ROUTE_LORA_UNLOAD: return sp_handle_unload_lora(s, c, body, len);
-    case SP_ROUTE_LORA_LIST: return sp_handle_list_lora(s, c);
-    default: return reply_problem(s, c, SP_ROUTE_OTHER, 404, "not_found", "no such route");
-    }
+    const sp_http_call call = {.route = r->route, .url = url,
+                               .body = rq->body.p ? rq->body.p : "", .len = rq->body.len};
+    return r->handler(s, c, &call);
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
@@ -244,11 +225,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  const char *upload, size_t *upload_size, void **con_cls) {
     sp_server *s = cls;
     (void)version;
-    const route_entry *r = find_route(url);
+    const char *path = NULL;
+    const route_entry *r = find_route(url, &path);
     http_request *rq = *con_cls;
     if (!rq) {
         enum MHD_Result rc;
-        if (refuse_early(s, c, r, method, url, &rc)) return rc;
+        if (refuse_early(s, c, r, path, method, url, &rc)) return rc;
         if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         rq->body.limit = s->opts.max_body_bytes;
         clock_gettime(CLOCK_MONOTONIC, &rq->start);

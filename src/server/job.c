@@ -8,6 +8,7 @@
  * connection) waits on that signal, 50 ms at a time so that it notices a
  * client that has gone (then it cancels the request), and formats what has
  * arrived. A job is freed only after on_finish has run. */
+#include "base/check.h"
 #include "server/api_response.h"
 #include "server/durable.h"
 #include "server/slots.h"
@@ -19,6 +20,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* A job's life. j->state only moves along these transitions, each made
+ * by the function named (job_set_state checks it in debug and sanitizer
+ * builds):
+ *
+ *   NEW       -> ADMITTED   admit(): counted in the server's in_flight and
+ *                           on its list (else 429)
+ *   ADMITTED  -> SUBMITTED  job_submit(): handed to the engine, whose
+ *                           callbacks may run from then on
+ *   SUBMITTED -> FINISHED   on_finish() on the engine's thread, or
+ *                           job_submit() when the engine refused it (then
+ *                           no callback runs)
+ *   ADMITTED  -> FINISHED   job_submit(): refused before the engine (the
+ *                           draft length, the adapter, the detokenizer)
+ *   NEW       -> FINISHED   job_release(): admission refused
+ *
+ * Until SUBMITTED only the connection's thread knows the job; from then
+ * on the state is read and written under j->mu. A job is freed only in
+ * FINISHED (job_release waits for it). */
+typedef enum job_state { JOB_NEW = 0, JOB_ADMITTED, JOB_SUBMITTED, JOB_FINISHED } job_state;
 
 struct sp_job {
     sp_server *srv;
@@ -32,7 +53,6 @@ struct sp_job {
     sp_api_head head;
     sp_job_durable durable;       /* resume_id, --checkpoint-dir */
     size_t text_from;             /* a resume sends only the text after it */
-    int id_slot;                  /* -1: none (slots.h) */
     spindle_seq *seq;             /* the slot's sequence, NULL without one */
     int slot_reused;              /* prompt tokens the slot's state covered */
     sp_slot_adapter slot_adapter; /* the request's adapter, as slots key it */
@@ -41,12 +61,12 @@ struct sp_job {
     /* Written by the engine's thread, read by the connection's: under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    job_state state;
     spindle_detokenizer *detok;
     sp_stop_matcher stop;
     sp_strbuf text;               /* everything that may be sent */
     sp_api_logprob *logprobs;
     int n_logprobs, cap_logprobs;
-    bool finished;
     spindle_stop_reason stop_reason;
     spindle_status status;
     char error[256];
@@ -57,10 +77,25 @@ struct sp_job {
     size_t text_sent;
     int logprobs_sent;
     bool role_sent, stream_done, cancelled;
-    bool admitted;                /* counted in the server's in_flight */
     sp_strbuf out;                /* formatted events not yet written */
     size_t out_pos;
 };
+
+static bool job_transition_allowed(job_state from, job_state to) {
+    switch (to) {
+    case JOB_ADMITTED: return from == JOB_NEW;
+    case JOB_SUBMITTED: return from == JOB_ADMITTED;
+    case JOB_FINISHED: return from != JOB_FINISHED;
+    default: return false;
+    }
+}
+
+static void job_set_state(sp_job *j, job_state to) {
+    SP_DEBUG_CHECK(job_transition_allowed(j->state, to));
+    j->state = to;
+}
+
+static bool finished(const sp_job *j) { return j->state == JOB_FINISHED; }
 
 /* ------------------------------------------------------- engine callbacks */
 
@@ -122,14 +157,14 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
     sp_stop_flush(&j->stop, &j->text);
     sp_durable_end(&j->durable, r->stop_reason);
     if (j->seq && r->stop_reason != SPINDLE_STOP_ERROR && r->stop_reason != SPINDLE_STOP_CANCELLED)
-        sp_slot_end(j->srv, j->id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens,
+        sp_slot_end(j->srv, j->req.id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens,
                     &j->slot_adapter);
     j->stop_reason = r->stop_reason;
     j->status = r->status;
     snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
     j->n_generated = r->n_tokens;
     j->cached_tokens = r->stats.cached_tokens;
-    j->finished = true;
+    job_set_state(j, JOB_FINISHED);
     /* Broadcast before unlocking: the connection's thread may free the job
      * as soon as it sees `finished`. */
     pthread_cond_broadcast(&j->cv);
@@ -170,24 +205,27 @@ static void job_cancel(sp_job *j) {
     spindle_engine_cancel(j->srv->engine, j->id);
 }
 
-/* Wait for on_finish (cancelling first), leave the server's list, free. */
+/* Wait for on_finish (cancelling first) unless the job never reached the
+ * engine, leave the server's list, free. */
 static void job_release(sp_job *j) {
     pthread_mutex_lock(&j->mu);
-    if (!j->finished) {
+    const bool admitted = j->state != JOB_NEW;   /* on the server's list */
+    if (j->state == JOB_NEW) job_set_state(j, JOB_FINISHED);
+    if (!finished(j)) {
         pthread_mutex_unlock(&j->mu);
         job_cancel(j);
         pthread_mutex_lock(&j->mu);
-        while (!j->finished) pthread_cond_wait(&j->cv, &j->mu);
+        while (!finished(j)) pthread_cond_wait(&j->cv, &j->mu);
     }
     pthread_mutex_unlock(&j->mu);
     sp_server *s = j->srv;
     pthread_mutex_lock(&s->lock);
-    for (sp_job **p = &s->jobs; j->admitted && *p; p = &(*p)->next)
+    for (sp_job **p = &s->jobs; admitted && *p; p = &(*p)->next)
         if (*p == j) {
             *p = j->next;
             break;
         }
-    if (j->admitted) s->in_flight--;
+    if (admitted) s->in_flight--;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     spindle_detokenizer_free(j->detok);
@@ -233,10 +271,8 @@ void sp_cancel_all_jobs(sp_server *s) {
 
 typedef bool (*job_ready_fn)(const sp_job *j);
 
-static bool finished(const sp_job *j) { return j->finished; }
-
 static bool has_news(const sp_job *j) {
-    return j->finished || j->text.len > j->text_sent || j->n_logprobs > j->logprobs_sent;
+    return finished(j) || j->text.len > j->text_sent || j->n_logprobs > j->logprobs_sent;
 }
 
 static struct timespec after_ms(long ms) {
@@ -371,7 +407,7 @@ static bool stream_structured(sp_job *j, sp_api_delta *d) {
     int n_lp = j->n_logprobs - j->logprobs_sent;
     char *text = malloc(len + 1);
     sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
-    bool done = j->finished, ok = text && (!n_lp || lps);
+    bool done = finished(j), ok = text && (!n_lp || lps);
     if (ok) {
         if (len) memcpy(text, j->text.p, len);
         if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
@@ -426,7 +462,7 @@ static bool stream_next(sp_job *j) {
     int n_lp = j->n_logprobs - j->logprobs_sent;
     char *text = malloc(len + 1);
     sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
-    bool done = j->finished, ok = text && (!n_lp || lps);
+    bool done = finished(j), ok = text && (!n_lp || lps);
     if (ok) {
         if (len) memcpy(text, j->text.p + j->text_sent, len);
         if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
@@ -520,7 +556,7 @@ static bool admit(sp_server *s, sp_job *j, sp_api_error *e) {
     pthread_mutex_lock(&s->lock);
     bool room = s->in_flight < s->opts.parallel + s->opts.queue_size;
     if (room) {
-        j->admitted = true;
+        job_set_state(j, JOB_ADMITTED);
         s->in_flight++;
         j->next = s->jobs;
         s->jobs = j;
@@ -587,20 +623,20 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
     if (!st && !job_spec(j, e)) {
-        j->finished = true;
+        job_set_state(j, JOB_FINISHED);
         return false;
     }
-    if (!st && j->id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
+    if (!st && j->req.id_slot >= 0) st = spindle_seq_new(s->model, &j->seq, &err);
     /* The adapter first: a slot's state is reused only under its own. */
     if (!st && !sp_adapters_select_lock(s, &j->req, e)) {
-        j->finished = true;
+        job_set_state(j, JOB_FINISHED);
         return false;
     }
     if (!st)
         j->slot_adapter.n = spindle_adapter_key(j->req.gen.adapter, j->req.gen.adapter_scale,
                                                 j->slot_adapter.key);
     if (!st && !j->durable.resume)
-        j->slot_reused = sp_slot_begin(s, j->id_slot, j->prompt, j->n_prompt, &j->slot_adapter,
+        j->slot_reused = sp_slot_begin(s, j->req.id_slot, j->prompt, j->n_prompt, &j->slot_adapter,
                                        j->seq);
     spindle_request rq = {.prompt = j->prompt + j->slot_reused,
                           .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
@@ -608,6 +644,7 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
                           .on_token = on_token, .on_finish = on_finish, .user = j};
     spindle_request_id id = 0;
     if (!st) {
+        job_set_state(j, JOB_SUBMITTED);
         st = spindle_engine_submit(s->engine, &rq, &id, &err);
         sp_adapters_unlock(s);
     }
@@ -619,7 +656,7 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
         pthread_mutex_unlock(&s->lock);
         return true;
     }
-    j->finished = true;   /* no callback will run */
+    job_set_state(j, JOB_FINISHED);   /* no callback will run */
     sp_api_error_from_status(e, st, NULL, err.message);
     if (st == SPINDLE_ERR_LIMIT) snprintf(e->code, sizeof e->code, "context_length_exceeded");
     return false;
@@ -633,68 +670,96 @@ static bool phase_allows(sp_server *s, sp_api_error *e) {
                                                  : "the server is shutting down");
 }
 
-enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
-                                     sp_api_kind kind, const char *body, size_t len) {
-    sp_route route = kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
-    sp_api_error e;
-    sp_api_request req;
-    int32_t *ids = NULL;
-    int n = 0;
-    char *prompt_text = NULL;   /* the rendered chat prompt */
-    if (!phase_allows(s, &e)) return sp_reply_error(s, c, route, &e);
-    if (!s->engine) {
-        sp_api_bad(&e, "model", "the model is an embedding encoder: it serves "
-                   "/v1/embeddings only");
-        return sp_reply_error(s, c, route, &e);
-    }
-    /* `model` may name a mounted adapter: adapters.c checks it (404). */
+/* ------------------------------------------------------------ the route
+ * sp_handle_generation takes a request through named stages, each false
+ * with *e set where the request ends; what they build is one gen_setup,
+ * freed on one path (what the job took over is NULL there by then). */
+
+typedef struct gen_setup {
+    sp_api_request req;        /* the body, parsed once */
+    sp_job_durable durable;    /* resume_id's checkpoint */
+    int32_t *ids;              /* the prompt */
+    int n;
+    char *prompt_text;         /* the rendered chat prompt */
+} gen_setup;
+
+static void gen_setup_free(gen_setup *g) {
+    sp_durable_free(&g->durable);
+    sp_api_request_free(&g->req);
+    spindle_free(g->ids);
+    spindle_free(g->prompt_text);
+}
+
+/* The server is ready, and its model generates. */
+static bool gen_accepting(sp_server *s, sp_api_error *e) {
+    if (!phase_allows(s, e)) return false;
+    if (!s->engine)
+        return sp_api_bad(e, "model", "the model is an embedding encoder: it serves "
+                          "/v1/embeddings only");
+    return true;
+}
+
+/* The body into g->req. `model` may name a mounted adapter: adapters.c
+ * checks it (404). */
+static bool gen_parse(sp_server *s, const sp_http_call *call, gen_setup *g,
+                      sp_api_error *e) {
+    sp_api_kind kind = call->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
     sp_api_limits limits = s->limits;
     limits.n_model_names = 0;
-    if (!sp_api_parse_generation(kind, body, len, &limits, &req, &e))
-        return sp_reply_error(s, c, route, &e);
-    sp_job_durable durable;
-    int id_slot = -1;
-    bool ok = sp_durable_open(s, body, len, &req, &durable, &e) &&
-              sp_slots_body_id(s, body, len, &id_slot, &e) &&
-              sp_server_compile_grammar(s, &req, &e);
-    if (ok && durable.resume) {   /* the checkpoint's prompt, not the body's */
-        ok = sp_durable_prompt(&durable, &ids, &n);
-        if (!ok) sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
-    } else if (ok) {
-        ok = prompt_ids(s, &req, &ids, &n, &prompt_text, &e);
+    return sp_api_parse_generation(kind, call->body, call->len, &limits, &g->req, e);
+}
+
+/* The checkpoint a resume names, the grammar, the prompt ids (the
+ * checkpoint's, or the body's rendered and tokenized), then the tool-call
+ * grammar, which depends on the rendered prompt. */
+static bool gen_prompt(sp_server *s, gen_setup *g, sp_api_error *e) {
+    if (!sp_durable_open(s, &g->req, &g->durable, e) || !sp_server_compile_grammar(s, &g->req, e))
+        return false;
+    if (g->durable.resume) {   /* the checkpoint's prompt, not the body's */
+        if (!sp_durable_prompt(&g->durable, &g->ids, &g->n))
+            return sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    } else if (!prompt_ids(s, &g->req, &g->ids, &g->n, &g->prompt_text, e)) {
+        return false;
     }
-    if (ok) ok = sp_server_compile_tool_grammar(s, &req, sp_reply_opens_think(prompt_text), &e);
-    sp_job *j = ok ? job_new(s, c, &req, &durable) : NULL;
-    if (j) sp_job_reply_plan(s, &j->req, prompt_text, fresh_seed(s), &j->reply);
-    spindle_free(prompt_text);
-    if (!ok) {
-        sp_durable_free(&durable);
-        sp_api_request_free(&req);
-        spindle_free(ids);
-        return sp_reply_error(s, c, route, &e);
-    }
+    return sp_server_compile_tool_grammar(s, &g->req, sp_reply_opens_think(g->prompt_text), e);
+}
+
+/* The job, which takes over the request, the checkpoint and the prompt. */
+static sp_job *gen_job(sp_server *s, struct MHD_Connection *c, gen_setup *g, sp_api_error *e) {
+    sp_job *j = job_new(s, c, &g->req, &g->durable);
     if (!j) {
-        sp_durable_free(&durable);
-        sp_api_request_free(&req);
-        spindle_free(ids);
-        sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
-        return sp_reply_error(s, c, route, &e);
+        sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+        return NULL;
     }
-    j->prompt = ids;
-    j->n_prompt = n;
-    j->id_slot = id_slot;
-    if (!admit(s, j, &e)) {
-        j->finished = true;
+    sp_job_reply_plan(s, &j->req, g->prompt_text, fresh_seed(s), &j->reply);
+    j->prompt = g->ids;
+    j->n_prompt = g->n;
+    g->ids = NULL;
+    return j;
+}
+
+/* Admission (429), the engine, and the answer, whole or streamed. */
+static enum MHD_Result gen_run(sp_job *j, sp_route route) {
+    sp_server *s = j->srv;
+    struct MHD_Connection *c = j->conn;
+    sp_api_error e;
+    if (!admit(s, j, &e) || !job_submit(j, &e)) {
         job_release(j);
         return sp_reply_error(s, c, route, &e);
     }
-    if (!job_submit(j, &e)) {
-        job_release(j);
-        return sp_reply_error(s, c, route, &e);
-    }
-    if (j->req.stream)
-        return sp_reply_stream(s, c, route, stream_read, j, stream_free);
+    if (j->req.stream) return sp_reply_stream(s, c, route, stream_read, j, stream_free);
     enum MHD_Result rc = job_wait(j, finished) ? reply_whole(j) : MHD_NO;
     job_release(j);
     return rc;
+}
+
+enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
+                                     const sp_http_call *call) {
+    sp_api_error e;
+    gen_setup g = {0};
+    sp_job *j = NULL;
+    bool ok = gen_accepting(s, &e) && gen_parse(s, call, &g, &e) && gen_prompt(s, &g, &e) &&
+              (j = gen_job(s, c, &g, &e)) != NULL;
+    gen_setup_free(&g);
+    return ok ? gen_run(j, call->route) : sp_reply_error(s, c, call->route, &e);
 }

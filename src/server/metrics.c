@@ -5,10 +5,9 @@
 #include <string.h>
 
 static const char *const route_names[SP_ROUTE_COUNT] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/tokenize",
-    "/detokenize", "/apply-template", "/metrics", "/", "/slots",
-    "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/lora-adapters",
-    "/v1/embeddings", "other",
+#define SP_ROUTE(name, method, path, also, metric, handler, api_key) [SP_ROUTE_##name] = metric,
+#include "server/routes.def"
+    [SP_ROUTE_OTHER] = "other",
 };
 
 /* Upper bounds of the time-to-first-token buckets, seconds. */

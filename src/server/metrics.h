@@ -13,26 +13,15 @@
 #include "base/strbuf.h"
 #include "spindle.h"
 
+/* One per row of routes.def, in its order, then OTHER (unknown paths). */
 typedef enum sp_route {
-    SP_ROUTE_CHAT = 0,
-    SP_ROUTE_COMPLETIONS,
-    SP_ROUTE_MODELS,
-    SP_ROUTE_HEALTH,
-    SP_ROUTE_TOKENIZE,
-    SP_ROUTE_DETOKENIZE,
-    SP_ROUTE_APPLY_TEMPLATE,
-    SP_ROUTE_METRICS,
-    SP_ROUTE_INDEX,
-    SP_ROUTE_SLOTS,      /* POST /slots/{id}?action=... */
-    SP_ROUTE_LORA_LOAD,
-    SP_ROUTE_LORA_UNLOAD,
-    SP_ROUTE_LORA_LIST,
-    SP_ROUTE_EMBEDDINGS,
-    SP_ROUTE_OTHER,      /* unknown paths */
+#define SP_ROUTE(name, method, path, also, metric, handler, api_key) SP_ROUTE_##name,
+#include "server/routes.def"
+    SP_ROUTE_OTHER,
     SP_ROUTE_COUNT
 } sp_route;
 
-/* The canonical path of a route ("/v1/chat/completions"; "other"). */
+/* A route's metric label (routes.def: "/v1/chat/completions"; "other"). */
 const char *sp_route_name(sp_route route);
 
 #define SP_METRICS_STATUSES 12   /* distinct statuses kept per route */

@@ -8,25 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
-                              const char *message) {
-    const char *msg = message && message[0] ? message : spindle_status_name(st);
-    switch (st) {
-    case SPINDLE_ERR_MEMORY:
-        sp_api_fail(e, 503, "server_error", NULL, NULL, "%s", msg);
-        break;
-    case SPINDLE_ERR_ARGUMENT:
-    case SPINDLE_ERR_FORMAT:
-    case SPINDLE_ERR_TEMPLATE:
-    case SPINDLE_ERR_LIMIT:
-    case SPINDLE_ERR_UNSUPPORTED:
-        sp_api_bad(e, param, "%s", msg);
-        break;
-    default:
-        sp_api_fail(e, 500, "server_error", NULL, NULL, "%s", msg);
-    }
-}
-
 static bool ready(sp_server *s, sp_api_error *e) {
     int phase = atomic_load(&s->phase);
     if (phase == SP_PHASE_LOADING)
@@ -34,7 +15,7 @@ static bool ready(sp_server *s, sp_api_error *e) {
     return true;
 }
 
-enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c) {
+enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     int phase = atomic_load(&s->phase);
     if (phase == SP_PHASE_READY)
         return sp_reply(s, c, SP_ROUTE_HEALTH, 200, "application/json",
@@ -48,7 +29,7 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c) {
     return sp_reply(s, c, SP_ROUTE_HEALTH, 503, "application/json", body, strlen(body));
 }
 
-enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *m = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
@@ -70,7 +51,7 @@ enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
     return sp_reply_json(s, c, SP_ROUTE_MODELS, 200, json);
 }
 
-enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c) {
+enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     int queued = 0, running = 0;
     if (s->engine) spindle_engine_counts(s->engine, &queued, &running);
     sp_strbuf out = {0};
@@ -87,7 +68,7 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c) {
     return rc;
 }
 
-enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c) {
+enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     return sp_reply(s, c, SP_ROUTE_INDEX, 200, "text/html; charset=utf-8", sp_webui_html,
                     strlen(sp_webui_html));
 }
@@ -105,10 +86,10 @@ static cJSON *token_piece(const spindle_tokenizer *tok, int32_t id) {
 }
 
 enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
-                                   const char *body, size_t len) {
+                                   const sp_http_call *call) {
     sp_api_error e;
     sp_api_tokenize t;
-    if (!ready(s, &e) || !sp_api_parse_tokenize(body, len, &t, &e))
+    if (!ready(s, &e) || !sp_api_parse_tokenize(call->body, call->len, &t, &e))
         return sp_reply_error(s, c, SP_ROUTE_TOKENIZE, &e);
     int32_t *ids = NULL;
     size_t n = 0;
@@ -151,11 +132,11 @@ static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_rou
 }
 
 enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
-                                     const char *body, size_t len) {
+                                     const sp_http_call *call) {
     sp_api_error e;
     int32_t *ids = NULL;
     int n = 0;
-    if (!ready(s, &e) || !sp_api_parse_detokenize(body, len, &s->limits, &ids, &n, &e))
+    if (!ready(s, &e) || !sp_api_parse_detokenize(call->body, call->len, &s->limits, &ids, &n, &e))
         return sp_reply_error(s, c, SP_ROUTE_DETOKENIZE, &e);
     char *text = NULL;
     size_t text_len = 0;
@@ -167,10 +148,10 @@ enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
 }
 
 enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
-                                         const char *body, size_t len) {
+                                         const sp_http_call *call) {
     sp_api_error e;
     sp_api_request r;
-    if (!ready(s, &e) || !sp_api_parse_apply_template(body, len, &r, &e))
+    if (!ready(s, &e) || !sp_api_parse_apply_template(call->body, call->len, &r, &e))
         return sp_reply_error(s, c, SP_ROUTE_APPLY_TEMPLATE, &e);
     char *text = NULL;
     spindle_error err = {0};

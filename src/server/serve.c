@@ -205,7 +205,8 @@ int sp_server_run(const sp_server_options *o) {
     s->model_names[0] = o->alias ? o->alias : o->model_path;
     s->model_names[1] = o->model_path;
     s->limits = (sp_api_limits){.model_names = s->model_names, .n_model_names = 2,
-                                .default_max_tokens = o->default_max_tokens};
+                                .default_max_tokens = o->default_max_tokens,
+                                .n_slots = o->parallel};
     atomic_init(&s->phase, SP_PHASE_LOADING);
     atomic_init(&s->next_id, 1);
     pthread_mutex_init(&s->lock, NULL);

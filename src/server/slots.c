@@ -70,27 +70,6 @@ void sp_slots_free(sp_slots *s) {
     free(s);
 }
 
-bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *id,
-                      sp_api_error *e) {
-    *id = -1;
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "id_slot");
-    bool ok = true;
-    if (v && !cJSON_IsNull(v)) {
-        double d = cJSON_IsNumber(v) ? v->valuedouble : -2;
-        if (d == -1) {
-            /* llama-server: -1 picks any slot; here that is none */
-        } else if (d < 0 || d >= srv->slots->count || d != (int)d) {
-            ok = sp_api_bad(e, "id_slot", "id_slot must be an integer in [0, %d]",
-                            srv->slots->count - 1);
-        } else {
-            *id = (int)d;
-        }
-    }
-    cJSON_Delete(root);
-    return ok;
-}
-
 /* The slot's state into seq when prompt extends it; how many tokens. */
 int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n,
                   const sp_slot_adapter *adapter, spindle_seq *seq) {
@@ -252,8 +231,9 @@ static bool slot_action(sp_server *srv, int id, const char *action, const char *
     return true;
 }
 
-enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c, const char *url,
-                                const char *body, size_t len) {
+enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c,
+                                const sp_http_call *call) {
+    const char *url = call->url;
     sp_api_error e;
     const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     char *end = NULL;
@@ -272,7 +252,7 @@ enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c, const 
         sp_api_bad(&e, "action", "the query must give action=save|restore|erase");
     } else {
         cJSON *out = cJSON_CreateObject();
-        if (out && slot_action(srv, (int)id, action, body, len, out, &e)) {
+        if (out && slot_action(srv, (int)id, action, call->body, call->len, out, &e)) {
             char *json = cJSON_PrintUnformatted(out);
             cJSON_Delete(out);
             if (json) return sp_reply_json(srv, c, SP_ROUTE_SLOTS, 200, json);

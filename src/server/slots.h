@@ -14,7 +14,6 @@
 #ifndef SP_SERVER_SLOTS_H
 #define SP_SERVER_SLOTS_H
 
-#include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,10 +26,6 @@ typedef struct sp_slots sp_slots;
 
 sp_slots *sp_slots_new(int count);
 void sp_slots_free(sp_slots *slots);
-/* The body's "id_slot": *id -1 when absent (or -1, llama-server's "any");
- * false (400) when out of range. */
-bool sp_slots_body_id(const sp_server *srv, const char *body, size_t len, int *id,
-                      sp_api_error *e);
 /* The LoRA adapter a slot's state was computed under: its
  * spindle_adapter_key (n 0: the base model). */
 typedef struct sp_slot_adapter {
@@ -47,7 +42,5 @@ int sp_slot_begin(sp_server *srv, int id, const int32_t *prompt, int n,
 void sp_slot_end(sp_server *srv, int id, const spindle_seq *seq, const int32_t *prompt,
                  int n_prompt, const int32_t *generated, int n_generated,
                  const sp_slot_adapter *adapter);
-enum MHD_Result sp_handle_slots(sp_server *srv, struct MHD_Connection *c, const char *url,
-                                const char *body, size_t len);
 
 #endif

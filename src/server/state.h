@@ -92,6 +92,22 @@ bool sp_server_tool_grammar_applies(const sp_server *s, const sp_api_request *r)
 bool sp_server_compile_tool_grammar(sp_server *s, sp_api_request *r, bool in_think,
                                     sp_api_error *e);
 
+/* ---- the routes (routes.def): one request as its handler sees it, and
+ * the handlers, declared from the table's rows */
+typedef struct sp_http_call {
+    sp_route route;       /* the row that matched */
+    const char *url;      /* the path as requested */
+    const char *body;     /* the whole body ("" when none) */
+    size_t len;
+} sp_http_call;
+
+typedef enum MHD_Result (*sp_route_handler)(sp_server *s, struct MHD_Connection *c,
+                                            const sp_http_call *call);
+
+#define SP_ROUTE(name, method, path, also, metric, handler, api_key)                   \
+    enum MHD_Result handler(sp_server *s, struct MHD_Connection *c, const sp_http_call *call);
+#include "server/routes.def"
+
 /* ---- http.c: replies (each queues one response and counts it) */
 enum MHD_Result sp_reply(sp_server *s, struct MHD_Connection *c, sp_route route,
                          int status, const char *content_type, const char *body,
@@ -108,39 +124,18 @@ enum MHD_Result sp_reply_stream(sp_server *s, struct MHD_Connection *c, sp_route
 /* Whether the peer of `c` is still connected (a peek at its socket). */
 bool sp_client_connected(struct MHD_Connection *c);
 
-/* ---- job.c: POST /v1/chat/completions and /v1/completions */
-enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
-                                     sp_api_kind kind, const char *body, size_t len);
+/* ---- job.c: the generation jobs (POST /v1/chat/completions and
+ * /v1/completions: sp_handle_generation) */
 /* The adapter names of the jobs in flight, comma-separated and each once:
  * those that have produced a token (running) and the others (waiting). */
 void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
 /* Cancel every job in flight (shutdown past its deadline). */
 void sp_cancel_all_jobs(sp_server *s);
 
-/* ---- embeddings.c: POST /v1/embeddings */
-enum MHD_Result sp_handle_embeddings(sp_server *s, struct MHD_Connection *c,
-                                     const char *body, size_t len);
+/* ---- embeddings.c: POST /v1/embeddings (sp_handle_embeddings) */
 /* The embedder of s->model, or the reason in s->embed_refusal; false (a
  * line on stderr) when the model's embedding files are malformed. */
 bool sp_embeddings_load(sp_server *s);
-
-/* ---- routes.c: the other routes */
-enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c);
-enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c);
-enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c);
-enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c);
-enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
-                                   const char *body, size_t len);
-enum MHD_Result sp_handle_detokenize(sp_server *s, struct MHD_Connection *c,
-                                     const char *body, size_t len);
-enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
-                                         const char *body, size_t len);
-
-/* A library failure on the client's input as an API error: argument,
- * format, template and limit errors are the request's fault (400), memory
- * 503, anything else 500. */
-void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *param,
-                              const char *message);
 
 /* ---- adapters.c: LoRA adapters (vLLM's load/unload, llama-server's list) */
 /* Mount `path` as `name` (--lora NAME=PATH, POST /v1/load_lora_adapter). */
@@ -175,11 +170,6 @@ struct cJSON;
 void sp_adapters_list_models(sp_server *s, struct cJSON *data);
 /* Whether `model` names the served model itself. */
 bool sp_is_base_model(const sp_server *s, const char *model);
-enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
-                                    const char *body, size_t len);
-enum MHD_Result sp_handle_unload_lora(sp_server *s, struct MHD_Connection *c,
-                                      const char *body, size_t len);
-enum MHD_Result sp_handle_list_lora(sp_server *s, struct MHD_Connection *c);
 
 /* ---- webui.c */
 extern const char sp_webui_html[];

@@ -8,8 +8,8 @@
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
- * stop strings, max_tokens >= 1, top_logprobs <= 20, message JSON that
- * parses as an array of objects with string roles). */
+ * stop strings, max_tokens >= 1, top_logprobs <= 20, id_slot a slot or -1,
+ * message JSON that parses as an array of objects with string roles). */
 #include "fuzz_common.h"
 
 #include <cjson/cJSON.h>
@@ -22,7 +22,8 @@
 
 static const char *const names[] = {"tiny", "/models/tiny"};
 static const sp_api_limits limits = {.vocab_size = VOCAB, .model_names = names,
-                                     .n_model_names = 2, .default_max_tokens = 16};
+                                     .n_model_names = 2, .default_max_tokens = 16,
+                                     .n_slots = 4};
 
 static void check_error(const sp_api_error *e) {
     if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "rejected (%d): %s\n", e->http_status, e->message);
@@ -74,6 +75,7 @@ static void check_generation(const sp_api_request *r) {
     }
     FUZZ_CHECK(!r->model || !strcmp(r->model, names[0]) || !strcmp(r->model, names[1]),
                "unknown model accepted");
+    FUZZ_CHECK(r->id_slot >= -1 && r->id_slot < limits.n_slots, "id_slot %d", r->id_slot);
 }
 
 /* Every input is text or a non-empty list of ids in the vocabulary; the
