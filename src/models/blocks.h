@@ -29,6 +29,11 @@ struct sp_forward {
     sp_forward_seq *seqs;
     int *pos;                 /* [T] position of each row */
     int32_t *tokens;          /* [T] token id of each row */
+    /* [T] each row's prefix-index key (0: a token; an embeddings span's
+     * row: sp_span_position_key) and its span's SPINDLE_SPAN_* flags. */
+    uint64_t *keys;
+    uint32_t *row_flags;
+    bool any_span;            /* some row came from an embeddings span */
     int cap_rows, cap_seqs;   /* allocated sizes */
 
     /* Activations, row-major [T][width]. */

@@ -16,7 +16,11 @@
  *     "foreign_seq": B, "own_seq": B, "next_logits": B, "seq_of": I,
  *     "truncate_to": T,
  *     "spec": "ngram" | "draft" | "mtp", "num_draft_tokens": K, "ngram_max": N,
- *     "ngram_min": N, "fixed_k": B}],
+ *     "ngram_min": N, "fixed_k": B,
+ *     "spans": [{"tokens": [...]} | {"tokens": [...] (placeholders),
+ *       "embeddings_file": PATH (raw f32, n x hidden), "source": S (the
+ *       digest is spindle_span_digest of S), "bidirectional": B,
+ *       "no_per_layer_input": B}] instead of "prompt"}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
@@ -58,6 +62,8 @@ typedef struct req_run {
     int index;
     int32_t *prompt, *stop_ids;
     int n_prompt, n_stop_ids;
+    spindle_span *spans;
+    int n_spans;
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
     int seq_of, truncate_to;
@@ -118,10 +124,58 @@ static int32_t *ints(const cJSON *o, const char *key, int *n) {
     return out;
 }
 
+static float *read_floats(const char *path, size_t n) {
+    float *out = malloc(n * sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f || fread(out, sizeof *out, n, f) != n) {
+        fprintf(stderr, "engine_harness: cannot read %zu floats from %s\n", n,
+                path);
+        exit(1);
+    }
+    fclose(f);
+    return out;
+}
+
+/* A request's "spans" (see the top): the prompt as spans. */
+static void parse_spans(const cJSON *j, req_run *r) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "spans"), *s;
+    if (!cJSON_IsArray(a)) return;
+    r->spans = calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *r->spans);
+    cJSON_ArrayForEach(s, a) {
+        spindle_span *sp = &r->spans[r->n_spans++];
+        sp->tokens = ints(s, "tokens", &sp->n);
+        const char *file = cJSON_GetStringValue(
+            cJSON_GetObjectItem(s, "embeddings_file"));
+        if (!file) continue;
+        sp->kind = SPINDLE_SPAN_EMBEDDINGS;
+        sp->embeddings = read_floats(
+            file, (size_t)sp->n * spindle_model_hidden_size(H.model));
+        const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(s, "source"));
+        spindle_span_digest(src, src ? strlen(src) : 0, "engine_harness",
+                            sp->digest);
+        sp->flags = (flag(s, "bidirectional") ? SPINDLE_SPAN_BIDIRECTIONAL : 0) |
+                    (flag(s, "no_per_layer_input")
+                         ? SPINDLE_SPAN_NO_PER_LAYER_INPUT : 0);
+    }
+}
+
+static void free_spans(req_run *r) {
+    for (int i = 0; i < r->n_spans; i++) {
+        free((void *)r->spans[i].tokens);
+        free((void *)r->spans[i].embeddings);
+    }
+    free(r->spans);
+}
+
 static void parse_request(const cJSON *j, int index, req_run *r) {
     memset(r, 0, sizeof *r);
     r->index = index;
     r->prompt = ints(j, "prompt", &r->n_prompt);
+    parse_spans(j, r);
+    if (r->spans) {
+        free(r->prompt);
+        r->prompt = NULL;
+    }
     r->stop_ids = ints(j, "stop_ids", &r->n_stop_ids);
     spindle_gen_params *p = &r->params;
     *p = spindle_gen_defaults();
@@ -257,6 +311,7 @@ static void submit(req_run *r) {
     }
     spindle_request q = {
         .prompt = r->prompt, .n_prompt = r->n_prompt, .params = &r->params,
+        .spans = r->spans, .n_spans = r->n_spans,
         .top_logprobs = r->top_logprobs, .want_logits = r->want_logits,
         .seq = r->seq, .on_token = on_token, .on_finish = on_finish,
         .user = r};
@@ -599,6 +654,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < H.n_reqs; i++) {
         req_run *r = &H.reqs[i];
         free(r->prompt);
+        free_spans(r);
         free(r->stop_ids);
         free(r->tokens);
         free(r->logprobs);

