@@ -146,3 +146,28 @@ def test_prefix_index_keys_embeddings_by_digest(models_dir, tmp_path):
     assert np.allclose(out[2]["logits"], out[0]["logits"], rtol=0,
                        atol=1e-4 * np.std(out[0]["logits"]))
     assert not np.allclose(out[1]["logits"][0], out[0]["logits"][0])
+
+
+def test_checkpoint_records_the_span_digests(models_dir, tmp_path):
+    mdir = models_dir / "qwen3-f32"
+    _, path1 = embeddings(tmp_path, mdir, 1)
+    _, path2 = embeddings(tmp_path, mdir, 2)
+    ck = str(tmp_path / "spans.ckpt")
+
+    def q(**kw):
+        return dict(max_tokens=8, ignore_eos=True, **kw)
+    reqs = [
+        q(spans=span_request(path1, "image-1"), checkpoint_file=ck,
+          checkpoint_every=3),
+        q(spans=span_request(path1, "image-1"), resume_file=ck, after=0),
+        q(spans=span_request(path2, "image-2"), resume_file=ck, after=1),
+        q(prompt=HEAD + [PLACEHOLDER] * N_EMB + TAIL, resume_file=ck,
+          after=1),
+    ]
+    out = run(mdir, tmp_path, "step", reqs, max_seqs=2, max_batch_tokens=32)
+    full, resumed = out[0]["tokens"], out[1]["tokens"]
+    assert len(full) == 8 and 0 < len(resumed) < 8, out[:2]
+    assert resumed == full[8 - len(resumed):]
+    for r in out[2:]:
+        assert "submit_status" in r, r
+        assert "embeddings differ" in r["submit_error"], r["submit_error"]

@@ -20,7 +20,10 @@
  *     "spans": [{"tokens": [...]} | {"tokens": [...] (placeholders),
  *       "embeddings_file": PATH (raw f32, n x hidden), "source": S (the
  *       digest is spindle_span_digest of S), "bidirectional": B,
- *       "no_per_layer_input": B}] instead of "prompt"}],
+ *       "no_per_layer_input": B}] instead of "prompt",
+ *     "checkpoint_every": N, "checkpoint_file": PATH (each checkpoint
+ *       saved there), "resume_file": PATH (resume that checkpoint; use
+ *       with "after")}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
@@ -64,6 +67,8 @@ typedef struct req_run {
     int n_prompt, n_stop_ids;
     spindle_span *spans;
     int n_spans;
+    const char *checkpoint_file, *resume_file;
+    spindle_checkpoint *resume;
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
     int seq_of, truncate_to;
@@ -159,6 +164,25 @@ static void parse_spans(const cJSON *j, req_run *r) {
     }
 }
 
+static void save_checkpoint(spindle_checkpoint *ck, void *user) {
+    const req_run *r = user;
+    spindle_error err = {0};
+    if (spindle_checkpoint_save(ck, r->checkpoint_file, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", err.message);
+        exit(1);
+    }
+}
+
+static void parse_checkpoints(const cJSON *j, req_run *r) {
+    r->checkpoint_file = cJSON_GetStringValue(
+        cJSON_GetObjectItem(j, "checkpoint_file"));
+    r->resume_file = cJSON_GetStringValue(cJSON_GetObjectItem(j, "resume_file"));
+    if (!r->checkpoint_file) return;
+    r->params.checkpoint_every = (int)num(j, "checkpoint_every", 1);
+    r->params.on_checkpoint = save_checkpoint;
+    r->params.checkpoint_user = r;
+}
+
 static void free_spans(req_run *r) {
     for (int i = 0; i < r->n_spans; i++) {
         free((void *)r->spans[i].tokens);
@@ -223,6 +247,7 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
         exit(1);
     }
     p->adapter_scale = (float)num(j, "adapter_scale", 0);
+    parse_checkpoints(j, r);
 }
 
 /* ------------------------------------------------------------ callbacks */
@@ -308,6 +333,13 @@ static void submit(req_run *r) {
             fprintf(stderr, "engine_harness: truncate: %s\n", err.message);
             exit(1);
         }
+    }
+    if (r->resume_file && !r->resume) {
+        if (spindle_checkpoint_load(H.model, r->resume_file, &r->resume, &err)) {
+            fprintf(stderr, "engine_harness: %s\n", err.message);
+            exit(1);
+        }
+        r->params.resume = r->resume;
     }
     spindle_request q = {
         .prompt = r->prompt, .n_prompt = r->n_prompt, .params = &r->params,
@@ -655,6 +687,7 @@ int main(int argc, char **argv) {
         req_run *r = &H.reqs[i];
         free(r->prompt);
         free_spans(r);
+        spindle_checkpoint_free(r->resume);
         free(r->stop_ids);
         free(r->tokens);
         free(r->logprobs);
