@@ -255,7 +255,7 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
         s->adapter = e[i].adapter;
         s->adapter_scale = e[i].adapter_scale != 0.0f ? e[i].adapter_scale : 1.0f;
         if (s->adapter) f->any_adapter = true;
-        sp_entry_fill_rows(m, f, &e[i], row);
+        s->sees_ahead = sp_entry_fill_rows(m, f, &e[i], row);
         /* The pass's ids and keys, for the blocks it fills (borrowed from
          * the scratch until the commit). */
         sp_seq_state_set_pending_tokens(s->state, f->tokens + row);

@@ -90,15 +90,17 @@ static void table_rows(spindle_model *m, sp_forward *f, const int32_t *ids,
     if (m->arch->embed_rows) m->arch->embed_rows(m, f->x + row * d, n);
 }
 
-void sp_entry_fill_rows(spindle_model *m, sp_forward *f,
+bool sp_entry_fill_rows(spindle_model *m, sp_forward *f,
                         const spindle_batch_entry *e, int row) {
     const size_t d = (size_t)m->cfg.hidden_size;
+    bool sees_ahead = false;
     if (!e->spans) {
         memcpy(f->tokens + row, e->tokens, (size_t)e->n_tokens * sizeof *e->tokens);
         memset(f->keys + row, 0, (size_t)e->n_tokens * sizeof *f->keys);
         memset(f->row_flags + row, 0, (size_t)e->n_tokens * sizeof *f->row_flags);
+        memset(f->ahead + row, 0, (size_t)e->n_tokens * sizeof *f->ahead);
         table_rows(m, f, e->tokens, e->n_tokens, row);
-        return;
+        return false;
     }
     for (int i = 0; i < e->n_spans; i++) {
         const spindle_span *s = &e->spans[i];
@@ -108,7 +110,12 @@ void sp_entry_fill_rows(spindle_model *m, sp_forward *f,
                 ? sp_span_position_key(s->digest, (int64_t)s->digest_offset + t)
                 : 0;
             f->row_flags[row + t] = s->flags;
+            /* A bidirectional span's rows see each other: each also the
+             * span's rows after it in this pass. */
+            f->ahead[row + t] =
+                s->flags & SPINDLE_SPAN_BIDIRECTIONAL ? s->n - 1 - t : 0;
         }
+        sees_ahead |= s->n > 1 && (s->flags & SPINDLE_SPAN_BIDIRECTIONAL);
         if (s->kind == SPINDLE_SPAN_EMBEDDINGS) {
             memcpy(f->x + (size_t)row * d, s->embeddings,
                    (size_t)s->n * d * sizeof *f->x);
@@ -118,4 +125,5 @@ void sp_entry_fill_rows(spindle_model *m, sp_forward *f,
         }
         row += s->n;
     }
+    return sees_ahead;
 }

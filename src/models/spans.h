@@ -16,8 +16,9 @@ spindle_status sp_entry_check_spans(const spindle_model *m,
                                     spindle_error *err);
 /* Entry e's rows from `row` on: ids, keys and flags into f, the input rows
  * into f->x (the embedding table with the family's scale for tokens, the
- * span's own rows for embeddings). */
-void sp_entry_fill_rows(spindle_model *m, sp_forward *f,
+ * span's own rows for embeddings) and how far each row sees ahead; true
+ * when some row does (a bidirectional span of more than one row). */
+bool sp_entry_fill_rows(spindle_model *m, sp_forward *f,
                         const spindle_batch_entry *e, int row);
 
 #endif

@@ -171,3 +171,30 @@ def test_checkpoint_records_the_span_digests(models_dir, tmp_path):
     for r in out[2:]:
         assert "submit_status" in r, r
         assert "embeddings differ" in r["submit_error"], r["submit_error"]
+
+
+def bidirectional_mask(n, start, length):
+    """Causal [n, n] additive mask with the span's square opened."""
+    allowed = np.tril(np.ones((n, n), bool))
+    allowed[start:start + length, start:start + length] = True
+    return np.where(allowed, 0.0, -np.inf).astype(np.float32)
+
+
+@pytest.mark.parametrize("budget", [16, 128])
+def test_bidirectional_span_attends_both_ways(models_dir, tmp_path, budget):
+    """With a budget of 16 rows the span (40) must still be computed in
+    one chunk: cut, its first rows could not see its last ones."""
+    mdir = models_dir / "qwen3-f32"
+    rows, path = embeddings(tmp_path, mdir, 3)
+    req = dict(spans=span_request(path, "image-3", bidirectional=True),
+               max_tokens=5, ignore_eos=True, logits=True)
+    got = run(mdir, tmp_path, "step", [req], max_seqs=2,
+              max_batch_tokens=budget)[0]
+    assert got["status"] == "ok", got
+    prompt = HEAD + [PLACEHOLDER] * N_EMB + TAIL
+    mask = bidirectional_mask(len(prompt), len(HEAD), N_EMB)
+    want = reference(mdir, prompt, rows, len(HEAD), got["tokens"], mask)
+    assert_logits_close(list(got["logits"]), want, f"budget {budget}")
+    causal = reference(mdir, prompt, rows, len(HEAD), got["tokens"][:1])
+    assert np.max(np.abs(causal[0] - want[0])) > 100 * pc.TOL_F32_REL * \
+        np.std(want[0]), "the span's flag changed nothing"
