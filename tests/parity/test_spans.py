@@ -14,7 +14,10 @@ the tiny mlx-lm parity models.
     mlx-lm computes with an explicit mask (causal, with the span's square
     opened), and it is never cut across prompt chunks;
   * checkpoints record the span digests: a resume with the same spans
-    continues the generation, one with other embeddings is refused.
+    continues the generation, one with other embeddings is refused;
+  * Gemma 4's per-layer token input at a span's rows: none with
+    SPINDLE_SPAN_NO_PER_LAYER_INPUT, the placeholders' otherwise, as mlx-lm
+    computes with per_layer_inputs given.
 """
 
 import numpy as np
@@ -52,19 +55,34 @@ def span_request(path, source, n=N_EMB, head=HEAD, tail=TAIL, **kw):
     return spans
 
 
-def reference(mdir, prompt_ids, rows, start, generated, mask=None):
+def reference(mdir, prompt_ids, rows, start, generated, mask=None,
+              no_per_layer_input=False):
+    """mlx-lm's f32 logits after the prompt (ids, with rows in place of
+    positions start..) fed through input_embeddings, then after each
+    generated id but the last. mask: an explicit [T, T] additive mask for
+    the prompt. no_per_layer_input: Gemma 4's per-layer token input zero at
+    the rows' positions (its multimodal model's padding id)."""
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
     from mlx_lm.utils import load_model
     model, _ = load_model(mdir)
     model.set_dtype(mx.float32)
+    inner = model.model
     ids = mx.array([prompt_ids])
-    h = model.model.embed_tokens(ids)
+    h = inner.embed_tokens(ids)
+    kw = {}
+    if hasattr(inner, "_get_per_layer_inputs"):   # Gemma 4
+        per_layer = inner._get_per_layer_inputs(ids)
+        if no_per_layer_input:
+            per_layer[0, start:start + len(rows)] = 0
+        kw["per_layer_inputs"] = per_layer
     if len(rows):
-        h[0, start:start + len(rows)] = mx.array(rows)
+        # Gemma 4 scales what it is given; Spindle's rows enter as they are.
+        scale = getattr(inner, "embed_scale", 1.0)
+        h[0, start:start + len(rows)] = mx.array(rows) / scale
     cache = make_prompt_cache(model)
     if mask is None:
-        out = model(ids, cache=cache, input_embeddings=h)
+        out = model(ids, cache=cache, input_embeddings=h, **kw)
     else:
         out = masked_call(model, h, cache, mask)
     want = [np.array(out[0, -1].astype(mx.float32))]
@@ -198,3 +216,31 @@ def test_bidirectional_span_attends_both_ways(models_dir, tmp_path, budget):
     causal = reference(mdir, prompt, rows, len(HEAD), got["tokens"][:1])
     assert np.max(np.abs(causal[0] - want[0])) > 100 * pc.TOL_F32_REL * \
         np.std(want[0]), "the span's flag changed nothing"
+
+
+@pytest.fixture(scope="session")
+def gemma4_models(spindle_bin):  # noqa: F811
+    import make_gemma4_models as mg4
+    return pc.ensure_models(mg4.DEFAULT_OUT, mg4)
+
+
+@pytest.mark.parametrize("no_per_layer_input", [True, False])
+def test_gemma4_per_layer_input_follows_the_span_flag(gemma4_models, tmp_path,
+                                                      no_per_layer_input):
+    mdir = gemma4_models / "gemma4-per-layer-f32"
+    rows, path = embeddings(tmp_path, mdir, 4)
+    req = dict(spans=span_request(path, "image-4",
+                                  no_per_layer_input=no_per_layer_input),
+               max_tokens=5, ignore_eos=True, logits=True)
+    got = run(mdir, tmp_path, "step", [req], max_seqs=2,
+              max_batch_tokens=16)[0]
+    assert got["status"] == "ok", got
+    prompt = HEAD + [PLACEHOLDER] * N_EMB + TAIL
+    want = reference(mdir, prompt, rows, len(HEAD), got["tokens"],
+                     no_per_layer_input=no_per_layer_input)
+    assert_logits_close(list(got["logits"]), want,
+                        f"no_per_layer_input={no_per_layer_input}")
+    other = reference(mdir, prompt, rows, len(HEAD), got["tokens"][:1],
+                      no_per_layer_input=not no_per_layer_input)
+    assert np.max(np.abs(other[0] - want[0])) > 100 * pc.TOL_F32_REL * \
+        np.std(want[0]), "the flag changed nothing"
