@@ -166,6 +166,30 @@ def test_prefix_index_keys_embeddings_by_digest(models_dir, tmp_path):
     assert not np.allclose(out[1]["logits"][0], out[0]["logits"][0])
 
 
+
+def test_disk_prompt_cache_keys_embeddings_by_digest(models_dir, tmp_path):
+    """The same across processes: each request runs in a fresh process
+    over one prompt cache directory."""
+    mdir = models_dir / "qwen3-f32"
+    _, path1 = embeddings(tmp_path, mdir, 1, 50)
+    _, path2 = embeddings(tmp_path, mdir, 2, 50)
+    cache = tmp_path / "prompt-cache"
+    cache.mkdir()
+
+    def once(path, source):
+        req = dict(spans=span_request(path, source, 50, tail=HEAD),
+                   max_tokens=2, ignore_eos=True, logits=True)
+        return run(mdir, tmp_path, "step", [req], max_seqs=1,
+                   prompt_cache_dir=str(cache))[0]
+    first = once(path1, "image-1")
+    other = once(path2, "image-2")
+    again = once(path1, "image-1")
+    cached = [r["stats"]["cached_tokens"] for r in (first, other, again)]
+    assert cached == [0, 0, 64], cached
+    assert again["tokens"] == first["tokens"]
+    assert np.allclose(again["logits"], first["logits"], rtol=0,
+                       atol=1e-4 * np.std(first["logits"]))
+
 def test_checkpoint_records_the_span_digests(models_dir, tmp_path):
     mdir = models_dir / "qwen3-f32"
     _, path1 = embeddings(tmp_path, mdir, 1)

@@ -25,6 +25,7 @@
  *       saved there), "resume_file": PATH (resume that checkpoint; use
  *       with "after")}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
+ *   "prompt_cache_dir": DIR (the on-disk prompt cache),
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
  *   "draft_delay_ms": T (each draft-model step takes T ms longer: a slow
@@ -612,7 +613,9 @@ int main(int argc, char **argv) {
     const char *model_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "model"));
     const char *logits_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "logits_dir"));
     spindle_load_options lo = {.n_threads = (int)num(sc, "threads", 0),
-                               .max_context = (int)num(sc, "max_context", 0)};
+                               .max_context = (int)num(sc, "max_context", 0),
+                               .prompt_cache_dir = cJSON_GetStringValue(
+                                   cJSON_GetObjectItem(sc, "prompt_cache_dir"))};
     spindle_error err = {0};
     if (!mode || !model_dir || spindle_model_load(model_dir, &lo, &H.model, &err)) {
         fprintf(stderr, "engine_harness: %s\n", mode && model_dir ? err.message : "mode and model are required");
