@@ -95,7 +95,8 @@ spindle_status sp_prompt_spans_copy(const spindle_engine *e, sp_request *q,
         s->span.embeddings = rows;
         for (int t = 0; t < s->span.n; t++)
             q->keys[at + t] = sp_span_position_key(
-                s->span.digest, (int64_t)s->span.digest_offset + t);
+                s->span.digest, (int64_t)s->span.digest_offset + t,
+                s->span.flags);
     }
     return SPINDLE_OK;
 }

@@ -107,7 +107,8 @@ bool sp_entry_fill_rows(spindle_model *m, sp_forward *f,
         memcpy(f->tokens + row, s->tokens, (size_t)s->n * sizeof *s->tokens);
         for (int t = 0; t < s->n; t++) {
             f->keys[row + t] = s->kind == SPINDLE_SPAN_EMBEDDINGS
-                ? sp_span_position_key(s->digest, (int64_t)s->digest_offset + t)
+                ? sp_span_position_key(s->digest, (int64_t)s->digest_offset + t,
+                                       s->flags)
                 : 0;
             f->row_flags[row + t] = s->flags;
             /* A bidirectional span's rows see each other: each also the

@@ -314,10 +314,12 @@ void sp_seq_state_set_pending_keys(sp_seq_state *s, const uint64_t *keys) {
     s->pending_keys = keys;
 }
 
-uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index) {
-    unsigned char in[24];
+uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index,
+                              uint32_t flags) {
+    unsigned char in[28];
     memcpy(in, digest, 16);
     for (int i = 0; i < 8; i++) in[16 + i] = (unsigned char)(index >> (8 * i));
+    for (int i = 0; i < 4; i++) in[24 + i] = (unsigned char)(flags >> (8 * i));
     const uint64_t k = XXH3_64bits(in, sizeof in);
     return k ? k : 1;
 }

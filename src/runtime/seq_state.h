@@ -198,8 +198,11 @@ void sp_seq_state_set_pending_tokens(sp_seq_state *s, const int32_t *tokens);
  * hashed by what the span is, not by their placeholder ids. */
 void sp_seq_state_set_pending_keys(sp_seq_state *s, const uint64_t *keys);
 /* The key of row `index` of the embeddings span whose digest is `digest`
- * (never 0, which marks a token). */
-uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index);
+ * and whose flags are `flags` (never 0, which marks a token). The flags
+ * take part: the same rows attended both ways, or without a per-layer
+ * input, leave other keys and values. */
+uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index,
+                              uint32_t flags);
 /* An empty sequence (length 0) that will be fed `tokens`: map the
  * published blocks its first n tokens start with (at most n - 1 tokens,
  * whole blocks) and return how many positions it now holds (0 when the
