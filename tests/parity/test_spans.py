@@ -8,8 +8,9 @@ the tiny mlx-lm parity models.
     rows put in), fed Spindle's tokens;
   * the prefix index keys an embeddings span by its digest: the same
     placeholder ids with other embeddings share no block (cached_tokens 0),
-    the same embeddings again do, and a prompt of the bare placeholder ids
-    shares nothing with either;
+    the same embeddings again do, and neither the bare placeholder ids nor
+    the same embeddings attended both ways share anything with them (in
+    memory, and in the on-disk prompt cache across processes);
   * a bidirectional span: its rows attend to each other both ways, as
     mlx-lm computes with an explicit mask (causal, with the span's square
     opened), and it is never cut across prompt chunks;
@@ -155,10 +156,13 @@ def test_prefix_index_keys_embeddings_by_digest(models_dir, tmp_path):
         q(span_request(path1, "image-1", 50, tail=HEAD), after=1),
         # The bare placeholder ids.
         q(prompt=HEAD + [PLACEHOLDER] * 50 + HEAD, after=2),
+        # The first image attended both ways: other keys and values.
+        q(span_request(path1, "image-1", 50, tail=HEAD, bidirectional=True),
+          after=3),
     ]
     out = run(mdir, tmp_path, "step", reqs, max_seqs=2, max_batch_tokens=64)
     cached = [r["stats"]["cached_tokens"] for r in out]
-    assert cached == [0, 0, 64, 0], cached
+    assert cached == [0, 0, 64, 0, 0], cached
     # Reusing the cached blocks changes nothing but the work.
     assert out[2]["tokens"] == out[0]["tokens"]
     assert np.allclose(out[2]["logits"], out[0]["logits"], rtol=0,
