@@ -26,7 +26,7 @@ import pytest
 
 import parity_common as pc
 from parity_common import spindle_bin  # noqa: F401  (fixture)
-from test_engine import models_dir, run, run_scenario  # noqa: F401
+from test_engine import models_dir, run  # noqa: F401
 
 HEAD = [(i * 37 + 11) % 500 for i in range(20)]
 TAIL = [(i * 53 + 5) % 500 for i in range(13)]
@@ -272,3 +272,19 @@ def test_gemma4_per_layer_input_follows_the_span_flag(gemma4_models, tmp_path,
                       no_per_layer_input=not no_per_layer_input)
     assert np.max(np.abs(other[0] - want[0])) > 100 * pc.TOL_F32_REL * \
         np.std(want[0]), "the flag changed nothing"
+
+
+def test_bad_spans_refused_at_submit(models_dir, tmp_path):
+    mdir = models_dir / "qwen3-f32"
+    _, path = embeddings(tmp_path, mdir, 1, 2)
+    reqs = [dict(spans=[dict(tokens=HEAD), dict(tokens=[768])]),
+            dict(spans=[dict(tokens=[])]),
+            dict(spans=[dict(tokens=[PLACEHOLDER, 800], embeddings_file=path,
+                             source="x")])]
+    out = run(mdir, tmp_path, "step", reqs, max_seqs=2)
+    want = ["prompt span 1: token id 768 is outside the vocabulary (768)",
+            "prompt span 0: no positions or no ids",
+            "prompt span 0: token id 800 is outside the vocabulary (768)"]
+    for r, w in zip(out, want):
+        assert r.get("submit_status") == "invalid argument", r
+        assert r["submit_error"] == w
