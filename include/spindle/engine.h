@@ -137,6 +137,13 @@ typedef void (*spindle_request_finish_fn)(spindle_request_id id,
 typedef struct spindle_request {
     const int32_t *prompt;   /* copied by submit; at least one token */
     int n_prompt;
+    /* Instead of `prompt` (then NULL, n_prompt 0): the prompt as spans
+     * (sequence.h), copied by submit with their rows. A bidirectional
+     * span is computed in one step even when it is longer than what is
+     * left of max_batch_tokens. With params->resume, the spans' digests
+     * must be the checkpoint's (SPINDLE_ERR_ARGUMENT otherwise). */
+    const spindle_span *spans;
+    int n_spans;
     /* NULL: spindle_gen_defaults(). Copied by submit, with every array it
      * points to. The engine's max_batch_tokens replaces prefill_chunk. */
     const spindle_gen_params *params;

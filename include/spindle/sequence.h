@@ -91,12 +91,68 @@ typedef enum spindle_logits_mode {
     SPINDLE_LOGITS_ALL        /* logits of every new token (verification) */
 } spindle_logits_mode;
 
+/* ------------------------------------------------------------------- spans
+ *
+ * A prompt is an ordered list of spans. A token span is ids looked up in the
+ * embedding table. An embeddings span is rows an input encoder (vision,
+ * audio) produced: n rows of hidden_size floats that enter the first layer
+ * as they are (the family's embedding scale, such as Gemma's sqrt(hidden),
+ * is not applied to them), with the placeholder ids the prompt holds at
+ * those positions (the template's image token: what the sequence's history,
+ * penalties and checkpoints record) and a digest naming the content. */
+typedef enum spindle_span_kind {
+    SPINDLE_SPAN_TOKENS = 0,
+    SPINDLE_SPAN_EMBEDDINGS
+} spindle_span_kind;
+
+/* Flags of an embeddings span. BIDIRECTIONAL: its positions attend to each
+ * other both ways (image tokens of Gemma 3, Qwen-VL); its rows must be in one
+ * forward pass (the engine never cuts one across prompt chunks; a caller of
+ * spindle_forward passes it whole in one entry, or only its rest after a
+ * cached prefix that was computed with the span whole). NO_PER_LAYER_INPUT:
+ * families with per-layer token inputs (Gemma 4) give these positions none,
+ * as their multimodal models do. */
+#define SPINDLE_SPAN_BIDIRECTIONAL 1u
+#define SPINDLE_SPAN_NO_PER_LAYER_INPUT 2u
+
+#define SPINDLE_SPAN_DIGEST_BYTES 16
+
+typedef struct spindle_span {
+    spindle_span_kind kind;
+    int n;                      /* positions, at least 1 */
+    /* n ids: the tokens, or an embeddings span's placeholders. */
+    const int32_t *tokens;
+    /* EMBEDDINGS: n * hidden_size floats, row-major (NULL otherwise). */
+    const float *embeddings;
+    /* EMBEDDINGS: what the rows are (spindle_span_digest). The prefix
+     * cache and checkpoints key these positions by it, never by the
+     * placeholder ids: two spans with different digests never share
+     * cached state; equal digests must mean equal rows. */
+    unsigned char digest[SPINDLE_SPAN_DIGEST_BYTES];
+    /* EMBEDDINGS: the index of this span's first row within the content
+     * the digest names (0 unless a forward pass continues a span that an
+     * earlier pass began). */
+    int digest_offset;
+    uint32_t flags;             /* SPINDLE_SPAN_* above; 0 for tokens */
+} spindle_span;
+
+/* The digest of an embeddings span: XXH3-128 of the encoder's input bytes
+ * (an image file, audio samples) followed by the encoder's identity (its
+ * name and weights' fingerprint: the same bytes through another encoder
+ * are other rows). `encoder` may be NULL (""). Thread-safe. */
+void spindle_span_digest(const void *source, size_t n, const char *encoder,
+                         unsigned char out[SPINDLE_SPAN_DIGEST_BYTES]);
+
 /* One sequence's share of a batched forward pass: its new tokens are
  * appended at positions seq_length .. seq_length + n_tokens - 1. */
 typedef struct spindle_batch_entry {
     spindle_seq *seq;
     const int32_t *tokens;
     int n_tokens;
+    /* Instead of `tokens` (then NULL): the entry's rows as spans, in
+     * order; n_tokens must be their total length. Borrowed for the call. */
+    const spindle_span *spans;
+    int n_spans;
     spindle_logits_mode logits_mode;
     /* Caller-owned; vocab floats for LAST, n_tokens * vocab for ALL. */
     float *logits;

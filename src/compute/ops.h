@@ -158,6 +158,10 @@ typedef struct sp_attention_args {
     /* Every query attends to every key of the view up to the last query's
      * position, its own later ones included (encoders; window ignored). */
     bool bidirectional;
+    /* NULL, or [n_q]: query t also sees the ahead[t] queries after it (a
+     * bidirectional span of a causal sequence: its rows see each other),
+     * ahead[t] <= n_q - 1 - t (portable path only). */
+    const int *ahead;
 } sp_attention_args;
 
 /* Fails with SPINDLE_ERR_ARGUMENT (a one-line message in err), writing

@@ -88,12 +88,33 @@ static spindle_status check_resume_adapter(const spindle_checkpoint *from,
                    "LoRA adapter or scale; resume it with the same ones");
 }
 
+/* A resume must bring the embeddings its checkpoint's prompt was computed
+ * from: the checkpoint holds their ids (placeholders) but not the rows, and
+ * its state continues those rows, not others behind the same ids. */
+static spindle_status check_resume_spans(const spindle_checkpoint *from,
+                                         const sp_request *q,
+                                         spindle_error *err) {
+    size_t want_n = 0;
+    const void *want = spindle_checkpoint_extension(from, SP_CHECKPOINT_SPANS_EXT,
+                                                    &want_n);
+    if (want_n == q->span_record_n &&
+        (!want_n || !memcmp(want, q->span_record, want_n)))
+        return SPINDLE_OK;
+    if (!want_n)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the checkpoint's prompt has "
+                       "no embeddings spans; resume it without them");
+    return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the checkpoint's prompt "
+                   "embeddings differ from the request's (another digest, "
+                   "position or flag); resume it with the same spans");
+}
+
 spindle_status sp_request_set_checkpoints(sp_request *q,
                                          const spindle_gen_params *g,
                                          spindle_error *err) {
     const spindle_checkpoint *from = g->resume;
     if (from) {
         spindle_status st = check_resume_adapter(from, g, err);
+        if (!st) st = check_resume_spans(from, q, err);
         if (st) return st;
         int n = from->n_prompt + from->n_generated;
         if (n > q->cap)
@@ -121,6 +142,10 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
     unsigned char rec[SPINDLE_ADAPTER_KEY_BYTES];
     size_t n = spindle_adapter_key(g->adapter, g->adapter_scale, rec);
     if (!st && n) st = spindle_checkpoint_set_extension(q->ck, ADAPTER_EXT, rec, n, err);
+    if (!st && q->span_record_n)
+        st = spindle_checkpoint_set_extension(q->ck, SP_CHECKPOINT_SPANS_EXT,
+                                              q->span_record,
+                                              q->span_record_n, err);
     return st;
 }
 

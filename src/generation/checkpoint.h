@@ -23,6 +23,10 @@
  * a saved sequence state was computed under: its spindle_adapter_key
  * (SPINDLE_ADAPTER_KEY_BYTES); absent: the base model. */
 #define SP_CHECKPOINT_ADAPTER_EXT "spindle.adapter"
+/* The embeddings spans of a generation's prompt: each one's first
+ * position, length, digest offset, flags and digest
+ * (prompt_spans.c's record); absent: a prompt of tokens only. */
+#define SP_CHECKPOINT_SPANS_EXT "spindle.spans"
 
 typedef struct sp_checkpoint_extension {
     char name[SP_CHECKPOINT_NAME_MAX + 1];

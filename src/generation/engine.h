@@ -68,6 +68,13 @@ typedef enum sp_request_state {
     SP_REQ_FINISHED
 } sp_request_state;
 
+/* One span of a request's prompt: its first position and the span (its
+ * ids in the request's tokens, an embeddings span's rows its own copy). */
+typedef struct sp_prompt_span {
+    int start;
+    spindle_span span;
+} sp_prompt_span;
+
 typedef struct sp_request {
     spindle_request_id id;
     sp_request_state state;         /* (step; NEW -> QUEUED under the lock) */
@@ -109,6 +116,16 @@ typedef struct sp_request {
     const spindle_checkpoint *resume;
     const spindle_adapter *adapter; /* a reference held until freed */
     float adapter_scale;
+    /* A prompt submitted as spans (prompt_spans.c; NULL, 0 otherwise):
+     * the spans, each prompt position's prefix-index key, room for one
+     * chunk's spans (step), and the record of its embeddings spans that
+     * its checkpoints carry (NULL when it has none). */
+    sp_prompt_span *spans;
+    int n_spans;
+    uint64_t *keys;
+    spindle_span *chunk;
+    unsigned char *span_record;
+    size_t span_record_n;
 
     /* (step) */
     int prefilled;                  /* prompt tokens already in seq */
@@ -195,6 +212,33 @@ void sp_request_free(sp_request *r);
 bool sp_request_take_token(spindle_engine *e, sp_request *r, float *logits,
                            spindle_stop_reason *reason, spindle_status *st,
                            spindle_error *err);
+
+/* ---- prompt_spans.c ---- */
+
+/* The ids of r's spans, checked, in one malloc'd array (*n of them). */
+spindle_status sp_prompt_spans_flatten(const spindle_engine *e,
+                                       const spindle_request *r,
+                                       int32_t **ids, int *n,
+                                       spindle_error *err);
+/* The record of the embeddings spans among spans[0..n) (malloc'd; NULL, 0
+ * when there is none): positions, flags and digests, what a checkpoint
+ * keeps and a resume must match. */
+spindle_status sp_prompt_spans_record(const spindle_span *spans, int n,
+                                      unsigned char **out, size_t *bytes,
+                                      spindle_error *err);
+/* q's copy of r's spans and its prompt's keys (q->tokens holds the ids). */
+spindle_status sp_prompt_spans_copy(const spindle_engine *e, sp_request *q,
+                                    const spindle_request *r,
+                                    spindle_error *err);
+void sp_prompt_spans_free(sp_request *q);
+/* How many of the `take` prompt positions from q->prefilled one chunk
+ * takes so that it does not end inside a bidirectional span: it stops
+ * before one, or takes one that starts it whole (then more than `take`). */
+int sp_prompt_chunk_take(const sp_request *q, int take);
+/* The spans of prompt positions [from, from + n) into q->chunk; their
+ * count. */
+int sp_prompt_chunk_spans(const spindle_engine *e, sp_request *q, int from,
+                          int n);
 
 /* ---- grammar_mask.c ---- */
 

@@ -65,8 +65,8 @@ static void map_prefix(spindle_engine *e, sp_request *r) {
     if (spindle_seq_length(r->seq) != 0) return;
     sp_seq_state_set_adapter_id(r->seq->state, adapter_namespace(r));
     if (e->no_prefix_cache) return;
-    r->cached_tokens =
-        sp_seq_state_map_prefix(r->seq->state, r->tokens, r->n_prompt);
+    r->cached_tokens = sp_seq_state_map_prefix_keyed(r->seq->state, r->tokens,
+                                                     r->keys, r->n_prompt);
     r->prefilled = r->cached_tokens;
 }
 

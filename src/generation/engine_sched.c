@@ -117,13 +117,22 @@ static int aligned_take(const spindle_engine *e, const sp_request *r,
     return cut > start && cut < end ? cut - start : take;
 }
 
-/* The next prompt chunk of r, as much as the budget allows. */
+/* The next prompt chunk of r, as much as the budget allows (a
+ * bidirectional span is never cut: the chunk stops before it, or takes it
+ * whole beyond the budget when it starts the chunk). */
 static void add_chunk(spindle_engine *e, int *n, sp_request *r, int *budget) {
     const int left = r->n_prompt - r->prefilled;
     int take = left < *budget ? left : *budget;
     if (take <= 0) return;
     take = aligned_take(e, r, take);
+    if (r->spans) take = sp_prompt_chunk_take(r, take);
     add_entry(e, n, r, r->tokens + r->prefilled, take, take == left);
+    if (r->spans) {
+        spindle_batch_entry *en = &e->entries[*n - 1];
+        en->tokens = NULL;
+        en->spans = r->chunk;
+        en->n_spans = sp_prompt_chunk_spans(e, r, r->prefilled, take);
+    }
     *budget -= take;
 }
 

@@ -111,24 +111,58 @@ static spindle_status replay_grammar(sp_request *q, spindle_error *err) {
     return SPINDLE_OK;
 }
 
+/* A prompt given as spans: the same request with their ids as its prompt
+ * (*flat, freed by the caller) and the record of its embeddings spans. */
+static spindle_status flatten_spans(const spindle_engine *e,
+                                    const spindle_request *r,
+                                    spindle_request *flat_r, int32_t **flat,
+                                    unsigned char **record, size_t *record_n,
+                                    spindle_error *err) {
+    if (r->n_spans < 1 || !r->spans)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "invalid span list");
+    int n = 0;
+    spindle_status st = sp_prompt_spans_flatten(e, r, flat, &n, err);
+    if (!st) st = sp_prompt_spans_record(r->spans, r->n_spans, record,
+                                         record_n, err);
+    *flat_r = *r;
+    flat_r->prompt = *flat;
+    flat_r->n_prompt = n;
+    return st;
+}
+
 spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
                               sp_request **out, spindle_error *err) {
     *out = NULL;
     spindle_gen_params defaults = spindle_gen_defaults(), resumed;
     const spindle_gen_params *g = r->params ? r->params : &defaults;
-    spindle_request from_checkpoint;
-    if (g->resume) {   /* the prompt and parameters are the checkpoint's */
+    spindle_request from_checkpoint, from_spans;
+    int32_t *flat = NULL;
+    unsigned char *record = NULL;
+    size_t record_n = 0;
+    spindle_status st = SPINDLE_OK;
+    if (r->spans || r->n_spans) {
+        st = flatten_spans(e, r, &from_spans, &flat, &record, &record_n, err);
+        r = &from_spans;
+    }
+    if (!st && g->resume) { /* the prompt and parameters are the checkpoint's */
         resumed = sp_checkpoint_resume_params(g->resume, g);
         from_checkpoint = *r;
         from_checkpoint.prompt = g->resume->tokens;
         from_checkpoint.n_prompt = g->resume->n_prompt;
+        from_checkpoint.spans = NULL; /* the state is the checkpoint's */
+        from_checkpoint.n_spans = 0;
         from_checkpoint.params = g = &resumed;
         r = &from_checkpoint;
     }
-    spindle_status st = check_request(e, r, g, err);
-    if (st) return st;
-    sp_request *q = calloc(1, sizeof *q);
-    if (!q) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!st) st = check_request(e, r, g, err);
+    sp_request *q = st ? NULL : calloc(1, sizeof *q);
+    if (!q) {
+        free(flat);
+        free(record);
+        return st ? st : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    q->span_record = record;
+    q->span_record_n = record_n;
     atomic_init(&q->cancelled, false);
     q->n_prompt = r->n_prompt;
     q->max_tokens = g->max_tokens;
@@ -142,12 +176,14 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
             q->stop_ids = malloc((size_t)g->n_stop_ids * sizeof *q->stop_ids);
     }
     if (!q->tokens || (q->n_stop_ids > 0 && !q->stop_ids)) {
+        free(flat);
         sp_request_free(q);
         return sp_fail(err, SPINDLE_ERR_MEMORY,
                        "out of memory for a request of %lld tokens",
                        (long long)cap);
     }
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+    free(flat);
     if (q->n_stop_ids > 0)
         memcpy(q->stop_ids, g->stop_ids, (size_t)q->n_stop_ids * sizeof *q->stop_ids);
     q->top_logprobs = r->top_logprobs;
@@ -159,7 +195,8 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     q->adapter = g->adapter;
     q->adapter_scale = g->adapter_scale;
     sp_adapter_retain(q->adapter);
-    st = spindle_sampler_new(&g->sampler, &q->sampler, err);
+    st = r->spans ? sp_prompt_spans_copy(e, q, r, err) : SPINDLE_OK;
+    if (!st) st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
     if (!st) st = sp_request_set_checkpoints(q, g, err);
     /* Jump-forward is on by default only for greedy sampling; at
@@ -192,6 +229,7 @@ void sp_request_free(sp_request *r) {
     free(r->end_ids);
     free(r->stop_ids);
     free(r->tokens);
+    sp_prompt_spans_free(r);
     sp_adapter_release(r->adapter);
     free(r);
 }

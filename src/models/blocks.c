@@ -45,7 +45,13 @@ spindle_status sp_forward_reserve(sp_forward **fp, spindle_model *m, int rows,
         if (pos) f->pos = pos;
         int32_t *tokens = realloc(f->tokens, T * sizeof *tokens);
         if (tokens) f->tokens = tokens;
-        if (!pos || !tokens || !grow(&f->x, T * c->hidden_size) ||
+        uint64_t *keys = realloc(f->keys, T * sizeof *keys);
+        if (keys) f->keys = keys;
+        uint32_t *flags = realloc(f->row_flags, T * sizeof *flags);
+        if (flags) f->row_flags = flags;
+        int *ahead = realloc(f->ahead, T * sizeof *ahead);
+        if (ahead) f->ahead = ahead;
+        if (!pos || !tokens || !keys || !flags || !ahead || !grow(&f->x, T * c->hidden_size) ||
             !grow(&f->xn, T * c->hidden_size) ||
             !grow(&f->out, T * c->hidden_size) || !grow(&f->q, T * qw) ||
             !grow(&f->k, T * kw) || !grow(&f->v, T * kw) ||
@@ -69,6 +75,9 @@ void sp_forward_free(sp_forward *f) {
     if (!f) return;
     free(f->pos);
     free(f->tokens);
+    free(f->keys);
+    free(f->row_flags);
+    free(f->ahead);
     free(f->family_rows);
     free(f->seqs);
     free(f->x); free(f->xn); free(f->out);
@@ -199,6 +208,7 @@ void sp_attention_core(sp_forward *f, int l, float scale, float softcap) {
             .window = L->window,
             .softcap = softcap,
             .sinks = L->sinks,
+            .ahead = sq->sees_ahead ? f->ahead + sq->first_row : NULL,
         };
         if (!f->status) f->status = sp_attention(f->pool, &a, f->err);
     }

@@ -18,6 +18,7 @@ typedef struct sp_forward_seq {
      * scale (models/lora.h). */
     const struct spindle_adapter *adapter;
     float adapter_scale;
+    bool sees_ahead;    /* some row is in a bidirectional span (f->ahead) */
 } sp_forward_seq;
 
 struct sp_forward {
@@ -29,6 +30,13 @@ struct sp_forward {
     sp_forward_seq *seqs;
     int *pos;                 /* [T] position of each row */
     int32_t *tokens;          /* [T] token id of each row */
+    /* [T] each row's prefix-index key (0: a token; an embeddings span's
+     * row: sp_span_position_key) and its span's SPINDLE_SPAN_* flags. */
+    uint64_t *keys;
+    uint32_t *row_flags;
+    int *ahead;               /* [T] the later rows of its own sequence a
+                                 row attends to (its bidirectional span's) */
+    bool any_span;            /* some row came from an embeddings span */
     int cap_rows, cap_seqs;   /* allocated sizes */
 
     /* Activations, row-major [T][width]. */

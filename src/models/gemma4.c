@@ -374,7 +374,10 @@ static spindle_status bind_per_layer_inputs(spindle_model *m, gemma4 *g,
 
 /* The per-layer inputs of every row, [T][n_layers][P] in f->family_rows:
  * (norm(projection(x) / sqrt(hidden)) + table[token] * sqrt(P)) / sqrt(2),
- * x the scaled embeddings; then room for one layer's [T][P] gate. */
+ * x the scaled embeddings; then room for one layer's [T][P] gate. A row of
+ * an embeddings span flagged SPINDLE_SPAN_NO_PER_LAYER_INPUT has no token
+ * term: the multimodal models look up the padding id there, whose row of
+ * the table is zero. */
 static void gemma4_begin_layers(sp_forward *f) {
     const spindle_model *m = f->m;
     const gemma4 *g = m->family;
@@ -394,7 +397,10 @@ static void gemma4_begin_layers(sp_forward *f) {
     const float table_scale = sqrtf((float)P), mix = 1.0f / sqrtf(2.0f);
     for (int t = 0; t < T; t++) {
         float *row = in + (size_t)t * w, *pr = proj + (size_t)t * w;
-        sp_weight_row(&g->embed_per_layer.w, f->tokens[t], row);
+        if (f->any_span && (f->row_flags[t] & SPINDLE_SPAN_NO_PER_LAYER_INPUT))
+            memset(row, 0, w * sizeof *row);
+        else
+            sp_weight_row(&g->embed_per_layer.w, f->tokens[t], row);
         for (size_t i = 0; i < w; i++) pr[i] *= proj_scale;
         for (size_t i = 0; i < w; i += (size_t)P)
             sp_rmsnorm(pr + i, pr + i, g->projection_norm, P,

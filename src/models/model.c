@@ -3,6 +3,7 @@
 #include "models/blocks.h"
 #include "models/lora.h"
 #include "models/registry.h"
+#include "models/spans.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "compute/matmul/matmul.h"
@@ -155,9 +156,12 @@ static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
         if (!e[i].seq || e[i].seq->model != m)
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "batch entry %d: sequence of another model", i);
-        if (e[i].n_tokens < 1 || !e[i].tokens)
+        if (e[i].n_tokens < 1 || (!e[i].tokens && !e[i].spans))
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "batch entry %d: no tokens", i);
+        spindle_status st = e[i].spans ? sp_entry_check_spans(m, &e[i], i, err)
+                                       : SPINDLE_OK;
+        if (st) return st;
         if (e[i].logits_mode != SPINDLE_LOGITS_NONE && !e[i].logits)
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "batch entry %d: no logits buffer", i);
@@ -165,7 +169,7 @@ static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
             if (e[j].seq == e[i].seq)
                 return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                                "batch entries %d and %d share a sequence", j, i);
-        for (int t = 0; t < e[i].n_tokens; t++)
+        for (int t = 0; t < e[i].n_tokens && !e[i].spans; t++)
             if (e[i].tokens[t] < 0 || e[i].tokens[t] >= m->cfg.vocab_size)
                 return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                                "token id %d is outside the vocabulary (%d)",
@@ -232,17 +236,16 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
     if (!st) st = sp_forward_reserve(fwd, m, rows, n, err);
     /* Everything a pass allocates, before any layer runs: a failure here
      * or in a layer leaves every sequence as it was (nothing is committed). */
-    for (int i = 0; i < n && !st; i++) {
+    for (int i = 0; i < n && !st; i++)
         st = sp_seq_state_reserve(e[i].seq->state, e[i].n_tokens, err);
-        if (!st) sp_seq_state_set_pending_tokens(e[i].seq->state, e[i].tokens);
-    }
     if (st) return st;
 
     sp_forward *f = *fwd;
     f->n_rows = rows;
     f->n_seqs = n;
     f->any_adapter = false;
-    int d = m->cfg.hidden_size, row = 0;
+    f->any_span = false;
+    int row = 0;
     for (int i = 0; i < n; i++) {
         sp_forward_seq *s = &f->seqs[i];
         s->state = e[i].seq->state;
@@ -252,13 +255,15 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
         s->adapter = e[i].adapter;
         s->adapter_scale = e[i].adapter_scale != 0.0f ? e[i].adapter_scale : 1.0f;
         if (s->adapter) f->any_adapter = true;
-        for (int t = 0; t < e[i].n_tokens; t++, row++) {
+        s->sees_ahead = sp_entry_fill_rows(m, f, &e[i], row);
+        /* The pass's ids and keys, for the blocks it fills (borrowed from
+         * the scratch until the commit). */
+        sp_seq_state_set_pending_tokens(s->state, f->tokens + row);
+        sp_seq_state_set_pending_keys(s->state, e[i].spans ? f->keys + row
+                                                           : NULL);
+        for (int t = 0; t < e[i].n_tokens; t++, row++)
             f->pos[row] = s->first_pos + t;
-            f->tokens[row] = e[i].tokens[t];
-            sp_weight_row(&m->embed, e[i].tokens[t], f->x + (size_t)row * d);
-        }
     }
-    if (m->arch->embed_rows) m->arch->embed_rows(m, f->x, rows);
     f->status = SPINDLE_OK;
     f->err = err;
     return SPINDLE_OK;

@@ -327,11 +327,18 @@ uint64_t sp_kv_pool_root_hash(const sp_kv_pool *p, uint32_t adapter_id) {
     return mix64(p->fingerprint ^ mix64(0x5350494e444c45ull + adapter_id));
 }
 
-uint64_t sp_kv_pool_chain_hash(uint64_t parent, const int32_t *tokens) {
+uint64_t sp_kv_pool_chain_hash_keyed(uint64_t parent, const int32_t *tokens,
+                                     const uint64_t *keys) {
     uint64_t h = mix64(parent + 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < B; i++)
+    for (int i = 0; i < B; i++) {
         h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + ((uint64_t)i << 32)));
+        if (keys && keys[i]) h = mix64(h ^ keys[i] ^ ((uint64_t)i << 56));
+    }
     return h;
+}
+
+uint64_t sp_kv_pool_chain_hash(uint64_t parent, const int32_t *tokens) {
+    return sp_kv_pool_chain_hash_keyed(parent, tokens, NULL);
 }
 
 int sp_kv_pool_lookup(sp_kv_pool *p, uint64_t hash, uint64_t parent,

@@ -118,6 +118,14 @@ void sp_kv_pool_copy_rows(sp_kv_pool *p, int dst, int src, int rows);
  * `parent` (the first block: sp_kv_pool_root_hash). */
 uint64_t sp_kv_pool_root_hash(const sp_kv_pool *p, uint32_t adapter_id);
 uint64_t sp_kv_pool_chain_hash(uint64_t parent, const int32_t *tokens);
+/* The same when some positions are rows of an embeddings span: `keys`
+ * (SP_KV_BLOCK_TOKENS of them, NULL: none) holds each position's key, 0
+ * for a token. Every key of the block enters the hash, so blocks that
+ * differ only in their embeddings (the same placeholder ids) get other
+ * hashes, and with them every block after them in the chain. A block with
+ * no key hashes as sp_kv_pool_chain_hash. */
+uint64_t sp_kv_pool_chain_hash_keyed(uint64_t parent, const int32_t *tokens,
+                                     const uint64_t *keys);
 /* The published block of `hash` holding `tokens` after `parent`, with one
  * more reference (moved out of the LRU when it had none), or -1. (locked) */
 int sp_kv_pool_lookup(sp_kv_pool *p, uint64_t hash, uint64_t parent,

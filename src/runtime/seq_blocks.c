@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define B SP_KV_BLOCK_TOKENS
 
@@ -31,7 +32,9 @@ static spindle_status table_room(sp_seq_state *s, int n, spindle_error *err) {
     if (tok) s->tokens = tok;
     uint64_t *h = tok ? realloc(s->hashes, (size_t)cap * sizeof *h) : NULL;
     if (h) s->hashes = h;
-    if (!h)
+    uint64_t *k = h ? realloc(s->keys, (size_t)cap * B * sizeof *k) : NULL;
+    if (k) s->keys = k;
+    if (!k)
         return sp_fail(err, SPINDLE_ERR_MEMORY,
                        "out of memory for a block table of %d blocks", cap);
     s->cap_blocks = cap;
@@ -75,6 +78,7 @@ void sp_blocks_free(sp_seq_state *s) {
     if (s->owns_pool) sp_kv_pool_free(s->pool);
     free(s->blocks);
     free(s->tokens);
+    free(s->keys);
     free(s->hashes);
 }
 
@@ -99,6 +103,7 @@ static spindle_status unshare_tail(sp_seq_state *s, spindle_error *err) {
 spindle_status sp_blocks_fit(sp_seq_state *s, int64_t end, spindle_error *err) {
     if (!s->has_full) return SPINDLE_OK;
     s->pending_tokens = NULL;
+    s->pending_keys = NULL;
     const int need = blocks_for(end), had = s->n_blocks;
     spindle_status st = table_room(s, need, err);
     if (!st) st = unshare_tail(s, err);
@@ -129,7 +134,8 @@ static void publish_full(sp_seq_state *s, int length) {
     for (int i = s->n_hashed; (i + 1) * B <= length; i++) {
         const uint64_t parent = parent_of(s, i);
         const int32_t *tokens = s->tokens + (size_t)i * B;
-        s->hashes[i] = sp_kv_pool_chain_hash(parent, tokens);
+        s->hashes[i] = sp_kv_pool_chain_hash_keyed(parent, tokens,
+                                                   s->keys + (size_t)i * B);
         sp_kv_pool_publish(s->pool, s->blocks[i], s->hashes[i], parent,
                            tokens);
         /* Only the base model's namespace is stable across processes. */
@@ -143,10 +149,17 @@ static void publish_full(sp_seq_state *s, int length) {
 void sp_blocks_commit(sp_seq_state *s, int n_new) {
     if (!s->has_full) return;
     if (!s->pending_tokens) s->hashable = false;
-    else if (s->hashable)
+    else if (s->hashable) {
         memcpy(s->tokens + s->length, s->pending_tokens,
                (size_t)n_new * sizeof *s->tokens);
+        if (s->pending_keys)
+            memcpy(s->keys + s->length, s->pending_keys,
+                   (size_t)n_new * sizeof *s->keys);
+        else
+            memset(s->keys + s->length, 0, (size_t)n_new * sizeof *s->keys);
+    }
     s->pending_tokens = NULL;
+    s->pending_keys = NULL;
     publish_full(s, s->length + n_new);
 }
 
@@ -250,6 +263,11 @@ void sp_seq_state_set_adapter_id(sp_seq_state *s, uint32_t adapter_id) {
 }
 
 int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
+    return sp_seq_state_map_prefix_keyed(s, tokens, NULL, n);
+}
+
+int sp_seq_state_map_prefix_keyed(sp_seq_state *s, const int32_t *tokens,
+                                  const uint64_t *keys, int n) {
     if (!s->has_full || s->length != 0 || !s->hashable || !tokens ||
         !sp_kv_pool_prefix_ok(s->pool))
         return 0;
@@ -259,8 +277,9 @@ int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
     int full = (n - 1) / B;
     if (table_room(s, full, NULL)) return 0;
     for (int i = 0; i < full; i++)
-        s->hashes[i] = sp_kv_pool_chain_hash(parent_of(s, i),
-                                             tokens + (size_t)i * B);
+        s->hashes[i] = sp_kv_pool_chain_hash_keyed(
+            parent_of(s, i), tokens + (size_t)i * B,
+            keys ? keys + (size_t)i * B : NULL);
     /* Only the base model's namespace is on disk. */
     const bool disk = !s->opt.adapter_id;
     /* With boundary states, blocks past the last boundary that has one (in
@@ -282,11 +301,27 @@ int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n) {
     else s->length = s->n_blocks * B;
     s->n_hashed = s->n_blocks;
     memcpy(s->tokens, tokens, (size_t)s->length * sizeof *tokens);
+    if (keys) memcpy(s->keys, keys, (size_t)s->length * sizeof *keys);
+    else memset(s->keys, 0, (size_t)s->length * sizeof *s->keys);
     return s->length;
 }
 
 void sp_seq_state_set_pending_tokens(sp_seq_state *s, const int32_t *tokens) {
     s->pending_tokens = tokens;
+}
+
+void sp_seq_state_set_pending_keys(sp_seq_state *s, const uint64_t *keys) {
+    s->pending_keys = keys;
+}
+
+uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index,
+                              uint32_t flags) {
+    unsigned char in[28];
+    memcpy(in, digest, 16);
+    for (int i = 0; i < 8; i++) in[16 + i] = (unsigned char)(index >> (8 * i));
+    for (int i = 0; i < 4; i++) in[24 + i] = (unsigned char)(flags >> (8 * i));
+    const uint64_t k = XXH3_64bits(in, sizeof in);
+    return k ? k : 1;
 }
 
 const sp_kv_pool *sp_seq_state_pool(const sp_seq_state *s) {

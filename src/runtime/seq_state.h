@@ -193,11 +193,24 @@ spindle_status sp_seq_state_truncate(sp_seq_state *s, int length,
  * prefix index. A pass committed without them makes the sequence's later
  * blocks unpublishable until it is truncated to 0. */
 void sp_seq_state_set_pending_tokens(sp_seq_state *s, const int32_t *tokens);
+/* With them, the pass's position keys (n_new, borrowed until the commit;
+ * NULL: every position is its token): an embeddings span's positions are
+ * hashed by what the span is, not by their placeholder ids. */
+void sp_seq_state_set_pending_keys(sp_seq_state *s, const uint64_t *keys);
+/* The key of row `index` of the embeddings span whose digest is `digest`
+ * and whose flags are `flags` (never 0, which marks a token). The flags
+ * take part: the same rows attended both ways, or without a per-layer
+ * input, leave other keys and values. */
+uint64_t sp_span_position_key(const unsigned char digest[16], int64_t index,
+                              uint32_t flags);
 /* An empty sequence (length 0) that will be fed `tokens`: map the
  * published blocks its first n tokens start with (at most n - 1 tokens,
  * whole blocks) and return how many positions it now holds (0 when the
  * index has nothing, the layers cannot share, or the length is not 0). */
 int sp_seq_state_map_prefix(sp_seq_state *s, const int32_t *tokens, int n);
+/* The same for a prompt whose positions have keys (NULL: all tokens). */
+int sp_seq_state_map_prefix_keyed(sp_seq_state *s, const int32_t *tokens,
+                                  const uint64_t *keys, int n);
 
 /* Set the prefix-index namespace of an empty state (its blocks are found
  * and published under it: the KV of an adapter's sequence is not the base

@@ -49,10 +49,14 @@ struct sp_seq_state {
     int32_t *blocks;              /* [cap_blocks] ids, n_blocks in use */
     int n_blocks, cap_blocks;
     int32_t *tokens;              /* [cap_blocks * block] the history */
+    /* [cap_blocks * block] what each position is beyond its id: 0 for a
+     * token, an embeddings span's position key (sp_span_position_key). */
+    uint64_t *keys;
     uint64_t *hashes;             /* [cap_blocks] chain hash per block */
     int n_hashed;                 /* leading full blocks hashed */
     bool hashable;                /* every token so far is known */
     const int32_t *pending_tokens; /* the reserved pass's, or NULL */
+    const uint64_t *pending_keys;  /* its position keys; NULL: all tokens */
 };
 
 /* seq_blocks.c */

@@ -16,8 +16,16 @@
  *     "foreign_seq": B, "own_seq": B, "next_logits": B, "seq_of": I,
  *     "truncate_to": T,
  *     "spec": "ngram" | "draft" | "mtp", "num_draft_tokens": K, "ngram_max": N,
- *     "ngram_min": N, "fixed_k": B}],
+ *     "ngram_min": N, "fixed_k": B,
+ *     "spans": [{"tokens": [...]} | {"tokens": [...] (placeholders),
+ *       "embeddings_file": PATH (raw f32, n x hidden), "source": S (the
+ *       digest is spindle_span_digest of S), "bidirectional": B,
+ *       "no_per_layer_input": B}] instead of "prompt",
+ *     "checkpoint_every": N, "checkpoint_file": PATH (each checkpoint
+ *       saved there), "resume_file": PATH (resume that checkpoint; use
+ *       with "after")}],
  *   "kv_blocks": N (the KV pool holds N blocks), "no_prefix_cache": B,
+ *   "prompt_cache_dir": DIR (the on-disk prompt cache),
  *   "draft_model": DIR (for "spec": "draft"),
  *   "always_accept": B (speculation's deliberately wrong acceptance rule),
  *   "draft_delay_ms": T (each draft-model step takes T ms longer: a slow
@@ -58,6 +66,10 @@ typedef struct req_run {
     int index;
     int32_t *prompt, *stop_ids;
     int n_prompt, n_stop_ids;
+    spindle_span *spans;
+    int n_spans;
+    const char *checkpoint_file, *resume_file;
+    spindle_checkpoint *resume;
     spindle_gen_params params;
     int top_logprobs, submit_at, cancel_at, after, stop_after;
     int seq_of, truncate_to;
@@ -118,10 +130,77 @@ static int32_t *ints(const cJSON *o, const char *key, int *n) {
     return out;
 }
 
+static float *read_floats(const char *path, size_t n) {
+    float *out = malloc(n * sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f || fread(out, sizeof *out, n, f) != n) {
+        fprintf(stderr, "engine_harness: cannot read %zu floats from %s\n", n,
+                path);
+        exit(1);
+    }
+    fclose(f);
+    return out;
+}
+
+/* A request's "spans" (see the top): the prompt as spans. */
+static void parse_spans(const cJSON *j, req_run *r) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "spans"), *s;
+    if (!cJSON_IsArray(a)) return;
+    r->spans = calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *r->spans);
+    cJSON_ArrayForEach(s, a) {
+        spindle_span *sp = &r->spans[r->n_spans++];
+        sp->tokens = ints(s, "tokens", &sp->n);
+        const char *file = cJSON_GetStringValue(
+            cJSON_GetObjectItem(s, "embeddings_file"));
+        if (!file) continue;
+        sp->kind = SPINDLE_SPAN_EMBEDDINGS;
+        sp->embeddings = read_floats(
+            file, (size_t)sp->n * spindle_model_hidden_size(H.model));
+        const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(s, "source"));
+        spindle_span_digest(src, src ? strlen(src) : 0, "engine_harness",
+                            sp->digest);
+        sp->flags = (flag(s, "bidirectional") ? SPINDLE_SPAN_BIDIRECTIONAL : 0) |
+                    (flag(s, "no_per_layer_input")
+                         ? SPINDLE_SPAN_NO_PER_LAYER_INPUT : 0);
+    }
+}
+
+static void save_checkpoint(spindle_checkpoint *ck, void *user) {
+    const req_run *r = user;
+    spindle_error err = {0};
+    if (spindle_checkpoint_save(ck, r->checkpoint_file, &err)) {
+        fprintf(stderr, "engine_harness: %s\n", err.message);
+        exit(1);
+    }
+}
+
+static void parse_checkpoints(const cJSON *j, req_run *r) {
+    r->checkpoint_file = cJSON_GetStringValue(
+        cJSON_GetObjectItem(j, "checkpoint_file"));
+    r->resume_file = cJSON_GetStringValue(cJSON_GetObjectItem(j, "resume_file"));
+    if (!r->checkpoint_file) return;
+    r->params.checkpoint_every = (int)num(j, "checkpoint_every", 1);
+    r->params.on_checkpoint = save_checkpoint;
+    r->params.checkpoint_user = r;
+}
+
+static void free_spans(req_run *r) {
+    for (int i = 0; i < r->n_spans; i++) {
+        free((void *)r->spans[i].tokens);
+        free((void *)r->spans[i].embeddings);
+    }
+    free(r->spans);
+}
+
 static void parse_request(const cJSON *j, int index, req_run *r) {
     memset(r, 0, sizeof *r);
     r->index = index;
     r->prompt = ints(j, "prompt", &r->n_prompt);
+    parse_spans(j, r);
+    if (r->spans) {
+        free(r->prompt);
+        r->prompt = NULL;
+    }
     r->stop_ids = ints(j, "stop_ids", &r->n_stop_ids);
     spindle_gen_params *p = &r->params;
     *p = spindle_gen_defaults();
@@ -169,6 +248,7 @@ static void parse_request(const cJSON *j, int index, req_run *r) {
         exit(1);
     }
     p->adapter_scale = (float)num(j, "adapter_scale", 0);
+    parse_checkpoints(j, r);
 }
 
 /* ------------------------------------------------------------ callbacks */
@@ -255,8 +335,16 @@ static void submit(req_run *r) {
             exit(1);
         }
     }
+    if (r->resume_file && !r->resume) {
+        if (spindle_checkpoint_load(H.model, r->resume_file, &r->resume, &err)) {
+            fprintf(stderr, "engine_harness: %s\n", err.message);
+            exit(1);
+        }
+        r->params.resume = r->resume;
+    }
     spindle_request q = {
         .prompt = r->prompt, .n_prompt = r->n_prompt, .params = &r->params,
+        .spans = r->spans, .n_spans = r->n_spans,
         .top_logprobs = r->top_logprobs, .want_logits = r->want_logits,
         .seq = r->seq, .on_token = on_token, .on_finish = on_finish,
         .user = r};
@@ -525,7 +613,9 @@ int main(int argc, char **argv) {
     const char *model_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "model"));
     const char *logits_dir = cJSON_GetStringValue(cJSON_GetObjectItem(sc, "logits_dir"));
     spindle_load_options lo = {.n_threads = (int)num(sc, "threads", 0),
-                               .max_context = (int)num(sc, "max_context", 0)};
+                               .max_context = (int)num(sc, "max_context", 0),
+                               .prompt_cache_dir = cJSON_GetStringValue(
+                                   cJSON_GetObjectItem(sc, "prompt_cache_dir"))};
     spindle_error err = {0};
     if (!mode || !model_dir || spindle_model_load(model_dir, &lo, &H.model, &err)) {
         fprintf(stderr, "engine_harness: %s\n", mode && model_dir ? err.message : "mode and model are required");
@@ -599,6 +689,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < H.n_reqs; i++) {
         req_run *r = &H.reqs[i];
         free(r->prompt);
+        free_spans(r);
+        spindle_checkpoint_free(r->resume);
         free(r->stop_ids);
         free(r->tokens);
         free(r->logprobs);

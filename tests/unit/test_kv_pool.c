@@ -149,9 +149,39 @@ static void test_copy_on_write(void **state) {
     sp_kv_pool_free(p);
 }
 
+/* An embeddings span's positions enter the block hash by their keys: other
+ * digests, rows or flags, the same placeholder ids, another hash; no key (or
+ * all-zero keys) hashes as the plain token chain. */
+static void test_keyed_chain_hash(void **state) {
+    (void)state;
+    int32_t t[BT];
+    uint64_t none[BT] = {0}, k1[BT] = {0}, k2[BT] = {0}, k3[BT] = {0},
+             k4[BT] = {0};
+    unsigned char d1[16] = {1}, d2[16] = {2};
+    for (int i = 0; i < BT; i++) t[i] = 7;
+    for (int i = 10; i < BT; i++) {
+        k1[i] = sp_span_position_key(d1, i - 10, 0);
+        k2[i] = sp_span_position_key(d2, i - 10, 0);
+        k3[i] = sp_span_position_key(d1, i - 9, 0); /* the span's next rows */
+        k4[i] = sp_span_position_key(d1, i - 10, SPINDLE_SPAN_BIDIRECTIONAL);
+    }
+    const uint64_t root = 99;
+    const uint64_t plain = sp_kv_pool_chain_hash(root, t);
+    assert_true(sp_kv_pool_chain_hash_keyed(root, t, NULL) == plain);
+    assert_true(sp_kv_pool_chain_hash_keyed(root, t, none) == plain);
+    const uint64_t h1 = sp_kv_pool_chain_hash_keyed(root, t, k1);
+    assert_true(h1 != plain);
+    assert_true(h1 != sp_kv_pool_chain_hash_keyed(root, t, k2));
+    assert_true(h1 != sp_kv_pool_chain_hash_keyed(root, t, k3));
+    assert_true(h1 != sp_kv_pool_chain_hash_keyed(root, t, k4));
+    assert_true(h1 == sp_kv_pool_chain_hash_keyed(root, t, k1));
+    assert_true(sp_span_position_key(d1, 0, 0) != 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lru_and_lookup),
+        cmocka_unit_test(test_keyed_chain_hash),
         cmocka_unit_test(test_copy_on_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

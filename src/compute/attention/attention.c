@@ -92,11 +92,12 @@ static void attend_one(const sp_attention_args *a, int t, int h) {
     const int group = a->n_heads / a->n_kv_heads;
     const int kvh = h / group;
     /* p: the last key this query sees */
+    const int own = a->first_pos + t;
     const int p = a->bidirectional ? a->first_pos + a->n_q - 1
-                                   : a->first_pos + t;
+                                   : own + (a->ahead ? a->ahead[t] : 0);
     int lo = 0;
-    if (!a->bidirectional && a->window > 0 && p - a->window + 1 > 0)
-        lo = p - a->window + 1;
+    if (!a->bidirectional && a->window > 0 && own - a->window + 1 > 0)
+        lo = own - a->window + 1;
 
     const size_t row = (size_t)a->n_heads * (size_t)hd;
     const float *q = a->q + (size_t)t * row + (size_t)h * hd;
@@ -167,6 +168,9 @@ static const char *attention_args_problem(const sp_attention_args *a) {
     if (a->n_heads % a->n_kv_heads != 0)
         return "query heads not a multiple of the KV heads";
     if (a->first_pos < 0) return "a negative first position";
+    for (int t = 0; a->ahead && t < a->n_q; t++)
+        if (a->ahead[t] < 0 || a->ahead[t] > a->n_q - 1 - t)
+            return "a query that sees beyond the last query";
     if (a->kv.type != SP_KV_F32 && a->kv.type != SP_KV_BF16 &&
         a->kv.type != SP_KV_F16)
         return "an unknown KV cache type";
