@@ -112,7 +112,9 @@ typedef struct spindle_gen_params {
      * tokens generated so far, the sampler's random stream and every
      * generation parameter above come from it (the caller's prompt and
      * those fields are ignored); the callbacks and checkpoint_every are
-     * the caller's.
+     * the caller's, and so are the fields below (adapter, speculation,
+     * grammar, jump-forward: a resumed request speculates as the caller
+     * asks, its drafter starting from the tokens).
      * Borrowed: valid until the request's on_finish (spindle_generate:
      * until it returns). The first token reported is the one that follows
      * the checkpoint; the sequence must be fresh (length 0). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "models/model.h"
 
 static void *dup_array(const void *src, int n, size_t each, bool *failed) {
     if (n <= 0 || !src) return NULL;
@@ -38,9 +39,12 @@ spindle_status sp_checkpoint_set_params(spindle_checkpoint *ck,
     p.sampler.xtc_special_tokens = ck->xtc_special;
     /* What belongs to the run, not to the generation; the adapter is the
      * caller's at resume, like the grammar (its identity is recorded in
-     * the ADAPTER_EXT extension). */
+     * the ADAPTER_EXT extension), and so are speculation and jump-forward,
+     * which change how fast the tokens come, never which. */
     p.adapter = NULL;
     p.adapter_scale = 0;
+    memset(&p.spec, 0, sizeof p.spec);
+    p.jump_forward = 0;
     p.checkpoint_every = 0;
     p.on_checkpoint = NULL;
     p.checkpoint_user = NULL;
@@ -61,6 +65,10 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
     p.grammar = caller->grammar;
     p.adapter = caller->adapter;
     p.adapter_scale = caller->adapter_scale;
+    /* The file does not hold these (nor a drafter's state: a drafter
+     * starts from the tokens, as on a fresh request). */
+    p.spec = caller->spec;
+    p.jump_forward = caller->jump_forward;
     p.resume = ck;
     return p;
 }
@@ -108,27 +116,44 @@ static spindle_status check_resume_spans(const spindle_checkpoint *from,
                    "position or flag); resume it with the same spans");
 }
 
+/* A resume's checks, all at submit, so that the caller hears of a
+ * checkpoint that cannot continue before anything has started; then its
+ * generated tokens and random stream into q. */
+static spindle_status take_resume(sp_request *q, const spindle_gen_params *g,
+                                  spindle_error *err) {
+    const spindle_checkpoint *from = g->resume;
+    spindle_status st = check_resume_adapter(from, g, err);
+    if (!st) st = check_resume_spans(from, q, err);
+    if (st) return st;
+    int n = from->n_prompt + from->n_generated;
+    if (n > q->cap)
+        return sp_fail(err, SPINDLE_ERR_LIMIT,
+                       "the checkpoint's %d tokens do not fit in the "
+                       "context", n);
+    if (!from->snap)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "the checkpoint holds no sequence state");
+    if (spindle_seq_length(q->seq) != 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "a checkpoint resumes into an "
+                       "empty sequence (this one holds %d tokens)",
+                       spindle_seq_length(q->seq));
+    st = sp_seq_snapshot_check(q->seq, from->snap, err);
+    if (st) return st;
+    memcpy(q->tokens + q->n_prompt, from->tokens + from->n_prompt,
+           (size_t)from->n_generated * sizeof *q->tokens);
+    q->n_generated = from->n_generated;
+    sp_sampler_set_rng(q->sampler, from->rng);
+    q->resume = from;
+    return SPINDLE_OK;
+}
+
 spindle_status sp_request_set_checkpoints(sp_request *q,
                                          const spindle_gen_params *g,
                                          spindle_error *err) {
     const spindle_checkpoint *from = g->resume;
     if (from) {
-        spindle_status st = check_resume_adapter(from, g, err);
-        if (!st) st = check_resume_spans(from, q, err);
+        spindle_status st = take_resume(q, g, err);
         if (st) return st;
-        int n = from->n_prompt + from->n_generated;
-        if (n > q->cap)
-            return sp_fail(err, SPINDLE_ERR_LIMIT,
-                           "the checkpoint's %d tokens do not fit in the "
-                           "context", n);
-        if (!from->snap)
-            return sp_fail(err, SPINDLE_ERR_ARGUMENT,
-                           "the checkpoint holds no sequence state");
-        memcpy(q->tokens + q->n_prompt, from->tokens + from->n_prompt,
-               (size_t)from->n_generated * sizeof *q->tokens);
-        q->n_generated = from->n_generated;
-        sp_sampler_set_rng(q->sampler, from->rng);
-        q->resume = from;
     }
     q->checkpoint_every = g->checkpoint_every;
     q->checkpoint_at = q->n_generated;

@@ -62,7 +62,8 @@ typedef struct sp_request sp_request;
 /* ---- checkpoint.c ---- */
 
 /* At submit (request.c): the request's checkpoint settings, and for a
- * resume the generated tokens and the random stream. */
+ * resume its checks (adapter, context, a sequence that can take the
+ * snapshot), the generated tokens and the random stream. */
 spindle_status sp_request_set_checkpoints(sp_request *q,
                                          const spindle_gen_params *g,
                                          spindle_error *err);
@@ -74,7 +75,8 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
  * be made (out of memory) is skipped: the request goes on. */
 void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r);
 /* The generation parameters a resumed request runs with: the
- * checkpoint's, with the caller's callbacks and checkpoint_every. */
+ * checkpoint's, with the caller's callbacks, checkpoint_every, grammar,
+ * adapter, speculation and jump-forward. */
 spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
                                                const spindle_gen_params *caller);
 /* At admission: the snapshot into r->seq (which must be empty), the

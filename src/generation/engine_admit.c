@@ -59,12 +59,16 @@ static uint32_t adapter_namespace(const sp_request *r) {
 }
 
 /* Map the cached blocks the prompt starts with into r's sequence, when it
- * is empty (the engine's, or a caller's fresh one). */
+ * is empty (the engine's, or a caller's fresh one). A resumed request maps
+ * nothing: its checkpoint's snapshot holds the whole state, prompt
+ * included, and restores into the empty sequence at admission
+ * (sp_checkpoint_restore), whatever the prefix index or its disk tier
+ * hold of the prompt. */
 static void map_prefix(spindle_engine *e, sp_request *r) {
     r->cached_tokens = 0;
     if (spindle_seq_length(r->seq) != 0) return;
     sp_seq_state_set_adapter_id(r->seq->state, adapter_namespace(r));
-    if (e->no_prefix_cache) return;
+    if (e->no_prefix_cache || r->resume) return;
     r->cached_tokens = sp_seq_state_map_prefix_keyed(r->seq->state, r->tokens,
                                                      r->keys, r->n_prompt);
     r->prefilled = r->cached_tokens;

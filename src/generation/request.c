@@ -198,6 +198,12 @@ spindle_status sp_request_new(spindle_engine *e, const spindle_request *r,
     st = r->spans ? sp_prompt_spans_copy(e, q, r, err) : SPINDLE_OK;
     if (!st) st = spindle_sampler_new(&g->sampler, &q->sampler, err);
     if (!st) st = make_processors(g, &q->procs, err);
+    /* A resume gets its sequence now rather than at admission, so that a
+     * checkpoint the sequence cannot take is refused at submit. */
+    if (!st && g->resume && !q->seq) {
+        st = spindle_seq_new(e->model, &q->seq, err);
+        q->owns_seq = !st;
+    }
     if (!st) st = sp_request_set_checkpoints(q, g, err);
     /* Jump-forward is on by default only for greedy sampling; at
      * temperature > 0 only when asked for (jump_forward > 0), because

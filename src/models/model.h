@@ -219,6 +219,13 @@ struct spindle_seq {
     sp_seq_state *state;
 };
 
+/* Whether spindle_seq_snapshot_restore would take snap into seq (its
+ * model, layers, cache type and length), without restoring; the error
+ * restore would give (models/sequence.c). */
+spindle_status sp_seq_snapshot_check(const spindle_seq *seq,
+                                     const spindle_seq_snapshot *snap,
+                                     spindle_error *err);
+
 /* Fill m->state_desc from the layer_state hook or sp_layer.window, and
  * check it (models/sequence.c). */
 spindle_status sp_model_init_state_desc(spindle_model *m, spindle_error *err);

@@ -110,12 +110,19 @@ spindle_status spindle_seq_snapshot_take(const spindle_seq *seq,
 spindle_status spindle_seq_snapshot_restore(spindle_seq *seq,
                                             const spindle_seq_snapshot *snap,
                                             spindle_error *err) {
+    spindle_status st = sp_seq_snapshot_check(seq, snap, err);
+    return st ? st : sp_seq_state_restore(seq->state, snap->state, err);
+}
+
+spindle_status sp_seq_snapshot_check(const spindle_seq *seq,
+                                     const spindle_seq_snapshot *snap,
+                                     spindle_error *err) {
     if (!seq || !snap) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     if (snap->model != seq->model)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "the snapshot was taken from a sequence of another "
                        "model");
-    return sp_seq_state_restore(seq->state, snap->state, err);
+    return sp_seq_state_check_snapshot(seq->state, snap->state, err);
 }
 
 void spindle_seq_snapshot_free(spindle_seq_snapshot *snap) {

@@ -231,6 +231,12 @@ spindle_status sp_seq_state_snapshot(const sp_seq_state *s,
 spindle_status sp_seq_state_restore(sp_seq_state *s,
                                     const sp_state_snapshot *snap,
                                     spindle_error *err);
+/* The checks sp_seq_state_restore makes, without restoring: whether the
+ * snapshot's layers and cache type are s's and its length within s's
+ * limit. */
+spindle_status sp_seq_state_check_snapshot(const sp_seq_state *s,
+                                           const sp_state_snapshot *snap,
+                                           spindle_error *err);
 void sp_state_snapshot_free(sp_state_snapshot *snap);
 /* Total bytes of the flat snapshot (header, records and data). */
 size_t sp_state_snapshot_bytes(const sp_state_snapshot *snap);

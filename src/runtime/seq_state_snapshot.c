@@ -168,18 +168,24 @@ static const char *record_problem(const sp_seq_state *s,
     return NULL;
 }
 
+static const char *kv_type_name(int32_t t) {
+    return t == SP_KV_F32 ? "f32" : t == SP_KV_BF16 ? "bf16" : t == SP_KV_F16 ? "f16" : "unknown";
+}
+
 static spindle_status check_snapshot(const sp_seq_state *s,
                                      const sp_state_snapshot *snap, bool tail,
                                      spindle_error *err) {
     if (snap->magic != SNAPSHOT_MAGIC || snap->version != SNAPSHOT_VERSION)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "not a sequence snapshot");
-    if (snap->n_layers != s->n_layers ||
-        snap->kv_type != (int32_t)s->opt.kv_type)
+    if (snap->n_layers != s->n_layers)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
-                       "the snapshot is of another model (%d layers, KV type "
-                       "%d; this sequence: %d layers, type %d)",
-                       snap->n_layers, snap->kv_type, s->n_layers,
-                       (int)s->opt.kv_type);
+                       "the snapshot is of another model (%d layers; this "
+                       "sequence: %d)", snap->n_layers, s->n_layers);
+    if (snap->kv_type != (int32_t)s->opt.kv_type)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "the snapshot's KV cache holds %s elements, this "
+                       "sequence's %s (the KV type must be the same)",
+                       kv_type_name(snap->kv_type), kv_type_name(s->opt.kv_type));
     if (snap->length < 0 ||
         (s->opt.max_length > 0 && snap->length > s->opt.max_length))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
@@ -237,6 +243,12 @@ spindle_status sp_seq_state_restore(sp_seq_state *s,
     if (st) return st;
     write_layers(s, snap, true);
     return SPINDLE_OK;
+}
+
+spindle_status sp_seq_state_check_snapshot(const sp_seq_state *s,
+                                           const sp_state_snapshot *snap,
+                                           spindle_error *err) {
+    return check_snapshot(s, snap, false, err);
 }
 
 spindle_status sp_seq_state_restore_tail(sp_seq_state *s,

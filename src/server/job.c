@@ -657,7 +657,10 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
         return true;
     }
     job_set_state(j, JOB_FINISHED);   /* no callback will run */
-    sp_api_error_from_status(e, st, NULL, err.message);
+    /* A resume the engine refuses at submit (a checkpoint this server
+     * cannot continue, or a request that does not match it) is the
+     * client's to fix, and its checkpoint stays. */
+    sp_api_error_from_status(e, st, j->durable.resume ? "resume_id" : NULL, err.message);
     if (st == SPINDLE_ERR_LIMIT) snprintf(e->code, sizeof e->code, "context_length_exceeded");
     return false;
 }

@@ -12,12 +12,18 @@ Checks:
     holds the writer between fsync and rename): the previous checkpoint
     survives and resumes; kills at random times in a bounded loop, resumed
     and killed again in a chain;
+  * a resume whose prompt the disk prompt cache holds (--prompt-cache-dir,
+    kept across runs) restores its checkpoint all the same (dense, hybrid;
+    greedy, seeded);
+  * a resume with --spec ngram drafts (its --json counts), and continues
+    the uninterrupted run;
   * corrupted checkpoints (byte flips, truncations, empty), another model's
     checkpoint and a changed model: refused with one line, exit 1, no crash;
   * fingerprints: stable, the content hash cached beside the weights,
     distinct for other quantizations, changed by an edited weight file.
 """
 
+import json
 import os
 import random
 import shutil
@@ -183,8 +189,9 @@ def test_random_kills_chained_resumes(dense, hybrid, kind, tmp_path):
 def test_speculative_kill_then_resume(dense, hybrid, kind, tmp_path):
     """n-gram speculation adds several tokens a round: a checkpoint follows
     the round that reaches or crosses each multiple of --checkpoint-every,
-    and a resumed run (speculating too; the drafter's history is the
-    tokens) continues the uninterrupted one, which is plain greedy's."""
+    and a resumed run (speculating too, with the resume's own --spec: the
+    checkpoint does not hold it; the drafter's history is the tokens)
+    continues the uninterrupted one, which is plain greedy's."""
     model = model_dir(dense, hybrid, kind)
     spec = ["--spec", "ngram", "--num-draft-tokens", "4"]
     plain = ids(run_ok(gen_cmd(model, "greedy")).stdout)
@@ -195,8 +202,41 @@ def test_speculative_kill_then_resume(dense, hybrid, kind, tmp_path):
     printed = run_until_killed(cmd + ["--checkpoint", str(ckpt),
                                       "--checkpoint-every", "5"], 12, 40)
     assert ckpt.exists(), "no checkpoint before the kill"
-    k = check_joined(full, printed, resume(model, ckpt, spec))
+    out = json.loads(run_ok(base_cmd(model) + ["--resume", str(ckpt), "--json",
+                                               *spec]).stdout)
+    k = check_joined(full, printed, out["tokens"])
     assert k >= 5
+    drafts = out["stats"]["spec"]
+    assert drafts["mode"] == "ngram", drafts
+    assert drafts["drafted"] > 0, f"the resumed run did not draft: {drafts}"
+    # The dense model's greedy tokens repeat, so some drafts hold; the
+    # hybrid one's never repeat a drafted continuation (its uninterrupted
+    # run accepts none either).
+    assert kind == "hybrid" or drafts["accepted"] > 0, drafts
+
+
+# Three full 32-token KV blocks and a few more tokens: what the disk prompt
+# cache keeps of a prompt.
+LONG_PROMPT = [(i * 37 + 11) % 400 + 5 for i in range(100)]
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_resume_with_prompt_cache_dir(dense, hybrid, kind, sampling, tmp_path):
+    """--prompt-cache-dir keeps the prompt's blocks across runs, so a
+    resume finds its prompt cached: it restores its checkpoint's state
+    all the same, and continues the uninterrupted run."""
+    model = model_dir(dense, hybrid, kind)
+    cache = ["--prompt-cache-dir", str(tmp_path / "pc")]
+    cmd = gen_cmd(model, sampling)
+    at = cmd.index("--prompt-tokens") + 1
+    cmd[at] = ",".join(map(str, LONG_PROMPT))
+    full = ids(run_ok(cmd + cache).stdout)
+    assert list((tmp_path / "pc").iterdir()), "nothing in the prompt cache"
+    ckpt = tmp_path / "run.ckpt"
+    printed = run_until_killed(cmd + cache + ["--checkpoint", str(ckpt),
+                                              "--checkpoint-every", "8"], 12, 40)
+    check_joined(full, printed, resume(model, ckpt, cache))
 
 
 def checkpoint_of(model, tmp_path, name="good.ckpt"):

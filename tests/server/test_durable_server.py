@@ -6,8 +6,16 @@
     original prompt and every completion token; greedy, seeded T=0.8, and
     greedy under a grammar (the matcher's state carried over);
   * a finished request's checkpoint is gone (404 on a second resume);
+  * a resume whose prompt's blocks are cached (the prefix index warmed by
+    the same prompt after the restart, or the --prompt-cache-dir files the
+    killed server wrote), through the OpenAI SDK, whole and streamed:
+    greedy and seeded continue the uninterrupted run;
+  * with --spec ngram the resumed request drafts (the server's draft
+    counter grows during it);
   * resume_id errors: no --checkpoint-dir (400), a malformed id (400), no
-    checkpoint (404), a corrupted or another model's checkpoint (409).
+    checkpoint (404), a corrupted or another model's checkpoint (409), one
+    this server cannot continue (another --kv-type: 400 before any byte,
+    streamed too, and the checkpoint stays).
 """
 
 import http.client
@@ -20,7 +28,8 @@ import time
 
 import pytest
 
-from server_common import SPINDLE_BIN, Server, assert_api_error, model_dir, post_json
+from server_common import (ALIAS, SPINDLE_BIN, Server, assert_api_error, model_dir, post_json,
+                           request)
 
 PAUSE_ENV = "SPINDLE_TEST_CHECKPOINT_PAUSE_MS"
 BODY = {"prompt": "The quick brown fox", "max_tokens": 24, "stream": True,
@@ -94,18 +103,21 @@ def body_for(sampling):
     return b
 
 
-@pytest.mark.parametrize("sampling", ["greedy", "seeded", "grammar"])
-def test_kill_then_resume(model, tmp_path, sampling):
-    body = body_for(sampling)
+def uninterrupted(model, body):
+    """(text, usage) of body streamed by a fresh server."""
     ref = Server(model)
     try:
-        _, full, full_usage = stream(ref.port, body)
+        _, full, usage = stream(ref.port, body)
     finally:
         ref.stop_cleanly()
-    ckdir = tmp_path / "ck"
-    ckdir.mkdir()
-    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
-    os.environ[PAUSE_ENV] = "300"      # the killed server writes slowly
+    return full, usage
+
+
+def killed_mid_stream(model, body, ckdir, args):
+    """A server started with args streams body and is killed (-9) after 10
+    text chunks, while writing its checkpoints slowly: (id, text printed);
+    the request's checkpoint is in ckdir."""
+    os.environ[PAUSE_ENV] = "300"
     try:
         first = Server(model, *args)
     finally:
@@ -116,12 +128,29 @@ def test_kill_then_resume(model, tmp_path, sampling):
         first.stop()
     assert first.proc.returncode == -signal.SIGKILL
     assert (ckdir / f"{rid}.ckpt").is_file(), list(ckdir.iterdir())
+    return rid, printed
+
+
+def assert_continues(full, printed, rest):
+    """rest (a resume's text) is what follows a checkpoint within printed
+    (the killed request's text) in full (the uninterrupted run's)."""
+    assert full.startswith(printed) and full.endswith(rest), (full, printed, rest)
+    assert len(full) - len(rest) <= len(printed) and rest, (full, printed, rest)
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded", "grammar"])
+def test_kill_then_resume(model, tmp_path, sampling):
+    body = body_for(sampling)
+    full, full_usage = uninterrupted(model, body)
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    rid, printed = killed_mid_stream(model, body, ckdir, args)
     second = Server(model, *args)
     try:
         rid2, rest, usage = stream(second.port, dict(body, resume_id=rid))
         assert rid2 == rid, "the resumed request keeps its id"
-        assert full.startswith(printed) and full.endswith(rest), (full, printed, rest)
-        assert len(full) - len(rest) <= len(printed) and rest, (full, printed, rest)
+        assert_continues(full, printed, rest)
         assert usage == full_usage, "usage counts the original request"
         assert not (ckdir / f"{rid}.ckpt").exists(), "a finished request keeps no checkpoint"
         status, _, err = post_json(second.port, "/v1/completions",
@@ -129,6 +158,95 @@ def test_kill_then_resume(model, tmp_path, sampling):
         assert_api_error(status, err, 404, "resume_id", "checkpoint_not_found")
     finally:
         second.stop_cleanly()
+
+
+# Three full KV blocks (32 tokens each) and a few more: what the prefix
+# index and the disk prompt cache keep of a prompt.
+LONG_PROMPT = [(i * 37 + 11) % 400 + 5 for i in range(100)]
+SDK_FIELDS = ("prompt", "max_tokens", "temperature", "seed")
+
+
+def sdk_completion(port, body, streamed):
+    """(id, text) of body's completion through the OpenAI SDK; the fields
+    OpenAI's API does not have (resume_id, ignore_eos) go in extra_body."""
+    openai = pytest.importorskip("openai")
+    kw = {k: v for k, v in body.items() if k in SDK_FIELDS}
+    extra = {k: v for k, v in body.items()
+             if k not in SDK_FIELDS and k not in ("stream", "stream_options")}
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                       timeout=120, max_retries=0) as client:
+        if not streamed:
+            out = client.completions.create(model=ALIAS, extra_body=extra, **kw)
+            return out.id, out.choices[0].text
+        rid, text = None, ""
+        for chunk in client.completions.create(model=ALIAS, stream=True, extra_body=extra, **kw):
+            rid = chunk.id
+            text += "".join(c.text or "" for c in chunk.choices)
+        return rid, text
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+@pytest.mark.parametrize("cache", ["prefix-index", "prompt-cache-dir"])
+def test_resume_with_cached_prompt(model, tmp_path, sampling, cache):
+    """A real server has the prompt's blocks cached when a resume comes:
+    in its prefix index (here the same prompt sent again after the
+    restart) or in its disk prompt cache (which outlives the kill). The
+    resume restores the checkpoint's state whatever is cached, whole and
+    streamed (the checkpoint put back in between), through the SDK."""
+    body = dict(body_for(sampling), prompt=LONG_PROMPT)
+    full, _ = uninterrupted(model, body)
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--alias", ALIAS, "--checkpoint-dir", ckdir, "--checkpoint-every", "4"]
+    if cache == "prompt-cache-dir":
+        args += ["--prompt-cache-dir", tmp_path / "pc"]
+    rid, printed = killed_mid_stream(model, body, ckdir, args)
+    ckpt = ckdir / f"{rid}.ckpt"
+    saved = ckpt.read_bytes()
+    srv = Server(model, *args)
+    try:
+        if cache == "prefix-index":
+            warm = whole(body, max_tokens=1)
+            post_json(srv.port, "/v1/completions", warm)
+            status, _, out = post_json(srv.port, "/v1/completions", warm)
+            assert out["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32, out
+        else:
+            assert list((tmp_path / "pc").iterdir()), "the killed server cached nothing on disk"
+        for streamed in (False, True):
+            ckpt.write_bytes(saved)
+            rid2, rest = sdk_completion(srv.port, whole(body, resume_id=rid), streamed)
+            assert rid2 == rid, "the resumed request keeps its id"
+            assert_continues(full, printed, rest)
+            assert not ckpt.exists(), "a finished request keeps no checkpoint"
+    finally:
+        srv.stop_cleanly()
+
+
+def drafted(port):
+    metrics = request(port, "GET", "/metrics")[2].decode()
+    name = "spindle_spec_draft_tokens_total"
+    return float(metrics.split(f"\n{name} ", 1)[1].split("\n", 1)[0])
+
+
+def test_resume_speculates(model, tmp_path):
+    """With --spec ngram a resumed request drafts as any other does (the
+    checkpoint does not hold the speculation settings; the server's apply),
+    and still continues the uninterrupted (plain greedy) run."""
+    body = dict(body_for("greedy"), prompt=LONG_PROMPT, max_tokens=48)
+    full, _ = uninterrupted(model, body)
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    args = ["--alias", ALIAS, "--checkpoint-dir", ckdir, "--checkpoint-every", "4",
+            "--spec", "ngram"]
+    rid, printed = killed_mid_stream(model, body, ckdir, args)
+    srv = Server(model, *args)
+    try:
+        before = drafted(srv.port)
+        _, rest = sdk_completion(srv.port, whole(body, resume_id=rid), True)
+        assert drafted(srv.port) > before, "the resumed request drafted nothing"
+        assert_continues(full, printed, rest)
+    finally:
+        srv.stop_cleanly()
 
 
 def test_stop_string_across_checkpoint(model, tmp_path):
@@ -220,6 +338,36 @@ def test_resume_errors(model, tmp_path):
         status, _, out = post_json(srv.port, "/v1/completions", dict(body, resume_id="cmpl-good"))
         assert status == 200, out
         assert out["usage"]["prompt_tokens"] == 3 and out["usage"]["completion_tokens"] == 12
+    finally:
+        srv.stop_cleanly()
+
+
+def test_unusable_checkpoint_is_a_client_error(model, tmp_path):
+    """A checkpoint this server cannot continue (made under another KV
+    type): 400 naming resume_id, whole and streamed (before any byte of the
+    stream), and the checkpoint stays for a server that can."""
+    openai = pytest.importorskip("openai")
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    ckpt = ckdir / "cmpl-f32.ckpt"
+    subprocess.run([str(SPINDLE_BIN), "run", "-m", str(model), "--prompt-tokens",
+                    ",".join(map(str, LONG_PROMPT)), "-n", "12", "--checkpoint", str(ckpt),
+                    "--checkpoint-every", "4"], check=True, capture_output=True, timeout=120)
+    body = whole(BODY, resume_id="cmpl-f32")
+    srv = Server(model, "--alias", ALIAS, "--checkpoint-dir", ckdir, "--kv-type", "f16")
+    try:
+        for streamed in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                sdk_completion(srv.port, body, streamed)
+            err = refused.value.body
+            assert err["param"] == "resume_id" and "KV" in err["message"], err
+            assert ckpt.is_file(), "a refused resume lost its checkpoint"
+    finally:
+        srv.stop_cleanly()
+    srv = Server(model, "--alias", ALIAS, "--checkpoint-dir", ckdir)
+    try:
+        status, _, out = post_json(srv.port, "/v1/completions", body)
+        assert status == 200 and out["usage"]["completion_tokens"] == 12, out
     finally:
         srv.stop_cleanly()
 
