@@ -33,7 +33,10 @@ typedef enum spindle_grammar_kind {
 
 /* A compiled grammar. A text that does not parse, is unsupported or is
  * over the limits fails with SPINDLE_ERR_FORMAT / SPINDLE_ERR_LIMIT and a
- * one-line message naming where and why. Thread-safe, shared by any number
+ * one-line message naming where and why; so does a grammar that matches
+ * no text at all, and one whose text no token of the vocabulary can
+ * begin (both SPINDLE_ERR_FORMAT). Alternatives that can never complete
+ * are never entered, so a generation cannot walk into a dead end. Thread-safe, shared by any number
  * of requests; it must outlive them. Its matchers share one lazily built
  * automaton and mask cache (under a lock), so a grammar kept for later
  * requests makes their masks cheaper. Reference counted: new gives one
