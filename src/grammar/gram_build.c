@@ -309,7 +309,8 @@ static bool rule_fixpoint(const gb_builder *b, bool terminals, bool *holds) {
         int s = queue[head++];
         for (long u = first[s]; u < first[s + 1]; u++) {
             int i = callers[u];
-            if (--missing[i] == 0 && !holds[alt_rule[i]]) holds[queue[tail++] = alt_rule[i]] = true;
+            if (--missing[i] == 0 && !holds[alt_rule[i]])
+                holds[queue[tail++] = alt_rule[i]] = true;
         }
     }
     free(alt_rule);
