@@ -8,7 +8,9 @@ the OpenAI SDK reads back here was shaped by the grammar. Two formats, both
 on the real Qwen3 tokenizer: the Qwen3 chat template (Hermes
 <tool_call>...</tool_call>) and Llama 3.1's own template (a bare
 {"name", "parameters"} object), swapped into a copy of the model's
-tokenizer_config.json.
+tokenizer_config.json. Where a test needs the model to write newlines or
+markup at given places (after a call, between calls), greedy decoding
+with logit_bias steers it, the grammar still deciding what may come.
 """
 import json
 import os
