@@ -33,10 +33,15 @@ typedef enum spindle_grammar_kind {
 
 /* A compiled grammar. A text that does not parse, is unsupported or is
  * over the limits fails with SPINDLE_ERR_FORMAT / SPINDLE_ERR_LIMIT and a
- * one-line message naming where and why. Thread-safe, shared by any number
- * of requests; it must outlive them. Its matchers share one lazily built
- * automaton and mask cache (under a lock), so a grammar kept for later
- * requests makes their masks cheaper. Reference counted: new gives one
+ * one-line message naming where and why; so does a grammar that matches
+ * no text at all, and one whose text no token of the vocabulary can
+ * begin (both SPINDLE_ERR_FORMAT). Alternatives that can never complete
+ * are never entered: every text a matcher accepts can still be completed
+ * (by some bytes; a vocabulary that lacks them can still leave no token
+ * to go on with). Thread-safe, shared by any number of requests; it
+ * must outlive them. Its matchers share one lazily built automaton and
+ * mask cache (under a lock), so a grammar kept for later requests makes
+ * their masks cheaper. Reference counted: new gives one
  * reference, retain another (it returns `grammar`), and free drops one;
  * the last frees it. */
 typedef struct spindle_grammar spindle_grammar;

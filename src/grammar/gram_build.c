@@ -1,8 +1,11 @@
 /* Building a lowered grammar: rules, byte sets, UTF-8 range splitting for
  * code-point classes, and the checks that make the matcher's expansion
- * terminate (every referenced rule defined, no left recursion). */
+ * terminate (every referenced rule defined, no left recursion) and its
+ * language non-empty (alternatives that can never complete are marked, so
+ * that the matcher never enters one). */
 #include "grammar/gram_build.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,21 +253,103 @@ void gb_where(const char *text, size_t at, int *line, int *col) {
     }
 }
 
-/* nullable[r]: rule r matches the empty string (fixed point). */
-static void find_nullable(const gb_builder *b, bool *nullable) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < b->n_rules; r++) {
-            if (nullable[r]) continue;
-            for (int a = 0; a < b->rules[r].n_alts && !nullable[r]; a++) {
-                const gb_vec *alt = &b->rules[r].alts[a];
-                bool all = true;
-                for (int k = 0; k < alt->n && alt->v[k] != SP_G_END && all; k++)
-                    all = alt->v[k] <= SP_G_REF(0) && nullable[SP_G_REF_RULE(alt->v[k])];
-                if (all) nullable[r] = changed = true;
+static bool set_empty(const gb_builder *b, int32_t set) {
+    for (int i = 0; i < 32; i++)
+        if (b->sets[set][i]) return false;
+    return true;
+}
+
+/* holds[r] for the least fixed point of "rule r holds when every element
+ * of one of its alternatives holds", where a rule call holds when its rule
+ * does and a terminal when `terminals` is set and its byte set is not
+ * empty: nullable (terminals false) and productive (true). Linear in the
+ * grammar's size, so that no hostile grammar makes it slow: each
+ * alternative counts its calls not yet known to hold, and a rule that
+ * comes to hold counts down the alternatives that call it. False when out
+ * of memory. */
+static bool rule_fixpoint(const gb_builder *b, bool terminals, bool *holds) {
+    int n_alts = 0;
+    long n_calls = 0;
+    for (int r = 0; r < b->n_rules; r++)
+        for (int a = 0; a < b->rules[r].n_alts; a++, n_alts++)
+            for (int k = 0; k < b->rules[r].alts[a].n; k++)
+                n_calls += b->rules[r].alts[a].v[k] <= SP_G_REF(0);
+    int *alt_rule = malloc(((size_t)n_alts + 1) * sizeof *alt_rule);
+    int *missing = malloc(((size_t)n_alts + 1) * sizeof *missing);
+    long *first = calloc((size_t)b->n_rules + 1, sizeof *first);
+    long *cursor = malloc(((size_t)b->n_rules + 1) * sizeof *cursor);
+    int *callers = malloc(((size_t)n_calls + 1) * sizeof *callers);
+    int *queue = malloc(((size_t)b->n_rules + 1) * sizeof *queue);
+    bool ok = alt_rule && missing && first && cursor && callers && queue;
+    for (int r = 0, i = 0; ok && r < b->n_rules; r++)
+        for (int a = 0; a < b->rules[r].n_alts; a++, i++) {
+            const gb_vec *alt = &b->rules[r].alts[a];
+            alt_rule[i] = r;
+            missing[i] = 0;
+            for (int k = 0; k < alt->n && alt->v[k] != SP_G_END; k++) {
+                if (alt->v[k] <= SP_G_REF(0)) {
+                    missing[i]++;
+                    first[SP_G_REF_RULE(alt->v[k]) + 1]++;
+                } else if (!terminals || set_empty(b, alt->v[k])) {
+                    missing[i] = INT_MAX / 2;  /* never holds */
+                }
             }
         }
+    for (int r = 0; ok && r < b->n_rules; r++) first[r + 1] += first[r];
+    if (ok) memcpy(cursor, first, (size_t)b->n_rules * sizeof *cursor);
+    for (int r = 0, i = 0; ok && r < b->n_rules; r++)
+        for (int a = 0; a < b->rules[r].n_alts; a++, i++)
+            for (int k = 0; k < b->rules[r].alts[a].n; k++)
+                if (b->rules[r].alts[a].v[k] <= SP_G_REF(0))
+                    callers[cursor[SP_G_REF_RULE(b->rules[r].alts[a].v[k])]++] = i;
+    int head = 0, tail = 0;
+    for (int i = 0; ok && i < n_alts; i++)
+        if (missing[i] == 0 && !holds[alt_rule[i]]) holds[queue[tail++] = alt_rule[i]] = true;
+    while (ok && head < tail) {
+        int s = queue[head++];
+        for (long u = first[s]; u < first[s + 1]; u++) {
+            int i = callers[u];
+            if (--missing[i] == 0 && !holds[alt_rule[i]])
+                holds[queue[tail++] = alt_rule[i]] = true;
+        }
     }
+    free(alt_rule);
+    free(missing);
+    free(first);
+    free(cursor);
+    free(callers);
+    free(queue);
+    return ok;
+}
+
+/* Whether alternative `alt` can complete: each of its terminals matches
+ * some byte and each rule it calls can complete (productive). */
+static bool alt_completes(const gb_builder *b, const gb_vec *alt, const bool *productive) {
+    for (int k = 0; k < alt->n && alt->v[k] != SP_G_END; k++) {
+        int32_t e = alt->v[k];
+        if (e >= 0 ? set_empty(b, e) : !productive[SP_G_REF_RULE(e)]) return false;
+    }
+    return true;
+}
+
+/* The grammar's language is empty: name the root and, where the root
+ * calls one, the first rule it calls that matches nothing. */
+static spindle_status empty_language(const gb_builder *b, int root, const bool *productive,
+                                     spindle_error *err) {
+    const gb_rule *r = &b->rules[root];
+    for (int a = 0; a < r->n_alts; a++)
+        for (int k = 0; k < r->alts[a].n && r->alts[a].v[k] != SP_G_END; k++) {
+            int32_t e = r->alts[a].v[k];
+            if (e <= SP_G_REF(0) && SP_G_REF_RULE(e) != root && !productive[SP_G_REF_RULE(e)])
+                return sp_fail(err, SPINDLE_ERR_FORMAT,
+                               SP_GRAMMAR_EMPTY ": rule 'root' can never complete "
+                               "(rule '%s' matches nothing: a character class that matches "
+                               "nothing, or recursion with no way out)",
+                               b->rules[SP_G_REF_RULE(e)].name);
+        }
+    return sp_fail(err, SPINDLE_ERR_FORMAT,
+                   SP_GRAMMAR_EMPTY ": rule 'root' can never complete (a character "
+                   "class that matches nothing, or recursion with no way out)");
 }
 
 /* Depth-first search of the "starts with" graph (rule -> the rules it can
@@ -305,7 +390,11 @@ static spindle_status check(gb_builder *b, const char *text,
         free(color);
         return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
     }
-    find_nullable(b, nullable);
+    if (!rule_fixpoint(b, false, nullable)) {
+        free(nullable);
+        free(color);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    }
     int cycle = -1;
     for (int r = 0; r < b->n_rules && cycle < 0; r++)
         if (!color[r]) cycle = left_cycle(b, nullable, r, color);
@@ -331,6 +420,17 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
                        "grammar: no rule named 'root' is defined");
     spindle_status st = check(b, text, err);
     if (st) return st;
+    bool *productive = calloc((size_t)b->n_rules + 1, 1);
+    if (!productive) return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    if (!rule_fixpoint(b, true, productive)) {
+        free(productive);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    }
+    if (!productive[root]) {
+        st = empty_language(b, root, productive, err);
+        free(productive);
+        return st;
+    }
     int n_alts = 0;
     for (int r = 0; r < b->n_rules; r++) n_alts += b->rules[r].n_alts;
     out->elems = malloc((size_t)(b->n_elems + 1) * sizeof *out->elems);
@@ -340,8 +440,10 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
     out->sets = malloc((size_t)(b->n_sets + 1) * sizeof *out->sets);
     out->rep_units = malloc((size_t)(b->n_rules + 1) * sizeof *out->rep_units);
     out->rep_below = malloc((size_t)(b->n_rules + 1) * sizeof *out->rep_below);
+    out->alt_dead = malloc((size_t)n_alts + 1);
     if (!out->elems || !out->alt_start || !out->rule_alt || !out->names ||
-        !out->sets || !out->rep_units || !out->rep_below) {
+        !out->sets || !out->rep_units || !out->rep_below || !out->alt_dead) {
+        free(productive);
         sp_gram_free(out);
         return sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
     }
@@ -349,6 +451,7 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
         out->rule_alt[r] = out->n_alts;
         for (int a = 0; a < b->rules[r].n_alts; a++) {
             const gb_vec *alt = &b->rules[r].alts[a];
+            out->alt_dead[out->n_alts] = !alt_completes(b, alt, productive);
             out->alt_start[out->n_alts++] = out->n_elems;
             if (alt->n)
                 memcpy(out->elems + out->n_elems, alt->v, (size_t)alt->n * sizeof *alt->v);
@@ -360,6 +463,7 @@ spindle_status gb_finish(gb_builder *b, const char *text, sp_gram *out,
         b->rules[r].name = NULL;
     }
     out->rule_alt[b->n_rules] = out->n_alts;
+    free(productive);
     if (b->n_sets) memcpy(out->sets, b->sets, (size_t)b->n_sets * sizeof *b->sets);
     out->n_rules = b->n_rules;
     out->n_sets = b->n_sets;
@@ -388,5 +492,6 @@ void sp_gram_free(sp_gram *g) {
     free(g->sets);
     free(g->rep_units);
     free(g->rep_below);
+    free(g->alt_dead);
     memset(g, 0, sizeof *g);
 }

@@ -59,6 +59,33 @@ static char *copy_text(const char *s, size_t n) {
     return c;
 }
 
+/* A grammar whose text no token of the vocabulary can begin (it must
+ * start with bytes that no token has) fails at compile time, as the
+ * client's error, rather than in the first step of a generation. The
+ * start state's mask computed here is cached in the shared automaton, so
+ * the first request's first mask costs nothing more. */
+static spindle_status check_start(spindle_grammar *g, spindle_error *err) {
+    sp_gmatch *m = NULL;
+    spindle_status st = sp_gmatch_new_on(g->shared, &m, err);
+    if (st || sp_gmatch_accepting(m)) {
+        sp_gmatch_free(m);
+        return st;
+    }
+    int words = (g->vocab->trie.n_vocab + 31) / 32;
+    uint32_t *bits = calloc((size_t)words + 1, sizeof *bits);
+    st = bits ? sp_gmatch_mask(m, bits, err)
+              : sp_fail(err, SPINDLE_ERR_MEMORY, "grammar: out of memory");
+    bool any = false;
+    for (int w = 0; !st && w < words && !any; w++) any = bits[w] != 0;
+    if (!st && !any)
+        st = sp_fail(err, SPINDLE_ERR_FORMAT,
+                     "no token of the vocabulary can begin the grammar's text (it must "
+                     "start with bytes that no token has)");
+    free(bits);
+    sp_gmatch_free(m);
+    return st;
+}
+
 spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
                                    spindle_grammar_kind kind, const char *text,
                                    size_t len, spindle_grammar **out,
@@ -92,6 +119,7 @@ spindle_status spindle_grammar_new(const spindle_grammar_vocab *vocab,
     st = sp_gbnf_parse(gbnf, strlen(gbnf), &g->gram, err);
     /* A grammar that matches nothing fails here, not in the first request. */
     if (!st) st = sp_gauto_new(&g->gram, &vocab->trie, &g->shared, err);
+    if (!st) st = check_start(g, err);
     if (st) {
         spindle_grammar_free(g);
         return st;

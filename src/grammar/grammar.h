@@ -38,6 +38,10 @@ typedef struct sp_gram {
      * "C left" when k > C for tokens of at most C bytes. */
     int32_t *rep_units, *rep_below;
     int32_t *alt_start;     /* alternative -> its first element */
+    /* alternative -> 1 when it can never complete (it needs a character
+     * class that matches nothing or a rule that never ends): the matcher
+     * never enters one, so every prefix it accepts can still complete. */
+    uint8_t *alt_dead;
     int32_t *rule_alt;      /* rule -> first alternative; [n_rules] ends */
     uint8_t (*sets)[32];    /* terminal byte sets (bit b: byte b matches) */
     char **names;           /* rule names (generated ones too) */
@@ -46,7 +50,10 @@ typedef struct sp_gram {
 } sp_gram;
 
 /* Parse GBNF text (llama.cpp's grammar format) into `out`. A failure gets
- * a one-line error "grammar line L col C: why". */
+ * a one-line error "grammar line L col C: why"; a grammar that matches no
+ * text at all fails too (SPINDLE_ERR_FORMAT, the message starting with
+ * SP_GRAMMAR_EMPTY). */
+#define SP_GRAMMAR_EMPTY "grammar matches no text"
 spindle_status sp_gbnf_parse(const char *text, size_t len, sp_gram *out,
                              spindle_error *err);
 void sp_gram_free(sp_gram *g);

@@ -573,8 +573,10 @@ static const char *visit(js_conv *c, const cJSON *s, const char *name,
 
 /* A schema can be valid JSON Schema yet have no grammar: a $ref cycle
  * that recurses before consuming anything ({"anyOf": [..., {"$ref": "#"}]})
- * is left-recursive. Parsing the result says so as a schema error, so a
- * success is always GBNF that compiles (over a size limit aside). */
+ * is left-recursive, and a pattern that matches nothing (or an object
+ * that must contain itself) leaves no text. Parsing the result says so as
+ * a schema error, so a success is always GBNF that compiles (over a size
+ * limit aside). */
 static spindle_status check_grammar(char **gbnf, spindle_error *err) {
     sp_gram g;
     spindle_error ge = {0};
@@ -583,6 +585,11 @@ static spindle_status check_grammar(char **gbnf, spindle_error *err) {
     if (st == SPINDLE_OK || st == SPINDLE_ERR_LIMIT) return SPINDLE_OK;
     free(*gbnf);
     *gbnf = NULL;
+    /* The converted rules' names mean nothing to the schema's author. */
+    if (!strncmp(ge.message, SP_GRAMMAR_EMPTY, strlen(SP_GRAMMAR_EMPTY)))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "json schema: no JSON text satisfies it (a pattern, enum or "
+                       "combination of keywords that matches nothing)");
     return sp_fail(err, SPINDLE_ERR_FORMAT, "json schema: it has no grammar: %s", ge.message);
 }
 

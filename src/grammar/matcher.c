@@ -114,7 +114,7 @@ static void expand(sp_gauto *m, int32_t pos, int32_t parent) {
         int r = SP_G_REF_RULE(e);
         int32_t cont = g->elems[pos + 1] == SP_G_END ? parent : node(m, pos + 1, parent);
         for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
-            expand(m, g->alt_start[a], cont);
+            if (!g->alt_dead[a]) expand(m, g->alt_start[a], cont);
     }
 }
 
@@ -346,7 +346,7 @@ spindle_status sp_gauto_new(const sp_gram *g, const sp_vocab_trie *trie,
     node(m, -1, -1); /* ACCEPT_NODE: the root rule has ended */
     m->n_scratch = 0;
     for (int a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
-        expand(m, g->alt_start[a], -1);
+        if (!g->alt_dead[a]) expand(m, g->alt_start[a], -1);
     m->start = intern(m);
     if (m->start < 0) {
         spindle_status st = m->overflow || m->oom

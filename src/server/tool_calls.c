@@ -127,6 +127,7 @@ size_t sp_tp_json_end(const char *s, size_t i, size_t n, bool final, bool *compl
 /* ------------------------------------------------------------ output */
 
 void sp_tp_content(sp_reply_ctx *c, size_t i, size_t e, bool before_call) {
+    if (c->in_calls) return;
     sp_strbuf *b = &c->out->content;
     if (b->len == 0 && c->after_markup) i = sp_tp_skip_ws(c->s, i, e);
     bool open_end = !c->final && e == c->n;
@@ -327,6 +328,7 @@ static void parse_marked(sp_reply_ctx *c, size_t i) {
         size_t at = sp_tp_skip_ws(c->s, i, c->n);
         bool stop = false;
         int calls = c->out->n_calls;
+        if (at < c->n && c->s[at] == '{') c->in_calls = c->opt->calls_only;
         while (at < c->n && c->s[at] == '{' && object_call(c, &at, NULL, &stop) && !stop) {
             at = sp_tp_skip_ws(c->s, at, c->n);
             if (at < c->n && c->s[at] == ';') at = sp_tp_skip_ws(c->s, at + 1, c->n);
@@ -340,11 +342,15 @@ static void parse_marked(sp_reply_ctx *c, size_t i) {
     while (i < c->n) {
         size_t m = sp_tp_find(c->s, i, c->n, marker);
         if (m == c->n) {
-            size_t hold = c->final ? 0 : sp_tp_marker_tail(c->s, i, c->n, markers);
+            /* A forced reply that the token limit cut inside a marker
+             * holds it back for good: it is markup, not content. */
+            size_t hold = c->final && !c->opt->calls_only
+                              ? 0 : sp_tp_marker_tail(c->s, i, c->n, markers);
             sp_tp_content(c, i, c->n - hold, hold > 0);
             return;
         }
         sp_tp_content(c, i, m, true);
+        c->in_calls = c->opt->calls_only;
         size_t after = m + strlen(marker);
         bool stop = false;
         if (!call_after(c, marker, &after, &stop)) {

@@ -57,6 +57,10 @@ typedef struct sp_reply_options {
     bool reasoning;           /* split <think> / the analysis channel off */
     bool starts_in_reasoning; /* the prompt ended inside <think> */
     bool single_call;         /* parallel_tool_calls false: the first call only */
+    bool calls_only;          /* a grammar forced the reply to be calls (tool_choice
+                                 "required" or a named function): from the first
+                                 call marker on, nothing is content (a marker cut
+                                 short by the token limit included) */
 } sp_reply_options;
 
 typedef struct sp_tool_call {

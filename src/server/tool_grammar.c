@@ -11,7 +11,8 @@
  *
  * The formats whose markers are plain text are enforced: Hermes/Qwen
  * (<tool_call>...</tool_call>, one or more) and Llama 3 JSON (one bare
- * object). Mistral's [TOOL_CALLS], harmony's and Gemma's markers are
+ * object). The end of the turn is allowed after every complete call and
+ * the whitespace that may follow it. Mistral's [TOOL_CALLS], harmony's and Gemma's markers are
  * special tokens, which a mask never lets through (the vocabulary trie
  * has no bytes for them): those replies are parsed as with "auto".
  * The schema goes through the server's grammar cache, the tools' $refs
@@ -139,10 +140,11 @@ static void free_name(const char *gbnf, const char *base, char *out, size_t cap)
  * rules around it. */
 static bool markup_grammar(const char *json_gbnf, sp_tool_format format, bool single,
                            bool in_think, sp_strbuf *out) {
-    char call[64], tc[64], think[64];
+    char call[64], tc[64], think[64], gap[64];
     free_name(json_gbnf, "spindle-call", call, sizeof call);
     free_name(json_gbnf, "spindle-tool-call", tc, sizeof tc);
     free_name(json_gbnf, "spindle-think", think, sizeof think);
+    free_name(json_gbnf, "spindle-gap", gap, sizeof gap);
     for (const char *p = json_gbnf; *p;) {
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p + 1) : strlen(p);
@@ -165,12 +167,18 @@ static bool markup_grammar(const char *json_gbnf, sp_tool_format format, bool si
     if (in_think)
         sp_strbuf_printf(out, "%s ::= ( [^<] | \"<\" [^/] )* \"</think>\" [ \\n]*\n", think);
     const char *lead = in_think ? think : "";
+    /* The whitespace the templates write around a call and between calls
+     * ("}\n</tool_call>\n<tool_call>"), and models after the last one: the
+     * end of the turn stays open through it, and it is bounded so that a
+     * weak model cannot wander in it. */
+    sp_strbuf_printf(out, "%s ::= [ \\n]{0,3}\n", gap);
     if (format == SP_TOOLS_LLAMA3) {
-        sp_strbuf_printf(out, "root ::= %s %s\n", lead, call);
+        sp_strbuf_printf(out, "root ::= %s %s %s\n", lead, call, gap);
     } else {
-        sp_strbuf_printf(out, "%s ::= \"<tool_call>\\n\" %s \"</tool_call>\"\n", tc, call);
-        sp_strbuf_printf(out, "root ::= %s %s%s%s%s\n", lead, tc, single ? "" : " ( \"\\n\" ",
-                         single ? "" : tc, single ? "" : " )*");
+        sp_strbuf_printf(out, "%s ::= \"<tool_call>\\n\" %s %s \"</tool_call>\"\n", tc, call,
+                         gap);
+        if (single) sp_strbuf_printf(out, "root ::= %s %s %s\n", lead, tc, gap);
+        else sp_strbuf_printf(out, "root ::= %s %s ( %s %s )* %s\n", lead, tc, gap, tc, gap);
     }
     return !out->oom;
 }

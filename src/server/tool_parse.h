@@ -15,6 +15,8 @@ typedef struct sp_reply_ctx {
     bool calls_closed;     /* single_call: the first call is complete */
     bool after_markup;     /* a reasoning block or a call came before: the
                               content's leading space is dropped */
+    bool in_calls;         /* calls_only: a call marker or call came; no
+                              more content */
 } sp_reply_ctx;
 
 size_t sp_tp_skip_ws(const char *s, size_t i, size_t n);

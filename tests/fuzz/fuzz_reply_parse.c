@@ -2,7 +2,8 @@
  * tool_stream.h) on arbitrary replies.
  *
  * Input: one byte of options (format = byte % 5; bit 3 tools, bit 4
- * reasoning, bit 5 starts in reasoning, bit 6 a single call), then the
+ * reasoning, bit 5 starts in reasoning, bit 6 a single call, bit 7 a
+ * reply forced to be calls), then the
  * reply split into pieces at every 0x02 byte. Invariants: no crash, and the
  * stream's deltas over the growing prefixes, joined, equal the whole parse
  * of the reply (content, reasoning, each call's name and arguments), with
@@ -20,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t o = data[0];
     sp_reply_options opt = {.format = (sp_tool_format)(o % 5), .tools = o & 8,
                             .reasoning = o & 16, .starts_in_reasoning = o & 32,
-                            .single_call = o & 64};
+                            .single_call = o & 64, .calls_only = o & 128};
     size_t n = size - 1;
     char *text = malloc(n + 1);
     size_t *ends = malloc((n + 1) * sizeof *ends);

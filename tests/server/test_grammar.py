@@ -120,3 +120,49 @@ def test_grammar_cache_keys_on_the_text(server):
     choice = body["choices"][0]
     assert choice["finish_reason"] == "stop", choice
     jsonschema.validate(json.loads(choice["message"]["content"]), other)
+
+
+# Grammars and schemas whose language is empty: no text can ever complete
+# them, so a generation under them could only fail or run to the token
+# limit. Each is the client's error, a 400 naming the problem, before any
+# byte of the response (streaming too).
+NOTHING = "[^\\x00-\\U0010FFFF]"   # a character class that matches nothing
+EMPTY_LANGUAGE = [
+    ({"grammar": f"root ::= {NOTHING}\n"}, "grammar", "matches no text"),
+    ({"grammar": 'root ::= "a" root\n'}, "grammar", "matches no text"),
+    ({"grammar": 'root ::= "x" item\nitem ::= "y" item | "z" item\n'}, "grammar",
+     "rule 'item' matches nothing"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "string", "pattern": "^[^\\s\\S]$"}}}}, "response_format", "no JSON text"),
+    # An object that must contain itself: no finite JSON text.
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}}}},
+     "response_format", "no JSON text"),
+    # A forced call whose parameters nothing satisfies.
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string", "pattern": "^[^\\s\\S]$"}},
+        "required": ["code"]}}}], "tool_choice": "required"}, "tools", "no JSON text"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("extra,param,needle", EMPTY_LANGUAGE)
+def test_grammar_that_matches_nothing_is_a_400(server, extra, param, needle, stream):
+    """Through the OpenAI SDK with its default retries: a 400 on the first
+    request (a 5xx would be retried), streamed and not."""
+    openai = pytest.importorskip("openai")
+    sent = []
+    http = openai.DefaultHttpxClient(event_hooks={"request": [sent.append]})
+    with openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=60,
+                       http_client=http) as client:
+        assert client.max_retries == 2
+        with pytest.raises(openai.BadRequestError) as e:
+            reply = client.chat.completions.create(
+                model=ALIAS, messages=[{"role": "user", "content": "Describe a pet."}],
+                max_tokens=40, stream=stream, extra_body=extra)
+            if stream:
+                list(reply)
+    err = e.value.body
+    assert e.value.status_code == 400 and len(sent) == 1, (e.value, len(sent))
+    assert err["type"] == "invalid_request_error" and err["param"] == param, err
+    assert needle in err["message"], err

@@ -8,11 +8,14 @@ the OpenAI SDK reads back here was shaped by the grammar. Two formats, both
 on the real Qwen3 tokenizer: the Qwen3 chat template (Hermes
 <tool_call>...</tool_call>) and Llama 3.1's own template (a bare
 {"name", "parameters"} object), swapped into a copy of the model's
-tokenizer_config.json.
+tokenizer_config.json. Where a test needs the model to write newlines or
+markup at given places (after a call, between calls), greedy decoding
+with logit_bias steers it, the grammar still deciding what may come.
 """
 import json
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -152,6 +155,71 @@ def test_stream_equals_whole(client, choice):
     kw = {"seed": 9, "tool_choice": "required" if choice == "required" else
           {"type": "function", "function": {"name": "get_weather"}}}
     assert ask(client, True, **kw) == ask(client, False, **kw)
+
+
+def steering(server_model, *texts_and_biases):
+    """logit_bias {token id: bias} for the model's tokens of each text."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(str(server_model / "tokenizer.json"))
+    out = {}
+    for text, bias in texts_and_biases:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert len(ids) == 1, (text, ids)
+        out[str(ids[0])] = bias
+    return out
+
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_forced_call_ends_after_newlines(client, server_model, choice, parallel, stream):
+    # Greedy, with a newline wherever the grammar lets one through (also
+    # with the '>' that closes a tag), else the end of the turn wherever it
+    # may come: templates and models write a newline after a call, and the
+    # turn must still be able to end there.
+    bias = steering(server_model, (">\n", 100), ("\n", 90), ("<|im_end|>", 50))
+    kw = {"tool_choice": "required" if choice == "required" else NAMED, "temperature": 0,
+          "logit_bias": bias}
+    if not parallel:
+        kw.update(SINGLE)
+    reply = ask(client, stream, **kw)
+    assert_forced(reply, set(SCHEMAS) if choice == "required" else {"get_weather"})
+    assert len(reply[1]) == 1, reply
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_reply_cut_short_keeps_markup_out_of_content(client, server_model, stream):
+    # Greedy, with a newline, else a "<", wherever they may come, so that
+    # calls follow calls until the token limit; cut at every token inside
+    # the markup between two calls, the reply's content stays empty.
+    if client.tool_format == "llama3":
+        pytest.skip("Llama 3's format has one call and no markup")
+    bias = steering(server_model, ("\n", 100), ("<", 90), ("<|im_end|>", 50))
+    kw = {"model": "tiny", "messages": ASK, "tools": TOOLS, "tool_choice": "required",
+          "temperature": 0, "logit_bias": bias}
+    whole = client.chat.completions.create(max_tokens=160, logprobs=True, **kw)
+    assert whole.choices[0].finish_reason == "length", whole
+    pieces = [t.token for t in whole.choices[0].logprobs.content]
+    text = "".join(pieces)
+    ends, at = [], 0   # the text's length after each token
+    for p in pieces:
+        at += len(p)
+        ends.append(at)
+    inside = set()     # text lengths strictly inside a marker after the first call
+    close = text.find("</tool_call>")
+    for marker in ("<tool_call>", "</tool_call>"):
+        for m in re.finditer(re.escape(marker), text):
+            if m.start() >= close:
+                inside.update(range(m.start() + 1, m.end()))
+    cuts = [k + 1 for k, e in enumerate(ends) if e in inside]
+    assert len(cuts) >= 3, pieces
+    for max_tokens in cuts[:8]:
+        content, calls, finish = ask(client, stream, max_tokens=max_tokens, tool_choice="required",
+                                     temperature=0, logit_bias=bias)
+        assert finish == "length" and calls and not content, (max_tokens, content, calls)
 
 
 def test_auto_is_not_forced(client):
