@@ -53,10 +53,12 @@ static const route_entry routes[] = {
 };
 
 static const route_entry slots_route = {"/slots/{id}", SP_ROUTE_SLOTS, "POST"};
+static const route_entry model_route = {"/v1/models/{id}", SP_ROUTE_MODELS, "GET"};
 
 static const route_entry *find_route(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
+    if (!strncmp(url, "/v1/models/", 11) || !strncmp(url, "/models/", 8)) return &model_route;
     return strncmp(url, "/slots/", 7) ? NULL : &slots_route;
 }
 
@@ -223,7 +225,7 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
     switch (r->route) {
     case SP_ROUTE_CHAT: return sp_handle_generation(s, c, SP_API_CHAT, body, len);
     case SP_ROUTE_COMPLETIONS: return sp_handle_generation(s, c, SP_API_COMPLETION, body, len);
-    case SP_ROUTE_MODELS: return sp_handle_models(s, c);
+    case SP_ROUTE_MODELS: return sp_handle_models(s, c, url);
     case SP_ROUTE_HEALTH: return sp_handle_health(s, c);
     case SP_ROUTE_TOKENIZE: return sp_handle_tokenize(s, c, body, len);
     case SP_ROUTE_DETOKENIZE: return sp_handle_detokenize(s, c, body, len);

@@ -48,11 +48,8 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c) {
     return sp_reply(s, c, SP_ROUTE_HEALTH, 503, "application/json", body, strlen(body));
 }
 
-enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *m = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, m);
+static cJSON *base_model(sp_server *s) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_names[0]);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->started);
@@ -64,6 +61,34 @@ enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c) {
     } else {
         cJSON_AddNullToObject(m, "meta");
     }
+    return m;
+}
+
+/* GET /v1/models/{id}: the model, or OpenAI's 404 (the served model
+ * answers to its alias and its path, as in requests). */
+static enum MHD_Result reply_model(sp_server *s, struct MHD_Connection *c, const char *id) {
+    cJSON *m = sp_is_base_model(s, id) ? base_model(s) : sp_adapters_model(s, id);
+    if (!m) {
+        sp_api_error e;
+        sp_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                    "The model '%.200s' does not exist (this server serves '%.150s' "
+                    "and its adapters)", id, s->model_names[0]);
+        return sp_reply_error(s, c, SP_ROUTE_MODELS, &e);
+    }
+    char *json = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    return sp_reply_json(s, c, SP_ROUTE_MODELS, 200, json);
+}
+
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const char *url) {
+    const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11
+                     : !strncmp(url, "/models/", 8)   ? url + 8
+                                                      : NULL;
+    if (id) return reply_model(s, c, id);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, base_model(s));
     sp_adapters_list_models(s, data);
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);

@@ -126,7 +126,9 @@ bool sp_embeddings_load(sp_server *s);
 
 /* ---- routes.c: the other routes */
 enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c);
-enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c);
+/* GET /v1/models, or with url "/v1/models/{id}" (or "/models/{id}") the
+ * one model, 404 for an id that is not served. */
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const char *url);
 enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c);
 enum MHD_Result sp_handle_index(sp_server *s, struct MHD_Connection *c);
 enum MHD_Result sp_handle_tokenize(sp_server *s, struct MHD_Connection *c,
@@ -146,7 +148,8 @@ void sp_api_error_from_status(sp_api_error *e, spindle_status st, const char *pa
 /* Mount `path` as `name` (--lora NAME=PATH, POST /v1/load_lora_adapter). */
 bool sp_adapters_add(sp_server *s, const char *name, const char *path,
                      sp_api_error *e);
-/* The options' --lora NAME=PATH; false after a one-line message. */
+/* The options' --lora-dir and --lora NAME=PATH; false after a one-line
+ * message. */
 bool sp_mount_cli_adapters(sp_server *s);
 /* The adapter request `r` asks for (llama-server's lora id, mlx_lm.server's
  * adapters, or `model` naming one) into r->gen; on success the table stays
@@ -173,6 +176,8 @@ void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out);
  * owned_by, root: path, parent: the base}) appended to `data`. */
 struct cJSON;
 void sp_adapters_list_models(sp_server *s, struct cJSON *data);
+/* The entry of the adapter mounted as `name`, or NULL. */
+struct cJSON *sp_adapters_model(sp_server *s, const char *name);
 /* Whether `model` names the served model itself. */
 bool sp_is_base_model(const sp_server *s, const char *model);
 enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
