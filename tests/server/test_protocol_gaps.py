@@ -90,9 +90,11 @@ def test_assistant_tool_call_without_content_is_valid(client):
         assert r.choices[0].finish_reason in ("length", "stop")
 
 
-def test_models_retrieve(client, server):
+def test_models_retrieve(client, server_model):
     m = client.models.retrieve(ALIAS)
     assert (m.id, m.object, m.owned_by) == (ALIAS, "model", "spindle")
+    # The -m path names the model in requests too (slashes and all).
+    assert client.models.retrieve(str(server_model)).id == ALIAS
     assert m.model_dump()["meta"]["context_length"] == CONTEXT
     assert [x.id for x in client.models.list()] == [ALIAS]
     with pytest.raises(openai.NotFoundError) as exc:
