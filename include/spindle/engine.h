@@ -188,6 +188,10 @@ bool spindle_engine_cancel(spindle_engine *engine, spindle_request_id id);
 /* Requests queued (not yet admitted) and running; either pointer may be
  * NULL. A snapshot, taken between steps. Thread-safe. */
 void spindle_engine_counts(spindle_engine *engine, int *queued, int *running);
+/* Whether request `id` is one of the `running` that spindle_engine_counts
+ * reports (admitted: prefilling or decoding, in the same snapshot); false
+ * while it is queued, and for a finished or unknown id. Thread-safe. */
+bool spindle_engine_is_running(spindle_engine *engine, spindle_request_id id);
 
 /* One scheduler step: cancellations, admission, one batched forward pass,
  * sampling and the callbacks. `*active` (may be NULL) receives the number

@@ -25,6 +25,8 @@ static const char *serve_usage =
     SP_ARG_MMAP_HELP
     "  --lora NAME=PATH        mount a LoRA adapter (PEFT, mlx-lm or LoRA GGUF) that\n"
     "                          requests pick by model NAME (repeatable, at most 64)\n"
+    "  --lora-dir DIR          let POST /v1/load_lora_adapter load adapters from DIR\n"
+    "                          (lora_path relative to it) and unload them (default off)\n"
     "  --max-body BYTES        largest request body, else 413 (default 8388608)\n"
     "  --max-header BYTES      header memory per connection (default 65536)\n"
     "  --max-connections N     open connections at most (default 128)\n"
@@ -110,6 +112,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--checkpoint-every")) {
             VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->checkpoint_every);
         } else if (IS("--slot-save-path")) { VALUE(); o->slot_save_path = v;
+        } else if (IS("--lora-dir")) { VALUE(); o->lora_dir = v;
         } else if (IS("--verbose")) { o->log_requests = true;
         } else if ((rc = sp_arg_prompt_cache(argc, argv, &i, &cache)) != 0) {
             if (rc < 0) return 2;

@@ -219,6 +219,19 @@ void spindle_engine_counts(spindle_engine *e, int *queued, int *running) {
     if (running) *running = r;
 }
 
+bool spindle_engine_is_running(spindle_engine *e, spindle_request_id id) {
+    bool running = false;
+    if (!e) return false;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_live; i++)
+        if (e->live[i]->id == id) {
+            running = e->live[i]->running_seen;
+            break;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return running;
+}
+
 spindle_status spindle_engine_step(spindle_engine *e, int *active,
                                    spindle_error *err) {
     sp_error_clear(err);

@@ -79,6 +79,8 @@ typedef struct sp_request {
     spindle_request_id id;
     sp_request_state state;         /* (step; NEW -> QUEUED under the lock) */
     atomic_bool cancelled;          /* set by spindle_engine_cancel */
+    bool running_seen;              /* (lock) admitted as of the counts'
+                                       snapshot (spindle_engine_is_running) */
     struct sp_request *next;        /* queue link: incoming (lock) or
                                        waiting (step) */
 

@@ -243,6 +243,7 @@ int sp_engine_run_step(spindle_engine *e) {
     pthread_mutex_lock(&e->lock);
     e->n_waiting_seen = e->n_waiting;
     e->n_running_seen = e->n_running;
+    for (int i = 0; i < e->n_running; i++) e->running[i]->running_seen = true;
     int active = e->n_incoming + e->n_waiting + e->n_running;
     pthread_mutex_unlock(&e->lock);
     return active;

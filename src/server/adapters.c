@@ -23,6 +23,7 @@ static void entry_free(sp_adapter_entry *e) {
 void sp_adapters_free(sp_adapters *t) {
     for (int i = 0; i < t->n; i++) entry_free(&t->v[i]);
     free(t->v);
+    free(t->root);
     pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof *t);
 }
@@ -57,8 +58,19 @@ static bool valid_name(const char *name) {
     return name[0] != 0;
 }
 
-bool sp_adapters_add(sp_server *s, const char *name, const char *path,
-                     sp_api_error *e) {
+/* The one answer of the load route to a lora_path it will not load,
+ * whatever the reason (adapter_dir.c). */
+static bool not_in_folder(sp_api_error *e) {
+    return sp_api_fail(e, 404, "invalid_request_error", "lora_path", "not_found",
+                       "lora_path names no adapter in the server's adapter folder (a "
+                       "path relative to --lora-dir, without '..')");
+}
+
+/* Load `path` and mount it as `name`, listed with `shown` as its path;
+ * `confined`: a runtime load from the --lora-dir, whose file errors read
+ * as not_in_folder and whose messages name files relative to it. */
+static bool add_entry(sp_server *s, const char *name, const char *path, const char *shown,
+                      bool confined, sp_api_error *e) {
     if (!valid_name(name))
         return sp_api_bad(e, "lora_name", "a LoRA adapter name must be printable ASCII "
                           "without spaces, quotes, backslashes or commas");
@@ -66,11 +78,14 @@ bool sp_adapters_add(sp_server *s, const char *name, const char *path,
     spindle_error err = {0};
     spindle_adapter *a = NULL;
     spindle_status st = spindle_adapter_load(s->model, path, &a, &err);
+    if (st && confined && st == SPINDLE_ERR_IO) return not_in_folder(e);
     if (st) {
+        if (confined) sp_adapter_dir_hide_root(&s->adapters, err.message);
         sp_api_error_from_status(e, st == SPINDLE_ERR_IO ? SPINDLE_ERR_ARGUMENT : st,
                                  "lora_path", err.message);
         return false;
     }
+    path = shown;
     sp_adapters *t = &s->adapters;
     pthread_mutex_lock(&t->lock);
     bool ok = !find(t, name);
@@ -99,6 +114,11 @@ bool sp_adapters_add(sp_server *s, const char *name, const char *path,
     return ok;
 }
 
+bool sp_adapters_add(sp_server *s, const char *name, const char *path,
+                     sp_api_error *e) {
+    return add_entry(s, name, path, path, false, e);
+}
+
 static bool remove_adapter(sp_server *s, const char *name, sp_api_error *e) {
     sp_adapters *t = &s->adapters;
     pthread_mutex_lock(&t->lock);
@@ -116,6 +136,16 @@ static bool remove_adapter(sp_server *s, const char *name, sp_api_error *e) {
     return true;
 }
 
+/* The mounted adapter named `want` (its name or its path), else NULL with
+ * a 404 in *e. */
+static sp_adapter_entry *find_named(sp_adapters *t, const char *want, sp_api_error *e) {
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(t->v[i].name, want) || !strcmp(t->v[i].path, want)) return &t->v[i];
+    sp_api_fail(e, 404, "invalid_request_error", "adapters", "model_not_found",
+                "no mounted adapter is named '%.200s' (load it first)", want);
+    return NULL;
+}
+
 /* Which entry the request names; NULL with *e set when it names one that
  * is not mounted, NULL with e->http_status 0 for the base model. */
 static sp_adapter_entry *pick(sp_server *s, const sp_api_request *r, sp_api_error *e) {
@@ -127,14 +157,7 @@ static sp_adapter_entry *pick(sp_server *s, const sp_api_request *r, sp_api_erro
         sp_api_bad(e, "lora", "no LoRA adapter has id %d (GET /lora-adapters)", r->lora_id);
         return NULL;
     }
-    if (r->adapters) {
-        for (int i = 0; i < t->n; i++)
-            if (!strcmp(t->v[i].name, r->adapters) || !strcmp(t->v[i].path, r->adapters))
-                return &t->v[i];
-        sp_api_fail(e, 404, "invalid_request_error", "adapters", "model_not_found",
-                    "no mounted adapter is named '%.200s' (load it first)", r->adapters);
-        return NULL;
-    }
+    if (r->n_adapters == 1) return find_named(t, r->adapters[0], e);
     if (!r->model || sp_is_base_model(s, r->model)) return NULL;
     sp_adapter_entry *en = find(t, r->model);
     if (!en)
@@ -144,8 +167,45 @@ static sp_adapter_entry *pick(sp_server *s, const sp_api_request *r, sp_api_erro
     return en;
 }
 
+/* Several "adapters" at once: one adapter summing them (as `spindle run
+ * --lora A --lora B` does), the request's own; their names joined by
+ * commas. (lock) */
+static bool stack_named(sp_server *s, sp_api_request *r, sp_api_error *e) {
+    const spindle_adapter *parts[SP_API_MAX_ADAPTERS];
+    sp_strbuf names = {0};
+    int n = r->n_adapters < SP_API_MAX_ADAPTERS ? r->n_adapters : SP_API_MAX_ADAPTERS;
+    for (int i = 0; i < n; i++) {
+        sp_adapter_entry *en = find_named(&s->adapters, r->adapters[i], e);
+        if (!en) {
+            sp_strbuf_free(&names);
+            return false;
+        }
+        parts[i] = en->adapter;
+        sp_strbuf_printf(&names, "%s%s", i ? "," : "", en->name);
+    }
+    spindle_error err = {0};
+    spindle_status st = spindle_adapter_stack(s->model, parts, NULL, n, &r->stacked_adapter,
+                                              &err);
+    if (!st && names.oom) st = SPINDLE_ERR_MEMORY;
+    if (st) {
+        sp_strbuf_free(&names);
+        sp_api_error_from_status(e, st, "adapters", err.message);
+        return false;
+    }
+    free(r->adapter_name);
+    r->adapter_name = names.p;   /* the buffer's text, now the request's */
+    r->gen.adapter = r->stacked_adapter;
+    r->gen.adapter_scale = 0;
+    return true;
+}
+
 bool sp_adapters_select_lock(sp_server *s, sp_api_request *r, sp_api_error *e) {
     pthread_mutex_lock(&s->adapters.lock);
+    if (r->n_adapters > 1 && !r->has_lora) {
+        bool ok = stack_named(s, r, e);
+        if (!ok) pthread_mutex_unlock(&s->adapters.lock);
+        return ok;
+    }
     sp_adapter_entry *en = pick(s, r, e);
     if (!en && e->http_status) {
         pthread_mutex_unlock(&s->adapters.lock);
@@ -206,13 +266,24 @@ static enum MHD_Result reply_text(sp_server *s, struct MHD_Connection *c, sp_rou
                     n < (int)sizeof msg ? (size_t)n : sizeof msg - 1);
 }
 
+/* vLLM refuses both routes unless runtime updates are enabled. */
+static bool runtime_loading(const sp_server *s, sp_api_error *e) {
+    if (s->adapters.root) return true;
+    return sp_api_fail(e, 404, "invalid_request_error", NULL, "not_found",
+                       "loading and unloading adapters at run time is off (start the "
+                       "server with --lora-dir DIR to load adapters from DIR)");
+}
+
 enum MHD_Result sp_handle_load_lora(sp_server *s, struct MHD_Connection *c,
                                     const sp_http_call *call) {
     sp_api_error e;
     char *name, *path;
-    if (!sp_api_parse_lora_request(call->body, call->len, true, &name, &path, &e))
+    if (!runtime_loading(s, &e) ||
+        !sp_api_parse_lora_request(call->body, call->len, true, &name, &path, &e))
         return sp_reply_error(s, c, SP_ROUTE_LORA_LOAD, &e);
-    bool ok = sp_adapters_add(s, name, path, &e);
+    char *real = sp_adapter_dir_resolve(&s->adapters, path);
+    bool ok = real ? add_entry(s, name, real, path, true, &e) : not_in_folder(&e);
+    free(real);
     enum MHD_Result rc = ok ? reply_text(s, c, SP_ROUTE_LORA_LOAD,
                                          "Success: LoRA adapter '%.200s' added successfully.", name)
                             : sp_reply_error(s, c, SP_ROUTE_LORA_LOAD, &e);
@@ -225,7 +296,8 @@ enum MHD_Result sp_handle_unload_lora(sp_server *s, struct MHD_Connection *c,
                                       const sp_http_call *call) {
     sp_api_error e;
     char *name;
-    if (!sp_api_parse_lora_request(call->body, call->len, false, &name, NULL, &e))
+    if (!runtime_loading(s, &e) ||
+        !sp_api_parse_lora_request(call->body, call->len, false, &name, NULL, &e))
         return sp_reply_error(s, c, SP_ROUTE_LORA_UNLOAD, &e);
     bool ok = remove_adapter(s, name, &e);
     enum MHD_Result rc = ok ? reply_text(s, c, SP_ROUTE_LORA_UNLOAD,
@@ -257,6 +329,7 @@ enum MHD_Result sp_handle_list_lora(sp_server *s, struct MHD_Connection *c,
 }
 
 bool sp_mount_cli_adapters(sp_server *s) {
+    if (!sp_adapter_dir_open(&s->adapters, s->opts.lora_dir)) return false;
     for (int i = 0; i < s->opts.n_loras; i++) {
         const char *spec = s->opts.loras[i], *eq = strchr(spec, '=');
         char name[256];
@@ -289,17 +362,28 @@ void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out) {
     sp_strbuf_free(&waiting);
 }
 
+static cJSON *adapter_model(const sp_server *s, const sp_adapter_entry *en) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", en->name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->started);
+    cJSON_AddStringToObject(m, "owned_by", "spindle");
+    cJSON_AddStringToObject(m, "root", en->path);
+    cJSON_AddStringToObject(m, "parent", s->model_names[0]);
+    return m;
+}
+
 void sp_adapters_list_models(sp_server *s, cJSON *data) {
     pthread_mutex_lock(&s->adapters.lock);
-    for (int i = 0; i < s->adapters.n; i++) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", s->adapters.v[i].name);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", (double)s->started);
-        cJSON_AddStringToObject(m, "owned_by", "spindle");
-        cJSON_AddStringToObject(m, "root", s->adapters.v[i].path);
-        cJSON_AddStringToObject(m, "parent", s->model_names[0]);
-        cJSON_AddItemToArray(data, m);
-    }
+    for (int i = 0; i < s->adapters.n; i++)
+        cJSON_AddItemToArray(data, adapter_model(s, &s->adapters.v[i]));
     pthread_mutex_unlock(&s->adapters.lock);
+}
+
+cJSON *sp_adapters_model(sp_server *s, const char *name) {
+    pthread_mutex_lock(&s->adapters.lock);
+    sp_adapter_entry *en = find(&s->adapters, name);
+    cJSON *m = en ? adapter_model(s, en) : NULL;
+    pthread_mutex_unlock(&s->adapters.lock);
+    return m;
 }

@@ -57,10 +57,35 @@ static bool read_lora_list(const cJSON *list, sp_api_request *r, sp_api_error *e
     return true;
 }
 
+/* mlx_lm.server's "adapters": one name or path, or a list of them (an
+ * empty list: none). */
+static bool read_adapters(const cJSON *a, sp_api_request *r, sp_api_error *err) {
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 1;
+    if (!cJSON_IsArray(a) && !cJSON_IsString(a))
+        return sp_api_bad(err, "adapters", "'adapters' must be a string or an array of "
+                          "strings (mounted adapters' names or paths)");
+    if (n > SP_API_MAX_ADAPTERS)
+        return sp_api_bad(err, "adapters", "'adapters' lists at most %d adapters",
+                          SP_API_MAX_ADAPTERS);
+    if (n && !(r->adapters = calloc((size_t)n, sizeof *r->adapters)))
+        return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
+    if (cJSON_IsString(a)) {
+        r->n_adapters = 1;
+        return read_string(a, "adapters", MAX_PATH_LEN, &r->adapters[0], err);
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (!read_string(e, "adapters", MAX_PATH_LEN, &r->adapters[r->n_adapters], err))
+            return false;
+        r->n_adapters++;
+    }
+    return true;
+}
+
 bool sp_api_read_adapter_fields(const cJSON *root, sp_api_request *r,
                                 sp_api_error *err) {
     const cJSON *a = present(root, "adapters");
-    if (a && !read_string(a, "adapters", MAX_PATH_LEN, &r->adapters, err)) return false;
+    if (a && !read_adapters(a, r, err)) return false;
     const cJSON *l = present(root, "lora");
     return !l || read_lora_list(l, r, err);
 }

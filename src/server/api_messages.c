@@ -79,6 +79,35 @@ static const char *duplicate_key(const cJSON *msg) {
     return NULL;
 }
 
+static bool present(const cJSON *msg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(msg, key);
+    return v && !cJSON_IsNull(v);
+}
+
+/* OpenAI's roles; every message needs content except an assistant turn
+ * that calls tools (tool_calls, or the older function_call). */
+static bool check_role(const cJSON *msg, const char *role, const char *param,
+                       sp_api_error *err) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant",
+                                        "tool", "function"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof roles / sizeof *roles && !known; i++)
+        known = !strcmp(role, roles[i]);
+    char where[80];
+    if (!known) {
+        snprintf(where, sizeof where, "%s.role", param);
+        return sp_api_bad(err, where, "'%s' must be one of system, developer, user, "
+                          "assistant, tool, function; got '%.40s'", where, role);
+    }
+    bool calls = !strcmp(role, "assistant") &&
+                 (present(msg, "tool_calls") || present(msg, "function_call"));
+    if (present(msg, "content") || calls) return true;
+    snprintf(where, sizeof where, "%s.content", param);
+    return sp_api_bad(err, where, "'%s' is required (a%s %s message%s)", where,
+                      strchr("aeiou", role[0]) ? "n" : "", role,
+                      strcmp(role, "assistant") ? "" : " without tool_calls");
+}
+
 static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", index);
@@ -88,6 +117,7 @@ static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
     if (!cJSON_IsString(role))
         return sp_api_bad(err, param, "'%s.role' must be a string", param);
+    if (!check_role(msg, role->valuestring, param, err)) return false;
     cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
     if (cJSON_IsArray(content)) {
         if (!join_text_parts(msg, content, index, err)) return false;

@@ -297,6 +297,7 @@ static bool read_stream(const cJSON *root, sp_api_request *r, sp_api_error *err)
 static bool read_max_tokens(const cJSON *root, const sp_api_limits *limits,
                             sp_api_request *r, sp_api_error *err) {
     r->max_tokens = limits->default_max_tokens;
+    r->max_tokens_given = field(root, "max_tokens") || field(root, "max_completion_tokens");
     /* max_completion_tokens is the newer name and wins. */
     return read_int(root, "max_tokens", 1, 1 << 24, &r->max_tokens, err) &&
            read_int(root, "max_completion_tokens", 1, 1 << 24, &r->max_tokens, err);
@@ -445,8 +446,10 @@ void sp_api_request_free(sp_api_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->bias_ids);
     free(r->bias_values);
+    for (int i = 0; i < r->n_adapters; i++) free(r->adapters[i]);
     free(r->adapters);
     free(r->adapter_name);
+    spindle_adapter_unload(r->stacked_adapter);
     free(r->grammar_text);
     spindle_grammar_free(r->grammar);
     free(r->resume_id);

@@ -42,6 +42,8 @@ void sp_api_error_from_status(sp_api_error *err, spindle_status st, const char *
 
 /* The most stop strings a request may give (OpenAI's limit). */
 #define SP_API_MAX_STOP 4
+/* The most adapters one request's "adapters" may stack. */
+#define SP_API_MAX_ADAPTERS 16
 /* The most logit_bias entries (OpenAI's documented maximum is 300). */
 #define SP_API_MAX_LOGIT_BIAS 1024
 
@@ -101,6 +103,7 @@ typedef struct sp_api_request {
     bool include_usage;          /* stream_options.include_usage */
     int max_tokens;              /* max_completion_tokens, max_tokens or the
                                     default */
+    bool max_tokens_given;       /* by the request, not the default */
     spindle_gen_params gen;      /* sampler and logits processors; its
                                     arrays point into this struct */
     bool seed_given;
@@ -119,10 +122,16 @@ typedef struct sp_api_request {
     int draft_tokens;
     int min_draft_tokens;
     /* The adapter asked for besides `model` (server/adapters.c resolves
-     * them): mlx_lm.server's "adapters" (a mounted adapter's name or
-     * path), llama-server's "lora" (the one entry with a non-zero scale). */
-    char *adapters;
-    char *adapter_name;          /* the mounted adapter chosen (adapters.c) */
+     * them): mlx_lm.server's "adapters" (mounted adapters' names or
+     * paths: one string, or a list whose adapters are stacked), llama-
+     * server's "lora" (the one entry with a non-zero scale). */
+    char **adapters;
+    int n_adapters;
+    /* The mounted adapters chosen, comma-separated (adapters.c), and the
+     * stack made of them when there are several (the request's
+     * reference). */
+    char *adapter_name;
+    spindle_adapter *stacked_adapter;
     bool has_lora;
     int lora_id;
     float lora_scale;

@@ -16,6 +16,7 @@
 #include "server/state.h"
 #include "server/stop_strings.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,15 +126,25 @@ static void keep_logprob(sp_job *j, const spindle_token_info *info) {
     sp_api_logprob *lp = &j->logprobs[j->n_logprobs++];
     lp->token = info->token;
     lp->logprob = info->logprob;
-    lp->n_top = info->n_top < SPINDLE_MAX_TOP_LOGPROBS ? info->n_top : SPINDLE_MAX_TOP_LOGPROBS;
-    if (lp->n_top > 0) memcpy(lp->top, info->top, (size_t)lp->n_top * sizeof *lp->top);
+    /* Alternatives a grammar or bias masked out (-inf) could never have
+     * been sampled: they are left out (OpenAI never sends a null logprob). */
+    lp->n_top = 0;
+    for (int k = 0; k < info->n_top && k < SPINDLE_MAX_TOP_LOGPROBS; k++)
+        if (isfinite(info->top[k].logprob)) lp->top[lp->n_top++] = info->top[k];
+}
+
+/* Chat logprobs cover the tokens of the reply; the end-of-turn token that
+ * stops it is not part of it (as in OpenAI's and vLLM's replies). */
+static bool wants_logprob(const sp_job *j, int32_t token) {
+    return j->req.logprobs &&
+           !(j->req.kind == SP_API_CHAT && sp_server_is_end_token(j->srv, token));
 }
 
 static bool on_token(spindle_request_id id, const spindle_token_info *info, void *user) {
     sp_job *j = user;
     (void)id;
     pthread_mutex_lock(&j->mu);
-    if (j->req.logprobs) keep_logprob(j, info);
+    if (wants_logprob(j, info->token)) keep_logprob(j, info);
     const char *piece = NULL;
     bool stopped = false;
     int32_t token = sp_job_reply_token(&j->reply, info->token, &stopped);
@@ -243,11 +254,23 @@ static void job_release(sp_job *j) {
     free(j);
 }
 
-static void add_name(sp_strbuf *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = list->p; p && (p = strstr(p, name)); p += n)
-        if ((p == list->p || p[-1] == ',') && (p[n] == ',' || !p[n])) return;
-    sp_strbuf_printf(list, "%s%s", list->len ? "," : "", name);
+static bool listed(const sp_strbuf *list, const char *name, size_t n) {
+    for (const char *p = list->p; p && *p;) {
+        size_t m = strcspn(p, ",");
+        if (m == n && !strncmp(p, name, n)) return true;
+        p += m + (p[m] == ',');
+    }
+    return false;
+}
+
+/* Each name of the comma-separated `names` into `list`, once. */
+static void add_names(sp_strbuf *list, const char *names) {
+    for (const char *name = names; *name;) {
+        size_t n = strcspn(name, ",");
+        if (n && !listed(list, name, n))
+            sp_strbuf_printf(list, "%s%.*s", list->len ? "," : "", (int)n, name);
+        name += n + (name[n] == ',');
+    }
 }
 
 void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting) {
@@ -255,9 +278,13 @@ void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting)
     for (sp_job *j = s->jobs; j; j = j->next) {
         if (!j->req.adapter_name) continue;
         pthread_mutex_lock(&j->mu);
-        bool started = j->n_generated > 0;
+        bool finished = j->finished;
         pthread_mutex_unlock(&j->mu);
-        add_name(started ? running : waiting, j->req.adapter_name);
+        if (finished) continue;   /* only its reply is left to send */
+        /* The engine's own view, so that the lists agree with
+         * vllm:num_requests_running / _waiting. */
+        bool in_engine = j->id && spindle_engine_is_running(s->engine, j->id);
+        add_names(in_engine ? running : waiting, j->req.adapter_name);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -504,7 +531,9 @@ static void stream_free(void *cls) { job_release(cls); }
 
 /* ---------------------------------------------------------- the prompt */
 
-/* Room for the prompt and at least one generated token. */
+/* Room for the prompt and at least one generated token, and for all of
+ * max_tokens when the request gave it (vLLM's 400: a request is never cut
+ * short silently; the server's default is clamped to the room left). */
 static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_error *e) {
     const char *param = r->kind == SP_API_CHAT ? "messages" : "prompt";
     if (n == 0) return sp_api_bad(e, param, "the prompt has no tokens");
@@ -512,6 +541,15 @@ static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_err
         return sp_api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
                            "This model's maximum context length is %d tokens, but the "
                            "prompt has %d tokens", s->context_length, n);
+    if (r->max_tokens_given && (long)n + r->max_tokens > s->context_length)
+        return sp_api_fail(e, 400, "invalid_request_error", "max_tokens",
+                           "context_length_exceeded",
+                           "This model's maximum context length is %d tokens. However, you "
+                           "requested %ld tokens (%d in the %s, %d in the completion). "
+                           "Please reduce the length of the %s or completion.",
+                           s->context_length, (long)n + r->max_tokens, n,
+                           r->kind == SP_API_CHAT ? "messages" : "prompt", r->max_tokens,
+                           r->kind == SP_API_CHAT ? "messages" : "prompt");
     return true;
 }
 

@@ -61,7 +61,10 @@ int32_t sp_job_reply_token(sp_job_reply *jr, int32_t id, bool *last) {
 }
 
 bool sp_job_reply_hides(const sp_server *s, const sp_job_reply *jr, int32_t id) {
-    if (!jr->keep_special) return false;
+    return jr->keep_special && sp_server_is_end_token(s, id);
+}
+
+bool sp_server_is_end_token(const sp_server *s, int32_t id) {
     for (int k = 0; k < s->n_stop_ids; k++)
         if (s->stop_ids[k] == id) return true;
     const int32_t *eos = NULL;

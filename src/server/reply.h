@@ -40,6 +40,9 @@ void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *
 int32_t sp_job_reply_token(sp_job_reply *jr, int32_t id, bool *last);
 /* Whether token `id` stays out of the text (a stop token kept as special). */
 bool sp_job_reply_hides(const sp_server *s, const sp_job_reply *jr, int32_t id);
+/* Whether `id` ends a generation (the server's stop ids, the model's eos
+ * and end-of-turn ids): it is never part of the reply's text. */
+bool sp_server_is_end_token(const sp_server *s, int32_t id);
 /* The new pieces after the text grew to text[0..len) (final: complete), into
  * `rd` (sp_reply_delta_free it) and the content, reasoning and tool-call
  * fields of `d`. False when out of memory. */

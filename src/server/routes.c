@@ -29,11 +29,8 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c, const s
     return sp_reply(s, c, SP_ROUTE_HEALTH, 503, "application/json", body, strlen(body));
 }
 
-enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *m = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, m);
+static cJSON *base_model(sp_server *s) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_names[0]);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->started);
@@ -45,6 +42,32 @@ enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const s
     } else {
         cJSON_AddNullToObject(m, "meta");
     }
+    return m;
+}
+
+/* GET /v1/models/{id}: the model, or OpenAI's 404 (the served model
+ * answers to its alias and its path, as in requests). */
+enum MHD_Result sp_handle_model(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
+    const char *id = !strncmp(call->url, "/v1/models/", 11) ? call->url + 11 : call->url + 8;
+    cJSON *m = sp_is_base_model(s, id) ? base_model(s) : sp_adapters_model(s, id);
+    if (!m) {
+        sp_api_error e;
+        sp_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                    "The model '%.200s' does not exist (this server serves '%.150s' "
+                    "and its adapters)", id, s->model_names[0]);
+        return sp_reply_error(s, c, call->route, &e);
+    }
+    char *json = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    return sp_reply_json(s, c, call->route, 200, json);
+}
+
+enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
+    (void)call;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, base_model(s));
     sp_adapters_list_models(s, data);
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);

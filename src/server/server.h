@@ -47,6 +47,7 @@ typedef struct sp_server_options {
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;
+    const char *lora_dir;       /* --lora-dir: the load route's folder; NULL: off */
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);

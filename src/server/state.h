@@ -141,7 +141,8 @@ bool sp_embeddings_load(sp_server *s);
 /* Mount `path` as `name` (--lora NAME=PATH, POST /v1/load_lora_adapter). */
 bool sp_adapters_add(sp_server *s, const char *name, const char *path,
                      sp_api_error *e);
-/* The options' --lora NAME=PATH; false after a one-line message. */
+/* The options' --lora-dir and --lora NAME=PATH; false after a one-line
+ * message. */
 bool sp_mount_cli_adapters(sp_server *s);
 /* The adapter request `r` asks for (llama-server's lora id, mlx_lm.server's
  * adapters, or `model` naming one) into r->gen; on success the table stays
@@ -168,6 +169,8 @@ void sp_adapters_render_metrics(sp_server *s, sp_strbuf *out);
  * owned_by, root: path, parent: the base}) appended to `data`. */
 struct cJSON;
 void sp_adapters_list_models(sp_server *s, struct cJSON *data);
+/* The entry of the adapter mounted as `name`, or NULL. */
+struct cJSON *sp_adapters_model(sp_server *s, const char *name);
 /* Whether `model` names the served model itself. */
 bool sp_is_base_model(const sp_server *s, const char *model);
 

@@ -2,7 +2,9 @@
  * resources). It streams /v1/chat/completions over SSE (reasoning_content
  * in a bubble of its own above the answer), keeps the
  * conversation, and has a stop button and model / temperature / max tokens
- * / API key settings. Edit it here; it is served as is. */
+ * / API key settings (max tokens blank by default: the server's default is
+ * cut to the context left, where a max_tokens beyond it is a 400). Edit it
+ * here; it is served as is. */
 #include "server/state.h"
 
 const char sp_webui_html[] =
@@ -31,7 +33,8 @@ const char sp_webui_html[] =
     "<b>Spindle</b>\n"
     "<label>model <input id=\"model\"></label>\n"
     "<label>temperature <input id=\"temperature\" type=\"number\" min=\"0\" max=\"2\" step=\"0.1\" value=\"0.7\"></label>\n"
-    "<label>max tokens <input id=\"max_tokens\" type=\"number\" min=\"1\" value=\"512\"></label>\n"
+    "<label>max tokens <input id=\"max_tokens\" type=\"number\" min=\"1\" "
+    "placeholder=\"server's\"></label>\n"
     "<label>API key <input id=\"key\" type=\"password\"></label>\n"
     "<button id=\"clear\" type=\"button\">new chat</button>\n"
     "</header>\n"
@@ -78,8 +81,9 @@ const char sp_webui_html[] =
     "  let answer = '', thinking = '', thought = null;\n"
     "  try {\n"
     "    const body = { messages: history, stream: true,\n"
-    "                   temperature: parseFloat($('temperature').value) || 0,\n"
-    "                   max_tokens: parseInt($('max_tokens').value, 10) || 512 };\n"
+    "                   temperature: parseFloat($('temperature').value) || 0 };\n"
+    "    const maxTokens = parseInt($('max_tokens').value, 10);\n"
+    "    if (maxTokens > 0) body.max_tokens = maxTokens;\n"
     "    if ($('model').value) body.model = $('model').value;\n"
     "    const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(),\n"
     "                                                     body: JSON.stringify(body),\n"

@@ -1,15 +1,20 @@
 """LoRA adapters in `spindle serve`: adapters mounted with --lora NAME=PATH
-and hot-loaded with vLLM's POST /v1/load_lora_adapter, listed by
-GET /lora-adapters, picked by `model`, mlx_lm.server's `adapters` or
+and hot-loaded with vLLM's POST /v1/load_lora_adapter (only from the
+--lora-dir folder, and only with one), listed by GET /lora-adapters, picked
+by `model`, mlx_lm.server's `adapters` (one, or a list that is stacked) or
 llama-server's `lora: [{id, scale}]`; answers equal mlx-lm's greedy
 generation with that adapter (random adapters written by mlx-lm's tuner for
 the server's tiny Qwen3, make_lora_models.write_mlx_adapter), base requests
 equal mlx-lm without one; unload while requests run (bounded) leaves the
-server answering and exiting cleanly.
+server answering and exiting cleanly; vllm:lora_requests_info agrees with
+vllm:num_requests_running / _waiting.
 """
 
 import json
+import os
+import shutil
 import threading
+import time
 
 import pytest
 
@@ -23,16 +28,32 @@ ADAPTERS = {"one": dict(rank=8, scale=10.0, keys=None, num_layers=-1, rslora=Fal
                         keys=["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"])}
 
 
+def mlx_text(model, adapter=None):
+    """mlx-lm's greedy text for PROMPT, under the adapter directory given."""
+    import make_models as mm
+    from mlx_lm.tuner.utils import load_adapters
+    from mlx_lm.utils import load
+    m, tok = load(str(model))
+    if adapter:
+        load_adapters(m, str(adapter))
+    eos = set(tok.eos_token_ids)
+    toks = []
+    for t, _ in mm.generate_step(mm.mx.array(PROMPT), m, max_tokens=N):
+        if t in eos:
+            break
+        toks.append(t)
+    return tok.decode(toks, skip_special_tokens=True)
+
+
 @pytest.fixture(scope="module")
 def lora_setup(tmp_path_factory):
-    """(model dir, {name: adapter dir}, {name or None: reference text})."""
+    """(model dir, {name: adapter dir}, {name or None: reference text});
+    the adapters are the folder's only entries (the --lora-dir tests)."""
     model = sc.model_dir()
     import make_lora_models as lg
     import make_models as mm
     mm._imports()
     mm.mx.set_default_device(mm.mx.cpu)
-    from mlx_lm.tuner.utils import load_adapters
-    from mlx_lm.utils import load
     out = tmp_path_factory.mktemp("adapters")
     paths, texts = {}, {}
     for name, a in ADAPTERS.items():
@@ -40,16 +61,7 @@ def lora_setup(tmp_path_factory):
         paths[name] = out / name
         lg.write_mlx_adapter(m, len(m.layers), name, a, paths[name])
     for name in [None, *ADAPTERS]:
-        m, tok = load(str(model))
-        if name:
-            load_adapters(m, str(paths[name]))
-        eos = set(tok.eos_token_ids)
-        toks = []
-        for t, _ in mm.generate_step(mm.mx.array(PROMPT), m, max_tokens=N):
-            if t in eos:
-                break
-            toks.append(t)
-        texts[name] = tok.decode(toks, skip_special_tokens=True)
+        texts[name] = mlx_text(model, name and paths[name])
     assert len(set(texts.values())) == 3, texts   # the adapters do something
     return model, paths, texts
 
@@ -63,7 +75,8 @@ def complete(port, model=None, **extra):
 
 def test_adapters_select_and_match_mlx(lora_setup):
     model, paths, texts = lora_setup
-    s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}")
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}",
+               "--lora-dir", paths["one"].parent)
     try:
         st, _, body = complete(s.port, sc.ALIAS)
         assert st == 200 and body["choices"][0]["text"] == texts[None], body
@@ -80,7 +93,7 @@ def test_adapters_select_and_match_mlx(lora_setup):
         assert st == 200 and body["choices"][0]["text"] == texts[None], body
 
         st, _, data = request(s.port, "POST", "/v1/load_lora_adapter",
-                              {"lora_name": "two", "lora_path": str(paths["two"])})
+                              {"lora_name": "two", "lora_path": "two"})
         assert st == 200 and b"Success" in data, data
         st, _, body = complete(s.port, "two")
         assert st == 200 and body["choices"][0]["text"] == texts["two"], body
@@ -96,11 +109,11 @@ def test_adapters_select_and_match_mlx(lora_setup):
         sc.assert_api_error(*complete(s.port, lora=[{"id": 7, "scale": 1}])[::2], 400, "lora")
         sc.assert_api_error(*complete(s.port, lora=[{"id": 0}, {"id": 1}])[::2], 400, "lora")
         st, _, b = post_json(s.port, "/v1/load_lora_adapter",
-                             {"lora_name": "two", "lora_path": str(paths["two"])})
+                             {"lora_name": "two", "lora_path": "two"})
         sc.assert_api_error(st, b, 400, "lora_name")
         st, _, b = post_json(s.port, "/v1/load_lora_adapter",
-                             {"lora_name": "x", "lora_path": "/no/such/dir"})
-        assert "no such adapter directory" in sc.assert_api_error(st, b, 400)["message"]
+                             {"lora_name": "x", "lora_path": "no-such-dir"})
+        sc.assert_api_error(st, b, 404, "lora_path", "not_found")
         st, _, data = request(s.port, "POST", "/v1/unload_lora_adapter", {"lora_name": "two"})
         assert st == 200, data
         sc.assert_api_error(*complete(s.port, "two")[::2], 404, "model")
@@ -116,7 +129,7 @@ def test_unload_under_traffic(lora_setup):
     for `two` while it is unmounted; nothing else."""
     model, paths, texts = lora_setup
     s = Server(model, "--alias", sc.ALIAS, "--parallel", "4",
-               "--lora", f"two={paths['two']}")
+               "--lora", f"two={paths['two']}", "--lora-dir", paths["two"].parent)
     bad = []
     stop = threading.Event()
 
@@ -140,7 +153,7 @@ def test_unload_under_traffic(lora_setup):
             st, _, d = request(s.port, "POST", "/v1/unload_lora_adapter", {"lora_name": "two"})
             assert st == 200, d
             st, _, d = request(s.port, "POST", "/v1/load_lora_adapter",
-                               {"lora_name": "two", "lora_path": str(paths["two"])})
+                               {"lora_name": "two", "lora_path": "two"})
             assert st == 200, d
         st, _, metrics = request(s.port, "GET", "/metrics")
         assert b"running_lora_adapters=" in metrics
@@ -171,20 +184,25 @@ def test_gguf_adapters(lora_setup, tmp_path):
         lg.write_peft_adapter(weights, a, tmp_path / f"{name}-peft")
         files[name] = gguf_writer.write_lora_gguf(
             str(model), str(tmp_path / f"{name}-peft"), str(tmp_path / f"{name}.gguf"))
-    s = Server(model, "--alias", sc.ALIAS, "--lora", f"g1={files['one']}")
+    shutil.copy(model / "config.json", tmp_path / "config.json")
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"g1={files['one']}",
+               "--lora-dir", tmp_path)
     try:
         st, _, body = complete(s.port, "g1")
         assert st == 200 and body["choices"][0]["text"] == texts["one"], body
         st, _, data = request(s.port, "POST", "/v1/load_lora_adapter",
-                              {"lora_name": "g2", "lora_path": files["two"]})
+                              {"lora_name": "g2", "lora_path": "two.gguf"})
         assert st == 200 and b"Success" in data, data
         st, _, body = complete(s.port, "g2")
         assert st == 200 and body["choices"][0]["text"] == texts["two"], body
         st, _, body = complete(s.port, sc.ALIAS)
         assert st == 200 and body["choices"][0]["text"] == texts[None], body
+        # A file in the folder that is no adapter: the loader's reason, with
+        # the file named by its path in the folder.
         st, _, b = post_json(s.port, "/v1/load_lora_adapter",
-                             {"lora_name": "g3", "lora_path": str(model / "config.json")})
-        assert "not a GGUF file" in sc.assert_api_error(st, b, 400)["message"]
+                             {"lora_name": "g3", "lora_path": "config.json"})
+        err = sc.assert_api_error(st, b, 400)
+        assert "not a GGUF file" in err["message"] and str(tmp_path) not in err["message"]
     finally:
         s.stop_cleanly()
 
@@ -297,3 +315,160 @@ def test_slot_file_under_adapter(lora_setup, tmp_path):
             assert on_slot(s, longer, model=sc.ALIAS) == (alone_base, len(PROMPT))
         finally:
             s.stop_cleanly()
+
+
+def test_runtime_loading_needs_lora_dir_and_stays_inside(lora_setup, tmp_path):
+    """Without --lora-dir the load and unload routes are off (404 whatever
+    the path). With it, lora_path names an adapter inside the folder: an
+    absolute path, '..', a missing entry, a link leading out of the folder
+    (the adapter itself, or a file inside its directory) all get the same
+    404, byte for byte, so the answers say nothing about files outside; a
+    link that stays inside loads."""
+    model, paths, texts = lora_setup
+    s = Server(model, "--alias", sc.ALIAS)
+    try:
+        answers = {request(s.port, "POST", "/v1/load_lora_adapter",
+                           {"lora_name": "x", "lora_path": p})[::2]
+                   for p in (str(paths["two"]), "/no/such/dir", "/etc/passwd")}
+        answers.add(request(s.port, "POST", "/v1/unload_lora_adapter", {"lora_name": "x"})[::2])
+        assert len(answers) == 1, answers
+        st, body = answers.pop()
+        assert "--lora-dir" in sc.assert_api_error(st, json.loads(body), 404)["message"]
+    finally:
+        s.stop_cleanly()
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    shutil.copytree(paths["one"], folder / "good")
+    os.symlink(folder / "good", folder / "alias")      # stays inside
+    os.symlink(paths["two"], folder / "escape")        # leads out
+    (folder / "inner").mkdir()                         # a file inside leads out
+    shutil.copy(paths["two"] / "adapter_config.json", folder / "inner")
+    os.symlink(paths["two"] / "adapters.safetensors", folder / "inner" / "adapters.safetensors")
+    s = Server(model, "--alias", sc.ALIAS, "--lora-dir", folder)
+    try:
+        refused = set()
+        for p in (str(paths["two"]), str(folder / "good"), "../" + paths["two"].parent.name,
+                  f"../../{paths['two'].parent.parent.name}/{paths['two'].parent.name}/two",
+                  "good/../good", "missing", "escape", "inner", "/etc/passwd", "/no/such"):
+            st, _, b = request(s.port, "POST", "/v1/load_lora_adapter",
+                               {"lora_name": "x", "lora_path": p})
+            refused.add((st, b))
+        assert len(refused) == 1, refused
+        st, b = refused.pop()
+        sc.assert_api_error(st, json.loads(b), 404, "lora_path", "not_found")
+        for name in ("good", "alias"):
+            st, _, d = request(s.port, "POST", "/v1/load_lora_adapter",
+                               {"lora_name": name, "lora_path": name})
+            assert st == 200, d
+            st, _, body = complete(s.port, name)
+            assert st == 200 and body["choices"][0]["text"] == texts["one"], body
+        st, _, d = request(s.port, "POST", "/v1/unload_lora_adapter", {"lora_name": "alias"})
+        assert st == 200, d
+    finally:
+        s.stop_cleanly()
+
+
+def write_summed_adapter(paths, out):
+    """One mlx-lm adapter equal to `one` and `two` applied together: the
+    ranks side by side (A matrices concatenated, B scaled by each adapter's
+    scale), scale 1; the reference for a request that stacks both."""
+    import make_models as mm
+    mx = mm.mx
+    w = {n: mx.load(str(paths[n] / "adapters.safetensors")) for n in ADAPTERS}
+    r2, s1, s2 = ADAPTERS["two"]["rank"], ADAPTERS["one"]["scale"], ADAPTERS["two"]["scale"]
+    assert set(w["two"]) <= set(w["one"])
+    summed = {}
+    for key, a1 in w["one"].items():
+        if not key.endswith(".lora_a"):
+            continue
+        b_key = key[:-len("lora_a")] + "lora_b"
+        b1 = w["one"][b_key]
+        a2 = w["two"].get(key, mx.zeros((a1.shape[0], r2), dtype=a1.dtype))
+        b2 = w["two"].get(b_key, mx.zeros((r2, b1.shape[1]), dtype=b1.dtype))
+        summed[key] = mx.concatenate([a1, a2], axis=1)
+        summed[b_key] = mx.concatenate([s1 * b1, s2 * b2], axis=0)
+    out.mkdir()
+    mx.save_safetensors(str(out / "adapters.safetensors"), summed)
+    config = json.loads((paths["one"] / "adapter_config.json").read_text())
+    config["lora_parameters"].update(rank=ADAPTERS["one"]["rank"] + r2, scale=1.0)
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_adapters_list_stacks(lora_setup, tmp_path):
+    """mlx_lm.server's `adapters` as a list: one entry is that adapter, two
+    are both at once (mlx-lm's text with the summed adapter), none is the
+    base model, and an unknown entry is a 404 naming it."""
+    model, paths, texts = lora_setup
+    both = mlx_text(model, write_summed_adapter(paths, tmp_path / "summed"))
+    assert both not in (texts["one"], texts["two"])
+    s = Server(model, "--alias", sc.ALIAS, "--lora", f"one={paths['one']}",
+               "--lora", f"two={paths['two']}")
+    try:
+        for adapters, want in ((["one"], texts["one"]), ([str(paths["two"])], texts["two"]),
+                               (["one", "two"], both), ([], texts[None])):
+            st, _, body = complete(s.port, adapters=adapters)
+            assert st == 200 and body["choices"][0]["text"] == want, (adapters, body)
+        err = sc.assert_api_error(*complete(s.port, adapters=["one", "nope"])[::2], 404,
+                                  "adapters")
+        assert "nope" in err["message"], err
+        sc.assert_api_error(*complete(s.port, adapters=["one", 3])[::2], 400, "adapters")
+    finally:
+        s.stop_cleanly()
+
+
+def lora_gauges(port):
+    """(running adapters, waiting adapters, requests running, waiting) from
+    /metrics through prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    st, _, text = request(port, "GET", "/metrics")
+    assert st == 200
+    samples = {s.name: s for f in text_string_to_metric_families(text.decode())
+               for s in f.samples}
+    info = samples["vllm:lora_requests_info"].labels
+    split = lambda v: sorted(filter(None, v.split(",")))  # noqa: E731
+    return (split(info["running_lora_adapters"]), split(info["waiting_lora_adapters"]),
+            samples["vllm:num_requests_running"].value,
+            samples["vllm:num_requests_waiting"].value)
+
+
+def gauges_when(port, holds, timeout=10):
+    """lora_gauges once holds(them) (the engine's counts are a snapshot
+    taken after each step), or the last ones after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not holds(got := lora_gauges(port)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return got
+
+
+def test_lora_requests_info_matches_the_engine(lora_setup):
+    """With one sequence at a time, a long streamed request under `one` is
+    running and a request under `two` behind it waits: the info series says
+    so, as vllm:num_requests_running / _waiting count them."""
+    openai = pytest.importorskip("openai")
+    model, paths, texts = lora_setup
+    eos = sc.load_reference(model)["eos_token_ids"]
+    s = Server(model, "--alias", sc.ALIAS, "--parallel", "1", "--lora", f"one={paths['one']}",
+               "--lora", f"two={paths['two']}")
+    waiting = None
+    try:
+        with openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", timeout=120,
+                           max_retries=0) as client:
+            stream = client.completions.create(
+                model="one", prompt=PROMPT, max_tokens=4000, stream=True, temperature=0,
+                logit_bias={str(t): -100 for t in eos})
+            next(iter(stream))   # generating now
+            got = gauges_when(s.port, lambda g: g[2] == 1)
+            assert got == (["one"], [], 1, 0)
+            waiting = threading.Thread(target=complete, args=(s.port, "two"))
+            waiting.start()
+            got = gauges_when(s.port, lambda g: g[3] == 1)
+            assert got == (["one"], ["two"], 1, 1)
+            stream.close()       # cancels the long request
+            waiting.join(sc.REQUEST_TIMEOUT)
+            assert gauges_when(s.port, lambda g: g[2:] == (0, 0)) == ([], [], 0, 0)
+    finally:
+        if waiting:
+            waiting.join(sc.REQUEST_TIMEOUT)
+        s.stop_cleanly()

@@ -401,8 +401,18 @@ static int run_steps(void) {
             fprintf(stderr, "engine_harness: step: %s\n", err.message);
             exit(1);
         }
-        int queued, running;
+        int queued, running, flagged = 0;
         spindle_engine_counts(H.engine, &queued, &running);
+        /* spindle_engine_is_running marks the same requests the count
+         * counts (a request submitted by a callback is only queued). */
+        for (int i = 0; i < H.n_reqs; i++)
+            flagged += H.reqs[i].submitted && H.reqs[i].submit_status == SPINDLE_OK &&
+                       spindle_engine_is_running(H.engine, H.reqs[i].id);
+        if (flagged != running) {
+            fprintf(stderr, "engine_harness: step %d: %d requests report running, the "
+                            "counts say %d\n", step, flagged, running);
+            exit(1);
+        }
         if (running > H.max_running) H.max_running = running;
         if (queued > H.max_queued) H.max_queued = queued;
         if (!active && !pending) return step + 1;
