@@ -278,9 +278,9 @@ void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting)
     for (sp_job *j = s->jobs; j; j = j->next) {
         if (!j->req.adapter_name) continue;
         pthread_mutex_lock(&j->mu);
-        bool finished = j->finished;
+        bool done = finished(j);
         pthread_mutex_unlock(&j->mu);
-        if (finished) continue;   /* only its reply is left to send */
+        if (done) continue;   /* only its reply is left to send */
         /* The engine's own view, so that the lists agree with
          * vllm:num_requests_running / _waiting. */
         bool in_engine = j->id && spindle_engine_is_running(s->engine, j->id);
