@@ -115,6 +115,20 @@ SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
   SPINDLE_BIN="$PWD/build-clang/spindle" .venv/bin/python -m pytest -q \
   -p no:cacheprovider "${CLANG_PARITY[@]}"
 
+# The engine and an embedder running passes over one hybrid model at once
+# (tests/tools/engine_embed_race.c) under ThreadSanitizer: model data must
+# stay read-only during a pass. Only that program is built (the library
+# under -fsanitize=thread, about a minute).
+stage "ThreadSanitizer: engine + embedder on one hybrid model (build-tsan)"
+HYBRID_MODEL=tests/.work/parity-hybrid/qwen3_5-f32
+if [ ! -f "$HYBRID_MODEL/config.json" ]; then
+  .venv/bin/python tests/parity/make_hybrid_models.py -q --only qwen3_5-f32
+fi
+CC=clang-16 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_TSAN=ON >/dev/null
+cmake --build build-tsan -j "$JOBS" --target engine_embed_race 2>&1 | grep -E "error|warning" || true
+cmake --build build-tsan -j "$JOBS" --target engine_embed_race >/dev/null
+TSAN_OPTIONS=halt_on_error=1 build-tsan/engine_embed_race "$HYBRID_MODEL"
+
 # The parsers under libFuzzer (tests/fuzz): each harness once over its
 # committed corpus (seeds and bug reproducers), then a fixed number of
 # inputs from seed 1 (tests/fuzz/ci_runs.txt); FUZZ_SECONDS=N fuzzes each
