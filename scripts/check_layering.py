@@ -42,10 +42,12 @@ PEER_HEADERS = {
 # JSON string lines (cJSON cannot keep \u0000) with base's UTF-8 encoder;
 # `spindle serve` starts the server through server/'s one entry header.
 # The server keeps request bodies, held-back stop text and its SSE output in
-# base's growable string (sp_strbuf), the project's one such buffer.
+# base's growable string (sp_strbuf), the project's one such buffer, and
+# sends its messages to the library's log handler (base/log.h), which
+# `spindle serve` installs, so that they reach stderr as the library's do.
 FRONT_END_HEADERS = {
     "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h", "server/server.h"),
-    "server": ("base/strbuf.h",),
+    "server": ("base/strbuf.h", "base/log.h"),
 }
 
 PUBLIC_HEADER = "spindle.h"

@@ -6,6 +6,7 @@
 #include "runtime/seq_state_impl.h"
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -198,8 +199,8 @@ static void write_job(sp_prefix_disk *d, job *j) {
     if (st) {
         if (e >= 0 && !d->entries[e].written) index_remove(d, e);
         if (!d->warned_write)
-            fprintf(stderr, "spindle: warning: prompt cache: %s (later write "
-                            "failures are not reported)\n", err.message);
+            sp_log(SPINDLE_LOG_WARN, "prompt cache: %s (later write failures "
+                                     "are not reported)", err.message);
         d->warned_write = true;
     } else if (e >= 0 && !d->entries[e].written) {
         mark_written(d, e, sizeof header + (size_t)j->key.payload_bytes);
@@ -488,8 +489,8 @@ static unsigned char *read_file(const char *path, size_t most, size_t *n,
 /* Refuse a file: say why once, forget it and delete it. */
 static void refuse(sp_prefix_disk *d, uint64_t hash, uint32_t kind,
                    const char *path, const char *why) {
-    fprintf(stderr, "spindle: warning: prompt cache: %s: %s; ignored and "
-                    "deleted\n", path, why);
+    sp_log(SPINDLE_LOG_WARN, "prompt cache: %s: %s; ignored and deleted",
+           path, why);
     pthread_mutex_lock(&d->lock);
     const int e = index_find(d, hash, kind);
     if (e >= 0 && d->entries[e].written) index_remove(d, e);
