@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need, builds
-# a release and a sanitizer (ASan + UBSan) configuration, and runs the C unit
-# tests (ctest) and the Python parity suites (pytest) against each.
+# a release and a sanitizer (ASan + UBSan, invariant walkers on)
+# configuration, and runs the C unit tests (ctest) and the Python parity
+# suites (pytest) against each; and the engine with an embedder under
+# ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -173,7 +175,12 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py
       tests/parity/test_lora_hybrid.py -m "not slow")
   fi
-  run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
+  # SPINDLE_INVARIANTS: after every engine step the KV pool, its prefix
+  # index, boundary states and disk tier, and each running sequence's slot
+  # roles and block table are walked (src/generation/engine_sched.c); a
+  # violation aborts the step that caused it.
+  run_suite build-asan \
+    "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON -DSPINDLE_INVARIANTS=ON" \
     "" "${ASAN_SELECT[@]}"
 fi
 stage "done"
