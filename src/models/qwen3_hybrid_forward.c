@@ -73,9 +73,7 @@ static hybrid_rows *reserve(sp_forward *f, const sp_hybrid *h) {
 
 /* ---------------------------------------------------------- gated attention */
 
-static void gated_attention(sp_forward *f, int l, const sp_hybrid *h,
-                            hybrid_rows *r) {
-    (void)h;
+static void gated_attention(sp_forward *f, int l, hybrid_rows *r) {
     const sp_model_config *c = &f->m->cfg;
     const sp_layer *L = &f->m->layers[l];
     const size_t hd = (size_t)c->head_dim, qw = (size_t)c->n_heads * hd;
@@ -205,7 +203,10 @@ void sp_hybrid_mixer(sp_forward *f, int l) {
     const sp_hybrid *h = f->m->family;
     hybrid_rows *r = f->status ? NULL : reserve(f, h);
     if (!r) return;
-    (h->linear[l] ? delta_net : gated_attention)(f, l, h, r);
+    if (h->linear[l])
+        delta_net(f, l, h, r);
+    else
+        gated_attention(f, l, r);
 }
 
 void sp_hybrid_layer(sp_forward *f, int l) {
