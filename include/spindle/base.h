@@ -63,10 +63,11 @@ typedef void (*spindle_log_fn)(spindle_log_level level, const char *message,
  * process. Thread-safe: handlers are called one at a time under a lock,
  * from whichever thread logs (the engine's, an HTTP connection's, the
  * prompt cache's writer), and once spindle_set_log returns the previous
- * handler is never called again. A handler must not call spindle_set_log.
- * "error", "warn", "info", "debug" for a level (static strings; NULL
- * outside the enum) is spindle_log_level_name. */
+ * handler is never called again. A handler must not call spindle_set_log
+ * or anything that logs (it would wait for itself). */
 void spindle_set_log(spindle_log_fn fn, void *user);
+/* "error", "warn", "info", "debug" (static strings); NULL outside the
+ * enum. Thread-safe. */
 const char *spindle_log_level_name(spindle_log_level level);
 
 #ifdef __cplusplus
