@@ -8,7 +8,10 @@
  *  - Every fallible call returns a spindle_status and, when it is not
  *    SPINDLE_OK, fills the caller's spindle_error with one line of text naming
  *    what is wrong (file, tensor, key...). `err` may be NULL.
- *  - Library code never exits or aborts the process.
+ *  - Library code never exits or aborts the process, and never prints: what
+ *    it must tell a person goes to the log handler the program installs
+ *    with spindle_set_log (levels error, warn, info, debug; none installed:
+ *    dropped).
  *  - Memory handed to the caller (token arrays, strings) is released with
  *    spindle_free(). A returned `const` pointer is borrowed: it belongs to
  *    the handle it came from and stays valid as each call says, at most
@@ -22,10 +25,11 @@
  *    model's forward pass over and accepts requests from any thread
  *    (submit, cancel), stepping on one. Distinct handles never
  *    share state, and nothing is global except what the calls that take no
- *    handle return (static strings).
+ *    handle return (static strings) and the log handler.
  *
  * The declarations live in include/spindle/, one header per concern, in
- * the order they build on each other: base (status, errors, spindle_free),
+ * the order they build on each other: base (status, errors, spindle_free,
+ * the log handler),
  * model, sequence (and the forward pass), adapter, sampling, generate
  * (one generation, speculative decoding), engine, checkpoint, tokenizer
  * (and chat templates), grammar, embed. Include this header, not those.

@@ -43,10 +43,12 @@ PEER_HEADERS = {
 # `spindle serve` starts the server through server/'s one entry header.
 # The server keeps request bodies, held-back stop text and its SSE output in
 # base's growable string (sp_strbuf), the project's one such buffer, and
-# checks its jobs' state transitions with base's SP_DEBUG_CHECK.
+# checks its jobs' state transitions with base's SP_DEBUG_CHECK, and sends
+# its messages to the library's log handler (base/log.h), which `spindle
+# serve` installs, so that they reach stderr as the library's do.
 FRONT_END_HEADERS = {
     "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h", "server/server.h"),
-    "server": ("base/strbuf.h", "base/check.h"),
+    "server": ("base/strbuf.h", "base/check.h", "base/log.h"),
 }
 
 PUBLIC_HEADER = "spindle.h"

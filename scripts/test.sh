@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need, builds
-# a release and a sanitizer (ASan + UBSan) configuration, and runs the C unit
-# tests (ctest) and the Python parity suites (pytest) against each.
+# a release and a sanitizer (ASan + UBSan, invariant walkers on)
+# configuration, and runs the C unit tests (ctest) and the Python parity
+# suites (pytest) against each; and the engine with an embedder under
+# ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -115,6 +117,20 @@ SPINDLE_BUILD="$PWD/build-clang" SPINDLE_BUILD_DIR="$PWD/build-clang" \
   SPINDLE_BIN="$PWD/build-clang/spindle" .venv/bin/python -m pytest -q \
   -p no:cacheprovider "${CLANG_PARITY[@]}"
 
+# The engine and an embedder running passes over one hybrid model at once
+# (tests/tools/engine_embed_race.c) under ThreadSanitizer: model data must
+# stay read-only during a pass. Only that program is built (the library
+# under -fsanitize=thread, about a minute).
+stage "ThreadSanitizer: engine + embedder on one hybrid model (build-tsan)"
+HYBRID_MODEL=tests/.work/parity-hybrid/qwen3_5-f32
+if [ ! -f "$HYBRID_MODEL/config.json" ]; then
+  .venv/bin/python tests/parity/make_hybrid_models.py -q --only qwen3_5-f32
+fi
+CC=clang-16 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_TSAN=ON >/dev/null
+cmake --build build-tsan -j "$JOBS" --target engine_embed_race 2>&1 | grep -E "error|warning" || true
+cmake --build build-tsan -j "$JOBS" --target engine_embed_race >/dev/null
+TSAN_OPTIONS=halt_on_error=1 build-tsan/engine_embed_race "$HYBRID_MODEL"
+
 # The parsers under libFuzzer (tests/fuzz): each harness once over its
 # committed corpus (seeds and bug reproducers), then a fixed number of
 # inputs from seed 1 (tests/fuzz/ci_runs.txt); FUZZ_SECONDS=N fuzzes each
@@ -160,7 +176,12 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py
       tests/parity/test_lora_hybrid.py -m "not slow")
   fi
-  run_suite build-asan "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON" \
+  # SPINDLE_INVARIANTS: after every engine step the KV pool, its prefix
+  # index, boundary states and disk tier, and each running sequence's slot
+  # roles and block table are walked (src/generation/engine_sched.c); a
+  # violation aborts the step that caused it.
+  run_suite build-asan \
+    "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPINDLE_SANITIZE=ON -DSPINDLE_INVARIANTS=ON" \
     "" "${ASAN_SELECT[@]}"
 fi
 stage "done"

@@ -41,6 +41,35 @@ const char *spindle_status_name(spindle_status status);
  * fine. Thread-safe. */
 void spindle_free(void *ptr);
 
+/* --------------------------------------------------------------------- log
+ * The library never writes to stdout or stderr. What it has to tell a
+ * person and cannot return as an error (a prompt-cache file it refused and
+ * deleted, a write that failed in the background) goes to the log handler
+ * the program installs; with none installed it is dropped. */
+typedef enum spindle_log_level {
+    SPINDLE_LOG_ERROR = 0,  /* something failed that no caller sees */
+    SPINDLE_LOG_WARN,       /* something was ignored or degraded */
+    SPINDLE_LOG_INFO,       /* what a server operator wants to see */
+    SPINDLE_LOG_DEBUG       /* detail for diagnosis */
+} spindle_log_level;
+
+/* One message: a single line of UTF-8 without a trailing newline, naming
+ * what it is about ("prompt cache: PATH: ...") but not the level or the
+ * program, which the handler adds as it sees fit. Borrowed for the call. */
+typedef void (*spindle_log_fn)(spindle_log_level level, const char *message,
+                               void *user);
+
+/* Install `fn` (NULL: drop every message) with `user` for the whole
+ * process. Thread-safe: handlers are called one at a time under a lock,
+ * from whichever thread logs (the engine's, an HTTP connection's, the
+ * prompt cache's writer), and once spindle_set_log returns the previous
+ * handler is never called again. A handler must not call spindle_set_log
+ * or anything that logs (it would wait for itself). */
+void spindle_set_log(spindle_log_fn fn, void *user);
+/* "error", "warn", "info", "debug" (static strings); NULL outside the
+ * enum. Thread-safe. */
+const char *spindle_log_level_name(spindle_log_level level);
+
 #ifdef __cplusplus
 }
 #endif

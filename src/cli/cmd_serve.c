@@ -145,5 +145,6 @@ int sp_cmd_serve(int argc, char **argv) {
     sp_server_defaults(&o);
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    spindle_set_log(sp_cli_log, "spindle serve");
     return sp_server_run(&o);
 }

@@ -15,4 +15,12 @@ int sp_cmd_convert(int argc, char **argv);
 int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_embed(int argc, char **argv);
 
+#include "spindle.h"
+
+/* The log handler every command installs (spindle_set_log): one line on
+ * stderr, led by `user` (the program as the user typed it: "spindle",
+ * "spindle serve") and "warning: " for warnings; debug messages are not
+ * shown. */
+void sp_cli_log(spindle_log_level level, const char *message, void *user);
+
 #endif

@@ -35,7 +35,14 @@ static void usage(FILE *out) {
     fprintf(out, "\n'spindle <command> --help' describes a command's options.\n");
 }
 
+void sp_cli_log(spindle_log_level level, const char *message, void *user) {
+    if (level == SPINDLE_LOG_DEBUG) return;
+    fprintf(stderr, "%s: %s%s\n", (const char *)user,
+            level == SPINDLE_LOG_WARN ? "warning: " : "", message);
+}
+
 int main(int argc, char **argv) {
+    spindle_set_log(sp_cli_log, "spindle");
     if (argc < 2) {
         usage(stderr);
         return 2;

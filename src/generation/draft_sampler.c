@@ -33,10 +33,6 @@
 #include "generation/sampler.h"
 #include "generation/speculative.h"
 
-static bool greedy_drafts;
-
-void sp_draft_set_greedy(bool on) { greedy_drafts = on; }
-
 spindle_status sp_draft_sampler_init(sp_draft_sampler *ds,
                                      const spindle_sampler *request,
                                      spindle_error *err) {
@@ -58,7 +54,7 @@ void sp_draft_sampler_start_round(sp_draft_sampler *ds) {
 }
 
 int32_t sp_draft_sampler_pick(sp_draft_sampler *ds, float *logits, int vocab) {
-    if (!ds->clone || greedy_drafts) return sp_sample_argmax(logits, vocab);
+    if (!ds->clone) return sp_sample_argmax(logits, vocab);
     int32_t t;
     spindle_error err;
     return spindle_sampler_sample(ds->clone, logits, vocab, &t, NULL, &err)

@@ -65,6 +65,10 @@ static spindle_status check_options(const spindle_engine_options *o,
     return SPINDLE_OK;
 }
 
+void sp_engine_set_testing(spindle_engine *e, const sp_engine_testing *t) {
+    e->testing = *t;
+}
+
 spindle_status spindle_engine_new(spindle_model *model,
                                   const spindle_engine_options *options,
                                   spindle_engine **out, spindle_error *err) {

@@ -141,8 +141,24 @@ typedef struct sp_request {
     spindle_error error;            /* status SPINDLE_OK unless it failed */
 } sp_request;
 
+/* Deliberate misbehaviour of speculation, for the tests that must catch it
+ * or compare against it (tests/tools/engine_harness.c): per engine, all off
+ * unless sp_engine_set_testing turns them on. */
+typedef struct sp_engine_testing {
+    /* A wrong acceptance rule: every draft accepted, whatever the target
+     * samples (the sampling-equality test must catch it). */
+    bool always_accept;
+    /* Each draft-model step takes this many seconds longer (a draft model
+     * slower than its target, which the adaptive rule must turn off). */
+    double draft_delay;
+    /* The drafters draft their argmax at every temperature (as before
+     * drafts were sampled), so that tests compare the acceptance rates. */
+    bool greedy_drafts;
+} sp_engine_testing;
+
 struct spindle_engine {
     spindle_model *model;
+    sp_engine_testing testing;      /* set before the first submit */
     int vocab, context;
     int max_seqs, max_batch_tokens;
     bool background;
@@ -186,6 +202,8 @@ struct spindle_engine {
 };
 
 double sp_engine_now(void);
+/* Set e's testing behaviour; before the first request is submitted. */
+void sp_engine_set_testing(spindle_engine *e, const sp_engine_testing *t);
 
 /* Whether the request's state table allows from -> to (engine.c). */
 bool sp_request_transition_allowed(sp_request_state from, sp_request_state to);

@@ -19,6 +19,8 @@
  * n-gram index). */
 #include "generation/engine.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -225,6 +227,28 @@ static void take_results(spindle_engine *e, int n) {
     }
 }
 
+#ifdef SPINDLE_INVARIANTS
+/* The test builds' assertion after every step (SQLite's sanity walkers):
+ * the model's KV pool with its prefix index, boundary states and disk
+ * tier, and every running request's sequence state. A violation is a bug
+ * in the library: it stops the process there, where the state is still
+ * the one that broke, rather than some steps later. */
+static void check_invariants(spindle_engine *e) {
+    spindle_error err = {0};
+    spindle_status st = e->model->kv_pool
+                            ? sp_kv_pool_check(e->model->kv_pool, &err)
+                            : SPINDLE_OK;
+    for (int i = 0; i < e->n_running && !st; i++)
+        if (e->running[i]->seq)
+            st = sp_seq_state_check(e->running[i]->seq->state, &err);
+    if (st) {
+        fprintf(stderr, "spindle: invariant violated after an engine step: "
+                        "%s\n", err.message);
+        abort();
+    }
+}
+#endif
+
 int sp_engine_run_step(spindle_engine *e) {
     take_incoming(e);
     retire_running(e, true);
@@ -240,6 +264,9 @@ int sp_engine_run_step(spindle_engine *e) {
         take_results(e, n);
         retire_running(e, false);
     }
+#ifdef SPINDLE_INVARIANTS
+    check_invariants(e);
+#endif
     pthread_mutex_lock(&e->lock);
     e->n_waiting_seen = e->n_waiting;
     e->n_running_seen = e->n_running;

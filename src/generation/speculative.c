@@ -143,14 +143,6 @@ static void observe_draft(draft_cost *d, double seconds, int steps) {
     d->seen = true;
 }
 
-static bool always_accept;
-
-void sp_spec_set_always_accept(bool on) { always_accept = on; }
-
-static double draft_delay;
-
-void sp_spec_set_draft_delay(double seconds) { draft_delay = seconds; }
-
 const char *spindle_spec_mode_name(spindle_spec_mode mode) {
     static const char *const names[] = {"none", "ngram", "draft", "mtp"};
     return (unsigned)mode < 4 ? names[mode] : NULL;
@@ -215,6 +207,8 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
     s->max_draft = k < limit ? k : limit;
     s->n_round = -1;
     s->backoff = BACKOFF_MIN;
+    /* A drafter without the request's sampler drafts its argmax. */
+    if (e->testing.greedy_drafts) sampler = NULL;
     spindle_status st =
         p->mode == SPINDLE_SPEC_NONE ? SPINDLE_OK
         : p->mode == SPINDLE_SPEC_NGRAM
@@ -388,7 +382,8 @@ static bool reserve_rows(spindle_engine *e, sp_spec_engine *se, int rows) {
 
 /* The draft-model jobs, one batched run per distinct draft model; each
  * request's round gets what its job drafted. */
-static void run_draft_models(sp_spec_engine *se, int n_jobs) {
+static void run_draft_models(const spindle_engine *e, sp_spec_engine *se,
+                             int n_jobs) {
     for (int first = 0; first < n_jobs;) {
         spindle_model *m = sp_draft_seq_model(se->jobs[first].seq);
         int end = first + 1;
@@ -406,8 +401,8 @@ static void run_draft_models(sp_spec_engine *se, int n_jobs) {
             if (se->jobs[j].want > steps) steps = se->jobs[j].want;
         double seconds = sp_draft_model_run(se->jobs + first, end - first,
                                             se->draft_entries);
-        if (draft_delay > 0) {
-            double d = draft_delay * steps;
+        if (e->testing.draft_delay > 0) {
+            double d = e->testing.draft_delay * steps;
             struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
             nanosleep(&ts, NULL);
             seconds += d;
@@ -486,7 +481,7 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
         spare -= d;
         rows += d;
     }
-    run_draft_models(se, n_jobs);
+    run_draft_models(e, se, n_jobs);
     for (int j = 0; j < n_jobs; j++) {
         sp_request *r = se->job_req[j];
         int kept = grammar_cut(r, r->spec, r->spec->n_round);
@@ -532,7 +527,8 @@ static void count_round(sp_spec *s, int drafted, int verified, int accepted,
     }
 }
 
-/* The broken rule of sp_spec_set_always_accept: only the draft can win. */
+/* The broken rule of sp_engine_testing.always_accept: only the draft can
+ * win. */
 static void force_token(float *row, int vocab, int32_t token) {
     for (int i = 0; i < vocab; i++)
         if (i != token) row[i] = -INFINITY;
@@ -548,7 +544,7 @@ void sp_spec_take_round(spindle_engine *e, sp_request *r,
     int emitted = 0, accepted = 0;
     for (int i = 0; i <= d; i++) {
         float *row = en->logits + (size_t)i * e->vocab;
-        if (i < d && always_accept) force_token(row, e->vocab, s->draft[i]);
+        if (i < d && e->testing.always_accept) force_token(row, e->vocab, s->draft[i]);
         spindle_status st = SPINDLE_OK;
         bool stop = sp_request_take_token(e, r, row, &r->reason, &st, &r->error);
         if (st) {

@@ -73,14 +73,6 @@ void sp_spec_take_round(spindle_engine *e, sp_request *r,
 void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds);
 void sp_spec_stats(const sp_request *r, spindle_spec_stats *out);
 
-/* Test hook: a deliberately wrong acceptance rule (every draft accepted,
- * whatever the target samples) that the sampling-equality test must
- * catch. Process-wide; off by default. */
-void sp_spec_set_always_accept(bool on);
-/* Test hook: each draft-model step takes `seconds` longer (a draft model
- * slower than its target, which the adaptive rule must turn off).
- * Process-wide; 0 by default. */
-void sp_spec_set_draft_delay(double seconds);
 
 /* ---- drafter_ngram.c ---- */
 
@@ -122,10 +114,6 @@ void sp_draft_sampler_start_round(sp_draft_sampler *ds);
  * as the filtered log-probabilities); -1 when the sampler refuses them
  * (nothing left to draw from). */
 int32_t sp_draft_sampler_pick(sp_draft_sampler *ds, float *logits, int vocab);
-/* Test hook: the drafters draft their argmax at every temperature (as
- * before drafts were sampled), so that tests compare the two acceptance
- * rates. Process-wide; off by default. */
-void sp_draft_set_greedy(bool on);
 
 /* ---- drafter_model.c ---- */
 

@@ -85,6 +85,7 @@ void sp_forward_free(sp_forward *f) {
     free(f->gate); free(f->up);
     sp_moe_scratch_free(f->moe);
     sp_lora_scratch_free(f->lora);
+    if (f->family_scratch) f->family_scratch_free(f->family_scratch);
     free(f);
 }
 

@@ -52,6 +52,12 @@ struct sp_forward {
      * sp_forward_family_rows. */
     float *family_rows;
     size_t family_cap;
+    /* A family's own per-pass scratch (the hybrid families' DeltaNet
+     * rows), created by the family's forward on first use and released
+     * with the pass by family_scratch_free. Model data is read-only during
+     * a pass: whatever a pass writes lives here or in the sequences. */
+    void *family_scratch;
+    void (*family_scratch_free)(void *scratch);
     bool any_adapter;         /* some sequence has a LoRA adapter */
     struct sp_lora_scratch *lora; /* sp_lora_apply's, NULL until needed */
 

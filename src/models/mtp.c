@@ -17,8 +17,6 @@ struct sp_mtp {
     spindle_model *target;
     sp_linear fc;            /* [hidden][2 * hidden] */
     const float *norm_embed, *norm_hidden;
-    float *fused;            /* [cap_rows][2 * hidden] */
-    int cap_rows;
     atomic_int refs;
 };
 
@@ -120,28 +118,24 @@ void sp_mtp_free(sp_mtp *p) {
     free(h->layers);
     free(h->state_desc);
     if (h->family && h->arch->free_family) h->arch->free_family(h->family);
-    free(p->fused);
     free(p);
 }
 
 /* fused[t] = concat(norm_embed(f->x[t]), norm_hidden(hidden[t])); then
- * f->x = fc(fused). */
+ * f->x = fc(fused). The fused rows are the pass's (f->family_rows). */
 static spindle_status fuse_rows(sp_mtp *p, sp_forward *f, const float *hidden,
                                 spindle_error *err) {
     const int d = p->head.cfg.hidden_size, n = f->n_rows;
     const float eps = p->head.cfg.rms_norm_eps;
-    if (n > p->cap_rows) {
-        float *g = realloc(p->fused, (size_t)n * 2 * d * sizeof *g);
-        if (!g) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-        p->fused = g;
-        p->cap_rows = n;
-    }
+    if (!sp_forward_family_rows(f, (size_t)n * 2 * d))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    float *fused = f->family_rows;
     for (size_t t = 0; t < (size_t)n; t++) {
-        float *row = p->fused + t * 2 * d;
+        float *row = fused + t * 2 * d;
         sp_rmsnorm(row, f->x + t * d, p->norm_embed, d, eps, 0.0f);
         sp_rmsnorm(row + d, hidden + t * d, p->norm_hidden, d, eps, 0.0f);
     }
-    sp_linear_rows(f->pool, &p->fc, p->fused, n, f->x);
+    sp_linear_rows(f->pool, &p->fc, fused, n, f->x);
     return SPINDLE_OK;
 }
 

@@ -250,15 +250,6 @@ bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l) {
 void sp_hybrid_release(sp_hybrid *h) {
     free(h->linear);
     free(h->delta);
-    free(h->proj);
-    free(h->conv_in);
-    free(h->conv_out);
-    free(h->z);
-    free(h->a);
-    free(h->b);
-    free(h->core);
-    free(h->q_full);
-    free(h->gate);
 }
 
 void sp_hybrid_layer_state(const spindle_model *m, int l,

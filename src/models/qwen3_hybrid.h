@@ -48,9 +48,9 @@ typedef struct sp_hybrid {
     int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
     int64_t key_dim, value_dim, conv_dim;
     bool heads_tiled;        /* llama.cpp's qwen35 order of value heads */
-    /* Forward scratch, cap_rows rows of each width. */
-    int cap_rows;
-    float *proj, *conv_in, *conv_out, *z, *a, *b, *core, *q_full, *gate;
+    /* Read-only after loading: the per-pass rows live in the pass
+     * (sp_forward.family_scratch), since the engine and an embedder may run
+     * passes over one model at once. */
 } sp_hybrid;
 
 typedef struct sp_hybrid_options {
@@ -107,8 +107,8 @@ bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l);
     {"ssm_out", "linear_attn.out_proj"},                                      \
     {"post_attention_norm", "post_attention_layernorm"}
 
-/* Release what sp_hybrid_config, sp_hybrid_bind and the forward passes
- * allocated in h (not h itself). */
+/* Release what sp_hybrid_config and sp_hybrid_bind allocated in h (not h
+ * itself). */
 void sp_hybrid_release(sp_hybrid *h);
 
 /* f->out = mixer of layer l (f->xn): gated attention or the DeltaNet over

@@ -17,6 +17,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The pass's own rows (sp_forward.family_scratch), cap_rows of each
+ * width: the model's sp_hybrid is shared by every pass over it. */
+typedef struct hybrid_rows {
+    int cap_rows;
+    float *proj, *conv_in, *conv_out, *z, *a, *b, *core, *q_full, *gate;
+} hybrid_rows;
+
+static void rows_free(void *p) {
+    hybrid_rows *r = p;
+    free(r->proj); free(r->conv_in); free(r->conv_out); free(r->z);
+    free(r->a); free(r->b); free(r->core); free(r->q_full); free(r->gate);
+    free(r);
+}
+
 static bool grow(float **p, size_t n) {
     float *q = realloc(*p, n * sizeof(float));
     if (!q) return false;
@@ -24,49 +38,59 @@ static bool grow(float **p, size_t n) {
     return true;
 }
 
-/* Scratch for T rows; false (f->status set) when out of memory. */
-static bool reserve(sp_forward *f, sp_hybrid *h) {
+static bool grow_rows(hybrid_rows *r, const sp_forward *f,
+                      const sp_hybrid *h) {
     const int T = f->n_rows;
-    if (T <= h->cap_rows) return true;
+    if (T <= r->cap_rows) return true;
     const sp_model_config *c = &f->m->cfg;
     const size_t t = (size_t)T, qw = (size_t)c->n_heads * c->head_dim;
     size_t proj = (size_t)(2 * h->key_dim + 2 * h->value_dim);
     if (proj < 2 * (size_t)h->n_v_heads) proj = 2 * (size_t)h->n_v_heads;
-    if (!grow(&h->proj, t * proj) || !grow(&h->conv_in, t * h->conv_dim) ||
-        !grow(&h->conv_out, t * h->conv_dim) || !grow(&h->z, t * h->value_dim) ||
-        !grow(&h->a, t * h->n_v_heads) || !grow(&h->b, t * h->n_v_heads) ||
-        !grow(&h->core, t * h->value_dim) || !grow(&h->q_full, t * 2 * qw) ||
-        !grow(&h->gate, t * qw)) {
-        if (!f->status)
-            f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY,
-                                "out of memory for a forward pass of %d "
-                                "tokens", T);
+    if (!grow(&r->proj, t * proj) || !grow(&r->conv_in, t * h->conv_dim) ||
+        !grow(&r->conv_out, t * h->conv_dim) || !grow(&r->z, t * h->value_dim) ||
+        !grow(&r->a, t * h->n_v_heads) || !grow(&r->b, t * h->n_v_heads) ||
+        !grow(&r->core, t * h->value_dim) || !grow(&r->q_full, t * 2 * qw) ||
+        !grow(&r->gate, t * qw))
         return false;
-    }
-    h->cap_rows = T;
+    r->cap_rows = T;
     return true;
+}
+
+/* The pass's rows for T rows; NULL (f->status set) when out of memory. */
+static hybrid_rows *reserve(sp_forward *f, const sp_hybrid *h) {
+    if (!f->family_scratch) {
+        f->family_scratch = calloc(1, sizeof(hybrid_rows));
+        f->family_scratch_free = rows_free;
+    }
+    hybrid_rows *r = f->family_scratch;
+    if (r && grow_rows(r, f, h)) return r;
+    if (!f->status)
+        f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY,
+                            "out of memory for a forward pass of %d tokens",
+                            f->n_rows);
+    return NULL;
 }
 
 /* ---------------------------------------------------------- gated attention */
 
-static void gated_attention(sp_forward *f, int l, sp_hybrid *h) {
+static void gated_attention(sp_forward *f, int l, hybrid_rows *r) {
     const sp_model_config *c = &f->m->cfg;
     const sp_layer *L = &f->m->layers[l];
     const size_t hd = (size_t)c->head_dim, qw = (size_t)c->n_heads * hd;
-    sp_linear_forward(f, &L->q, f->xn, h->q_full);
+    sp_linear_forward(f, &L->q, f->xn, r->q_full);
     /* mlx-lm splits each head's 2 * head_dim outputs into query and gate. */
     for (size_t t = 0; t < (size_t)f->n_rows; t++)
         for (size_t hh = 0; hh < (size_t)c->n_heads; hh++) {
-            const float *src = h->q_full + t * 2 * qw + hh * 2 * hd;
+            const float *src = r->q_full + t * 2 * qw + hh * 2 * hd;
             memcpy(f->q + t * qw + hh * hd, src, hd * sizeof(float));
-            memcpy(h->gate + t * qw + hh * hd, src + hd, hd * sizeof(float));
+            memcpy(r->gate + t * qw + hh * hd, src + hd, hd * sizeof(float));
         }
     sp_linear_forward(f, &L->k, f->xn, f->k);
     sp_linear_forward(f, &L->v, f->xn, f->v);
     sp_attention_core(f, l, 1.0f / sqrtf((float)c->head_dim), 0.0f);
     const size_t n = (size_t)f->n_rows * qw;
     for (size_t i = 0; i < n; i++)
-        f->attn[i] *= 1.0f / (1.0f + expf(-h->gate[i]));
+        f->attn[i] *= 1.0f / (1.0f + expf(-r->gate[i]));
     sp_linear_forward(f, &L->o, f->attn, f->out);
 }
 
@@ -75,82 +99,84 @@ static void gated_attention(sp_forward *f, int l, sp_hybrid *h) {
 /* Qwen3-Next's fused projections, grouped per key head ([q, k, v, z] and
  * [b, a] of each), regrouped into the convolution's q | k | v rows, z, b
  * and a, as mlx-lm's fix_query_key_value_ordering splits them. */
-static void regroup_qkvz(sp_hybrid *h, int T) {
+static void regroup_qkvz(const sp_hybrid *h, hybrid_rows *r, int T) {
     const int64_t dk = h->k_dim, r_dv = h->value_dim / h->n_k_heads;
     const int64_t group = 2 * dk + 2 * r_dv, width = group * h->n_k_heads;
     for (int64_t t = 0; t < T; t++)
         for (int64_t g = 0; g < h->n_k_heads; g++) {
-            const float *src = h->proj + t * width + g * group;
-            float *row = h->conv_in + t * h->conv_dim;
+            const float *src = r->proj + t * width + g * group;
+            float *row = r->conv_in + t * h->conv_dim;
             memcpy(row + g * dk, src, sizeof(float) * (size_t)dk);
             memcpy(row + h->key_dim + g * dk, src + dk, sizeof(float) * (size_t)dk);
             memcpy(row + 2 * h->key_dim + g * r_dv, src + 2 * dk,
                    sizeof(float) * (size_t)r_dv);
-            memcpy(h->z + t * h->value_dim + g * r_dv, src + 2 * dk + r_dv,
+            memcpy(r->z + t * h->value_dim + g * r_dv, src + 2 * dk + r_dv,
                    sizeof(float) * (size_t)r_dv);
         }
 }
 
-static void regroup_ba(sp_hybrid *h, int T) {
-    const int64_t r = h->n_v_heads / h->n_k_heads, hv = h->n_v_heads;
+static void regroup_ba(const sp_hybrid *h, hybrid_rows *r, int T) {
+    const int64_t per = h->n_v_heads / h->n_k_heads, hv = h->n_v_heads;
     for (int64_t t = 0; t < T; t++)
         for (int64_t g = 0; g < h->n_k_heads; g++) {
-            const float *src = h->proj + t * 2 * hv + g * 2 * r;
-            memcpy(h->b + t * hv + g * r, src, sizeof(float) * (size_t)r);
-            memcpy(h->a + t * hv + g * r, src + r, sizeof(float) * (size_t)r);
+            const float *src = r->proj + t * 2 * hv + g * 2 * per;
+            memcpy(r->b + t * hv + g * per, src, sizeof(float) * (size_t)per);
+            memcpy(r->a + t * hv + g * per, src + per,
+                   sizeof(float) * (size_t)per);
         }
 }
 
-static void delta_projections(sp_forward *f, sp_hybrid *h,
-                              const sp_delta_net *D) {
+static void delta_projections(sp_forward *f, const sp_hybrid *h,
+                              hybrid_rows *r, const sp_delta_net *D) {
     if (D->qkvz.w.rows) {
-        sp_linear_forward(f, &D->qkvz, f->xn, h->proj);
-        regroup_qkvz(h, f->n_rows);
+        sp_linear_forward(f, &D->qkvz, f->xn, r->proj);
+        regroup_qkvz(h, r, f->n_rows);
     } else {
-        sp_linear_forward(f, &D->qkv, f->xn, h->conv_in);
-        sp_linear_forward(f, &D->z, f->xn, h->z);
+        sp_linear_forward(f, &D->qkv, f->xn, r->conv_in);
+        sp_linear_forward(f, &D->z, f->xn, r->z);
     }
     if (D->ba.w.rows) {
-        sp_linear_forward(f, &D->ba, f->xn, h->proj);
-        regroup_ba(h, f->n_rows);
+        sp_linear_forward(f, &D->ba, f->xn, r->proj);
+        regroup_ba(h, r, f->n_rows);
     } else {
-        sp_linear_forward(f, &D->b, f->xn, h->b);
-        sp_linear_forward(f, &D->a, f->xn, h->a);
+        sp_linear_forward(f, &D->b, f->xn, r->b);
+        sp_linear_forward(f, &D->a, f->xn, r->a);
     }
 }
 
 /* Rows r0 .. r0 + n - 1 (of one sequence) through the convolution and the
  * delta rule, continuing its conv window and state. */
-static spindle_status delta_run(sp_forward *f, sp_hybrid *h,
-                                const sp_delta_net *D,
+static spindle_status delta_run(sp_forward *f, const sp_hybrid *h,
+                                hybrid_rows *r, const sp_delta_net *D,
                                 const sp_recurrent_state *rs, int r0, int n) {
     const int64_t C = h->conv_dim, hv = h->n_v_heads;
-    float *conv = h->conv_out + r0 * C;
+    float *conv = r->conv_out + r0 * C;
     const sp_conv1d_args ca = {
         .n_tokens = n, .channels = (int)C, .kernel = h->conv_kernel,
-        .x = h->conv_in + r0 * C, .x_stride = C, .w_t = D->conv_w,
+        .x = r->conv_in + r0 * C, .x_stride = C, .w_t = D->conv_w,
         .window = rs->conv, .out = conv, .out_stride = C};
     spindle_status st = sp_conv1d_silu(f->pool, &ca, f->err);
     if (st) return st;
     const sp_delta_prepare_args pa = {
         .n_tokens = n, .n_k_heads = h->n_k_heads, .k_dim = h->k_dim,
         .q = conv, .k = conv + h->key_dim, .qk_stride = C,
-        .n_v_heads = (int)hv, .a = h->a + r0 * hv, .b = h->b + r0 * hv,
+        .n_v_heads = (int)hv, .a = r->a + r0 * hv, .b = r->b + r0 * hv,
         .a_scale = D->a_scale, .dt_bias = D->dt_bias};
     sp_gated_delta_prepare(&pa);
     const sp_gated_delta_args da = {
         .n_tokens = n, .n_k_heads = h->n_k_heads, .n_v_heads = (int)hv,
         .k_dim = h->k_dim, .v_dim = h->v_dim, .heads_tiled = h->heads_tiled,
         .q = conv, .k = conv + h->key_dim, .qk_stride = C,
-        .v = conv + 2 * h->key_dim, .v_stride = C, .log_g = h->a + r0 * hv,
-        .beta = h->b + r0 * hv, .state = rs->state,
-        .out = h->core + r0 * h->value_dim, .out_stride = h->value_dim};
+        .v = conv + 2 * h->key_dim, .v_stride = C, .log_g = r->a + r0 * hv,
+        .beta = r->b + r0 * hv, .state = rs->state,
+        .out = r->core + r0 * h->value_dim, .out_stride = h->value_dim};
     return sp_gated_delta(f->pool, &da, f->err);
 }
 
-static void delta_net(sp_forward *f, int l, sp_hybrid *h) {
+static void delta_net(sp_forward *f, int l, const sp_hybrid *h,
+                      hybrid_rows *r) {
     const sp_delta_net *D = &h->delta[l];
-    delta_projections(f, h, D);
+    delta_projections(f, h, r, D);
     for (int s = 0; s < f->n_seqs && !f->status; s++) {
         const sp_forward_seq *sq = &f->seqs[s];
         const sp_recurrent_state rs = sp_seq_state_recurrent(sq->state, l);
@@ -158,7 +184,7 @@ static void delta_net(sp_forward *f, int l, sp_hybrid *h) {
         const int first = sp_seq_state_first_checkpoint(sq->state);
         for (int t = 0; t < sq->n_rows && !f->status;) {
             const int n = t == 0 ? first + 1 : 1;
-            f->status = delta_run(f, h, D, &rs, sq->first_row + t, n);
+            f->status = delta_run(f, h, r, D, &rs, sq->first_row + t, n);
             t += n;
             sp_seq_state_checkpoint(sq->state, l, t - 1);
         }
@@ -166,17 +192,21 @@ static void delta_net(sp_forward *f, int l, sp_hybrid *h) {
     if (f->status) return;
     const float eps = f->m->cfg.rms_norm_eps;
     for (int64_t t = 0; t < f->n_rows; t++) {
-        float *row = h->core + t * h->value_dim;
-        sp_rmsnorm_gated(row, row, h->z + t * h->value_dim, D->norm,
+        float *row = r->core + t * h->value_dim;
+        sp_rmsnorm_gated(row, row, r->z + t * h->value_dim, D->norm,
                          h->n_v_heads, h->v_dim, eps);
     }
-    sp_linear_forward(f, &D->out, h->core, f->out);
+    sp_linear_forward(f, &D->out, r->core, f->out);
 }
 
 void sp_hybrid_mixer(sp_forward *f, int l) {
-    sp_hybrid *h = f->m->family;
-    if (f->status || !reserve(f, h)) return;
-    (h->linear[l] ? delta_net : gated_attention)(f, l, h);
+    const sp_hybrid *h = f->m->family;
+    hybrid_rows *r = f->status ? NULL : reserve(f, h);
+    if (!r) return;
+    if (h->linear[l])
+        delta_net(f, l, h, r);
+    else
+        gated_attention(f, l, r);
 }
 
 void sp_hybrid_layer(sp_forward *f, int l) {

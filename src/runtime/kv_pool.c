@@ -454,3 +454,131 @@ void sp_kv_pool_block_copy_out(const sp_kv_pool *p, int block, void *dst) {
 void sp_kv_pool_block_copy_in(sp_kv_pool *p, int block, const void *src) {
     copy_block(p, block, (unsigned char *)src, false);
 }
+
+/* ----------------------------------------------------------- invariants */
+
+/* The free stack: ids in range, each once, none referenced or published;
+ * marks them in `seen`. (lock held) */
+static spindle_status check_free_stack(const sp_kv_pool *p, char *seen,
+                                       spindle_error *err) {
+    if (p->n_free < 0 || p->n_free > p->n_blocks)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "KV pool: %d free blocks of %d", p->n_free, p->n_blocks);
+    for (int i = 0; i < p->n_free; i++) {
+        const int b = p->free_stack[i];
+        if (b < 0 || b >= p->n_blocks || seen[b])
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "KV pool: free stack entry %d is block %d (out of "
+                           "range or listed twice)", i, b);
+        seen[b] = 1;
+        if (p->meta[b].refs != 0 || p->meta[b].indexed)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "KV pool: free block %d has %d references%s", b,
+                           p->meta[b].refs,
+                           p->meta[b].indexed ? " and is published" : "");
+    }
+    return SPINDLE_OK;
+}
+
+/* The LRU: a doubly linked list of n_cached published blocks without a
+ * reference, oldest first; marks them in `seen`. (lock held) */
+static spindle_status check_lru(const sp_kv_pool *p, char *seen,
+                                spindle_error *err) {
+    int n = 0, prev = -1;
+    for (int b = p->lru_head; b >= 0; prev = b, b = p->meta[b].lru_next) {
+        if (b >= p->n_blocks || seen[b] || n > p->n_blocks)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "KV pool: LRU reaches block %d again, or a free "
+                           "one, or out of range", b);
+        seen[b] = 2;
+        n++;
+        const block_meta *m = &p->meta[b];
+        if (m->lru_prev != prev)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "KV pool: LRU block %d links back to %d, not %d",
+                           b, m->lru_prev, prev);
+        if (m->refs != 0 || !m->indexed)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "KV pool: cached block %d has %d references%s", b,
+                           m->refs, m->indexed ? "" : " and is unpublished");
+    }
+    if (prev != p->lru_tail || n != p->n_cached)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "KV pool: LRU of %d blocks ending at %d; counted %d "
+                       "ending at %d", n, prev, p->n_cached, p->lru_tail);
+    return SPINDLE_OK;
+}
+
+/* The prefix index: every chain holds published blocks of its bucket,
+ * each once, no (hash, parent) twice; every published block is in one.
+ * (lock held) */
+static spindle_status check_index(const sp_kv_pool *p, char *chained,
+                                  spindle_error *err) {
+    int n = 0;
+    for (uint64_t i = 0; i <= p->bucket_mask; i++)
+        for (int b = p->buckets[i]; b >= 0; b = p->meta[b].hash_next) {
+            if (b >= p->n_blocks || chained[b] || n > p->n_blocks)
+                return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                               "KV pool: hash chain %llu reaches block %d "
+                               "again or out of range", (unsigned long long)i, b);
+            chained[b] = 1;
+            n++;
+            const block_meta *m = &p->meta[b];
+            if (!m->indexed || (m->hash & p->bucket_mask) != i)
+                return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                               "KV pool: block %d in hash chain %llu is %s",
+                               b, (unsigned long long)i,
+                               m->indexed ? "in another's chain"
+                                          : "unpublished");
+            if (find(p, m->hash, m->parent, NULL) != b)
+                return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                               "KV pool: blocks %d and %d share a hash and "
+                               "parent", find(p, m->hash, m->parent, NULL), b);
+        }
+    if (n != p->n_indexed)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "KV pool: %d blocks in the hash chains, %d published",
+                       n, p->n_indexed);
+    return SPINDLE_OK;
+}
+
+spindle_status sp_kv_pool_check(sp_kv_pool *p, spindle_error *err) {
+    char *seen = calloc(2 * (size_t)p->n_blocks, 1);
+    if (!seen) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    char *chained = seen + p->n_blocks;
+    pthread_mutex_lock(&p->lock);
+    spindle_status st = check_free_stack(p, seen, err);
+    if (!st) st = check_lru(p, seen, err);
+    if (!st) st = check_index(p, chained, err);
+    /* Every block is free, cached or referenced, and published exactly
+     * when chained. */
+    for (int b = 0; b < p->n_blocks && !st; b++) {
+        const block_meta *m = &p->meta[b];
+        if (m->refs < 0 || (!seen[b] && m->refs == 0))
+            st = sp_fail(err, SPINDLE_ERR_INTERNAL,
+                         "KV pool: block %d has %d references and is neither "
+                         "free nor cached", b, m->refs);
+        else if (m->indexed != (chained[b] != 0))
+            st = sp_fail(err, SPINDLE_ERR_INTERNAL,
+                         "KV pool: block %d is %spublished but %sin the index",
+                         b, m->indexed ? "" : "not ", chained[b] ? "" : "not ");
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(seen);
+    if (!st && p->states) st = sp_prefix_states_check(p->states, err);
+    if (!st && p->disk) st = sp_prefix_disk_check(p->disk, err);
+    return st;
+}
+
+int sp_kv_pool_refs(sp_kv_pool *p, int block) {
+    pthread_mutex_lock(&p->lock);
+    const int refs = p->meta[block].refs;
+    pthread_mutex_unlock(&p->lock);
+    return refs;
+}
+
+void sp_kv_pool_debug_set_refs(sp_kv_pool *p, int block, int refs) {
+    pthread_mutex_lock(&p->lock);
+    p->meta[block].refs = refs;
+    pthread_mutex_unlock(&p->lock);
+}

@@ -136,6 +136,22 @@ int sp_kv_pool_lookup(sp_kv_pool *p, uint64_t hash, uint64_t parent,
 void sp_kv_pool_publish(sp_kv_pool *p, int block, uint64_t hash,
                         uint64_t parent, const int32_t *tokens);
 
+/* ---- invariants (SQLite's sanity walkers: the test builds call them
+ * after every engine step, SPINDLE_INVARIANTS) ---- */
+
+/* Walk the pool: the free stack (in range, each block once, none
+ * referenced or published), the LRU (linked both ways, n_cached published
+ * blocks without references), the hash chains (each published block once,
+ * in its bucket, no (hash, parent) twice), every block free, cached or
+ * referenced; then the boundary-state store and the disk tier.
+ * SPINDLE_ERR_INTERNAL naming the first violation. (locked) */
+spindle_status sp_kv_pool_check(sp_kv_pool *p, spindle_error *err);
+/* A block's reference count. (locked) */
+int sp_kv_pool_refs(sp_kv_pool *p, int block);
+/* Overwrite a block's reference count: only for the walker's own test,
+ * which corrupts a pool on purpose. (locked) */
+void sp_kv_pool_debug_set_refs(sp_kv_pool *p, int block, int refs);
+
 /* ---- addresses (layer: a model layer of kind full KV) ---- */
 
 /* The attention view of `layer` over a table of n_blocks blocks. */

@@ -6,6 +6,7 @@
 #include "runtime/seq_state_impl.h"
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -198,8 +199,8 @@ static void write_job(sp_prefix_disk *d, job *j) {
     if (st) {
         if (e >= 0 && !d->entries[e].written) index_remove(d, e);
         if (!d->warned_write)
-            fprintf(stderr, "spindle: warning: prompt cache: %s (later write "
-                            "failures are not reported)\n", err.message);
+            sp_log(SPINDLE_LOG_WARN, "prompt cache: %s (later write failures "
+                                     "are not reported)", err.message);
         d->warned_write = true;
     } else if (e >= 0 && !d->entries[e].written) {
         mark_written(d, e, sizeof header + (size_t)j->key.payload_bytes);
@@ -488,8 +489,8 @@ static unsigned char *read_file(const char *path, size_t most, size_t *n,
 /* Refuse a file: say why once, forget it and delete it. */
 static void refuse(sp_prefix_disk *d, uint64_t hash, uint32_t kind,
                    const char *path, const char *why) {
-    fprintf(stderr, "spindle: warning: prompt cache: %s: %s; ignored and "
-                    "deleted\n", path, why);
+    sp_log(SPINDLE_LOG_WARN, "prompt cache: %s: %s; ignored and deleted",
+           path, why);
     pthread_mutex_lock(&d->lock);
     const int e = index_find(d, hash, kind);
     if (e >= 0 && d->entries[e].written) index_remove(d, e);
@@ -621,4 +622,75 @@ bool sp_prefix_disk_stats_get(sp_kv_pool *p, sp_prefix_disk_stats *out) {
     *out = d->stats;
     pthread_mutex_unlock(&d->lock);
     return true;
+}
+
+/* ----------------------------------------------------------- invariants */
+
+/* (lock held) Marks free entries 1 and chained ones 2 in `mark`. */
+static spindle_status check_entries(sp_prefix_disk *d, char *mark,
+                                    spindle_error *err) {
+    int n_free = 0, n_chained = 0;
+    for (int e = d->free_head; e >= 0; e = d->entries[e].hash_next) {
+        if (e >= d->cap_entries || mark[e])
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "prompt cache index: free list reaches entry %d "
+                           "again or out of range", e);
+        mark[e] = 1;
+        n_free++;
+    }
+    for (int i = 0; d->buckets && i <= d->bucket_mask; i++)
+        for (int e = d->buckets[i]; e >= 0; e = d->entries[e].hash_next) {
+            const entry *x = &d->entries[e];
+            if (e >= d->cap_entries || mark[e] ||
+                bucket_of(d, x->hash, x->kind) != &d->buckets[i] ||
+                index_find(d, x->hash, x->kind) != e)
+                return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                               "prompt cache index: entry %d in bucket %d is "
+                               "free, listed twice, in another bucket or a "
+                               "duplicate key", e, i);
+            mark[e] = 2;
+            n_chained++;
+        }
+    if (n_chained != d->n_entries || n_free + n_chained != d->cap_entries)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "prompt cache index: %d entries chained and %d free "
+                       "of %d; counted %d in use", n_chained, n_free,
+                       d->cap_entries, d->n_entries);
+    return SPINDLE_OK;
+}
+
+/* (lock held) The LRU: exactly the written entries, linked both ways,
+ * their bytes and count those of the stats. */
+static spindle_status check_written(const sp_prefix_disk *d, const char *mark,
+                                    spindle_error *err) {
+    int files = 0, written = 0, prev = -1;
+    size_t bytes = 0;
+    for (int e = d->lru_head; e >= 0; prev = e, e = d->entries[e].next) {
+        if (e >= d->cap_entries || mark[e] != 2 || !d->entries[e].written ||
+            d->entries[e].prev != prev || ++files > d->n_entries)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "prompt cache index: LRU entry %d is free, "
+                           "unwritten, mislinked or seen again", e);
+        bytes += d->entries[e].bytes;
+    }
+    for (int e = 0; e < d->cap_entries; e++)
+        written += mark[e] == 2 && d->entries[e].written;
+    if (prev != d->lru_tail || files != written ||
+        files != d->stats.files || bytes != d->stats.bytes)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "prompt cache index: LRU of %d files, %zu bytes; %d "
+                       "entries written; stats say %d files, %zu bytes",
+                       files, bytes, written, d->stats.files, d->stats.bytes);
+    return SPINDLE_OK;
+}
+
+spindle_status sp_prefix_disk_check(sp_prefix_disk *d, spindle_error *err) {
+    pthread_mutex_lock(&d->lock);
+    char *mark = calloc((size_t)d->cap_entries + 1, 1);
+    spindle_status st = mark ? check_entries(d, mark, err)
+                             : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (!st) st = check_written(d, mark, err);
+    pthread_mutex_unlock(&d->lock);
+    free(mark);
+    return st;
 }

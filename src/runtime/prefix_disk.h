@@ -96,4 +96,11 @@ sp_state_snapshot *sp_prefix_disk_load_state(sp_kv_pool *p,
 /* false without a disk tier. */
 bool sp_prefix_disk_stats_get(sp_kv_pool *p, sp_prefix_disk_stats *out);
 
+/* The invariant walker (kv_pool.h's sp_kv_pool_check calls it): every
+ * entry of the index either on the free list or in the bucket its key
+ * names, once, no key twice; the LRU exactly the written entries, linked
+ * both ways, their count and bytes those of the stats.
+ * SPINDLE_ERR_INTERNAL naming the first violation. */
+spindle_status sp_prefix_disk_check(sp_prefix_disk *d, spindle_error *err);
+
 #endif

@@ -2,6 +2,7 @@
  * chained hash table of snapshots keyed by block hash, and an LRU list
  * that evicts down to the byte bound. */
 #include "runtime/prefix_states.h"
+#include "base/error.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -135,4 +136,51 @@ void sp_prefix_states_counts_get(sp_prefix_states *st,
     c->bytes = st->bytes;
     c->max_bytes = st->max_bytes;
     pthread_mutex_unlock(&st->lock);
+}
+
+/* (lock held) */
+static spindle_status check_locked(sp_prefix_states *st, spindle_error *err) {
+    int n = 0;
+    size_t bytes = 0;
+    const state_entry *prev = NULL;
+    for (state_entry *e = st->lru_head; e; prev = e, e = e->lru_next) {
+        if (++n > st->n)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "boundary states: LRU longer than its %d entries",
+                           st->n);
+        if (e->lru_prev != prev || find(st, e->hash) != e || !e->snap)
+            return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                           "boundary states: LRU entry %d (hash %016llx) is "
+                           "mislinked, not indexed or empty", n,
+                           (unsigned long long)e->hash);
+        bytes += e->bytes;
+    }
+    if (prev != st->lru_tail || n != st->n || bytes != st->bytes)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "boundary states: LRU of %d entries, %zu bytes; "
+                       "counted %d, %zu", n, bytes, st->n, st->bytes);
+    if (st->bytes > st->max_bytes && st->n > 1)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "boundary states: %zu bytes kept over a bound of %zu",
+                       st->bytes, st->max_bytes);
+    int chained = 0;
+    for (int i = 0; i < N_BUCKETS; i++)
+        for (state_entry *e = st->buckets[i]; e; e = e->bucket_next)
+            if (++chained > st->n || bucket(st, e->hash) != &st->buckets[i])
+                return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                               "boundary states: bucket %d holds more entries "
+                               "than the store, or another bucket's", i);
+    if (chained != st->n)
+        return sp_fail(err, SPINDLE_ERR_INTERNAL,
+                       "boundary states: %d entries chained, %d kept",
+                       chained, st->n);
+    return SPINDLE_OK;
+}
+
+spindle_status sp_prefix_states_check(sp_prefix_states *st,
+                                      spindle_error *err) {
+    pthread_mutex_lock(&st->lock);
+    const spindle_status s = check_locked(st, err);
+    pthread_mutex_unlock(&st->lock);
+    return s;
 }

@@ -59,4 +59,12 @@ typedef struct sp_prefix_states_counts {
 void sp_prefix_states_counts_get(sp_prefix_states *st,
                                  sp_prefix_states_counts *c);
 
+/* The invariant walker (kv_pool.h's sp_kv_pool_check calls it): the LRU
+ * linked both ways over every entry once, each entry the one its hash
+ * finds, the byte count their sum and within the bound (unless one entry
+ * alone exceeds it), the buckets holding exactly the entries.
+ * SPINDLE_ERR_INTERNAL naming the first violation. */
+spindle_status sp_prefix_states_check(sp_prefix_states *st,
+                                      spindle_error *err);
+
 #endif

@@ -221,6 +221,15 @@ void sp_seq_state_set_adapter_id(sp_seq_state *s, uint32_t adapter_id);
 const sp_kv_pool *sp_seq_state_pool(const sp_seq_state *s);
 int sp_seq_state_blocks_held(const sp_seq_state *s);
 
+/* The invariant walker (seq_state_check.c; the test builds call it after
+ * every engine step, SPINDLE_INVARIANTS): each recurrent layer has one
+ * current slot at the sequence's length, a work slot and checkpoints only
+ * while a pass is reserved, kept states at distinct lengths
+ * within max_rollback; the block table covers the sequence with distinct,
+ * referenced blocks, and only full blocks are hashed.
+ * SPINDLE_ERR_INTERNAL naming the first violation. */
+spindle_status sp_seq_state_check(const sp_seq_state *s, spindle_error *err);
+
 typedef struct sp_state_snapshot sp_state_snapshot;
 
 spindle_status sp_seq_state_snapshot(const sp_seq_state *s,

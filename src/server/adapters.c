@@ -2,6 +2,7 @@
  * /v1/load_lora_adapter and /v1/unload_lora_adapter, llama-server's
  * GET /lora-adapters, and the choice of a request's adapter. */
 #include "server/state.h"
+#include "base/log.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -335,13 +336,13 @@ bool sp_mount_cli_adapters(sp_server *s) {
         char name[256];
         sp_api_error e;
         if (!eq || eq == spec || !eq[1] || (size_t)(eq - spec) >= sizeof name) {
-            fprintf(stderr, "spindle serve: --lora expects NAME=PATH, got '%s'\n", spec);
+            sp_log(SPINDLE_LOG_ERROR, "--lora expects NAME=PATH, got '%s'", spec);
             return false;
         }
         memcpy(name, spec, (size_t)(eq - spec));
         name[eq - spec] = '\0';
         if (!sp_adapters_add(s, name, eq + 1, &e)) {
-            fprintf(stderr, "spindle serve: --lora %s: %s\n", spec, e.message);
+            sp_log(SPINDLE_LOG_ERROR, "--lora %s: %s", spec, e.message);
             return false;
         }
     }

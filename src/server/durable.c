@@ -2,6 +2,7 @@
  * file, and the stop strings it carries. */
 #include "server/durable.h"
 #include "server/state.h"
+#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,7 @@ static void save_checkpoint(spindle_checkpoint *ck, void *user) {
     spindle_checkpoint_set_seed_explicit(ck, d->seed_explicit);
     if (spindle_checkpoint_set_extension(ck, "stop", d->stop, d->stop_len, &err) ||
         spindle_checkpoint_save(ck, d->path, &err))
-        fprintf(stderr, "spindle serve: warning: %s\n", err.message);
+        sp_log(SPINDLE_LOG_WARN, "%s", err.message);
 }
 
 void sp_durable_arm(sp_server *s, sp_job_durable *d, const char *id,

@@ -4,6 +4,7 @@
  * and threads), so concurrent requests are safe. */
 #include "server/api_embeddings.h"
 #include "server/state.h"
+#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ bool sp_embeddings_load(sp_server *s) {
         snprintf(s->embed_refusal, sizeof s->embed_refusal, "%.200s", err.message);
         return true;
     }
-    if (st) fprintf(stderr, "spindle serve: %s\n", err.message);
+    if (st) sp_log(SPINDLE_LOG_ERROR, "%s", err.message);
     return !st;
 }
 

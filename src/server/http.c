@@ -5,6 +5,7 @@
 #include "server/api_response.h"
 #include "server/http.h"
 #include "server/state.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -81,7 +82,7 @@ static enum MHD_Result queue(sp_server *s, struct MHD_Connection *c, sp_route ro
     MHD_destroy_response(r);
     sp_metrics_count_request(&s->metrics, route, status);
     if (s->opts.log_requests)
-        fprintf(stderr, "spindle serve: %s %d\n", sp_route_name(route), status);
+        sp_log(SPINDLE_LOG_INFO, "%s %d", sp_route_name(route), status);
     return rc;
 }
 
@@ -272,7 +273,7 @@ bool sp_http_start(sp_server *s, char *bound, size_t bound_size) {
     snprintf(port, sizeof port, "%d", o->port);
     int gai = getaddrinfo(o->host, port, &hints, &ai);
     if (gai) {
-        fprintf(stderr, "spindle serve: --host %s: %s\n", o->host, gai_strerror(gai));
+        sp_log(SPINDLE_LOG_ERROR, "--host %s: %s", o->host, gai_strerror(gai));
         return false;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
@@ -284,7 +285,7 @@ bool sp_http_start(sp_server *s, char *bound, size_t bound_size) {
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->max_header_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!s->daemon) {
-        fprintf(stderr, "spindle serve: cannot listen on %s port %d: %s\n", o->host, o->port,
+        sp_log(SPINDLE_LOG_ERROR, "cannot listen on %s port %d: %s", o->host, o->port,
                 strerror(errno ? errno : EADDRINUSE));
         freeaddrinfo(ai);
         return false;

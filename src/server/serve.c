@@ -6,6 +6,7 @@
 #include "server/slots.h"
 #include "server/reply.h"
 #include "server/state.h"
+#include "base/log.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -82,8 +83,8 @@ static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
     spindle_status st = spindle_model_load(s->opts.draft_path, lo, &s->draft_model, err);
     if (!st) st = spindle_spec_check_draft(s->model, s->draft_model, err);
     if (!st && spindle_model_vocab_size(s->draft_model) != spindle_model_vocab_size(s->model))
-        fprintf(stderr, "spindle serve: warning: the draft model's vocabulary (%d) "
-                        "differs from the target's (%d)\n",
+        sp_log(SPINDLE_LOG_WARN, "the draft model's vocabulary (%d) differs "
+                                 "from the target's (%d)",
                 spindle_model_vocab_size(s->draft_model), spindle_model_vocab_size(s->model));
     s->opts.spec.draft_model = s->draft_model;
     return st;
@@ -109,27 +110,26 @@ static bool load(sp_server *s) {
     if (!st && spindle_model_has_logits(s->model))
         st = spindle_engine_new(s->model, &eo, &s->engine, &err);
     if (st) {
-        fprintf(stderr, "spindle serve: %s\n", err.message[0] ? err.message
-                                                              : spindle_status_name(st));
+        sp_log(SPINDLE_LOG_ERROR, "%s", err.message[0] ? err.message
+                                                : spindle_status_name(st));
         return false;
     }
     if (!sp_embeddings_load(s)) return false;
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
     if (!spindle_model_kv_pool_info(s->model, &kv, &err) && kv.block_bytes > 0)
-        fprintf(stderr, "spindle serve: KV pool %.1f MiB: %d blocks of %d "
-                        "tokens (%zu bytes each)%s\n",
+        sp_log(SPINDLE_LOG_INFO, "KV pool %.1f MiB: %d blocks of %d tokens (%zu "
+                                 "bytes each)%s",
                 (double)kv.budget_bytes / (1 << 20), kv.blocks,
                 kv.block_tokens, kv.block_bytes,
                 o->kv_bytes ? "" : ", what fits beside the weights");
     if (o->prompt_cache_dir && kv.disk_budget_bytes)
-        fprintf(stderr, "spindle serve: prompt cache %s: %d files, %.1f of "
-                        "%.1f MiB\n", o->prompt_cache_dir, kv.disk_files,
+        sp_log(SPINDLE_LOG_INFO, "prompt cache %s: %d files, %.1f of %.1f MiB", o->prompt_cache_dir, kv.disk_files,
                 (double)kv.disk_bytes / (1 << 20),
                 (double)kv.disk_budget_bytes / (1 << 20));
     else if (o->prompt_cache_dir)
-        fprintf(stderr, "spindle serve: no prompt cache: this model has no "
-                        "prefix index (no full-attention layer)\n");
+        sp_log(SPINDLE_LOG_INFO, "no prompt cache: this model has no prefix "
+                                 "index (no full-attention layer)");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
@@ -166,7 +166,7 @@ static void drain(sp_server *s) {
     int left = s->in_flight;
     pthread_mutex_unlock(&s->lock);
     if (!done) {
-        fprintf(stderr, "spindle serve: cancelling %d request(s) still running\n", left);
+        sp_log(SPINDLE_LOG_INFO, "cancelling %d request(s) still running", left);
         sp_cancel_all_jobs(s);
         pthread_mutex_lock(&s->lock);
         /* Cancelled requests end at the engine's next step; their
@@ -197,7 +197,7 @@ static void server_free(sp_server *s) {
 int sp_server_run(const sp_server_options *o) {
     sp_server *s = calloc(1, sizeof *s);
     if (!s) {
-        fprintf(stderr, "spindle serve: out of memory\n");
+        sp_log(SPINDLE_LOG_ERROR, "out of memory");
         return 1;
     }
     s->opts = *o;
@@ -216,33 +216,33 @@ int sp_server_run(const sp_server_options *o) {
 
     signal_watch w;
     if (!(s->slots = sp_slots_new(o->parallel))) {
-        fprintf(stderr, "spindle serve: out of memory\n");
+        sp_log(SPINDLE_LOG_ERROR, "out of memory");
         server_free(s);
         return 1;
     }
     if (!start_signal_watch(&w, s)) {
-        fprintf(stderr, "spindle serve: cannot start the signal thread\n");
+        sp_log(SPINDLE_LOG_ERROR, "cannot start the signal thread");
         server_free(s);
         return 1;
     }
     char bound[128];
     bool ok = sp_http_start(s, bound, sizeof bound);
     if (ok) {
-        fprintf(stderr, "spindle serve: listening on http://%s (loading %s)\n", bound,
+        sp_log(SPINDLE_LOG_INFO, "listening on http://%s (loading %s)", bound,
                 o->model_path);
         ok = load(s);
     }
     if (ok) {
         atomic_store(&s->phase, SP_PHASE_READY);
-        fprintf(stderr, "spindle serve: ready\n");
+        sp_log(SPINDLE_LOG_INFO, "ready");
         pthread_mutex_lock(&s->lock);
         while (!stop_requested(s)) pthread_cond_wait(&s->changed, &s->lock);
         pthread_mutex_unlock(&s->lock);
-        fprintf(stderr, "spindle serve: shutting down\n");
+        sp_log(SPINDLE_LOG_INFO, "shutting down");
         drain(s);
     }
     stop_signal_watch(&w);
     server_free(s);
-    if (ok) fprintf(stderr, "spindle serve: stopped\n");
+    if (ok) sp_log(SPINDLE_LOG_INFO, "stopped");
     return ok ? 0 : 1;
 }

@@ -60,6 +60,7 @@
 #include <string.h>
 
 #include "spindle.h"
+#include "generation/engine.h"
 #include "generation/speculative.h"
 
 typedef struct req_run {
@@ -653,9 +654,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "engine_harness: draft model: %s\n", err.message);
         return 1;
     }
-    sp_spec_set_always_accept(flag(sc, "always_accept"));
-    sp_spec_set_draft_delay(num(sc, "draft_delay_ms", 0) / 1000);
-    sp_draft_set_greedy(flag(sc, "greedy_drafts"));
     bool foreign = false;
     for (int i = 0; i < H.n_reqs; i++) {
         parse_request(cJSON_GetArrayItem(reqs, i), i, &H.reqs[i]);
@@ -678,6 +676,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "engine_harness: %s\n", err.message);
             return 1;
         }
+        sp_engine_set_testing(H.engine, &(sp_engine_testing){
+            .always_accept = flag(sc, "always_accept"),
+            .draft_delay = num(sc, "draft_delay_ms", 0) / 1000,
+            .greedy_drafts = flag(sc, "greedy_drafts")});
         if (eo.background) run_background((long)num(sc, "free_after_tokens", 0));
         else steps = run_steps();
         spindle_engine_free(H.engine);

@@ -1,5 +1,6 @@
 /* The public header's promises that need no model: stop-reason names (the
- * strings `spindle run --json` has always printed) and NULL handles. */
+ * strings `spindle run --json` has always printed), NULL handles and the
+ * log levels' names. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,10 +38,20 @@ static void test_null_handles(void **state) {
     assert_null(spindle_tokenizer_id_to_token(NULL, 0));
 }
 
+static void test_log_level_names(void **state) {
+    (void)state;
+    assert_string_equal(spindle_log_level_name(SPINDLE_LOG_ERROR), "error");
+    assert_string_equal(spindle_log_level_name(SPINDLE_LOG_WARN), "warn");
+    assert_string_equal(spindle_log_level_name(SPINDLE_LOG_INFO), "info");
+    assert_string_equal(spindle_log_level_name(SPINDLE_LOG_DEBUG), "debug");
+    assert_null(spindle_log_level_name((spindle_log_level)4));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_reason_names),
         cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_log_level_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * unreferenced published blocks, lookups that compare the tokens and the
  * parent, exhaustion, and copy-on-write: two sequences sharing published
  * blocks, one truncated into a shared block and rewritten, the other still
- * reading its own values. */
+ * reading its own values. The invariant walkers (sp_kv_pool_check,
+ * sp_seq_state_check) find every state reached here sound, and name each
+ * reference count corrupted on purpose. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,7 +32,13 @@ static sp_kv_pool *new_pool(int blocks) {
     return p;
 }
 
+static void expect_sound(sp_kv_pool *p) {
+    spindle_error err = {0};
+    if (sp_kv_pool_check(p, &err)) fail_msg("%s", err.message);
+}
+
 static void expect_counts(sp_kv_pool *p, int free_, int cached, int used) {
+    expect_sound(p);
     sp_kv_pool_counts c;
     sp_kv_pool_counts_get(p, &c);
     assert_int_equal(c.free, free_);
@@ -178,11 +186,62 @@ static void test_keyed_chain_hash(void **state) {
     assert_true(sp_span_position_key(d1, 0, 0) != 0);
 }
 
+/* The walker's message for p, "" when sound. */
+static const char *violation(sp_kv_pool *p, spindle_error *err) {
+    *err = (spindle_error){0};
+    if (!sp_kv_pool_check(p, err)) return "";
+    assert_int_equal(err->status, SPINDLE_ERR_INTERNAL);
+    return err->message;
+}
+
+static void test_walkers_catch_corrupt_counts(void **state) {
+    (void)state;
+    sp_kv_pool *p = new_pool(4);
+    const sp_seq_state_options opt = {.kv_type = SP_KV_F32, .max_length = 100,
+                                      .pool = p};
+    spindle_error err = {0};
+    sp_seq_state *a, *b;
+    assert_int_equal(sp_seq_state_new(&FULL, 1, &opt, &a, &err), SPINDLE_OK);
+    assert_int_equal(sp_seq_state_new(&FULL, 1, &opt, &b, &err), SPINDLE_OK);
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = i;
+    feed(a, t, 40);                        /* block 0 published, 1 used */
+    feed(b, t, 5);
+    sp_seq_state_free(b);                  /* its block back on the stack */
+    expect_counts(p, 2, 0, 2);
+    const int32_t *held = sp_seq_state_kv_view(a, 0).blocks;
+    const int published = held[0], used = held[1];
+    int free_block = 0;
+    while (free_block == published || free_block == used) free_block++;
+    assert_int_equal(sp_seq_state_check(a, &err), SPINDLE_OK);
+    /* A free block with a reference. */
+    sp_kv_pool_debug_set_refs(p, free_block, 1);
+    assert_non_null(strstr(violation(p, &err), "free block"));
+    sp_kv_pool_debug_set_refs(p, free_block, 0);
+    assert_string_equal(violation(p, &err), "");
+    /* A used block whose count fell to 0 without being released: neither
+     * free nor cached, and the sequence holding it is told too. */
+    sp_kv_pool_debug_set_refs(p, used, 0);
+    assert_non_null(strstr(violation(p, &err), "neither free nor cached"));
+    assert_int_equal(sp_seq_state_check(a, &err), SPINDLE_ERR_INTERNAL);
+    assert_non_null(strstr(err.message, "has no reference"));
+    sp_kv_pool_debug_set_refs(p, used, 1);
+    /* A cached (published, released) block with a reference. */
+    sp_seq_state_free(a);
+    expect_counts(p, 3, 1, 0);
+    sp_kv_pool_debug_set_refs(p, published, 2);
+    assert_non_null(strstr(violation(p, &err), "cached block"));
+    sp_kv_pool_debug_set_refs(p, published, 0);
+    expect_sound(p);
+    sp_kv_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lru_and_lookup),
         cmocka_unit_test(test_keyed_chain_hash),
         cmocka_unit_test(test_copy_on_write),
+        cmocka_unit_test(test_walkers_catch_corrupt_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

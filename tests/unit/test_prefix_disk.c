@@ -7,7 +7,8 @@
  * beside the blocks and a new sequence in a new pool maps the prefix with
  * it; a state file whose container is sound but whose snapshot does not
  * fit (another layout, another boundary) is refused and deleted, and the
- * prefix is not mapped. */
+ * prefix is not mapped. A refusal is told to the log handler
+ * (spindle_set_log) as one warning naming the file, never printed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,8 +144,24 @@ static void test_round_trip_across_pools(void **state) {
     remove_dir(dir);
 }
 
+/* What the log handler received. */
+typedef struct log_capture {
+    int n;
+    spindle_log_level level;
+    char last[1024];
+} log_capture;
+
+static void capture(spindle_log_level level, const char *message, void *user) {
+    log_capture *c = user;
+    c->n++;
+    c->level = level;
+    snprintf(c->last, sizeof c->last, "%s", message);
+}
+
 static void test_foreign_and_damaged_refused(void **state) {
     (void)state;
+    log_capture logged = {0};
+    spindle_set_log(capture, &logged);
     char *dir = fresh_dir();
     sp_kv_pool *p = pool_over(dir, FP_B, 1 << 20);
     offer(p, 1);
@@ -156,6 +173,12 @@ static void test_foreign_and_damaged_refused(void **state) {
     assert_true(sp_prefix_disk_stats_get(p, &st));
     assert_int_equal(st.refused, 1);
     assert_int_equal(count_files(dir), 1);   /* the refused one deleted */
+    assert_int_equal(logged.n, 1);
+    assert_int_equal(logged.level, SPINDLE_LOG_WARN);
+    assert_non_null(strstr(logged.last, "prompt cache: "));
+    assert_non_null(strstr(logged.last, dir));
+    assert_null(strchr(logged.last, '\n'));
+    spindle_set_log(NULL, NULL);             /* none: dropped */
     sp_kv_pool_free(p);
     p = pool_over(dir, FP_B, 1 << 20);       /* the other, one byte flipped */
     DIR *d = opendir(dir);
@@ -173,6 +196,7 @@ static void test_foreign_and_damaged_refused(void **state) {
     assert_true(sp_prefix_disk_stats_get(p, &st));
     assert_int_equal(st.refused, 1);
     assert_int_equal(count_files(dir), 0);
+    assert_int_equal(logged.n, 1);
     sp_kv_pool_free(p);
     remove_dir(dir);
 }
