@@ -7,6 +7,7 @@
  * is missing, outside, or a link out, so the route cannot be used to learn
  * anything about the file system outside the folder. */
 #include "server/state.h"
+#include "base/log.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -20,7 +21,7 @@ bool sp_adapter_dir_open(sp_adapters *t, const char *dir) {
     t->root = realpath(dir, NULL);
     struct stat st;
     if (!t->root || stat(t->root, &st) || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "spindle serve: --lora-dir %s: not a directory\n", dir);
+        sp_log(SPINDLE_LOG_ERROR, "--lora-dir %s: not a directory", dir);
         return false;
     }
     return true;
