@@ -1,5 +1,6 @@
 /* spindle serve: the OpenAI-compatible HTTP server (src/server/). */
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "cli/spec_args.h"
 #include "server/server.h"
@@ -38,6 +39,7 @@ static const char *serve_usage =
     "                          continues it and streams only what follows\n"
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
+    SP_ARG_CHAT_TEMPLATE_HELP
     SP_ARG_PROMPT_CACHE_HELP
     SP_ARG_SPEC_HELP
     "                          (requests may change K: num_draft_tokens or\n"
@@ -63,6 +65,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
     spindle_load_options cache = {0};
     int rc;
     sp_spec_args spec = {.spec = o->spec};
+    sp_chat_template_args tmpl = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         bool ok = true;
@@ -115,6 +118,10 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             if (rc < 0) return 2;
             o->prompt_cache_dir = cache.prompt_cache_dir;
             o->prompt_cache_disk_bytes = cache.prompt_cache_disk_bytes;
+        } else if ((rc = sp_arg_chat_template(argc, argv, &i, &tmpl)) != 0) {
+            if (rc < 0) return 2;
+            o->chat_template = tmpl.name_or_path;
+            o->chat_template_kwargs = tmpl.kwargs;
         } else if ((spec_arg = sp_arg_spec(argc, argv, &i, &spec)) != 0) {
             ok = spec_arg > 0;
         } else {

@@ -105,6 +105,8 @@ static bool load(sp_server *s) {
     eo.background = true;
     spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
+    if (!st && o->chat_template)
+        st = spindle_tokenizer_set_chat_template(s->tok, o->chat_template, &err);
     if (!st) st = load_draft(s, &lo, &err);
     if (!st && spindle_model_has_logits(s->model))
         st = spindle_engine_new(s->model, &eo, &s->engine, &err);
