@@ -23,8 +23,9 @@ bool sp_arg_u64(const char *opt, const char *s, uint64_t *out);
 /* --kv-type NAME (run, bench and chat share it): "f32", "bf16" or "f16". */
 #define SP_ARG_KV_TYPE_HELP \
     "  --kv-type f32|bf16|f16  KV cache element type (default f32: exact)\n" \
-    "  --kv-budget BYTES       KV block pool size, suffix K/M/G (default: what\n" \
-    "                          fits beside the weights in available memory)\n"
+    "  --kv-budget BYTES       KV block pool size, suffix K/M/G (default: every\n" \
+    "                          sequence run at once at --ctx tokens, at most 90%\n" \
+    "                          of available memory)\n"
 /* A positive byte count, optionally with a K, M or G (binary) suffix. */
 bool sp_arg_bytes(const char *opt, const char *s, size_t *out);
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);

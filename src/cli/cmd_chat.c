@@ -170,7 +170,7 @@ int sp_cmd_chat(int argc, char **argv) {
     }
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o.threads, .kv_type = o.kv_type,
-                               .use_mmap = o.use_mmap};
+                               .use_mmap = o.use_mmap, .kv_sequences = 1};
     spindle_model *draft = NULL;
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = sp_lora_args_load(&o.lora, c.model, &c.gen, &err);

@@ -363,6 +363,8 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
                                .kv_type = o.kv_type, .use_mmap = o.use_mmap,
                                .kv_bytes = o.kv_bytes,
+                               /* one generation, or --prompts' parallel ones */
+                               .kv_sequences = o.prompts_file ? o.parallel : 1,
                                .max_rollback = o.max_rollback,
                                .prompt_cache_dir = o.cache.prompt_cache_dir,
                                .prompt_cache_disk_bytes =
