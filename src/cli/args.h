@@ -55,6 +55,14 @@ int sp_arg_prompt_cache(int argc, char **argv, int *i,
  * was given). */
 int sp_arg_sampler(int argc, char **argv, int *i, spindle_sampler_params *sp);
 
+/* --pooling mean|cls|last (embed and serve): the embedder's pooling in
+ * place of the model's (llama.cpp's names; its "none", per-token rows, is
+ * refused: an embedding here is one row per input). */
+#define SP_ARG_POOLING_HELP \
+    "  --pooling mean|cls|last  pool the token rows so (default: the model's;\n" \
+    "                          a GGUF that records none needs this)\n"
+bool sp_arg_pooling(const char *opt, const char *s, spindle_pooling *out);
+
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 /* "1,2,4" → malloc'd counts, each in [1, hi]. */

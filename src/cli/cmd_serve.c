@@ -40,6 +40,7 @@ static const char *serve_usage =
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
     SP_ARG_CHAT_TEMPLATE_HELP
+    SP_ARG_POOLING_HELP
     SP_ARG_PROMPT_CACHE_HELP
     SP_ARG_SPEC_HELP
     "                          (requests may change K: num_draft_tokens or\n"
@@ -92,6 +93,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--kv-budget")) { VALUE(); ok = sp_arg_bytes(a, v, &o->kv_bytes);
         } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
         } else if (IS("--mmap")) { o->use_mmap = true;
+        } else if (IS("--pooling")) { VALUE(); ok = sp_arg_pooling(a, v, &o->pooling);
         } else if (IS("--lora")) {
             VALUE();
             static const char *loras[64];

@@ -49,6 +49,8 @@ typedef struct sp_server_options {
      * object of template variables under each request's own */
     const char *chat_template;
     const char *chat_template_kwargs;
+    /* --pooling: /v1/embeddings' pooling in place of the model's */
+    spindle_pooling pooling;
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;
