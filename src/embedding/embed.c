@@ -45,9 +45,8 @@ static spindle_status gguf_pooling(const spindle_model *m, bool chosen, sp_st_co
                                                 "pooling_type");
     if (!v)
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: the GGUF records no pooling (%s.pooling_type), so it is "
-                       "no embedding model as it stands; choose one with --pooling "
-                       "mean|cls|last", m->dir, m->arch->gguf->arch);
+                       "the GGUF records no pooling (%s.pooling_type): choose one with "
+                       "--pooling mean|cls|last (%s)", m->arch->gguf->arch, m->dir);
     int64_t kind = -1;
     if (!sp_gguf_value_i64(v, &kind)) kind = -1;
     if (kind < 1 || kind > 3)

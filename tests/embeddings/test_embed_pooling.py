@@ -68,3 +68,28 @@ def test_pooling_matches_llama_cpp(model, pooling):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert float(np.dot(g, w) / np.linalg.norm(g) / np.linalg.norm(w)) >= 0.999
+
+
+def test_server_embeddings_need_pooling_too(model):
+    """/v1/embeddings on the same file: a 400 naming --pooling, and with
+    `serve --pooling last` the embedding `embed --pooling last` gives."""
+    openai = pytest.importorskip("openai")
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from server_common import Server
+    want = embed(model, "--text", TEXTS[0], "--pooling", "last")
+    assert want.returncode == 0, want.stderr
+    want = json.loads(want.stdout)["embedding"]
+    for args in ([], ["--pooling", "last"]):
+        server = Server(model, "--alias", "m", *args, env={"SPINDLE_PRECISION": "fast"})
+        try:
+            client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="x",
+                                   max_retries=0)
+            if not args:
+                with pytest.raises(openai.BadRequestError) as e:
+                    client.embeddings.create(model="m", input=TEXTS[0])
+                assert "--pooling" in str(e.value)
+            else:
+                got = client.embeddings.create(model="m", input=TEXTS[0]).data[0].embedding
+                assert np.allclose(got, want, atol=1e-6)
+        finally:
+            server.stop_cleanly()
