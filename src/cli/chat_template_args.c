@@ -26,8 +26,22 @@ int sp_arg_chat_template(int argc, char **argv, int *i, sp_chat_template_args *t
     return 1;
 }
 
+spindle_status sp_chat_template_missing(spindle_error *err) {
+    if (err) {
+        err->status = SPINDLE_ERR_UNSUPPORTED;
+        snprintf(err->message, sizeof err->message,
+                 "the model has no chat template: give one with --chat-template FILE|NAME "
+                 "(a Jinja file, or a built-in name such as chatml)");
+    }
+    return SPINDLE_ERR_UNSUPPORTED;
+}
+
 spindle_status sp_chat_template_use(const sp_chat_template_args *t, spindle_tokenizer *tok,
-                                    spindle_error *err) {
-    if (!t->name_or_path) return SPINDLE_OK;
-    return spindle_tokenizer_set_chat_template(tok, t->name_or_path, err);
+                                    bool needed, spindle_error *err) {
+    spindle_status st = t->name_or_path
+                            ? spindle_tokenizer_set_chat_template(tok, t->name_or_path, err)
+                            : SPINDLE_OK;
+    if (!st && needed && !spindle_tokenizer_has_chat_template(tok))
+        st = sp_chat_template_missing(err);
+    return st;
 }

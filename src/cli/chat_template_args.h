@@ -23,8 +23,11 @@ typedef struct sp_chat_template_args {
  * or kwargs that are not a JSON object). */
 int sp_arg_chat_template(int argc, char **argv, int *i, sp_chat_template_args *t);
 
-/* Put --chat-template's template on `tok` (a no-op without one). */
+/* Put --chat-template's template on `tok` (a no-op without one); when
+ * `needed`, fail if `tok` then has none, naming the option. */
 spindle_status sp_chat_template_use(const sp_chat_template_args *t, spindle_tokenizer *tok,
-                                    spindle_error *err);
+                                    bool needed, spindle_error *err);
+/* That failure: SPINDLE_ERR_UNSUPPORTED with the message in *err. */
+spindle_status sp_chat_template_missing(spindle_error *err);
 
 #endif

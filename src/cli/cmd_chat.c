@@ -177,7 +177,7 @@ int sp_cmd_chat(int argc, char **argv) {
     if (!st) st = sp_spec_args_load(&o.spec, c.model, &lo, &draft, &err);
     c.gen.spec = o.spec.spec;
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
-    if (!st) st = sp_chat_template_use(&o.tmpl, c.tok, &err);
+    if (!st) st = sp_chat_template_use(&o.tmpl, c.tok, true, &err);
     c.template_kwargs = o.tmpl.kwargs;
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);
     if (!st) {

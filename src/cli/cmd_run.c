@@ -392,7 +392,7 @@ int sp_cmd_run(int argc, char **argv) {
         st = sp_cli_grammar_load(tok, o.grammar_file, o.schema_file, &vocab,
                                  &grammar, &err);
     o.gen.grammar = grammar;
-    if (!st && tok) st = sp_chat_template_use(&o.tmpl, tok, &err);
+    if (!st && tok) st = sp_chat_template_use(&o.tmpl, tok, o.chat, &err);
     if (!st && o.text) st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);

@@ -14,6 +14,7 @@
 
 #include "base/mapped_file.h"
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "spindle.h"
 
@@ -132,10 +133,9 @@ int sp_cmd_template(int argc, char **argv) {
     if (spindle_tokenizer_load(model, &tok, &err) != SPINDLE_OK ||
         (chat_template && spindle_tokenizer_set_chat_template(tok, chat_template, &err)) ||
         spindle_chat_render(tok, messages, tools, add_gen, extra, name, &out, &err) != SPINDLE_OK) {
-        rc = tok && !name && !spindle_tokenizer_has_chat_template(tok)
-                 ? fail("the model has no chat template: give one with --chat-template "
-                        "FILE|NAME (a Jinja file, or a built-in name such as chatml)")
-                 : fail_err(&err);
+        if (tok && !name && !spindle_tokenizer_has_chat_template(tok))
+            sp_chat_template_missing(&err);
+        rc = fail_err(&err);
         goto done;
     }
     len = strlen(out);

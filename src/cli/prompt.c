@@ -1,7 +1,7 @@
 #include "cli/prompt.h"
+#include "cli/chat_template_args.h"
 
 #include <cjson/cJSON.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,15 +9,7 @@ spindle_status sp_chat_prompt_ids(const spindle_tokenizer *tok,
                                   const char *messages_json,
                                   const char *extra_vars_json, int32_t **ids,
                                   int *n, spindle_error *err) {
-    if (!spindle_tokenizer_has_chat_template(tok)) {
-        if (err) {
-            err->status = SPINDLE_ERR_UNSUPPORTED;
-            snprintf(err->message, sizeof err->message,
-                     "the model has no chat template: give one with --chat-template "
-                     "FILE|NAME (a Jinja file, or a built-in name such as chatml)");
-        }
-        return SPINDLE_ERR_UNSUPPORTED;
-    }
+    if (!spindle_tokenizer_has_chat_template(tok)) return sp_chat_template_missing(err);
     char *text = NULL;
     spindle_status st = spindle_chat_render(tok, messages_json, NULL, true,
                                             extra_vars_json, NULL, &text, err);

@@ -147,8 +147,19 @@ def test_run_chat_with_builtin_and_file_equals_the_real_template():
     want = run_ids(model, "--prompt-tokens", ",".join(map(str, ids)))
     for template in ("gemma", GEMMA_TEMPLATE):
         got = run_ids(model, "-p", message, "--chat", "--chat-template", template)
-        assert got["stats"]["prompt_tokens"] == len(ids)
+        assert got["prompt_tokens"] == ids
         assert got["tokens"] == want["tokens"]
+
+
+def test_chat_needs_a_template_and_takes_one():
+    model = gemma_gguf()
+    p = spindle("chat", "-m", model, "-n", "12", "-t", "2", stdin="Name a fruit.\n")
+    assert p.returncode == 1 and "--chat-template" in p.stderr and not p.stdout
+    p = spindle("chat", "-m", model, "-n", "12", "-t", "2", "--chat-template", "gemma",
+                "--chat-template-kwargs", '{"unused": 1}', stdin="Name a fruit.\n")
+    assert p.returncode == 0, p.stderr
+    run = run_ids(model, "-p", "Name a fruit.", "--chat", "--chat-template", "gemma")
+    assert p.stdout == run["text"] + "\n"
 
 
 @pytest.mark.parametrize("args, says", [
