@@ -22,8 +22,23 @@ extern "C" {
  * for a bare model); a decoder without it is not an embedding model. */
 typedef struct spindle_embedder spindle_embedder;
 
+/* How token rows become one embedding (llama.cpp's --pooling names). */
+typedef enum spindle_pooling {
+    SPINDLE_POOLING_MODEL = 0,  /* the model's own: sentence-transformers'
+                                   Pooling module, a GGUF's
+                                   {arch}.pooling_type */
+    SPINDLE_POOLING_MEAN,
+    SPINDLE_POOLING_CLS,        /* the first token */
+    SPINDLE_POOLING_LAST        /* the last token */
+} spindle_pooling;
+
 typedef struct spindle_embedder_options {
     int n_threads;   /* the embedder's own threads; <= 0: every core */
+    /* SPINDLE_POOLING_MODEL (0): the model's; a GGUF that records none (a
+     * chat model's file) is then refused with SPINDLE_ERR_UNSUPPORTED
+     * rather than pooled by a guess. Another value overrides the model's.
+     * Out of range: SPINDLE_ERR_ARGUMENT. */
+    spindle_pooling pooling;
     int max_tokens;  /* truncation length; <= 0: max_seq_length, else the
                         model's context; never past the context (an
                         encoder's: its position table) */

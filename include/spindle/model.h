@@ -48,11 +48,17 @@ typedef struct spindle_load_options {
     int max_rollback;
     /* Bytes of the model's KV block pool, shared by all its sequences'
      * full-attention layers (sliding-window and recurrent layers keep
-     * their own fixed-size state beside it). 0: what fits beside the
-     * weights in available memory (90% of it), at most 16 full contexts.
-     * Pages are committed only as blocks are first written. A budget that
-     * holds no block fails the load with SPINDLE_ERR_LIMIT. */
+     * their own fixed-size state beside it). 0: room for kv_sequences
+     * full contexts (max_context tokens each, in 32-token blocks), at most
+     * 90% of the memory available beside the weights. Pages are committed
+     * only as blocks are first written. A budget that holds no block fails
+     * the load with SPINDLE_ERR_LIMIT. */
     size_t kv_bytes;
+    /* The sequences the default pool (kv_bytes 0) holds at full context
+     * at once: the callers' parallelism (`spindle serve --parallel`).
+     * 0: SPINDLE_DEFAULT_KV_SEQUENCES; negative fails the load with
+     * SPINDLE_ERR_ARGUMENT. Ignored when kv_bytes is set. */
+    int kv_sequences;
     /* Non-NULL: the on-disk prompt cache's directory (created if needed).
      * Full 32-token KV blocks of the base model's prompts are written there
      * in the background (atomic renames, each file carrying the model
@@ -74,6 +80,9 @@ typedef struct spindle_load_options {
 } spindle_load_options;
 
 #define SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES ((size_t)4 << 30)
+/* The default pool's full contexts when kv_sequences is 0: the engine's
+ * default max_seqs, so that its sequences never wait for blocks. */
+#define SPINDLE_DEFAULT_KV_SEQUENCES 16
 
 /* The model's KV block pool: its size and what its blocks hold now. */
 typedef struct spindle_kv_pool_info {

@@ -93,6 +93,27 @@ spindle_status spindle_chat_render(const spindle_tokenizer *tok,
                                    const char *template_name, char **out,
                                    spindle_error *err);
 
+/* Replace the tokenizer's default chat template (the one
+ * spindle_chat_render uses when `template_name` is NULL): `name_or_path`
+ * is the name of a built-in template (llama.cpp's names, as llama-server's
+ * --chat-template takes them: "chatml", "llama3", "gemma", "mistral-v7",
+ * "phi3", "zephyr", ...; each renders the text llama.cpp's formatter of that
+ * name writes, after the BOS when the tokenizer adds one), else the path of
+ * a Jinja file. The template is parsed here, so a broken one fails now.
+ * Not thread-safe: call it before the tokenizer is shared or rendered
+ * from. */
+spindle_status spindle_tokenizer_set_chat_template(spindle_tokenizer *tok,
+                                                   const char *name_or_path,
+                                                   spindle_error *err);
+/* The Jinja source of built-in template `name`, or NULL (no BOS: see
+ * above). Thread-safe. */
+const char *spindle_chat_template_builtin(const char *name);
+/* The i-th built-in template's name, NULL past the last. Thread-safe. */
+const char *spindle_chat_template_builtin_name(size_t i);
+/* Whether spindle_chat_render has a default template to render. Same
+ * thread rules as spindle_chat_render. */
+bool spindle_tokenizer_has_chat_template(const spindle_tokenizer *tok);
+
 
 
 #ifdef __cplusplus

@@ -178,3 +178,15 @@ bool sp_arg_count_list(const char *opt, const char *s, long hi, int32_t **v,
     snprintf(what, sizeof what, "counts in [1, %ld]", hi);
     return int_list(opt, s, 1, hi, what, v, n);
 }
+
+bool sp_arg_pooling(const char *opt, const char *s, spindle_pooling *out) {
+    static const char *const names[] = {"mean", "cls", "last"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (spindle_pooling)(SPINDLE_POOLING_MEAN + i);
+            return true;
+        }
+    fprintf(stderr, "spindle: %s expects mean, cls or last, got '%s'%s\n", opt, s,
+            strcmp(s, "none") ? "" : " (per-token rows are not supported)");
+    return false;
+}

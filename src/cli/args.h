@@ -23,8 +23,9 @@ bool sp_arg_u64(const char *opt, const char *s, uint64_t *out);
 /* --kv-type NAME (run, bench and chat share it): "f32", "bf16" or "f16". */
 #define SP_ARG_KV_TYPE_HELP \
     "  --kv-type f32|bf16|f16  KV cache element type (default f32: exact)\n" \
-    "  --kv-budget BYTES       KV block pool size, suffix K/M/G (default: what\n" \
-    "                          fits beside the weights in available memory)\n"
+    "  --kv-budget BYTES       KV block pool size, suffix K/M/G (default: every\n" \
+    "                          sequence run at once at --ctx tokens, at most 90%\n" \
+    "                          of available memory)\n"
 /* A positive byte count, optionally with a K, M or G (binary) suffix. */
 bool sp_arg_bytes(const char *opt, const char *s, size_t *out);
 bool sp_arg_kv_type(const char *opt, const char *s, spindle_kv_type *out);
@@ -53,6 +54,14 @@ int sp_arg_prompt_cache(int argc, char **argv, int *i,
  * usage error (printed). --seed is the caller's (run records whether it
  * was given). */
 int sp_arg_sampler(int argc, char **argv, int *i, spindle_sampler_params *sp);
+
+/* --pooling mean|cls|last (embed and serve): the embedder's pooling in
+ * place of the model's (llama.cpp's names; its "none", per-token rows, is
+ * refused: an embedding here is one row per input). */
+#define SP_ARG_POOLING_HELP \
+    "  --pooling mean|cls|last  pool the token rows so (default: the model's;\n" \
+    "                          a GGUF that records none needs this)\n"
+bool sp_arg_pooling(const char *opt, const char *s, spindle_pooling *out);
 
 /* "1,2,3" → malloc'd ids. */
 bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);

@@ -258,8 +258,10 @@ int sp_cmd_batched_bench(int argc, char **argv) {
         if (!a.npl) a.npl = default_list(def_pl, 4, &a.n_npl);
         spindle_error err = {0};
         spindle_model *m = NULL;
+        int max_b = 1;   /* a row's B sequences each at most a full context */
+        for (int i = 0; i < a.n_npl; i++) if (a.npl && a.npl[i] > max_b) max_b = a.npl[i];
         spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type,
-                                   .kv_bytes = a.kv_bytes,
+                                   .kv_bytes = a.kv_bytes, .kv_sequences = max_b,
                                    .use_mmap = a.use_mmap,
                                    .max_context = a.context};
         if (!a.npp || !a.ntg || !a.npl) {

@@ -129,7 +129,7 @@ int sp_cmd_bench(int argc, char **argv) {
     spindle_error err = {0};
     spindle_model *m = NULL;
     spindle_load_options lo = {.n_threads = a.threads, .kv_type = a.kv_type,
-                               .use_mmap = a.use_mmap};
+                               .use_mmap = a.use_mmap, .kv_sequences = 1};
     double t0 = seconds();
     if (spindle_model_load(a.model, &lo, &m, &err)) {
         fprintf(stderr, "spindle: %s\n", err.message);

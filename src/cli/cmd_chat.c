@@ -6,6 +6,7 @@
  * prefilled: the sequence is rolled back to that prefix first, or to the
  * start when one of its layers cannot roll back that far. */
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/lora_args.h"
 #include "cli/commands.h"
 #include "cli/prompt.h"
@@ -26,6 +27,7 @@ typedef struct chat_state {
     int n_cached, cap_cached;
     spindle_gen_params gen;
     int32_t stop[4];
+    const char *template_kwargs;   /* --chat-template-kwargs, or NULL */
 } chat_state;
 
 static void add_message(cJSON *msgs, const char *role, const char *content) {
@@ -59,7 +61,7 @@ static spindle_status turn(chat_state *c, const char *user, spindle_error *err) 
     int n = 0, n_gen = 0;
     sp_text_stream stream;
     memset(&stream, 0, sizeof stream);
-    spindle_status st = msgs ? sp_chat_prompt_ids(c->tok, msgs, NULL, &ids, &n, err)
+    spindle_status st = msgs ? sp_chat_prompt_ids(c->tok, msgs, c->template_kwargs, &ids, &n, err)
                              : SPINDLE_ERR_MEMORY;
     free(msgs);
     if (!st) {
@@ -102,6 +104,7 @@ static const char *chat_usage =
     "       [--xtc-probability P --xtc-threshold T]\n"
     "       [--kv-type f32|bf16|f16] [--mmap] [--lora PATH[:SCALE]]...\n"
     SP_ARG_SPEC_HELP
+    SP_ARG_CHAT_TEMPLATE_HELP
     "Type a message and press Enter; /reset clears the history, "
     "/exit (or end of input) quits.\n";
 
@@ -112,6 +115,7 @@ typedef struct chat_args {
     bool use_mmap;
     sp_lora_args lora;
     sp_spec_args spec;
+    sp_chat_template_args tmpl;
 } chat_args;
 
 /* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
@@ -141,6 +145,8 @@ static int parse(int argc, char **argv, chat_args *o, spindle_gen_params *gen) {
             VALUE(); if (!sp_arg_kv_type(a, v, &o->kv_type)) return 2;
         } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
             if (n < 0) return 2;
+        } else if ((n = sp_arg_chat_template(argc, argv, &i, &o->tmpl)) != 0) {
+            if (n < 0) return 2;
         } else return sp_arg_unknown("chat", a);
 #undef VALUE
     }
@@ -164,13 +170,15 @@ int sp_cmd_chat(int argc, char **argv) {
     }
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o.threads, .kv_type = o.kv_type,
-                               .use_mmap = o.use_mmap};
+                               .use_mmap = o.use_mmap, .kv_sequences = 1};
     spindle_model *draft = NULL;
     spindle_status st = spindle_model_load(model_path, &lo, &c.model, &err);
     if (!st) st = sp_lora_args_load(&o.lora, c.model, &c.gen, &err);
     if (!st) st = sp_spec_args_load(&o.spec, c.model, &lo, &draft, &err);
     c.gen.spec = o.spec.spec;
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(c.model), &c.tok, &err);
+    if (!st) st = sp_chat_template_use(&o.tmpl, c.tok, true, &err);
+    c.template_kwargs = o.tmpl.kwargs;
     if (!st) st = spindle_seq_new(c.model, &c.seq, &err);
     if (!st) {
         c.gen.n_stop_ids = sp_tokenizer_stop_ids(c.tok, c.stop, 4);

@@ -3,6 +3,7 @@
  *   spindle embed -m MODEL [--text T | stdin, one input per line]
  *                 [--prompt P | --prompt-name NAME] [--dimensions N]
  *                 [--max-tokens N] [--threads N] [--ids]
+ *                 [--pooling mean|cls|last]
  *
  * --ids: each input line is token ids ("1,2,3"), special tokens included;
  * no tokenizer is loaded.
@@ -26,11 +27,13 @@ static const char *embed_usage =
     "  --dimensions N      keep the first N values (Matryoshka)\n"
     "  --max-tokens N      truncate inputs to N tokens (default: the model's)\n"
     "  --threads N         worker threads (default: all cores)\n"
-    "  --ids               input lines are token ids (1,2,3), not text\n";
+    "  --ids               input lines are token ids (1,2,3), not text\n"
+    SP_ARG_POOLING_HELP;
 
 typedef struct embed_opts {
     const char *model, *text, *prompt, *prompt_name;
     long dimensions, max_tokens, threads;
+    spindle_pooling pooling;
     bool ids;
 } embed_opts;
 
@@ -60,6 +63,8 @@ static int parse_opts(int argc, char **argv, embed_opts *o) {
         } else if (!strcmp(a, "--max-tokens")) {
             ok = (v = sp_arg_value(argc, argv, &i)) &&
                  sp_arg_int(a, v, 1, 1 << 24, &o->max_tokens);
+        } else if (!strcmp(a, "--pooling")) {
+            ok = (v = sp_arg_value(argc, argv, &i)) && sp_arg_pooling(a, v, &o->pooling);
         } else if (!strcmp(a, "--threads")) {
             ok = (v = sp_arg_value(argc, argv, &i)) &&
                  sp_arg_int(a, v, 1, 4096, &o->threads);
@@ -162,7 +167,8 @@ int sp_cmd_embed(int argc, char **argv) {
     spindle_tokenizer *tok = NULL;
     spindle_embedder *e = NULL;
     spindle_embedder_options eo = {.n_threads = (int)o.threads,
-                                   .max_tokens = (int)o.max_tokens};
+                                   .max_tokens = (int)o.max_tokens,
+                                   .pooling = o.pooling};
     if (spindle_model_load(o.model, &lo, &m, &err) ||
         (!o.ids && spindle_tokenizer_load(spindle_model_dir(m), &tok, &err)) ||
         spindle_embedder_new(m, &eo, &e, &err)) {

@@ -1,5 +1,6 @@
 /* spindle run: load a model, generate from a prompt, report statistics. */
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "cli/lora_args.h"
 #include "cli/grammar_file.h"
@@ -22,6 +23,7 @@ static const char *run_usage =
     "  -p, --prompt TEXT       text prompt (special tokens added per the tokenizer)\n"
     "  --chat                  wrap the prompt in the model's chat template\n"
     "  --system TEXT           system message for --chat\n"
+    SP_ARG_CHAT_TEMPLATE_HELP
     "  --prompt-tokens IDS     prompt as comma-separated token ids\n"
     SP_RUN_PROMPTS_HELP
     "  -n, --max-tokens N      tokens to generate (default 256)\n"
@@ -66,6 +68,7 @@ typedef struct run_options {
     const char *text;
     const char *system;
     bool chat;
+    sp_chat_template_args tmpl;
     const char *prompts_file;
     int parallel;
     int32_t bias_ids[64];
@@ -120,6 +123,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->parallel = (int)n;
         } else if (!strcmp(a, "--chat")) {
             o->chat = true;
+        } else if ((rc = sp_arg_chat_template(argc, argv, &i, &o->tmpl)) != 0) {
+            if (rc < 0) return 2;
         } else if (!strcmp(a, "--prompt-tokens")) {
             VALUE();
             free(o->prompt);
@@ -329,7 +334,7 @@ static spindle_status text_prompt(run_options *o, const spindle_tokenizer *tok,
     }
     char *msgs = sp_single_turn_messages(o->system, o->text);
     if (!msgs) return SPINDLE_ERR_MEMORY;
-    spindle_status st = sp_chat_prompt_ids(tok, msgs, NULL, &o->prompt,
+    spindle_status st = sp_chat_prompt_ids(tok, msgs, o->tmpl.kwargs, &o->prompt,
                                            &o->n_prompt, err);
     free(msgs);
     return st;
@@ -358,6 +363,8 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_load_options lo = {.n_threads = o.threads, .max_context = o.ctx,
                                .kv_type = o.kv_type, .use_mmap = o.use_mmap,
                                .kv_bytes = o.kv_bytes,
+                               /* one generation, or --prompts' parallel ones */
+                               .kv_sequences = o.prompts_file ? o.parallel : 1,
                                .max_rollback = o.max_rollback,
                                .prompt_cache_dir = o.cache.prompt_cache_dir,
                                .prompt_cache_disk_bytes =
@@ -385,6 +392,7 @@ int sp_cmd_run(int argc, char **argv) {
         st = sp_cli_grammar_load(tok, o.grammar_file, o.schema_file, &vocab,
                                  &grammar, &err);
     o.gen.grammar = grammar;
+    if (!st && tok) st = sp_chat_template_use(&o.tmpl, tok, o.chat, &err);
     if (!st && o.text) st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
@@ -393,7 +401,8 @@ int sp_cmd_run(int argc, char **argv) {
     if (!st && o.prompts_file) {
         sp_run_prompts_args pa = {.path = o.prompts_file,
                                   .parallel = o.parallel, .json = o.json,
-                                  .chat = o.chat, .system = o.system};
+                                  .chat = o.chat, .system = o.system,
+                                  .chat_kwargs = o.tmpl.kwargs};
         st = sp_run_prompts(model, tok, &o.gen, &pa, &err);
         o.json = false;   /* printed; nothing below runs */
         if (!st) st = SP_RUN_PROMPTS_DONE;

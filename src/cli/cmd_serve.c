@@ -1,5 +1,6 @@
 /* spindle serve: the OpenAI-compatible HTTP server (src/server/). */
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "cli/spec_args.h"
 #include "server/server.h"
@@ -40,6 +41,8 @@ static const char *serve_usage =
     "                          continues it and streams only what follows\n"
     "  --checkpoint-every N    generated tokens between checkpoints (default 64)\n"
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
+    SP_ARG_CHAT_TEMPLATE_HELP
+    SP_ARG_POOLING_HELP
     SP_ARG_PROMPT_CACHE_HELP
     SP_ARG_SPEC_HELP
     "                          (requests may change K: num_draft_tokens or\n"
@@ -65,6 +68,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
     spindle_load_options cache = {0};
     int rc;
     sp_spec_args spec = {.spec = o->spec};
+    sp_chat_template_args tmpl = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         bool ok = true;
@@ -91,6 +95,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--kv-budget")) { VALUE(); ok = sp_arg_bytes(a, v, &o->kv_bytes);
         } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
         } else if (IS("--mmap")) { o->use_mmap = true;
+        } else if (IS("--pooling")) { VALUE(); ok = sp_arg_pooling(a, v, &o->pooling);
         } else if (IS("--lora")) {
             VALUE();
             static const char *loras[64];
@@ -118,6 +123,10 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             if (rc < 0) return 2;
             o->prompt_cache_dir = cache.prompt_cache_dir;
             o->prompt_cache_disk_bytes = cache.prompt_cache_disk_bytes;
+        } else if ((rc = sp_arg_chat_template(argc, argv, &i, &tmpl)) != 0) {
+            if (rc < 0) return 2;
+            o->chat_template = tmpl.name_or_path;
+            o->chat_template_kwargs = tmpl.kwargs;
         } else if ((spec_arg = sp_arg_spec(argc, argv, &i, &spec)) != 0) {
             ok = spec_arg > 0;
         } else {

@@ -14,6 +14,7 @@
 
 #include "base/mapped_file.h"
 #include "cli/args.h"
+#include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "spindle.h"
 
@@ -26,7 +27,10 @@ static const char *template_usage =
     "  --tools FILE.json        tool definitions, a JSON array\n"
     "  --add-generation-prompt  end with the assistant turn's opening\n"
     "  --var KEY=JSON_VALUE     an extra template variable (e.g. enable_thinking=false)\n"
-    "  --template-name NAME     one of several named templates\n";
+    "  --template-name NAME     one of several named templates\n"
+    "  --chat-template FILE|NAME  a template in place of the model's: a built-in\n"
+    "                           by llama.cpp's name (chatml, llama3, gemma, ...),\n"
+    "                           else a Jinja file\n";
 
 static int fail(const char *msg) {
     fprintf(stderr, "spindle template: %s\n", msg);
@@ -73,7 +77,8 @@ static bool add_var(char **vars, const char *arg, char *msg, size_t msg_size) {
 }
 
 int sp_cmd_template(int argc, char **argv) {
-    const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *name = NULL;
+    const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *name = NULL,
+               *chat_template = NULL;
     bool add_gen = false;
     char msg[400];
     char *vars = malloc(2);
@@ -91,6 +96,7 @@ int sp_cmd_template(int argc, char **argv) {
         else if (!strcmp(a, "--messages") && has_val) messages_path = argv[++i];
         else if (!strcmp(a, "--tools") && has_val) tools_path = argv[++i];
         else if (!strcmp(a, "--template-name") && has_val) name = argv[++i];
+        else if (!strcmp(a, "--chat-template") && has_val) chat_template = argv[++i];
         else if (!strcmp(a, "--add-generation-prompt")) add_gen = true;
         else if (!strcmp(a, "--var") && has_val) {
             if (!add_var(&vars, argv[++i], msg, sizeof msg)) {
@@ -125,7 +131,10 @@ int sp_cmd_template(int argc, char **argv) {
     vars = NULL;
     memcpy(extra + vlen, "}", 2);
     if (spindle_tokenizer_load(model, &tok, &err) != SPINDLE_OK ||
+        (chat_template && spindle_tokenizer_set_chat_template(tok, chat_template, &err)) ||
         spindle_chat_render(tok, messages, tools, add_gen, extra, name, &out, &err) != SPINDLE_OK) {
+        if (tok && !name && !spindle_tokenizer_has_chat_template(tok))
+            sp_chat_template_missing(&err);
         rc = fail_err(&err);
         goto done;
     }

@@ -1,6 +1,7 @@
 /* Text and chat prompts to token ids, and generated ids to streamed text, for
  * run and chat (prompt.h). */
 #include "cli/prompt.h"
+#include "cli/chat_template_args.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@ spindle_status sp_chat_prompt_ids(const spindle_tokenizer *tok,
                                   const char *messages_json,
                                   const char *extra_vars_json, int32_t **ids,
                                   int *n, spindle_error *err) {
+    if (!spindle_tokenizer_has_chat_template(tok)) return sp_chat_template_missing(err);
     char *text = NULL;
     spindle_status st = spindle_chat_render(tok, messages_json, NULL, true,
                                             extra_vars_json, NULL, &text, err);

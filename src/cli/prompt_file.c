@@ -48,7 +48,7 @@ static spindle_status encode_text(const spindle_tokenizer *tok,
     char *owned = messages ? NULL : sp_single_turn_messages(a->system, text);
     if (!messages && !owned) return sp_prompts_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     spindle_status st = sp_chat_prompt_ids(tok, messages ? messages : owned,
-                                           NULL, &j->prompt, &j->n_prompt, err);
+                                           a->chat_kwargs, &j->prompt, &j->n_prompt, err);
     free(owned);
     return st;
 }

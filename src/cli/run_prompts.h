@@ -20,6 +20,7 @@ typedef struct sp_run_prompts_args {
     bool json;            /* one JSON object per prompt, with stats */
     bool chat;            /* wrap text prompts in the chat template */
     const char *system;   /* ... with this system message */
+    const char *chat_kwargs;  /* ... and these template variables (JSON) */
 } sp_run_prompts_args;
 
 /* Read, run and print every prompt of a->path. `tok` may be NULL (then

@@ -28,20 +28,27 @@ struct spindle_embedder {
     pthread_mutex_t lock;
 };
 
-/* A GGUF encoder has no sentence-transformers modules: {arch}.pooling_type
- * says the pooling (llama.cpp's enum: 1 mean, 2 CLS, 3 last; absent: mean)
- * and the result is normalized, as llama.cpp's llama-embedding does by
- * default (and sentence-transformers' Normalize module, which the GGUF
- * converter drops, did). */
-static spindle_status gguf_pooling(const spindle_model *m, sp_st_config *cfg,
+/* A GGUF has no sentence-transformers modules: {arch}.pooling_type says
+ * the pooling (llama.cpp's enum: 1 mean, 2 CLS, 3 last) and the result is
+ * normalized, as llama.cpp's llama-embedding does by default (and
+ * sentence-transformers' Normalize module, which the GGUF converter drops,
+ * did). A file without the key (a chat model's) records no way to pool:
+ * llama.cpp then gives per-token rows, and any one pooling would be a
+ * guess, so it needs the caller's choice. */
+static spindle_status gguf_pooling(const spindle_model *m, bool chosen, sp_st_config *cfg,
                                    spindle_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cfg->normalize = true;
+    if (chosen) return SPINDLE_OK;
     const sp_gguf *g = sp_gguf_weights_file(m->gguf);
     const sp_gguf_value *v = sp_gguf_arch_value(g, m->arch->gguf->arch,
                                                 "pooling_type");
-    int64_t kind = 1;
-    if (v && !sp_gguf_value_i64(v, &kind)) kind = -1;
+    if (!v)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "the GGUF records no pooling (%s.pooling_type): choose one with "
+                       "--pooling mean|cls|last (%s)", m->arch->gguf->arch, m->dir);
+    int64_t kind = -1;
+    if (!sp_gguf_value_i64(v, &kind)) kind = -1;
     if (kind < 1 || kind > 3)
         return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: %s.pooling_type %lld is not supported (1 mean, "
@@ -59,17 +66,25 @@ spindle_status spindle_embedder_new(spindle_model *model,
     sp_error_clear(err);
     if (!model || !out) return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
     *out = NULL;
+    const spindle_pooling pooling = options ? options->pooling : SPINDLE_POOLING_MODEL;
+    if (pooling < SPINDLE_POOLING_MODEL || pooling > SPINDLE_POOLING_LAST)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "pooling %d is not a spindle_pooling",
+                       (int)pooling);
     spindle_embedder *e = calloc(1, sizeof *e);
     if (!e) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     e->model = model;
+    const bool chosen = pooling != SPINDLE_POOLING_MODEL;
     spindle_status st = model->gguf
-        ? gguf_pooling(model, &e->st, err)
+        ? gguf_pooling(model, chosen, &e->st, err)
         : sp_st_config_load(model->dir, model->arch->encoder,
                             model->cfg.hidden_size, &e->st, err);
     if (st) {
         free(e);
         return st;
     }
+    if (chosen)
+        e->st.pooling = pooling == SPINDLE_POOLING_MEAN ? SP_POOL_MEAN
+                        : pooling == SPINDLE_POOLING_CLS ? SP_POOL_CLS : SP_POOL_LAST;
     int limit = model->max_context > 0 ? model->max_context : 1 << 20;
     /* An encoder's positions are rows of its position table, whatever
      * context the model was loaded with. */

@@ -1,5 +1,6 @@
-/* The model's KV block pool: its byte budget (the load option, or what fits
- * beside the weights in available memory), the fingerprint that
+/* The model's KV block pool: its byte budget (the load option, or room for
+ * kv_sequences full contexts within the memory available beside the
+ * weights), the fingerprint that
  * namespaces its prefix index, and its disk tier (the on-disk prompt
  * cache, runtime/prefix_disk.h). */
 #include "models/model.h"
@@ -9,12 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Full contexts the default budget holds at most: enough for the engine's
- * default 16 sequences each at the context limit; more would only size the
- * pool's bookkeeping for memory that no workload of the default engine
- * touches. */
-#define DEFAULT_MAX_CONTEXTS 16
 
 /* Bytes of memory available now (after the weights were loaded):
  * MemAvailable, or the free pages where /proc is not there. */
@@ -53,20 +48,30 @@ static uint64_t model_fingerprint(const spindle_model *m, const char *files) {
     return fnv1a(h, shape, sizeof shape);
 }
 
-static spindle_status init_pool(spindle_model *m, size_t kv_bytes,
+/* The default budget: `sequences` full contexts, as a server's slots each
+ * at its context limit need (llama-server and vLLM size their caches from
+ * the context and the parallelism, not from the machine), but never more
+ * than 90% of the memory available now. */
+static size_t default_budget(const spindle_model *m, size_t block, int sequences) {
+    const size_t blocks_per_context =
+        ((size_t)(m->max_context > 0 ? m->max_context : 4096) +
+         SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS;
+    size_t bytes = (size_t)sequences * blocks_per_context * block;
+    const size_t most = available_bytes() / 10 * 9;
+    if (bytes > most) bytes = most;
+    return bytes < block ? block : bytes;
+}
+
+static spindle_status init_pool(spindle_model *m, const spindle_load_options *options,
                                 const char *files, spindle_error *err) {
     const size_t block = sp_kv_pool_block_bytes_for(
         m->state_desc, m->cfg.n_layers, m->kv_type);
-    size_t bytes = kv_bytes;
-    if (!bytes) {
-        bytes = available_bytes() / 10 * 9;
-        const size_t blocks_per_context =
-            ((size_t)(m->max_context > 0 ? m->max_context : 4096) +
-             SP_KV_BLOCK_TOKENS - 1) / SP_KV_BLOCK_TOKENS;
-        const size_t most = DEFAULT_MAX_CONTEXTS * blocks_per_context * block;
-        if (bytes > most) bytes = most;
-        if (bytes < block) bytes = block;
-    }
+    const int sequences = options ? options->kv_sequences : 0;
+    if (sequences < 0)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "kv_sequences %d is negative", sequences);
+    size_t bytes = options ? options->kv_bytes : 0;
+    if (!bytes)
+        bytes = default_budget(m, block, sequences ? sequences : SPINDLE_DEFAULT_KV_SEQUENCES);
     m->kv_budget = bytes;
     return sp_kv_pool_new(m->state_desc, m->cfg.n_layers, m->kv_type, bytes,
                           model_fingerprint(m, files), &m->kv_pool, err);
@@ -75,12 +80,11 @@ static spindle_status init_pool(spindle_model *m, size_t kv_bytes,
 spindle_status sp_model_init_kv_pool(spindle_model *m,
                                      const spindle_load_options *options,
                                      spindle_error *err) {
-    const size_t kv_bytes = options ? options->kv_bytes : 0;
     const char *dir = options ? options->prompt_cache_dir : NULL;
-    if (!dir || !*dir) return init_pool(m, kv_bytes, m->dir, err);
+    if (!dir || !*dir) return init_pool(m, options, m->dir, err);
     char fp[SPINDLE_FINGERPRINT_LEN + 1];
     spindle_status st = spindle_model_fingerprint(m, fp, err);
-    if (!st) st = init_pool(m, kv_bytes, fp, err);
+    if (!st) st = init_pool(m, options, fp, err);
     if (st) return st;
     /* No full-KV layer (no prefix index), or the boundary-state store of a
      * hybrid/sliding-window model could not be made. Such a model's

@@ -12,7 +12,8 @@
 
 bool sp_embeddings_load(sp_server *s) {
     spindle_error err = {0};
-    spindle_embedder_options eo = {.n_threads = s->opts.threads};
+    spindle_embedder_options eo = {.n_threads = s->opts.threads,
+                                   .pooling = s->opts.pooling};
     spindle_status st = spindle_embedder_new(s->model, &eo, &s->embedder, &err);
     if (st == SPINDLE_ERR_UNSUPPORTED && spindle_model_has_logits(s->model)) {
         /* A generation model: /v1/embeddings answers 400 with the reason. */

@@ -560,12 +560,7 @@ static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
     size_t count = 0;
     if (r->kind == SP_API_CHAT) {
         char *text = NULL;
-        st = spindle_chat_render(s->tok, r->messages_json, r->tools_json, true,
-                                 r->template_kwargs_json, NULL, &text, &err);
-        if (st) {
-            sp_api_error_from_status(e, st, "messages", err.message);
-            return false;
-        }
+        if (!sp_reply_render_chat(s, r, &text, e)) return false;
         /* The template wrote the special tokens itself (as mlx-lm and
          * transformers' apply_chat_template(tokenize=True) do). */
         st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, &count, &err);

@@ -1,6 +1,8 @@
 /* A chat job's structured reply (reply.h). */
 #include "server/reply.h"
 
+#include <cjson/cJSON.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sp_reply_detect_format(sp_server *s) {
@@ -16,6 +18,51 @@ void sp_reply_detect_format(sp_server *s) {
     s->think_token = spindle_tokenizer_encode(s->tok, "<think>", 7, false, &ids, &n, NULL) ==
                          SPINDLE_OK && n == 1;
     spindle_free(ids);
+}
+
+/* The server's kwargs with the request's laid over them, as JSON text
+ * (malloc'd), or NULL when neither has any; *oom on failure. */
+static char *merged_kwargs(const char *server, const char *request, bool *oom) {
+    *oom = false;
+    if (!server || !request) {
+        const char *only = server ? server : request;
+        char *copy = only ? strdup(only) : NULL;
+        *oom = only && !copy;
+        return copy;
+    }
+    cJSON *base = cJSON_Parse(server), *over = cJSON_Parse(request), *it;
+    char *out = NULL;
+    if (cJSON_IsObject(base) && cJSON_IsObject(over)) {
+        cJSON_ArrayForEach(it, over) {
+            cJSON *copy = cJSON_Duplicate(it, true);
+            if (!copy) break;
+            cJSON_DeleteItemFromObjectCaseSensitive(base, it->string);
+            cJSON_AddItemToObject(base, it->string, copy);
+        }
+        out = cJSON_PrintUnformatted(base);
+    }
+    cJSON_Delete(base);
+    cJSON_Delete(over);
+    *oom = !out;
+    return out;
+}
+
+bool sp_reply_render_chat(const sp_server *s, const sp_api_request *r, char **text,
+                          sp_api_error *e) {
+    *text = NULL;
+    if (!spindle_tokenizer_has_chat_template(s->tok))
+        return sp_api_bad(e, "messages", "the model has no chat template: start the server "
+                          "with --chat-template FILE|NAME (a Jinja file, or a built-in "
+                          "name such as chatml)");
+    bool oom;
+    char *kwargs = merged_kwargs(s->opts.chat_template_kwargs, r->template_kwargs_json, &oom);
+    if (oom) return sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    spindle_error err = {0};
+    spindle_status st = spindle_chat_render(s->tok, r->messages_json, r->tools_json, true,
+                                            kwargs, NULL, text, &err);
+    free(kwargs);
+    if (st) sp_api_error_from_status(e, st, "messages", err.message);
+    return st == SPINDLE_OK;
 }
 
 bool sp_reply_opens_think(const char *prompt) {

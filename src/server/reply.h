@@ -12,6 +12,13 @@
  * rendering of the probe conversation, s->think_token from the vocabulary. */
 void sp_reply_detect_format(sp_server *s);
 
+/* Render chat request r's messages (generation prompt added) into *text
+ * (spindle_free), with the server's --chat-template-kwargs under the
+ * request's chat_template_kwargs (the request's win). False with a 400 in
+ * *e, naming --chat-template when the model has no template. */
+bool sp_reply_render_chat(const sp_server *s, const sp_api_request *r, char **text,
+                          sp_api_error *e);
+
 typedef struct sp_job_reply {
     bool structured;    /* the reply goes through the parser */
     bool keep_special;  /* the format's markers are special tokens: keep them

@@ -1,6 +1,7 @@
 /* The routes besides generation: GET /health, /v1/models, /metrics and /,
  * and llama-server's POST /tokenize, /detokenize and /apply-template. */
 #include "server/api_response.h"
+#include "server/reply.h"
 #include "server/state.h"
 
 #include <cjson/cJSON.h>
@@ -177,9 +178,10 @@ enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
     if (!ready(s, &e) || !sp_api_parse_apply_template(call->body, call->len, &r, &e))
         return sp_reply_error(s, c, SP_ROUTE_APPLY_TEMPLATE, &e);
     char *text = NULL;
-    spindle_error err = {0};
-    spindle_status st = spindle_chat_render(s->tok, r.messages_json, r.tools_json, true,
-                                            r.template_kwargs_json, NULL, &text, &err);
+    bool rendered = sp_reply_render_chat(s, &r, &text, &e);
     sp_api_request_free(&r);
-    return reply_text(s, c, SP_ROUTE_APPLY_TEMPLATE, st, &err, "messages", "prompt", text);
+    if (!rendered) return sp_reply_error(s, c, SP_ROUTE_APPLY_TEMPLATE, &e);
+    spindle_error err = {0};
+    return reply_text(s, c, SP_ROUTE_APPLY_TEMPLATE, SPINDLE_OK, &err, "messages", "prompt",
+                      text);
 }

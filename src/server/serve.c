@@ -90,12 +90,30 @@ static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
     return st;
 }
 
+/* The pool and, for the default, its rule: --parallel contexts of --ctx
+ * tokens, unless available memory capped it. */
+static void print_kv_pool(const sp_server *s, const spindle_kv_pool_info *kv) {
+    const int ctx = spindle_model_context_length(s->model), par = s->opts.parallel;
+    const long long want = (long long)par * ((ctx + kv->block_tokens - 1) / kv->block_tokens);
+    char rule[160] = "";
+    if (!s->opts.kv_bytes && kv->blocks < want)
+        snprintf(rule, sizeof rule, ", capped at 90%% of available memory (--parallel %d x "
+                 "--ctx %d needs %lld blocks)", par, ctx, want);
+    else if (!s->opts.kv_bytes)
+        snprintf(rule, sizeof rule, ", --parallel %d x --ctx %d tokens (--kv-budget for more)",
+                 par, ctx);
+    sp_log(SPINDLE_LOG_INFO, "KV pool %.1f MiB: %d blocks of %d tokens (%zu bytes each)%s",
+           (double)kv->budget_bytes / (1 << 20), kv->blocks, kv->block_tokens,
+           kv->block_bytes, rule);
+}
+
 static bool load(sp_server *s) {
     const sp_server_options *o = &s->opts;
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o->threads, .max_context = o->ctx,
                                .kv_type = o->kv_type, .use_mmap = o->use_mmap,
                                .kv_bytes = o->kv_bytes,
+                               .kv_sequences = o->parallel,
                                .prompt_cache_dir = o->prompt_cache_dir,
                                .prompt_cache_disk_bytes =
                                    o->prompt_cache_disk_bytes};
@@ -106,6 +124,8 @@ static bool load(sp_server *s) {
     eo.background = true;
     spindle_status st = spindle_model_load(o->model_path, &lo, &s->model, &err);
     if (!st) st = spindle_tokenizer_load(spindle_model_dir(s->model), &s->tok, &err);
+    if (!st && o->chat_template)
+        st = spindle_tokenizer_set_chat_template(s->tok, o->chat_template, &err);
     if (!st) st = load_draft(s, &lo, &err);
     if (!st && spindle_model_has_logits(s->model))
         st = spindle_engine_new(s->model, &eo, &s->engine, &err);
@@ -118,11 +138,7 @@ static bool load(sp_server *s) {
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
     if (!spindle_model_kv_pool_info(s->model, &kv, &err) && kv.block_bytes > 0)
-        sp_log(SPINDLE_LOG_INFO, "KV pool %.1f MiB: %d blocks of %d tokens (%zu "
-                                 "bytes each)%s",
-                (double)kv.budget_bytes / (1 << 20), kv.blocks,
-                kv.block_tokens, kv.block_bytes,
-                o->kv_bytes ? "" : ", what fits beside the weights");
+        print_kv_pool(s, &kv);
     if (o->prompt_cache_dir && kv.disk_budget_bytes)
         sp_log(SPINDLE_LOG_INFO, "prompt cache %s: %d files, %.1f of %.1f MiB", o->prompt_cache_dir, kv.disk_files,
                 (double)kv.disk_bytes / (1 << 20),

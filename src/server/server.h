@@ -44,6 +44,13 @@ typedef struct sp_server_options {
      * a request may change K and the minimum draft (job.c) */
     spindle_spec_params spec;
     const char *draft_path;     /* --draft-model for --spec draft */
+    /* --chat-template: a built-in name or a Jinja file in place of the
+     * model's template (NULL: the model's); --chat-template-kwargs: a JSON
+     * object of template variables under each request's own */
+    const char *chat_template;
+    const char *chat_template_kwargs;
+    /* --pooling: /v1/embeddings' pooling in place of the model's */
+    spindle_pooling pooling;
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;

@@ -348,6 +348,11 @@ const char *sp_tokenizer_config_string(const spindle_tokenizer *tok,
     return NULL;
 }
 
+void sp_tokenizer_set_chat_template_source(spindle_tokenizer *tok, char *source) {
+    free(tok->template_file);
+    tok->template_file = source;
+}
+
 const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
                                        const char *name) {
     if (!tok) return NULL;

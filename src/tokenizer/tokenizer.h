@@ -12,6 +12,9 @@
  * NULL when the tokenizer has none. Owned by the tokenizer. */
 const char *sp_tokenizer_chat_template(const spindle_tokenizer *tok,
                                        const char *name);
+/* Make `source` (malloc'd; the tokenizer takes it) the default chat
+ * template, in place of chat_template.jinja and the config's default. */
+void sp_tokenizer_set_chat_template_source(spindle_tokenizer *tok, char *source);
 
 /* A string setting of tokenizer_config.json such as "bos_token",
  * "eos_token", "pad_token", "unk_token" (given either as a string or as an
