@@ -14,5 +14,6 @@ int sp_cmd_template(int argc, char **argv);
 int sp_cmd_convert(int argc, char **argv);
 int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_embed(int argc, char **argv);
+int sp_cmd_perplexity(int argc, char **argv);
 
 #endif
