@@ -29,7 +29,7 @@
 typedef struct ppl_opts {
     const char *model, *text_file, *base_file;
     int ctx, threads, chunks;
-    bool kl_divergence, json;
+    bool ctx_given, kl_divergence, json;
 } ppl_opts;
 
 static const char *ppl_usage =
@@ -45,7 +45,8 @@ static const char *ppl_usage =
     "                log-probabilities there (llama-perplexity's file format)\n"
     "  --kl-divergence\n"
     "                compare against the base FILE (its tokens are the text):\n"
-    "                KL divergence, top-1 agreement, Δp statistics\n"
+    "                KL divergence, top-1 agreement, Δp statistics (the\n"
+    "                file's windows: -f is not read, --ctx must match)\n"
     "  --json        print one JSON object instead of the text report\n";
 
 /* 0: parsed; 1: help printed; 2: bad arguments (one line said why). */
@@ -59,7 +60,7 @@ static int parse(int argc, char **argv, ppl_opts *o) {
         if (sp_arg_is_help(a)) { fputs(ppl_usage, stdout); return 1; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VALUE(); o->model = v; }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { VALUE(); o->text_file = v; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { INT_VALUE(8, 1 << 20); o->ctx = (int)n; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { INT_VALUE(8, 1 << 20); o->ctx = (int)n; o->ctx_given = true; }
         else if (!strcmp(a, "-t")) { INT_VALUE(1, 1024); o->threads = (int)n; }
         else if (!strcmp(a, "--chunks")) { INT_VALUE(1, 1 << 24); o->chunks = (int)n; }
         else if (!strcmp(a, "--kl-divergence-base")) { VALUE(); o->base_file = v; }
@@ -274,6 +275,11 @@ static bool load_tokens(ppl_run *r, const ppl_opts *o, const spindle_tokenizer *
                         char *msg, size_t len) {
     if (o->kl_divergence) {
         if (!sp_kld_file_open(o->base_file, r->vocab, &r->base, msg, len)) return false;
+        if (o->ctx_given && o->ctx != r->base.n_ctx) {
+            snprintf(msg, len, "%s was computed with --ctx %d, not %d",
+                     o->base_file, r->base.n_ctx, o->ctx);
+            return false;
+        }
         r->ctx = r->base.n_ctx;
         r->n_chunk = o->chunks > 0 && o->chunks < r->base.n_chunk ? o->chunks : r->base.n_chunk;
         r->tokens = r->base.tokens;

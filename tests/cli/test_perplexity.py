@@ -283,6 +283,16 @@ def test_malformed_base_file(ref, tmp_path, damage, needle):
     assert len(lines) == 1 and needle in lines[0] and str(base) in lines[0], r.stderr
 
 
+def test_kl_divergence_context_must_match_the_file(ref, tmp_path):
+    base = tmp_path / "base.kld"
+    write_base(base, N_CTX, ref["vocab"], ref["tokens"][:N_CTX],
+               ref["records"][:N_CTX // 2 - 1])
+    r = spindle("-m", str(ref["path"]), "--kl-divergence", "--ctx", "256",
+                "--kl-divergence-base", str(base), check=False)
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and f"--ctx {N_CTX}, not 256" in r.stderr
+
+
 def test_too_short_text(ref, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("A few words only.")
