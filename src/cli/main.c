@@ -22,6 +22,8 @@ static const command commands[] = {
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
     {"batched-bench", sp_cmd_batched_bench,
      "aggregate throughput of parallel sequences (llama-batched-bench)"},
+    {"perplexity", sp_cmd_perplexity,
+     "perplexity and KL divergence over a text file (llama-perplexity)"},
     {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
     {"serve", sp_cmd_serve, "serve an OpenAI-compatible HTTP API"},
 };
