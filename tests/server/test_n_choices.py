@@ -89,6 +89,28 @@ def test_greedy_choices_are_equal(client):
     assert r.choices[0].message.content
 
 
+PET = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog", "fish"]}, "ok": {"type": "boolean"}},
+    "required": ["kind", "ok"],
+    "additionalProperties": False,
+}
+
+
+def test_response_format_holds_for_every_choice(client):
+    """Each choice runs under its own copy of the schema's grammar."""
+    jsonschema = pytest.importorskip("jsonschema")
+    fmt = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET, "strict": True}}
+    args = dict(model=ALIAS, messages=[{"role": "user", "content": "Describe a pet."}],
+                max_tokens=60, temperature=1.0, response_format=fmt)
+    r = client.chat.completions.create(n=3, seed=9, **args)
+    solos = [client.chat.completions.create(seed=9 + i, **args).choices[0] for i in range(3)]
+    assert [reply(c) for c in r.choices] == [reply(c) for c in solos]
+    for c in r.choices:
+        assert c.finish_reason == "stop"
+        jsonschema.validate(json.loads(c.message.content), PET)
+
+
 def prefix_cached_tokens(server):
     status, _, data = request(server.port, "GET", "/metrics")
     assert status == 200
