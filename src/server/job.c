@@ -547,6 +547,16 @@ static bool job_submit_rest(sp_job *j) {
     if (j->n_choices == 1) return true;
     if (sp_job_wait_for(j, first_choice_started, 0) != JOB_READY) return false;
     sp_server *s = j->srv;
+    pthread_mutex_lock(&j->mu);
+    spindle_stop_reason first = j->choices[0].finished ? j->choices[0].stop_reason
+                                                       : SPINDLE_STOP_LENGTH;
+    pthread_mutex_unlock(&j->mu);
+    /* The first choice failed, or the shutdown cancelled it: the others
+     * would fail alike, or outlive the shutdown's cancellation. */
+    if (first == SPINDLE_STOP_ERROR || first == SPINDLE_STOP_CANCELLED) {
+        job_abandon_unsubmitted(j);
+        return true;
+    }
     sp_api_error e;
     bool locked = j->req.stacked_adapter ? (pthread_mutex_lock(&s->adapters.lock), true)
                                          : sp_adapters_select_lock(s, &j->req, &e);
