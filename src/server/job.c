@@ -169,6 +169,7 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     }
     j->choices = choices;
     j->n_choices = n;
+    j->rest_submitted = n == 1;
     j->durable = *durable;    /* the job owns it now */
     memset(durable, 0, sizeof *durable);
     j->srv = s;
@@ -541,11 +542,12 @@ static bool first_choice_started(const sp_job *j) {
  * full KV blocks are in the prefix index by then. The adapter is looked up
  * again under the adapters' lock (it may have been unloaded meanwhile); a
  * request's own stack of adapters lives as long as the job. A choice the
- * engine refuses ends the job with its error. False: the client has
- * gone. */
-static bool job_submit_rest(sp_job *j) {
-    if (j->n_choices == 1) return true;
-    if (sp_job_wait_for(j, first_choice_started, 0) != JOB_READY) return false;
+ * engine refuses ends the job with its error. */
+job_wait_result sp_job_submit_rest(sp_job *j, long quiet_ms) {
+    if (j->rest_submitted) return JOB_READY;
+    job_wait_result w = sp_job_wait_for(j, first_choice_started, quiet_ms);
+    if (w != JOB_READY) return w;
+    j->rest_submitted = true;
     sp_server *s = j->srv;
     pthread_mutex_lock(&j->mu);
     spindle_stop_reason first = j->choices[0].finished ? j->choices[0].stop_reason
@@ -555,7 +557,7 @@ static bool job_submit_rest(sp_job *j) {
      * would fail alike, or outlive the shutdown's cancellation. */
     if (first == SPINDLE_STOP_ERROR || first == SPINDLE_STOP_CANCELLED) {
         job_abandon_unsubmitted(j);
-        return true;
+        return JOB_READY;
     }
     sp_api_error e;
     bool locked = j->req.stacked_adapter ? (pthread_mutex_lock(&s->adapters.lock), true)
@@ -574,7 +576,7 @@ static bool job_submit_rest(sp_job *j) {
         pthread_mutex_unlock(&j->mu);
     }
     if (locked) sp_adapters_unlock(s);
-    return true;
+    return JOB_READY;
 }
 
 static bool phase_allows(sp_server *s, sp_api_error *e) {
@@ -663,12 +665,12 @@ static enum MHD_Result gen_run(sp_job *j, sp_route route) {
         job_release(j);
         return sp_reply_error(s, c, route, &e);
     }
-    if (!job_submit_rest(j)) {
-        job_release(j);
-        return MHD_NO;
-    }
+    /* A stream submits them from its reader, which keeps the connection
+     * alive meanwhile. */
     if (j->req.stream) return sp_reply_stream(s, c, route, sp_job_stream_read, j, stream_free);
-    enum MHD_Result rc = job_wait(j, finished) ? sp_job_reply_whole(j) : MHD_NO;
+    enum MHD_Result rc = sp_job_submit_rest(j, 0) == JOB_READY && job_wait(j, finished)
+                             ? sp_job_reply_whole(j)
+                             : MHD_NO;
     job_release(j);
     return rc;
 }

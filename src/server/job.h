@@ -69,6 +69,7 @@ struct sp_job {
     job_state state;              /* FINISHED once every choice is */
 
     /* The connection's thread only. */
+    bool rest_submitted;          /* choices after the first, once it started */
     bool stream_done, cancelled;
     sp_strbuf out;                /* formatted events not yet written */
     size_t out_pos;
@@ -82,6 +83,10 @@ bool sp_job_finished(const sp_job *j);
 /* Wait until ready(j), or until `quiet_ms` pass (> 0; 0: no limit); GONE
  * (every choice cancelled) when the client has gone meanwhile. */
 job_wait_result sp_job_wait_for(sp_job *j, sp_job_ready_fn ready, long quiet_ms);
+/* The choices after the first, submitted once the first has its first
+ * token (so that they map its prompt from the prefix index); QUIET when it
+ * has none after `quiet_ms` (0: no limit), GONE when the client has. */
+job_wait_result sp_job_submit_rest(sp_job *j, long quiet_ms);
 
 /* job_output.c: the whole response of a finished job, and the stream's
  * reader (MHD's content reader callback over a job). */

@@ -198,7 +198,8 @@ static bool stream_next(sp_job *j) {
         sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
     }
     if (roles) return true;
-    job_wait_result w = sp_job_wait_for(j, has_news, keepalive_ms(j->srv));
+    job_wait_result w = sp_job_submit_rest(j, keepalive_ms(j->srv));
+    if (w == JOB_READY) w = sp_job_wait_for(j, has_news, keepalive_ms(j->srv));
     if (w == JOB_GONE) return false;
     if (w == JOB_QUIET) {
         sp_strbuf_printf(&j->out, ": keep-alive\n\n");
