@@ -303,11 +303,20 @@ static bool read_max_tokens(const cJSON *root, const sp_api_limits *limits,
            read_int(root, "max_completion_tokens", 1, 1 << 24, &r->max_tokens, err);
 }
 
-static bool read_n(const cJSON *root, sp_api_error *err) {
-    int n = 1;
-    if (!read_int(root, "n", 1, 128, &n, err)) return false;
-    if (n != 1)
-        return sp_api_bad(err, "n", "'n' must be 1 (one choice per request), got %d", n);
+/* n: choices decoded side by side; choice i samples with seed + i. A
+ * resume or a slot continues one sequence, so they take one choice. */
+static bool read_n(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    r->n_choices = 1;
+    return read_int(root, "n", 1, SP_API_MAX_CHOICES, &r->n_choices, err);
+}
+
+static bool check_n(const sp_api_request *r, sp_api_error *err) {
+    if (r->n_choices > 1 && r->resume_id)
+        return sp_api_bad(err, "n", "'n' must be 1 with 'resume_id' (a resume continues one "
+                          "choice), got %d", r->n_choices);
+    if (r->n_choices > 1 && r->id_slot >= 0)
+        return sp_api_bad(err, "n", "'n' must be 1 with 'id_slot' (a slot keeps one "
+                          "sequence), got %d", r->n_choices);
     return true;
 }
 
@@ -424,12 +433,12 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
                                    : read_prompt(root, limits, out, err) &&
                                          read_completion_only(root, err)) &&
               read_stream(root, out, err) && read_max_tokens(root, limits, out, err) &&
-              read_n(root, err) && read_sampling(root, out, err) &&
+              read_n(root, out, err) && read_sampling(root, out, err) &&
               read_stop(root, out, err) && read_logit_bias(root, limits, out, err) &&
               read_logprobs(root, out, err) && read_speculative(root, out, err) &&
               sp_api_read_adapter_fields(root, out, err) &&
               sp_api_read_grammar(root, out, err) && read_resume_id(root, out, err) &&
-              read_id_slot(root, limits, out, err);
+              read_id_slot(root, limits, out, err) && check_n(out, err);
     cJSON_Delete(root);
     if (!ok) sp_api_request_free(out);
     else out->gen.max_tokens = out->max_tokens;

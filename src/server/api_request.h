@@ -84,6 +84,9 @@ typedef struct sp_api_tool_choice {
 
 /* A generation request. Strings and arrays are malloc'd and owned by the
  * struct (sp_api_request_free). */
+/* The most choices (`n`) one request may ask for. */
+#define SP_API_MAX_CHOICES 16
+
 typedef struct sp_api_request {
     sp_api_kind kind;
     char *model;                 /* as requested; NULL when absent */
@@ -104,6 +107,7 @@ typedef struct sp_api_request {
     int max_tokens;              /* max_completion_tokens, max_tokens or the
                                     default */
     bool max_tokens_given;       /* by the request, not the default */
+    int n_choices;               /* n: 1..SP_API_MAX_CHOICES */
     spindle_gen_params gen;      /* sampler and logits processors; its
                                     arrays point into this struct */
     bool seed_given;

@@ -144,11 +144,11 @@ static void sp_api_add_tool_calls(cJSON *m, const sp_tool_delta *t, int n, bool 
     sp_strbuf_free(&joined);
 }
 
-/* choices[0] of a response (message) or a chunk (delta). */
+/* One entry of a response's (message) or a chunk's (delta) choices. */
 static cJSON *choice(const sp_api_head *h, const sp_api_delta *d, bool chunk, bool role,
                      const spindle_tokenizer *tok) {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", d->index);
     if (h->kind == SP_API_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || role) cJSON_AddStringToObject(m, "role", "assistant");
@@ -180,11 +180,11 @@ static cJSON *usage_object(const sp_api_usage *u) {
     return o;
 }
 
-char *sp_api_response_json(const sp_api_head *h, const sp_api_delta *d,
+char *sp_api_response_json(const sp_api_head *h, const sp_api_delta *d, int n,
                            const sp_api_usage *u, const spindle_tokenizer *tok) {
     cJSON *o = head_object(h, h->kind == SP_API_CHAT ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON_AddItemToArray(choices, choice(h, d, false, false, tok));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(choices, choice(h, &d[i], false, false, tok));
     cJSON_AddItemToObject(o, "usage", usage_object(u));
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -38,6 +38,7 @@ typedef struct sp_api_usage {
  * logprobs of the tokens it covers (want_logprobs: the field is an object,
  * else null), and the finish reason (NULL: not finished). */
 typedef struct sp_api_delta {
+    int index;            /* the choice's */
     const char *text;
     size_t len;
     const sp_api_logprob *logprobs;
@@ -57,8 +58,8 @@ typedef struct sp_api_delta {
 /* {"error": {...}} (malloc'd; NULL when out of memory). */
 char *sp_api_error_json(const sp_api_error *e);
 
-/* The whole non-streaming response (malloc'd). */
-char *sp_api_response_json(const sp_api_head *h, const sp_api_delta *d,
+/* The whole non-streaming response, one choice per delta d[0..n) (malloc'd). */
+char *sp_api_response_json(const sp_api_head *h, const sp_api_delta *d, int n,
                            const sp_api_usage *u, const spindle_tokenizer *tok);
 
 /* One `data: {...}\n\n` event appended to `out`. role: the chat stream's

@@ -1,20 +1,19 @@
 /* One generation request from its parsed body to its last byte: the prompt
  * (chat template or text or ids), admission (the queue bound), the engine
- * request and its callbacks, and the response, whole or streamed.
+ * requests (one per choice) and their callbacks; job_output.c formats the
+ * response, whole or streamed.
  *
- * Two threads touch a job. The engine's thread runs on_token / on_finish:
- * they detokenize, match stop strings and append text and logprobs under
- * the job's lock, and signal. The connection's thread (MHD runs one per
- * connection) waits on that signal, 50 ms at a time so that it notices a
- * client that has gone (then it cancels the request), and formats what has
- * arrived. A job is freed only after on_finish has run. */
+ * Two threads touch a job (job.h). The connection's thread (MHD runs one
+ * per connection) waits on the engine's signal 50 ms at a time so that it
+ * notices a client that has gone (then it cancels every choice). A job is
+ * freed only after each submitted choice's on_finish has run.
+ *
+ * With n > 1 choices the first is submitted alone; once it has its first
+ * token its prompt's full KV blocks are in the prefix index, and the other
+ * choices, submitted then, map them instead of computing the prompt again,
+ * and decode in the same batches. Choice i samples with seed + i. */
 #include "base/check.h"
-#include "server/api_response.h"
-#include "server/durable.h"
-#include "server/slots.h"
-#include "server/reply.h"
-#include "server/state.h"
-#include "server/stop_strings.h"
+#include "server/job.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,11 +27,12 @@
  *
  *   NEW       -> ADMITTED   admit(): counted in the server's in_flight and
  *                           on its list (else 429)
- *   ADMITTED  -> SUBMITTED  job_submit(): handed to the engine, whose
- *                           callbacks may run from then on
- *   SUBMITTED -> FINISHED   on_finish() on the engine's thread, or
- *                           job_submit() when the engine refused it (then
- *                           no callback runs)
+ *   ADMITTED  -> SUBMITTED  job_submit(): the first choice handed to the
+ *                           engine, whose callbacks may run from then on
+ *   SUBMITTED -> FINISHED   choice_done(), when the last choice is done:
+ *                           on_finish() on the engine's thread, or a choice
+ *                           the engine refused or that was never submitted
+ *                           (no callback runs for those)
  *   ADMITTED  -> FINISHED   job_submit(): refused before the engine (the
  *                           draft length, the adapter, the detokenizer)
  *   NEW       -> FINISHED   job_release(): admission refused
@@ -40,47 +40,6 @@
  * Until SUBMITTED only the connection's thread knows the job; from then
  * on the state is read and written under j->mu. A job is freed only in
  * FINISHED (job_release waits for it). */
-typedef enum job_state { JOB_NEW = 0, JOB_ADMITTED, JOB_SUBMITTED, JOB_FINISHED } job_state;
-
-struct sp_job {
-    sp_server *srv;
-    struct MHD_Connection *conn;
-    sp_job *next;                 /* the server's list of jobs in flight */
-    sp_api_request req;
-    int32_t *prompt;
-    int n_prompt;
-    spindle_request_id id;
-    char id_text[48];
-    sp_api_head head;
-    sp_job_durable durable;       /* resume_id, --checkpoint-dir */
-    size_t text_from;             /* a resume sends only the text after it */
-    spindle_seq *seq;             /* the slot's sequence, NULL without one */
-    int slot_reused;              /* prompt tokens the slot's state covered */
-    sp_slot_adapter slot_adapter; /* the request's adapter, as slots key it */
-    sp_job_reply reply;           /* tools / reasoning split off the text */
-
-    /* Written by the engine's thread, read by the connection's: under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job_state state;
-    spindle_detokenizer *detok;
-    sp_stop_matcher stop;
-    sp_strbuf text;               /* everything that may be sent */
-    sp_api_logprob *logprobs;
-    int n_logprobs, cap_logprobs;
-    spindle_stop_reason stop_reason;
-    spindle_status status;
-    char error[256];
-    int n_generated;
-    int cached_tokens;            /* prompt tokens the prefix index served */
-
-    /* The connection's thread only. */
-    size_t text_sent;
-    int logprobs_sent;
-    bool role_sent, stream_done, cancelled;
-    sp_strbuf out;                /* formatted events not yet written */
-    size_t out_pos;
-};
 
 static bool job_transition_allowed(job_state from, job_state to) {
     switch (to) {
@@ -98,32 +57,43 @@ static void job_set_state(sp_job *j, job_state to) {
 
 static bool finished(const sp_job *j) { return j->state == JOB_FINISHED; }
 
+bool sp_job_finished(const sp_job *j) { return finished(j); }
+
+/* Choice c will report nothing more (under j->mu): the job finishes with
+ * its last choice. */
+static void choice_done(sp_job *j, sp_choice *c) {
+    c->finished = true;
+    for (int i = 0; i < j->n_choices; i++)
+        if (!j->choices[i].finished) return;
+    job_set_state(j, JOB_FINISHED);
+}
+
 /* ------------------------------------------------------- engine callbacks */
 
 /* Append a detokenized piece; a decoded U+0000 becomes U+FFFD, since the
  * JSON strings are built from NUL-terminated text. */
-static bool feed_text(sp_job *j, const char *piece, size_t len) {
+static bool feed_text(sp_choice *c, const char *piece, size_t len) {
     bool stopped = false;
     size_t at = 0;
     while (at < len && !stopped) {
         const char *nul = memchr(piece + at, '\0', len - at);
         size_t n = nul ? (size_t)(nul - (piece + at)) : len - at;
-        stopped = sp_stop_feed(&j->stop, piece + at, n, &j->text);
-        if (nul && !stopped) stopped = sp_stop_feed(&j->stop, "\xEF\xBF\xBD", 3, &j->text);
+        stopped = sp_stop_feed(&c->stop, piece + at, n, &c->text);
+        if (nul && !stopped) stopped = sp_stop_feed(&c->stop, "\xEF\xBF\xBD", 3, &c->text);
         at += n + (nul ? 1 : 0);
     }
     return stopped;
 }
 
-static void keep_logprob(sp_job *j, const spindle_token_info *info) {
-    if (j->n_logprobs == j->cap_logprobs) {
-        int cap = j->cap_logprobs ? j->cap_logprobs * 2 : 16;
-        sp_api_logprob *p = realloc(j->logprobs, (size_t)cap * sizeof *p);
+static void keep_logprob(sp_choice *c, const spindle_token_info *info) {
+    if (c->n_logprobs == c->cap_logprobs) {
+        int cap = c->cap_logprobs ? c->cap_logprobs * 2 : 16;
+        sp_api_logprob *p = realloc(c->logprobs, (size_t)cap * sizeof *p);
         if (!p) return;   /* the text goes on; this token's logprob is lost */
-        j->logprobs = p;
-        j->cap_logprobs = cap;
+        c->logprobs = p;
+        c->cap_logprobs = cap;
     }
-    sp_api_logprob *lp = &j->logprobs[j->n_logprobs++];
+    sp_api_logprob *lp = &c->logprobs[c->n_logprobs++];
     lp->token = info->token;
     lp->logprob = info->logprob;
     /* Alternatives a grammar or bias masked out (-inf) could never have
@@ -141,41 +111,44 @@ static bool wants_logprob(const sp_job *j, int32_t token) {
 }
 
 static bool on_token(spindle_request_id id, const spindle_token_info *info, void *user) {
-    sp_job *j = user;
+    sp_choice *c = user;
+    sp_job *j = c->job;
     (void)id;
     pthread_mutex_lock(&j->mu);
-    if (wants_logprob(j, info->token)) keep_logprob(j, info);
+    c->n_tokens++;
+    if (wants_logprob(j, info->token)) keep_logprob(c, info);
     const char *piece = NULL;
     bool stopped = false;
-    int32_t token = sp_job_reply_token(&j->reply, info->token, &stopped);
-    if (!sp_job_reply_hides(j->srv, &j->reply, token) &&
-        spindle_detokenizer_push(j->detok, token, &piece, NULL) == SPINDLE_OK)
-        stopped |= feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
+    int32_t token = sp_job_reply_token(&c->reply, info->token, &stopped);
+    if (!sp_job_reply_hides(j->srv, &c->reply, token) &&
+        spindle_detokenizer_push(c->detok, token, &piece, NULL) == SPINDLE_OK)
+        stopped |= feed_text(c, piece, spindle_detokenizer_piece_len(c->detok));
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return !stopped;
 }
 
 static void on_finish(spindle_request_id id, const spindle_request_result *r, void *user) {
-    sp_job *j = user;
+    sp_choice *c = user;
+    sp_job *j = c->job;
     (void)id;
     sp_metrics_count_generation(&j->srv->metrics, &r->stats, r->n_tokens);
     pthread_mutex_lock(&j->mu);
     const char *piece = NULL;
-    if (!j->stop.matched &&
-        spindle_detokenizer_flush(j->detok, &piece, NULL) == SPINDLE_OK)
-        feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
-    sp_stop_flush(&j->stop, &j->text);
+    if (!c->stop.matched &&
+        spindle_detokenizer_flush(c->detok, &piece, NULL) == SPINDLE_OK)
+        feed_text(c, piece, spindle_detokenizer_piece_len(c->detok));
+    sp_stop_flush(&c->stop, &c->text);
     sp_durable_end(&j->durable, r->stop_reason);
     if (j->seq && r->stop_reason != SPINDLE_STOP_ERROR && r->stop_reason != SPINDLE_STOP_CANCELLED)
         sp_slot_end(j->srv, j->req.id_slot, j->seq, j->prompt, j->n_prompt, r->tokens, r->n_tokens,
                     &j->slot_adapter);
-    j->stop_reason = r->stop_reason;
-    j->status = r->status;
-    snprintf(j->error, sizeof j->error, "%s", r->error ? r->error : "");
-    j->n_generated = r->n_tokens;
-    j->cached_tokens = r->stats.cached_tokens;
-    job_set_state(j, JOB_FINISHED);
+    c->stop_reason = r->stop_reason;
+    c->status = r->status;
+    snprintf(c->error, sizeof c->error, "%s", r->error ? r->error : "");
+    c->n_generated = r->n_tokens;
+    c->cached_tokens = r->stats.cached_tokens;
+    choice_done(j, c);
     /* Broadcast before unlocking: the connection's thread may free the job
      * as soon as it sees `finished`. */
     pthread_cond_broadcast(&j->cv);
@@ -186,8 +159,17 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
 
 static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *req,
                        sp_job_durable *durable) {
+    const int n = req->n_choices > 0 ? req->n_choices : 1;
     sp_job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
+    sp_choice *choices = calloc((size_t)n, sizeof *choices);
+    if (!j || !choices) {
+        free(j);
+        free(choices);
+        return NULL;
+    }
+    j->choices = choices;
+    j->n_choices = n;
+    j->rest_submitted = n == 1;
     j->durable = *durable;    /* the job owns it now */
     memset(durable, 0, sizeof *durable);
     j->srv = s;
@@ -196,7 +178,11 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     memset(req, 0, sizeof *req);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
-    sp_stop_init(&j->stop, j->req.stop, j->req.n_stop);
+    for (int i = 0; i < j->n_choices; i++) {
+        j->choices[i].job = j;
+        j->choices[i].index = i;
+        sp_stop_init(&j->choices[i].stop, j->req.stop, j->req.n_stop);
+    }
     uint64_t serial = atomic_fetch_add(&s->next_id, 1);
     snprintf(j->id_text, sizeof j->id_text, "%s-%llx%06llx",
              j->req.kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
@@ -209,16 +195,31 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     return j;
 }
 
-/* Ask the engine to stop the request (once). */
+/* Ask the engine to stop every submitted choice (once). */
 static void job_cancel(sp_job *j) {
-    if (j->cancelled || !j->id) return;
+    if (j->cancelled) return;
     j->cancelled = true;
-    spindle_engine_cancel(j->srv->engine, j->id);
+    for (int i = 0; i < j->n_choices; i++)
+        if (j->choices[i].id) spindle_engine_cancel(j->srv->engine, j->choices[i].id);
+}
+
+/* The choices not submitted yet never will be (the connection's thread
+ * submits them; it calls this). */
+static void job_abandon_unsubmitted(sp_job *j) {
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; j->state == JOB_SUBMITTED && i < j->n_choices; i++) {
+        sp_choice *c = &j->choices[i];
+        if (c->id || c->finished) continue;
+        c->stop_reason = SPINDLE_STOP_CANCELLED;
+        choice_done(j, c);
+    }
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* Wait for on_finish (cancelling first) unless the job never reached the
  * engine, leave the server's list, free. */
 static void job_release(sp_job *j) {
+    job_abandon_unsubmitted(j);
     pthread_mutex_lock(&j->mu);
     const bool admitted = j->state != JOB_NEW;   /* on the server's list */
     if (j->state == JOB_NEW) job_set_state(j, JOB_FINISHED);
@@ -239,14 +240,18 @@ static void job_release(sp_job *j) {
     if (admitted) s->in_flight--;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
-    spindle_detokenizer_free(j->detok);
+    for (int i = 0; j->choices && i < j->n_choices; i++) {
+        sp_choice *c = &j->choices[i];
+        spindle_detokenizer_free(c->detok);
+        sp_job_reply_free(&c->reply);
+        sp_stop_free(&c->stop);
+        sp_strbuf_free(&c->text);
+        free(c->logprobs);
+    }
+    free(j->choices);
     sp_durable_free(&j->durable);
     spindle_seq_free(j->seq);
-    sp_job_reply_free(&j->reply);
-    sp_stop_free(&j->stop);
-    sp_strbuf_free(&j->text);
     sp_strbuf_free(&j->out);
-    free(j->logprobs);
     spindle_free(j->prompt);
     sp_api_request_free(&j->req);
     pthread_cond_destroy(&j->cv);
@@ -283,7 +288,10 @@ void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting)
         if (done) continue;   /* only its reply is left to send */
         /* The engine's own view, so that the lists agree with
          * vllm:num_requests_running / _waiting. */
-        bool in_engine = j->id && spindle_engine_is_running(s->engine, j->id);
+        bool in_engine = false;
+        for (int i = 0; i < j->n_choices && !in_engine; i++)
+            in_engine = j->choices[i].id &&
+                        spindle_engine_is_running(s->engine, j->choices[i].id);
         add_names(in_engine ? running : waiting, j->req.adapter_name);
     }
     pthread_mutex_unlock(&s->lock);
@@ -292,15 +300,11 @@ void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting)
 void sp_cancel_all_jobs(sp_server *s) {
     pthread_mutex_lock(&s->lock);
     for (sp_job *j = s->jobs; j; j = j->next)
-        if (j->id) spindle_engine_cancel(s->engine, j->id);
+        for (int i = 0; i < j->n_choices; i++)
+            if (j->choices[i].id) spindle_engine_cancel(s->engine, j->choices[i].id);
     pthread_mutex_unlock(&s->lock);
 }
 
-typedef bool (*job_ready_fn)(const sp_job *j);
-
-static bool has_news(const sp_job *j) {
-    return finished(j) || j->text.len > j->text_sent || j->n_logprobs > j->logprobs_sent;
-}
 
 static struct timespec after_ms(long ms) {
     struct timespec ts;
@@ -317,13 +321,9 @@ static bool passed(const struct timespec *t) {
     return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
 }
 
-typedef enum job_wait_result { JOB_READY, JOB_GONE, JOB_QUIET } job_wait_result;
-
-/* Wait until ready(j), or until `quiet_ms` pass (> 0; 0: no limit); GONE
- * (the request cancelled) when the client has gone meanwhile. The socket
- * is looked at every 50 ms, however often the engine's tokens wake the
- * wait. */
-static job_wait_result job_wait_for(sp_job *j, job_ready_fn ready, long quiet_ms) {
+/* The socket is looked at every 50 ms, however often the engine's tokens
+ * wake the wait. */
+job_wait_result sp_job_wait_for(sp_job *j, sp_job_ready_fn ready, long quiet_ms) {
     pthread_mutex_lock(&j->mu);
     struct timespec next_check = after_ms(50), quiet_end = after_ms(quiet_ms);
     while (!ready(j)) {
@@ -344,187 +344,8 @@ static job_wait_result job_wait_for(sp_job *j, job_ready_fn ready, long quiet_ms
     return JOB_READY;
 }
 
-static bool job_wait(sp_job *j, job_ready_fn ready) {
-    return job_wait_for(j, ready, 0) == JOB_READY;
-}
-
-/* How long a stream may stay silent before it sends an SSE comment: a
- * request queued behind others (or a long prefill) sends nothing for a
- * while, and libmicrohttpd would close the connection as idle after
- * --idle-timeout; a client that stopped reading still times out, as the
- * comment cannot be written to it. */
-static long keepalive_ms(const sp_server *s) {
-    long idle = s->opts.idle_timeout_s;
-    if (idle <= 0) return 15000;
-    return idle >= 30 ? 15000 : idle * 500L;
-}
-
-/* ---------------------------------------------------------- responses */
-
-static const char *finish_reason(const sp_job *j) {
-    spindle_stop_reason r = j->stop_reason;
-    if (r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT) return "length";
-    return j->reply.any_call ? "tool_calls" : "stop";
-}
-
-/* A request that ended without an answer: an engine error, or cancelled by
- * the shutdown. False when it ended normally. */
-static bool job_failure(const sp_job *j, sp_api_error *e) {
-    if (j->stop_reason == SPINDLE_STOP_ERROR)
-        return !sp_api_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s",
-                            j->error[0] ? j->error : spindle_status_name(j->status));
-    if (j->stop_reason == SPINDLE_STOP_CANCELLED)
-        return !sp_api_fail(e, 503, "server_error", NULL, NULL,
-                            "the request was cancelled: the server is shutting down");
-    return false;
-}
-
-static sp_api_usage job_usage(const sp_job *j) {
-    return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated,
-                          .cached_tokens = j->slot_reused + j->cached_tokens};
-}
-
-static enum MHD_Result reply_whole(sp_job *j) {
-    sp_server *s = j->srv;
-    sp_route route = j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
-    sp_api_error e;
-    if (job_failure(j, &e)) return sp_reply_error(s, j->conn, route, &e);
-    sp_api_delta d = {.text = j->text.p ? j->text.p + j->text_from : "",
-                      .len = j->text.len - j->text_from,
-                      .logprobs = j->logprobs, .n_logprobs = j->n_logprobs,
-                      .want_logprobs = j->req.logprobs};
-    sp_reply_delta rd = {0};
-    bool ok = !j->reply.structured ||
-              sp_job_reply_next(&j->reply, d.text, d.len, true, &rd, &d);
-    d.finish_reason = finish_reason(j);
-    sp_api_usage u = job_usage(j);
-    char *json = ok ? sp_api_response_json(&j->head, &d, &u, s->tok) : NULL;
-    sp_reply_delta_free(&rd);
-    if (!json) {
-        sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
-        return sp_reply_error(s, j->conn, route, &e);
-    }
-    return sp_reply_json(s, j->conn, route, 200, json);
-}
-
-/* The events that end a stream: the finish chunk (or an error), usage,
- * [DONE]. */
-static void stream_end(sp_job *j) {
-    sp_api_error e;
-    if (job_failure(j, &e)) {
-        sp_api_error_event(&j->out, &e);
-    } else {
-        sp_api_delta d = {.text = "", .finish_reason = finish_reason(j)};
-        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
-        if (j->req.include_usage) {
-            sp_api_usage u = job_usage(j);
-            sp_api_usage_event(&j->out, &j->head, &u);
-        }
-    }
-    sp_strbuf_add(&j->out, "data: [DONE]\n\n", 14);
-    j->stream_done = true;
-}
-
-/* The next events of a structured reply: the whole text so far parsed
- * again, what is new sent (content, reasoning and logprobs in one chunk,
- * then one chunk per tool-call entry). */
-static bool stream_structured(sp_job *j, sp_api_delta *d) {
-    pthread_mutex_lock(&j->mu);
-    size_t len = j->text.len;
-    int n_lp = j->n_logprobs - j->logprobs_sent;
-    char *text = malloc(len + 1);
-    sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
-    bool done = finished(j), ok = text && (!n_lp || lps);
-    if (ok) {
-        if (len) memcpy(text, j->text.p, len);
-        if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
-        j->text_sent = len;
-        j->logprobs_sent += n_lp;
-    }
-    pthread_mutex_unlock(&j->mu);
-    sp_reply_delta rd = {0};
-    ok = ok && sp_job_reply_next(&j->reply, text, len, done, &rd, d);
-    if (ok && (d->len || d->reasoning_len || n_lp)) {
-        sp_api_delta text_part = *d;
-        text_part.tool_calls = NULL;
-        text_part.n_tool_calls = 0;
-        text_part.logprobs = lps;
-        text_part.n_logprobs = n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &text_part, false, j->req.include_usage,
-                           j->srv->tok);
-    }
-    for (int k = 0; ok && k < d->n_tool_calls; k++) {
-        sp_api_delta call = {.text = "", .want_logprobs = d->want_logprobs,
-                             .tool_calls = &d->tool_calls[k], .n_tool_calls = 1};
-        sp_api_chunk_event(&j->out, &j->head, &call, false, j->req.include_usage, j->srv->tok);
-    }
-    sp_reply_delta_free(&rd);
-    free(text);
-    free(lps);
-    if (!ok) j->out.oom = true;
-    else if (done) stream_end(j);
-    return true;
-}
-
-/* Format the next events into j->out; false when the client has gone. */
-static bool stream_next(sp_job *j) {
-    sp_api_delta d = {.want_logprobs = j->req.logprobs};
-    if (j->req.kind == SP_API_CHAT && !j->role_sent) {
-        j->role_sent = true;
-        d.text = "";
-        sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
-        return true;
-    }
-    job_wait_result w = job_wait_for(j, has_news, keepalive_ms(j->srv));
-    if (w == JOB_GONE) return false;
-    if (w == JOB_QUIET) {
-        sp_strbuf_printf(&j->out, ": keep-alive\n\n");
-        return true;
-    }
-    /* Copy what arrived, then format without the lock (the engine's thread
-     * appends meanwhile). */
-    if (j->reply.structured) return stream_structured(j, &d);
-    pthread_mutex_lock(&j->mu);
-    size_t len = j->text.len - j->text_sent;
-    int n_lp = j->n_logprobs - j->logprobs_sent;
-    char *text = malloc(len + 1);
-    sp_api_logprob *lps = n_lp ? malloc((size_t)n_lp * sizeof *lps) : NULL;
-    bool done = finished(j), ok = text && (!n_lp || lps);
-    if (ok) {
-        if (len) memcpy(text, j->text.p + j->text_sent, len);
-        if (n_lp) memcpy(lps, j->logprobs + j->logprobs_sent, (size_t)n_lp * sizeof *lps);
-        j->text_sent += len;
-        j->logprobs_sent += n_lp;
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (ok && (len || n_lp)) {
-        d.text = text;
-        d.len = len;
-        d.logprobs = lps;
-        d.n_logprobs = n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
-    }
-    free(text);
-    free(lps);
-    if (!ok) j->out.oom = true;
-    else if (done) stream_end(j);
-    return true;
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    sp_job *j = cls;
-    (void)pos;
-    while (j->out_pos >= j->out.len) {
-        if (j->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
-        j->out.len = 0;
-        j->out_pos = 0;
-        if (!stream_next(j) || j->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    size_t n = j->out.len - j->out_pos;
-    if (n > max) n = max;
-    memcpy(buf, j->out.p + j->out_pos, n);
-    j->out_pos += n;
-    return (ssize_t)n;
+static bool job_wait(sp_job *j, sp_job_ready_fn ready) {
+    return sp_job_wait_for(j, ready, 0) == JOB_READY;
 }
 
 static void stream_free(void *cls) { job_release(cls); }
@@ -618,10 +439,11 @@ static void replay_generated(sp_job *j) {
     const spindle_checkpoint *ck = j->durable.resume;
     const int32_t *t = spindle_checkpoint_tokens(ck) + spindle_checkpoint_prompt_tokens(ck);
     const char *piece = NULL;
-    for (int i = 0; i < spindle_checkpoint_generated(ck) && !j->stop.matched; i++)
-        if (spindle_detokenizer_push(j->detok, t[i], &piece, NULL) == SPINDLE_OK)
-            feed_text(j, piece, spindle_detokenizer_piece_len(j->detok));
-    j->text_from = j->text_sent = j->text.len;
+    sp_choice *c = &j->choices[0];   /* a resume has one choice */
+    for (int i = 0; i < spindle_checkpoint_generated(ck) && !c->stop.matched; i++)
+        if (spindle_detokenizer_push(c->detok, t[i], &piece, NULL) == SPINDLE_OK)
+            feed_text(c, piece, spindle_detokenizer_piece_len(c->detok));
+    j->text_from = c->text_sent = c->text.len;
 }
 
 /* The server's speculative decoding (--spec) with the request's K and
@@ -645,14 +467,40 @@ static bool job_spec(sp_job *j, sp_api_error *e) {
     return true;
 }
 
-/* Submit to the engine; on failure nothing runs and *e says why. */
+/* Hand choice c to the engine with the request's parameters and its own
+ * seed (the request's + its index); its id under the server's lock, as
+ * sp_cancel_all_jobs reads it. (The callbacks may run before it is set:
+ * they find the choice via `user`.) */
+static spindle_status choice_submit(sp_job *j, sp_choice *c, spindle_error *err) {
+    c->gen = j->req.gen;
+    c->gen.sampler.seed = j->req.gen.sampler.seed + (uint64_t)c->index;
+    spindle_request rq = {.prompt = j->prompt + j->slot_reused,
+                          .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
+                          .params = &c->gen, .top_logprobs = j->req.top_logprobs,
+                          .on_token = on_token, .on_finish = on_finish, .user = c};
+    spindle_request_id id = 0;
+    spindle_status st = spindle_engine_submit(j->srv->engine, &rq, &id, err);
+    if (!st) {
+        pthread_mutex_lock(&j->srv->lock);
+        c->id = id;
+        pthread_mutex_unlock(&j->srv->lock);
+    }
+    return st;
+}
+
+/* Submit the first choice to the engine; on failure nothing runs and *e
+ * says why. */
 static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_server *s = j->srv;
     spindle_error err = {0};
-    spindle_status st = spindle_detokenizer_new(s->tok, !j->reply.keep_special, &j->detok, &err);
+    spindle_status st = SPINDLE_OK;
+    for (int i = 0; !st && i < j->n_choices; i++)
+        st = spindle_detokenizer_new(s->tok, !j->choices[i].reply.keep_special,
+                                     &j->choices[i].detok, &err);
     if (!st && j->durable.resume) replay_generated(j);
     if (!j->req.seed_given) j->req.gen.sampler.seed = fresh_seed(s);
-    sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
+    /* A checkpoint continues one sequence (n > 1 has none). */
+    if (j->n_choices == 1) sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
     if (!st && !job_spec(j, e)) {
@@ -671,24 +519,12 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     if (!st && !j->durable.resume)
         j->slot_reused = sp_slot_begin(s, j->req.id_slot, j->prompt, j->n_prompt, &j->slot_adapter,
                                        j->seq);
-    spindle_request rq = {.prompt = j->prompt + j->slot_reused,
-                          .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
-                          .params = &j->req.gen, .top_logprobs = j->req.top_logprobs,
-                          .on_token = on_token, .on_finish = on_finish, .user = j};
-    spindle_request_id id = 0;
     if (!st) {
         job_set_state(j, JOB_SUBMITTED);
-        st = spindle_engine_submit(s->engine, &rq, &id, &err);
+        st = choice_submit(j, &j->choices[0], &err);
         sp_adapters_unlock(s);
     }
-    if (!st) {
-        /* Under the server's lock: sp_cancel_all_jobs reads it. (The
-         * callbacks may already have run; they find the job via `user`.) */
-        pthread_mutex_lock(&s->lock);
-        j->id = id;
-        pthread_mutex_unlock(&s->lock);
-        return true;
-    }
+    if (!st) return true;
     job_set_state(j, JOB_FINISHED);   /* no callback will run */
     /* A resume the engine refuses at submit (a checkpoint this server
      * cannot continue, or a request that does not match it) is the
@@ -696,6 +532,51 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
     sp_api_error_from_status(e, st, j->durable.resume ? "resume_id" : NULL, err.message);
     if (st == SPINDLE_ERR_LIMIT) snprintf(e->code, sizeof e->code, "context_length_exceeded");
     return false;
+}
+
+static bool first_choice_started(const sp_job *j) {
+    return finished(j) || j->choices[0].n_tokens > 0 || j->choices[0].finished;
+}
+
+/* The other choices, once the first has its first token: its prompt's
+ * full KV blocks are in the prefix index by then. The adapter is looked up
+ * again under the adapters' lock (it may have been unloaded meanwhile); a
+ * request's own stack of adapters lives as long as the job. A choice the
+ * engine refuses ends the job with its error. */
+job_wait_result sp_job_submit_rest(sp_job *j, long quiet_ms) {
+    if (j->rest_submitted) return JOB_READY;
+    job_wait_result w = sp_job_wait_for(j, first_choice_started, quiet_ms);
+    if (w != JOB_READY) return w;
+    j->rest_submitted = true;
+    sp_server *s = j->srv;
+    pthread_mutex_lock(&j->mu);
+    spindle_stop_reason first = j->choices[0].finished ? j->choices[0].stop_reason
+                                                       : SPINDLE_STOP_LENGTH;
+    pthread_mutex_unlock(&j->mu);
+    /* The first choice failed, or the shutdown cancelled it: the others
+     * would fail alike, or outlive the shutdown's cancellation. */
+    if (first == SPINDLE_STOP_ERROR || first == SPINDLE_STOP_CANCELLED) {
+        job_abandon_unsubmitted(j);
+        return JOB_READY;
+    }
+    sp_api_error e;
+    bool locked = j->req.stacked_adapter ? (pthread_mutex_lock(&s->adapters.lock), true)
+                                         : sp_adapters_select_lock(s, &j->req, &e);
+    for (int i = 1; i < j->n_choices; i++) {
+        sp_choice *c = &j->choices[i];
+        spindle_error err = {0};
+        spindle_status st = locked ? choice_submit(j, c, &err) : SPINDLE_ERR_ARGUMENT;
+        if (!st) continue;
+        pthread_mutex_lock(&j->mu);
+        c->stop_reason = SPINDLE_STOP_ERROR;
+        c->status = st;
+        snprintf(c->error, sizeof c->error, "%.200s", locked ? err.message : e.message);
+        choice_done(j, c);
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (locked) sp_adapters_unlock(s);
+    return JOB_READY;
 }
 
 static bool phase_allows(sp_server *s, sp_api_error *e) {
@@ -767,7 +648,8 @@ static sp_job *gen_job(sp_server *s, struct MHD_Connection *c, gen_setup *g, sp_
         sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
         return NULL;
     }
-    sp_job_reply_plan(s, &j->req, g->prompt_text, fresh_seed(s), &j->reply);
+    for (int i = 0; i < j->n_choices; i++)
+        sp_job_reply_plan(s, &j->req, g->prompt_text, fresh_seed(s), &j->choices[i].reply);
     j->prompt = g->ids;
     j->n_prompt = g->n;
     g->ids = NULL;
@@ -783,8 +665,12 @@ static enum MHD_Result gen_run(sp_job *j, sp_route route) {
         job_release(j);
         return sp_reply_error(s, c, route, &e);
     }
-    if (j->req.stream) return sp_reply_stream(s, c, route, stream_read, j, stream_free);
-    enum MHD_Result rc = job_wait(j, finished) ? reply_whole(j) : MHD_NO;
+    /* A stream submits them from its reader, which keeps the connection
+     * alive meanwhile. */
+    if (j->req.stream) return sp_reply_stream(s, c, route, sp_job_stream_read, j, stream_free);
+    enum MHD_Result rc = sp_job_submit_rest(j, 0) == JOB_READY && job_wait(j, finished)
+                             ? sp_job_reply_whole(j)
+                             : MHD_NO;
     job_release(j);
     return rc;
 }

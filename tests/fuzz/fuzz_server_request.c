@@ -9,6 +9,7 @@
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
  * stop strings, max_tokens >= 1, top_logprobs <= 20, id_slot a slot or -1,
+ * n in 1..16 and 1 with resume_id or id_slot,
  * message JSON that parses as an array of objects with string roles). */
 #include "fuzz_common.h"
 
@@ -61,6 +62,9 @@ static void check_generation(const sp_api_request *r) {
     for (int i = 0; i < r->n_stop; i++) FUZZ_CHECK(r->stop[i] && r->stop[i][0], "stop");
     FUZZ_CHECK(r->top_logprobs >= 0 && r->top_logprobs <= SPINDLE_MAX_TOP_LOGPROBS, "top");
     FUZZ_CHECK(!r->include_usage || r->stream, "include_usage without stream");
+    FUZZ_CHECK(r->n_choices >= 1 && r->n_choices <= SP_API_MAX_CHOICES, "n %d", r->n_choices);
+    FUZZ_CHECK(r->n_choices == 1 || (!r->resume_id && r->id_slot < 0),
+               "n > 1 with one sequence");
     for (int i = 0; i < r->gen.n_logit_bias; i++)
         FUZZ_CHECK(r->gen.logit_bias_ids[i] >= 0 && r->gen.logit_bias_ids[i] < VOCAB &&
                        r->gen.logit_bias_values[i] >= -100 && r->gen.logit_bias_values[i] <= 100,

@@ -577,7 +577,7 @@ def server_seeds():
     put("fuzz_server_request", "chat-bounds", b"\0" + js({
         "messages": [{"role": "user", "content": "x"}], "logit_bias": {"999": 100},
         "top_logprobs": 20, "logprobs": True, "max_tokens": 16777216,
-        "stop": ["a", "b", "c", "d"], "top_p": 1, "n": 1}).encode())
+        "stop": ["a", "b", "c", "d"], "top_p": 1, "n": 16}).encode())
     put("fuzz_server_request", "completion-text", b"\1" + js({
         "model": "/models/tiny", "prompt": ["Once"], "max_tokens": 4, "logprobs": 2,
         "stop": "\n", "echo": False, "best_of": 1}).encode())

@@ -168,3 +168,31 @@ def assert_api_error(status, body, want_status, param=None, code=None):
     if code is not None:
         assert err["code"] == code, err
     return err
+
+
+def read_sse_until_first_content(resp_sock):
+    buf = b""
+    while b'"content":"' not in buf.split(b"\n\n", 1)[-1] or buf.count(b"data:") < 2:
+        part = resp_sock.recv(4096)
+        if not part:
+            break
+        buf += part
+    return buf
+
+
+def gauge(server, name):
+    metrics = request(server.port, "GET", "/metrics")[2].decode()
+    return float(metrics.split(f"\n{name} ", 1)[1].split("\n", 1)[0])
+
+
+def running(server):
+    return gauge(server, "spindle_requests_running")
+
+
+def wait_running(server, want, timeout=20):
+    """Poll /metrics until `want` requests run (the gauge is the engine's
+    snapshot at its last step); the last value seen."""
+    deadline = time.monotonic() + timeout
+    while (now := running(server)) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from server_common import ALIAS, Server, assert_api_error, post_json, request
+from server_common import (ALIAS, Server, assert_api_error, gauge, post_json,
+                           read_sse_until_first_content, request, wait_running)
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Hello"}]
@@ -41,7 +42,8 @@ CASES = [
     (CHAT, chat_body(max_tokens=0), 400, "max_tokens", None),
     (CHAT, chat_body(max_tokens=1e300), 400, "max_tokens", None),
     (CHAT, chat_body(max_completion_tokens=-5), 400, "max_completion_tokens", None),
-    (CHAT, chat_body(n=2), 400, "n", None),
+    (CHAT, chat_body(n=17), 400, "n", None),
+    (CHAT, chat_body(n=2, id_slot=0), 400, "n", None),
     (CHAT, chat_body(stream="yes"), 400, "stream", None),
     (CHAT, chat_body(stream_options={"include_usage": True}), 400, "stream_options", None),
     (CHAT, chat_body(stop=["a", "b", "c", "d", "e"]), 400, "stop", None),
@@ -265,16 +267,6 @@ def test_health_is_503_while_loading(server_model):
         s.stop_cleanly()
 
 
-def read_sse_until_first_content(resp_sock):
-    buf = b""
-    while b'"content":"' not in buf.split(b"\n\n", 1)[-1] or buf.count(b"data:") < 2:
-        part = resp_sock.recv(4096)
-        if not part:
-            break
-        buf += part
-    return buf
-
-
 def test_sigterm_drains_then_cancels_and_exits_0(server_model):
     s = Server(server_model, "--shutdown-timeout", 1)
     try:
@@ -302,24 +294,6 @@ def test_sigterm_drains_then_cancels_and_exits_0(server_model):
         assert "cancelling 1 request" in s.stderr()
     finally:
         s.stop()
-
-
-def gauge(server, name):
-    metrics = request(server.port, "GET", "/metrics")[2].decode()
-    return float(metrics.split(f"\n{name} ", 1)[1].split("\n", 1)[0])
-
-
-def running(server):
-    return gauge(server, "spindle_requests_running")
-
-
-def wait_running(server, want, timeout=20):
-    """Poll /metrics until `want` requests run (the gauge is the engine's
-    snapshot at its last step); the last value seen."""
-    deadline = time.monotonic() + timeout
-    while (now := running(server)) != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return now
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -410,6 +410,9 @@ def test_adapters_list_stacks(lora_setup, tmp_path):
                                (["one", "two"], both), ([], texts[None])):
             st, _, body = complete(s.port, adapters=adapters)
             assert st == 200 and body["choices"][0]["text"] == want, (adapters, body)
+            # n > 1: every choice under the same adapter(s) (greedy: equal)
+            st, _, body = complete(s.port, adapters=adapters, n=2)
+            assert st == 200 and [c["text"] for c in body["choices"]] == [want, want], body
         err = sc.assert_api_error(*complete(s.port, adapters=["one", "nope"])[::2], 404,
                                   "adapters")
         assert "nope" in err["message"], err

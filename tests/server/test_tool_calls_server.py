@@ -145,3 +145,25 @@ def test_bad_tool_fields(client, body, param):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="tiny", messages=ASK, extra_body=body)
     assert e.value.status_code == 400 and e.value.body["param"] == param
+
+
+def test_tool_calls_per_choice(client):
+    """n = 2: each choice parses its own reply into its own calls (their
+    own ids), whole and streamed (the chunks reassembled by choice index)."""
+    r = create(client, ASK, tools=TOOLS, n=2)
+    assert [c.index for c in r.choices] == [0, 1]
+    for c in r.choices:
+        assert c.finish_reason == "tool_calls" and c.message.content is None
+        assert [(t.function.name, json.loads(t.function.arguments))
+                for t in c.message.tool_calls] == CALLS
+    assert r.choices[0].message.tool_calls[0].id != r.choices[1].message.tool_calls[0].id
+    calls, finish = {0: {}, 1: {}}, {}
+    for chunk in create(client, ASK, tools=TOOLS, n=2, stream=True):
+        for c in chunk.choices:
+            finish[c.index] = c.finish_reason or finish.get(c.index)
+            for t in c.delta.tool_calls or []:
+                entry = calls[c.index].setdefault(t.index, [t.function.name, ""])
+                entry[1] += t.function.arguments or ""
+    assert finish == {0: "tool_calls", 1: "tool_calls"}
+    for i in (0, 1):
+        assert [(n, json.loads(a)) for n, a in calls[i].values()] == CALLS
