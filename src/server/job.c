@@ -299,6 +299,7 @@ void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting)
 
 void sp_cancel_all_jobs(sp_server *s) {
     pthread_mutex_lock(&s->lock);
+    s->cancelling = true;
     for (sp_job *j = s->jobs; j; j = j->next)
         for (int i = 0; i < j->n_choices; i++)
             if (j->choices[i].id) spindle_engine_cancel(s->engine, j->choices[i].id);
@@ -483,7 +484,11 @@ static spindle_status choice_submit(sp_job *j, sp_choice *c, spindle_error *err)
     if (!st) {
         pthread_mutex_lock(&j->srv->lock);
         c->id = id;
+        const bool cancel = j->srv->cancelling;
         pthread_mutex_unlock(&j->srv->lock);
+        /* sp_cancel_all_jobs ran before the id was set (a later choice
+         * submitted while the shutdown cancelled the first). */
+        if (cancel) spindle_engine_cancel(j->srv->engine, id);
     }
     return st;
 }

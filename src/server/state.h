@@ -67,6 +67,9 @@ typedef struct sp_server {
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int in_flight;
+    /* Set (under lock) once sp_cancel_all_jobs has run: a choice submitted
+     * after it is cancelled at once. */
+    bool cancelling;
     sp_job *jobs;
     bool stop_requested;
     atomic_uint_fast64_t next_id;
