@@ -9,6 +9,7 @@
  * client that has gone (then it cancels the request), and formats what has
  * arrived. A job is freed only after on_finish has run. */
 #include "base/check.h"
+#include "server/api_anthropic.h"
 #include "server/api_response.h"
 #include "server/durable.h"
 #include "server/slots.h"
@@ -78,6 +79,7 @@ struct sp_job {
     size_t text_sent;
     int logprobs_sent;
     bool role_sent, stream_done, cancelled;
+    sp_anthropic_stream anthropic;   /* the Messages API's open block */
     sp_strbuf out;                /* formatted events not yet written */
     size_t out_pos;
 };
@@ -198,8 +200,10 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     pthread_cond_init(&j->cv, NULL);
     sp_stop_init(&j->stop, j->req.stop, j->req.n_stop);
     uint64_t serial = atomic_fetch_add(&s->next_id, 1);
-    snprintf(j->id_text, sizeof j->id_text, "%s-%llx%06llx",
-             j->req.kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(j->id_text, sizeof j->id_text, "%s%llx%06llx",
+             j->req.dialect == SP_API_ANTHROPIC ? "msg_"
+             : j->req.kind == SP_API_CHAT       ? "chatcmpl-"
+                                                : "cmpl-",
              (unsigned long long)s->started, (unsigned long long)serial);
     if (j->durable.resume_id)   /* a resumed request keeps its id */
         snprintf(j->id_text, sizeof j->id_text, "%s", j->durable.resume_id);
@@ -379,6 +383,31 @@ static bool job_failure(const sp_job *j, sp_api_error *e) {
     return false;
 }
 
+/* Why an Anthropic message ended (stop_reason, stop_sequence). */
+static sp_anthropic_stop anthropic_stop(const sp_job *j) {
+    spindle_stop_reason r = j->stop_reason;
+    if (r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT)
+        return (sp_anthropic_stop){.reason = "max_tokens"};
+    if (j->reply.any_call) return (sp_anthropic_stop){.reason = "tool_use"};
+    if (j->stop.matched && j->stop.which >= 0)
+        return (sp_anthropic_stop){.reason = "stop_sequence",
+                                   .sequence = j->req.stop[j->stop.which]};
+    return (sp_anthropic_stop){.reason = "end_turn"};
+}
+
+static sp_route job_route(const sp_job *j) {
+    if (j->req.dialect == SP_API_ANTHROPIC) return SP_ROUTE_MESSAGES;
+    return j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+}
+
+/* One streamed piece in the request's API. */
+static void emit_delta(sp_job *j, const sp_api_delta *d) {
+    if (j->req.dialect == SP_API_ANTHROPIC)
+        sp_anthropic_delta_events(&j->out, &j->anthropic, d);
+    else
+        sp_api_chunk_event(&j->out, &j->head, d, false, j->req.include_usage, j->srv->tok);
+}
+
 static sp_api_usage job_usage(const sp_job *j) {
     return (sp_api_usage){.prompt_tokens = j->n_prompt, .completion_tokens = j->n_generated,
                           .cached_tokens = j->slot_reused + j->cached_tokens};
@@ -386,7 +415,7 @@ static sp_api_usage job_usage(const sp_job *j) {
 
 static enum MHD_Result reply_whole(sp_job *j) {
     sp_server *s = j->srv;
-    sp_route route = j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+    sp_route route = job_route(j);
     sp_api_error e;
     if (job_failure(j, &e)) return sp_reply_error(s, j->conn, route, &e);
     sp_api_delta d = {.text = j->text.p ? j->text.p + j->text_from : "",
@@ -398,7 +427,10 @@ static enum MHD_Result reply_whole(sp_job *j) {
               sp_job_reply_next(&j->reply, d.text, d.len, true, &rd, &d);
     d.finish_reason = finish_reason(j);
     sp_api_usage u = job_usage(j);
-    char *json = ok ? sp_api_response_json(&j->head, &d, &u, s->tok) : NULL;
+    char *json = !ok ? NULL
+                 : j->req.dialect == SP_API_ANTHROPIC
+                     ? sp_anthropic_message_json(&j->head, &d, &u, anthropic_stop(j))
+                     : sp_api_response_json(&j->head, &d, &u, s->tok);
     sp_reply_delta_free(&rd);
     if (!json) {
         sp_api_fail(&e, 503, "server_error", NULL, NULL, "out of memory");
@@ -411,6 +443,13 @@ static enum MHD_Result reply_whole(sp_job *j) {
  * [DONE]. */
 static void stream_end(sp_job *j) {
     sp_api_error e;
+    j->stream_done = true;
+    if (j->req.dialect == SP_API_ANTHROPIC) {
+        sp_api_usage u = job_usage(j);
+        if (job_failure(j, &e)) sp_anthropic_error_event(&j->out, &e);
+        else sp_anthropic_end_events(&j->out, &j->anthropic, anthropic_stop(j), &u);
+        return;
+    }
     if (job_failure(j, &e)) {
         sp_api_error_event(&j->out, &e);
     } else {
@@ -422,7 +461,6 @@ static void stream_end(sp_job *j) {
         }
     }
     sp_strbuf_add(&j->out, "data: [DONE]\n\n", 14);
-    j->stream_done = true;
 }
 
 /* The next events of a structured reply: the whole text so far parsed
@@ -450,13 +488,12 @@ static bool stream_structured(sp_job *j, sp_api_delta *d) {
         text_part.n_tool_calls = 0;
         text_part.logprobs = lps;
         text_part.n_logprobs = n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &text_part, false, j->req.include_usage,
-                           j->srv->tok);
+        emit_delta(j, &text_part);
     }
     for (int k = 0; ok && k < d->n_tool_calls; k++) {
         sp_api_delta call = {.text = "", .want_logprobs = d->want_logprobs,
                              .tool_calls = &d->tool_calls[k], .n_tool_calls = 1};
-        sp_api_chunk_event(&j->out, &j->head, &call, false, j->req.include_usage, j->srv->tok);
+        emit_delta(j, &call);
     }
     sp_reply_delta_free(&rd);
     free(text);
@@ -472,7 +509,12 @@ static bool stream_next(sp_job *j) {
     if (j->req.kind == SP_API_CHAT && !j->role_sent) {
         j->role_sent = true;
         d.text = "";
-        sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
+        if (j->req.dialect == SP_API_ANTHROPIC) {
+            sp_api_usage u = {.prompt_tokens = j->n_prompt, .cached_tokens = j->slot_reused};
+            sp_anthropic_start_events(&j->out, &j->anthropic, &j->head, &u, !j->reply.structured);
+        } else {
+            sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
+        }
         return true;
     }
     job_wait_result w = job_wait_for(j, has_news, keepalive_ms(j->srv));
@@ -502,7 +544,7 @@ static bool stream_next(sp_job *j) {
         d.len = len;
         d.logprobs = lps;
         d.n_logprobs = n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
+        emit_delta(j, &d);
     }
     free(text);
     free(lps);
@@ -742,6 +784,8 @@ static bool gen_parse(sp_server *s, const sp_http_call *call, gen_setup *g,
     sp_api_kind kind = call->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
     sp_api_limits limits = s->limits;
     limits.n_model_names = 0;
+    if (call->route == SP_ROUTE_MESSAGES)
+        return sp_api_parse_anthropic(call->body, call->len, &limits, false, &g->req, e);
     return sp_api_parse_generation(kind, call->body, call->len, &limits, &g->req, e);
 }
 
