@@ -200,19 +200,13 @@ enum MHD_Result sp_handle_count_tokens(sp_server *s, struct MHD_Connection *c,
         !sp_api_parse_anthropic(call->body, call->len, &limits, true, &r, &e))
         return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
     char *text = NULL;
-    bool rendered = sp_reply_render_chat(s, &r, &text, &e);
-    sp_api_request_free(&r);
-    if (!rendered) return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
     int32_t *ids = NULL;
     size_t n = 0;
-    spindle_error err = {0};
-    spindle_status st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, &ids, &n, &err);
+    bool counted = sp_server_chat_prompt_ids(s, &r, &ids, &n, &text, &e);
+    sp_api_request_free(&r);
     spindle_free(text);
     spindle_free(ids);
-    if (st) {
-        sp_api_error_from_status(&e, st, "messages", err.message);
-        return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
-    }
+    if (!counted) return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
     char json[64];
     snprintf(json, sizeof json, "{\"input_tokens\":%zu}", n);
     return sp_reply(s, c, SP_ROUTE_COUNT_TOKENS, 200, "application/json", json, strlen(json));
