@@ -10,10 +10,12 @@ error shape, and a forced tool gives a schema-valid tool_use block.
 The server runs with --api-key: the Anthropic SDK sends it as x-api-key,
 the OpenAI SDK as a bearer token."""
 import json
+import os
+from pathlib import Path
 
 import pytest
 
-from server_common import ALIAS, Server, request
+from server_common import ALIAS, REPO, Server, request
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
@@ -256,3 +258,92 @@ def test_tool_turns_render_as_chat_tool_calls(claude, oai):
     counted = claude.messages.count_tokens(model=ALIAS, messages=claude_turns, tools=[TOOL])
     o = oai.chat.completions.create(model=ALIAS, messages=chat_turns, tools=[fn], max_tokens=1)
     assert counted.input_tokens == o.usage.prompt_tokens
+
+
+# ---- Tools and thinking chosen by the model: `spindle_scripted` makes the
+# tiny model "say" a reasoned tool call (tests/server/test_tool_calls_server.py
+# has the same script on the chat route).
+SCRIPTED_BIN = Path(os.environ.get("SPINDLE_BUILD_DIR", REPO / "build")) / "spindle_scripted"
+CALLS = [("get_weather", {"city": "Paris", "unit": "c"}), ("get_time", {"tz": "CET"})]
+THOUGHT = "The user wants the weather.\nI call the tools."
+REPLY_CALLS = "<think>\n" + THOUGHT + "\n</think>\n\n" + "\n".join(
+    "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>" for n, a in CALLS)
+FINAL = "It is 21 degrees in Paris, at 14:00 CET."
+SCRIPT = [["<tool_response>", "<think>\nGot it.\n</think>\n\n" + FINAL],
+          ["weather", REPLY_CALLS]]
+SCRIPT_TOOLS = [{"name": n, "description": "test tool", "input_schema": {
+    "type": "object", "properties": {k: {"type": "string"} for k in a}}} for n, a in CALLS]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def scripted(server_model):
+    if not os.access(SCRIPTED_BIN, os.X_OK):
+        pytest.skip(f"{SCRIPTED_BIN} not built")
+    s = Server(server_model, "--alias", "tiny", "--parallel", 2, binary=SCRIPTED_BIN,
+               env={"SPINDLE_TEST_SCRIPT": json.dumps(SCRIPT)})
+    try:
+        with anthropic.Anthropic(base_url=s.base_url, api_key="unused", timeout=120,
+                                 max_retries=0) as c:
+            yield c
+    finally:
+        s.stop_cleanly()
+
+
+def blocks(message):
+    """The content as comparable tuples (tool_use ids are per request)."""
+    out = []
+    for b in message.content:
+        if b.type == "thinking":
+            out.append(("thinking", b.thinking))
+        elif b.type == "text":
+            out.append(("text", b.text))
+        else:
+            assert b.type == "tool_use" and b.id
+            out.append(("tool_use", b.name, b.input))
+    return out
+
+
+def test_thinking_and_tool_use_whole_and_streamed(scripted):
+    want = [("thinking", THOUGHT)] + [("tool_use", n, a) for n, a in CALLS]
+    m = scripted.messages.create(model="tiny", max_tokens=200, messages=ASK,
+                                 tools=SCRIPT_TOOLS)
+    assert blocks(m) == want and m.stop_reason == "tool_use"
+    with scripted.messages.stream(model="tiny", max_tokens=200, messages=ASK,
+                                  tools=SCRIPT_TOOLS) as s:
+        events = list(s)
+        final = s.get_final_message()
+    assert blocks(final) == want and final.stop_reason == "tool_use"
+    deltas = {e.delta.type for e in events if e.type == "content_block_delta"}
+    assert deltas == {"thinking_delta", "input_json_delta"}
+    starts = [e.index for e in events if e.type == "content_block_start"]
+    stops = [e.index for e in events if e.type == "content_block_stop"]
+    assert starts == stops == [0, 1, 2]
+
+
+def test_tool_results_round_trip(scripted):
+    m = scripted.messages.create(model="tiny", max_tokens=200, messages=ASK,
+                                 tools=SCRIPT_TOOLS)
+    results = {"get_weather": "21 C", "get_time": "14:00"}
+    uses = [b for b in m.content if b.type == "tool_use"]
+    turns = ASK + [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id,
+                                      "content": results[b.name]} for b in uses]}]
+    answer = scripted.messages.create(model="tiny", max_tokens=200, messages=turns,
+                                      tools=SCRIPT_TOOLS)
+    assert blocks(answer) == [("thinking", "Got it."), ("text", FINAL)]
+    assert answer.stop_reason == "end_turn"
+    with scripted.messages.stream(model="tiny", max_tokens=200, messages=turns,
+                                  tools=SCRIPT_TOOLS) as s:
+        assert blocks(s.get_final_message()) == blocks(answer)
+
+
+def test_tool_choice_none_and_single(scripted):
+    m = scripted.messages.create(model="tiny", max_tokens=200, messages=ASK,
+                                 tools=SCRIPT_TOOLS, tool_choice={"type": "none"})
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.stop_reason == "end_turn"
+    assert "<tool_call>" in m.content[1].text
+    m = scripted.messages.create(model="tiny", max_tokens=200, messages=ASK, tools=SCRIPT_TOOLS,
+                                 tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+    assert [b.name for b in m.content if b.type == "tool_use"] == ["get_weather"]
