@@ -243,6 +243,9 @@ static bool add_tool_choice(cJSON *body, const cJSON *root, sp_api_error *err) {
     if (cJSON_IsTrue(single)) cJSON_AddFalseToObject(body, "parallel_tool_calls");
     if (!strcmp(type, "auto") || !strcmp(type, "none"))
         return cJSON_AddStringToObject(body, "tool_choice", type) || out_of_memory(err);
+    const cJSON *tools = field(root, "tools");
+    if ((!strcmp(type, "any") || !strcmp(type, "tool")) && cJSON_GetArraySize(tools) == 0)
+        return sp_api_bad(err, "tool_choice", "'tool_choice' of type %s needs 'tools'", type);
     if (!strcmp(type, "any"))
         return cJSON_AddStringToObject(body, "tool_choice", "required") || out_of_memory(err);
     if (strcmp(type, "tool"))

@@ -203,6 +203,19 @@ def test_errors_are_typed(claude, server):
     with pytest.raises(anthropic.NotFoundError) as e:
         claude.messages.create(model="no-such-model", max_tokens=4, messages=hi)
     check_error_shape(e.value, "not_found_error")
+    for kw, what in [({"tool_choice": {"type": "any"}}, "tool_choice"),
+                     ({"stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
+                     ({"messages": [{"role": "user", "content": [
+                         {"type": "image", "source": {"type": "url", "url": "x"}}]}]},
+                      "image"),
+                     ({"stream": True, "messages": [{"role": "tool", "content": "x"}]}, "role")]:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            claude.messages.create(**{"model": ALIAS, "max_tokens": 4, "messages": hi, **kw})
+        check_error_shape(e.value, "invalid_request_error")
+        assert what in e.value.body["error"]["message"], (kw, e.value.body)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.count_tokens(model=ALIAS, messages=[{"role": "system", "content": "x"}])
+    check_error_shape(e.value, "invalid_request_error")
     with anthropic.Anthropic(base_url=server.base_url, api_key="wrong", max_retries=0) as bad:
         for call in (lambda: bad.messages.create(model=ALIAS, max_tokens=4, messages=hi),
                      lambda: bad.messages.count_tokens(model=ALIAS, messages=hi)):
