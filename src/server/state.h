@@ -124,8 +124,8 @@ enum MHD_Result sp_reply_stream(sp_server *s, struct MHD_Connection *c, sp_route
 /* Whether the peer of `c` is still connected (a peek at its socket). */
 bool sp_client_connected(struct MHD_Connection *c);
 
-/* ---- job.c: the generation jobs (POST /v1/chat/completions and
- * /v1/completions: sp_handle_generation) */
+/* ---- job.c: the generation jobs (POST /v1/chat/completions,
+ * /v1/completions and /v1/messages: sp_handle_generation) */
 /* The adapter names of the jobs in flight, comma-separated and each once:
  * those that have produced a token (running) and the others (waiting). */
 void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
