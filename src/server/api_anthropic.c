@@ -295,6 +295,21 @@ static bool copy_fields(cJSON *body, const cJSON *root, bool count_only, sp_api_
     return true;
 }
 
+/* thinking {type: enabled | disabled, budget_tokens} as the chat
+ * templates' enable_thinking (Qwen3's and others'; a template without it
+ * ignores it). The budget is not enforced. */
+static bool add_thinking(cJSON *body, const cJSON *root, sp_api_error *err) {
+    const cJSON *t = field(root, "thinking");
+    if (!t) return true;
+    const char *type = block_type(t);
+    if (!type || (strcmp(type, "enabled") && strcmp(type, "disabled")))
+        return sp_api_bad(err, "thinking", "'thinking' must be {\"type\": \"enabled\"} or "
+                          "{\"type\": \"disabled\"}");
+    cJSON *kwargs = cJSON_AddObjectToObject(body, "chat_template_kwargs");
+    return (kwargs && cJSON_AddBoolToObject(kwargs, "enable_thinking", !strcmp(type, "enabled"))) ||
+           out_of_memory(err);
+}
+
 bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *limits,
                             bool count_only, sp_api_request *out, sp_api_error *err) {
     memset(out, 0, sizeof *out);
@@ -306,7 +321,7 @@ bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *l
     bool ok = (chat != NULL || out_of_memory(err)) &&
               copy_fields(chat, root, count_only, err) && add_messages(chat, root, err) &&
               add_tools(chat, root, err) && add_tool_choice(chat, root, err) &&
-              add_stop(chat, root, err) &&
+              add_stop(chat, root, err) && add_thinking(chat, root, err) &&
               sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err);
     cJSON_Delete(chat);
     cJSON_Delete(root);

@@ -180,7 +180,8 @@ void sp_api_request_free(sp_api_request *r);
  * SP_API_ANTHROPIC: system, messages (text, tool_use and tool_result
  * blocks), tools, tool_choice, stop_sequences, max_tokens (required unless
  * count_only: the body of /v1/messages/count_tokens), temperature, top_p,
- * top_k, stream. The rest of the body is ignored (metadata, thinking). */
+ * top_k, stream, thinking (the template's enable_thinking). The rest of the
+ * body is ignored (metadata, ...). */
 bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *limits,
                             bool count_only, sp_api_request *out, sp_api_error *err);
 

@@ -126,6 +126,25 @@ def test_count_tokens_equals_chat_prompt_tokens(claude, reference, name):
     assert r.input_tokens == len(ref["prompt_tokens"])
 
 
+def test_thinking_switch_is_enable_thinking(claude, oai):
+    """thinking disabled / enabled: the template's enable_thinking, as the
+    chat route's chat_template_kwargs give it (Qwen3's template writes an
+    empty think block when it is off)."""
+    hi = [{"role": "user", "content": "hi"}]
+    for on in (False, True):
+        counted = claude.messages.count_tokens(
+            model=ALIAS, messages=hi, thinking={"type": "enabled", "budget_tokens": 1024}
+            if on else {"type": "disabled"})
+        o = oai.chat.completions.create(model=ALIAS, messages=hi, max_tokens=1,
+                                        extra_body={"chat_template_kwargs":
+                                                    {"enable_thinking": on}})
+        assert counted.input_tokens == o.usage.prompt_tokens
+    plain = claude.messages.count_tokens(model=ALIAS, messages=hi).input_tokens
+    off = claude.messages.count_tokens(model=ALIAS, messages=hi,
+                                       thinking={"type": "disabled"}).input_tokens
+    assert off > plain
+
+
 def sse_events(server, body):
     """[(event name, data object)] of a raw stream (the SDK drops pings)."""
     status, hdrs, data = request(server.port, "POST", "/v1/messages", {**body, "stream": True},
