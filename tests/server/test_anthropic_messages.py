@@ -115,6 +115,12 @@ def test_stop_sequences(claude, reference):
             stop_sequences=["never-there", stop])
     assert text_of(m) == ref["text"][:ref["text"].find(stop)]
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+    with claude.messages.stream(model=ALIAS, messages=ref["messages"],
+                                max_tokens=len(ref["tokens"]), extra_body=GREEDY,
+                                stop_sequences=[stop]) as s:
+        final = s.get_final_message()
+    assert text_of(final) == text_of(m)
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == stop
 
 
 @pytest.mark.parametrize("name", CHATS)
