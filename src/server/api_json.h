@@ -8,6 +8,16 @@
 
 #include "server/api_request.h"
 
+/* The body as a JSON object (cJSON_Delete it); trailing bytes after it
+ * are malformed too. NULL with a 400 in *err. */
+cJSON *sp_api_parse_object(const char *body, size_t len, sp_api_error *err);
+
+/* A chat or completion body already parsed (sp_api_parse_generation's
+ * work after the bytes are JSON). */
+bool sp_api_parse_generation_root(sp_api_kind kind, const cJSON *root,
+                                  const sp_api_limits *limits, sp_api_request *out,
+                                  sp_api_error *err);
+
 /* An integral JSON number in [lo, hi] into *out; else a 400 naming param. */
 bool sp_api_read_long(const cJSON *v, const char *param, long lo, long hi,
                       long *out, sp_api_error *err);

@@ -118,8 +118,7 @@ static bool dup_text(const cJSON *v, char **out, sp_api_error *err) {
     return true;
 }
 
-/* The body as a JSON object; trailing bytes after it are malformed too. */
-static cJSON *parse_object(const char *body, size_t len, sp_api_error *err) {
+cJSON *sp_api_parse_object(const char *body, size_t len, sp_api_error *err) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {
@@ -423,11 +422,23 @@ static bool read_chat_inputs(const cJSON *root, sp_api_request *r, sp_api_error 
 bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
                              const sp_api_limits *limits, sp_api_request *out,
                              sp_api_error *err) {
+    cJSON *root = sp_api_parse_object(body, len, err);
+    if (!root) {
+        memset(out, 0, sizeof *out);
+        out->kind = kind;
+        return false;
+    }
+    bool ok = sp_api_parse_generation_root(kind, root, limits, out, err);
+    cJSON_Delete(root);
+    return ok;
+}
+
+bool sp_api_parse_generation_root(sp_api_kind kind, const cJSON *root,
+                                  const sp_api_limits *limits, sp_api_request *out,
+                                  sp_api_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->gen = spindle_gen_defaults();
-    cJSON *root = parse_object(body, len, err);
-    if (!root) return false;
     bool ok = read_model(root, limits, out, err) &&
               (kind == SP_API_CHAT ? read_chat_inputs(root, out, err)
                                    : read_prompt(root, limits, out, err) &&
@@ -439,7 +450,6 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
               sp_api_read_adapter_fields(root, out, err) &&
               sp_api_read_grammar(root, out, err) && read_resume_id(root, out, err) &&
               read_id_slot(root, limits, out, err) && check_n(out, err);
-    cJSON_Delete(root);
     if (!ok) sp_api_request_free(out);
     else out->gen.max_tokens = out->max_tokens;
     return ok;
@@ -463,14 +473,16 @@ void sp_api_request_free(sp_api_request *r) {
     spindle_grammar_free(r->grammar);
     free(r->resume_id);
     sp_api_kind kind = r->kind;
+    sp_api_dialect dialect = r->dialect;
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->dialect = dialect;
 }
 
 bool sp_api_parse_tokenize(const char *body, size_t len, sp_api_tokenize *out,
                            sp_api_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = sp_api_parse_object(body, len, err);
     if (!root) return false;
     bool parse_special = true, ok = true;
     const cJSON *content = field(root, "content");
@@ -500,7 +512,7 @@ bool sp_api_parse_detokenize(const char *body, size_t len,
                              int *n_ids, sp_api_error *err) {
     *ids = NULL;
     *n_ids = 0;
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = sp_api_parse_object(body, len, err);
     if (!root) return false;
     const cJSON *v = field(root, "tokens");
     sp_api_request tmp = {0};
@@ -525,7 +537,7 @@ bool sp_api_parse_detokenize(const char *body, size_t len,
 bool sp_api_parse_apply_template(const char *body, size_t len,
                                  sp_api_request *out, sp_api_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = parse_object(body, len, err);
+    cJSON *root = sp_api_parse_object(body, len, err);
     if (!root) return false;
     bool ok = read_chat_inputs(root, out, err);
     cJSON_Delete(root);

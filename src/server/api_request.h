@@ -67,6 +67,13 @@ typedef enum sp_api_kind {
     SP_API_COMPLETION   /* POST /v1/completions */
 } sp_api_kind;
 
+/* Whose API a generation request speaks: the body it came in and the
+ * shape of its answer and errors. */
+typedef enum sp_api_dialect {
+    SP_API_OPENAI = 0,  /* chat / text completions */
+    SP_API_ANTHROPIC    /* POST /v1/messages (api_anthropic.c) */
+} sp_api_dialect;
+
 /* tool_choice, parallel_tool_calls and reasoning_format (api_tools.c). */
 typedef enum sp_api_tool_choice_kind {
     SP_TOOL_CHOICE_AUTO = 0,
@@ -89,6 +96,7 @@ typedef struct sp_api_tool_choice {
 
 typedef struct sp_api_request {
     sp_api_kind kind;
+    sp_api_dialect dialect;
     char *model;                 /* as requested; NULL when absent */
     /* chat: the messages with text content parts joined and tool-call
      * arguments parsed to objects (what chat templates expect), tools and
@@ -171,6 +179,15 @@ bool sp_api_parse_generation(sp_api_kind kind, const char *body, size_t len,
                              const sp_api_limits *limits, sp_api_request *out,
                              sp_api_error *err);
 void sp_api_request_free(sp_api_request *r);
+
+/* POST /v1/messages (Anthropic's Messages API) as a chat request of dialect
+ * SP_API_ANTHROPIC: system, messages (text, tool_use and tool_result
+ * blocks), tools, tool_choice, stop_sequences, max_tokens (required unless
+ * count_only: the body of /v1/messages/count_tokens), temperature, top_p,
+ * top_k, stream, thinking (the template's enable_thinking). The rest of the
+ * body is ignored (metadata, ...). */
+bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *limits,
+                            bool count_only, sp_api_request *out, sp_api_error *err);
 
 /* POST /tokenize: llama-server's {"content", "add_special" (default false),
  * "parse_special" (default true; false is refused: Spindle's tokenizers

@@ -2,6 +2,7 @@
  * handler may wait for the engine), routing by method and path, the API
  * key, CORS, the body limit and read deadline, and the reply helpers that
  * every route uses (state.h). */
+#include "server/api_anthropic.h"
 #include "server/api_response.h"
 #include "server/http.h"
 #include "server/state.h"
@@ -109,7 +110,9 @@ enum MHD_Result sp_reply_json(sp_server *s, struct MHD_Connection *c, sp_route r
 
 enum MHD_Result sp_reply_error(sp_server *s, struct MHD_Connection *c, sp_route route,
                                const sp_api_error *e) {
-    return sp_reply_json(s, c, route, e->http_status, sp_api_error_json(e));
+    bool anthropic = route == SP_ROUTE_MESSAGES || route == SP_ROUTE_COUNT_TOKENS;
+    return sp_reply_json(s, c, route, e->http_status,
+                         anthropic ? sp_anthropic_error_json(e) : sp_api_error_json(e));
 }
 
 enum MHD_Result sp_reply_stream(sp_server *s, struct MHD_Connection *c, sp_route route,
@@ -139,13 +142,14 @@ bool sp_client_connected(struct MHD_Connection *c) {
 
 /* --------------------------------------------------------- the checks */
 
-/* "Bearer <key>", compared in constant time. */
+/* "Authorization: Bearer <key>", or Anthropic's "x-api-key: <key>",
+ * compared in constant time. */
 static bool authorized(sp_server *s, struct MHD_Connection *c) {
     const char *key = s->opts.api_key;
     if (!key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    h += 7;
+    if (h && !strncmp(h, "Bearer ", 7)) h += 7;
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return false;
     size_t n = strlen(key), m = strlen(h);
     unsigned char diff = (unsigned char)(n != m);
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)(key[i] ^ (i < m ? h[i] : 0));
@@ -160,7 +164,7 @@ static enum MHD_Result reply_preflight(sp_server *s, struct MHD_Connection *c,
     MHD_add_response_header(resp, "Access-Control-Allow-Methods",
                             !strcmp(r->method, "GET") ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            "Authorization, Content-Type");
+                            "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     return queue(s, c, r->route, 204, resp);
 }
@@ -196,7 +200,8 @@ static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_ent
     if (r->api_key && !authorized(s, c)) {
         sp_api_error e;
         sp_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
-                    "Invalid or missing API key (send 'Authorization: Bearer KEY')");
+                    "Invalid or missing API key (send 'Authorization: Bearer KEY' or "
+                    "'x-api-key: KEY')");
         *rc = sp_reply_error(s, c, r->route, &e);
         return true;
     }

@@ -184,8 +184,10 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
         sp_stop_init(&j->choices[i].stop, j->req.stop, j->req.n_stop);
     }
     uint64_t serial = atomic_fetch_add(&s->next_id, 1);
-    snprintf(j->id_text, sizeof j->id_text, "%s-%llx%06llx",
-             j->req.kind == SP_API_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(j->id_text, sizeof j->id_text, "%s%llx%06llx",
+             j->req.dialect == SP_API_ANTHROPIC ? "msg_"
+             : j->req.kind == SP_API_CHAT       ? "chatcmpl-"
+                                                : "cmpl-",
              (unsigned long long)s->started, (unsigned long long)serial);
     if (j->durable.resume_id)   /* a resumed request keeps its id */
         snprintf(j->id_text, sizeof j->id_text, "%s", j->durable.resume_id);
@@ -350,61 +352,6 @@ static bool job_wait(sp_job *j, sp_job_ready_fn ready) {
 }
 
 static void stream_free(void *cls) { job_release(cls); }
-
-/* ---------------------------------------------------------- the prompt */
-
-/* Room for the prompt and at least one generated token, and for all of
- * max_tokens when the request gave it (vLLM's 400: a request is never cut
- * short silently; the server's default is clamped to the room left). */
-static bool prompt_fits(sp_server *s, const sp_api_request *r, int n, sp_api_error *e) {
-    const char *param = r->kind == SP_API_CHAT ? "messages" : "prompt";
-    if (n == 0) return sp_api_bad(e, param, "the prompt has no tokens");
-    if (n >= s->context_length)
-        return sp_api_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
-                           "This model's maximum context length is %d tokens, but the "
-                           "prompt has %d tokens", s->context_length, n);
-    if (r->max_tokens_given && (long)n + r->max_tokens > s->context_length)
-        return sp_api_fail(e, 400, "invalid_request_error", "max_tokens",
-                           "context_length_exceeded",
-                           "This model's maximum context length is %d tokens. However, you "
-                           "requested %ld tokens (%d in the %s, %d in the completion). "
-                           "Please reduce the length of the %s or completion.",
-                           s->context_length, (long)n + r->max_tokens, n,
-                           r->kind == SP_API_CHAT ? "messages" : "prompt", r->max_tokens,
-                           r->kind == SP_API_CHAT ? "messages" : "prompt");
-    return true;
-}
-
-static bool prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
-                       char **rendered, sp_api_error *e) {
-    spindle_error err = {0};
-    spindle_status st;
-    size_t count = 0;
-    if (r->kind == SP_API_CHAT) {
-        char *text = NULL;
-        if (!sp_reply_render_chat(s, r, &text, e)) return false;
-        /* The template wrote the special tokens itself (as mlx-lm and
-         * transformers' apply_chat_template(tokenize=True) do). */
-        st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, &count, &err);
-        *rendered = text;
-    } else if (r->prompt_ids) {
-        *ids = r->prompt_ids;
-        *n = r->n_prompt_ids;
-        r->prompt_ids = NULL;
-        r->n_prompt_ids = 0;
-        return prompt_fits(s, r, *n, e);
-    } else {
-        st = spindle_tokenizer_encode(s->tok, r->prompt_text, strlen(r->prompt_text), true,
-                                      ids, &count, &err);
-    }
-    if (st) {
-        sp_api_error_from_status(e, st, r->kind == SP_API_CHAT ? "messages" : "prompt",
-                                 err.message);
-        return false;
-    }
-    *n = (int)count;
-    return prompt_fits(s, r, *n, e);
-}
 
 /* Join the jobs in flight, unless the queue is full (429). */
 static bool admit(sp_server *s, sp_job *j, sp_api_error *e) {
@@ -628,6 +575,8 @@ static bool gen_parse(sp_server *s, const sp_http_call *call, gen_setup *g,
     sp_api_kind kind = call->route == SP_ROUTE_CHAT ? SP_API_CHAT : SP_API_COMPLETION;
     sp_api_limits limits = s->limits;
     limits.n_model_names = 0;
+    if (call->route == SP_ROUTE_MESSAGES)
+        return sp_api_parse_anthropic(call->body, call->len, &limits, false, &g->req, e);
     return sp_api_parse_generation(kind, call->body, call->len, &limits, &g->req, e);
 }
 
@@ -640,7 +589,7 @@ static bool gen_prompt(sp_server *s, gen_setup *g, sp_api_error *e) {
     if (g->durable.resume) {   /* the checkpoint's prompt, not the body's */
         if (!sp_durable_prompt(&g->durable, &g->ids, &g->n))
             return sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    } else if (!prompt_ids(s, &g->req, &g->ids, &g->n, &g->prompt_text, e)) {
+    } else if (!sp_server_prompt_ids(s, &g->req, &g->ids, &g->n, &g->prompt_text, e)) {
         return false;
     }
     return sp_server_compile_tool_grammar(s, &g->req, sp_reply_opens_think(g->prompt_text), e);

@@ -9,6 +9,7 @@
 #ifndef SP_SERVER_JOB_H
 #define SP_SERVER_JOB_H
 
+#include "server/api_anthropic.h"
 #include "server/api_response.h"
 #include "server/durable.h"
 #include "server/reply.h"
@@ -71,6 +72,7 @@ struct sp_job {
     /* The connection's thread only. */
     bool rest_submitted;          /* choices after the first, once it started */
     bool stream_done, cancelled;
+    sp_anthropic_stream anthropic;   /* the Messages API's open block */
     sp_strbuf out;                /* formatted events not yet written */
     size_t out_pos;
 };

@@ -28,6 +28,33 @@ static bool job_failure(const sp_job *j, sp_api_error *e) {
     return false;
 }
 
+/* Why an Anthropic message ended (stop_reason, stop_sequence); the
+ * Messages API has one choice. */
+static sp_anthropic_stop anthropic_stop(const sp_job *j) {
+    const sp_choice *c = &j->choices[0];
+    spindle_stop_reason r = c->stop_reason;
+    if (r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT)
+        return (sp_anthropic_stop){.reason = "max_tokens"};
+    if (c->reply.any_call) return (sp_anthropic_stop){.reason = "tool_use"};
+    if (c->stop.matched && c->stop.which >= 0)
+        return (sp_anthropic_stop){.reason = "stop_sequence",
+                                   .sequence = j->req.stop[c->stop.which]};
+    return (sp_anthropic_stop){.reason = "end_turn"};
+}
+
+static sp_route job_route(const sp_job *j) {
+    if (j->req.dialect == SP_API_ANTHROPIC) return SP_ROUTE_MESSAGES;
+    return j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+}
+
+/* One streamed piece in the request's API. */
+static void emit_delta(sp_job *j, const sp_api_delta *d) {
+    if (j->req.dialect == SP_API_ANTHROPIC)
+        sp_anthropic_delta_events(&j->out, &j->anthropic, d);
+    else
+        sp_api_chunk_event(&j->out, &j->head, d, false, j->req.include_usage, j->srv->tok);
+}
+
 /* The prompt once (the first choice's cached part), every choice's
  * completion tokens. */
 static sp_api_usage job_usage(const sp_job *j) {
@@ -39,7 +66,7 @@ static sp_api_usage job_usage(const sp_job *j) {
 
 enum MHD_Result sp_job_reply_whole(sp_job *j) {
     sp_server *s = j->srv;
-    sp_route route = j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
+    sp_route route = job_route(j);
     sp_api_error e;
     if (job_failure(j, &e)) return sp_reply_error(s, j->conn, route, &e);
     sp_api_delta *d = calloc((size_t)j->n_choices, sizeof *d);
@@ -57,7 +84,10 @@ enum MHD_Result sp_job_reply_whole(sp_job *j) {
         d[i].finish_reason = finish_reason(c);
     }
     sp_api_usage u = job_usage(j);
-    char *json = ok ? sp_api_response_json(&j->head, d, j->n_choices, &u, s->tok) : NULL;
+    char *json = !ok ? NULL
+                 : j->req.dialect == SP_API_ANTHROPIC
+                     ? sp_anthropic_message_json(&j->head, &d[0], &u, anthropic_stop(j))
+                     : sp_api_response_json(&j->head, d, j->n_choices, &u, s->tok);
     for (int i = 0; rd && i < j->n_choices; i++) sp_reply_delta_free(&rd[i]);
     free(rd);
     free(d);
@@ -71,6 +101,13 @@ enum MHD_Result sp_job_reply_whole(sp_job *j) {
 /* After the last choice's finish chunk (or an error): usage, [DONE]. */
 static void stream_end(sp_job *j) {
     sp_api_error e;
+    if (j->req.dialect == SP_API_ANTHROPIC) {
+        sp_api_usage u = job_usage(j);
+        if (job_failure(j, &e)) sp_anthropic_error_event(&j->out, &e);
+        else sp_anthropic_end_events(&j->out, &j->anthropic, anthropic_stop(j), &u);
+        j->stream_done = true;
+        return;
+    }
     if (job_failure(j, &e)) {
         sp_api_error_event(&j->out, &e);
     } else if (j->req.include_usage) {
@@ -82,10 +119,13 @@ static void stream_end(sp_job *j) {
 }
 
 /* Choice c's finish chunk; a choice that failed has none (stream_end
- * sends the error). */
+ * sends the error), nor has an Anthropic message (its end events carry
+ * the stop reason). */
 static void choice_end(sp_job *j, sp_choice *c) {
     c->end_sent = true;
-    if (c->stop_reason == SPINDLE_STOP_ERROR || c->stop_reason == SPINDLE_STOP_CANCELLED) return;
+    if (c->stop_reason == SPINDLE_STOP_ERROR || c->stop_reason == SPINDLE_STOP_CANCELLED ||
+        j->req.dialect == SP_API_ANTHROPIC)
+        return;
     sp_api_delta d = {.index = c->index, .text = "", .finish_reason = finish_reason(c)};
     sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
 }
@@ -133,13 +173,12 @@ static bool stream_structured(sp_job *j, sp_choice *c, const arrived *a, sp_api_
         text_part.n_tool_calls = 0;
         text_part.logprobs = a->lps;
         text_part.n_logprobs = a->n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &text_part, false, j->req.include_usage,
-                           j->srv->tok);
+        emit_delta(j, &text_part);
     }
     for (int k = 0; ok && k < d->n_tool_calls; k++) {
         sp_api_delta call = {.index = c->index, .text = "", .want_logprobs = d->want_logprobs,
                              .tool_calls = &d->tool_calls[k], .n_tool_calls = 1};
-        sp_api_chunk_event(&j->out, &j->head, &call, false, j->req.include_usage, j->srv->tok);
+        emit_delta(j, &call);
     }
     sp_reply_delta_free(&rd);
     return ok;
@@ -157,7 +196,7 @@ static bool stream_choice(sp_job *j, sp_choice *c) {
         d.len = a.len;
         d.logprobs = a.lps;
         d.n_logprobs = a.n_lp;
-        sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
+        emit_delta(j, &d);
     }
     free(a.text);
     free(a.lps);
@@ -195,7 +234,13 @@ static bool stream_next(sp_job *j) {
         if (c->role_sent) continue;
         c->role_sent = roles = true;
         sp_api_delta d = {.index = c->index, .text = "", .want_logprobs = j->req.logprobs};
-        sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
+        if (j->req.dialect == SP_API_ANTHROPIC) {
+            sp_api_usage u = {.prompt_tokens = j->n_prompt, .cached_tokens = j->slot_reused};
+            sp_anthropic_start_events(&j->out, &j->anthropic, &j->head, &u,
+                                      !c->reply.structured);
+        } else {
+            sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
+        }
     }
     if (roles) return true;
     job_wait_result w = sp_job_submit_rest(j, keepalive_ms(j->srv));

@@ -1,5 +1,6 @@
 /* The routes besides generation: GET /health, /v1/models, /metrics and /,
- * and llama-server's POST /tokenize, /detokenize and /apply-template. */
+ * llama-server's POST /tokenize, /detokenize and /apply-template, and
+ * Anthropic's POST /v1/messages/count_tokens. */
 #include "server/api_response.h"
 #include "server/reply.h"
 #include "server/state.h"
@@ -184,4 +185,29 @@ enum MHD_Result sp_handle_apply_template(sp_server *s, struct MHD_Connection *c,
     spindle_error err = {0};
     return reply_text(s, c, SP_ROUTE_APPLY_TEMPLATE, SPINDLE_OK, &err, "messages", "prompt",
                       text);
+}
+
+/* Anthropic's count_tokens: the prompt's tokens as /v1/messages would
+ * render them (the prompt_tokens of the same conversation on the chat
+ * route). */
+enum MHD_Result sp_handle_count_tokens(sp_server *s, struct MHD_Connection *c,
+                                       const sp_http_call *call) {
+    sp_api_error e;
+    sp_api_request r;
+    sp_api_limits limits = s->limits;
+    limits.n_model_names = 0;   /* a mounted adapter's name is a model too */
+    if (!ready(s, &e) ||
+        !sp_api_parse_anthropic(call->body, call->len, &limits, true, &r, &e))
+        return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool counted = sp_server_chat_prompt_ids(s, &r, &ids, &n, &text, &e);
+    sp_api_request_free(&r);
+    spindle_free(text);
+    spindle_free(ids);
+    if (!counted) return sp_reply_error(s, c, SP_ROUTE_COUNT_TOKENS, &e);
+    char json[64];
+    snprintf(json, sizeof json, "{\"input_tokens\":%zu}", n);
+    return sp_reply(s, c, SP_ROUTE_COUNT_TOKENS, 200, "application/json", json, strlen(json));
 }

@@ -127,13 +127,24 @@ enum MHD_Result sp_reply_stream(sp_server *s, struct MHD_Connection *c, sp_route
 /* Whether the peer of `c` is still connected (a peek at its socket). */
 bool sp_client_connected(struct MHD_Connection *c);
 
-/* ---- job.c: the generation jobs (POST /v1/chat/completions and
- * /v1/completions: sp_handle_generation) */
+/* ---- job.c: the generation jobs (POST /v1/chat/completions,
+ * /v1/completions and /v1/messages: sp_handle_generation) */
 /* The adapter names of the jobs in flight, comma-separated and each once:
  * those that have produced a token (running) and the others (waiting). */
 void sp_jobs_adapter_names(sp_server *s, sp_strbuf *running, sp_strbuf *waiting);
 /* Cancel every job in flight (shutdown past its deadline). */
 void sp_cancel_all_jobs(sp_server *s);
+
+/* ---- prompt.c: a generation request's prompt */
+/* A chat request's messages rendered by the chat template (*rendered,
+ * spindle_free) and tokenized (*ids, spindle_free). False with a 400 in *e. */
+bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int32_t **ids,
+                               size_t *n, char **rendered, sp_api_error *e);
+/* The prompt of a chat or completion request (a completion's given ids
+ * taken from r), with room in the context for it and at least one token
+ * (and all of max_tokens when the request gave it): else a 400 in *e. */
+bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
+                          char **rendered, sp_api_error *e);
 
 /* ---- embeddings.c: POST /v1/embeddings (sp_handle_embeddings) */
 /* The embedder of s->model, or the reason in s->embed_refusal; false (a

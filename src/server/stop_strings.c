@@ -7,6 +7,7 @@
 
 void sp_stop_init(sp_stop_matcher *m, char *const *stops, int n_stops) {
     memset(m, 0, sizeof *m);
+    m->which = -1;
     m->stops = stops;
     m->n_stops = n_stops;
     for (int i = 0; i < n_stops; i++) {
@@ -19,12 +20,16 @@ void sp_stop_free(sp_stop_matcher *m) {
     sp_strbuf_free(&m->held);
 }
 
-/* Offset of the earliest stop string in [p, p+n), or n when none. */
-static size_t first_stop(const sp_stop_matcher *m, const char *p, size_t n) {
+/* Offset of the earliest stop string in [p, p+n), or n when none; *which
+ * is its index. */
+static size_t first_stop(const sp_stop_matcher *m, const char *p, size_t n, int *which) {
     size_t best = n;
     for (int i = 0; i < m->n_stops; i++) {
         const char *hit = memmem(p, n, m->stops[i], strlen(m->stops[i]));
-        if (hit && (size_t)(hit - p) < best) best = (size_t)(hit - p);
+        if (hit && (size_t)(hit - p) < best) {
+            best = (size_t)(hit - p);
+            *which = i;
+        }
     }
     return best;
 }
@@ -47,7 +52,7 @@ bool sp_stop_feed(sp_stop_matcher *m, const char *text, size_t len, sp_strbuf *o
     sp_strbuf_add(&m->held, text, len);
     const char *p = m->held.p ? m->held.p : "";
     size_t n = m->held.len;
-    size_t stop_at = first_stop(m, p, n);
+    size_t stop_at = first_stop(m, p, n, &m->which);
     if (stop_at < n) {
         sp_strbuf_add(out, p, stop_at);
         m->matched = true;

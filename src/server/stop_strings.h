@@ -17,6 +17,7 @@ typedef struct sp_stop_matcher {
     size_t longest;       /* length of the longest stop string */
     sp_strbuf held;       /* text not yet safe to send */
     bool matched;         /* a stop string was found; nothing more is sent */
+    int which;            /* the index of the one found, -1 before */
 } sp_stop_matcher;
 
 void sp_stop_init(sp_stop_matcher *m, char *const *stops, int n_stops);

@@ -4,7 +4,8 @@
  *
  * Input: one byte choosing the route (low 3 bits: chat, completions,
  * tokenize, detokenize, apply-template, 5: embeddings, 6: load_lora_adapter,
- * 7: unload_lora_adapter), then the body. Invariants: an
+ * 7: unload_lora_adapter; with 0x08 set, 0 and 1 are Anthropic's
+ * /v1/messages and /v1/messages/count_tokens), then the body. Invariants: an
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
@@ -15,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/api_anthropic.h"
 #include "server/api_embeddings.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
@@ -38,6 +40,19 @@ static void check_error(const sp_api_error *e) {
     FUZZ_CHECK(cJSON_GetArraySize(root) == 1 && cJSON_GetArraySize(o) == 4 &&
                    cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "message")),
                "error object %s", json);
+    cJSON_Delete(root);
+    free(json);
+}
+
+/* Anthropic's {"type": "error", "error": {"type", "message"}}. */
+static void check_anthropic_error(const sp_api_error *e) {
+    check_error(e);
+    char *json = sp_anthropic_error_json(e);
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "error");
+    FUZZ_CHECK(cJSON_GetArraySize(root) == 2 && cJSON_GetArraySize(o) == 2 &&
+                   cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "type")),
+               "anthropic error object %s", json ? json : "(null)");
     cJSON_Delete(root);
     free(json);
 }
@@ -114,7 +129,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sp_api_error e;
     memset(&e, 0, sizeof e);
     int route = data[0] & 7;
-    if (route <= 1) {
+    if ((data[0] & 8) && route <= 1) {
+        sp_api_request r;
+        if (sp_api_parse_anthropic(body, len, &limits, route == 1, &r, &e)) {
+            FUZZ_CHECK(r.dialect == SP_API_ANTHROPIC && r.kind == SP_API_CHAT, "dialect");
+            check_generation(&r);
+        } else {
+            check_anthropic_error(&e);
+        }
+        sp_api_request_free(&r);
+    } else if (route <= 1) {
         sp_api_request r;
         if (sp_api_parse_generation(route ? SP_API_COMPLETION : SP_API_CHAT, body, len,
                                     &limits, &r, &e)) {

@@ -596,6 +596,24 @@ def server_seeds():
     put("fuzz_server_request", "lora-load", b"\6" + js({
         "lora_name": "sql", "lora_path": "/adapters/sql"}).encode())
     put("fuzz_server_request", "lora-unload", b"\7" + js({"lora_name": "sql"}).encode())
+    claude = [{"role": "user", "content": "Weather?"},
+              {"role": "assistant", "content": [
+                  {"type": "text", "text": "Looking."},
+                  {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}}]},
+              {"role": "user", "content": [
+                  {"type": "tool_result", "tool_use_id": "t1",
+                   "content": [{"type": "text", "text": "42"}]},
+                  {"type": "text", "text": "And?"}]}]
+    put("fuzz_server_request", "anthropic-messages", b"\x08" + js({
+        "model": "tiny", "max_tokens": 8, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": claude, "stop_sequences": ["a"], "temperature": 1, "top_k": 4,
+        "stream": True, "metadata": {"user_id": "u"},
+        "tools": [{"name": "f", "description": "d", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True}}).encode())
+    put("fuzz_server_request", "anthropic-count-tokens", b"\x09" + js({
+        "model": "tiny", "system": "Be brief.", "messages": claude,
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any"}}).encode())
     put("fuzz_server_request", "chat-lora", b"\0" + js({
         "messages": [{"role": "user", "content": "x"}], "adapters": "/a",
         "lora": [{"id": 0, "scale": 0}, {"id": 3, "scale": 0.5}]}).encode())
