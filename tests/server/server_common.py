@@ -180,6 +180,20 @@ def read_sse_until_first_content(resp_sock):
     return buf
 
 
+def start_raw_chat(server, body, stream):
+    """A chat request sent over a raw socket, so that the test can close it
+    mid-answer (a client going away); for a stream, read until the first
+    content chunk arrived. The open socket."""
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    data = json.dumps(dict(body, stream=stream)).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    if stream:
+        read_sse_until_first_content(sock)
+    return sock
+
+
 def gauge(server, name):
     metrics = request(server.port, "GET", "/metrics")[2].decode()
     return float(metrics.split(f"\n{name} ", 1)[1].split("\n", 1)[0])

@@ -11,11 +11,10 @@ The server runs with --api-key: the Anthropic SDK sends it as x-api-key,
 the OpenAI SDK as a bearer token."""
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-from server_common import ALIAS, REPO, Server, request
+from server_common import ALIAS, Server, request
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
@@ -301,17 +300,10 @@ def test_tool_turns_render_as_chat_tool_calls(claude, oai):
 # ---- Tools and thinking chosen by the model: `spindle_scripted` makes the
 # tiny model "say" a reasoned tool call (tests/server/test_tool_calls_server.py
 # has the same script on the chat route).
-SCRIPTED_BIN = Path(os.environ.get("SPINDLE_BUILD_DIR", REPO / "build")) / "spindle_scripted"
-CALLS = [("get_weather", {"city": "Paris", "unit": "c"}), ("get_time", {"tz": "CET"})]
-THOUGHT = "The user wants the weather.\nI call the tools."
-REPLY_CALLS = "<think>\n" + THOUGHT + "\n</think>\n\n" + "\n".join(
-    "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>" for n, a in CALLS)
-FINAL = "It is 21 degrees in Paris, at 14:00 CET."
-SCRIPT = [["<tool_response>", "<think>\nGot it.\n</think>\n\n" + FINAL],
-          ["weather", REPLY_CALLS]]
+from scripted_calls import (ASK, CALLS, FINAL, SCRIPTED_BIN, THOUGHT,  # noqa: E402
+                            WEATHER_SCRIPT as SCRIPT)
 SCRIPT_TOOLS = [{"name": n, "description": "test tool", "input_schema": {
     "type": "object", "properties": {k: {"type": "string"} for k in a}}} for n, a in CALLS]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from server_common import (ALIAS, Server, assert_api_error, gauge, post_json,
-                           read_sse_until_first_content, request, wait_running)
+                           read_sse_until_first_content, request, start_raw_chat,
+                           wait_running)
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Hello"}]
@@ -304,12 +305,7 @@ def test_disconnect_frees_the_slot(server, stream):
     cancelled, it stops within a few steps."""
     assert wait_running(server, 0) == 0   # an earlier test's request ending
     generated = gauge(server, "spindle_generation_tokens_total")
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    body = json.dumps({"messages": MSGS, "max_tokens": 4000, "stream": stream}).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    if stream:
-        read_sse_until_first_content(sock)
+    sock = start_raw_chat(server, {"messages": MSGS, "max_tokens": 4000}, stream)
     assert wait_running(server, 1) == 1, "the request did not start:\n" + server.stderr()[-3000:]
     sock.close()
     left = wait_running(server, 0)

@@ -6,12 +6,11 @@ KV blocks from the prefix index (/metrics), n out of range is a 400, and
 a client that leaves cancels every choice."""
 
 import json
-import socket
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server_common import ALIAS, gauge, read_sse_until_first_content, request, wait_running
+from server_common import ALIAS, gauge, request, start_raw_chat, wait_running
 
 MESSAGES = [{"role": "user", "content": "Tell me a story about a lighthouse."}]
 SAMPLING = {"max_tokens": 12, "temperature": 1.0, "top_p": 0.95}
@@ -152,13 +151,8 @@ def test_client_leaving_cancels_every_choice(server, stream):
     closing its socket cancels all three within a few steps."""
     assert wait_running(server, 0) == 0
     generated = gauge(server, "spindle_generation_tokens_total")
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    body = json.dumps({"messages": MESSAGES, "max_tokens": 2000, "ignore_eos": True,
-                       "n": 3, "stream": stream}).encode()
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    if stream:
-        read_sse_until_first_content(sock)
+    sock = start_raw_chat(server, {"messages": MESSAGES, "max_tokens": 2000,
+                                   "ignore_eos": True, "n": 3}, stream)
     assert wait_running(server, 3) == 3, "the choices did not start:\n" + server.stderr()[-3000:]
     sock.close()
     assert wait_running(server, 0) == 0, "a choice still runs"

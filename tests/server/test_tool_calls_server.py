@@ -13,26 +13,18 @@ equal the whole answer.
 """
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-from server_common import REPO, Server
+from server_common import Server
 
-SCRIPTED_BIN = Path(os.environ.get("SPINDLE_BUILD_DIR", REPO / "build")) / "spindle_scripted"
-CALLS = [("get_weather", {"city": "Paris", "unit": "c"}), ("get_time", {"tz": "CET"})]
-THOUGHT = "The user wants the weather.\nI call the tools."
-REPLY_CALLS = "<think>\n" + THOUGHT + "\n</think>\n\n" + "\n".join(
-    "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>" for n, a in CALLS)
-FINAL = "It is 21 degrees in Paris, at 14:00 CET."
-SCRIPT = [["<tool_response>", "<think>\nGot it.\n</think>\n\n" + FINAL],
-          ["weather", REPLY_CALLS],
-          ["Think aloud", "<think>\nPondering.\n</think>\n\nDone."]]
+from scripted_calls import ASK, CALLS, FINAL, SCRIPTED_BIN, THOUGHT, WEATHER_SCRIPT  # noqa: E402
+
+SCRIPT = WEATHER_SCRIPT + [["Think aloud", "<think>\nPondering.\n</think>\n\nDone."]]
 TOOLS = [{"type": "function", "function": {
     "name": name, "description": "test tool",
     "parameters": {"type": "object", "properties": {k: {"type": "string"} for k in args}}}}
     for name, args in CALLS]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 openai = pytest.importorskip("openai")
 
