@@ -482,6 +482,40 @@ static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
+/* The tighter of `minimum`-style k and `exclusiveMinimum`-style xk (a
+ * number, or draft 4's boolean making k exclusive); false if neither. */
+static bool number_bound(const cJSON *s, const char *k, const char *xk, bool upper,
+                         js_bound *out) {
+    const cJSON *v = get(s, k), *x = get(s, xk);
+    bool have = false;
+    if (cJSON_IsNumber(v)) {
+        *out = (js_bound){v->valuedouble, cJSON_IsTrue(x)};
+        have = true;
+    }
+    if (cJSON_IsNumber(x)) {
+        double d = x->valuedouble;
+        if (!have || (upper ? d <= out->value : d >= out->value)) *out = (js_bound){d, true};
+        have = true;
+    }
+    return have;
+}
+
+static const char *number_rule(js_conv *c, const cJSON *s, const char *name,
+                               const char *ptr) {
+    js_bound lo, hi;
+    bool has_lo = number_bound(s, "minimum", "exclusiveMinimum", false, &lo);
+    bool has_hi = number_bound(s, "maximum", "exclusiveMaximum", true, &hi);
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    sp_strbuf_addc(&o, '(');
+    if (!js_number_range(&o, has_lo ? &lo : NULL, has_hi ? &hi : NULL)) {
+        sp_strbuf_free(&o);
+        return js_fail(c, ptr, "no number satisfies minimum/maximum (the bounds are empty)"), NULL;
+    }
+    sp_strbuf_add(&o, ") space", 7);
+    return rule_from(c, name, &o);
+}
+
 static const char *typed(js_conv *c, const cJSON *s, const char *type,
                          const char *name, const char *ptr) {
     const cJSON *props = get(s, "properties"), *add = get(s, "additionalProperties");
@@ -505,8 +539,7 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     bool bounded = get(s, "minimum") || get(s, "maximum") || get(s, "exclusiveMinimum") ||
                    get(s, "exclusiveMaximum");
     if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
-    if (type && !strcmp(type, "number") && bounded)
-        return js_fail(c, ptr, "minimum/maximum on a number (not an integer) is not supported"), NULL;
+    if (type && !strcmp(type, "number") && bounded) return number_rule(c, s, name, ptr);
     if (!type || !strcmp(type, "object")) {
         const char *r = js_add_primitive(c, "object");
         return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;

@@ -46,4 +46,15 @@ bool js_const_rule(sp_strbuf *out, const cJSON *value);
 bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
                   long long max);
 
+/* A bound of a number: its value, and whether it is exclusive. */
+typedef struct js_bound {
+    double value;
+    bool strict;
+} js_bound;
+/* Number bounds (lo/hi NULL: none) -> GBNF for the numbers llama.cpp's
+ * number rule writes without an exponent (the form llguidance keeps for
+ * bounded numbers too) whose decimal value lies in the bounds, exactly.
+ * False when no such number exists. */
+bool js_number_range(sp_strbuf *out, const js_bound *lo, const js_bound *hi);
+
 #endif
