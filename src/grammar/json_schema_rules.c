@@ -4,7 +4,6 @@
  * and integer ranges as digit patterns. */
 #include "grammar/json_schema.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,9 +33,22 @@ static const builtin BUILTINS[] = {
     {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4})", ""},
     {"string", "\"\\\"\" char* \"\\\"\" space", "char space"},
     {"null", "\"null\" space", "space"},
-    {"date", "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )", ""},
-    {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? "
-             "( \"Z\" | ( \"+\" | \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )", ""},
+    /* A calendar date (what RFC 3339 and Python's date.fromisoformat
+     * accept): each month's days, February 29 in leap years only, no
+     * year 0000. */
+    {"date", "date-year \"-\" date-month-day | date-leap-year \"-02-29\"",
+     "date-year date-month-day date-leap-year"},
+    {"date-year", "[1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]", ""},
+    {"date-month-day", "( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
+                       "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+                       "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )", ""},
+    {"date-leap-year", "[0-9] [0-9] date-leap-yy | date-leap-yy \"00\"", "date-leap-yy"},
+    {"date-leap-yy", "\"0\" [48] | [2468] [048] | [13579] [26]", ""},
+    /* time is time-hms, optional milliseconds, then a zone: the four
+     * shapes are 9, 13, 14 and 18 characters (the length bounds pick). */
+    {"time", "time-hms ( \".\" [0-9]{3} )? ( \"Z\" | time-offset )", "time-hms time-offset"},
+    {"time-hms", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9]", ""},
+    {"time-offset", "( \"+\" | \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9]", ""},
     {"date-time", "date \"T\" time", "date time"},
     {"date-string", "\"\\\"\" date \"\\\"\" space", "date space"},
     {"time-string", "\"\\\"\" time \"\\\"\" space", "time space"},
@@ -212,9 +224,7 @@ static int digits(unsigned long long v) {
     return d;
 }
 
-/* [lo, hi] of non-negative integers; hi < 0: unbounded (up to 16 digits,
- * the cap of llama.cpp's integral-part). */
-static void non_negative(sp_strbuf *out, unsigned long long lo, long long hi) {
+void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi) {
     const int cap = 16;
     int dl = digits(lo), dh = hi < 0 ? cap : digits((unsigned long long)hi);
     bool first = true;
@@ -248,220 +258,14 @@ bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
         long long lo_abs = has_max && max < 0 ? -max : 1;
         long long hi_abs = has_min ? -min : -1;
         sp_strbuf_add(out, "\"-\" ", 4);
-        non_negative(out, (unsigned long long)lo_abs, hi_abs);
+        js_uint_range(out, (unsigned long long)lo_abs, hi_abs);
         first = false;
     }
     if (!has_max || max >= 0) {
         sp_strbuf_add(out, first ? "" : " | ", first ? 0 : 3);
-        non_negative(out, has_min && min > 0 ? (unsigned long long)min : 0,
+        js_uint_range(out, has_min && min > 0 ? (unsigned long long)min : 0,
                      has_max ? max : -1);
     }
     return sp_strbuf_addc(out, ')');
 }
 
-/* ------------------------------------------------------- number ranges */
-
-/* Digit strings of length 0..n (length 0 only when with_empty) whose
- * value as a fraction 0.d1d2... lies between lo and hi, each a digit
- * string compared as the same kind of fraction (NULL: no bound; strict:
- * exclusive). Writes the non-empty strings' alternatives to `out` and
- * returns whether any string (the empty one included) qualifies, with
- * *empty_ok saying whether the empty one does. */
-static bool all_zero(const char *s) {
-    return s && s[strspn(s, "0")] == 0;
-}
-
-static bool frac_digits(sp_strbuf *out, const char *lo, bool lo_strict,
-                        const char *hi, bool hi_strict, int n, bool with_empty,
-                        bool *empty_ok) {
-    if (lo && all_zero(lo) && !lo_strict) lo = NULL; /* ">= 0" holds always */
-    *empty_ok = with_empty && !lo && !(hi && all_zero(hi) && hi_strict);
-    if (n == 0) return *empty_ok;
-    char l0 = lo && *lo ? *lo : '0', h0 = hi && *hi ? *hi : (hi ? '0' : '9');
-    const char *lr = lo ? (*lo ? lo + 1 : lo) : NULL;
-    const char *hr = hi ? (*hi ? hi + 1 : hi) : NULL;
-    bool any = false;
-    /* One alternative: the digit class, then the rest of the string. */
-#define FRAC_ALT(cls, LO, LS, HI, HS)                                             \
-    do {                                                                          \
-        sp_strbuf rest = {0};                                                     \
-        bool rest_empty;                                                          \
-        if (frac_digits(&rest, LO, LS, HI, HS, n - 1, true, &rest_empty)) {       \
-            sp_strbuf_printf(out, "%s%s", any ? " | " : "", cls);                 \
-            if (rest.len)                                                         \
-                sp_strbuf_printf(out, " (%s)%s", rest.p, rest_empty ? "?" : "");  \
-            any = true;                                                           \
-        }                                                                         \
-        sp_strbuf_free(&rest);                                                    \
-    } while (0)
-    char cls[16];
-    if (l0 > h0) return *empty_ok;
-    if (l0 == h0) {
-        snprintf(cls, sizeof cls, "[%c]", l0);
-        FRAC_ALT(cls, lr, lo_strict, hr, hi_strict);
-        return any || *empty_ok;
-    }
-    char mid_lo = lo ? (char)(l0 + 1) : l0, mid_hi = hi ? (char)(h0 - 1) : h0;
-    if (lo) {
-        snprintf(cls, sizeof cls, "[%c]", l0);
-        FRAC_ALT(cls, lr, lo_strict, NULL, false);
-    }
-    if (mid_lo <= mid_hi) {
-        if (mid_lo == mid_hi) sp_strbuf_printf(out, "%s[%c]", any ? " | " : "", mid_lo);
-        else sp_strbuf_printf(out, "%s[%c-%c]", any ? " | " : "", mid_lo, mid_hi);
-        if (n > 1) sp_strbuf_printf(out, " [0-9]{0,%d}", n - 1);
-        any = true;
-    }
-    if (hi) {
-        snprintf(cls, sizeof cls, "[%c]", h0);
-        FRAC_ALT(cls, NULL, false, hr, hi_strict);
-    }
-#undef FRAC_ALT
-    return any || *empty_ok;
-}
-
-/* The optional fraction of a number ("." then 1..16 digits, or nothing,
- * as llama.cpp's decimal-part) with value in the bounds; false if none. */
-static bool fraction_part(sp_strbuf *out, const char *lo, bool lo_strict,
-                          const char *hi, bool hi_strict) {
-    sp_strbuf body = {0};
-    bool empty_ok;
-    bool any = frac_digits(&body, lo, lo_strict, hi, hi_strict, 16, true, &empty_ok);
-    if (!any && !empty_ok) return sp_strbuf_free(&body), false;
-    if (body.len)
-        sp_strbuf_printf(out, " (\".\" (%s))%s", body.p, empty_ok ? "?" : "");
-    sp_strbuf_free(&body);
-    return true;
-}
-
-/* A non-negative decimal bound: integer digits (no leading zeros, "" for
- * zero) and fraction digits (no trailing zeros). `huge`: 17 or more
- * integer digits, past anything llama.cpp's integral-part writes. */
-typedef struct js_dec {
-    char ip[20], fp[400];
-    bool huge, strict;
-} js_dec;
-
-/* |d| as the shortest decimal that reads back as d (what the schema's
- * author wrote: 0.1 is "0.1", not the double's 0.1000000000000000055). */
-static void decimal_of(double d, bool strict, js_dec *out) {
-    char e[40];
-    d = fabs(d);
-    for (int prec = 0; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec, d);
-        if (strtod(e, NULL) == d) break;
-    }
-    char digs[24];
-    int nd = 0;
-    const char *p = e;
-    for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9') digs[nd++] = *p;
-    digs[nd] = 0;
-    int exp10 = *p == 'e' ? atoi(p + 1) : 0;
-    memset(out, 0, sizeof *out);
-    out->strict = strict;
-    /* value = digs[0].digs[1..] x 10^exp10 */
-    if (exp10 >= 16) {
-        out->huge = d != 0;
-    } else if (exp10 >= 0) {
-        for (int i = 0; i <= exp10; i++) out->ip[i] = i < nd ? digs[i] : '0';
-        if (nd > exp10 + 1) snprintf(out->fp, sizeof out->fp, "%s", digs + exp10 + 1);
-    } else {
-        int z = -exp10 - 1;
-        memset(out->fp, '0', (size_t)z);
-        snprintf(out->fp + z, sizeof out->fp - (size_t)z, "%s", digs);
-    }
-    /* Canonical: no leading zeros in ip, no trailing zeros in fp. */
-    size_t lead = strspn(out->ip, "0");
-    memmove(out->ip, out->ip + lead, strlen(out->ip + lead) + 1);
-    size_t n = strlen(out->fp);
-    while (n && out->fp[n - 1] == '0') out->fp[--n] = 0;
-}
-
-/* Magnitudes (the number without its sign) between lo and hi (NULL: no
- * bound), written as integral-part and an optional fraction. */
-static bool magnitude(sp_strbuf *out, const js_dec *lo, const js_dec *hi) {
-    if (lo && lo->huge) return false;
-    if (hi && hi->huge) hi = NULL;
-    unsigned long long li = lo ? strtoull(lo->ip, NULL, 10) : 0;
-    unsigned long long hv = hi ? strtoull(hi->ip, NULL, 10) : 0;
-    const unsigned long long cap = 9999999999999999ULL; /* 16 digits */
-    if (hi && li > hv) return false;
-    bool any = false;
-    sp_strbuf alt = {0};
-    /* The integer part equal to lo's: the fraction decides. */
-    bool lo_trivial = !lo || (!*lo->fp && !lo->strict);
-    if (!lo_trivial || (hi && li == hv)) {
-        sp_strbuf_printf(&alt, "\"%llu\"", li);
-        bool ok = hi && li == hv
-                      ? fraction_part(&alt, lo ? lo->fp : NULL, lo && lo->strict, hi->fp, hi->strict)
-                      : fraction_part(&alt, lo ? lo->fp : NULL, lo && lo->strict, NULL, false);
-        if (ok && alt.p) {
-            sp_strbuf_printf(out, "%s", alt.p);
-            any = true;
-        }
-        sp_strbuf_free(&alt);
-        if (hi && li == hv) return any;
-    }
-    /* Integer parts strictly inside: any fraction. */
-    unsigned long long from = lo_trivial ? li : li + 1;
-    long long to = hi ? (long long)hv - 1 : -1;
-    if (from <= cap && (!hi || (long long)from <= to)) {
-        sp_strbuf_printf(out, "%s", any ? " | " : "");
-        non_negative(out, from, to);
-        sp_strbuf_add(out, " (\".\" [0-9]{1,16})?", 19);
-        any = true;
-    }
-    if (hi) {
-        sp_strbuf_printf(&alt, "\"%llu\"", hv);
-        if (fraction_part(&alt, NULL, false, hi->fp, hi->strict) && alt.p) {
-            sp_strbuf_printf(out, "%s%s", any ? " | " : "", alt.p);
-            any = true;
-        }
-        sp_strbuf_free(&alt);
-    }
-    return any;
-}
-
-bool js_number_range(sp_strbuf *out, const js_bound *lo, const js_bound *hi) {
-    js_dec a, b;
-    bool any = false;
-    sp_strbuf part = {0};
-    /* Negative texts: "-" and a magnitude in [-hi, -lo]. A text "-0"
-     * is the value 0. */
-    bool neg_possible = !lo || lo->value < 0 || (lo->value == 0 && !lo->strict);
-    if (neg_possible) {
-        const js_dec *mlo = NULL, *mhi = NULL;
-        if (hi && hi->value <= 0) {
-            decimal_of(hi->value, hi->strict, &a);
-            mlo = &a;
-        }
-        if (lo) {
-            decimal_of(lo->value, lo->strict, &b);
-            mhi = &b;
-        }
-        if (magnitude(&part, mlo, mhi)) {
-            sp_strbuf_printf(out, "\"-\" (%s)", part.p);
-            any = true;
-        }
-        sp_strbuf_free(&part);
-    }
-    bool pos_possible = !hi || hi->value > 0 || (hi->value == 0 && !hi->strict);
-    if (pos_possible) {
-        const js_dec *mlo = NULL, *mhi = NULL;
-        if (lo && lo->value >= 0) {
-            decimal_of(lo->value, lo->strict, &a);
-            mlo = &a;
-        }
-        if (hi) {
-            decimal_of(hi->value, hi->strict, &b);
-            mhi = &b;
-        }
-        if (magnitude(&part, mlo, mhi)) {
-            sp_strbuf_printf(out, "%s%s", any ? " | " : "", part.p);
-            any = true;
-        }
-        sp_strbuf_free(&part);
-    }
-    return any;
-}

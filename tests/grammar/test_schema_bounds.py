@@ -146,3 +146,74 @@ def test_number_bounds_beyond_the_format_are_refused(schema, tmp_path):
     p = subprocess.run([str(HARNESS), str(QWEN3), "json_schema", str(f)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "minimum/maximum" in p.stdout, p.stdout
+
+
+# The email-string built-in's language (json_schema_rules.c), written
+# independently as a Python regex: the oracle for length bounds.
+EMAIL = re.compile(r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){1,4}")
+TIME = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{3})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])")
+
+
+def string_cases(rng):
+    out = set()
+    for _ in range(150):
+        local = "".join(rng.choice("ab.c_%+-9") for _ in range(rng.choice([1, 2, 5, 20, 40, 63, 64, 65])))
+        labels = ["".join(rng.choice("xy-7") for _ in range(rng.choice([1, 2, 3, 10, 30, 63, 64])))
+                  for _ in range(rng.choice([1, 2, 3, 5, 6]))]
+        out.add(local + "@" + ".".join(labels))
+    for n in [*range(5, 14), *range(62, 70)]:  # each length around the bounds
+        out |= {"a" * (n - 4) + "@b.c", "a@" + "b" * (n - 4) + ".c", "a@b." + "c" * (n - 4),
+                "a" * (n - 6) + "@b.c.d"}
+    out |= {"a@b.c", "ab@c.de", "abc@d.ef", "a.b@c.d.e", "a@b.c.d.e.f", "a@b.c.d.e.f.g", "@b.c", "a@.c"}
+    for ms in ("", ".123"):
+        for zone in ("Z", "+01:30", "-23:59", "+24:00"):
+            out |= {"12:34:56" + ms + zone, "23:59:59" + ms + zone, "24:00:00" + ms + zone}
+    return sorted(out)
+
+
+def harness_accepts_all(schema, texts, tmp_path):
+    require(QWEN3)
+    _, hf = llg_tokenizer(QWEN3)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(schema))
+    h = Harness(QWEN3, "json_schema", f)
+    try:
+        return {t: accepts(h, hf, json.dumps(t)) for t in texts}
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fmt,lengths", [
+    ("email", {"maxLength": 64}), ("email", {"minLength": 8, "maxLength": 12}),
+    ("email", {"maxLength": 67, "minLength": 66}),
+    ("time", {"maxLength": 13}), ("time", {"minLength": 10, "maxLength": 14}),
+])
+def test_format_with_lengths_exact(fmt, lengths, tmp_path):
+    """A format with minLength / maxLength accepts exactly the format's
+    strings whose length is within the bounds."""
+    rx = EMAIL if fmt == "email" else TIME
+    texts = string_cases(random.Random(2))
+    got = harness_accepts_all({"type": "string", "format": fmt, **lengths}, texts, tmp_path)
+    lo, hi = lengths.get("minLength", 0), lengths.get("maxLength", 10**9)
+    wrong = [(t, ok) for t, ok in got.items() if ok != bool(rx.fullmatch(t) and lo <= len(t) <= hi)]
+    assert not wrong, f"(text, accepted): {wrong[:6]}"
+    assert any(got.values())
+
+
+def test_date_format_is_a_calendar_date(tmp_path):
+    """format: date accepts exactly what Python's date.fromisoformat (the
+    check jsonschema's format checker runs) accepts: each month's days,
+    February 29 in leap years only."""
+    import datetime
+    texts = [f"{y}-{m:02d}-{d:02d}" for y in ("2023", "2024", "1900", "2000", "0000", "0004", "0100")
+             for m in (1, 2, 4, 12, 13) for d in (0, 1, 28, 29, 30, 31, 32)]
+    got = harness_accepts_all({"type": "string", "format": "date", "minLength": 10}, texts, tmp_path)
+
+    def valid(t):
+        try:
+            datetime.date.fromisoformat(t)
+            return True
+        except ValueError:
+            return False
+    wrong = [(t, ok) for t, ok in got.items() if ok != valid(t)]
+    assert not wrong, f"(text, accepted): {wrong[:6]}"
