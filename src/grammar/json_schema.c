@@ -348,6 +348,62 @@ static long count_value(const cJSON *v, long dflt) {
     return d < 0 ? -2 : SP_GRAMMAR_MAX_REPEAT + 1L;
 }
 
+/* prefixItems (or draft 4's items array): the tuple's members in order,
+ * then members of `items` (a schema; false or absent: none, llama.cpp's
+ * closed tuple), the count within minItems..maxItems. Without
+ * minItems every tuple member is required, as llama.cpp writes tuples. */
+static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
+                              const char *ptr) {
+    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
+    const cJSON *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+    const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
+    const cJSON *rest = tuple == prefix && items && !cJSON_IsFalse(items) ? items : NULL;
+    long n = cJSON_GetArraySize(tuple);
+    long max = count_value(mx, rest ? -1 : n);
+    long min = count_value(mn, max >= 0 && max < n ? max : n);
+    if (min < 0 || (max >= 0 && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
+                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (!rest && min > n)
+        return js_fail(c, ptr, "minItems %ld is more than the %ld items the tuple allows", min, n), NULL;
+    char nm[256], p2[512], idx[24];
+    const char *member[SP_GRAMMAR_MAX_REPEAT + 1];
+    if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
+    int i = 0;
+    cJSON_ArrayForEach(it, tuple) {
+        snprintf(idx, sizeof idx, "tuple-%d", i);
+        sub_name(nm, sizeof nm, name, idx);
+        snprintf(idx, sizeof idx, "%d", i);
+        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
+        if (!(member[i++] = visit(c, it, nm, p2))) return NULL;
+    }
+    const char *more = NULL;
+    if (rest && (max < 0 || max > n)) {
+        sub_name(nm, sizeof nm, name, "item");
+        child_ptr(p2, sizeof p2, ptr, "items", NULL);
+        if (!(more = visit(c, rest, nm, p2))) return NULL;
+    }
+    js_add_primitive(c, "space");
+    sp_strbuf o = {0};
+    sp_strbuf_add(&o, "\"[\" space ", 10);
+    /* Member k+1 is optional once minItems are there: nest "( , next )?". */
+    long shown = max < 0 || max > n ? n : max, opened = 0;
+    for (long k = 0; k < shown; k++) {
+        bool optional = k >= min;
+        sp_strbuf_printf(&o, "%s%s%s ", optional ? "( " : "", k ? "\",\" space " : "", member[k]);
+        opened += optional;
+    }
+    if (more) {
+        long lo = min > n ? min - n : 0;
+        if (n == 0) repetition(&o, more, lo, max, "\",\" space");
+        else if (max < 0) sp_strbuf_printf(&o, "( \",\" space %s ){%ld,}", more, lo);
+        else sp_strbuf_printf(&o, "( \",\" space %s ){%ld,%ld}", more, lo, max - n);
+    }
+    for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
+    sp_strbuf_add(&o, " \"]\" space", 10);
+    return rule_from(c, name, &o);
+}
+
 static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
                               const char *ptr) {
     const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
@@ -355,25 +411,7 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     char nm[256], p2[512];
     sp_strbuf o = {0};
     js_add_primitive(c, "space");
-    if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) {
-        const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
-        if ((prefix && items && !cJSON_IsFalse(items)) || mn || mx)
-            return js_fail(c, ptr, "prefixItems with items or min/maxItems is not supported"), NULL;
-        sp_strbuf_add(&o, "\"[\" space ", 10);
-        int i = 0;
-        cJSON_ArrayForEach(it, tuple) {
-            char idx[24];
-            snprintf(idx, sizeof idx, "tuple-%d", i);
-            sub_name(nm, sizeof nm, name, idx);
-            snprintf(idx, sizeof idx, "%d", i);
-            child_ptr(p2, sizeof p2, ptr, cJSON_IsArray(prefix) ? "prefixItems" : "items", idx);
-            const char *r = visit(c, it, nm, p2);
-            if (!r) return sp_strbuf_free(&o), NULL;
-            sp_strbuf_printf(&o, "%s%s", i++ ? " \",\" space " : "", r);
-        }
-        sp_strbuf_add(&o, " \"]\" space", 10);
-        return rule_from(c, name, &o);
-    }
+    if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) return tuple_rule(c, s, name, ptr);
     long min = count_value(mn, 0);
     long max = count_value(mx, -1);
     if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)

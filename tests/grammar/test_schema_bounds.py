@@ -171,14 +171,18 @@ def string_cases(rng):
     return sorted(out)
 
 
-def harness_accepts_all(schema, texts, tmp_path):
+def harness_accepts_all(schema, values, tmp_path, raw=False):
+    """{JSON text: accepted} for each value (raw: JSON values, else
+    strings), written compactly."""
     require(QWEN3)
     _, hf = llg_tokenizer(QWEN3)
     f = tmp_path / "s.json"
     f.write_text(json.dumps(schema))
     h = Harness(QWEN3, "json_schema", f)
     try:
-        return {t: accepts(h, hf, json.dumps(t)) for t in texts}
+        texts = [json.dumps(v, separators=(",", ":")) for v in values]
+        got = {t: accepts(h, hf, t) for t in texts}
+        return got if raw else {json.loads(t): ok for t, ok in got.items()}
     finally:
         h.close()
 
@@ -217,3 +221,35 @@ def test_date_format_is_a_calendar_date(tmp_path):
             return False
     wrong = [(t, ok) for t, ok in got.items() if ok != valid(t)]
     assert not wrong, f"(text, accepted): {wrong[:6]}"
+
+
+@pytest.mark.parametrize("schema", [
+    {"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": {"type": "boolean"},
+     "minItems": 2, "maxItems": 4},
+    {"prefixItems": [{"type": "string"}, {"type": "integer"}, {"type": "null"}],
+     "items": False, "minItems": 1},
+    {"prefixItems": [{"type": "number"}], "items": {"type": "string"}, "minItems": 3},
+    {"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": {"type": "integer"},
+     "minItems": 0, "maxItems": 1},
+])
+def test_prefix_items_with_items_and_counts_exact(schema, tmp_path):
+    """prefixItems with items and minItems / maxItems: an array is
+    accepted iff jsonschema validates it (with minItems given, the tuple's
+    members are as optional as JSON Schema makes them)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "array", **schema}
+    rng = random.Random(3)
+    pool = ["a", 7, True, None, 2.5, False, "b", -3]
+    sample = {"string": "a", "integer": 7, "boolean": True, "null": None, "number": 2.5}
+
+    def fitting(k):  # a value of the type the k-th member's schema names
+        sub = schema["prefixItems"][k] if k < len(schema["prefixItems"]) else schema["items"]
+        return sample[sub["type"]] if sub else "x"
+    arrays = {json.dumps([rng.choice(pool) for _ in range(n)], separators=(",", ":"))
+              for n in range(0, 7) for _ in range(40)}
+    arrays |= {json.dumps([fitting(k) for k in range(n)]) for n in range(0, 8)}
+    got = harness_accepts_all(schema, [json.loads(a) for a in sorted(arrays)], tmp_path, raw=True)
+    wrong = [(t, ok) for t, ok in got.items()
+             if ok != jsonschema.Draft202012Validator(schema).is_valid(json.loads(t))]
+    assert not wrong, f"(array, accepted): {wrong[:6]}"
+    assert any(got.values())
