@@ -361,27 +361,28 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     long n = cJSON_GetArraySize(tuple);
     long max = count_value(mx, rest ? -1 : n);
     long min = count_value(mn, max >= 0 && max < n ? max : n);
-    if (min < 0 || (max >= 0 && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
         return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
                        SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
     if (!rest && min > n)
         return js_fail(c, ptr, "minItems %ld is more than the %ld items the tuple allows", min, n), NULL;
     char nm[256], p2[512], idx[24];
-    const char *member[SP_GRAMMAR_MAX_REPEAT + 1];
-    if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
+    const char **member = calloc((size_t)n + 1, sizeof *member);
+    if (!member) return js_fail(c, ptr, "out of memory"), NULL;
     int i = 0;
     cJSON_ArrayForEach(it, tuple) {
         snprintf(idx, sizeof idx, "tuple-%d", i);
         sub_name(nm, sizeof nm, name, idx);
         snprintf(idx, sizeof idx, "%d", i);
         child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
-        if (!(member[i++] = visit(c, it, nm, p2))) return NULL;
+        if (!(member[i++] = visit(c, it, nm, p2))) return free(member), NULL;
     }
     const char *more = NULL;
     if (rest && (max < 0 || max > n)) {
         sub_name(nm, sizeof nm, name, "item");
         child_ptr(p2, sizeof p2, ptr, "items", NULL);
-        if (!(more = visit(c, rest, nm, p2))) return NULL;
+        if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
     }
     js_add_primitive(c, "space");
     sp_strbuf o = {0};
@@ -399,6 +400,7 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
         else if (max < 0) sp_strbuf_printf(&o, "( \",\" space %s ){%ld,}", more, lo);
         else sp_strbuf_printf(&o, "( \",\" space %s ){%ld,%ld}", more, lo, max - n);
     }
+    free(member);
     for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
     sp_strbuf_add(&o, " \"]\" space", 10);
     return rule_from(c, name, &o);
