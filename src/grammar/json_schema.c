@@ -25,7 +25,8 @@ static const char *const KNOWN[] = {
     "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "nullable", "strict", "name", "discriminator",
-    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems"};
+    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems",
+    "multipleOf"};
 
 static bool known_keyword(const char *k) {
     for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
@@ -623,6 +624,13 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
         return string_rule(c, s, name, ptr);
     bool bounded = get(s, "minimum") || get(s, "maximum") || get(s, "exclusiveMinimum") ||
                    get(s, "exclusiveMaximum");
+    const cJSON *mult = get(s, "multipleOf");
+    if (mult && (!type || !strcmp(type, "integer") || !strcmp(type, "number"))) {
+        if (!cJSON_IsNumber(mult) || !type || strcmp(type, "integer") || bounded)
+            return js_fail(c, ptr, "multipleOf is supported only on an integer without "
+                           "minimum/maximum"), NULL;
+        return js_multiple_rule(c, mult, name, ptr);
+    }
     if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
     if (type && !strcmp(type, "number") && bounded) return number_rule(c, s, name, ptr);
     if (!type || !strcmp(type, "object")) {

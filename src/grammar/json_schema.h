@@ -53,6 +53,12 @@ void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi);
  * [min, max] (max < 0: none), as rule `name`; NULL after js_fail. */
 const char *js_email_rule(js_conv *c, long min, long max, const char *name,
                           const char *ptr);
+/* Integers divisible by multipleOf (a whole number up to
+ * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
+ * rule `name`; NULL after js_fail. */
+#define JS_MAX_MULTIPLE 100
+const char *js_multiple_rule(js_conv *c, const cJSON *k, const char *name,
+                             const char *ptr);
 /* A bound of a number: its value, and whether it is exclusive. */
 typedef struct js_bound {
     double value;

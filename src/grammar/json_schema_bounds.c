@@ -285,3 +285,60 @@ const char *js_email_rule(js_conv *c, long min, long max, const char *name,
     sp_strbuf_free(&o);
     return r;
 }
+
+/* ------------------------------------------------- multipleOf integers */
+
+/* Integers (llama.cpp's integer rule: "-"? and up to 16 digits, no
+ * leading zero) divisible by k: the digits read left to right keep the
+ * remainder mod k, one rule per (remainder, digits so far). */
+const char *js_multiple_rule(js_conv *c, const cJSON *k_json, const char *name,
+                             const char *ptr) {
+    double kd = k_json->valuedouble;
+    if (!(kd >= 1 && kd <= JS_MAX_MULTIPLE) || kd != floor(kd))
+        return js_fail(c, ptr, "multipleOf on an integer must be a whole number 1..%d",
+                       JS_MAX_MULTIPLE), NULL;
+    int k = (int)kd;
+    const char *next[JS_MAX_MULTIPLE][17];
+    char rn[300];
+    for (int d = 16; d >= 1; d--)
+        for (int r = 0; r < k; r++) {
+            sp_strbuf o = {0};
+            int alts = 0;
+            for (int to = 0; to < k && d < 16; to++) {
+                if (!next[to][d + 1]) continue;
+                char cls[16];
+                int n = 0;
+                for (int dg = 0; dg <= 9; dg++)
+                    if ((10 * r + dg) % k == to) cls[n++] = (char)('0' + dg);
+                if (!n) continue;
+                cls[n] = 0;
+                sp_strbuf_printf(&o, "%s[%s]%s%s", alts++ ? " | " : "", cls,
+                                 *next[to][d + 1] ? " " : "", next[to][d + 1]);
+            }
+            if (!alts) {
+                next[r][d] = r == 0 ? "" : NULL;
+                sp_strbuf_free(&o);
+                continue;
+            }
+            sp_strbuf body = {0};
+            sp_strbuf_printf(&body, r == 0 ? "( %s )?" : "%s", o.p);
+            sp_strbuf_free(&o);
+            if (body.oom) return js_fail(c, ptr, "out of memory"), NULL;
+            snprintf(rn, sizeof rn, "%s-mod-%d-%d", name, r, d);
+            next[r][d] = js_add_rule(c, rn, body.p);
+            sp_strbuf_free(&body);
+            if (!next[r][d]) return NULL;
+        }
+    sp_strbuf o = {0};
+    sp_strbuf_printf(&o, "\"-\"? ( \"0\"");
+    for (int dg = 1; dg <= 9; dg++) {
+        const char *to = next[dg % k][1];
+        if (to) sp_strbuf_printf(&o, " | \"%d\"%s%s", dg, *to ? " " : "", to);
+    }
+    const char *space = js_add_primitive(c, "space");
+    sp_strbuf_printf(&o, " ) %s", space ? space : "space");
+    if (o.oom) return js_fail(c, ptr, "out of memory"), NULL;
+    const char *r = js_add_rule(c, name, o.p);
+    sp_strbuf_free(&o);
+    return r;
+}

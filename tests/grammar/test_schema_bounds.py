@@ -253,3 +253,30 @@ def test_prefix_items_with_items_and_counts_exact(schema, tmp_path):
              if ok != jsonschema.Draft202012Validator(schema).is_valid(json.loads(t))]
     assert not wrong, f"(array, accepted): {wrong[:6]}"
     assert any(got.values())
+
+
+INTEGER = re.compile(r"-?(0|[1-9][0-9]{0,15})")
+
+
+@pytest.mark.parametrize("k", [3, 7, 12, 100])
+def test_integer_multiple_of_exact(k, tmp_path):
+    """multipleOf k on an integer accepts exactly the integer rule's texts
+    (up to 16 digits) whose value Python finds divisible by k."""
+    rng = random.Random(k)
+    texts = {"0", "-0", str(k), str(-k), str(k + 1), "00", str(k) + "0"}
+    for digits in range(1, 18):
+        for _ in range(6):
+            v = rng.randrange(10 ** (digits - 1), 10 ** digits)
+            texts |= {str(v), str(v - v % k), "-" + str(v - v % k)}
+    require(QWEN3)
+    _, hf = llg_tokenizer(QWEN3)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"type": "integer", "multipleOf": k}))
+    h = Harness(QWEN3, "json_schema", f)
+    try:
+        got = {t: accepts(h, hf, t) for t in sorted(texts)}
+    finally:
+        h.close()
+    wrong = [(t, ok) for t, ok in got.items()
+             if ok != bool(INTEGER.fullmatch(t) and int(t) % k == 0)]
+    assert not wrong, f"(text, accepted): {wrong[:6]}"
