@@ -1,6 +1,7 @@
 /* Bounds the converter compiles into the grammar exactly: number ranges
  * (minimum / maximum / exclusive ones, digit by digit against the
- * bound's decimal) and the length of an email-format string. */
+ * bound's decimal), the length of an email-format string, and integer
+ * multipleOf. */
 #include "grammar/json_schema.h"
 
 #include <math.h>
@@ -10,14 +11,32 @@
 
 /* ------------------------------------------------------- number ranges */
 
+static bool all_zero(const char *s) {
+    return s && s[strspn(s, "0")] == 0;
+}
+
 /* Digit strings of length 0..n (length 0 only when with_empty) whose
  * value as a fraction 0.d1d2... lies between lo and hi, each a digit
  * string compared as the same kind of fraction (NULL: no bound; strict:
  * exclusive). Writes the non-empty strings' alternatives to `out` and
  * returns whether any string (the empty one included) qualifies, with
  * *empty_ok saying whether the empty one does. */
-static bool all_zero(const char *s) {
-    return s && s[strspn(s, "0")] == 0;
+static bool frac_digits(sp_strbuf *out, const char *lo, bool lo_strict,
+                        const char *hi, bool hi_strict, int n, bool with_empty,
+                        bool *empty_ok);
+
+/* One alternative of frac_digits: the digit class `cls`, then the rest
+ * of the string (n more digits at most) within the bounds. */
+static void frac_alt(sp_strbuf *out, const char *cls, const char *lo, bool lo_strict,
+                     const char *hi, bool hi_strict, int n, bool *any) {
+    sp_strbuf rest = {0};
+    bool rest_empty;
+    if (frac_digits(&rest, lo, lo_strict, hi, hi_strict, n, true, &rest_empty)) {
+        sp_strbuf_printf(out, "%s%s", *any ? " | " : "", cls);
+        if (rest.len) sp_strbuf_printf(out, " (%s)%s", rest.p, rest_empty ? "?" : "");
+        *any = true;
+    }
+    sp_strbuf_free(&rest);
 }
 
 static bool frac_digits(sp_strbuf *out, const char *lo, bool lo_strict,
@@ -30,30 +49,17 @@ static bool frac_digits(sp_strbuf *out, const char *lo, bool lo_strict,
     const char *lr = lo ? (*lo ? lo + 1 : lo) : NULL;
     const char *hr = hi ? (*hi ? hi + 1 : hi) : NULL;
     bool any = false;
-    /* One alternative: the digit class, then the rest of the string. */
-#define FRAC_ALT(cls, LO, LS, HI, HS)                                             \
-    do {                                                                          \
-        sp_strbuf rest = {0};                                                     \
-        bool rest_empty;                                                          \
-        if (frac_digits(&rest, LO, LS, HI, HS, n - 1, true, &rest_empty)) {       \
-            sp_strbuf_printf(out, "%s%s", any ? " | " : "", cls);                 \
-            if (rest.len)                                                         \
-                sp_strbuf_printf(out, " (%s)%s", rest.p, rest_empty ? "?" : "");  \
-            any = true;                                                           \
-        }                                                                         \
-        sp_strbuf_free(&rest);                                                    \
-    } while (0)
     char cls[16];
     if (l0 > h0) return *empty_ok;
     if (l0 == h0) {
         snprintf(cls, sizeof cls, "[%c]", l0);
-        FRAC_ALT(cls, lr, lo_strict, hr, hi_strict);
+        frac_alt(out, cls, lr, lo_strict, hr, hi_strict, n - 1, &any);
         return any || *empty_ok;
     }
     char mid_lo = lo ? (char)(l0 + 1) : l0, mid_hi = hi ? (char)(h0 - 1) : h0;
     if (lo) {
         snprintf(cls, sizeof cls, "[%c]", l0);
-        FRAC_ALT(cls, lr, lo_strict, NULL, false);
+        frac_alt(out, cls, lr, lo_strict, NULL, false, n - 1, &any);
     }
     if (mid_lo <= mid_hi) {
         if (mid_lo == mid_hi) sp_strbuf_printf(out, "%s[%c]", any ? " | " : "", mid_lo);
@@ -63,9 +69,8 @@ static bool frac_digits(sp_strbuf *out, const char *lo, bool lo_strict,
     }
     if (hi) {
         snprintf(cls, sizeof cls, "[%c]", h0);
-        FRAC_ALT(cls, NULL, false, hr, hi_strict);
+        frac_alt(out, cls, NULL, false, hr, hi_strict, n - 1, &any);
     }
-#undef FRAC_ALT
     return any || *empty_ok;
 }
 
