@@ -25,7 +25,8 @@ static const char *const KNOWN[] = {
     "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "nullable", "strict", "name", "discriminator",
-    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems"};
+    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems",
+    "multipleOf"};
 
 static bool known_keyword(const char *k) {
     for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
@@ -348,6 +349,64 @@ static long count_value(const cJSON *v, long dflt) {
     return d < 0 ? -2 : SP_GRAMMAR_MAX_REPEAT + 1L;
 }
 
+/* prefixItems (or draft 4's items array): the tuple's members in order,
+ * then members of `items` (a schema; false or absent: none, llama.cpp's
+ * closed tuple), the count within minItems..maxItems. Without
+ * minItems every tuple member is required, as llama.cpp writes tuples. */
+static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
+                              const char *ptr) {
+    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
+    const cJSON *mn = get(s, "minItems"), *mx = get(s, "maxItems");
+    const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
+    const cJSON *rest = tuple == prefix && items && !cJSON_IsFalse(items) ? items : NULL;
+    long n = cJSON_GetArraySize(tuple);
+    long max = count_value(mx, rest ? -1 : n);
+    long min = count_value(mn, max >= 0 && max < n ? max : n);
+    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
+                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (!rest && min > n)
+        return js_fail(c, ptr, "minItems %ld is more than the %ld items the tuple allows", min, n), NULL;
+    char nm[256], p2[512], idx[24];
+    const char **member = calloc((size_t)n + 1, sizeof *member);
+    if (!member) return js_fail(c, ptr, "out of memory"), NULL;
+    int i = 0;
+    cJSON_ArrayForEach(it, tuple) {
+        snprintf(idx, sizeof idx, "tuple-%d", i);
+        sub_name(nm, sizeof nm, name, idx);
+        snprintf(idx, sizeof idx, "%d", i);
+        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
+        if (!(member[i++] = visit(c, it, nm, p2))) return free(member), NULL;
+    }
+    const char *more = NULL;
+    if (rest && (max < 0 || max > n)) {
+        sub_name(nm, sizeof nm, name, "item");
+        child_ptr(p2, sizeof p2, ptr, "items", NULL);
+        if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
+    }
+    js_add_primitive(c, "space");
+    sp_strbuf o = {0};
+    sp_strbuf_add(&o, "\"[\" space ", 10);
+    /* Member k+1 is optional once minItems are there: nest "( , next )?". */
+    long shown = max < 0 || max > n ? n : max, opened = 0;
+    for (long k = 0; k < shown; k++) {
+        bool optional = k >= min;
+        sp_strbuf_printf(&o, "%s%s%s ", optional ? "( " : "", k ? "\",\" space " : "", member[k]);
+        opened += optional;
+    }
+    if (more) {
+        long lo = min > n ? min - n : 0;
+        if (n == 0) repetition(&o, more, lo, max, "\",\" space");
+        else if (max < 0) sp_strbuf_printf(&o, "( \",\" space %s ){%ld,}", more, lo);
+        else sp_strbuf_printf(&o, "( \",\" space %s ){%ld,%ld}", more, lo, max - n);
+    }
+    free(member);
+    for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
+    sp_strbuf_add(&o, " \"]\" space", 10);
+    return rule_from(c, name, &o);
+}
+
 static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
                               const char *ptr) {
     const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
@@ -355,25 +414,7 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     char nm[256], p2[512];
     sp_strbuf o = {0};
     js_add_primitive(c, "space");
-    if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) {
-        const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
-        if ((prefix && items && !cJSON_IsFalse(items)) || mn || mx)
-            return js_fail(c, ptr, "prefixItems with items or min/maxItems is not supported"), NULL;
-        sp_strbuf_add(&o, "\"[\" space ", 10);
-        int i = 0;
-        cJSON_ArrayForEach(it, tuple) {
-            char idx[24];
-            snprintf(idx, sizeof idx, "tuple-%d", i);
-            sub_name(nm, sizeof nm, name, idx);
-            snprintf(idx, sizeof idx, "%d", i);
-            child_ptr(p2, sizeof p2, ptr, cJSON_IsArray(prefix) ? "prefixItems" : "items", idx);
-            const char *r = visit(c, it, nm, p2);
-            if (!r) return sp_strbuf_free(&o), NULL;
-            sp_strbuf_printf(&o, "%s%s", i++ ? " \",\" space " : "", r);
-        }
-        sp_strbuf_add(&o, " \"]\" space", 10);
-        return rule_from(c, name, &o);
-    }
+    if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) return tuple_rule(c, s, name, ptr);
     long min = count_value(mn, 0);
     long max = count_value(mx, -1);
     if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
@@ -387,6 +428,51 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     repetition(&o, item, min, max, "\",\" space");
     sp_strbuf_add(&o, " \"]\" space", 10);
     return rule_from(c, name, &o);
+}
+
+/* A string of format f (date, time, date-time, uuid, email) whose length
+ * is in [min, max] (max < 0: no bound). The date and time formats are a
+ * few shapes of fixed length each, so the bound picks shapes; an email's
+ * length is a sum of parts (js_email_rule). */
+static const char *format_rule(js_conv *c, const char *f, long min, long max,
+                               const char *name, const char *ptr) {
+    char prim[64];
+    snprintf(prim, sizeof prim, "%s-string", f);
+    bool bounded = min > 0 || max >= 0;
+    if (!bounded || !strcmp(f, "uuid")) {
+        if (!strcmp(f, "uuid") && (min > 36 || (max >= 0 && max < 36)))
+            return js_fail(c, ptr, "format 'uuid' is 36 characters, outside minLength/maxLength"), NULL;
+        const char *r = js_add_primitive(c, !strcmp(f, "uuid") ? "uuid" : prim);
+        return r ? js_add_rule(c, name, r) : NULL;
+    }
+    if (!strcmp(f, "email")) return js_email_rule(c, min, max, name, ptr);
+    bool date = !strcmp(f, "date"), with_date = !strcmp(f, "date-time");
+    sp_strbuf o = {0};
+    int n = 0;
+    js_add_primitive(c, "space");
+    if (date) {
+        if (min <= 10 && (max < 0 || max >= 10)) sp_strbuf_printf(&o, "%s", js_add_primitive(c, "date"));
+        n = o.len > 0;
+    } else {
+        const char *d = with_date ? js_add_primitive(c, "date") : NULL;
+        const char *hms = js_add_primitive(c, "time-hms"), *off = js_add_primitive(c, "time-offset");
+        for (int ms = 0; ms < 2 && hms && off; ms++)
+            for (int zulu = 0; zulu < 2; zulu++) {
+                long len = (with_date ? 11 : 0) + 8 + 4 * ms + (zulu ? 1 : 6);
+                if (len < min || (max >= 0 && len > max)) continue;
+                sp_strbuf_printf(&o, "%s%s%s%s%s %s", n++ ? " | " : "", d ? d : "",
+                                 d ? " \"T\" " : "", hms, ms ? " \".\" [0-9]{3}" : "",
+                                 zulu ? "\"Z\"" : off);
+            }
+    }
+    if (n == 0) {
+        sp_strbuf_free(&o);
+        return js_fail(c, ptr, "no '%s' string has a length within minLength/maxLength", f), NULL;
+    }
+    sp_strbuf body = {0};
+    sp_strbuf_printf(&body, "\"\\\"\" ( %s ) \"\\\"\" space", o.p);
+    sp_strbuf_free(&o);
+    return rule_from(c, name, &body);
 }
 
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
@@ -409,14 +495,14 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     }
     if (cJSON_IsString(fmt)) {
         const char *f = fmt->valuestring;
-        char prim[64];
         bool uuid = !strncmp(f, "uuid", 4) && (!f[4] || (f[4] >= '1' && f[4] <= '5' && !f[5]));
-        snprintf(prim, sizeof prim, "%s-string", f);
         if (uuid || !strcmp(f, "date") || !strcmp(f, "time") || !strcmp(f, "date-time") ||
             !strcmp(f, "email")) {
-            if (mn || mx) return js_fail(c, ptr, "format with minLength/maxLength is not supported"), NULL;
-            const char *r = js_add_primitive(c, uuid ? "uuid" : prim);
-            return r ? js_add_rule(c, name, r) : NULL;
+            long min = count_value(mn, 0), max = count_value(mx, -1);
+            if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+                return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+                               SP_GRAMMAR_MAX_REPEAT), NULL;
+            return format_rule(c, uuid ? "uuid" : f, min, max, name, ptr);
         }
         /* Other formats (uri, hostname, ...) only annotate here, as in
          * llama.cpp: the value is any string. */
@@ -482,6 +568,40 @@ static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
+/* The tighter of `minimum`-style k and `exclusiveMinimum`-style xk (a
+ * number, or draft 4's boolean making k exclusive); false if neither. */
+static bool number_bound(const cJSON *s, const char *k, const char *xk, bool upper,
+                         js_bound *out) {
+    const cJSON *v = get(s, k), *x = get(s, xk);
+    bool have = false;
+    if (cJSON_IsNumber(v)) {
+        *out = (js_bound){v->valuedouble, cJSON_IsTrue(x)};
+        have = true;
+    }
+    if (cJSON_IsNumber(x)) {
+        double d = x->valuedouble;
+        if (!have || (upper ? d <= out->value : d >= out->value)) *out = (js_bound){d, true};
+        have = true;
+    }
+    return have;
+}
+
+static const char *number_rule(js_conv *c, const cJSON *s, const char *name,
+                               const char *ptr) {
+    js_bound lo, hi;
+    bool has_lo = number_bound(s, "minimum", "exclusiveMinimum", false, &lo);
+    bool has_hi = number_bound(s, "maximum", "exclusiveMaximum", true, &hi);
+    sp_strbuf o = {0};
+    js_add_primitive(c, "space");
+    sp_strbuf_addc(&o, '(');
+    if (!js_number_range(&o, has_lo ? &lo : NULL, has_hi ? &hi : NULL)) {
+        sp_strbuf_free(&o);
+        return js_fail(c, ptr, "no number satisfies minimum/maximum (the bounds are empty)"), NULL;
+    }
+    sp_strbuf_add(&o, ") space", 7);
+    return rule_from(c, name, &o);
+}
+
 static const char *typed(js_conv *c, const cJSON *s, const char *type,
                          const char *name, const char *ptr) {
     const cJSON *props = get(s, "properties"), *add = get(s, "additionalProperties");
@@ -504,9 +624,15 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
         return string_rule(c, s, name, ptr);
     bool bounded = get(s, "minimum") || get(s, "maximum") || get(s, "exclusiveMinimum") ||
                    get(s, "exclusiveMaximum");
+    const cJSON *mult = get(s, "multipleOf");
+    if (mult && (!type || !strcmp(type, "integer") || !strcmp(type, "number"))) {
+        if (!cJSON_IsNumber(mult) || !type || strcmp(type, "integer") || bounded)
+            return js_fail(c, ptr, "multipleOf is supported only on an integer without "
+                           "minimum/maximum"), NULL;
+        return js_multiple_rule(c, mult, name, ptr);
+    }
     if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
-    if (type && !strcmp(type, "number") && bounded)
-        return js_fail(c, ptr, "minimum/maximum on a number (not an integer) is not supported"), NULL;
+    if (type && !strcmp(type, "number") && bounded) return number_rule(c, s, name, ptr);
     if (!type || !strcmp(type, "object")) {
         const char *r = js_add_primitive(c, "object");
         return r && !strcmp(name, "root") ? js_add_rule(c, name, r) : r;

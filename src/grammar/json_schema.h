@@ -46,4 +46,28 @@ bool js_const_rule(sp_strbuf *out, const cJSON *value);
 bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
                   long long max);
 
+/* [lo, hi] of non-negative integers as digits; hi < 0: unbounded (up to
+ * 16 digits, the cap of llama.cpp's integral-part). */
+void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi);
+/* An email-format string (the email-string built-in) whose length is in
+ * [min, max] (max < 0: none), as rule `name`; NULL after js_fail. */
+const char *js_email_rule(js_conv *c, long min, long max, const char *name,
+                          const char *ptr);
+/* Integers divisible by multipleOf (a whole number up to
+ * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
+ * rule `name`; NULL after js_fail. */
+#define JS_MAX_MULTIPLE 100
+const char *js_multiple_rule(js_conv *c, const cJSON *k, const char *name,
+                             const char *ptr);
+/* A bound of a number: its value, and whether it is exclusive. */
+typedef struct js_bound {
+    double value;
+    bool strict;
+} js_bound;
+/* Number bounds (lo/hi NULL: none) -> GBNF for the numbers llama.cpp's
+ * number rule writes without an exponent (the form llguidance keeps for
+ * bounded numbers too) whose decimal value lies in the bounds, exactly.
+ * False when no such number exists. */
+bool js_number_range(sp_strbuf *out, const js_bound *lo, const js_bound *hi);
+
 #endif

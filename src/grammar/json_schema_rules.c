@@ -33,9 +33,22 @@ static const builtin BUILTINS[] = {
     {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4})", ""},
     {"string", "\"\\\"\" char* \"\\\"\" space", "char space"},
     {"null", "\"null\" space", "space"},
-    {"date", "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )", ""},
-    {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? "
-             "( \"Z\" | ( \"+\" | \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )", ""},
+    /* A calendar date (what RFC 3339 and Python's date.fromisoformat
+     * accept): each month's days, February 29 in leap years only, no
+     * year 0000. */
+    {"date", "date-year \"-\" date-month-day | date-leap-year \"-02-29\"",
+     "date-year date-month-day date-leap-year"},
+    {"date-year", "[1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]", ""},
+    {"date-month-day", "( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
+                       "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+                       "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )", ""},
+    {"date-leap-year", "[0-9] [0-9] date-leap-yy | date-leap-yy \"00\"", "date-leap-yy"},
+    {"date-leap-yy", "\"0\" [48] | [2468] [048] | [13579] [26]", ""},
+    /* time is time-hms, optional milliseconds, then a zone: the four
+     * shapes are 9, 13, 14 and 18 characters (the length bounds pick). */
+    {"time", "time-hms ( \".\" [0-9]{3} )? ( \"Z\" | time-offset )", "time-hms time-offset"},
+    {"time-hms", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9]", ""},
+    {"time-offset", "( \"+\" | \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9]", ""},
     {"date-time", "date \"T\" time", "date time"},
     {"date-string", "\"\\\"\" date \"\\\"\" space", "date space"},
     {"time-string", "\"\\\"\" time \"\\\"\" space", "time space"},
@@ -211,9 +224,7 @@ static int digits(unsigned long long v) {
     return d;
 }
 
-/* [lo, hi] of non-negative integers; hi < 0: unbounded (up to 16 digits,
- * the cap of llama.cpp's integral-part). */
-static void non_negative(sp_strbuf *out, unsigned long long lo, long long hi) {
+void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi) {
     const int cap = 16;
     int dl = digits(lo), dh = hi < 0 ? cap : digits((unsigned long long)hi);
     bool first = true;
@@ -247,13 +258,14 @@ bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
         long long lo_abs = has_max && max < 0 ? -max : 1;
         long long hi_abs = has_min ? -min : -1;
         sp_strbuf_add(out, "\"-\" ", 4);
-        non_negative(out, (unsigned long long)lo_abs, hi_abs);
+        js_uint_range(out, (unsigned long long)lo_abs, hi_abs);
         first = false;
     }
     if (!has_max || max >= 0) {
         sp_strbuf_add(out, first ? "" : " | ", first ? 0 : 3);
-        non_negative(out, has_min && min > 0 ? (unsigned long long)min : 0,
+        js_uint_range(out, has_min && min > 0 ? (unsigned long long)min : 0,
                      has_max ? max : -1);
     }
     return sp_strbuf_addc(out, ')');
 }
+

@@ -16,8 +16,9 @@ SCHEMA = {
         "kind": {"enum": ["cat", "dog", "fish"]},
         "ok": {"type": "boolean"},
         "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 99.5},
     },
-    "required": ["kind", "ok", "n"],
+    "required": ["kind", "ok", "n", "weight"],
     "additionalProperties": False,
 }
 
