@@ -174,7 +174,11 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_prompt_cache_disk.py
       tests/parity/test_prompt_cache_disk_states.py tests/parity/test_lora.py
       tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py
-      tests/parity/test_lora_hybrid.py -m "not slow")
+      tests/parity/test_lora_hybrid.py -m "not slow"
+      # What they check is numerics against llama.cpp and pool sizes, which
+      # the release pass covers; under ASan they took three minutes.
+      --ignore=tests/server/test_kv_default.py
+      -k "not (test_perplexity_matches_llama_cpp or test_kl_divergence_against_a_llama_cpp_base_file or test_windows_start_with_bos)")
   fi
   # SPINDLE_INVARIANTS: after every engine step the KV pool, its prefix
   # index, boundary states and disk tier, and each running sequence's slot
