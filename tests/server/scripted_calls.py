@@ -6,7 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from server_common import REPO
+import pytest
+
+from server_common import REPO, Server
 
 SCRIPTED_BIN = Path(os.environ.get("SPINDLE_BUILD_DIR", REPO / "build")) / "spindle_scripted"
 CALLS = [("get_weather", {"city": "Paris", "unit": "c"}), ("get_time", {"tz": "CET"})]
@@ -18,3 +20,12 @@ FINAL = "It is 21 degrees in Paris, at 14:00 CET."
 WEATHER_SCRIPT = [["<tool_response>", "<think>\nGot it.\n</think>\n\n" + FINAL],
                   ["weather", REPLY_CALLS]]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def start_scripted_server(model, script):
+    """`spindle serve` as the scripted binary saying `script`'s replies
+    (skipped when that binary is not built). The caller stops it."""
+    if not os.access(SCRIPTED_BIN, os.X_OK):
+        pytest.skip(f"{SCRIPTED_BIN} not built")
+    return Server(model, "--alias", "tiny", "--parallel", 2, binary=SCRIPTED_BIN,
+                  env={"SPINDLE_TEST_SCRIPT": json.dumps(script)})

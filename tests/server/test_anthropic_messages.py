@@ -10,7 +10,6 @@ error shape, and a forced tool gives a schema-valid tool_use block.
 The server runs with --api-key: the Anthropic SDK sends it as x-api-key,
 the OpenAI SDK as a bearer token."""
 import json
-import os
 
 import pytest
 
@@ -300,18 +299,15 @@ def test_tool_turns_render_as_chat_tool_calls(claude, oai):
 # ---- Tools and thinking chosen by the model: `spindle_scripted` makes the
 # tiny model "say" a reasoned tool call (tests/server/test_tool_calls_server.py
 # has the same script on the chat route).
-from scripted_calls import (ASK, CALLS, FINAL, SCRIPTED_BIN, THOUGHT,  # noqa: E402
-                            WEATHER_SCRIPT as SCRIPT)
+from scripted_calls import (ASK, CALLS, FINAL, THOUGHT,  # noqa: E402
+                            WEATHER_SCRIPT as SCRIPT, start_scripted_server)
 SCRIPT_TOOLS = [{"name": n, "description": "test tool", "input_schema": {
     "type": "object", "properties": {k: {"type": "string"} for k in a}}} for n, a in CALLS]
 
 
 @pytest.fixture(scope="module")
 def scripted(server_model):
-    if not os.access(SCRIPTED_BIN, os.X_OK):
-        pytest.skip(f"{SCRIPTED_BIN} not built")
-    s = Server(server_model, "--alias", "tiny", "--parallel", 2, binary=SCRIPTED_BIN,
-               env={"SPINDLE_TEST_SCRIPT": json.dumps(SCRIPT)})
+    s = start_scripted_server(server_model, SCRIPT)
     try:
         with anthropic.Anthropic(base_url=s.base_url, api_key="unused", timeout=120,
                                  max_retries=0) as c:

@@ -12,13 +12,11 @@ checked against the scripted text, and the stream's deltas, joined, must
 equal the whole answer.
 """
 import json
-import os
 
 import pytest
 
-from server_common import Server
-
-from scripted_calls import ASK, CALLS, FINAL, SCRIPTED_BIN, THOUGHT, WEATHER_SCRIPT  # noqa: E402
+from scripted_calls import (ASK, CALLS, FINAL, THOUGHT, WEATHER_SCRIPT,
+                            start_scripted_server)
 
 SCRIPT = WEATHER_SCRIPT + [["Think aloud", "<think>\nPondering.\n</think>\n\nDone."]]
 TOOLS = [{"type": "function", "function": {
@@ -31,10 +29,7 @@ openai = pytest.importorskip("openai")
 
 @pytest.fixture(scope="module")
 def client(server_model):
-    if not os.access(SCRIPTED_BIN, os.X_OK):
-        pytest.skip(f"{SCRIPTED_BIN} not built")
-    s = Server(server_model, "--alias", "tiny", "--parallel", 2, binary=SCRIPTED_BIN,
-               env={"SPINDLE_TEST_SCRIPT": json.dumps(SCRIPT)})
+    s = start_scripted_server(server_model, SCRIPT)
     try:
         with openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", timeout=120,
                            max_retries=0) as c:
