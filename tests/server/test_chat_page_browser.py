@@ -19,7 +19,8 @@ import time
 import pytest
 
 from server_common import REPO, Server
-from test_tool_calls_server import SCRIPT, SCRIPTED_BIN
+from scripted_calls import SCRIPTED_BIN
+from test_tool_calls_server import SCRIPT
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 STEP_TIMEOUT = 30     # seconds for one DevTools answer

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from server_common import REPO, Server
-from test_tool_calls_server import CALLS, SCRIPT, SCRIPTED_BIN, TOOLS
+from scripted_calls import CALLS, SCRIPTED_BIN
+from test_tool_calls_server import SCRIPT, TOOLS
 
 HERE = Path(__file__).resolve().parent
 ALIAS = "tiny-node"
