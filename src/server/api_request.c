@@ -472,6 +472,8 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->grammar_text);
     spindle_grammar_free(r->grammar);
     free(r->resume_id);
+    free(r->conversation_json);
+    free(r->responses_echo_json);
     sp_api_kind kind = r->kind;
     sp_api_dialect dialect = r->dialect;
     memset(r, 0, sizeof *r);

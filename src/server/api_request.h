@@ -71,7 +71,8 @@ typedef enum sp_api_kind {
  * shape of its answer and errors. */
 typedef enum sp_api_dialect {
     SP_API_OPENAI = 0,  /* chat / text completions */
-    SP_API_ANTHROPIC    /* POST /v1/messages (api_anthropic.c) */
+    SP_API_ANTHROPIC,   /* POST /v1/messages (api_anthropic.c) */
+    SP_API_RESPONSES    /* POST /v1/responses (api_responses.c) */
 } sp_api_dialect;
 
 /* tool_choice, parallel_tool_calls and reasoning_format (api_tools.c). */
@@ -160,6 +161,13 @@ typedef struct sp_api_request {
     /* llama-server's slot (slots.h): [0, n_slots), or -1 for none (absent,
      * or its -1, "any slot"). */
     int id_slot;
+    /* POST /v1/responses (api_responses.c): the conversation without the
+     * instructions (chat messages JSON: what a later previous_response_id
+     * continues), the request's fields that the response object repeats
+     * (a JSON object), and whether the response is kept (store). */
+    char *conversation_json;
+    char *responses_echo_json;
+    bool store;
 } sp_api_request;
 
 /* api_lora.c: "adapters" and "lora" of a generation body (cJSON root). */
@@ -188,6 +196,21 @@ void sp_api_request_free(sp_api_request *r);
  * body is ignored (metadata, ...). */
 bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *limits,
                             bool count_only, sp_api_request *out, sp_api_error *err);
+
+/* previous_response_id's conversation (chat messages as a JSON array,
+ * malloc'd), or NULL when no response of that id is kept. */
+typedef char *(*sp_api_history_fn)(void *ctx, const char *response_id);
+
+/* POST /v1/responses (OpenAI's Responses API) as a chat request of dialect
+ * SP_API_RESPONSES: instructions, input (a string, or message,
+ * function_call and function_call_output items), previous_response_id
+ * (its conversation from `history`; an unknown id is a 404), function
+ * tools, tool_choice, text.format (json_schema / json_object through the
+ * grammar engine), max_output_tokens, temperature, top_p, stream, store,
+ * parallel_tool_calls, reasoning and metadata (repeated in the answer). */
+bool sp_api_parse_responses(const char *body, size_t len, const sp_api_limits *limits,
+                            sp_api_history_fn history, void *ctx, sp_api_request *out,
+                            sp_api_error *err);
 
 /* POST /tokenize: llama-server's {"content", "add_special" (default false),
  * "parse_special" (default true; false is refused: Spindle's tokenizers

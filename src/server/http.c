@@ -47,15 +47,35 @@ static bool path_matches(const char *path, const char *url) {
     return !strcmp(url, path);
 }
 
-/* The first row with a path that `url` matches (and that path in *path). */
-static const route_entry *find_route(const char *url, const char **path) {
+/* Whether row r answers `method` (GET rows answer HEAD too; OPTIONS is
+ * answered by the first row of the path). */
+static bool method_matches(const route_entry *r, const char *method) {
+    return !strcmp(r->method, method) ||
+           (!strcmp(r->method, "GET") && !strcmp(method, "HEAD"));
+}
+
+/* The first row with a path that `url` matches and that takes `method`,
+ * else the first with that path (which refuses the method); that path in
+ * *path. */
+static const route_entry *find_route(const char *url, const char *method, const char **path) {
+    const route_entry *first = NULL;
+    const char *first_path = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
         const route_entry *r = &routes[i];
-        *path = path_matches(r->path, url) ? r->path
-                : r->also && path_matches(r->also, url) ? r->also : NULL;
-        if (*path) return r;
+        const char *p = path_matches(r->path, url) ? r->path
+                        : r->also && path_matches(r->also, url) ? r->also : NULL;
+        if (!p) continue;
+        if (method_matches(r, method)) {
+            *path = p;
+            return r;
+        }
+        if (!first) {
+            first = r;
+            first_path = p;
+        }
     }
-    return NULL;
+    *path = first_path;
+    return first;
 }
 
 static double seconds_since(const struct timespec *t) {
@@ -161,8 +181,16 @@ static enum MHD_Result reply_preflight(sp_server *s, struct MHD_Connection *c,
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods",
-                            !strcmp(r->method, "GET") ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+    /* Every method of the rows that share r's path. */
+    char methods[64] = "";
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        if (strcmp(routes[i].path, r->path)) continue;
+        size_t at = strlen(methods);
+        snprintf(methods + at, sizeof methods - at, "%s, ",
+                 !strcmp(routes[i].method, "GET") ? "GET, HEAD" : routes[i].method);
+    }
+    strncat(methods, "OPTIONS", sizeof methods - strlen(methods) - 1);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                             "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
@@ -191,8 +219,7 @@ static bool refuse_early(sp_server *s, struct MHD_Connection *c, const route_ent
         *rc = reply_preflight(s, c, r);
         return true;
     }
-    bool get_like = !strcmp(r->method, "GET") && !strcmp(method, "HEAD");
-    if (strcmp(method, r->method) && !get_like) {
+    if (!method_matches(r, method)) {
         snprintf(msg, sizeof msg, "%s takes %s, not %.16s", path, r->method, method);
         *rc = reply_problem(s, c, r->route, 405, "method_not_allowed", msg);
         return true;
@@ -232,7 +259,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     sp_server *s = cls;
     (void)version;
     const char *path = NULL;
-    const route_entry *r = find_route(url, &path);
+    const route_entry *r = find_route(url, method, &path);
     http_request *rq = *con_cls;
     if (!rq) {
         enum MHD_Result rc;

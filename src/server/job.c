@@ -185,8 +185,9 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
     }
     uint64_t serial = atomic_fetch_add(&s->next_id, 1);
     snprintf(j->id_text, sizeof j->id_text, "%s%llx%06llx",
-             j->req.dialect == SP_API_ANTHROPIC ? "msg_"
-             : j->req.kind == SP_API_CHAT       ? "chatcmpl-"
+             j->req.dialect == SP_API_ANTHROPIC   ? "msg_"
+             : j->req.dialect == SP_API_RESPONSES ? "resp_"
+             : j->req.kind == SP_API_CHAT         ? "chatcmpl-"
                                                 : "cmpl-",
              (unsigned long long)s->started, (unsigned long long)serial);
     if (j->durable.resume_id)   /* a resumed request keeps its id */
@@ -254,6 +255,7 @@ static void job_release(sp_job *j) {
     sp_durable_free(&j->durable);
     spindle_seq_free(j->seq);
     sp_strbuf_free(&j->out);
+    sp_responses_stream_free(&j->responses);
     spindle_free(j->prompt);
     sp_api_request_free(&j->req);
     pthread_cond_destroy(&j->cv);
@@ -568,6 +570,11 @@ static bool gen_accepting(sp_server *s, sp_api_error *e) {
     return true;
 }
 
+/* previous_response_id's conversation, from the server's store. */
+static char *kept_history(void *ctx, const char *id) {
+    return sp_responses_store_history(&((sp_server *)ctx)->responses, id);
+}
+
 /* The body into g->req. `model` may name a mounted adapter: adapters.c
  * checks it (404). */
 static bool gen_parse(sp_server *s, const sp_http_call *call, gen_setup *g,
@@ -577,6 +584,9 @@ static bool gen_parse(sp_server *s, const sp_http_call *call, gen_setup *g,
     limits.n_model_names = 0;
     if (call->route == SP_ROUTE_MESSAGES)
         return sp_api_parse_anthropic(call->body, call->len, &limits, false, &g->req, e);
+    if (call->route == SP_ROUTE_RESPONSES)
+        return sp_api_parse_responses(call->body, call->len, &limits, kept_history, s, &g->req,
+                                      e);
     return sp_api_parse_generation(kind, call->body, call->len, &limits, &g->req, e);
 }
 

@@ -10,6 +10,7 @@
 #define SP_SERVER_JOB_H
 
 #include "server/api_anthropic.h"
+#include "server/api_responses.h"
 #include "server/api_response.h"
 #include "server/durable.h"
 #include "server/reply.h"
@@ -73,6 +74,7 @@ struct sp_job {
     bool rest_submitted;          /* choices after the first, once it started */
     bool stream_done, cancelled;
     sp_anthropic_stream anthropic;   /* the Messages API's open block */
+    sp_responses_stream responses;   /* the Responses API's object and open item */
     sp_strbuf out;                /* formatted events not yet written */
     size_t out_pos;
 };

@@ -42,8 +42,25 @@ static sp_anthropic_stop anthropic_stop(const sp_job *j) {
     return (sp_anthropic_stop){.reason = "end_turn"};
 }
 
+/* The Responses API's end: the response completed (or incomplete at the
+ * token limit), its events into `out` (NULL: a whole answer), and the
+ * response kept for GET and previous_response_id unless store is false. */
+static void responses_finish(sp_job *j, sp_strbuf *out, const sp_api_usage *u) {
+    spindle_stop_reason r = j->choices[0].stop_reason;
+    sp_responses_end(out, &j->responses, r == SPINDLE_STOP_LENGTH || r == SPINDLE_STOP_CONTEXT,
+                     u);
+    if (!j->req.store) return;
+    char *json = sp_responses_json(&j->responses);
+    char *history = sp_responses_history(&j->responses, j->req.conversation_json);
+    if (json && history)
+        sp_responses_store_put(&j->srv->responses, j->id_text, json, history);
+    free(json);
+    free(history);
+}
+
 static sp_route job_route(const sp_job *j) {
     if (j->req.dialect == SP_API_ANTHROPIC) return SP_ROUTE_MESSAGES;
+    if (j->req.dialect == SP_API_RESPONSES) return SP_ROUTE_RESPONSES;
     return j->req.kind == SP_API_CHAT ? SP_ROUTE_CHAT : SP_ROUTE_COMPLETIONS;
 }
 
@@ -51,6 +68,8 @@ static sp_route job_route(const sp_job *j) {
 static void emit_delta(sp_job *j, const sp_api_delta *d) {
     if (j->req.dialect == SP_API_ANTHROPIC)
         sp_anthropic_delta_events(&j->out, &j->anthropic, d);
+    else if (j->req.dialect == SP_API_RESPONSES)
+        sp_responses_delta(&j->out, &j->responses, d);
     else
         sp_api_chunk_event(&j->out, &j->head, d, false, j->req.include_usage, j->srv->tok);
 }
@@ -84,7 +103,13 @@ enum MHD_Result sp_job_reply_whole(sp_job *j) {
         d[i].finish_reason = finish_reason(c);
     }
     sp_api_usage u = job_usage(j);
+    if (ok && j->req.dialect == SP_API_RESPONSES) {
+        sp_responses_start(NULL, &j->responses, &j->head, j->req.responses_echo_json);
+        sp_responses_delta(NULL, &j->responses, &d[0]);
+        responses_finish(j, NULL, &u);
+    }
     char *json = !ok ? NULL
+                 : j->req.dialect == SP_API_RESPONSES ? sp_responses_json(&j->responses)
                  : j->req.dialect == SP_API_ANTHROPIC
                      ? sp_anthropic_message_json(&j->head, &d[0], &u, anthropic_stop(j))
                      : sp_api_response_json(&j->head, d, j->n_choices, &u, s->tok);
@@ -108,6 +133,13 @@ static void stream_end(sp_job *j) {
         j->stream_done = true;
         return;
     }
+    if (j->req.dialect == SP_API_RESPONSES) {
+        sp_api_usage u = job_usage(j);
+        if (job_failure(j, &e)) sp_responses_error_event(&j->out, &j->responses, &e);
+        else responses_finish(j, &j->out, &u);
+        j->stream_done = true;
+        return;
+    }
     if (job_failure(j, &e)) {
         sp_api_error_event(&j->out, &e);
     } else if (j->req.include_usage) {
@@ -120,11 +152,11 @@ static void stream_end(sp_job *j) {
 
 /* Choice c's finish chunk; a choice that failed has none (stream_end
  * sends the error), nor has an Anthropic message (its end events carry
- * the stop reason). */
+ * the stop reason, as do the Responses API's). */
 static void choice_end(sp_job *j, sp_choice *c) {
     c->end_sent = true;
     if (c->stop_reason == SPINDLE_STOP_ERROR || c->stop_reason == SPINDLE_STOP_CANCELLED ||
-        j->req.dialect == SP_API_ANTHROPIC)
+        j->req.dialect != SP_API_OPENAI)
         return;
     sp_api_delta d = {.index = c->index, .text = "", .finish_reason = finish_reason(c)};
     sp_api_chunk_event(&j->out, &j->head, &d, false, j->req.include_usage, j->srv->tok);
@@ -238,6 +270,8 @@ static bool stream_next(sp_job *j) {
             sp_api_usage u = {.prompt_tokens = j->n_prompt, .cached_tokens = j->slot_reused};
             sp_anthropic_start_events(&j->out, &j->anthropic, &j->head, &u,
                                       !c->reply.structured);
+        } else if (j->req.dialect == SP_API_RESPONSES) {
+            sp_responses_start(&j->out, &j->responses, &j->head, j->req.responses_echo_json);
         } else {
             sp_api_chunk_event(&j->out, &j->head, &d, true, j->req.include_usage, j->srv->tok);
         }

@@ -1,4 +1,5 @@
 /* The routes besides generation: GET /health, /v1/models, /metrics and /,
+ * GET and DELETE /v1/responses/{id} (the kept responses),
  * llama-server's POST /tokenize, /detokenize and /apply-template, and
  * Anthropic's POST /v1/messages/count_tokens. */
 #include "server/api_response.h"
@@ -210,4 +211,44 @@ enum MHD_Result sp_handle_count_tokens(sp_server *s, struct MHD_Connection *c,
     char json[64];
     snprintf(json, sizeof json, "{\"input_tokens\":%zu}", n);
     return sp_reply(s, c, SP_ROUTE_COUNT_TOKENS, 200, "application/json", json, strlen(json));
+}
+
+/* The response id of GET / DELETE /v1/responses/{id}, or NULL with the
+ * 404 in *e when no response of that id is kept. */
+static const char *kept_response_id(sp_server *s, const sp_http_call *call, char **json,
+                                    sp_api_error *e) {
+    const char *id = !strncmp(call->url, "/v1/", 4) ? call->url + 14 : call->url + 11;
+    *json = sp_responses_store_response(&s->responses, id);
+    if (*json) return id;
+    sp_api_fail(e, 404, "invalid_request_error", NULL, "not_found",
+                "Response with id '%.200s' not found.", id);
+    return NULL;
+}
+
+enum MHD_Result sp_handle_response_get(sp_server *s, struct MHD_Connection *c,
+                                       const sp_http_call *call) {
+    sp_api_error e;
+    char *json = NULL;
+    if (!kept_response_id(s, call, &json, &e)) return sp_reply_error(s, c, call->route, &e);
+    return sp_reply_json(s, c, call->route, 200, json);
+}
+
+enum MHD_Result sp_handle_response_delete(sp_server *s, struct MHD_Connection *c,
+                                          const sp_http_call *call) {
+    sp_api_error e;
+    char *json = NULL;
+    const char *id = kept_response_id(s, call, &json, &e);
+    free(json);
+    if (!id || !sp_responses_store_delete(&s->responses, id)) {
+        if (id) sp_api_fail(&e, 404, "invalid_request_error", NULL, "not_found",
+                            "Response with id '%.200s' not found.", id);
+        return sp_reply_error(s, c, call->route, &e);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", id);
+    cJSON_AddStringToObject(root, "object", "response.deleted");
+    cJSON_AddTrueToObject(root, "deleted");
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return sp_reply_json(s, c, call->route, 200, out);
 }

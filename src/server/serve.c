@@ -198,6 +198,7 @@ static void server_free(sp_server *s) {
     spindle_engine_free(s->engine);
     sp_slots_free(s->slots);     /* their snapshots go before the model */
     sp_adapters_free(&s->adapters);
+    sp_responses_store_free(&s->responses);
     sp_server_grammars_free(s);  /* before the vocabulary they were built on */
     spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_embedder_free(s->embedder);
@@ -228,6 +229,7 @@ int sp_server_run(const sp_server_options *o) {
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     sp_adapters_init(&s->adapters);
+    sp_responses_store_init(&s->responses, SP_SERVER_RESPONSES_KEPT, SP_SERVER_RESPONSES_BYTES);
     sp_metrics_init(&s->metrics);
 
     signal_watch w;

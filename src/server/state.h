@@ -13,6 +13,7 @@
 #include "server/adapters.h"
 #include "server/api_request.h"
 #include "server/metrics.h"
+#include "server/responses_store.h"
 #include "server/server.h"
 #include "server/tool_calls.h"
 #include "spindle.h"
@@ -76,7 +77,12 @@ typedef struct sp_server {
     struct MHD_Daemon *daemon;
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
     sp_adapters adapters;
+    sp_responses_store responses;  /* POST /v1/responses' kept responses */
 } sp_server;
+
+/* How many responses the store keeps, and their JSON's bytes at most. */
+#define SP_SERVER_RESPONSES_KEPT 512
+#define SP_SERVER_RESPONSES_BYTES ((size_t)64 << 20)
 
 /* ---- grammar_compile.c: response_format / grammar against the tokenizer;
  * false (a 400 naming where and why) when it does not compile */

@@ -5,7 +5,11 @@
  * Input: one byte choosing the route (low 3 bits: chat, completions,
  * tokenize, detokenize, apply-template, 5: embeddings, 6: load_lora_adapter,
  * 7: unload_lora_adapter; with 0x08 set, 0 and 1 are Anthropic's
- * /v1/messages and /v1/messages/count_tokens), then the body. Invariants: an
+ * /v1/messages and /v1/messages/count_tokens, 2 is /v1/responses, whose
+ * previous_response_id "resp_kept" is known), then the body. A parsed
+ * Responses request is also answered: its response object built from a
+ * fixed reply (reasoning, text, a call) must parse, and so must the
+ * conversation it keeps. Invariants: an
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
@@ -20,6 +24,7 @@
 #include "server/api_embeddings.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
+#include "server/api_responses.h"
 
 #define VOCAB 1000
 
@@ -122,6 +127,41 @@ static void check_embeddings(const sp_api_embeddings *r) {
     free(out);
 }
 
+static char *kept_history(void *ctx, const char *id) {
+    (void)ctx;
+    static const char kept[] = "[{\"role\":\"user\",\"content\":\"hi\"},"
+                               "{\"role\":\"assistant\",\"content\":\"yo\"}]";
+    return strcmp(id, "resp_kept") ? NULL : strdup(kept);
+}
+
+/* The response object and the kept conversation of a parsed request. */
+static void check_responses_answer(const sp_api_request *r) {
+    sp_api_head h = {.kind = SP_API_CHAT, .id = "resp_1", .created = 1, .model = "tiny"};
+    sp_tool_delta call = {.index = 0, .id = "call_1", .name = "f", .arguments = "{}",
+                          .arguments_len = 2};
+    sp_api_delta d = {.text = "hi", .len = 2, .reasoning = "hm", .reasoning_len = 2,
+                      .tool_calls = &call, .n_tool_calls = 1};
+    sp_api_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
+    sp_strbuf out = {0};
+    sp_responses_stream st;
+    sp_responses_start(&out, &st, &h, r->responses_echo_json);
+    sp_responses_delta(&out, &st, &d);
+    sp_responses_end(&out, &st, false, &u);
+    char *json = sp_responses_json(&st), *history = sp_responses_history(&st, r->conversation_json);
+    cJSON *o = cJSON_Parse(json), *c = cJSON_Parse(history);
+    FUZZ_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "output")) == 3,
+               "response %.300s", json ? json : "(null)");
+    FUZZ_CHECK(cJSON_IsArray(c) && cJSON_GetArraySize(c) >= 2, "history %.300s",
+               history ? history : "(null)");
+    FUZZ_CHECK(!out.oom && out.len, "events");
+    cJSON_Delete(o);
+    cJSON_Delete(c);
+    free(json);
+    free(history);
+    sp_strbuf_free(&out);
+    sp_responses_stream_free(&st);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const char *body = (const char *)data + 1;
@@ -136,6 +176,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_generation(&r);
         } else {
             check_anthropic_error(&e);
+        }
+        sp_api_request_free(&r);
+    } else if ((data[0] & 8) && route == 2) {
+        sp_api_request r;
+        if (sp_api_parse_responses(body, len, &limits, kept_history, NULL, &r, &e)) {
+            FUZZ_CHECK(r.dialect == SP_API_RESPONSES && r.kind == SP_API_CHAT, "dialect");
+            check_generation(&r);
+            check_responses_answer(&r);
+        } else {
+            check_error(&e);
         }
         sp_api_request_free(&r);
     } else if (route <= 1) {

@@ -614,6 +614,20 @@ def server_seeds():
         "model": "tiny", "system": "Be brief.", "messages": claude,
         "tools": [{"name": "f", "input_schema": {"type": "object"}}],
         "tool_choice": {"type": "any"}}).encode())
+    put("fuzz_server_request", "responses", b"\x0a" + js({
+        "model": "tiny", "instructions": "Be brief.", "previous_response_id": "resp_kept",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                  {"type": "function_call", "call_id": "c1", "name": "f",
+                   "arguments": "{\"x\": 1}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "42"},
+                  {"type": "message", "role": "developer", "content": "And?"}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tool_choice": {"type": "function", "name": "f"}, "max_output_tokens": 8,
+        "temperature": 0.5, "top_p": 0.9, "stream": True, "store": False,
+        "reasoning": {"effort": "low"}, "metadata": {"k": "v"}}).encode())
+    put("fuzz_server_request", "responses-schema", b"\x0a" + js({
+        "input": "x", "text": {"format": {"type": "json_schema", "name": "w", "strict": True,
+                                          "schema": {"type": "object"}}}}).encode())
     put("fuzz_server_request", "chat-lora", b"\0" + js({
         "messages": [{"role": "user", "content": "x"}], "adapters": "/a",
         "lora": [{"id": 0, "scale": 0}, {"id": 3, "scale": 0.5}]}).encode())
