@@ -187,6 +187,13 @@ def test_cors(guarded, server):
     assert status == 204
     assert hdrs["access-control-allow-origin"] == "https://chat.example"
     assert "Authorization" in hdrs["access-control-allow-headers"]
+    assert hdrs["access-control-allow-methods"] == "POST, OPTIONS"
+    # A path that two rows share allows both rows' methods.
+    status, hdrs, _ = request(guarded.port, "OPTIONS", "/v1/responses/resp_1",
+                              headers={"Origin": "https://chat.example",
+                                       "Access-Control-Request-Method": "DELETE"})
+    assert status == 204
+    assert hdrs["access-control-allow-methods"] == "GET, HEAD, DELETE, OPTIONS"
     _, hdrs, _ = request(guarded.port, "GET", "/health")
     assert hdrs["access-control-allow-origin"] == "https://chat.example"
     _, hdrs, _ = request(server.port, "GET", "/health")
