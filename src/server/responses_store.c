@@ -42,15 +42,23 @@ static sp_stored_response *find(sp_responses_store *st, const char *id) {
     return NULL;
 }
 
-/* The least recently used entry, or an empty one. */
+/* The least recently used entry (NULL when the store is empty). */
 static sp_stored_response *oldest(sp_responses_store *st) {
     sp_stored_response *best = NULL;
     for (int i = 0; i < st->cap; i++) {
         sp_stored_response *e = &st->entries[i];
-        if (!e->id[0]) return e;
-        if (!best || e->used < best->used) best = e;
+        if (e->id[0] && (!best || e->used < best->used)) best = e;
     }
     return best;
+}
+
+/* An empty slot, the least recently used entry dropped when none is. */
+static sp_stored_response *free_slot(sp_responses_store *st) {
+    for (int i = 0; i < st->cap; i++)
+        if (!st->entries[i].id[0]) return &st->entries[i];
+    sp_stored_response *e = oldest(st);
+    drop(st, e);
+    return e;
 }
 
 static char *copy(const char *s) {
@@ -74,8 +82,7 @@ bool sp_responses_store_put(sp_responses_store *st, const char *id, const char *
     sp_stored_response *e = find(st, id);
     if (e) drop(st, e);
     while (st->bytes + bytes > st->max_bytes) drop(st, oldest(st));
-    e = oldest(st);
-    if (e->id[0]) drop(st, e);
+    e = free_slot(st);
     strcpy(e->id, id);
     e->response_json = r;
     e->history_json = h;
