@@ -163,8 +163,8 @@ static bool add_item(cJSON *msgs, const cJSON *item, int index, sp_api_error *er
         return add_function_output(msgs, item, param, err);
     /* Earlier reasoning is not shown to the template again. */
     if (!strcmp(type, "reasoning")) return true;
-    return sp_api_bad(err, param, "input items of type '%.40s' are not supported (message, "
-                      "function_call, function_call_output, reasoning)", type);
+    return sp_api_bad(err, param, "'%s': input items of type '%.40s' are not supported "
+                      "(message, function_call, function_call_output, reasoning)", param, type);
 }
 
 /* previous_response_id's conversation, then the input, onto `conv`. */
@@ -235,8 +235,8 @@ static bool add_tools(cJSON *chat, const cJSON *root, sp_api_error *err) {
         snprintf(param, sizeof param, "tools[%d]", i++);
         const char *type = string_field(t, "type");
         if (type && strcmp(type, "function"))
-            return sp_api_bad(err, param, "tools of type '%.40s' are not supported (only "
-                              "function tools)", type);
+            return sp_api_bad(err, param, "'%s': tools of type '%.40s' are not supported "
+                              "(only function tools)", param, type);
         const cJSON *name = field(t, "name"), *params = field(t, "parameters");
         const cJSON *desc = field(t, "description");
         if (!type || !cJSON_IsString(name) || (params && !cJSON_IsObject(params)) ||
@@ -343,6 +343,19 @@ static bool keep_echo(const cJSON *root, sp_api_request *out, sp_api_error *err)
     return ok;
 }
 
+/* An error of the chat parser about `chat_name` names the Responses
+ * field it came from instead. */
+static void name_as(sp_api_error *err, const char *chat_name, const char *name) {
+    if (strcmp(err->param, chat_name)) return;
+    snprintf(err->param, sizeof err->param, "%s", name);
+    const char *at = strstr(err->message, chat_name);
+    if (!at) return;
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - err->message), err->message, name,
+             at + strlen(chat_name));
+    memcpy(err->message, msg, sizeof msg);
+}
+
 static bool build_chat(cJSON *chat, const cJSON *root, cJSON *conv, sp_api_history_fn history,
                        void *ctx, sp_api_error *err) {
     return copy_fields(chat, root, err) && add_conversation(conv, root, history, ctx, err) &&
@@ -360,9 +373,13 @@ bool sp_api_parse_responses(const char *body, size_t len, const sp_api_limits *l
     if (!root) return false;
     cJSON *chat = cJSON_CreateObject(), *conv = cJSON_CreateArray();
     bool ok = (chat && conv) || out_of_memory(err);
-    ok = ok && build_chat(chat, root, conv, history, ctx, err) &&
-         sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err);
+    ok = ok && build_chat(chat, root, conv, history, ctx, err);
+    if (ok && !(ok = sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err))) {
+        name_as(err, "max_tokens", "max_output_tokens");
+        name_as(err, "response_format", "text.format");
+    }
     out->dialect = SP_API_RESPONSES;
+    if (ok && out->grammar_text) out->grammar_param = "text.format";
     /* As on the Messages route: a max_output_tokens past the context stops
      * the reply there (status "incomplete") rather than being refused. */
     out->max_tokens_given = false;

@@ -262,10 +262,10 @@ MALFORMED = [
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}},
      "text.format.schema"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
-                                        "schema": {"type": "nonsense"}}}}, None),
+                                        "schema": {"type": "nonsense"}}}}, "text.format"),
     ({"input": "x", "store": "yes"}, "store"),
     ({"input": "x", "reasoning": "high"}, "reasoning"),
-    ({"input": "x", "max_output_tokens": 0}, "max_tokens"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "x", "temperature": "hot"}, "temperature"),
     ({"input": "x", "model": "gpt-9"}, "model"),
 ]
@@ -275,7 +275,9 @@ MALFORMED = [
 def test_malformed_requests_are_4xx(server, oai, body, param):
     status, reply = call(server, "POST", "/v1/responses", body)
     want = 404 if param == "model" else 400
-    assert_api_error(status, reply, want, param=param)
+    err = assert_api_error(status, reply, want, param=param)
+    # The message names the Responses field, not the chat field it maps to.
+    assert param in err["message"] or param == "model" or "json schema" in err["message"], err
 
 
 def test_malformed_through_the_sdk(oai):
