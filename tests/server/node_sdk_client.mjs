@@ -2,7 +2,9 @@
 //   MESSAGES_JSON=[...] MAX_TOKENS=N node node_sdk_client.mjs BASE_URL MODEL
 // prints one JSON object: the models list, a chat answer, the same chat
 // streamed (its content deltas joined, the finish reason, whether usage
-// came) and the tool call of a streamed request when TOOLS_JSON is set.
+// came), the same conversation through the Responses API (whole and
+// streamed: its text deltas joined, its last event) and the tool call of a
+// streamed request when TOOLS_JSON is set.
 import OpenAI from "openai";
 
 const [baseURL, model] = process.argv.slice(2);
@@ -30,6 +32,17 @@ for await (const chunk of stream) {
   }
 }
 out.stream = { content, finish, usage, chunks };
+
+const resp = await client.responses.create({ model, input: messages, max_output_tokens: max_tokens });
+out.responses = { text: resp.output_text, status: resp.status, usage: resp.usage };
+const events = await client.responses.create({
+  model, input: messages, max_output_tokens: max_tokens, stream: true });
+let text = "", last = null;
+for await (const ev of events) {
+  if (ev.type === "response.output_text.delta") text += ev.delta;
+  last = ev.type;
+}
+out.responses_stream = { text, last };
 
 if (process.env.TOOLS_JSON) {
   const tools = JSON.parse(process.env.TOOLS_JSON);

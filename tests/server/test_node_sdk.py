@@ -1,5 +1,6 @@
 """The official OpenAI Node SDK (npm `openai`, tests/package.json) against
-the server: the models list, a chat answer and the same chat streamed, each
+the server: the models list, a chat answer and the same chat streamed, and
+the same conversation through the Responses API whole and streamed, each
 equal to mlx-lm's greedy reference, and a streamed tool call joined from
 the SDK's deltas (through spindle_scripted, as test_tool_calls_server.py).
 
@@ -62,6 +63,9 @@ def test_node_sdk_chat_stream_models(node_server, reference, tmp_path):
     assert out["whole"]["usage"]["completion_tokens"] == len(ref["tokens"])
     assert out["stream"]["content"] == ref["text"] and out["stream"]["finish"] == "length"
     assert out["stream"]["usage"]["prompt_tokens"] == out["whole"]["usage"]["prompt_tokens"]
+    assert out["responses"]["text"] == ref["text"] and out["responses"]["status"] == "incomplete"
+    assert out["responses"]["usage"]["input_tokens"] == out["whole"]["usage"]["prompt_tokens"]
+    assert out["responses_stream"] == {"text": ref["text"], "last": "response.incomplete"}
     if scripted:
         calls = out["tools"]["calls"]
         assert out["tools"]["finish"] == "tool_calls"
