@@ -45,20 +45,6 @@
 #define BACKOFF_MIN 8
 #define BACKOFF_MAX 256
 
-struct sp_spec {
-    spindle_spec_params p;
-    int max_draft;                 /* K, capped by the target's rollback */
-    sp_ngram_index *ngram;
-    sp_draft_seq *dseq;
-    sp_mtp_draft *mtp;
-    int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
-    int n_round;                   /* drafts in this step's round; -1: none */
-    bool forced_round;             /* this round's drafts are a forced span */
-    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
-    int off_rounds, backoff;
-    spindle_spec_stats stats;
-};
-
 /* The measured time of a step of n decode and verify rows, n < COST_ROWS
  * (an exponential average per row count, so that a slow step is
  * forgotten). */
@@ -266,7 +252,7 @@ static sp_spec_engine *engine_state(spindle_engine *e) {
  * what a large matrix product costs per row, which says little about a
  * few verify rows beside the decode rows. */
 void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds) {
-    if (!e->spec) return;
+    if (!e->spec || e->testing.fixed_costs) return;
     int rows = 0;
     for (int i = 0; i < n_entries; i++) {
         const sp_request *r = e->entry_req[i];
@@ -407,7 +393,8 @@ static void run_draft_models(const spindle_engine *e, sp_spec_engine *se,
             nanosleep(&ts, NULL);
             seconds += d;
         }
-        observe_draft(&se->model_draft, seconds, steps);
+        if (!e->testing.fixed_costs)
+            observe_draft(&se->model_draft, seconds, steps);
         for (int j = first; j < end; j++)
             se->job_req[j]->spec->n_round = se->jobs[j].got;
         first = end;
@@ -466,7 +453,8 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
             int want = d;
             d = sp_mtp_draft_propose(s->mtp, r->tokens, n_hist,
                                      spindle_seq_length(r->seq), d, s->draft);
-            observe_draft(&se->mtp_draft, sp_engine_now() - t0, want);
+            if (!e->testing.fixed_costs)
+                observe_draft(&se->mtp_draft, sp_engine_now() - t0, want);
             d = grammar_cut(r, s, d);
         } else if (s->dseq) {
             d = adapt_k(s, &se->cost, room, &plan, model);

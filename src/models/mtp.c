@@ -35,6 +35,11 @@ bool spindle_model_has_mtp(const spindle_model *m) { return sp_mtp_present(m); }
 
 spindle_model *sp_mtp_model(sp_mtp *p) { return &p->head; }
 
+spindle_status sp_mtp_fingerprint(sp_mtp *p, char out[SPINDLE_FINGERPRINT_LEN + 1],
+                                  spindle_error *err) {
+    return spindle_model_fingerprint(p->target, out, err);
+}
+
 static spindle_status head_norm(spindle_model *h, const char *name,
                                 bool plus_one, const float **out,
                                 spindle_error *err) {

@@ -42,6 +42,12 @@ void sp_mtp_free(sp_mtp *p);
  * sequences. */
 spindle_model *sp_mtp_model(sp_mtp *p);
 
+/* The content fingerprint of the files the head comes from: the target's
+ * (its head sits in the target's checkpoint) or its companion
+ * directory's. Thread-safe. */
+spindle_status sp_mtp_fingerprint(sp_mtp *p, char out[SPINDLE_FINGERPRINT_LEN + 1],
+                                  spindle_error *err);
+
 /* n rows of one head sequence, at its next positions: row t takes
  * tokens[t] and hidden[t * hidden_size]. Writes logits[n][vocab] (only
  * the last row's, [vocab], unless all_logits) and, when
