@@ -145,11 +145,17 @@ static int rollback_limit(const spindle_model *m) {
 
 static sp_spec_engine *engine_state(spindle_engine *e);
 
-/* A request's MTP drafter over the engine's head of the target (bound at
- * the first request that asks for one). */
-static spindle_status new_mtp_draft(spindle_engine *e, int cap,
-                                    const spindle_sampler *sampler,
+/* A request's MTP drafter over its companion head, else the engine's
+ * head of the target (bound at the first request that asks for one). */
+static spindle_status new_mtp_draft(spindle_engine *e, sp_mtp *companion,
+                                    int cap, const spindle_sampler *sampler,
                                     sp_mtp_draft **out, spindle_error *err) {
+    if (companion) {
+        if (!sp_mtp_binds(companion, e->model))
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the MTP companion head "
+                           "was loaded for another model");
+        return sp_mtp_draft_new(companion, cap, sampler, out, err);
+    }
     sp_spec_engine *se = engine_state(e);
     if (!se) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     if (!se->mtp) {
@@ -171,8 +177,11 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
                        (int)p->mode);
     /* Jump-forward alone (no drafter): forced spans up to the most a
      * round verifies. */
+    const int companion_k = p->mode == SPINDLE_SPEC_MTP
+                                ? sp_mtp_block_size(p->mtp_head) : 0;
     int k = p->num_draft_tokens ? p->num_draft_tokens
             : p->mode == SPINDLE_SPEC_NONE ? SPINDLE_MAX_DRAFT_TOKENS
+            : companion_k                  ? companion_k
                                            : SPINDLE_DEFAULT_DRAFT_TOKENS;
     if (k < 1 || k > SPINDLE_MAX_DRAFT_TOKENS)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
@@ -201,7 +210,7 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
             ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
         : p->mode == SPINDLE_SPEC_MTP
-            ? new_mtp_draft(e, cap, sampler, &s->mtp, err)
+            ? new_mtp_draft(e, p->mtp_head, cap, sampler, &s->mtp, err)
             : sp_draft_seq_new(p->draft_model, e->vocab, sampler, &s->dseq,
                                err);
     if (st) {

@@ -181,7 +181,7 @@ void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
 
 /* ---- drafter_mtp.c ---- */
 
-typedef struct sp_mtp sp_mtp;
+typedef struct spindle_mtp_head sp_mtp;
 
 /* A request's MTP drafter over `head` (a reference is kept), with room
  * for the target's hidden states at positions 0 .. cap - 1, drafting
