@@ -34,7 +34,6 @@
 
 #define RECORD_MAGIC "SPDR"
 #define RECORD_VERSION 1u
-#define NAMESPACE_MAX 96
 
 /* This run's namespace for s; false when it cannot be named (a model's
  * fingerprint that cannot be computed). */
@@ -56,7 +55,7 @@ static bool drafter_namespace(const sp_spec *s, char *buf, size_t n) {
 
 bool sp_spec_state_save(sp_request *r, sp_strbuf *b) {
     const sp_spec *s = r->spec;
-    char ns[NAMESPACE_MAX];
+    char ns[SP_DRAFTER_NAMESPACE_MAX];
     if (!s || !drafter_namespace(s, ns, sizeof ns)) return false;
     const uint32_t version = RECORD_VERSION;
     const uint32_t n_hist = (uint32_t)(r->n_prompt + r->n_generated);
@@ -88,53 +87,71 @@ static bool take(reader *rd, void *out, size_t n) {
     return true;
 }
 
-/* Why the record cannot continue s (NULL: restored). */
-static const char *restore(sp_request *r, sp_spec *s, reader rd, char *why,
-                           size_t why_n) {
-    char magic[4], ns[NAMESPACE_MAX], want[NAMESPACE_MAX];
-    uint32_t version, n_hist;
+const char *sp_drafter_record_parse(const void *data, size_t n,
+                                    sp_drafter_record *out) {
+    reader rd = {data, data ? n : 0};
+    char magic[4];
+    uint32_t version;
     uint16_t ns_n;
     if (!take(&rd, magic, 4) || memcmp(magic, RECORD_MAGIC, 4) ||
         !take(&rd, &version, sizeof version) || version != RECORD_VERSION ||
-        !take(&rd, &ns_n, sizeof ns_n) || ns_n >= sizeof ns ||
-        !take(&rd, ns, ns_n))
+        !take(&rd, &ns_n, sizeof ns_n) || ns_n >= sizeof out->ns ||
+        !take(&rd, out->ns, ns_n))
         return "not a drafter record this version reads";
-    ns[ns_n] = '\0';
-    if (!drafter_namespace(s, want, sizeof want))
-        return "this run's drafter cannot be named";
-    if (strcmp(ns, want)) {
-        snprintf(why, why_n, "recorded for %s, this run drafts with %s", ns,
-                 want);
-        return why;
-    }
-    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
+    out->ns[ns_n] = '\0';
+    for (int i = 0; i < ns_n; i++)   /* it is logged: one printable line */
+        if (out->ns[i] < 0x20 || out->ns[i] > 0x7e) return "a malformed namespace";
     int32_t sched[2];
-    if (!take(&rd, &n_hist, sizeof n_hist) ||
-        n_hist != (uint32_t)(r->n_prompt + r->n_generated) ||
-        !take(&rd, tried, sizeof tried) || !take(&rd, acc, sizeof acc) ||
-        !take(&rd, sched, sizeof sched))
-        return "it was taken at another point of the generation";
+    if (!take(&rd, &out->n_hist, sizeof out->n_hist) ||
+        !take(&rd, out->tried, sizeof out->tried) ||
+        !take(&rd, out->acc, sizeof out->acc) || !take(&rd, sched, sizeof sched))
+        return "a truncated record";
     /* Counts from a file: kept only where they are counts. */
     for (int j = 0; j < SPINDLE_MAX_DRAFT_TOKENS; j++)
-        if (!(tried[j] >= 0 && acc[j] >= 0 && acc[j] <= tried[j] &&
-              tried[j] <= 1e6))
+        if (!(out->tried[j] >= 0 && out->acc[j] >= 0 &&
+              out->acc[j] <= out->tried[j] && out->tried[j] <= 1e6))
             return "its acceptance counts are out of range";
+    if (sched[0] < 0 || sched[1] < SP_SPEC_BACKOFF_MIN || sched[1] > SP_SPEC_BACKOFF_MAX)
+        return "its probe schedule is out of range";
+    out->off_rounds = sched[0];
+    out->backoff = sched[1];
+    out->rest = rd.p;
+    out->n_rest = rd.left;
+    return NULL;
+}
+
+/* Why the record cannot continue s (NULL: restored). */
+static const char *restore(sp_request *r, sp_spec *s, const void *data,
+                           size_t n, char *why, size_t why_n) {
+    sp_drafter_record rec;
+    char want[SP_DRAFTER_NAMESPACE_MAX];
+    const char *bad = sp_drafter_record_parse(data, n, &rec);
+    if (bad) return bad;
+    if (!drafter_namespace(s, want, sizeof want))
+        return "this run's drafter cannot be named";
+    if (strcmp(rec.ns, want)) {
+        snprintf(why, why_n, "recorded for %s, this run drafts with %s",
+                 rec.ns, want);
+        return why;
+    }
+    if (rec.n_hist != (uint32_t)(r->n_prompt + r->n_generated))
+        return "it was taken at another point of the generation";
     if (s->mtp ? !sp_mtp_draft_restore(s->mtp, spindle_seq_length(r->seq),
-                                       rd.p, rd.left)
-               : rd.left != 0)
+                                       rec.rest, rec.n_rest)
+               : rec.n_rest != 0)
         return "the drafter's own state does not fit this drafter";
-    memcpy(s->tried, tried, sizeof tried);
-    memcpy(s->acc, acc, sizeof acc);
-    s->off_rounds = sched[0] >= 0 ? sched[0] : 0;
-    s->backoff = sched[1] >= 8 && sched[1] <= 256 ? sched[1] : 8;
+    memcpy(s->tried, rec.tried, sizeof rec.tried);
+    memcpy(s->acc, rec.acc, sizeof rec.acc);
+    s->off_rounds = rec.off_rounds;
+    s->backoff = rec.backoff;
     return NULL;
 }
 
 void sp_spec_state_restore(sp_request *r, const void *data, size_t n) {
     sp_spec *s = r->spec;
     if (!s || s->p.mode == SPINDLE_SPEC_NONE || !data) return;
-    char buf[2 * NAMESPACE_MAX + 48];
-    const char *why = restore(r, s, (reader){data, n}, buf, sizeof buf);
+    char buf[2 * SP_DRAFTER_NAMESPACE_MAX + 48];
+    const char *why = restore(r, s, data, n, buf, sizeof buf);
     if (why)
         sp_log(SPINDLE_LOG_WARN, "resume: the checkpoint's drafter state is "
                "ignored (%s); the drafter starts cold", why);

@@ -42,8 +42,8 @@
 #include "models/mtp.h"
 
 #define COUNT_DECAY 0.9
-#define BACKOFF_MIN 8
-#define BACKOFF_MAX 256
+#define BACKOFF_MIN SP_SPEC_BACKOFF_MIN
+#define BACKOFF_MAX SP_SPEC_BACKOFF_MAX
 
 /* The measured time of a step of n decode and verify rows, n < COST_ROWS
  * (an exponential average per row count, so that a slow step is

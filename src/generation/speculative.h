@@ -49,6 +49,11 @@ typedef struct sp_mtp_draft sp_mtp_draft;
 
 /* ---- speculative.c: the engine's side ---- */
 
+/* The adaptive rule's probe schedule: a request that stopped drafting
+ * probes after BACKOFF_MIN rounds, doubling up to BACKOFF_MAX. */
+#define SP_SPEC_BACKOFF_MIN 8
+#define SP_SPEC_BACKOFF_MAX 256
+
 /* A request's speculation (speculative.c; drafter_state.c reads and
  * writes its drafter's part for checkpoints). */
 struct sp_spec {
@@ -233,5 +238,20 @@ bool sp_spec_state_save(sp_request *r, sp_strbuf *b);
  * policy or model, or one that does not fit, is ignored with one logged
  * line naming why: the drafter then starts cold, as without a record. */
 void sp_spec_state_restore(sp_request *r, const void *data, size_t n);
+
+/* A record's fields, parsed and range-checked (no request needed: the
+ * fuzz harness of the checkpoint file runs it on "drafter" extensions). */
+#define SP_DRAFTER_NAMESPACE_MAX 96
+typedef struct sp_drafter_record {
+    char ns[SP_DRAFTER_NAMESPACE_MAX];
+    uint32_t n_hist;
+    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
+    int32_t off_rounds, backoff;
+    const unsigned char *rest;    /* the drafter's own part (borrowed) */
+    size_t n_rest;
+} sp_drafter_record;
+/* NULL when data[0..n) is a well-formed record (into *out), else why not. */
+const char *sp_drafter_record_parse(const void *data, size_t n,
+                                    sp_drafter_record *out);
 
 #endif
