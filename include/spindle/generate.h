@@ -64,12 +64,14 @@ typedef struct spindle_spec_params {
  * "mtp." ones), bound to `target`'s embeddings and lm_head (borrowed: the
  * target must outlive it). Fails with one line naming what is wrong (not
  * a companion, another hidden size: "split from a different checkpoint?",
- * a missing or misshapen tensor). Like the target's own head, it runs
- * only inside the target's engine steps (one at a time per target). */
+ * a missing or misshapen tensor). Thread-safe against other loads; its
+ * forwards run inside the target's engine steps only (like the target's
+ * own head: one at a time per target). */
 typedef struct spindle_mtp_head spindle_mtp_head;
 spindle_status spindle_mtp_head_load(spindle_model *target, const char *dir,
                                      spindle_mtp_head **out, spindle_error *err);
-/* Drops the caller's reference (requests drafting with it keep theirs). */
+/* Drops the caller's reference (requests drafting with it keep theirs);
+ * thread-safe. The target must outlive every reference. */
 void spindle_mtp_head_free(spindle_mtp_head *head);
 /* Its block_size: the draft depth K when a request gives none. */
 int spindle_mtp_head_block_size(const spindle_mtp_head *head);
