@@ -202,6 +202,9 @@ static spindle_status companion_config(sp_mtp *p, const char *dir, cJSON **root,
                      "\"qwen3_5_mtp\" (an MTP companion directory)", path,
                      cJSON_IsString(type) ? type->valuestring : "missing");
     const int hidden = st ? 0 : companion_hidden(*root);
+    if (!st && !hidden)
+        st = sp_fail(err, SPINDLE_ERR_FORMAT, "%s: no hidden_size (in "
+                     "text_config or at the top)", path);
     if (!st && hidden != p->target->cfg.hidden_size)
         st = sp_fail(err, SPINDLE_ERR_FORMAT, "%s: the MTP companion's hidden "
                      "size is %d, the target's %d: split from a different "
@@ -209,11 +212,12 @@ static spindle_status companion_config(sp_mtp *p, const char *dir, cJSON **root,
     const cJSON *block = st ? NULL : cJSON_GetObjectItemCaseSensitive(*root, "block_size");
     /* mlx-lm's default when the key is absent. */
     p->block_size = 3;
-    if (block && !(cJSON_IsNumber(block) && block->valuedouble >= 1 &&
-                   block->valuedouble <= SPINDLE_MAX_DRAFT_TOKENS))
+    if (!st && block && !(cJSON_IsNumber(block) && block->valuedouble >= 1 &&
+                          block->valuedouble <= SPINDLE_MAX_DRAFT_TOKENS &&
+                          block->valuedouble == (double)block->valueint))
         st = sp_fail(err, SPINDLE_ERR_FORMAT, "%s: block_size must be an "
                      "integer in [1, %d]", path, SPINDLE_MAX_DRAFT_TOKENS);
-    else if (block) p->block_size = block->valueint;
+    else if (!st && block) p->block_size = block->valueint;
     free(path);
     return st;
 }

@@ -16,8 +16,9 @@ the same way):
   * generation with it is lossless, drafts what the in-checkpoint head
     drafts (the same drafted / accepted counts), and K defaults to its
     block_size;
-  * malformed companions (another hidden size, a missing tensor, another
-    model_type, no weights) are refused with one line.
+  * malformed companions (another hidden size, a missing or misshapen
+    tensor, another model_type, a block_size that is no draft depth, no
+    weights) are refused with one line.
 """
 
 import json
@@ -199,6 +200,7 @@ def malformed(split, root, name):
             "missing": "layers.0.mlp.down_proj.weight",
             "misshapen": "fc",
             "type": "qwen3_5_mtp",
+            "block": "block_size",
             "empty": "model.safetensors"}[name]
     if name == "hidden":
         cfg["text_config"]["hidden_size"] //= 2
@@ -208,6 +210,8 @@ def malformed(split, root, name):
         heads["fc.weight"] = heads["fc.weight"][:, : heads["fc.weight"].shape[1] // 2]
     elif name == "type":
         cfg["model_type"] = "qwen3_5"
+    elif name == "block":
+        cfg["block_size"] = 2.5
     if name == "empty":
         d.mkdir()
     else:
@@ -217,7 +221,7 @@ def malformed(split, root, name):
 
 
 @pytest.mark.parametrize("name", ["hidden", "missing", "misshapen", "type",
-                                  "empty"])
+                                  "block", "empty"])
 def test_malformed_companion(split, tmp_path, name):
     d, said = malformed(split, tmp_path, name)
     r = cli("-m", str(split["target"]), "--prompt-tokens", "5,6", "-n", "2",
