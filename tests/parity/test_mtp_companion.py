@@ -229,3 +229,25 @@ def test_malformed_companion(split, tmp_path, name):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], r.stderr
+
+
+def test_resume_keys_the_head_state_by_companion(split, tmp_path):
+    """A checkpoint's MTP state is under the companion's content
+    fingerprint: the same companion continues it (no line logged), another
+    one (the same head in the other layout: other files) ignores it with
+    one line, and both resumes continue the tokens."""
+    target, ck = str(split["target"]), tmp_path / "mtp.ckpt"
+    base = ["--prompt-tokens", "5,6,7,8,9,10,11", "--ignore-eos", "--json"]
+    full = run_json("-m", target, *base, "-n", "30", "--mtp", str(split["mlx"]))
+    run_json("-m", target, *base, "-n", "30", "--mtp", str(split["mlx"]),
+             "--checkpoint", str(ck), "--checkpoint-every", "12")
+    for companion, logged in (("mlx", 0), ("hf", 1)):
+        r = cli("-m", target, "--resume", str(ck), "--mtp",
+                str(split[companion]), "--json")
+        assert r.returncode == 0, r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if "drafter state" in ln]
+        assert len(lines) == logged, r.stderr
+        if logged:
+            assert lines[0].count("mtp-head-v1:") == 2, lines[0]
+        rest = json.loads(r.stdout)["tokens"]
+        assert 0 < len(rest) < 30 and full["tokens"][-len(rest):] == rest
