@@ -18,8 +18,9 @@ extern "C" {
  * (the last of them sampled but not yet fed to the model), the sequence
  * state (a snapshot: no rewind needed, so recurrent layers resume too), the
  * sampler's random stream, every generation parameter, and named extension
- * blobs for state the engine does not own (a server's stop-string matcher,
- * a grammar matcher, a drafter's history). The engine makes one every
+ * blobs (a server's stop-string matcher; the engine's own "drafter": a
+ * speculating request's drafter state, continued by a resume with the
+ * same drafter). The engine makes one every
  * spindle_gen_params.checkpoint_every tokens and lends it to
  * on_checkpoint, which may attach extensions and save it; one read back
  * with spindle_checkpoint_load goes into spindle_gen_params.resume.
@@ -57,7 +58,8 @@ void spindle_checkpoint_set_seed_explicit(spindle_checkpoint *ck, bool explicit_
 bool spindle_checkpoint_seed_explicit(const spindle_checkpoint *ck);
 /* Attach (or replace) the extension `name` (1..31 bytes of [a-z0-9_.-]):
  * `n` bytes copied. Names in use: "stop" (the server's stop-string
- * matcher); reserved: "grammar", "drafter". */
+ * matcher), "drafter" (the engine's: a speculating request's drafter
+ * state); reserved: "grammar". */
 spindle_status spindle_checkpoint_set_extension(spindle_checkpoint *ck,
                                                 const char *name,
                                                 const void *data, size_t n,

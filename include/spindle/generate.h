@@ -47,11 +47,34 @@ typedef struct spindle_spec_params {
     /* SPINDLE_SPEC_DRAFT: the draft model (borrowed; it must outlive the
      * request, and nothing else may run it while the request runs). */
     spindle_model *draft_model;
+    /* SPINDLE_SPEC_MTP: a companion head (spindle_mtp_head_load, for this
+     * request's model; the request keeps a reference); NULL: the model's
+     * own mtp.* head. */
+    struct spindle_mtp_head *mtp_head;
     /* true: always draft as many tokens as the drafter offers (up to K);
      * false, the default: the adaptive rule picks K per step
      * (docs/speculative.md). */
     bool fixed_k;
 } spindle_spec_params;
+
+/* A multi-token-prediction companion: a directory holding a target's MTP
+ * head apart from its checkpoint, as mlx-lm publishes them (config.json
+ * model_type "qwen3_5_mtp", its hidden size and block_size; the head's
+ * tensors, dense or MLX-quantized, under mlx-lm's names or Hugging Face's
+ * "mtp." ones), bound to `target`'s embeddings and lm_head (borrowed: the
+ * target must outlive it). Fails with one line naming what is wrong (not
+ * a companion, another hidden size: "split from a different checkpoint?",
+ * a missing or misshapen tensor). Thread-safe against other loads; its
+ * forwards run inside the target's engine steps only (like the target's
+ * own head: one at a time per target). */
+typedef struct spindle_mtp_head spindle_mtp_head;
+spindle_status spindle_mtp_head_load(spindle_model *target, const char *dir,
+                                     spindle_mtp_head **out, spindle_error *err);
+/* Drops the caller's reference (requests drafting with it keep theirs);
+ * thread-safe. The target must outlive every reference. */
+void spindle_mtp_head_free(spindle_mtp_head *head);
+/* Its block_size: the draft depth K when a request gives none. */
+int spindle_mtp_head_block_size(const spindle_mtp_head *head);
 
 /* "none", "ngram", "draft"; NULL outside the enum. Thread-safe. */
 const char *spindle_spec_mode_name(spindle_spec_mode mode);

@@ -212,6 +212,7 @@ int sp_cmd_chat(int argc, char **argv) {
     spindle_tokenizer_free(c.tok);
     sp_lora_args_free(&o.lora);
     spindle_model_free(draft);
+    spindle_mtp_head_free(o.spec.spec.mtp_head);
     spindle_model_free(c.model);
     return st ? 1 : 0;
 }

@@ -458,6 +458,7 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_tokenizer_free(tok);
     sp_lora_args_free(&o.lora);
     spindle_model_free(draft);
+    spindle_mtp_head_free(o.spec.spec.mtp_head);
     spindle_model_free(model);
     spindle_free(o.prompt);
     return st ? 1 : 0;

@@ -30,6 +30,10 @@ int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o) {
     } else if (!strcmp(a, "--draft-model")) {
         if (!(v = sp_arg_value(argc, argv, i))) return -1;
         o->draft_path = v;
+    } else if (!strcmp(a, "--mtp")) {
+        if (!(v = sp_arg_value(argc, argv, i))) return -1;
+        o->spec.mode = SPINDLE_SPEC_MTP;
+        o->draft_path = v;
     } else if (count) {
         long hi = count == &o->spec.num_draft_tokens ? SPINDLE_MAX_DRAFT_TOKENS : 8;
         if (!(v = sp_arg_value(argc, argv, i)) || !sp_arg_int(a, v, 1, hi, &n))
@@ -41,14 +45,17 @@ int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o) {
     return 1;
 }
 
-spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
+spindle_status sp_spec_args_load(sp_spec_args *o, spindle_model *target,
                                  const spindle_load_options *lo,
                                  spindle_model **draft, spindle_error *err) {
     *draft = NULL;
+    if (o->spec.mode == SPINDLE_SPEC_MTP && o->draft_path)
+        return spindle_mtp_head_load(target, o->draft_path, &o->spec.mtp_head, err);
     if (o->spec.mode == SPINDLE_SPEC_MTP && !spindle_model_has_mtp(target)) {
         snprintf(err->message, sizeof err->message,
                  "--spec mtp: %s has no multi-token-prediction head "
-                 "(mtp.* weights)", spindle_model_dir(target));
+                 "(mtp.* weights; a companion directory: --mtp DIR)",
+                 spindle_model_dir(target));
         return SPINDLE_ERR_UNSUPPORTED;
     }
     if (o->spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;

@@ -13,7 +13,10 @@
     "  --spec ngram|draft|mtp  lossless speculative decoding: prompt lookup,\n" \
     "                          a draft model, or the model's own MTP head\n" \
     "                          (mtp.* weights; default: off)\n" \
-    "  --draft-model PATH      the draft model (same tokenizer) for --spec draft\n" \
+    "  --draft-model PATH      the draft model (same tokenizer) for --spec draft;\n" \
+    "                          with --spec mtp, an MTP companion directory\n" \
+    "  --mtp DIR               --spec mtp with the companion head in DIR\n" \
+    "                          (model_type qwen3_5_mtp; K: its block_size)\n" \
     "  --num-draft-tokens K    draft tokens per round at most (default 10)\n" \
     "  --ngram-max N, --ngram-min N  k-gram lengths prompt lookup tries (3, 1)\n" \
     "  --spec-fixed-k          always draft K tokens (no adaptive control)\n"
@@ -28,10 +31,12 @@ typedef struct sp_spec_args {
 int sp_arg_spec(int argc, char **argv, int *i, sp_spec_args *o);
 /* After the target is loaded: --spec draft loads the draft model into
  * *draft (the caller frees it after the target's last generation) and
- * points o->spec.draft_model at it. A vocabulary size that differs is a
+ * points o->spec.draft_model at it; --spec mtp with a directory (--mtp
+ * DIR, --draft-model DIR) loads the companion head into o->spec.mtp_head
+ * (the caller frees it with spindle_mtp_head_free). A vocabulary size that differs is a
  * warning on stderr; a tokenizer that encodes a probe text differently (or
  * exists for only one of the two models) is an error. */
-spindle_status sp_spec_args_load(sp_spec_args *o, const spindle_model *target,
+spindle_status sp_spec_args_load(sp_spec_args *o, spindle_model *target,
                                  const spindle_load_options *lo,
                                  spindle_model **draft, spindle_error *err);
 /* The "spec" statistics object of run --json: drafted, accepted,

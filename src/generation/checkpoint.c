@@ -3,6 +3,7 @@
  * the extension blobs. The file format is checkpoint_file.c. */
 #include "generation/checkpoint.h"
 #include "generation/engine.h"
+#include "generation/speculative.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +66,9 @@ spindle_gen_params sp_checkpoint_resume_params(const spindle_checkpoint *ck,
     p.grammar = caller->grammar;
     p.adapter = caller->adapter;
     p.adapter_scale = caller->adapter_scale;
-    /* The file does not hold these (nor a drafter's state: a drafter
-     * starts from the tokens, as on a fresh request). */
+    /* The file does not hold these: they are the resuming run's (the
+     * drafter's state, in the "drafter" extension, continues only a
+     * drafter of the same kind, policy and files: drafter_state.c). */
     p.spec = caller->spec;
     p.jump_forward = caller->jump_forward;
     p.resume = ck;
@@ -174,6 +176,18 @@ spindle_status sp_request_set_checkpoints(sp_request *q,
     return st;
 }
 
+/* The drafter's state beside the generation's (drafter_state.c), so that a
+ * resume drafts warm; a drafter that cannot record it leaves no record,
+ * and its resume starts cold. */
+static void record_drafter(sp_request *r) {
+    sp_strbuf b = {0};
+    spindle_error err;
+    if (sp_spec_state_save(r, &b))
+        spindle_checkpoint_set_extension(r->ck, SP_CHECKPOINT_DRAFTER_EXT, b.p,
+                                         b.len, &err);
+    sp_strbuf_free(&b);
+}
+
 void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {
     /* A speculative round adds several tokens: the checkpoint follows the
      * round that reaches or crosses the next multiple. */
@@ -190,6 +204,7 @@ void sp_checkpoint_maybe_emit(spindle_engine *e, sp_request *r) {
     ck->n_generated = r->n_generated;
     ck->tokens = r->tokens;            /* lent for the callback */
     sp_sampler_get_rng(r->sampler, ck->rng);
+    record_drafter(r);
     r->on_checkpoint(ck, r->checkpoint_user);
     r->checkpoint_at = r->n_generated;
     ck->tokens = NULL;
@@ -205,6 +220,10 @@ spindle_status sp_checkpoint_restore(sp_request *r, spindle_error *err) {
                        "one holds %d tokens)", spindle_seq_length(r->seq));
     spindle_status st = spindle_seq_snapshot_restore(r->seq, ck->snap, err);
     if (st) return st;
+    size_t drafter_n = 0;
+    const void *drafter = spindle_checkpoint_extension(ck, SP_CHECKPOINT_DRAFTER_EXT,
+                                                       &drafter_n);
+    sp_spec_state_restore(r, drafter, drafter_n);
     r->prefilled = r->n_prompt;
     r->t_first_token = sp_engine_now();
     return SPINDLE_OK;

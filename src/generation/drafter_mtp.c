@@ -18,6 +18,7 @@
  * target never computed (a prompt prefix restored from the prompt cache)
  * are fed zeros: the drafts are weaker there, never wrong. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "generation/speculative.h"
@@ -114,4 +115,61 @@ int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
      * the target's. */
     if (spindle_seq_length(d->seq) > L) spindle_seq_truncate(d->seq, L, &err);
     return got;
+}
+
+/* The record: i32 the head's length h, i32 the target's length L, u64 the
+ * snapshot's bytes, the snapshot, then (L - h) hidden rows of f32. */
+void sp_mtp_draft_save(const sp_mtp_draft *d, int target_length, sp_strbuf *b) {
+    spindle_error err;
+    spindle_seq_snapshot *snap = NULL;
+    const int32_t have = spindle_seq_length(d->seq), want = target_length;
+    if (have > want || want > d->cap ||
+        spindle_seq_snapshot_take(d->seq, &snap, &err)) {
+        b->oom = true;    /* nothing usable: the whole record is dropped */
+        return;
+    }
+    const uint64_t snap_n = spindle_seq_snapshot_bytes(snap);
+    sp_strbuf_add(b, (const char *)&have, sizeof have);
+    sp_strbuf_add(b, (const char *)&want, sizeof want);
+    sp_strbuf_add(b, (const char *)&snap_n, sizeof snap_n);
+    sp_strbuf_add(b, spindle_seq_snapshot_data(snap), snap_n);
+    sp_strbuf_add(b, (const char *)(d->taps + (size_t)have * d->hidden_size),
+                  (size_t)(want - have) * d->hidden_size * sizeof *d->taps);
+    spindle_seq_snapshot_free(snap);
+}
+
+bool sp_mtp_draft_restore(sp_mtp_draft *d, int target_length,
+                          const unsigned char *data, size_t n) {
+    int32_t have, want;
+    uint64_t snap_n;
+    const size_t head = sizeof have + sizeof want + sizeof snap_n;
+    if (n < head) return false;
+    memcpy(&have, data, sizeof have);
+    memcpy(&want, data + sizeof have, sizeof want);
+    memcpy(&snap_n, data + sizeof have + sizeof want, sizeof snap_n);
+    if (want != target_length || have < 0 || have > want || want > d->cap ||
+        snap_n > n - head)
+        return false;
+    const size_t rows = (size_t)(want - have) * d->hidden_size * sizeof *d->taps;
+    if (n - head - snap_n != rows) return false;
+    spindle_error err;
+    spindle_seq_snapshot *snap = NULL;
+    if (spindle_seq_snapshot_from_data(sp_mtp_model(d->head), data + head,
+                                       snap_n, &snap, &err))
+        return false;
+    bool ok = spindle_seq_snapshot_length(snap) == have &&
+              !spindle_seq_snapshot_restore(d->seq, snap, &err);
+    spindle_seq_snapshot_free(snap);
+    if (!ok) {
+        spindle_seq_truncate(d->seq, 0, &err);
+        return false;
+    }
+    memcpy(d->taps + (size_t)have * d->hidden_size, data + head + snap_n, rows);
+    return true;
+}
+
+bool sp_mtp_draft_fingerprint(const sp_mtp_draft *d,
+                              char out[SPINDLE_FINGERPRINT_LEN + 1]) {
+    spindle_error err;
+    return !sp_mtp_fingerprint(d->head, out, &err);
 }

@@ -154,6 +154,10 @@ typedef struct sp_engine_testing {
     /* The drafters draft their argmax at every temperature (as before
      * drafts were sampled), so that tests compare the acceptance rates. */
     bool greedy_drafts;
+    /* The adaptive rule prices every step and draft at its prior and
+     * never measures them, so that its choices depend on the acceptance
+     * counts alone (tests compare drafting across runs). */
+    bool fixed_costs;
 } sp_engine_testing;
 
 struct spindle_engine {

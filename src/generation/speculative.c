@@ -42,22 +42,8 @@
 #include "models/mtp.h"
 
 #define COUNT_DECAY 0.9
-#define BACKOFF_MIN 8
-#define BACKOFF_MAX 256
-
-struct sp_spec {
-    spindle_spec_params p;
-    int max_draft;                 /* K, capped by the target's rollback */
-    sp_ngram_index *ngram;
-    sp_draft_seq *dseq;
-    sp_mtp_draft *mtp;
-    int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
-    int n_round;                   /* drafts in this step's round; -1: none */
-    bool forced_round;             /* this round's drafts are a forced span */
-    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
-    int off_rounds, backoff;
-    spindle_spec_stats stats;
-};
+#define BACKOFF_MIN SP_SPEC_BACKOFF_MIN
+#define BACKOFF_MAX SP_SPEC_BACKOFF_MAX
 
 /* The measured time of a step of n decode and verify rows, n < COST_ROWS
  * (an exponential average per row count, so that a slow step is
@@ -159,11 +145,17 @@ static int rollback_limit(const spindle_model *m) {
 
 static sp_spec_engine *engine_state(spindle_engine *e);
 
-/* A request's MTP drafter over the engine's head of the target (bound at
- * the first request that asks for one). */
-static spindle_status new_mtp_draft(spindle_engine *e, int cap,
-                                    const spindle_sampler *sampler,
+/* A request's MTP drafter over its companion head, else the engine's
+ * head of the target (bound at the first request that asks for one). */
+static spindle_status new_mtp_draft(spindle_engine *e, sp_mtp *companion,
+                                    int cap, const spindle_sampler *sampler,
                                     sp_mtp_draft **out, spindle_error *err) {
+    if (companion) {
+        if (!sp_mtp_binds(companion, e->model))
+            return sp_fail(err, SPINDLE_ERR_ARGUMENT, "the MTP companion head "
+                           "was loaded for another model");
+        return sp_mtp_draft_new(companion, cap, sampler, out, err);
+    }
     sp_spec_engine *se = engine_state(e);
     if (!se) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     if (!se->mtp) {
@@ -185,8 +177,11 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
                        (int)p->mode);
     /* Jump-forward alone (no drafter): forced spans up to the most a
      * round verifies. */
+    const int companion_k = p->mode == SPINDLE_SPEC_MTP
+                                ? sp_mtp_block_size(p->mtp_head) : 0;
     int k = p->num_draft_tokens ? p->num_draft_tokens
             : p->mode == SPINDLE_SPEC_NONE ? SPINDLE_MAX_DRAFT_TOKENS
+            : companion_k                  ? companion_k
                                            : SPINDLE_DEFAULT_DRAFT_TOKENS;
     if (k < 1 || k > SPINDLE_MAX_DRAFT_TOKENS)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
@@ -215,7 +210,7 @@ spindle_status sp_spec_new(spindle_engine *e, const spindle_spec_params *p,
             ? sp_ngram_new(p->ngram_min ? p->ngram_min : 1,
                            p->ngram_max ? p->ngram_max : 3, &s->ngram, err)
         : p->mode == SPINDLE_SPEC_MTP
-            ? new_mtp_draft(e, cap, sampler, &s->mtp, err)
+            ? new_mtp_draft(e, p->mtp_head, cap, sampler, &s->mtp, err)
             : sp_draft_seq_new(p->draft_model, e->vocab, sampler, &s->dseq,
                                err);
     if (st) {
@@ -266,7 +261,7 @@ static sp_spec_engine *engine_state(spindle_engine *e) {
  * what a large matrix product costs per row, which says little about a
  * few verify rows beside the decode rows. */
 void sp_spec_observe_step(spindle_engine *e, int n_entries, double seconds) {
-    if (!e->spec) return;
+    if (!e->spec || e->testing.fixed_costs) return;
     int rows = 0;
     for (int i = 0; i < n_entries; i++) {
         const sp_request *r = e->entry_req[i];
@@ -407,7 +402,8 @@ static void run_draft_models(const spindle_engine *e, sp_spec_engine *se,
             nanosleep(&ts, NULL);
             seconds += d;
         }
-        observe_draft(&se->model_draft, seconds, steps);
+        if (!e->testing.fixed_costs)
+            observe_draft(&se->model_draft, seconds, steps);
         for (int j = first; j < end; j++)
             se->job_req[j]->spec->n_round = se->jobs[j].got;
         first = end;
@@ -466,7 +462,8 @@ void sp_spec_draft_round(spindle_engine *e, int spare) {
             int want = d;
             d = sp_mtp_draft_propose(s->mtp, r->tokens, n_hist,
                                      spindle_seq_length(r->seq), d, s->draft);
-            observe_draft(&se->mtp_draft, sp_engine_now() - t0, want);
+            if (!e->testing.fixed_costs)
+                observe_draft(&se->mtp_draft, sp_engine_now() - t0, want);
             d = grammar_cut(r, s, d);
         } else if (s->dseq) {
             d = adapt_k(s, &se->cost, room, &plan, model);

@@ -40,9 +40,38 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/strbuf.h"
 #include "generation/engine.h"
 
+typedef struct sp_ngram_index sp_ngram_index;
+typedef struct sp_draft_seq sp_draft_seq;
+typedef struct sp_mtp_draft sp_mtp_draft;
+
 /* ---- speculative.c: the engine's side ---- */
+
+/* The adaptive rule's probe schedule: a request that stopped drafting
+ * probes after BACKOFF_MIN rounds, doubling up to BACKOFF_MAX. */
+#define SP_SPEC_BACKOFF_MIN 8
+#define SP_SPEC_BACKOFF_MAX 256
+
+/* A request's speculation (speculative.c; drafter_state.c reads and
+ * writes its drafter's part for checkpoints). */
+struct sp_spec {
+    spindle_spec_params p;
+    int max_draft;                 /* K, capped by the target's rollback */
+    sp_ngram_index *ngram;
+    sp_draft_seq *dseq;
+    sp_mtp_draft *mtp;
+    int32_t draft[SPINDLE_MAX_DRAFT_TOKENS];
+    int n_round;                   /* drafts in this step's round; -1: none */
+    bool forced_round;             /* this round's drafts are a forced span */
+    /* The adaptive rule's decayed counts per draft position and its
+     * off / probe schedule (speculative.c's header comment). */
+    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
+    int off_rounds, backoff;
+    spindle_spec_stats stats;
+};
+
 
 /* A request's speculation state from its parameters (*out NULL when the
  * mode is SPINDLE_SPEC_NONE and not jump_forward: a grammar's forced
@@ -75,8 +104,6 @@ void sp_spec_stats(const sp_request *r, spindle_spec_stats *out);
 
 
 /* ---- drafter_ngram.c ---- */
-
-typedef struct sp_ngram_index sp_ngram_index;
 
 spindle_status sp_ngram_new(int ngram_min, int ngram_max, sp_ngram_index **out,
                             spindle_error *err);
@@ -116,8 +143,6 @@ void sp_draft_sampler_start_round(sp_draft_sampler *ds);
 int32_t sp_draft_sampler_pick(sp_draft_sampler *ds, float *logits, int vocab);
 
 /* ---- drafter_model.c ---- */
-
-typedef struct sp_draft_seq sp_draft_seq;
 
 /* A draft sequence for a request whose sampler is `sampler` (borrowed: its
  * parameters are cloned, its stream read at each round's start; greedy
@@ -161,8 +186,7 @@ void sp_draft_seq_rewind(sp_draft_seq *d, int n_before, int drafted,
 
 /* ---- drafter_mtp.c ---- */
 
-typedef struct sp_mtp sp_mtp;
-typedef struct sp_mtp_draft sp_mtp_draft;
+typedef struct spindle_mtp_head sp_mtp;
 
 /* A request's MTP drafter over `head` (a reference is kept), with room
  * for the target's hidden states at positions 0 .. cap - 1, drafting
@@ -185,8 +209,49 @@ int sp_mtp_draft_propose(sp_mtp_draft *d, const int32_t *history, int n_hist,
  * harnesses compare them; a sampled draft leaves them filtered
  * log-probabilities). */
 const float *sp_mtp_draft_last_logits(const sp_mtp_draft *d);
+/* The head's state for a checkpoint, appended to b: its sequence's
+ * snapshot and the target's hidden states at the positions it has not
+ * consumed yet (its length .. target_length - 1). */
+void sp_mtp_draft_save(const sp_mtp_draft *d, int target_length, sp_strbuf *b);
+/* Restore what sp_mtp_draft_save wrote (data[0..n), for a target sequence
+ * target_length long); false (the drafter left cold) on any mismatch. */
+bool sp_mtp_draft_restore(sp_mtp_draft *d, int target_length,
+                          const unsigned char *data, size_t n);
+/* The content fingerprint of the files the head comes from (the target's,
+ * or its companion directory's); false when it cannot be computed. */
+bool sp_mtp_draft_fingerprint(const sp_mtp_draft *d,
+                              char out[SPINDLE_FINGERPRINT_LEN + 1]);
 /* The hidden-state rows for an entry of r's n_tokens from its sequence's
  * current length (NULL: r has no MTP drafter). */
 float *sp_spec_hidden_rows(sp_request *r, int n_tokens);
+
+/* ---- drafter_state.c: the drafter's state in durable checkpoints ---- */
+
+/* The checkpoint extension holding it (the name spindle_checkpoint_set_
+ * extension reserves for the engine). */
+#define SP_CHECKPOINT_DRAFTER_EXT "drafter"
+/* r's drafter state (the record drafter_state.c describes) into b; false
+ * when r has nothing to record or it could not be written. */
+bool sp_spec_state_save(sp_request *r, sp_strbuf *b);
+/* At a resume's admission, after r's sequence was restored: continue r's
+ * drafter from the record data[0..n). A record for another drafter,
+ * policy or model, or one that does not fit, is ignored with one logged
+ * line naming why: the drafter then starts cold, as without a record. */
+void sp_spec_state_restore(sp_request *r, const void *data, size_t n);
+
+/* A record's fields, parsed and range-checked (no request needed: the
+ * fuzz harness of the checkpoint file runs it on "drafter" extensions). */
+#define SP_DRAFTER_NAMESPACE_MAX 96
+typedef struct sp_drafter_record {
+    char ns[SP_DRAFTER_NAMESPACE_MAX];
+    uint32_t n_hist;
+    double tried[SPINDLE_MAX_DRAFT_TOKENS], acc[SPINDLE_MAX_DRAFT_TOKENS];
+    int32_t off_rounds, backoff;
+    const unsigned char *rest;    /* the drafter's own part (borrowed) */
+    size_t n_rest;
+} sp_drafter_record;
+/* NULL when data[0..n) is a well-formed record (into *out), else why not. */
+const char *sp_drafter_record_parse(const void *data, size_t n,
+                                    sp_drafter_record *out);
 
 #endif

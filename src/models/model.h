@@ -159,10 +159,12 @@ typedef struct sp_arch {
     /* Bind the one decoder layer of target's multi-token-prediction head
      * ("mtp.layers.0.*", models/mtp.h) into head->layers[0], with the
      * family data it needs in head->family (released by free_family);
-     * *norms_plus_one tells whether the files store (1 + w) norms as w.
-     * NULL: the family has no such head. */
+     * *norms_plus_one tells whether the files store (1 + w) norms as w:
+     * on entry -1 to decide it from the target's files (a head inside
+     * the target's checkpoint), or 0 / 1 as the head's own files say (a
+     * companion directory). NULL: the family has no such head. */
     spindle_status (*mtp_load)(spindle_model *head, const spindle_model *target,
-                               bool *norms_plus_one, spindle_error *err);
+                               int *norms_plus_one, spindle_error *err);
 } sp_arch;
 
 struct spindle_model {

@@ -25,7 +25,8 @@
 
 #include "models/model.h"
 
-typedef struct sp_mtp sp_mtp;
+/* The public spindle_mtp_head (include/spindle/generate.h) is this. */
+typedef struct spindle_mtp_head sp_mtp;
 
 /* Whether m's files hold an MTP head its family can run. */
 bool sp_mtp_present(const spindle_model *m);
@@ -33,6 +34,11 @@ bool sp_mtp_present(const spindle_model *m);
  * with one line naming what is missing when the model has none. */
 spindle_status sp_mtp_new(spindle_model *target, sp_mtp **out,
                           spindle_error *err);
+/* Whether p drafts for target (its embeddings and lm_head are bound). */
+bool sp_mtp_binds(const sp_mtp *p, const spindle_model *target);
+/* A companion's block_size (its default draft depth); 0 for a head inside
+ * the target's checkpoint. */
+int sp_mtp_block_size(const sp_mtp *p);
 /* Reference counted (atomically): every holder of a head sequence keeps
  * a reference, since the sequences live in the head's KV pool.
  * sp_mtp_free drops one; the last frees the head. */
@@ -41,6 +47,12 @@ void sp_mtp_free(sp_mtp *p);
 /* The head as a model: spindle_seq_new / _truncate / _length work on its
  * sequences. */
 spindle_model *sp_mtp_model(sp_mtp *p);
+
+/* The content fingerprint of the files the head comes from: the target's
+ * (its head sits in the target's checkpoint) or its companion
+ * directory's. Thread-safe. */
+spindle_status sp_mtp_fingerprint(sp_mtp *p, char out[SPINDLE_FINGERPRINT_LEN + 1],
+                                  spindle_error *err);
 
 /* n rows of one head sequence, at its next positions: row t takes
  * tokens[t] and hidden[t * hidden_size]. Writes logits[n][vocab] (only

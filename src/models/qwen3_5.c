@@ -113,7 +113,7 @@ static spindle_status qwen3_5_load(spindle_model *m, spindle_error *err) {
  * and dense MLP under "mtp.layers.0." (vLLM's qwen3_5_mtp.py names). */
 static spindle_status qwen3_5_mtp_load(spindle_model *head,
                                        const spindle_model *target,
-                                       bool *norms_plus_one,
+                                       int *norms_plus_one,
                                        spindle_error *err) {
     const sp_hybrid *th = target->family;
     sp_hybrid *h = calloc(1, sizeof *h);
@@ -131,7 +131,7 @@ static spindle_status qwen3_5_mtp_load(spindle_model *head,
     h->conv_dim = th->conv_dim;
     h->linear = calloc(1, sizeof *h->linear); /* one full-attention layer */
     if (!h->linear) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    *norms_plus_one = hf_checkpoint(target, th);
+    if (*norms_plus_one < 0) *norms_plus_one = hf_checkpoint(target, th);
     const sp_hybrid_options opt = {.norms_plus_one = *norms_plus_one,
                                    .heads_tiled = th->heads_tiled};
     spindle_status st = sp_hybrid_bind_layers_at(head, h, "mtp.layers", &opt, err);

@@ -29,7 +29,8 @@ bool sp_model_own_name(const spindle_model *m, const char *file_name,
 const sp_tensor_info *sp_model_find_tensor(const spindle_model *m,
                                            const char *name) {
     if (m->gguf) return sp_gguf_weights_find(m->gguf, name);
-    if (!m->tensor_prefix[0]) return sp_tensor_set_find(m->tensors, name);
+    if (!m->tensor_prefix[0] && !m->tensor_prefix_from[0])
+        return sp_tensor_set_find(m->tensors, name);
     char full[400];
     if (!sp_model_file_name(m, name, full, sizeof full)) return NULL;
     return sp_tensor_set_find(m->tensors, full);
@@ -44,10 +45,14 @@ static const sp_tensor_info *find(spindle_model *m, const char *name) {
     return sp_model_find_tensor(m, name);
 }
 
+/* Named as the files would name it (tensor_prefix applied). */
 static spindle_status missing(spindle_model *m, const char *name,
                               spindle_error *err) {
+    char file_name[400];
+    if (m->gguf || !sp_model_file_name(m, name, file_name, sizeof file_name))
+        snprintf(file_name, sizeof file_name, "%s", name);
     return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: missing tensor '%s'", m->dir,
-                   name);
+                   file_name);
 }
 
 static bool is_float(sp_dtype t) {

@@ -70,9 +70,13 @@ static void stop_signal_watch(signal_watch *w) {
 
 /* --spec draft: the draft model, loaded as the target (its own threads,
  * context and KV type), whose tokenizer must be the target's. --spec mtp:
- * the target must carry its head. */
+ * a companion directory (--mtp DIR, --draft-model DIR), else the target
+ * must carry its head. */
 static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
                                  spindle_error *err) {
+    if (s->opts.spec.mode == SPINDLE_SPEC_MTP && s->opts.draft_path)
+        return spindle_mtp_head_load(s->model, s->opts.draft_path,
+                                     &s->opts.spec.mtp_head, err);
     if (s->opts.spec.mode == SPINDLE_SPEC_MTP && !spindle_model_has_mtp(s->model)) {
         snprintf(err->message, sizeof err->message,
                  "--spec mtp: %s has no multi-token-prediction head "
@@ -203,6 +207,7 @@ static void server_free(sp_server *s) {
     spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_embedder_free(s->embedder);
     spindle_tokenizer_free(s->tok);
+    spindle_mtp_head_free(s->opts.spec.mtp_head);  /* borrows the model */
     spindle_model_free(s->model);
     spindle_model_free(s->draft_model);
     sp_metrics_destroy(&s->metrics);

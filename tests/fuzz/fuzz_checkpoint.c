@@ -1,7 +1,9 @@
 /* The checkpoint file parser (src/generation/checkpoint_file.c):
  * sp_checkpoint_parse on the input, without the checksum (so that mutations
  * reach the sections) and with it, and the snapshot block's own structure
- * check (sp_state_snapshot_from_bytes).
+ * check (sp_state_snapshot_from_bytes), and a "drafter" extension's record
+ * (sp_drafter_record_parse: on success a printable namespace, counts in
+ * range, the drafter's own part within the extension).
  *
  * Invariants on success: the counts agree (prompt >= 1, generated >= 1, the
  * stored tokens are prompt + generated, max_tokens beyond generated); the
@@ -11,6 +13,7 @@
 #include "fuzz_common.h"
 
 #include "generation/checkpoint.h"
+#include "generation/speculative.h"
 #include "runtime/seq_state.h"
 
 static void check_round_trip(const spindle_checkpoint *ck) {
@@ -43,6 +46,21 @@ static void check_round_trip(const spindle_checkpoint *ck) {
     spindle_checkpoint_free(back);
 }
 
+static void check_drafter_record(const spindle_checkpoint *ck) {
+    size_t n = 0;
+    const unsigned char *x = spindle_checkpoint_extension(ck, "drafter", &n);
+    sp_drafter_record rec;
+    if (!x || sp_drafter_record_parse(x, n, &rec)) return;
+    size_t ns_n = strnlen(rec.ns, sizeof rec.ns);
+    FUZZ_CHECK(ns_n < sizeof rec.ns, "namespace not terminated");
+    for (size_t i = 0; i < ns_n; i++)
+        FUZZ_CHECK(rec.ns[i] >= 0x20 && rec.ns[i] <= 0x7e, "unprintable namespace");
+    FUZZ_CHECK(rec.rest >= x && rec.n_rest <= n && rec.rest + rec.n_rest == x + n,
+               "the drafter's part lies outside the record");
+    for (int j = 0; j < SPINDLE_MAX_DRAFT_TOKENS; j++)
+        FUZZ_CHECK(rec.acc[j] >= 0 && rec.acc[j] <= rec.tried[j], "counts");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     spindle_error err = {0};
@@ -60,6 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     check_round_trip(ck);
+    check_drafter_record(ck);
     sp_state_snapshot *snap = NULL;
     if (sp_state_snapshot_from_bytes(ck->snap_data, ck->snap_n, &snap, &err) == SPINDLE_OK) {
         FUZZ_CHECK(sp_state_snapshot_bytes(snap) == ck->snap_n, "snapshot size");

@@ -119,3 +119,21 @@ def test_spec_mtp_needs_a_head(server_model):
     assert r.returncode != 0
     errors = [ln for ln in r.stderr.splitlines() if "listening on" not in ln]
     assert len(errors) == 1 and "multi-token-prediction head" in errors[0], r.stderr
+
+
+def test_mtp_companion_is_checked_at_start(server_model, tmp_path):
+    """`serve --mtp DIR` loads the companion before listening: one that
+    cannot draft for the model is one line and a non-zero exit (companions
+    themselves: tests/parity/test_mtp_companion.py)."""
+    import json
+    import subprocess
+    from server_common import SPINDLE_BIN
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "qwen3_5_mtp", "block_size": 3}))
+    r = subprocess.run([str(SPINDLE_BIN), "serve", "-m", str(server_model),
+                        "--host", "127.0.0.1", "--port", "0", "--mtp",
+                        str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    errors = [ln for ln in r.stderr.splitlines() if "listening on" not in ln]
+    assert len(errors) == 1 and "MTP head" in errors[0], r.stderr

@@ -31,7 +31,9 @@
  *   "draft_delay_ms": T (each draft-model step takes T ms longer: a slow
  *     draft model),
  *   "greedy_drafts": B (a draft model or MTP head drafts its argmax at any
- *     temperature)}
+ *     temperature),
+ *   "fixed_costs": B (speculation's adaptive rule never measures step
+ *     times: its choices depend on the acceptance counts alone)}
  * "step": the harness calls spindle_engine_step; before step K it submits
  *   the requests with submit_at K and cancels those with cancel_at K.
  * "background": K counts tokens generated so far by all requests.
@@ -679,7 +681,8 @@ int main(int argc, char **argv) {
         sp_engine_set_testing(H.engine, &(sp_engine_testing){
             .always_accept = flag(sc, "always_accept"),
             .draft_delay = num(sc, "draft_delay_ms", 0) / 1000,
-            .greedy_drafts = flag(sc, "greedy_drafts")});
+            .greedy_drafts = flag(sc, "greedy_drafts"),
+            .fixed_costs = flag(sc, "fixed_costs")});
         if (eo.background) run_background((long)num(sc, "free_after_tokens", 0));
         else steps = run_steps();
         spindle_engine_free(H.engine);

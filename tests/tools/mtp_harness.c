@@ -22,6 +22,8 @@
  * once ("drafts_fresh"), which must agree, and so must the logits of their
  * last head rows ("after_vs_fresh": the largest difference over the
  * fresh logits' standard deviation).
+ * --companion DIR: the head of an MTP companion directory
+ * (spindle_mtp_head_load) instead of the one in MODEL's checkpoint.
  * Exits 2 on a usage or load error, 1 on a failed forward. */
 #include "generation/speculative.h"
 #include "models/mtp.h"
@@ -156,13 +158,14 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *out_path = NULL;
+    const char *model = NULL, *tokens = NULL, *out_path = NULL, *companion = NULL;
     int prompt = 0, k = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = argv[++i];
         else if (!strcmp(argv[i], "--prompt-len") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--propose") && i + 1 < argc) k = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--companion") && i + 1 < argc) companion = argv[++i];
         else if (!model) model = argv[i];
         else { fprintf(stderr, "mtp_harness: unknown argument %s\n", argv[i]); return 2; }
     }
@@ -179,7 +182,9 @@ int main(int argc, char **argv) {
     spindle_model *m = NULL;
     sp_mtp *head = NULL;
     const spindle_load_options lo = {.n_threads = 1, .max_context = 512};
-    if (spindle_model_load(model, &lo, &m, &err) || sp_mtp_new(m, &head, &err)) {
+    if (spindle_model_load(model, &lo, &m, &err) ||
+        (companion ? spindle_mtp_head_load(m, companion, &head, &err)
+                   : sp_mtp_new(m, &head, &err))) {
         fprintf(stderr, "mtp_harness: %s\n", err.message);
         spindle_model_free(m);
         return 2;
