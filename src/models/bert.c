@@ -1,14 +1,18 @@
 /* BERT (model_type "bert"), the encoder of sentence-transformers models such
  * as all-MiniLM-L6-v2, as transformers' modeling_bert computes it:
- *   x = LayerNorm(word[tok] + position[pos] + token_type[0])
+ *   x = LayerNorm(word[tok] + position[pos] + token_type[type])
  *   per layer (post-norm residuals):
  *     x = LayerNorm(x + o(attention(q(x), k(x), v(x))))   bidirectional
  *     x = LayerNorm(x + down(gelu_erf(up(x))))
  * Every input is one sequence of the batch and attends to its own tokens
  * only, so the padding mask of a padded batch is implicit (there is no
  * padding). No lm_head and no sequence state: spindle_embed runs it,
- * spindle_forward refuses it. Single-segment inputs (token type 0), as
+ * spindle_forward refuses it. Each row's token type comes from the pass
+ * (f->token_types: a pair's second text is type 1), else 0, as
  * sentence-transformers encodes one text.
+ *
+ * BertForSequenceClassification (a cross-encoder reranker) adds the pooler
+ * and the classifier, bound as the model's sp_cls_head when present.
  *
  * GGUF (llama.cpp's "bert" architecture, as convert_hf_to_gguf.py writes
  * it): the layers' modules under their llama.cpp names (bert_gguf_names),
@@ -28,7 +32,8 @@ typedef struct bert_norm {
 
 typedef struct bert_family {
     const float *position;    /* [max_position][hidden] */
-    const float *token_type;  /* [type_vocab][hidden], row 0 used */
+    const float *token_type;  /* [type_vocab][hidden] */
+    int type_vocab;
     bert_norm embed_norm;
     bert_norm *attn_norm, *out_norm;  /* [n_layers] */
     float eps;
@@ -47,6 +52,14 @@ static const sp_gguf_name_map bert_gguf_names[] = {
     {NULL, NULL},
 };
 
+/* The classification head as llama.cpp's converter names it (its rank
+ * pooling: cls = the pooler's dense + tanh, cls.output = the classifier). */
+static const sp_gguf_name_map bert_gguf_globals[] = {
+    {"cls", "pooler.dense"},
+    {"cls.output", "classifier"},
+    {NULL, NULL},
+};
+
 static const sp_gguf_key_map bert_gguf_keys[] = {
     {"attention.layer_norm_epsilon", "layer_norm_eps", SP_GGUF_KEY_REAL},
     {NULL, NULL, 0},
@@ -56,6 +69,7 @@ static const sp_gguf_key_map bert_gguf_keys[] = {
  * transformers' encoder.layer.N). */
 static const sp_gguf_family bert_gguf = {.arch = "bert", .model_type = "bert",
                                          .layer_names = bert_gguf_names,
+                                         .global_names = bert_gguf_globals,
                                          .keys = bert_gguf_keys};
 
 /* The embeddings' tensor names: Hugging Face's, or llama.cpp's in GGUF. */
@@ -118,6 +132,33 @@ static spindle_status bind_layer(spindle_model *m, bert_family *b, int l,
     if (!st) st = bind_norm(m, p, &b->attn_norm[l], err);
     snprintf(p, sizeof p, "%s%d.output.LayerNorm", names->layer, l);
     if (!st) st = bind_norm(m, p, &b->out_norm[l], err);
+    return st;
+}
+
+/* BertForSequenceClassification's head, when the files have one: the
+ * pooler under the encoder's prefix ("bert.pooler.dense"), the classifier
+ * outside it at the top ("classifier"), so the prefix is off while that
+ * one is looked up. */
+static spindle_status bind_cls_head(spindle_model *m, spindle_error *err) {
+    const int64_t d = m->cfg.hidden_size;
+    char prefix[sizeof m->tensor_prefix];
+    memcpy(prefix, m->tensor_prefix, sizeof prefix);
+    m->tensor_prefix[0] = '\0';
+    const sp_tensor_info *c = sp_model_find_tensor(m, "classifier.weight");
+    spindle_status st = SPINDLE_OK;
+    if (c && (c->ndim != 2 || c->shape[0] < 1 || c->shape[0] > 4096))
+        st = sp_fail(err, SPINDLE_ERR_FORMAT,
+                     "%s: classifier.weight is not a [labels][hidden] matrix",
+                     m->dir);
+    else if (c)
+        st = sp_bind_linear(m, "classifier", c->shape[0], d, false,
+                            &m->cls.classifier, err);
+    memcpy(m->tensor_prefix, prefix, sizeof prefix);
+    if (st || !c) return st;
+    m->cls.n_labels = (int)c->shape[0];
+    if (sp_model_find_tensor(m, "pooler.dense.weight"))
+        st = sp_bind_linear(m, "pooler.dense", d, d, false, &m->cls.pooler,
+                            err);
     return st;
 }
 
@@ -191,8 +232,10 @@ static spindle_status bert_load(spindle_model *m, spindle_error *err) {
         st = sp_bind_float_matrix(m, names->token_type, type_vocab,
                                   c->hidden_size, &b->token_type, err);
     if (!st) st = bind_norm(m, names->norm, &b->embed_norm, err);
+    b->type_vocab = type_vocab;
     for (int l = 0; l < c->n_layers && !st; l++)
         st = bind_layer(m, b, l, names, err);
+    if (!st) st = bind_cls_head(m, err);
     return st;
 }
 
@@ -222,7 +265,12 @@ static void rows_range(void *ctx, int64_t begin, int64_t end, int thread) {
         }
         if (r->op == ROWS_EMBED_TAIL) {
             const float *p = b->position + (size_t)r->f->pos[t] * d;
-            for (int i = 0; i < d; i++) x[i] += p[i] + b->token_type[i];
+            /* A model of one segment (type_vocab_size 1) has no row for a
+             * pair's second text: its tokenizer gives every token type 0. */
+            int type = r->f->token_types ? r->f->token_types[t] : 0;
+            if (type < 0 || type >= b->type_vocab) type = 0;
+            const float *tt = b->token_type + (size_t)type * d;
+            for (int i = 0; i < d; i++) x[i] += p[i] + tt[i];
         }
         sp_layernorm(x, x, r->norm->w, r->norm->b, d, b->eps);
     }

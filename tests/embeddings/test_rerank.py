@@ -1,0 +1,208 @@
+"""`spindle rerank` against independent references, on tiny random
+rerankers (rerank_models.py):
+
+* the cross-encoder (BertForSequenceClassification, one label) against
+  the float64 numpy BERT with its pooler and classifier
+  (bert_numpy_ref.py), on transformers' tokenizer's pair encoding
+  ([CLS] q [SEP] d [SEP], token types 0 then 1), with and without
+  longest_first truncation; Spindle returns sigmoid(logit), as
+  sentence-transformers' CrossEncoder does;
+* the same head through llama.cpp's rank pooling (llama-cpp-python,
+  pooling_type RANK) on the GGUF minilm_gguf.py writes, which reports the
+  logit itself; Spindle on that GGUF and on the safetensors directory;
+* the yes/no decoder (Qwen3-Reranker's prompt) against llama.cpp's rank
+  pooling on the Qwen3 GGUF with cls.output = the "yes" / "no" rows (its
+  softmax gives p(yes) first) and against mlx-lm's logits.
+
+References get transformers' token ids; Spindle tokenizes the text itself,
+so its tokenizer and pair template are checked too."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from bert_numpy_ref import BertReference  # first: it sets numpy's threads
+
+import numpy as np
+import pytest
+
+import rerank_models as rm
+
+ROOT = Path(__file__).resolve().parents[2]
+SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
+
+QUERY = "what is the capital of china?"
+DOCS = ["Beijing is the capital of China.",
+        "Gravity is a force that attracts two bodies towards each other.",
+        "北京是中华人民共和国的首都。",
+        "The capital of France is Paris; the capital of China is Beijing, "
+        "a city of over twenty million people in the north of the country, "
+        "which has been the seat of government for most of the last eight "
+        "centuries.",
+        "",
+        "naïve café résumé — déjà vu"]
+# f64 numpy vs f32 Spindle: a tiny model's scores agree to ~1e-7.
+SCORE_TOL = 2e-6
+INSTRUCTION = ("Given a web search query, retrieve relevant passages that "
+               "answer the query")
+PREFIX = ("<|im_start|>system\nJudge whether the Document meets the "
+          "requirements based on the Query and the Instruct provided. Note "
+          "that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+          "<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def need(path):
+    if not Path(path).exists():
+        pytest.skip(f"{path} missing (run scripts/setup.sh)")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    need(rm.MINILM / "tokenizer.json")
+    need(rm.QWEN3 / "model.safetensors")
+    pytest.importorskip("transformers")
+    d = tmp_path_factory.mktemp("rerank")
+    return {"cross": rm.write_cross_encoder(d / "cross"),
+            "same": rm.write_cross_encoder(d / "same", same_types=True),
+            "decoder": rm.write_yes_no_decoder(d / "decoder"), "dir": d}
+
+
+def spindle_rerank(model, query, docs, *extra):
+    r = subprocess.run([str(SPINDLE_BIN), "rerank", "-m", str(model), "-q", query,
+                        "--threads", "2", *extra],
+                       input="".join(d + "\n" for d in docs),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["index"] for row in rows] == list(range(len(rows)))
+    return np.array([row["relevance_score"] for row in rows])
+
+
+def pair_tokenizer(model_dir, max_length=None):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    tok.no_padding()
+    if max_length:
+        tok.enable_truncation(max_length, strategy="longest_first")
+    else:
+        tok.no_truncation()
+    return tok
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+# stdin drops empty lines: the empty document goes as an argument only in
+# the server tests; here the non-empty ones.
+TEXT_DOCS = [d for d in DOCS if d]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 24])
+def test_cross_encoder_matches_numpy(models, max_tokens):
+    """Scores of the random cross-encoder = sigmoid of the numpy
+    reference's logit on transformers' pair ids (longest_first truncation
+    to max_tokens, which cuts the long document more than the query)."""
+    ref = BertReference(models["cross"])
+    tok = pair_tokenizer(models["cross"], max_tokens)
+    want = []
+    for d in TEXT_DOCS:
+        e = tok.encode(QUERY, d)
+        want.append(sigmoid(ref.classify(e.ids, e.type_ids)[0]))
+    extra = ["--max-tokens", str(max_tokens)] if max_tokens else []
+    got = spindle_rerank(models["cross"], QUERY, TEXT_DOCS, *extra)
+    np.testing.assert_allclose(got, want, atol=SCORE_TOL, rtol=0)
+    assert np.ptp(got) > 0.05   # the documents are told apart
+
+
+def test_rank_needs_a_head(models):
+    """An encoder without a classification head (the sentence embedder) is
+    refused in one line naming why."""
+    need(rm.MINILM / "model.safetensors")
+    r = subprocess.run([str(SPINDLE_BIN), "rerank", "-m", str(rm.MINILM), "-q",
+                        "q", "d"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "not a cross-encoder (no classification head)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def llama_rank(llm, ids):
+    """llama.cpp's rank output (n_cls_out floats) for one token sequence."""
+    import llama_cpp
+    llm._batch.reset()
+    llm._batch.add_sequence(ids, 0, True)
+    llm._ctx.kv_cache_clear()
+    llm._ctx.decode(llm._batch)
+    n = llama_cpp.llama_model_n_cls_out(llm._model.model)
+    p = llama_cpp.llama_get_embeddings_seq(llm._ctx.ctx, 0)
+    return [p[i] for i in range(n)]
+
+
+def llama_ranker(path):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    # f32 keys and values: llama.cpp's default f16 cache would be the
+    # difference measured.
+    return llama_cpp.Llama(str(path), embedding=True,
+                           pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK,
+                           n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2,
+                           type_k=0, type_v=0, verbose=False)
+
+
+@pytest.mark.parametrize("form", ["safetensors", "gguf"])
+def test_cross_encoder_matches_llama_cpp(models, form):
+    """llama.cpp's rank pooling on the GGUF (pooler as cls, classifier as
+    cls.output) reports the logit; Spindle's score is its sigmoid. The model
+    has equal token-type rows, since llama.cpp gives every token type 0."""
+    pytest.importorskip("gguf")
+    from minilm_gguf import write_gguf
+    path = models["dir"] / "same.gguf"
+    if not path.exists():
+        write_gguf(models["same"], path)
+    llm = llama_ranker(path)
+    tok = pair_tokenizer(models["same"])
+    want = sigmoid([llama_rank(llm, tok.encode(QUERY, d).ids)[0]
+                    for d in TEXT_DOCS])
+    got = spindle_rerank(models["same"] if form == "safetensors" else path,
+                         QUERY, TEXT_DOCS)
+    # llama.cpp's GELU is a table of f16 values: ~1e-3 on a logit.
+    print("worst vs llama.cpp", np.abs(got - want).max())
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
+
+
+def decoder_ids(model_dir, query, doc):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    body = f"<Instruct>: {INSTRUCTION}\n<Query>: {query}\n<Document>: {doc}"
+    return sum((tok.encode(t, add_special_tokens=False).ids
+                for t in (PREFIX, body, SUFFIX)), [])
+
+
+def test_yes_no_matches_llama_cpp(models):
+    """The decoder reranker: llama.cpp's rank pooling on the Qwen3 GGUF
+    (cls.output = the "yes" and "no" rows, softmaxed: p(yes) first) on the
+    model card's prompt, as transformers' tokenizer encodes it."""
+    pytest.importorskip("gguf")
+    path = rm.yes_no_gguf(models["decoder"], models["dir"] / "decoder.gguf")
+    llm = llama_ranker(path)
+    want = [llama_rank(llm, decoder_ids(models["decoder"], QUERY, d))[0]
+            for d in TEXT_DOCS]
+    got = spindle_rerank(models["decoder"], QUERY, TEXT_DOCS)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+    assert np.ptp(got) > 1e-3
+
+
+def test_yes_no_matches_mlx_lm(models):
+    """The same scores from mlx-lm's logits at the last position:
+    softmax over ("yes", "no")."""
+    mlx_lm = pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+    model, _ = mlx_lm.load(str(models["decoder"]))
+    yes, no = rm.yes_no_ids(models["decoder"])
+    want = []
+    for d in TEXT_DOCS:
+        logits = model(mx.array([decoder_ids(models["decoder"], QUERY, d)]))
+        last = logits[0, -1].astype(mx.float32)
+        want.append(float(sigmoid(last[yes].item() - last[no].item())))
+    got = spindle_rerank(models["decoder"], QUERY, TEXT_DOCS)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
