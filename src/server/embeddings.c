@@ -24,13 +24,18 @@ bool sp_embeddings_load(sp_server *s) {
     return !st;
 }
 
-static bool embed_ready(sp_server *s, sp_api_error *e) {
+bool sp_server_serving(sp_server *s, sp_api_error *e) {
     int phase = atomic_load(&s->phase);
     if (phase == SP_PHASE_LOADING)
         return sp_api_fail(e, 503, "unavailable_error", NULL, NULL, "Loading model");
     if (phase == SP_PHASE_DRAINING)
         return sp_api_fail(e, 503, "unavailable_error", NULL, NULL,
                            "the server is shutting down");
+    return true;
+}
+
+static bool embed_ready(sp_server *s, sp_api_error *e) {
+    if (!sp_server_serving(s, e)) return false;
     if (!s->embedder)
         return sp_api_bad(e, "model", "the served model is not an embedding "
                           "model (%.300s)", s->embed_refusal);

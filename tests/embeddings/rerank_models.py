@@ -14,6 +14,9 @@
 * yes_no_gguf: that decoder as a Qwen3 GGUF (tests/gguf_writer.py) with
   what llama.cpp's converter adds for a Qwen3 reranker: rank pooling and
   cls.output = the lm_head rows of "yes" and "no", in that order.
+
+Also what the rerank tests share: the query and documents, the
+references' token ids (pair_tokenizer, decoder_ids) and sigmoid.
 """
 import json
 import shutil
@@ -140,3 +143,53 @@ def yes_no_gguf(model_dir, out):
         wr.add_tensor("cls.output.weight",
                       np.ascontiguousarray(head[[yes, no]].astype(np.float32)))
     return write_gguf(str(model_dir), str(out), "f32", extra=rank)
+
+
+# ------------------------------------------------- what the tests share
+
+QUERY = "what is the capital of china?"
+DOCS = ["Beijing is the capital of China.",
+        "Gravity is a force that attracts two bodies towards each other.",
+        "北京是中华人民共和国的首都。",
+        "The capital of France is Paris; the capital of China is Beijing, "
+        "a city of over twenty million people in the north of the country, "
+        "which has been the seat of government for most of the last eight "
+        "centuries.",
+        "",
+        "naïve café résumé — déjà vu"]
+# f64 numpy vs f32 Spindle: a tiny model's scores agree to ~1e-7.
+SCORE_TOL = 2e-6
+INSTRUCTION = ("Given a web search query, retrieve relevant passages that "
+               "answer the query")
+PREFIX = ("<|im_start|>system\nJudge whether the Document meets the "
+          "requirements based on the Query and the Instruct provided. Note "
+          "that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+          "<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def pair_tokenizer(model_dir, max_length=None):
+    """transformers' tokenizer of the cross-encoder (HF `tokenizers`):
+    unpadded, with longest_first truncation to max_length if given."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    tok.no_padding()
+    if max_length:
+        tok.enable_truncation(max_length, strategy="longest_first")
+    else:
+        tok.no_truncation()
+    return tok
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def decoder_ids(model_dir, query, doc):
+    """The model card's input: prefix, instruction/query/document and
+    suffix, each encoded alone without special tokens."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    body = f"<Instruct>: {INSTRUCTION}\n<Query>: {query}\n<Document>: {doc}"
+    return sum((tok.encode(t, add_special_tokens=False).ids
+                for t in (PREFIX, body, SUFFIX)), [])

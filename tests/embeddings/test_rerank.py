@@ -27,29 +27,11 @@ import numpy as np
 import pytest
 
 import rerank_models as rm
+from rerank_models import (DOCS, QUERY, SCORE_TOL, decoder_ids, pair_tokenizer,
+                           sigmoid)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPINDLE_BIN = Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
-
-QUERY = "what is the capital of china?"
-DOCS = ["Beijing is the capital of China.",
-        "Gravity is a force that attracts two bodies towards each other.",
-        "北京是中华人民共和国的首都。",
-        "The capital of France is Paris; the capital of China is Beijing, "
-        "a city of over twenty million people in the north of the country, "
-        "which has been the seat of government for most of the last eight "
-        "centuries.",
-        "",
-        "naïve café résumé — déjà vu"]
-# f64 numpy vs f32 Spindle: a tiny model's scores agree to ~1e-7.
-SCORE_TOL = 2e-6
-INSTRUCTION = ("Given a web search query, retrieve relevant passages that "
-               "answer the query")
-PREFIX = ("<|im_start|>system\nJudge whether the Document meets the "
-          "requirements based on the Query and the Instruct provided. Note "
-          "that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
-          "<|im_start|>user\n")
-SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 def need(path):
@@ -77,21 +59,6 @@ def spindle_rerank(model, query, docs, *extra):
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [row["index"] for row in rows] == list(range(len(rows)))
     return np.array([row["relevance_score"] for row in rows])
-
-
-def pair_tokenizer(model_dir, max_length=None):
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-    tok.no_padding()
-    if max_length:
-        tok.enable_truncation(max_length, strategy="longest_first")
-    else:
-        tok.no_truncation()
-    return tok
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
 # stdin drops empty lines: the empty document goes as an argument only in
@@ -168,14 +135,6 @@ def test_cross_encoder_matches_llama_cpp(models, form):
     # llama.cpp's GELU is a table of f16 values: ~1e-3 on a logit.
     print("worst vs llama.cpp", np.abs(got - want).max())
     np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
-
-
-def decoder_ids(model_dir, query, doc):
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-    body = f"<Instruct>: {INSTRUCTION}\n<Query>: {query}\n<Document>: {doc}"
-    return sum((tok.encode(t, add_special_tokens=False).ids
-                for t in (PREFIX, body, SUFFIX)), [])
 
 
 def test_yes_no_matches_llama_cpp(models):
