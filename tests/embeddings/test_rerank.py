@@ -66,19 +66,26 @@ def spindle_rerank(model, query, docs, *extra):
 TEXT_DOCS = [d for d in DOCS if d]
 
 
-@pytest.mark.parametrize("max_tokens", [None, 24])
-def test_cross_encoder_matches_numpy(models, max_tokens):
+LONG_QUERY = ("which city has been the capital of china for most of the "
+              "last eight centuries, and how many people live there today?")
+
+
+@pytest.mark.parametrize("query,max_tokens", [(QUERY, None), (QUERY, 24),
+                                              (LONG_QUERY, 24)])
+def test_cross_encoder_matches_numpy(models, query, max_tokens):
     """Scores of the random cross-encoder = sigmoid of the numpy
-    reference's logit on transformers' pair ids (longest_first truncation
-    to max_tokens, which cuts the long document more than the query)."""
+    reference's logit on transformers' pair ids, also under longest_first
+    truncation to max_tokens: a short query keeps its tokens and the long
+    document is cut; a long query and a long document are both cut to half
+    the room (the document, second, getting the odd token)."""
     ref = BertReference(models["cross"])
     tok = pair_tokenizer(models["cross"], max_tokens)
     want = []
     for d in TEXT_DOCS:
-        e = tok.encode(QUERY, d)
+        e = tok.encode(query, d)
         want.append(sigmoid(ref.classify(e.ids, e.type_ids)[0]))
     extra = ["--max-tokens", str(max_tokens)] if max_tokens else []
-    got = spindle_rerank(models["cross"], QUERY, TEXT_DOCS, *extra)
+    got = spindle_rerank(models["cross"], query, TEXT_DOCS, *extra)
     np.testing.assert_allclose(got, want, atol=SCORE_TOL, rtol=0)
     assert np.ptp(got) > 0.05   # the documents are told apart
 
