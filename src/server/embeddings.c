@@ -15,8 +15,10 @@ bool sp_embeddings_load(sp_server *s) {
     spindle_embedder_options eo = {.n_threads = s->opts.threads,
                                    .pooling = s->opts.pooling};
     spindle_status st = spindle_embedder_new(s->model, &eo, &s->embedder, &err);
-    if (st == SPINDLE_ERR_UNSUPPORTED && spindle_model_has_logits(s->model)) {
-        /* A generation model: /v1/embeddings answers 400 with the reason. */
+    if (st == SPINDLE_ERR_UNSUPPORTED) {
+        /* A generation model, or a cross-encoder whose GGUF pools for
+         * ranking: /v1/embeddings answers 400 with the reason (serve.c
+         * refuses a model that serves no route at all). */
         snprintf(s->embed_refusal, sizeof s->embed_refusal, "%.200s", err.message);
         return true;
     }

@@ -135,6 +135,10 @@ static bool load(sp_server *s) {
         return false;
     }
     if (!sp_embeddings_load(s) || !sp_rerank_load(s)) return false;
+    if (!s->engine && !s->embedder && !s->reranker) {
+        sp_log(SPINDLE_LOG_ERROR, "%s", s->embed_refusal);
+        return false;
+    }
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
     if (!spindle_model_kv_pool_info(s->model, &kv, &err) && kv.block_bytes > 0)

@@ -151,8 +151,9 @@ bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n
                           char **rendered, sp_api_error *e);
 
 /* ---- embeddings.c: POST /v1/embeddings (sp_handle_embeddings) */
-/* The embedder of s->model, or the reason in s->embed_refusal; false (a
- * line on stderr) when the model's embedding files are malformed. */
+/* The embedder of s->model, or the reason it is none (unsupported) in
+ * s->embed_refusal; false (a line on stderr) when the model's embedding
+ * files are malformed. */
 bool sp_embeddings_load(sp_server *s);
 /* Whether the server takes requests now: else a 503 in *e (loading, or
  * shutting down). */

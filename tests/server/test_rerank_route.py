@@ -122,6 +122,28 @@ def test_not_json_gets_400_unknown_model_404(cross_server):
                      code="model_not_found")
 
 
+def test_cross_encoder_gguf_serves_rerank_only(models, tmp_path):
+    """llama.cpp's GGUF of the cross-encoder (rank pooling) serves
+    /v1/rerank with the reference's scores, and answers 400 on
+    /v1/embeddings (it pools for ranking, not for vectors)."""
+    pytest.importorskip("gguf")
+    from minilm_gguf import write_gguf
+    path = write_gguf(models["cross"], tmp_path / "cross.gguf") or \
+        tmp_path / "cross.gguf"
+    want, _ = numpy_scores(models["cross"], QUERY, DOCS)
+    s = Server(path)
+    try:
+        r = rerank(s, {"query": QUERY, "documents": DOCS})
+        assert r.status_code == 200, r.text
+        for x in r.json()["results"]:
+            assert abs(x["relevance_score"] - want[x["index"]]) <= SCORE_TOL
+        r = requests.post(s.base_url + "/v1/embeddings",
+                          json={"input": "x"}, timeout=60)
+        assert_api_error(r.status_code, r.json(), 400, param="model")
+    finally:
+        s.stop_cleanly()
+
+
 def test_embedding_model_is_not_a_reranker():
     """An encoder without a classification head answers 400 naming why."""
     s = Server(rm.MINILM)
