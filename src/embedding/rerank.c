@@ -152,6 +152,8 @@ static spindle_status setup_yes_no(spindle_reranker *r, const char *instruction,
     return st;
 }
 
+static int pair_specials(const spindle_reranker *r);
+
 static spindle_status setup(spindle_reranker *r,
                             const spindle_reranker_options *o,
                             spindle_error *err) {
@@ -172,7 +174,7 @@ static spindle_status setup(spindle_reranker *r,
                        m->dir, m->cls.n_labels);
     r->kind = SPINDLE_RERANKER_CROSS_ENCODER;
     spindle_status st = find_template(r, err);
-    if (!st && r->lead.n + 2 * r->trail.n + 2 > r->max_tokens)
+    if (!st && pair_specials(r) + 2 > r->max_tokens)
         st = sp_fail(err, SPINDLE_ERR_ARGUMENT,
                      "max_tokens %d leaves no room for a query and a document",
                      r->max_tokens);
@@ -225,6 +227,12 @@ spindle_reranker_kind spindle_reranker_kind_of(const spindle_reranker *r) {
 
 /* ------------------------------------------------------------ inputs */
 
+/* The special tokens of a pair: lead, the separators between the texts
+ * (the model family's count of trail), and trail at the end. */
+static int pair_specials(const spindle_reranker *r) {
+    return r->lead.n + (r->model->cls.pair_separators + 1) * r->trail.n;
+}
+
 /* tokenizers' longest_first truncation of a pair to `budget` content
  * tokens: only the longer text is cut while the shorter fits in half,
  * else both get half (the second the odd token). */
@@ -250,8 +258,10 @@ static void put(rerank_input *in, const int32_t *ids, int n, int type) {
     in->n += n;
 }
 
-/* [lead] query [trail] document [trail], types 0 up to the first trail's
- * end and 1 after: BERT's pair template ([CLS] A [SEP] B [SEP]). */
+/* [lead] query [trail] x separators, document [trail], types 0 up to the
+ * separators' end and 1 after: BERT's pair template ([CLS] A [SEP] B [SEP])
+ * and RoBERTa's (<s> A </s></s> B </s>, whose one token type makes every
+ * type 0 in the encoder). */
 static spindle_status pair_input(const spindle_reranker *r, const id_list *q,
                                  const char *doc, rerank_input *in,
                                  spindle_error *err) {
@@ -259,14 +269,15 @@ static spindle_status pair_input(const spindle_reranker *r, const id_list *q,
     spindle_status st = encode(r->tok, doc, false, &d, err);
     if (st) return st;
     int nq = q->n, nd = d.n;
-    longest_first(&nq, &nd, r->max_tokens - r->lead.n - 2 * r->trail.n);
-    const size_t cap = (size_t)(r->lead.n + 2 * r->trail.n + nq + nd);
+    longest_first(&nq, &nd, r->max_tokens - pair_specials(r));
+    const size_t cap = (size_t)(pair_specials(r) + nq + nd);
     in->ids = malloc(cap * sizeof *in->ids);
     in->types = malloc(cap * sizeof *in->types);
     if (in->ids && in->types) {
         put(in, r->lead.ids, r->lead.n, 0);
         put(in, q->ids, nq, 0);
-        put(in, r->trail.ids, r->trail.n, 0);
+        for (int i = 0; i < r->model->cls.pair_separators; i++)
+            put(in, r->trail.ids, r->trail.n, 0);
         put(in, d.ids, nd, 1);
         put(in, r->trail.ids, r->trail.n, 1);
     } else {

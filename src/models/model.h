@@ -27,14 +27,18 @@ typedef struct sp_linear {
 struct sp_moe;
 
 /* A sequence-classification head on the first token's final row, as
- * transformers' BertForSequenceClassification computes it: an optional
- * pooler (dense + tanh), then the classifier's n_labels logits. Bound by
- * an encoder family when its files have one (a cross-encoder reranker);
+ * transformers' BertForSequenceClassification (pooler, classifier) and
+ * XLMRobertaForSequenceClassification (classifier.dense, out_proj) compute
+ * it: an optional dense + tanh, then the n_labels logits. Bound by an
+ * encoder family when its files have one (a cross-encoder reranker);
  * n_labels 0 otherwise. */
 typedef struct sp_cls_head {
     sp_linear pooler;     /* pooler.w.data NULL: none */
     sp_linear classifier;
     int n_labels;
+    /* Separators between a pair's two texts in the family's tokenizer
+     * template: BERT's one [SEP], RoBERTa's two </s>. */
+    int pair_separators;
 } sp_cls_head;
 
 typedef struct sp_layer {

@@ -7,6 +7,10 @@
   `same_types` makes both token_type_embeddings rows equal: llama.cpp's
   BERT graph adds row 0 to every token (it has no token types), so only
   such a model lets it agree with transformers on a pair.
+* write_xlm_roberta_cross_encoder: an XLMRobertaForSequenceClassification
+  the same way ("roberta." encoder, classifier.dense / out_proj, one token
+  type, positions from pad_token_id + 1), with a Unigram tokenizer trained
+  by `tokenizers` and XLM-R's templates (<s> A </s>, <s> A </s></s> B </s>).
 * write_yes_no_decoder: the random Qwen3 parity model (tests/.work/parity/
   qwen3-f32, 768 tokens) with a byte-level BPE tokenizer trained to that
   size by `tokenizers`, holding Qwen's chat specials and "yes" / "no" as
@@ -33,16 +37,25 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json"]
 
 
-def write_cross_encoder(out, seed=0, same_types=False):
+def write_cross_encoder(out, seed=0, same_types=False, xlm_roberta=False):
     from safetensors.numpy import save_file
-    from transformers import BertConfig
+    from transformers import BertConfig, XLMRobertaConfig
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
-                     num_attention_heads=4, intermediate_size=64,
-                     max_position_embeddings=128, num_labels=1,
-                     architectures=["BertForSequenceClassification"])
+    if xlm_roberta:
+        vocab = write_unigram_tokenizer(out)
+        cfg = XLMRobertaConfig(
+            vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=130, type_vocab_size=1, num_labels=1,
+            pad_token_id=1, architectures=["XLMRobertaForSequenceClassification"])
+    else:
+        cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=64,
+                         max_position_embeddings=128, num_labels=1,
+                         architectures=["BertForSequenceClassification"])
     cfg.save_pretrained(out)
+    enc = "roberta." if xlm_roberta else "bert."
     rng = np.random.default_rng(seed)
     d, ff = cfg.hidden_size, cfg.intermediate_size
 
@@ -52,15 +65,16 @@ def write_cross_encoder(out, seed=0, same_types=False):
     def norm(name):
         return {f"{name}.weight": (1 + r(d, scale=0.1)),
                 f"{name}.bias": r(d, scale=0.1)}
-    types = r(2, d)
+    types = r(cfg.type_vocab_size, d)
     if same_types:
         types[1] = types[0]
-    w = {"bert.embeddings.word_embeddings.weight": r(cfg.vocab_size, d),
-         "bert.embeddings.position_embeddings.weight": r(128, d),
-         "bert.embeddings.token_type_embeddings.weight": types,
-         **norm("bert.embeddings.LayerNorm")}
+    w = {enc + "embeddings.word_embeddings.weight": r(cfg.vocab_size, d),
+         enc + "embeddings.position_embeddings.weight":
+             r(cfg.max_position_embeddings, d),
+         enc + "embeddings.token_type_embeddings.weight": types,
+         **norm(enc + "embeddings.LayerNorm")}
     for i in range(cfg.num_hidden_layers):
-        p = f"bert.encoder.layer.{i}."
+        p = f"{enc}encoder.layer.{i}."
         for name, rows, cols in [("attention.self.query", d, d),
                                  ("attention.self.key", d, d),
                                  ("attention.self.value", d, d),
@@ -71,14 +85,43 @@ def write_cross_encoder(out, seed=0, same_types=False):
             w[p + name + ".bias"] = r(rows, scale=0.1)
         w.update(norm(p + "attention.output.LayerNorm"))
         w.update(norm(p + "output.LayerNorm"))
-    w["bert.pooler.dense.weight"] = r(d, d, scale=d ** -0.5)
-    w["bert.pooler.dense.bias"] = r(d, scale=0.1)
-    w["classifier.weight"] = r(1, d, scale=1.0)
-    w["classifier.bias"] = r(1, scale=0.1)
+    dense, head = (("classifier.dense", "classifier.out_proj") if xlm_roberta
+                   else ("bert.pooler.dense", "classifier"))
+    w[dense + ".weight"] = r(d, d, scale=d ** -0.5)
+    w[dense + ".bias"] = r(d, scale=0.1)
+    w[head + ".weight"] = r(1, d, scale=1.0)
+    w[head + ".bias"] = r(1, scale=0.1)
     save_file(w, str(out / "model.safetensors"), metadata={"format": "pt"})
-    for f in TOKENIZER_FILES:
-        shutil.copy(MINILM / f, out / f)
+    if not xlm_roberta:
+        for f in TOKENIZER_FILES:
+            shutil.copy(MINILM / f, out / f)
     return out
+
+
+def write_unigram_tokenizer(out):
+    """XLM-R's tokenizer pipeline (NFKC, Metaspace, Unigram, its
+    templates) trained small; returns the vocabulary size."""
+    from tokenizers import (Tokenizer, decoders, models, normalizers,
+                            pre_tokenizers, processors, trainers)
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                 prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(CORPUS * 20 + [QUERY] + DOCS, trainer)
+    ids = {t: tok.token_to_id(t) for t in ("<s>", "</s>")}
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=list(ids.items()))
+    tok.save(str(Path(out) / "tokenizer.json"))
+    (Path(out) / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>",
+        "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "model_max_length": 128}))
+    return tok.get_vocab_size()
 
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>",

@@ -47,6 +47,7 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("rerank")
     return {"cross": rm.write_cross_encoder(d / "cross"),
             "same": rm.write_cross_encoder(d / "same", same_types=True),
+            "xlmr": rm.write_cross_encoder(d / "xlmr", xlm_roberta=True),
             "decoder": rm.write_yes_no_decoder(d / "decoder"), "dir": d}
 
 
@@ -70,22 +71,26 @@ LONG_QUERY = ("which city has been the capital of china for most of the "
               "last eight centuries, and how many people live there today?")
 
 
+@pytest.mark.parametrize("kind", ["cross", "xlmr"])
 @pytest.mark.parametrize("query,max_tokens", [(QUERY, None), (QUERY, 24),
                                               (LONG_QUERY, 24)])
-def test_cross_encoder_matches_numpy(models, query, max_tokens):
-    """Scores of the random cross-encoder = sigmoid of the numpy
-    reference's logit on transformers' pair ids, also under longest_first
-    truncation to max_tokens: a short query keeps its tokens and the long
-    document is cut; a long query and a long document are both cut to half
-    the room (the document, second, getting the odd token)."""
-    ref = BertReference(models["cross"])
-    tok = pair_tokenizer(models["cross"], max_tokens)
+def test_cross_encoder_matches_numpy(models, kind, query, max_tokens):
+    """Scores of the random cross-encoders (BERT; XLM-RoBERTa with its
+    position offset, classification head and <s> A </s></s> B </s> pairs)
+    = sigmoid of the numpy reference's logit on transformers' pair ids,
+    also under longest_first truncation to max_tokens: a short query keeps
+    its tokens and the long document is cut; a long query and a long
+    document are both cut to half the room (the document, second, getting
+    the odd token)."""
+    ref = BertReference(models[kind])
+    # Spindle's default: the positions the model has (128 for both).
+    tok = pair_tokenizer(models[kind], max_tokens or 128)
     want = []
     for d in TEXT_DOCS:
         e = tok.encode(query, d)
         want.append(sigmoid(ref.classify(e.ids, e.type_ids)[0]))
     extra = ["--max-tokens", str(max_tokens)] if max_tokens else []
-    got = spindle_rerank(models["cross"], query, TEXT_DOCS, *extra)
+    got = spindle_rerank(models[kind], query, TEXT_DOCS, *extra)
     np.testing.assert_allclose(got, want, atol=SCORE_TOL, rtol=0)
     assert np.ptp(got) > 0.05   # the documents are told apart
 
