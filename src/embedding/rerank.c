@@ -127,19 +127,34 @@ static float *head_row(const spindle_model *m, int32_t id, float *bias) {
     return row;
 }
 
+/* Row `row` of the model's rank head (a reranker GGUF's cls.output). */
+static float *rank_row(const spindle_model *m, int row, float *bias) {
+    float *out = malloc((size_t)m->cfg.hidden_size * sizeof *out);
+    if (out) sp_weight_row(&m->cls.classifier.w, row, out);
+    *bias = m->cls.classifier.bias ? m->cls.classifier.bias[row] : 0.0f;
+    return out;
+}
+
 static spindle_status setup_yes_no(spindle_reranker *r, const char *instruction,
                                    spindle_error *err) {
     const spindle_model *m = r->model;
-    const int32_t yes = single_token(r->tok, "yes", err);
-    const int32_t no = single_token(r->tok, "no", err);
-    if (yes < 0 || no < 0 || yes >= m->cfg.vocab_size || no >= m->cfg.vocab_size)
-        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                       "%s: not a yes/no reranker (\"yes\" and \"no\" are not "
-                       "one token each)", m->dir);
     r->kind = SPINDLE_RERANKER_YES_NO;
     r->instruction = strdup(instruction ? instruction : DEFAULT_INSTRUCTION);
-    r->yes_row = head_row(m, yes, &r->yes_bias);
-    r->no_row = head_row(m, no, &r->no_bias);
+    if (m->cls.n_labels == 2) {
+        /* The rows llama.cpp's converter kept: yes, then no. */
+        r->yes_row = rank_row(m, 0, &r->yes_bias);
+        r->no_row = rank_row(m, 1, &r->no_bias);
+    } else {
+        const int32_t yes = single_token(r->tok, "yes", err);
+        const int32_t no = single_token(r->tok, "no", err);
+        if (yes < 0 || no < 0 || yes >= m->cfg.vocab_size ||
+            no >= m->cfg.vocab_size)
+            return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                           "%s: not a yes/no reranker (\"yes\" and \"no\" are "
+                           "not one token each)", m->dir);
+        r->yes_row = head_row(m, yes, &r->yes_bias);
+        r->no_row = head_row(m, no, &r->no_bias);
+    }
     if (!r->instruction || !r->yes_row || !r->no_row)
         return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     spindle_status st = encode(r->tok, YES_NO_PREFIX, false, &r->prefix, err);

@@ -31,7 +31,8 @@ struct sp_moe;
  * XLMRobertaForSequenceClassification (classifier.dense, out_proj) compute
  * it: an optional dense + tanh, then the n_labels logits. Bound by an
  * encoder family when its files have one (a cross-encoder reranker);
- * n_labels 0 otherwise. */
+ * n_labels 0 otherwise. A decoder's: a reranker GGUF's "yes" and "no"
+ * rows of the lm_head (classifier, n_labels 2; no pooler). */
 typedef struct sp_cls_head {
     sp_linear pooler;     /* pooler.w.data NULL: none */
     sp_linear classifier;

@@ -124,7 +124,7 @@ def llama_ranker(path):
     # difference measured.
     return llama_cpp.Llama(str(path), embedding=True,
                            pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK,
-                           n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2,
+                           n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=2,
                            type_k=0, type_v=0, verbose=False)
 
 
@@ -154,11 +154,34 @@ def test_yes_no_matches_llama_cpp(models):
     (cls.output = the "yes" and "no" rows, softmaxed: p(yes) first) on the
     model card's prompt, as transformers' tokenizer encodes it."""
     pytest.importorskip("gguf")
-    path = rm.yes_no_gguf(models["decoder"], models["dir"] / "decoder.gguf")
+    path = models["dir"] / "decoder.gguf"
+    if not path.exists():
+        rm.yes_no_gguf(models["decoder"], path)
     llm = llama_ranker(path)
     want = [llama_rank(llm, decoder_ids(models["decoder"], QUERY, d))[0]
             for d in TEXT_DOCS]
     got = spindle_rerank(models["decoder"], QUERY, TEXT_DOCS)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+    assert np.ptp(got) > 1e-3
+
+
+def test_yes_no_gguf_matches_llama_cpp(models):
+    """Spindle on the reranker GGUF itself: the "yes" / "no" rows from
+    cls.output (its tokenizer is the writer's byte-level stand-in, which has
+    no such words), the prompt tokenized from the GGUF's vocabulary; against
+    llama.cpp's rank pooling on the ids its own tokenizer gives each part."""
+    pytest.importorskip("gguf")
+    path = models["dir"] / "decoder.gguf"
+    if not path.exists():
+        rm.yes_no_gguf(models["decoder"], path)
+    llm = llama_ranker(path)
+
+    def ids(doc):
+        body = f"<Instruct>: {rm.INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {doc}"
+        return sum((llm.tokenize(t.encode(), add_bos=False, special=True)
+                    for t in (rm.PREFIX, body, rm.SUFFIX)), [])
+    want = [llama_rank(llm, ids(d))[0] for d in TEXT_DOCS]
+    got = spindle_rerank(path, QUERY, TEXT_DOCS)
     np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
     assert np.ptp(got) > 1e-3
 
