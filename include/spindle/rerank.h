@@ -13,18 +13,22 @@ extern "C" {
 
 /* ----------------------------------------------------------------- rerank
  * Two kinds of reranker, told apart by the model:
- *   - a cross-encoder: a BERT encoder with a sequence-classification head
- *     of one label (transformers' BertForSequenceClassification: pooler
- *     dense + tanh, classifier; llama.cpp's cls / cls.output in a GGUF).
- *     Query and document are one input in the tokenizer's pair template
- *     ([CLS] query [SEP] document [SEP], token types 0 then 1); the score
- *     is the sigmoid of the logit, as sentence-transformers' CrossEncoder
- *     gives it by default (llama.cpp reports the logit itself; the order
- *     is the same).
+ *   - a cross-encoder: a BERT or XLM-RoBERTa encoder with a
+ *     sequence-classification head of one label (transformers'
+ *     BertForSequenceClassification: pooler dense + tanh, classifier;
+ *     llama.cpp's cls / cls.output in a GGUF;
+ *     XLMRobertaForSequenceClassification: classifier.dense + tanh,
+ *     out_proj). Query and document are one input in the family's pair
+ *     template ([CLS] query [SEP] document [SEP], token types 0 then 1;
+ *     <s> query </s></s> document </s>); the score is the sigmoid of the
+ *     logit, as sentence-transformers' CrossEncoder gives it by default
+ *     (llama.cpp reports the logit itself; the order is the same).
  *   - a decoder scored by its "yes" / "no" logits (Qwen3-Reranker): the
  *     model card's prompt (a system line, "<Instruct>: ...\n<Query>:
  *     ...\n<Document>: ..." as the user turn, an empty think block) and
- *     the score softmax(yes, no)[yes] at the last position.
+ *     the score softmax(yes, no)[yes] at the last position; the two
+ *     lm_head rows are those of the tokens "yes" and "no", or a reranker
+ *     GGUF's cls.output (llama.cpp's converter keeps them there).
  * Both scores are probabilities in [0, 1]. */
 typedef struct spindle_reranker spindle_reranker;
 
@@ -45,8 +49,8 @@ typedef struct spindle_reranker_options {
 
 /* An encoder with a one-label classification head becomes a cross-encoder
  * (another head size, or none: SPINDLE_ERR_UNSUPPORTED); a decoder a
- * yes/no reranker when "yes" and "no" are one token each in tok (else
- * SPINDLE_ERR_UNSUPPORTED). The reranker borrows model and tok (free it
+ * yes/no reranker when its GGUF has the rank head or "yes" and "no" are
+ * one token each in tok (else SPINDLE_ERR_UNSUPPORTED). The reranker borrows model and tok (free it
  * first). options may be NULL. Safe concurrently with any model call. */
 spindle_status spindle_reranker_new(spindle_model *model,
                                     const spindle_tokenizer *tok,
