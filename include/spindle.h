@@ -32,7 +32,8 @@
  * the log handler),
  * model, sequence (and the forward pass), adapter, sampling, generate
  * (one generation, speculative decoding), engine, checkpoint, tokenizer
- * (and chat templates), grammar, embed. Include this header, not those.
+ * (and chat templates), grammar, embed, rerank. Include this header, not
+ * those.
  */
 #ifndef SPINDLE_H
 #define SPINDLE_H
@@ -48,5 +49,6 @@
 #include "spindle/tokenizer.h"
 #include "spindle/grammar.h"
 #include "spindle/embed.h"
+#include "spindle/rerank.h"
 
 #endif /* SPINDLE_H */

@@ -501,12 +501,15 @@ def _common_keys(w, cfg, arch, ftype, context_length):
 
 
 def write_gguf(src, out, qtype="f32", name=None, specials=None,
-               context_length=None, bos_id=None, dequantized=False):
+               context_length=None, bos_id=None, dequantized=False,
+               extra=None):
     """Write model directory `src` (float safetensors, config.json) as GGUF
     file `out` with its matrices in `qtype` (QTYPES); with `dequantized`,
     as F32 holding exactly the values of those qtype blocks (an exact-math
-    twin of the qtype file). bos_id defaults to the config's. Raises
-    WriterError for what has no GGUF form."""
+    twin of the qtype file). bos_id defaults to the config's. `extra`, a
+    function of the writer, adds one file's own keys and tensors last (a
+    reranker's pooling and classifier). Raises WriterError for what has no
+    GGUF form."""
     with open(os.path.join(src, "config.json")) as f:
         cfg = text_config(json.load(f))
     if "quantization" in cfg:
@@ -570,6 +573,8 @@ def write_gguf(src, out, qtype="f32", name=None, specials=None,
                 w.add_tensor(gname, quantize(arr, qt), raw_dtype=qt)
     if "token_embd.weight" not in seen:
         raise WriterError("the model has no embedding")
+    if extra:
+        extra(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

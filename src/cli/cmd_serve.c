@@ -43,6 +43,9 @@ static const char *serve_usage =
     "  --slot-save-path DIR    POST /slots/{id}?action=save|restore|erase files\n"
     SP_ARG_CHAT_TEMPLATE_HELP
     SP_ARG_POOLING_HELP
+    "  --rerank                POST /v1/rerank scores with a decoder's yes/no\n"
+    "                          logits (Qwen3-Reranker; --reranking too); a\n"
+    "                          cross-encoder serves it without\n"
     SP_ARG_PROMPT_CACHE_HELP
     SP_ARG_SPEC_HELP
     "                          (requests may change K: num_draft_tokens or\n"
@@ -96,6 +99,7 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--kv-type")) { VALUE(); ok = sp_arg_kv_type(a, v, &o->kv_type);
         } else if (IS("--mmap")) { o->use_mmap = true;
         } else if (IS("--pooling")) { VALUE(); ok = sp_arg_pooling(a, v, &o->pooling);
+        } else if (IS("--rerank") || IS("--reranking")) { o->rerank = true;
         } else if (IS("--lora")) {
             VALUE();
             static const char *loras[64];

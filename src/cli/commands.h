@@ -14,6 +14,7 @@ int sp_cmd_template(int argc, char **argv);
 int sp_cmd_convert(int argc, char **argv);
 int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_embed(int argc, char **argv);
+int sp_cmd_rerank(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);
 
 #include "spindle.h"

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"tokenize", sp_cmd_tokenize, "text to token ids"},
     {"detokenize", sp_cmd_detokenize, "token ids to text"},
     {"embed", sp_cmd_embed, "sentence embeddings, one JSON line per input"},
+    {"rerank", sp_cmd_rerank, "relevance scores of documents for a query"},
     {"template", sp_cmd_template, "render a chat template"},
     {"bench", sp_cmd_bench, "measure prefill and decode throughput"},
     {"batched-bench", sp_cmd_batched_bench,

@@ -1,14 +1,18 @@
 /* BERT (model_type "bert"), the encoder of sentence-transformers models such
  * as all-MiniLM-L6-v2, as transformers' modeling_bert computes it:
- *   x = LayerNorm(word[tok] + position[pos] + token_type[0])
+ *   x = LayerNorm(word[tok] + position[pos] + token_type[type])
  *   per layer (post-norm residuals):
  *     x = LayerNorm(x + o(attention(q(x), k(x), v(x))))   bidirectional
  *     x = LayerNorm(x + down(gelu_erf(up(x))))
  * Every input is one sequence of the batch and attends to its own tokens
  * only, so the padding mask of a padded batch is implicit (there is no
  * padding). No lm_head and no sequence state: spindle_embed runs it,
- * spindle_forward refuses it. Single-segment inputs (token type 0), as
+ * spindle_forward refuses it. Each row's token type comes from the pass
+ * (f->token_types: a pair's second text is type 1), else 0, as
  * sentence-transformers encodes one text.
+ *
+ * BertForSequenceClassification (a cross-encoder reranker) adds the pooler
+ * and the classifier, bound as the model's sp_cls_head when present.
  *
  * GGUF (llama.cpp's "bert" architecture, as convert_hf_to_gguf.py writes
  * it): the layers' modules under their llama.cpp names (bert_gguf_names),
@@ -28,7 +32,9 @@ typedef struct bert_norm {
 
 typedef struct bert_family {
     const float *position;    /* [max_position][hidden] */
-    const float *token_type;  /* [type_vocab][hidden], row 0 used */
+    const float *token_type;  /* [type_vocab][hidden] */
+    int type_vocab;
+    int position_offset;      /* the table row of position 0 */
     bert_norm embed_norm;
     bert_norm *attn_norm, *out_norm;  /* [n_layers] */
     float eps;
@@ -47,6 +53,14 @@ static const sp_gguf_name_map bert_gguf_names[] = {
     {NULL, NULL},
 };
 
+/* The classification head as llama.cpp's converter names it (its rank
+ * pooling: cls = the pooler's dense + tanh, cls.output = the classifier). */
+static const sp_gguf_name_map bert_gguf_globals[] = {
+    {"cls", "pooler.dense"},
+    {"cls.output", "classifier"},
+    {NULL, NULL},
+};
+
 static const sp_gguf_key_map bert_gguf_keys[] = {
     {"attention.layer_norm_epsilon", "layer_norm_eps", SP_GGUF_KEY_REAL},
     {NULL, NULL, 0},
@@ -56,6 +70,7 @@ static const sp_gguf_key_map bert_gguf_keys[] = {
  * transformers' encoder.layer.N). */
 static const sp_gguf_family bert_gguf = {.arch = "bert", .model_type = "bert",
                                          .layer_names = bert_gguf_names,
+                                         .global_names = bert_gguf_globals,
                                          .keys = bert_gguf_keys};
 
 /* The embeddings' tensor names: Hugging Face's, or llama.cpp's in GGUF. */
@@ -121,6 +136,40 @@ static spindle_status bind_layer(spindle_model *m, bert_family *b, int l,
     return st;
 }
 
+/* The sequence-classification head, when the files have one:
+ * BertForSequenceClassification's pooler under the encoder's prefix
+ * ("bert.pooler.dense") and classifier outside it ("classifier"), or
+ * RoBERTa's head, all outside it ("classifier.dense", then
+ * "classifier.out_proj"); the prefix is off while those are looked up. */
+static spindle_status bind_cls_head(spindle_model *m, spindle_error *err) {
+    const int64_t d = m->cfg.hidden_size;
+    char prefix[sizeof m->tensor_prefix];
+    memcpy(prefix, m->tensor_prefix, sizeof prefix);
+    m->tensor_prefix[0] = '\0';
+    const bool roberta = sp_model_find_tensor(m, "classifier.out_proj.weight");
+    const char *out = roberta ? "classifier.out_proj" : "classifier";
+    const sp_tensor_info *c = sp_model_find_tensor(
+        m, roberta ? "classifier.out_proj.weight" : "classifier.weight");
+    spindle_status st = SPINDLE_OK;
+    if (c && (c->ndim != 2 || c->shape[0] < 1 || c->shape[0] > 4096))
+        st = sp_fail(err, SPINDLE_ERR_FORMAT,
+                     "%s: %s.weight is not a [labels][hidden] matrix", m->dir,
+                     out);
+    else if (c)
+        st = sp_bind_linear(m, out, c->shape[0], d, false, &m->cls.classifier,
+                            err);
+    if (!st && c && roberta)
+        st = sp_bind_linear(m, "classifier.dense", d, d, false, &m->cls.pooler,
+                            err);
+    memcpy(m->tensor_prefix, prefix, sizeof prefix);
+    if (st || !c) return st;
+    m->cls.n_labels = (int)c->shape[0];
+    if (!roberta && sp_model_find_tensor(m, "pooler.dense.weight"))
+        st = sp_bind_linear(m, "pooler.dense", d, d, false, &m->cls.pooler,
+                            err);
+    return st;
+}
+
 /* What config.json must say for this math to be BERT's, or NULL. */
 static const char *unsupported_config(const spindle_model *m) {
     const sp_model_config *c = &m->cfg;
@@ -156,11 +205,19 @@ static spindle_status bert_load(spindle_model *m, spindle_error *err) {
                        m->dir, bad);
     spindle_status st = check_config_strings(m, err);
     if (st) return st;
-    /* BertForMaskedLM and friends keep the encoder under "bert." */
-    if (!sp_model_find_tensor(m, "embeddings.word_embeddings.weight") &&
-        m->tensors &&
-        sp_tensor_set_find(m->tensors, "bert.embeddings.word_embeddings.weight"))
-        snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "bert.");
+    /* BertForMaskedLM and friends keep the encoder under "bert.", the
+     * XLM-RoBERTa classes under "roberta." */
+    static const char *const prefixes[] = {"bert.", "roberta."};
+    for (int i = 0; i < 2 && m->tensors &&
+                    !sp_model_find_tensor(m, "embeddings.word_embeddings.weight");
+         i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%sembeddings.word_embeddings.weight",
+                 prefixes[i]);
+        if (sp_tensor_set_find(m->tensors, name))
+            snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "%s",
+                     prefixes[i]);
+    }
     bert_family *b = calloc(1, sizeof *b);
     if (!b) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     m->family = b;
@@ -191,9 +248,33 @@ static spindle_status bert_load(spindle_model *m, spindle_error *err) {
         st = sp_bind_float_matrix(m, names->token_type, type_vocab,
                                   c->hidden_size, &b->token_type, err);
     if (!st) st = bind_norm(m, names->norm, &b->embed_norm, err);
+    b->type_vocab = type_vocab;
     for (int l = 0; l < c->n_layers && !st; l++)
         st = bind_layer(m, b, l, names, err);
+    m->cls.pair_separators = 1;
+    if (!st) st = bind_cls_head(m, err);
     return st;
+}
+
+/* XLM-RoBERTa: BERT's layers, positions counted from pad_token_id + 1 (as
+ * transformers' create_position_ids_from_input_ids numbers an unpadded
+ * input), so an input has that many fewer of the table's rows, and two
+ * separators between a pair's texts. */
+static spindle_status xlm_roberta_load(spindle_model *m, spindle_error *err) {
+    spindle_status st = bert_load(m, err);
+    if (st) return st;
+    bert_family *b = m->family;
+    const int offset = sp_config_int(&m->cfg, "pad_token_id", 1) + 1;
+    if (offset < 1 || offset >= m->cfg.max_position)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: pad_token_id %d leaves no positions",
+                       m->dir, offset - 1);
+    b->position_offset = offset;
+    m->cfg.max_position -= offset;
+    if (m->max_context > m->cfg.max_position)
+        m->max_context = m->cfg.max_position;
+    m->cls.pair_separators = 2;
+    return SPINDLE_OK;
 }
 
 /* The element-wise parts run over the pool in row ranges: with the matmuls
@@ -221,8 +302,14 @@ static void rows_range(void *ctx, int64_t begin, int64_t end, int thread) {
             continue;
         }
         if (r->op == ROWS_EMBED_TAIL) {
-            const float *p = b->position + (size_t)r->f->pos[t] * d;
-            for (int i = 0; i < d; i++) x[i] += p[i] + b->token_type[i];
+            const float *p =
+                b->position + (size_t)(r->f->pos[t] + b->position_offset) * d;
+            /* A model of one segment (type_vocab_size 1) has no row for a
+             * pair's second text: its tokenizer gives every token type 0. */
+            int type = r->f->token_types ? r->f->token_types[t] : 0;
+            if (type < 0 || type >= b->type_vocab) type = 0;
+            const float *tt = b->token_type + (size_t)type * d;
+            for (int i = 0; i < d; i++) x[i] += p[i] + tt[i];
         }
         sp_layernorm(x, x, r->norm->w, r->norm->b, d, b->eps);
     }
@@ -305,3 +392,10 @@ const sp_arch sp_arch_bert = {.model_type = "bert",
                               .layer = bert_layer,
                               .free_family = bert_free,
                               .layer_state = bert_layer_state};
+
+const sp_arch sp_arch_xlm_roberta = {.model_type = "xlm-roberta",
+                                     .encoder = true,
+                                     .load = xlm_roberta_load,
+                                     .layer = bert_layer,
+                                     .free_family = bert_free,
+                                     .layer_state = bert_layer_state};

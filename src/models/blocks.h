@@ -30,6 +30,10 @@ struct sp_forward {
     sp_forward_seq *seqs;
     int *pos;                 /* [T] position of each row */
     int32_t *tokens;          /* [T] token id of each row */
+    /* [T] an encoder's segment of each row (BERT's token_type_ids: 0 the
+     * first text of a pair, 1 the second); NULL: all 0. Set by the caller
+     * between sp_forward_prepare and sp_forward_run_layers. */
+    const int32_t *token_types;
     /* [T] each row's prefix-index key (0: a token; an embeddings span's
      * row: sp_span_position_key) and its span's SPINDLE_SPAN_* flags. */
     uint64_t *keys;

@@ -245,6 +245,7 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
     f->n_seqs = n;
     f->any_adapter = false;
     f->any_span = false;
+    f->token_types = NULL;
     int row = 0;
     for (int i = 0; i < n; i++) {
         sp_forward_seq *s = &f->seqs[i];

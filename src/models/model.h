@@ -26,6 +26,22 @@ typedef struct sp_linear {
 
 struct sp_moe;
 
+/* A sequence-classification head on the first token's final row, as
+ * transformers' BertForSequenceClassification (pooler, classifier) and
+ * XLMRobertaForSequenceClassification (classifier.dense, out_proj) compute
+ * it: an optional dense + tanh, then the n_labels logits. Bound by an
+ * encoder family when its files have one (a cross-encoder reranker);
+ * n_labels 0 otherwise. A decoder's: a reranker GGUF's "yes" and "no"
+ * rows of the lm_head (classifier, n_labels 2; no pooler). */
+typedef struct sp_cls_head {
+    sp_linear pooler;     /* pooler.w.data NULL: none */
+    sp_linear classifier;
+    int n_labels;
+    /* Separators between a pair's two texts in the family's tokenizer
+     * template: BERT's one [SEP], RoBERTa's two </s>. */
+    int pair_separators;
+} sp_cls_head;
+
 typedef struct sp_layer {
     /* The norms before the attention and the MLP (input_layernorm, the
      * pre-MLP norm), and after them, on the block's output before it joins
@@ -179,6 +195,7 @@ struct spindle_model {
     sp_linear lm_head;           /* a copy of embed's view when tied */
     bool tied;
     const float *final_norm;
+    sp_cls_head cls;             /* an encoder's classification head */
     sp_layer *layers;
     sp_rope rope;                /* the rope of every layer unless the
                                     family points a layer at its own */

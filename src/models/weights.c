@@ -497,6 +497,16 @@ spindle_status sp_bind_embeddings_and_head(spindle_model *m,
     if ((st = sp_bind_vector(m, "model.norm.weight", c->hidden_size,
                              &m->final_norm, err)))
         return st;
+    /* A decoder reranker's GGUF (llama.cpp's rank pooling): its converter
+     * stores the lm_head rows of "yes" and "no", in that order, as
+     * cls.output. A head of another size is some other classifier, which
+     * generation does not need: left unbound. */
+    const sp_tensor_info *rank = m->gguf ? find(m, "cls.output.weight") : NULL;
+    if (rank && (rank->ndim != 2 || rank->shape[0] != 2)) rank = NULL;
+    if (rank && (st = sp_bind_linear(m, "cls.output", 2, c->hidden_size, false,
+                                     &m->cls.classifier, err)))
+        return st;
+    if (rank) m->cls.n_labels = 2;
     /* Configs silent on tying are decided by the files themselves. */
     m->tied = c->tie_word_embeddings == 1 ||
               (c->tie_word_embeddings == -1 &&

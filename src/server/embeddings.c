@@ -15,8 +15,10 @@ bool sp_embeddings_load(sp_server *s) {
     spindle_embedder_options eo = {.n_threads = s->opts.threads,
                                    .pooling = s->opts.pooling};
     spindle_status st = spindle_embedder_new(s->model, &eo, &s->embedder, &err);
-    if (st == SPINDLE_ERR_UNSUPPORTED && spindle_model_has_logits(s->model)) {
-        /* A generation model: /v1/embeddings answers 400 with the reason. */
+    if (st == SPINDLE_ERR_UNSUPPORTED) {
+        /* A generation model, or a cross-encoder whose GGUF pools for
+         * ranking: /v1/embeddings answers 400 with the reason (serve.c
+         * refuses a model that serves no route at all). */
         snprintf(s->embed_refusal, sizeof s->embed_refusal, "%.200s", err.message);
         return true;
     }
@@ -24,13 +26,18 @@ bool sp_embeddings_load(sp_server *s) {
     return !st;
 }
 
-static bool embed_ready(sp_server *s, sp_api_error *e) {
+bool sp_server_serving(sp_server *s, sp_api_error *e) {
     int phase = atomic_load(&s->phase);
     if (phase == SP_PHASE_LOADING)
         return sp_api_fail(e, 503, "unavailable_error", NULL, NULL, "Loading model");
     if (phase == SP_PHASE_DRAINING)
         return sp_api_fail(e, 503, "unavailable_error", NULL, NULL,
                            "the server is shutting down");
+    return true;
+}
+
+static bool embed_ready(sp_server *s, sp_api_error *e) {
+    if (!sp_server_serving(s, e)) return false;
     if (!s->embedder)
         return sp_api_bad(e, "model", "the served model is not an embedding "
                           "model (%.300s)", s->embed_refusal);

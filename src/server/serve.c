@@ -138,7 +138,11 @@ static bool load(sp_server *s) {
                                                 : spindle_status_name(st));
         return false;
     }
-    if (!sp_embeddings_load(s)) return false;
+    if (!sp_embeddings_load(s) || !sp_rerank_load(s)) return false;
+    if (!s->engine && !s->embedder && !s->reranker) {
+        sp_log(SPINDLE_LOG_ERROR, "%s", s->embed_refusal);
+        return false;
+    }
     if (!sp_mount_cli_adapters(s)) return false;
     spindle_kv_pool_info kv;
     if (!spindle_model_kv_pool_info(s->model, &kv, &err) && kv.block_bytes > 0)
@@ -206,6 +210,7 @@ static void server_free(sp_server *s) {
     sp_server_grammars_free(s);  /* before the vocabulary they were built on */
     spindle_grammar_vocab_free(s->grammar_vocab);
     spindle_embedder_free(s->embedder);
+    spindle_reranker_free(s->reranker);
     spindle_tokenizer_free(s->tok);
     spindle_mtp_head_free(s->opts.spec.mtp_head);  /* borrows the model */
     spindle_model_free(s->model);

@@ -51,6 +51,9 @@ typedef struct sp_server_options {
     const char *chat_template_kwargs;
     /* --pooling: /v1/embeddings' pooling in place of the model's */
     spindle_pooling pooling;
+    /* --rerank: /v1/rerank scores with a decoder's yes/no logits
+     * (a cross-encoder serves it without) */
+    bool rerank;
     /* --lora NAME=PATH, mounted at start (borrowed strings) */
     const char *const *loras;
     int n_loras;

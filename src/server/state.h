@@ -50,6 +50,10 @@ typedef struct sp_server {
      * an embedding model, and then embed_refusal says why (for the 400). */
     spindle_embedder *embedder;
     char embed_refusal[256];
+    /* The rerank side (server/rerank.c): NULL when the model is no
+     * reranker (or a decoder without --rerank), with the reason. */
+    spindle_reranker *reranker;
+    char rerank_refusal[256];
     atomic_int phase;
     sp_api_limits limits;
     const char *model_names[2];
@@ -153,9 +157,19 @@ bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n
                           char **rendered, sp_api_error *e);
 
 /* ---- embeddings.c: POST /v1/embeddings (sp_handle_embeddings) */
-/* The embedder of s->model, or the reason in s->embed_refusal; false (a
- * line on stderr) when the model's embedding files are malformed. */
+/* The embedder of s->model, or the reason it is none (unsupported) in
+ * s->embed_refusal; false (a line on stderr) when the model's embedding
+ * files are malformed. */
 bool sp_embeddings_load(sp_server *s);
+/* Whether the server takes requests now: else a 503 in *e (loading, or
+ * shutting down). */
+bool sp_server_serving(sp_server *s, sp_api_error *e);
+
+/* ---- rerank.c: POST /v1/rerank (sp_handle_rerank) */
+/* The reranker of s->model (a cross-encoder, or a decoder under
+ * --rerank), or the reason in s->rerank_refusal; false (a line on stderr)
+ * when a model asked to rerank cannot. */
+bool sp_rerank_load(sp_server *s);
 
 /* ---- adapters.c: LoRA adapters (vLLM's load/unload, llama-server's list) */
 /* Mount `path` as `name` (--lora NAME=PATH, POST /v1/load_lora_adapter). */

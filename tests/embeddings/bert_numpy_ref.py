@@ -2,7 +2,13 @@
 modeling_bert (BertEmbeddings, BertSelfAttention with an all-ones mask,
 BertSelfOutput, BertIntermediate with hidden_act "gelu" = erf GELU,
 BertOutput) and sentence-transformers' Pooling (mean over the attention
-mask) and Normalize (F.normalize), reading the model's safetensors.
+mask) and Normalize (F.normalize), reading the model's safetensors; and
+BertForSequenceClassification's head (BertPooler: dense + tanh of the
+first token; the classifier) for cross-encoder rerankers, whose pair
+inputs carry token_type_ids. XLM-RoBERTa (modeling_xlm_roberta) is the
+same encoder with positions from padding_idx + 1
+(create_position_ids_from_input_ids, no padding) and
+XLMRobertaClassificationHead (dense + tanh, out_proj) on the first token.
 
 It shares no code with Spindle; token ids come from HF `tokenizers` with
 sentence-transformers' truncation (max_seq_length, special tokens kept)."""
@@ -34,21 +40,31 @@ class BertReference:
     def __init__(self, model_dir):
         d = Path(model_dir)
         self.cfg = json.loads((d / "config.json").read_text())
-        self.w = {k: v.astype(np.float64) for k, v in
+        # BertFor* checkpoints keep the encoder under "bert.", XLM-RoBERTa's
+        # classes under "roberta."
+        self.w = {k.removeprefix("bert.").removeprefix("roberta."):
+                  v.astype(np.float64) for k, v in
                   load_file(str(d / "model.safetensors")).items()
                   if v.dtype != np.int64}
-        pool = json.loads((d / "1_Pooling" / "config.json").read_text())
-        self.pooling = "cls" if pool.get("pooling_mode_cls_token") else "mean"
-        modules = json.loads((d / "modules.json").read_text())
-        self.normalize = any(m["type"].endswith("Normalize") for m in modules)
+        self.first_position = 0
+        if self.cfg["model_type"] == "xlm-roberta":
+            self.first_position = self.cfg.get("pad_token_id", 1) + 1
+        self.pooling, self.normalize = "mean", False
+        if (d / "modules.json").exists():
+            pool = json.loads((d / "1_Pooling" / "config.json").read_text())
+            self.pooling = "cls" if pool.get("pooling_mode_cls_token") else "mean"
+            modules = json.loads((d / "modules.json").read_text())
+            self.normalize = any(m["type"].endswith("Normalize") for m in modules)
 
-    def hidden(self, ids):
+    def hidden(self, ids, types=None):
         w, c = self.w, self.cfg
         eps = c.get("layer_norm_eps", 1e-12)
         n = len(ids)
         x = (w["embeddings.word_embeddings.weight"][ids]
-             + w["embeddings.position_embeddings.weight"][:n]
-             + w["embeddings.token_type_embeddings.weight"][0])
+             + w["embeddings.position_embeddings.weight"][
+                 self.first_position:self.first_position + n]
+             + w["embeddings.token_type_embeddings.weight"][
+                 np.zeros(n, dtype=int) if types is None else np.array(types)])
         x = layer_norm(x, w["embeddings.LayerNorm.weight"],
                        w["embeddings.LayerNorm.bias"], eps)
         H = c["num_attention_heads"]
@@ -80,3 +96,15 @@ class BertReference:
         if self.normalize:
             e = e / max(np.linalg.norm(e), 1e-12)
         return e
+
+    def classify(self, ids, types):
+        """The sequence-classification logits: BertForSequenceClassification's
+        pooler (dense + tanh) on the first token's row, then the classifier;
+        XLM-RoBERTa's classifier.dense + tanh, then classifier.out_proj."""
+        w = self.w
+        h = self.hidden(ids, types)[0]
+        dense, out = (("classifier.dense", "classifier.out_proj")
+                      if "classifier.out_proj.weight" in w
+                      else ("pooler.dense", "classifier"))
+        pooled = np.tanh(h @ w[dense + ".weight"].T + w[dense + ".bias"])
+        return pooled @ w[out + ".weight"].T + w[out + ".bias"]

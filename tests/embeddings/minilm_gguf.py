@@ -2,8 +2,10 @@
 the layout llama.cpp's convert_hf_to_gguf.py gives a BERT (that script
 needs torch): HF tensor names mapped to llama.cpp's, WordPiece tokens with
 the phantom space ("##x" -> "x", "x" -> "\u2581x", [..] kept), causal
-attention off, mean pooling. Used by test_bert_llama_cpp.py and
-bench/embed_compare.py."""
+attention off, mean pooling. A cross-encoder (BertForSequenceClassification)
+gets llama.cpp's rank pooling and its head as the converter names it: the
+pooler as cls, the classifier as cls.output. Used by test_bert_llama_cpp.py,
+test_rerank.py and bench/embed_compare.py."""
 import json
 from pathlib import Path
 
@@ -17,11 +19,12 @@ LAYER = {"attention.self.query": "attn_q", "attention.self.key": "attn_k",
 TOP = {"embeddings.word_embeddings": "token_embd",
        "embeddings.position_embeddings": "position_embd",
        "embeddings.token_type_embeddings": "token_types",
-       "embeddings.LayerNorm": "token_embd_norm"}
+       "embeddings.LayerNorm": "token_embd_norm",
+       "pooler.dense": "cls", "classifier": "cls.output"}
 
 
 def gguf_name(hf):
-    base, _, kind = hf.rpartition(".")
+    base, _, kind = hf.removeprefix("bert.").rpartition(".")
     if base in TOP:
         return f"{TOP[base]}.{kind}"
     if base.startswith("encoder.layer."):
@@ -46,7 +49,9 @@ def write_gguf(model_dir, out):
     w.add_layer_norm_eps(cfg["layer_norm_eps"])
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_causal_attention(False)
-    w.add_pooling_type(gguf.PoolingType.MEAN)
+    rank = any(a.endswith("ForSequenceClassification")
+               for a in cfg.get("architectures", []))
+    w.add_pooling_type(gguf.PoolingType.RANK if rank else gguf.PoolingType.MEAN)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
 

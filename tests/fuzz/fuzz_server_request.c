@@ -6,15 +6,16 @@
  * tokenize, detokenize, apply-template, 5: embeddings, 6: load_lora_adapter,
  * 7: unload_lora_adapter; with 0x08 set, 0 and 1 are Anthropic's
  * /v1/messages and /v1/messages/count_tokens, 2 is /v1/responses, whose
- * previous_response_id "resp_kept" is known), then the body. A parsed
- * Responses request is also answered: its response object built from a
- * fixed reply (reasoning, text, a call) must parse, and so must the
- * conversation it keeps. Invariants: an
+ * previous_response_id "resp_kept" is known, 5 is /v1/rerank), then the
+ * body. A parsed Responses request is also answered: its response object
+ * built from a fixed reply (reasoning, text, a call) must parse, and so
+ * must the conversation it keeps. Invariants: an
  * error is a 4xx (or 503 for memory) with a type and a message, and its
  * JSON object parses with exactly the four OpenAI keys; a parsed request
  * keeps every documented bound (ids in the vocabulary, at most 4 non-empty
  * stop strings, max_tokens >= 1, top_logprobs <= 20, id_slot a slot or -1,
- * n in 1..16 and 1 with resume_id or id_slot,
+ * n in 1..16 and 1 with resume_id or id_slot, rerank's 1..2048 string
+ * documents with top_n among them,
  * message JSON that parses as an array of objects with string roles). */
 #include "fuzz_common.h"
 
@@ -22,6 +23,7 @@
 
 #include "server/api_anthropic.h"
 #include "server/api_embeddings.h"
+#include "server/api_rerank.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
 #include "server/api_responses.h"
@@ -162,6 +164,34 @@ static void check_responses_answer(const sp_api_request *r) {
     sp_responses_stream_free(&st);
 }
 
+/* A query, 1..max string documents, top_n among them; the response parses
+ * with top_n results, best first. */
+static void check_rerank(const sp_api_rerank *r) {
+    FUZZ_CHECK(r->query, "query");
+    FUZZ_CHECK(r->n_documents >= 1 && r->n_documents <= SP_API_MAX_RERANK_DOCUMENTS,
+               "n_documents %d", r->n_documents);
+    FUZZ_CHECK(r->top_n >= 1 && r->top_n <= r->n_documents, "top_n %d", r->top_n);
+    for (int i = 0; i < r->n_documents; i++) FUZZ_CHECK(r->documents[i], "document %d", i);
+    float *scores = calloc((size_t)r->n_documents, sizeof *scores);
+    FUZZ_CHECK(scores, "memory");
+    for (int i = 0; i < r->n_documents; i++) scores[i] = (float)((i * 7) % 5) / 4.0f;
+    char *json = sp_api_rerank_response(r, "tiny", scores, 7);
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *results = cJSON_GetObjectItemCaseSensitive(root, "results");
+    FUZZ_CHECK(cJSON_GetArraySize(results) == r->top_n, "response %.200s",
+               json ? json : "(null)");
+    double last = 2.0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, results) {
+        const double s = cJSON_GetObjectItemCaseSensitive(item, "relevance_score")->valuedouble;
+        FUZZ_CHECK(s <= last, "results out of order");
+        last = s;
+    }
+    cJSON_Delete(root);
+    free(json);
+    free(scores);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const char *body = (const char *)data + 1;
@@ -215,6 +245,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             check_error(&e);
             FUZZ_CHECK(!ids, "ids returned with an error");
+        }
+    } else if ((data[0] & 8) && route == 5) {
+        sp_api_rerank r;
+        if (sp_api_parse_rerank(body, len, &limits, &r, &e)) {
+            check_rerank(&r);
+            sp_api_rerank_free(&r);
+        } else {
+            check_error(&e);
         }
     } else if (route == 5) {
         sp_api_embeddings r;

@@ -551,7 +551,8 @@ def jinja_seeds():
 def server_seeds():
     """fuzz_server_request: route byte (0 chat, 1 completions, 2 tokenize,
     3 detokenize, 4 apply-template, 5 embeddings, 6 load_lora_adapter,
-    7 unload_lora_adapter) + body; fuzz_server_stop: stop strings
+    7 unload_lora_adapter; 0x08 with 0 / 1: Anthropic's messages and
+    count_tokens, with 5: rerank) + body; fuzz_server_stop: stop strings
     (NUL-ended), 0x01, text pieces split at 0x02."""
     msgs = [{"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi "},
@@ -593,6 +594,11 @@ def server_seeds():
         "dimensions": 3, "prompt_name": "query"}).encode())
     put("fuzz_server_request", "embeddings-ids", b"\5" + js({
         "input": [[1, 2, 999], [0]], "encoding_format": "float"}).encode())
+    put("fuzz_server_request", "rerank", b"\x0d" + js({
+        "model": "tiny", "query": "capital of China?", "documents": [
+            "Beijing", "", "héllo"], "top_n": 2, "return_documents": True}).encode())
+    put("fuzz_server_request", "rerank-minimal", b"\x0d" + js({
+        "query": "", "documents": ["x"]}).encode())
     put("fuzz_server_request", "lora-load", b"\6" + js({
         "lora_name": "sql", "lora_path": "/adapters/sql"}).encode())
     put("fuzz_server_request", "lora-unload", b"\7" + js({"lora_name": "sql"}).encode())
