@@ -166,7 +166,9 @@ typedef struct sp_ggml_acts {
 
 /* Quantize n_tokens rows of `cols` activations (x[t * cols + c]) to act_type
  * (SP_GGML_Q8_0 or SP_GGML_Q8_1) in `levels` parts (1..
- * SP_GGML_SPLIT_MAX_LEVELS), the tokens split over `pool` (NULL: this
+ * SP_GGML_SPLIT_MAX_LEVELS), or to SP_GGML_Q8_K in one part (the token's
+ * f32 d of 256-column super-block k at d[t * (cols / 32) + k], sum32 per
+ * 32 columns as for the others, s unused), the tokens split over `pool` (NULL: this
  * thread), into this (the calling) thread's scratch (grown as needed, never
  * shrunk): *out stays valid until this thread's next call. Returns false,
  * writing nothing to *out, for bad arguments or no memory. */
@@ -204,5 +206,22 @@ bool sp_ggml_gemm_avx2(const sp_weight *w, const sp_ggml_acts *x, float *y,
                        int64_t r0, int64_t r1);
 bool sp_ggml_gemm_avxvnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
                           int64_t r0, int64_t r1);
+
+/* ---- prefill of the k-quants: ggml_gemm_kquants.c ---- */
+
+/* Whether sp_ggml_gemm_kquants takes `type` with `cols` columns at `level`
+ * on this CPU: Q4_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
+ * SP_SIMD_AVX2 (the last two share the AVX2 kernel). */
+bool sp_ggml_gemm_kquants_covered(uint32_t type, int64_t cols,
+                                  sp_simd_level level);
+
+/* sp_ggml_gemm_vnni's contract for the k-quants, one part per token only
+ * (precision fast): x quantized to q8_K by sp_ggml_quantize_acts, y[t *
+ * w->rows + r] the decode kernels' per-super-block values (exact integer
+ * sums, llama.cpp's float combination per super-block) summed in another
+ * order. Safe to run concurrently on disjoint row ranges. Returns false,
+ * writing nothing, when not covered or for bad arguments. */
+bool sp_ggml_gemm_kquants(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                          int64_t r0, int64_t r1, sp_simd_level level);
 
 #endif

@@ -72,8 +72,10 @@ static void gg_quantize_range(void *ctx, int64_t t0, int64_t t1, int thread_id) 
                 job->failed = 1;
                 return;
             }
+            /* q8_K: one f32 d per 256 columns */
+            const size_t nd = job->act_type == SP_GGML_Q8_K ? cols / SP_QK_K : nb;
             memcpy(job->q + (size_t)t * cols, one->q, cols);
-            memcpy(job->d + (size_t)t * nb, one->d, sizeof(float) * nb);
+            memcpy(job->d + (size_t)t * nb, one->d, sizeof(float) * nd);
             memcpy(job->s + (size_t)t * nb, one->s, sizeof(float) * nb);
             memcpy(job->sum32 + (size_t)t * nb, one->sum32, sizeof(int32_t) * nb);
             continue;
@@ -103,7 +105,8 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
     if (!x || !out || n_tokens < 1 || cols <= 0 || cols % 32 ||
         cols > SP_GGML_DOT_MAX_COLS || levels < 1 ||
         levels > SP_GGML_SPLIT_MAX_LEVELS ||
-        (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1))
+        (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1 &&
+         (act_type != SP_GGML_Q8_K || levels != 1 || cols % SP_QK_K)))
         return false;
     /* one row of the arrays per token and part */
     const size_t nt = (size_t)n_tokens * (size_t)levels, nb = (size_t)cols / 32;
