@@ -160,6 +160,7 @@ typedef struct sp_ggml_acts {
     const int8_t *q;
     const float *d, *s;
     const int32_t *sum32;
+    const int16_t *bsums; /* q8_K: sums of 16 columns, [t * (cols / 16) + g] */
     int n_tokens, levels;
     int64_t cols;
 } sp_ggml_acts;
@@ -168,7 +169,7 @@ typedef struct sp_ggml_acts {
  * (SP_GGML_Q8_0 or SP_GGML_Q8_1) in `levels` parts (1..
  * SP_GGML_SPLIT_MAX_LEVELS), or to SP_GGML_Q8_K in one part (the token's
  * f32 d of 256-column super-block k at d[t * (cols / 32) + k], sum32 per
- * 32 columns as for the others, s unused), the tokens split over `pool` (NULL: this
+ * 32 columns as for the others, bsums per 16, s unused), the tokens split over `pool` (NULL: this
  * thread), into this (the calling) thread's scratch (grown as needed, never
  * shrunk): *out stays valid until this thread's next call. Returns false,
  * writing nothing to *out, for bad arguments or no memory. */
@@ -210,7 +211,7 @@ bool sp_ggml_gemm_avxvnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
 /* ---- prefill of the k-quants: ggml_gemm_kquants.c ---- */
 
 /* Whether sp_ggml_gemm_kquants takes `type` with `cols` columns at `level`
- * on this CPU: Q4_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
+ * on this CPU: Q4_K and Q6_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
  * SP_SIMD_AVX2 (the last two share the AVX2 kernel). */
 bool sp_ggml_gemm_kquants_covered(uint32_t type, int64_t cols,
                                   sp_simd_level level);
