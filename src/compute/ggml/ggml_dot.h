@@ -70,6 +70,11 @@ static inline bool sp_ggml_rows_q8_takes(const sp_weight *w, int n_tokens) {
 bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
                           sp_ggml_act *out);
 
+/* The same on AVX2 (ggml_quant_act_avx2.c), the same bits; what
+ * sp_ggml_quantize_act runs at the x86 SIMD levels. False off x86. */
+bool sp_ggml_quantize_act_avx2(uint32_t act_type, const float *x, int64_t cols,
+                               sp_ggml_act *out);
+
 /* Fill a->sum4 and a->sum32 from a->q (the first `cols` values). */
 void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols);
 
