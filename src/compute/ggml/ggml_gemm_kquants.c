@@ -35,6 +35,11 @@
 
 #include "compute/cpu_features.h"
 
+#if defined(__x86_64__) /* (up to the entry points) */
+#include <immintrin.h>
+
+#include "compute/simd_target.h"
+
 #define KC_K 512 /* columns per panel: two super-blocks */
 #define SB_PER_PANEL (KC_K / SP_QK_K)
 #define KQ_GROUPS_MAX 16 /* scaled groups per super-block (Q6_K's 16) */
@@ -156,11 +161,6 @@ static void kq_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
         }
     }
 }
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-#include "compute/simd_target.h"
 
 /* ------------------------------------------------------ AVX-512 VNNI */
 
