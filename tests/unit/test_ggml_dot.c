@@ -526,9 +526,9 @@ static void test_gemm_int8_few_rows(void **s) {
 }
 
 /* (d) the k-quants' prefill GEMM (ggml_gemm_kquants.c) at every level
- * that has one, precision fast: through sp_matmul from 9 tokens (below, the
- * decode kernels), and called directly for 1..9 tokens (the micro-kernels'
- * token tails). Rows not multiples of the 16- and 32-row panels, one
+ * that has one, precision fast: through sp_matmul from 17 tokens (below,
+ * the decode kernels), and called directly for 1..9 tokens (the
+ * micro-kernels' token tails). Rows not multiples of the 16- and 32-row panels, one
  * super-block, an odd count (a half-filled second panel), several panels,
  * token counts around the 2- and 4-token micro-kernels, 1 and 2 threads.
  * The f32 tiles miss the reference by the activations' quantization error;
@@ -548,10 +548,10 @@ static void test_prefill_kquants(void **s) {
             if (!sp_ggml_gemm_kquants_covered(types[i].type, 1024, levels[lv])) continue;
             checked++;
             for (int p = 0; p < 2; p++) {
-                check_matmul(&types[i], 37, 256 * 3, 9, pools[p], false);
-                check_matmul(&types[i], 70, 256, 12, pools[p], false);
+                check_matmul(&types[i], 37, 256 * 3, 17, pools[p], false);
+                check_matmul(&types[i], 70, 256, 18, pools[p], false);
                 check_matmul(&types[i], 33, 2048, 40, pools[p], false);
-                check_matmul(&types[i], 5, 1024, 23, pools[p], false);
+                check_matmul(&types[i], 5, 1024, 25, pools[p], false);
                 tame_scales = true;
                 check_matmul(&types[i], 45, 256 * 5, 17, pools[p], false);
                 tame_scales = false;

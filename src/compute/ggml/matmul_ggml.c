@@ -25,7 +25,7 @@
  * per-block values in panels of rows (gg_use_gemm: on AVX2 / AVX-VNNI at
  * precision high only 2..5 tokens, a speculative verify or a small batch,
  * where one pass of its 3 parts beats the decode kernels' several).
- * Q4_K and Q6_K at precision fast from SP_MM_DECODE_TOKENS + 1 tokens: the
+ * Q4_K and Q6_K at precision fast from 2 SP_MM_DECODE_TOKENS + 1 tokens: the
  * activations quantized to q8_K once per call and ggml_gemm_kquants.c's
  * panels (AVX-512 VNNI, AVX-VNNI and AVX2).
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
@@ -218,10 +218,12 @@ static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
 static bool gg_use_gemm(const sp_weight *w, int n_tokens, int levels,
                         sp_simd_level level) {
     if (levels < 1 || levels > SP_GGML_SPLIT_MAX_LEVELS) return false;
-    /* the k-quants: one part only, and past the decode kernels' range
-     * (they read each weight row once for up to SP_MM_DECODE_TOKENS) */
+    /* the k-quants: one part only, and past the decode kernels' two
+     * passes (up to 2 SP_MM_DECODE_TOKENS), which give every token its
+     * one-token product bit for bit, as a speculative verify or a batched
+     * decode step wants */
     if (sp_ggml_gemm_kquants_covered(w->ggml_type, w->cols, level))
-        return levels == 1 && n_tokens > SP_MM_DECODE_TOKENS;
+        return levels == 1 && n_tokens > 2 * SP_MM_DECODE_TOKENS;
     if (sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols))
         return n_tokens > SP_MM_SMALL_TOKENS;
     if (!sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, level)) return false;
