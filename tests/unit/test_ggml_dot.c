@@ -155,8 +155,8 @@ static void fill_acts(float *x, int64_t cols, int variant) {
     }
 }
 
-static void test_quantizers(void **s) {
-    (void)s;
+/* (a) at the level in use (the x86 levels run ggml_quant_act_avx2.c). */
+static void check_quantizers(void) {
     static sp_ggml_act got;
     static ref_act want;
     const uint32_t kinds[] = {SP_GGML_Q8_0, SP_GGML_Q8_1, SP_GGML_Q8_K};
@@ -190,6 +190,13 @@ static void test_quantizers(void **s) {
             }
     assert_false(sp_ggml_quantize_act(SP_GGML_Q8_K, x, 32, &got));
     assert_false(sp_ggml_quantize_act(SP_GGML_Q4_0, x, 32, &got));
+}
+
+static void test_quantizers(void **s) {
+    (void)s;
+    for (int lv = 0; lv < SP_SIMD_COUNT; lv++)
+        if (sp_simd_force((sp_simd_level)lv)) check_quantizers();
+    sp_simd_force(sp_simd_supported());
 }
 
 /* ---- weights ---- */
@@ -296,7 +303,10 @@ static void check_matmul(const wtype *wt, int64_t rows, int64_t cols, int nt,
         sp_ggml_acts acts;
         const int levels = exact ? 3 : 1;
         assert_true(sp_ggml_quantize_acts(pool, at, x, nt, cols, levels, &acts));
-        assert_true(sp_ggml_gemm_int8(&w, &acts, y, 0, rows, sp_simd_current()));
+        const sp_simd_level lv = sp_simd_current();
+        assert_true(sp_ggml_gemm_kquants_covered(type, cols, lv)
+                        ? sp_ggml_gemm_kquants(&w, &acts, y, 0, rows, lv)
+                        : sp_ggml_gemm_int8(&w, &acts, y, 0, rows, lv));
     } else {
         sp_matmul(pool, &w, x, nt, y);
     }
@@ -515,6 +525,51 @@ static void test_gemm_int8_few_rows(void **s) {
     if (!checked) skip();
 }
 
+/* (d) the k-quants' prefill GEMM (ggml_gemm_kquants.c) at every level
+ * that has one, precision fast: through sp_matmul from 17 tokens (below,
+ * the decode kernels), and called directly for 1..9 tokens (the
+ * micro-kernels' token tails). Rows not multiples of the 16- and 32-row panels, one
+ * super-block, an odd count (a half-filled second panel), several panels,
+ * token counts around the 2- and 4-token micro-kernels, 1 and 2 threads.
+ * The f32 tiles miss the reference by the activations' quantization error;
+ * a lost scale, min, sub-block, row or token misses it by far. */
+static void test_prefill_kquants(void **s) {
+    (void)s;
+    static const sp_simd_level levels[] = {SP_SIMD_AVX512, SP_SIMD_AVXVNNI,
+                                           SP_SIMD_AVX2};
+    sp_pool *pools[2] = {NULL, sp_pool_create(2)};
+    assert_non_null(pools[1]);
+    int checked = 0;
+    sp_mm_precision_force(SP_PRECISION_FAST);
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        if (!sp_simd_available(levels[lv])) continue;
+        assert_true(sp_simd_force(levels[lv]));
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            if (!sp_ggml_gemm_kquants_covered(types[i].type, 1024, levels[lv])) continue;
+            checked++;
+            for (int p = 0; p < 2; p++) {
+                check_matmul(&types[i], 37, 256 * 3, 17, pools[p], false);
+                check_matmul(&types[i], 70, 256, 18, pools[p], false);
+                check_matmul(&types[i], 33, 2048, 40, pools[p], false);
+                check_matmul(&types[i], 5, 1024, 25, pools[p], false);
+                tame_scales = true;
+                check_matmul(&types[i], 45, 256 * 5, 17, pools[p], false);
+                tame_scales = false;
+            }
+            direct_int8_gemm = true;
+            for (int nt = 1; nt <= 9; nt++) {
+                check_matmul(&types[i], 16 + nt, 256 * 3, nt, NULL, false);
+                check_matmul(&types[i], 31 + nt % 3, 512, nt, NULL, false);
+            }
+            direct_int8_gemm = false;
+        }
+    }
+    sp_simd_force(sp_simd_supported());
+    sp_mm_precision_force(SP_PRECISION_HIGH);
+    sp_pool_destroy(pools[1]);
+    if (!checked) skip();
+}
+
 /* The vector splits (ggml_act_split_avx2.c for 32- and 256-blocks,
  * ggml_act_split_avx512.c for 32-blocks) give the scalar split's bits at
  * every part: the decode path (any level) and the prefill GEMM read the
@@ -630,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_prefill),
         cmocka_unit_test(test_prefill_avx2),
         cmocka_unit_test(test_gemm_int8_few_rows),
+        cmocka_unit_test(test_prefill_kquants),
         cmocka_unit_test(test_split_levels_agree),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_levels_cover_all),

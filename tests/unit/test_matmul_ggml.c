@@ -196,9 +196,9 @@ static void test_row_blocks(void **s) {
     sp_pool_destroy(pool);
 }
 
-/* 9..16 tokens at precision fast that no int8 GEMM covers (the k-quants)
- * go through the decode kernels in two passes (matmul_ggml.c), so each
- * token gets exactly its one-token product, at every level. */
+/* 9..16 tokens of the k-quants at precision fast (their int8 GEMM starts
+ * at 17) go through the decode kernels in two passes (matmul_ggml.c), so
+ * each token gets exactly its one-token product, at every level. */
 static void test_fast_tokens_in_passes(void **s) {
     (void)s;
     static const uint32_t types[] = {SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K};

@@ -153,6 +153,12 @@ static void quantize_q8_K(const float *x, int64_t cols, sp_ggml_act *a) {
 bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
                           sp_ggml_act *out) {
     if (!x || !out || cols <= 0 || cols > SP_GGML_DOT_MAX_COLS) return false;
+#if defined(__x86_64__)
+    const sp_simd_level level = sp_simd_current();
+    if ((level == SP_SIMD_AVX2 || level == SP_SIMD_AVXVNNI || level == SP_SIMD_AVX512) &&
+        (act_type == SP_GGML_Q8_0 || act_type == SP_GGML_Q8_1 || act_type == SP_GGML_Q8_K))
+        return sp_ggml_quantize_act_avx2(act_type, x, cols, out);
+#endif
     switch (act_type) {
     case SP_GGML_Q8_0:
     case SP_GGML_Q8_1:

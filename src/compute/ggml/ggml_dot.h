@@ -70,6 +70,11 @@ static inline bool sp_ggml_rows_q8_takes(const sp_weight *w, int n_tokens) {
 bool sp_ggml_quantize_act(uint32_t act_type, const float *x, int64_t cols,
                           sp_ggml_act *out);
 
+/* The same on AVX2 (ggml_quant_act_avx2.c), the same bits; what
+ * sp_ggml_quantize_act runs at the x86 SIMD levels. False off x86. */
+bool sp_ggml_quantize_act_avx2(uint32_t act_type, const float *x, int64_t cols,
+                               sp_ggml_act *out);
+
 /* Fill a->sum4 and a->sum32 from a->q (the first `cols` values). */
 void sp_ggml_act_group_sums(sp_ggml_act *a, int64_t cols);
 
@@ -160,13 +165,16 @@ typedef struct sp_ggml_acts {
     const int8_t *q;
     const float *d, *s;
     const int32_t *sum32;
+    const int16_t *bsums; /* q8_K: sums of 16 columns, [t * (cols / 16) + g] */
     int n_tokens, levels;
     int64_t cols;
 } sp_ggml_acts;
 
 /* Quantize n_tokens rows of `cols` activations (x[t * cols + c]) to act_type
  * (SP_GGML_Q8_0 or SP_GGML_Q8_1) in `levels` parts (1..
- * SP_GGML_SPLIT_MAX_LEVELS), the tokens split over `pool` (NULL: this
+ * SP_GGML_SPLIT_MAX_LEVELS), or to SP_GGML_Q8_K in one part (the token's
+ * f32 d of 256-column super-block k at d[t * (cols / 32) + k], sum32 per
+ * 32 columns as for the others, bsums per 16, s unused), the tokens split over `pool` (NULL: this
  * thread), into this (the calling) thread's scratch (grown as needed, never
  * shrunk): *out stays valid until this thread's next call. Returns false,
  * writing nothing to *out, for bad arguments or no memory. */
@@ -204,5 +212,22 @@ bool sp_ggml_gemm_avx2(const sp_weight *w, const sp_ggml_acts *x, float *y,
                        int64_t r0, int64_t r1);
 bool sp_ggml_gemm_avxvnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
                           int64_t r0, int64_t r1);
+
+/* ---- prefill of the k-quants: ggml_gemm_kquants.c ---- */
+
+/* Whether sp_ggml_gemm_kquants takes `type` with `cols` columns at `level`
+ * on this CPU: Q4_K and Q6_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
+ * SP_SIMD_AVX2 (the last two share the AVX2 kernel). */
+bool sp_ggml_gemm_kquants_covered(uint32_t type, int64_t cols,
+                                  sp_simd_level level);
+
+/* sp_ggml_gemm_vnni's contract for the k-quants, one part per token only
+ * (precision fast): x quantized to q8_K by sp_ggml_quantize_acts, y[t *
+ * w->rows + r] the decode kernels' per-super-block values (exact integer
+ * sums, llama.cpp's float combination per super-block) summed in another
+ * order. Safe to run concurrently on disjoint row ranges. Returns false,
+ * writing nothing, when not covered or for bad arguments. */
+bool sp_ggml_gemm_kquants(const sp_weight *w, const sp_ggml_acts *x, float *y,
+                          int64_t r0, int64_t r1, sp_simd_level level);
 
 #endif

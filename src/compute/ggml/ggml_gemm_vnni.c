@@ -47,6 +47,7 @@ typedef struct gg_quant_job {
     int8_t *q;
     float *d, *s;
     int32_t *sum32;
+    int16_t *bsums; /* q8_K: per 16 columns */
     _Atomic int failed;
 } gg_quant_job;
 
@@ -72,10 +73,15 @@ static void gg_quantize_range(void *ctx, int64_t t0, int64_t t1, int thread_id) 
                 job->failed = 1;
                 return;
             }
+            /* q8_K: one f32 d per 256 columns */
+            const size_t nd = job->act_type == SP_GGML_Q8_K ? cols / SP_QK_K : nb;
             memcpy(job->q + (size_t)t * cols, one->q, cols);
-            memcpy(job->d + (size_t)t * nb, one->d, sizeof(float) * nb);
+            memcpy(job->d + (size_t)t * nb, one->d, sizeof(float) * nd);
             memcpy(job->s + (size_t)t * nb, one->s, sizeof(float) * nb);
             memcpy(job->sum32 + (size_t)t * nb, one->sum32, sizeof(int32_t) * nb);
+            if (job->bsums)
+                memcpy(job->bsums + (size_t)t * (cols / 16), one->bsums,
+                       sizeof(int16_t) * (cols / 16));
             continue;
         }
         int8_t *q[SP_GGML_SPLIT_MAX_LEVELS];
@@ -103,25 +109,30 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
     if (!x || !out || n_tokens < 1 || cols <= 0 || cols % 32 ||
         cols > SP_GGML_DOT_MAX_COLS || levels < 1 ||
         levels > SP_GGML_SPLIT_MAX_LEVELS ||
-        (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1))
+        (act_type != SP_GGML_Q8_0 && act_type != SP_GGML_Q8_1 &&
+         (act_type != SP_GGML_Q8_K || levels != 1 || cols % SP_QK_K)))
         return false;
     /* one row of the arrays per token and part */
     const size_t nt = (size_t)n_tokens * (size_t)levels, nb = (size_t)cols / 32;
     const size_t qbytes = (nt * (size_t)cols + 63) / 64 * 64;
-    uint8_t *buf = sp_scratch_get(SP_SCRATCH_GGML_ACTS, qbytes + 3 * sizeof(float) * nt * nb);
+    const size_t bsum_bytes = act_type == SP_GGML_Q8_K ? sizeof(int16_t) * nt * (size_t)cols / 16 : 0;
+    uint8_t *buf = sp_scratch_get(SP_SCRATCH_GGML_ACTS,
+                                  qbytes + 3 * sizeof(float) * nt * nb + bsum_bytes);
     if (!buf) return false;
     gg_quant_job job = {.act_type = act_type, .x = x, .cols = cols,
                         .levels = levels, .q = (int8_t *)buf,
                         .d = (float *)(buf + qbytes)};
     job.s = job.d + nt * nb;
     job.sum32 = (int32_t *)(job.s + nt * nb);
+    job.bsums = bsum_bytes ? (int16_t *)(job.sum32 + nt * nb) : NULL;
     /* the scalar quantizer is a sizeable share of a prefill: split it too */
     const int threads = sp_pool_size(pool);
     sp_pool_for(pool, n_tokens, (n_tokens + threads - 1) / threads,
                 gg_quantize_range, &job);
     if (job.failed) return false;
     *out = (sp_ggml_acts){.q = job.q, .d = job.d, .s = job.s,
-                          .sum32 = job.sum32, .n_tokens = n_tokens,
+                          .sum32 = job.sum32, .bsums = job.bsums,
+                          .n_tokens = n_tokens,
                           .levels = levels, .cols = cols};
     return true;
 }

@@ -25,6 +25,9 @@
  * per-block values in panels of rows (gg_use_gemm: on AVX2 / AVX-VNNI at
  * precision high only 2..5 tokens, a speculative verify or a small batch,
  * where one pass of its 3 parts beats the decode kernels' several).
+ * Q4_K and Q6_K at precision fast from 2 SP_MM_DECODE_TOKENS + 1 tokens: the
+ * activations quantized to q8_K once per call and ggml_gemm_kquants.c's
+ * panels (AVX-512 VNNI, AVX-VNNI and AVX2).
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
  * decoded SP_GG_ROWS rows x SP_GG_COLS columns at a time into a stack tile,
  * and the tile is dotted with every token's f32 activations, so the decode
@@ -145,7 +148,9 @@ static bool gg_split(gg_job *job, int levels) {
 static void gg_rows_gemm(void *ctx, int64_t r0, int64_t r1, int thread_id) {
     (void)thread_id;
     const gg_job *job = ctx;
-    if (job->level == SP_SIMD_AVX512)
+    if (sp_ggml_gemm_kquants_covered(job->w->ggml_type, job->w->cols, job->level))
+        sp_ggml_gemm_kquants(job->w, job->acts, job->y, r0, r1, job->level);
+    else if (job->level == SP_SIMD_AVX512)
         sp_ggml_gemm_vnni(job->w, job->acts, job->y, r0, r1);
     else
         sp_ggml_gemm_int8(job->w, job->acts, job->y, r0, r1, job->level);
@@ -213,6 +218,12 @@ static void gg_range(void *ctx, int64_t r0, int64_t r1, int thread_id) {
 static bool gg_use_gemm(const sp_weight *w, int n_tokens, int levels,
                         sp_simd_level level) {
     if (levels < 1 || levels > SP_GGML_SPLIT_MAX_LEVELS) return false;
+    /* the k-quants: one part only, and past the decode kernels' two
+     * passes (up to 2 SP_MM_DECODE_TOKENS), which give every token its
+     * one-token product bit for bit, as a speculative verify or a batched
+     * decode step wants */
+    if (sp_ggml_gemm_kquants_covered(w->ggml_type, w->cols, level))
+        return levels == 1 && n_tokens > 2 * SP_MM_DECODE_TOKENS;
     if (sp_ggml_vnni_active() && sp_ggml_gemm_covered(w->ggml_type, w->cols))
         return n_tokens > SP_MM_SMALL_TOKENS;
     if (!sp_ggml_gemm_int8_covered(w->ggml_type, w->cols, level)) return false;
