@@ -1,0 +1,100 @@
+"""Image decoding and Gemma 3's pre-processing against transformers'
+Gemma3ImageProcessorPil (its PIL backend: convert_to_rgb, Image.resize,
+rescale, normalize) on synthetic images of odd sizes, grayscale, alpha and
+palette transparency, in every lossless format Spindle decodes (PNG, GIF,
+WebP lossless): the pixel tensors are equal to the last f32 bit, since
+Spindle reproduces PIL's fixed-point resampling. JPEG decoders differ
+(stb_image vs PIL's libjpeg-turbo: IDCT and chroma upsampling), so JPEG is
+held to a mean absolute difference instead.
+
+Malformed inputs get a one-line error naming the problem."""
+import numpy as np
+import pytest
+
+from vision_common import harness, run_harness, save, synthetic  # noqa: F401
+
+CASES = [  # (mode, width, height, format)
+    ("RGB", 53, 37, "PNG"), ("RGB", 1000, 700, "PNG"), ("L", 41, 29, "PNG"),
+    ("RGBA", 67, 45, "PNG"), ("P", 50, 31, "GIF"), ("RGB", 19, 911, "PNG"),
+    ("RGBA", 33, 21, "WEBP"), ("RGB", 896, 896, "PNG"), ("RGB", 2, 2, "PNG"),
+]
+
+
+def reference(img, w, h, resample):
+    from transformers.models.gemma3.image_processing_pil_gemma3 import \
+        Gemma3ImageProcessorPil
+    proc = Gemma3ImageProcessorPil(size={"height": h, "width": w},
+                                   resample=resample)
+    return np.asarray(proc(img)["pixel_values"][0], np.float32)
+
+
+def ours(harness, path, w, h, resample, tmp_path):
+    out = tmp_path / "px.f32"
+    rc, err = run_harness(harness, "pixels", path, w, h, resample, out)
+    assert rc == 0, err
+    return np.fromfile(out, np.float32).reshape(3, h, w)
+
+
+@pytest.mark.parametrize("mode,w,h,fmt", CASES,
+                         ids=[f"{m}-{w}x{h}-{f}" for m, w, h, f in CASES])
+@pytest.mark.parametrize("size,resample", [((896, 896), 2), ((61, 47), 2),
+                                           ((61, 47), 3), ((96, 130), 1)])
+def test_pixels_equal_gemma3_processor(harness, tmp_path, mode, w, h, fmt,
+                                       size, resample):
+    from PIL import Image
+    path = save(synthetic(mode, w, h, w * h), tmp_path / f"img.{fmt.lower()}",
+                fmt)
+    with Image.open(path) as img:
+        img.load()
+        want = reference(img, *size, resample)
+    got = ours(harness, path, *size, resample, tmp_path)
+    diff = np.abs(got - want)
+    assert diff.max() == 0, (
+        f"max |diff| {diff.max()} at {np.unravel_index(diff.argmax(), diff.shape)}"
+        f", {int((diff > 0).sum())} values differ")
+
+
+def test_jpeg_close_to_gemma3_processor(harness, tmp_path):
+    from PIL import Image
+    path = save(synthetic("RGB", 120, 90, 5), tmp_path / "img.jpg", "JPEG")
+    with Image.open(path) as img:
+        want = reference(img, 96, 96, 2)
+    got = ours(harness, path, 96, 96, 2, tmp_path)
+    # One 8-bit level is 2/255 after normalization.
+    assert np.mean(np.abs(got - want)) < 2 * 2 / 255
+
+
+def test_gif_first_frame(harness, tmp_path):
+    from PIL import Image
+    frames = [Image.new("RGB", (20, 10), c) for c in ("red", "blue")]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    got = ours(harness, path, 20, 10, 2, tmp_path)
+    assert np.allclose(got[:, 0, 0], [1, -1, -1])
+
+
+def malformed(tmp_path):
+    from PIL import Image
+    png = save(synthetic("RGB", 40, 30, 1), tmp_path / "ok.png", "PNG")
+    data = png.read_bytes()
+    big = Image.new("L", (8000, 8000))
+    bomb = tmp_path / "bomb.png"
+    big.save(bomb, "PNG")
+    return {
+        "empty": (b"", "empty"),
+        "text": (b"hello, not an image", "not a JPEG, PNG, WebP or GIF"),
+        "truncated-png": (data[: len(data) // 2], "PNG image is damaged"),
+        "header-only-png": (data[:40], "PNG image is damaged"),
+        "bad-webp": (b"RIFF\x10\x00\x00\x00WEBPVP8 junkjunk", "WebP image is damaged"),
+        "bomb": (bomb.read_bytes(), "over the limit of 40000000 pixels"),
+    }
+
+
+@pytest.mark.parametrize("name", ["empty", "text", "truncated-png",
+                                  "header-only-png", "bad-webp", "bomb"])
+def test_malformed_image_one_line_error(harness, tmp_path, name):
+    data, want = malformed(tmp_path)[name]
+    path = tmp_path / f"{name}.bin"
+    path.write_bytes(data)
+    rc, err = run_harness(harness, "pixels", path, 8, 8, 2, tmp_path / "o")
+    assert rc == 1 and "\n" not in err and want in err, err
