@@ -48,5 +48,6 @@
 #include "spindle/tokenizer.h"
 #include "spindle/grammar.h"
 #include "spindle/embed.h"
+#include "spindle/vision.h"
 
 #endif /* SPINDLE_H */

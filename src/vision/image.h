@@ -37,9 +37,9 @@ spindle_status sp_image_decode(const void *data, size_t n,
                                spindle_error *err);
 void sp_image_free(sp_image *img);
 
-/* How an image processor turns an image into its pixel tensor, as
- * transformers' image processors (PIL backend) do: transparency composited
- * onto white (convert_to_rgb), a resize to width x height with PIL's
+/* How an image processor turns an image file into its pixel tensor, as
+ * transformers' and mlx-vlm's load_image and image processors (PIL
+ * backend) do: Image.convert("RGB") (alpha dropped), a resize to width x height with PIL's
  * filter `resample` (PIL's numbers: 0 nearest, 1 Lanczos, 2 bilinear,
  * 3 bicubic), then x * rescale, then (x - mean) / std per channel. */
 typedef struct sp_image_prep {

@@ -1,7 +1,7 @@
 /* The image processors' pre-processing, reproducing PIL bit for bit where
- * transformers calls it (the PIL backend of its image processors):
- *  - convert_to_rgb: transparency composited onto opaque white with
- *    Image.alpha_composite's integer arithmetic (AlphaComposite.c);
+ * transformers calls it (the PIL backend of its image processors) on a
+ * file that load_image opened:
+ *  - Image.convert("RGB"): alpha dropped;
  *  - Image.resize: the separable antialiased convolution of PIL's
  *    Resample.c on 8-bit channels: one pass along each axis with an 8-bit
  *    intermediate, coefficients in 22-bit fixed point and the filter's
@@ -153,25 +153,13 @@ static void resample_vertical(uint8_t *out, int w, int out_h,
     }
 }
 
-/* Image.alpha_composite(white, img).convert("RGB"), pixel by pixel. */
-static void composite_on_white(const sp_image *img, uint8_t *rgb) {
-    enum { BITS = 7 };   /* AlphaComposite.c's precision */
+/* The file's image as load_image (transformers' and mlx-vlm's) hands it
+ * to the processor: Image.convert("RGB"), which drops the alpha channel
+ * (llama.cpp's mtmd, reading 3 channels with stb_image, does the same). */
+static void drop_alpha(const sp_image *img, uint8_t *rgb) {
     const size_t n = (size_t)img->width * img->height;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *p = img->rgba + 4 * i;
-        const uint32_t a = p[3];
-        if (a == 0) {
-            rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = 255;
-            continue;
-        }
-        const uint32_t blend = 255 * (255 - a), outa255 = a * 255 + blend;
-        const uint32_t coef1 = a * 255 * 255 * (1u << BITS) / outa255;
-        const uint32_t coef2 = 255 * (1u << BITS) - coef1;
-        for (int ch = 0; ch < 3; ch++) {
-            uint32_t t = p[ch] * coef1 + 255 * coef2 + (0x80u << BITS);
-            rgb[3 * i + ch] = (uint8_t)((((t >> 8) + t) >> 8) >> BITS);
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        memcpy(rgb + 3 * i, img->rgba + 4 * i, 3);
 }
 
 /* The RGB image resized to p->width x p->height into out (RGB). Pillow
@@ -228,7 +216,7 @@ spindle_status sp_image_preprocess(const sp_image *img, const sp_image_prep *p,
     uint8_t *rgb = malloc((size_t)w * h * 3);
     uint8_t *sized = malloc((size_t)p->width * p->height * 3);
     bool ok = rgb && sized;
-    if (ok) composite_on_white(img, rgb);
+    if (ok) drop_alpha(img, rgb);
     if (ok) ok = resize_rgb(rgb, w, h, p, sized);
     if (ok) {
         const size_t plane = (size_t)p->width * p->height;

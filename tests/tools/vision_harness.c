@@ -1,6 +1,9 @@
 /* Drives src/vision/ for tests/vision: writes raw little-endian f32 files.
  *   vision_harness pixels IMAGE WIDTH HEIGHT RESAMPLE OUT
  *       decode + pre-process (rescale 1/255, mean = std = 0.5), [3][H][W]
+ *   vision_harness encode MODEL_DIR IMAGE OUT
+ *       spindle_vision_encode: [tokens_per_image][hidden], then the digest
+ *       as 32 hex digits on stdout
  * Exit 1 with the library's one-line error on stderr. */
 #include "vision/image.h"
 
@@ -61,8 +64,39 @@ static int cmd_pixels(char **argv) {
     return rc;
 }
 
+static int cmd_encode(char **argv) {
+    spindle_error err = {0};
+    spindle_model *m = NULL;
+    spindle_vision *v = NULL;
+    size_t n = 0;
+    char *data = read_file(argv[1], &n);
+    if (!data) return 1;
+    int rc = 1;
+    float *rows = NULL;
+    unsigned char digest[SPINDLE_SPAN_DIGEST_BYTES];
+    if (spindle_model_load(argv[0], NULL, &m, &err) ||
+        spindle_vision_new(m, NULL, &v, &err) ||
+        spindle_vision_encode(v, data, n, &rows, digest, &err)) {
+        fail(argv[1], &err);
+    } else {
+        spindle_vision_info info;
+        spindle_vision_describe(v, &info);
+        rc = write_floats(argv[2], rows,
+                          (size_t)info.tokens_per_image * info.hidden_size);
+        for (int i = 0; i < SPINDLE_SPAN_DIGEST_BYTES; i++) printf("%02x", digest[i]);
+        printf("\n");
+    }
+    spindle_free(rows);
+    spindle_vision_free(v);
+    spindle_model_free(m);
+    free(data);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 7 && !strcmp(argv[1], "pixels")) return cmd_pixels(argv + 2);
-    fprintf(stderr, "usage: vision_harness pixels IMAGE W H RESAMPLE OUT\n");
+    if (argc == 5 && !strcmp(argv[1], "encode")) return cmd_encode(argv + 2);
+    fprintf(stderr, "usage: vision_harness pixels IMAGE W H RESAMPLE OUT\n"
+                    "       vision_harness encode MODEL_DIR IMAGE OUT\n");
     return 2;
 }

@@ -21,8 +21,7 @@ def harness():
 
 def synthetic(kind, w, h, seed):
     """A PIL image with structure (gradients, edges) and noise: mode RGB,
-    L (grayscale), RGBA (varying alpha) or P (palette, one transparent
-    index)."""
+    L (grayscale), RGBA (varying alpha) or P (32-color palette)."""
     from PIL import Image
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w]
@@ -40,9 +39,7 @@ def synthetic(kind, w, h, seed):
         alpha[-2:] = 0
         return Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
     if kind == "P":
-        img = Image.fromarray(rgb, "RGB").quantize(colors=32)
-        img.info["transparency"] = 3
-        return img
+        return Image.fromarray(rgb, "RGB").quantize(colors=32)
     raise ValueError(kind)
 
 
@@ -59,3 +56,42 @@ def run_harness(harness, *args):
     r = subprocess.run([str(harness), *map(str, args)], capture_output=True,
                        text=True, timeout=120)
     return r.returncode, r.stderr.strip()
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """The tiny Gemma 3 vision-language model (make_gemma3_vlm.py), built
+    once per session unless SPINDLE_VLM_DIR names one."""
+    given = os.environ.get("SPINDLE_VLM_DIR")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("gemma3-vlm")
+    r = subprocess.run([os.sys.executable, str(Path(__file__).parent /
+                                               "make_gemma3_vlm.py"), str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+def load_reference(mdir):
+    """mlx-vlm's own loader: the model in float32 and its processor."""
+    import mlx.core as mx
+    from mlx_vlm.utils import load
+    model, processor = load(str(mdir))
+    model.set_dtype(mx.float32)
+    return model, processor
+
+
+def reference_image_rows(model, pixel_values):
+    """mlx-vlm's image features as they enter the language model: the tower,
+    the projector, the division by sqrt(hidden) of
+    prepare_inputs_for_multimodal and the language model's bf16-rounded
+    sqrt(hidden) factor."""
+    import mlx.core as mx
+    hidden = model.config.text_config.hidden_size
+    pv = mx.array(np.asarray(pixel_values, np.float32))
+    h, _, _ = model.vision_tower(pv.transpose(0, 2, 3, 1),
+                                 output_hidden_states=True)
+    feats = model.multi_modal_projector(h) / (hidden ** 0.5)
+    feats = feats * mx.array(hidden ** 0.5, mx.bfloat16).astype(mx.float32)
+    return np.array(feats.astype(mx.float32))
