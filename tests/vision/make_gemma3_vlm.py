@@ -18,6 +18,8 @@ SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
            "<end_of_turn>", "<start_of_image>", "<end_of_image>",
            "<image_soft_token>"]
 BOI, EOI, IMAGE = 6, 7, 8
+EMB_SCALE = 0.05
+LOGIT_STD = 4.0
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -64,7 +66,7 @@ def tokenizer_files(out, vocab):
     tok.train_from_iterator([CORPUS], trainer)
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>",
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>",
         "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
         "add_bos_token": True, "add_eos_token": False,
         "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
@@ -82,7 +84,7 @@ def config(vocab):
     text = dict(model_type="gemma3_text", hidden_size=64, num_hidden_layers=3,
                 intermediate_size=128, num_attention_heads=2,
                 num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
-                rms_norm_eps=1e-6, vocab_size=vocab, sliding_window=512,
+                rms_norm_eps=1e-6, vocab_size=vocab, sliding_window=1024,
                 sliding_window_pattern=2, rope_theta=1000000.0,
                 rope_local_base_freq=10000.0, max_position_embeddings=4096,
                 mm_tokens_per_image=256, hidden_activation="gelu_pytorch_tanh")
@@ -109,10 +111,18 @@ def randomize(model, seed):
             v = 0.02 * mx.random.normal(p.shape)
         elif "layer_norm" in name or "layernorm" in name and "vision" in name:
             v = 1.0 + 0.1 * mx.random.normal(p.shape)      # LayerNorm: w
+        elif name == "language_model.model.norm.weight":
+            # The final norm sets the logit scale (std about LOGIT_STD), as
+            # tests/parity/make_gemma3_models.py does.
+            gain = LOGIT_STD / (EMB_SCALE * p.shape[0] ** 0.5)
+            v = gain * (1.0 + 0.2 * mx.random.normal(p.shape)) - 1.0
         elif "norm" in name:
-            v = 0.1 * mx.random.normal(p.shape)            # RMSNorm: 1 + w
+            v = 0.3 * mx.random.normal(p.shape)            # RMSNorm: 1 + w
         elif "embed_tokens" in name:
-            v = 0.3 * mx.random.normal(p.shape)
+            # Small (a tied head must not just repeat the input token), with
+            # log-normal row norms for peaky logits.
+            rows = mx.exp(0.2 * mx.random.normal((p.shape[0], 1)))
+            v = EMB_SCALE * rows * mx.random.normal(p.shape)
         else:
             fan_in = p.shape[-1] if p.ndim > 1 else 1
             if "mm_input_projection" in name:
@@ -120,12 +130,17 @@ def randomize(model, seed):
             if "patch_embedding" in name:
                 fan_in = p.shape[1] * p.shape[2] * p.shape[3]
             v = mx.random.normal(p.shape) / (fan_in ** 0.5)
+            if "mm_input_projection" in name:
+                # Image rows about as large as the scaled text embeddings:
+                # larger, 256 of them would drown the text.
+                v = 0.3 * v
         new.append((name, v.astype(p.dtype)))
     model.update(tree_unflatten(new))
     params = dict(tree_flatten(model.parameters()))
-    if "language_model.lm_head.weight" in params:   # tied, as Gemma is
-        model.update(tree_unflatten([("language_model.lm_head.weight",
-                                      params["language_model.model.embed_tokens.weight"])]))
+    # Tied, as Gemma is (mlx-vlm's gemma3 ties lm_head to the embeddings
+    # whatever the file holds).
+    model.update(tree_unflatten([("language_model.lm_head.weight",
+                                  params["language_model.model.embed_tokens.weight"])]))
 
 
 def main():
