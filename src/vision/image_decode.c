@@ -1,7 +1,8 @@
 /* Image decoding through stb_image (JPEG, PNG, GIF: Debian's libstb-dev,
  * the decoder llama.cpp's mtmd uses) and libwebp (WebP). Every input is
  * bounded before its pixels are decoded: its size in bytes, then the pixel
- * count its header declares. */
+ * count its header declares. A JPEG's EXIF orientation is applied, as the
+ * references' load_image does (PNG and WebP EXIF are not read). */
 #include "vision/image.h"
 #include "base/error.h"
 
@@ -113,6 +114,79 @@ static spindle_status decode_stb(const unsigned char *p, size_t n,
     return SPINDLE_OK;
 }
 
+static uint32_t read_u16(const unsigned char *p, bool big) {
+    return big ? (uint32_t)p[0] << 8 | p[1] : (uint32_t)p[1] << 8 | p[0];
+}
+
+static uint32_t read_u32(const unsigned char *p, bool big) {
+    return big ? read_u16(p, true) << 16 | read_u16(p + 2, true)
+               : read_u16(p + 2, false) << 16 | read_u16(p, false);
+}
+
+/* The EXIF orientation (1-8) in a TIFF block, or 1. */
+static int tiff_orientation(const unsigned char *t, size_t n) {
+    if (n < 8 || (memcmp(t, "II", 2) && memcmp(t, "MM", 2))) return 1;
+    const bool big = t[0] == 'M';
+    const uint32_t ifd = read_u32(t + 4, big);
+    if (ifd > n - 2) return 1;
+    const uint32_t count = read_u16(t + ifd, big);
+    for (uint32_t i = 0; i < count && ifd + 2 + 12 * (i + 1) <= n; i++) {
+        const unsigned char *e = t + ifd + 2 + 12 * i;
+        if (read_u16(e, big) == 0x0112 && read_u16(e + 2, big) == 3) {
+            const uint32_t v = read_u16(e + 8, big);
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+    }
+    return 1;
+}
+
+/* A JPEG's EXIF orientation (its APP1 segment before the scan), or 1. */
+static int jpeg_orientation(const unsigned char *p, size_t n) {
+    size_t i = 2;
+    while (i + 4 <= n && p[i] == 0xFF) {
+        const unsigned marker = p[i + 1];
+        const size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+        if (marker == 0xDA || len < 2 || i + 2 + len > n) break;
+        if (marker == 0xE1 && len >= 8 && !memcmp(p + i + 4, "Exif\0\0", 6))
+            return tiff_orientation(p + i + 10, len - 8);
+        i += 2 + len;
+    }
+    return 1;
+}
+
+/* The image turned upright as PIL's ImageOps.exif_transpose turns it
+ * (transformers' and mlx-vlm's load_image call it): orientation 2-8 are
+ * the mirror, rotations and transpositions EXIF defines. */
+static spindle_status apply_orientation(sp_image *img, int orientation,
+                                        spindle_error *err) {
+    if (orientation <= 1) return SPINDLE_OK;
+    const int w = img->width, h = img->height;
+    const bool swap = orientation >= 5;
+    const int ow = swap ? h : w, oh = swap ? w : h;
+    uint8_t *out = malloc((size_t)w * h * 4);
+    if (!out) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    for (int y = 0; y < oh; y++)
+        for (int x = 0; x < ow; x++) {
+            int sx = x, sy = y;
+            switch (orientation) {
+            case 2: sx = w - 1 - x; break;
+            case 3: sx = w - 1 - x; sy = h - 1 - y; break;
+            case 4: sy = h - 1 - y; break;
+            case 5: sx = y; sy = x; break;
+            case 6: sx = y; sy = h - 1 - x; break;
+            case 7: sx = w - 1 - y; sy = h - 1 - x; break;
+            case 8: sx = w - 1 - y; sy = x; break;
+            }
+            memcpy(out + ((size_t)y * ow + x) * 4,
+                   img->rgba + ((size_t)sy * w + sx) * 4, 4);
+        }
+    free(img->rgba);
+    img->rgba = out;
+    img->width = ow;
+    img->height = oh;
+    return SPINDLE_OK;
+}
+
 spindle_status sp_image_decode(const void *data, size_t n,
                                const sp_image_limits *limits, sp_image *out,
                                spindle_error *err) {
@@ -133,6 +207,8 @@ spindle_status sp_image_decode(const void *data, size_t n,
                        "not a JPEG, PNG, WebP or GIF image (unknown signature)");
     spindle_status st = kind == KIND_WEBP ? decode_webp(p, n, lim, out, err)
                                           : decode_stb(p, n, kind, lim, out, err);
+    if (!st && kind == KIND_JPEG)
+        st = apply_orientation(out, jpeg_orientation(p, n), err);
     if (st) sp_image_free(out);
     return st;
 }

@@ -65,6 +65,22 @@ def test_jpeg_close_to_gemma3_processor(harness, tmp_path):
     assert np.mean(np.abs(got - want)) < 2 * 2 / 255
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_jpeg_exif_orientation_as_load_image(harness, tmp_path, orientation):
+    """load_image turns the image upright (ImageOps.exif_transpose); a
+    non-square image shows every mirror and rotation. The JPEG tolerance of
+    test_jpeg_close_to_gemma3_processor applies."""
+    from PIL import Image
+    img = synthetic("RGB", 64, 40, orientation)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = tmp_path / "exif.jpg"
+    img.save(path, "JPEG", quality=95, exif=exif)
+    want = reference(load_image(str(path)), 48, 48, 2)
+    got = ours(harness, path, 48, 48, 2, tmp_path)
+    assert np.mean(np.abs(got - want)) < 2 * 2 / 255
+
+
 def test_gif_first_frame(harness, tmp_path):
     from PIL import Image
     frames = [Image.new("RGB", (20, 10), c) for c in ("red", "blue")]
