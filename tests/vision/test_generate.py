@@ -16,10 +16,7 @@ tokens, so the loop is mlx-vlm's.
 
 Checked: the prompt ids equal the processor's; the greedy tokens equal the
 reference's up to its first near-tie; the last prompt position's logits
-within f32 tolerance. A JPEG decodes differently through stb_image than
-through PIL's libjpeg-turbo (IDCT and chroma upsampling: pixels off by a
-level or two), so prompts with a JPEG are held to a looser tolerance
-(TOL_JPEG), and near-ties to it."""
+within f32 tolerance."""
 import json
 import subprocess
 
@@ -31,7 +28,6 @@ from vision_common import (SPINDLE_BIN, load_reference, save, synthetic,  # noqa
 
 N_TOKENS = 12
 TOL_REL = 1e-4          # max |logit error| / std of the reference logits
-TOL_JPEG = 5e-2
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +143,7 @@ def test_greedy_tokens_match_mlx_vlm(reference, images, tiny_vlm, tmp_path,
     want_ids, want_toks, steps = reference_run(model, processor, imgs, prompt,
                                                chat)
     assert ids == want_ids
-    tol = TOL_JPEG if any(i.suffix == ".jpg" for i in imgs) else TOL_REL
+    tol = TOL_REL
     err = float(np.max(np.abs(logits - steps[0])) / np.std(steps[0]))
     assert err <= tol, f"last prompt logits: max|err|/std {err:.3g}"
     assert_greedy(toks, want_toks, steps, tol)
