@@ -50,5 +50,6 @@
 #include "spindle/grammar.h"
 #include "spindle/embed.h"
 #include "spindle/rerank.h"
+#include "spindle/vision.h"
 
 #endif /* SPINDLE_H */

@@ -24,7 +24,7 @@ LAYERS = (
     ("artifacts",),
     ("tokenizer", "template", "runtime"),
     ("models",),
-    ("convert", "generation", "grammar", "embedding"),
+    ("convert", "generation", "grammar", "embedding", "vision"),
     ("cli", "server"),
 )
 

@@ -229,6 +229,17 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
                                 int32_t **tokens, int *n_tokens,
                                 float *prompt_logits, spindle_gen_stats *stats,
                                 spindle_error *err);
+/* spindle_generate with the prompt as spans (token ids and embeddings
+ * blocks, spindle/sequence.h; borrowed for the call), as an engine request
+ * takes them. */
+spindle_status spindle_generate_spans(spindle_model *model, spindle_seq *seq,
+                                      const spindle_span *spans, int n_spans,
+                                      const spindle_gen_params *params,
+                                      spindle_token_callback callback,
+                                      void *user, int32_t **tokens,
+                                      int *n_tokens, float *prompt_logits,
+                                      spindle_gen_stats *stats,
+                                      spindle_error *err);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
 #include "cli/run_prompts.h"
+#include "cli/run_images.h"
 #include "cli/spec_args.h"
 #include "spindle.h"
 
@@ -48,6 +49,7 @@ static const char *run_usage =
     "                          forward (auto, the default: at temperature 0)\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
+    SP_ARG_IMAGE_HELP
     SP_ARG_PROMPT_CACHE_HELP
     SP_RUN_DURABLE_HELP;
 
@@ -77,6 +79,7 @@ typedef struct run_options {
     sp_run_durable durable;
     sp_lora_args lora;
     sp_spec_args spec;
+    sp_run_images images;
 } run_options;
 
 /* --prompts FILE replaces -p / --prompt-tokens and runs without the
@@ -85,7 +88,8 @@ static bool prompts_options_ok(run_options *o) {
     const char *clash = o->text ? "-p" : o->prompt ? "--prompt-tokens"
                       : o->durable.checkpoint_path ? "--checkpoint"
                       : o->durable.resume_path ? "--resume"
-                      : o->dump_logits ? "--dump-logits" : NULL;
+                      : o->dump_logits ? "--dump-logits"
+                      : o->images.n ? "--image" : NULL;
     if (clash) {
         fprintf(stderr, "spindle run: --prompts FILE excludes %s\n", clash);
         return false;
@@ -188,6 +192,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->gen.prefill_chunk = (int)n;
         } else if (!strcmp(a, "--mmap")) {
             o->use_mmap = true;
+        } else if (!strcmp(a, "--image")) {
+            VALUE(); if (!sp_image_arg(&o->images, v)) return 2;
         } else if (!strcmp(a, "--lora")) {
             VALUE(); if (!sp_lora_arg(&o->lora, a, v)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -237,6 +243,10 @@ static bool options_ok(run_options *o) {
     if (!o->durable.resume_path && !o->prompt == !o->text) {
         fprintf(stderr, "spindle run: give exactly one of -p TEXT and "
                         "--prompt-tokens IDS\n");
+        return false;
+    }
+    if (o->images.n && (!o->text || o->durable.resume_path)) {
+        fprintf(stderr, "spindle run: --image needs -p TEXT\n");
         return false;
     }
     if ((o->chat || o->system) && !o->text && !o->prompts_file) {
@@ -393,7 +403,12 @@ int sp_cmd_run(int argc, char **argv) {
                                  &grammar, &err);
     o.gen.grammar = grammar;
     if (!st && tok) st = sp_chat_template_use(&o.tmpl, tok, o.chat, &err);
-    if (!st && o.text) st = text_prompt(&o, tok, &err);
+    if (!st && o.text && o.images.n)
+        st = sp_run_images_prompt(&o.images, model, tok, o.system, o.text,
+                                  o.chat, o.tmpl.kwargs, &o.prompt,
+                                  &o.n_prompt, &err);
+    else if (!st && o.text)
+        st = text_prompt(&o, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
         o.gen.stop_ids = stop;
@@ -418,7 +433,11 @@ int sp_cmd_run(int argc, char **argv) {
     }
     spindle_token_callback cb = tok ? sp_text_stream_token
                                     : (o.json ? NULL : print_token);
-    if (!st)
+    if (!st && o.images.n)
+        st = spindle_generate_spans(model, seq, o.images.spans,
+                                    o.images.n_spans, &o.gen, cb, &stream,
+                                    &toks, &n, logits, &stats, &err);
+    else if (!st)
         st = spindle_generate(model, seq, o.prompt, o.n_prompt, &o.gen, cb,
                               tok ? (void *)&stream : NULL, &toks, &n, logits,
                               &stats, &err);
@@ -457,6 +476,7 @@ int sp_cmd_run(int argc, char **argv) {
     spindle_grammar_vocab_free(vocab);
     spindle_tokenizer_free(tok);
     sp_lora_args_free(&o.lora);
+    sp_run_images_free(&o.images);
     spindle_model_free(draft);
     spindle_mtp_head_free(o.spec.spec.mtp_head);
     spindle_model_free(model);

@@ -85,9 +85,17 @@ static void gen_on_finish(spindle_request_id id,
     }
 }
 
+/* The prompt as ids or as spans (spindle_request's two forms). */
+typedef struct gen_prompt {
+    const int32_t *ids;
+    int n_ids;
+    const spindle_span *spans;
+    int n_spans;
+} gen_prompt;
+
 /* Submit the request and step the engine until it has ended. */
 static spindle_status run_one(spindle_model *model, spindle_seq *seq,
-                              const int32_t *prompt, int n_prompt,
+                              const gen_prompt *prompt,
                               const spindle_gen_params *params, gen_run *g,
                               spindle_error *err) {
     spindle_gen_params p = *params;
@@ -99,7 +107,8 @@ static spindle_status run_one(spindle_model *model, spindle_seq *seq,
     spindle_engine *engine = NULL;
     spindle_status st = spindle_engine_new(model, &eo, &engine, err);
     spindle_request req = {
-        .prompt = prompt, .n_prompt = n_prompt, .params = &p,
+        .prompt = prompt->ids, .n_prompt = prompt->n_ids,
+        .spans = prompt->spans, .n_spans = prompt->n_spans, .params = &p,
         .want_logits = g->prompt_logits != NULL, .seq = seq,
         .on_token = gen_on_token, .on_finish = gen_on_finish, .user = g};
     if (!st) st = spindle_engine_submit(engine, &req, NULL, err);
@@ -113,24 +122,27 @@ static spindle_status run_one(spindle_model *model, spindle_seq *seq,
     return st;
 }
 
-spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
-                                const int32_t *prompt, int n_prompt,
-                                const spindle_gen_params *params,
-                                spindle_token_callback callback, void *user,
-                                int32_t **tokens, int *n_tokens,
-                                float *prompt_logits, spindle_gen_stats *stats,
-                                spindle_error *err) {
+static spindle_status generate(spindle_model *model, spindle_seq *seq,
+                               const gen_prompt *prompt,
+                               const spindle_gen_params *params,
+                               spindle_token_callback callback, void *user,
+                               int32_t **tokens, int *n_tokens,
+                               float *prompt_logits, spindle_gen_stats *stats,
+                               spindle_error *err) {
     sp_error_clear(err);
     if (tokens) *tokens = NULL;
     if (n_tokens) *n_tokens = 0;
-    if (!model || !seq || !params || (!prompt && n_prompt > 0))
+    if (!model || !seq || !params || (!prompt->ids && prompt->n_ids > 0) ||
+        (!prompt->spans && prompt->n_spans > 0))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    int n_prompt = prompt->n_ids;
+    for (int i = 0; i < prompt->n_spans; i++) n_prompt += prompt->spans[i].n;
     gen_run g = {.callback = callback, .user = user,
                  .prompt_logits = prompt_logits,
                  .vocab = spindle_model_vocab_size(model),
                  .reason = SPINDLE_STOP_ERROR};
     spindle_error local;
-    spindle_status st = run_one(model, seq, prompt, n_prompt, params, &g,
+    spindle_status st = run_one(model, seq, prompt, params, &g,
                                 err ? err : &local);
     if (stats) {
         const spindle_request_stats *r = &g.stats;
@@ -151,4 +163,29 @@ spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
     if (tokens) *tokens = g.tokens; else free(g.tokens);
     if (n_tokens) *n_tokens = g.n_tokens;
     return SPINDLE_OK;
+}
+
+spindle_status spindle_generate(spindle_model *model, spindle_seq *seq,
+                                const int32_t *prompt, int n_prompt,
+                                const spindle_gen_params *params,
+                                spindle_token_callback callback, void *user,
+                                int32_t **tokens, int *n_tokens,
+                                float *prompt_logits, spindle_gen_stats *stats,
+                                spindle_error *err) {
+    const gen_prompt p = {.ids = prompt, .n_ids = n_prompt};
+    return generate(model, seq, &p, params, callback, user, tokens, n_tokens,
+                    prompt_logits, stats, err);
+}
+
+spindle_status spindle_generate_spans(spindle_model *model, spindle_seq *seq,
+                                      const spindle_span *spans, int n_spans,
+                                      const spindle_gen_params *params,
+                                      spindle_token_callback callback,
+                                      void *user, int32_t **tokens,
+                                      int *n_tokens, float *prompt_logits,
+                                      spindle_gen_stats *stats,
+                                      spindle_error *err) {
+    const gen_prompt p = {.spans = spans, .n_spans = n_spans};
+    return generate(model, seq, &p, params, callback, user, tokens, n_tokens,
+                    prompt_logits, stats, err);
 }
