@@ -430,51 +430,6 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
-/* A string of format f (date, time, date-time, uuid, email) whose length
- * is in [min, max] (max < 0: no bound). The date and time formats are a
- * few shapes of fixed length each, so the bound picks shapes; an email's
- * length is a sum of parts (js_email_rule). */
-static const char *format_rule(js_conv *c, const char *f, long min, long max,
-                               const char *name, const char *ptr) {
-    char prim[64];
-    snprintf(prim, sizeof prim, "%s-string", f);
-    bool bounded = min > 0 || max >= 0;
-    if (!bounded || !strcmp(f, "uuid")) {
-        if (!strcmp(f, "uuid") && (min > 36 || (max >= 0 && max < 36)))
-            return js_fail(c, ptr, "format 'uuid' is 36 characters, outside minLength/maxLength"), NULL;
-        const char *r = js_add_primitive(c, !strcmp(f, "uuid") ? "uuid" : prim);
-        return r ? js_add_rule(c, name, r) : NULL;
-    }
-    if (!strcmp(f, "email")) return js_email_rule(c, min, max, name, ptr);
-    bool date = !strcmp(f, "date"), with_date = !strcmp(f, "date-time");
-    sp_strbuf o = {0};
-    int n = 0;
-    js_add_primitive(c, "space");
-    if (date) {
-        if (min <= 10 && (max < 0 || max >= 10)) sp_strbuf_printf(&o, "%s", js_add_primitive(c, "date"));
-        n = o.len > 0;
-    } else {
-        const char *d = with_date ? js_add_primitive(c, "date") : NULL;
-        const char *hms = js_add_primitive(c, "time-hms"), *off = js_add_primitive(c, "time-offset");
-        for (int ms = 0; ms < 2 && hms && off; ms++)
-            for (int zulu = 0; zulu < 2; zulu++) {
-                long len = (with_date ? 11 : 0) + 8 + 4 * ms + (zulu ? 1 : 6);
-                if (len < min || (max >= 0 && len > max)) continue;
-                sp_strbuf_printf(&o, "%s%s%s%s%s %s", n++ ? " | " : "", d ? d : "",
-                                 d ? " \"T\" " : "", hms, ms ? " \".\" [0-9]{3}" : "",
-                                 zulu ? "\"Z\"" : off);
-            }
-    }
-    if (n == 0) {
-        sp_strbuf_free(&o);
-        return js_fail(c, ptr, "no '%s' string has a length within minLength/maxLength", f), NULL;
-    }
-    sp_strbuf body = {0};
-    sp_strbuf_printf(&body, "\"\\\"\" ( %s ) \"\\\"\" space", o.p);
-    sp_strbuf_free(&o);
-    return rule_from(c, name, &body);
-}
-
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
     const cJSON *pat = get(s, "pattern"), *fmt = get(s, "format");
@@ -493,20 +448,15 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
         return rule_from(c, name, &o);
     }
-    if (cJSON_IsString(fmt)) {
-        const char *f = fmt->valuestring;
-        bool uuid = !strncmp(f, "uuid", 4) && (!f[4] || (f[4] >= '1' && f[4] <= '5' && !f[5]));
-        if (uuid || !strcmp(f, "date") || !strcmp(f, "time") || !strcmp(f, "date-time") ||
-            !strcmp(f, "email")) {
-            long min = count_value(mn, 0), max = count_value(mx, -1);
-            if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-                return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
-                               SP_GRAMMAR_MAX_REPEAT), NULL;
-            return format_rule(c, uuid ? "uuid" : f, min, max, name, ptr);
-        }
-        /* Other formats (uri, hostname, ...) only annotate here, as in
-         * llama.cpp: the value is any string. */
+    if (cJSON_IsString(fmt) && js_format_checked(fmt->valuestring)) {
+        long min = count_value(mn, 0), max = count_value(mx, -1);
+        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+                           SP_GRAMMAR_MAX_REPEAT), NULL;
+        return js_format_rule(c, fmt->valuestring, min, max, name, ptr);
     }
+    /* Formats JSON Schema does not define (int64, password, ...) only
+     * annotate: validators ignore them, so the value is any string. */
     if (mn || mx) {
         long min = count_value(mn, 0);
         long max = count_value(mx, -1);

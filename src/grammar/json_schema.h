@@ -53,6 +53,14 @@ void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi);
  * [min, max] (max < 0: none), as rule `name`; NULL after js_fail. */
 const char *js_email_rule(js_conv *c, long min, long max, const char *name,
                           const char *ptr);
+/* Whether f is a format JSON Schema defines (a validator checks it):
+ * js_format_rule compiles it or refuses it by name. Other formats only
+ * annotate. */
+bool js_format_checked(const char *f);
+/* A string of format f whose length is in [min, max] (max < 0: none), as
+ * rule `name` (json_schema_formats.c); NULL after js_fail. */
+const char *js_format_rule(js_conv *c, const char *f, long min, long max,
+                           const char *name, const char *ptr);
 /* Integers divisible by multipleOf (a whole number up to
  * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
  * rule `name`; NULL after js_fail. */
