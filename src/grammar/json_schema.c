@@ -16,23 +16,23 @@
 static const char *visit(js_conv *c, const cJSON *s, const char *name,
                          const char *ptr);
 
-/* Keywords that only annotate, or that the branches below read. */
-static const char *const KNOWN[] = {
-    "$schema", "$id", "$comment", "title", "description", "default",
-    "examples", "deprecated", "readOnly", "writeOnly", "$defs",
-    "definitions", "type", "properties", "required", "additionalProperties",
-    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "items",
-    "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "strict", "name", "discriminator",
-    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems",
-    "multipleOf"};
+/* JSON Schema's assertion and applicator keywords that the converter
+ * does not compile: a schema using one is refused, naming it, since
+ * leaving it out would admit values it rejects. Every other keyword
+ * either is read by the branches below or does not constrain the value
+ * (annotations such as title, vendor keywords such as x-... or
+ * markdownDescription, draft 4's id), as validators treat unknown
+ * keywords. */
+static const char *const REFUSED[] = {
+    "not", "if", "then", "else", "propertyNames", "dependentRequired",
+    "dependentSchemas", "dependencies", "minProperties", "maxProperties",
+    "unevaluatedProperties", "uniqueItems", "contains", "minContains",
+    "maxContains", "$dynamicRef", "$recursiveRef"};
 
-static bool known_keyword(const char *k) {
-    for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
-        if (!strcmp(KNOWN[i], k)) return true;
-    /* Vendor extensions (x-...) are annotations too. */
-    return !strncmp(k, "x-", 2);
+static bool refused_keyword(const char *k) {
+    for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
+        if (!strcmp(REFUSED[i], k)) return true;
+    return false;
 }
 
 static void child_ptr(char *out, size_t cap, const char *ptr, const char *a,
@@ -167,6 +167,9 @@ static void optional_chain(js_conv *c, sp_strbuf *o, const prop *props, int n,
     }
 }
 
+/* An object: the listed properties in order (required ones, then the
+ * optional ones as nested alternatives), then any number of the keys
+ * patternProperties (of s) or additionalProperties add. */
 static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr, const cJSON *props_obj,
                                const cJSON *required, const cJSON *additional) {
@@ -196,7 +199,9 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
             if (cJSON_IsString(r) && !strcmp(r->valuestring, it->string)) props[np].required = true;
         np++;
     }
-    (void)s;
+    const cJSON *patterns = s ? cJSON_GetObjectItemCaseSensitive(s, "patternProperties") : NULL;
+    const char *pattern_kv = patterns && !c->failed
+        ? js_pattern_kv(c, patterns, props_obj, additional, name, ptr, visit) : "";
     if (!c->failed && additional && !cJSON_IsFalse(additional)) {
         char an[256];
         sub_name(an, sizeof an, name, "additional");
@@ -214,7 +219,11 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_printf(&kv, "%s \":\" space %s", key ? key : "string", value ? value : "value");
         char kvn[300];
         snprintf(kvn, sizeof kvn, "%s-kv", an);
+        if (pattern_kv && *pattern_kv) sp_strbuf_printf(&kv, " | %s", pattern_kv);
         props[np].kv = rule_from(c, kvn, &kv);
+        props[np++].key = NULL;
+    } else if (pattern_kv && *pattern_kv) {
+        props[np].kv = pattern_kv;
         props[np++].key = NULL;
     }
     if (c->failed) {
@@ -350,15 +359,18 @@ static long count_value(const cJSON *v, long dflt) {
 }
 
 /* prefixItems (or draft 4's items array): the tuple's members in order,
- * then members of `items` (a schema; false or absent: none, llama.cpp's
- * closed tuple), the count within minItems..maxItems. Without
+ * then members of `items` (draft 4: `additionalItems`; a schema; false or
+ * absent: none, llama.cpp's closed tuple), the count within
+ * minItems..maxItems. Without
  * minItems every tuple member is required, as llama.cpp writes tuples. */
 static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
                               const char *ptr) {
     const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
     const cJSON *mn = get(s, "minItems"), *mx = get(s, "maxItems");
     const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
-    const cJSON *rest = tuple == prefix && items && !cJSON_IsFalse(items) ? items : NULL;
+    /* After the tuple: 2020-12's items, or draft 4's additionalItems. */
+    const cJSON *after = tuple == prefix ? items : get(s, "additionalItems");
+    const cJSON *rest = after && !cJSON_IsFalse(after) ? after : NULL;
     long n = cJSON_GetArraySize(tuple);
     long max = count_value(mx, rest ? -1 : n);
     long min = count_value(mn, max >= 0 && max < n ? max : n);
@@ -382,7 +394,7 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     const char *more = NULL;
     if (rest && (max < 0 || max > n)) {
         sub_name(nm, sizeof nm, name, "item");
-        child_ptr(p2, sizeof p2, ptr, "items", NULL);
+        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
         if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
     }
     js_add_primitive(c, "space");
@@ -559,7 +571,7 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
      * false} for an empty object. */
     if (object && get(s, "allOf") && !props) return all_of_rule(c, s, name, ptr);
-    if (object && (props || (add && !cJSON_IsTrue(add))))
+    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add))))
         return object_rule(c, s, name, ptr, props, get(s, "required"), add);
     if (get(s, "allOf")) {
         if (cJSON_GetArraySize(get(s, "allOf")) == 1)
@@ -602,7 +614,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     const cJSON *it;
     cJSON_ArrayForEach(it, s)
-        if (!known_keyword(it->string))
+        if (refused_keyword(it->string))
             return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
     const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
     if (ref) {

@@ -78,4 +78,18 @@ typedef struct js_bound {
  * False when no such number exists. */
 bool js_number_range(sp_strbuf *out, const js_bound *lo, const js_bound *hi);
 
+/* The converter's schema walk (json_schema.c's visit): a rule for schema
+ * s named after `name`, errors at JSON pointer ptr. */
+typedef const char *(*js_visit_fn)(js_conv *c, const cJSON *s, const char *name,
+                                   const char *ptr);
+/* Whether schema s admits every value (true, {} or annotations only). */
+bool js_schema_unconstrained(const cJSON *s);
+/* patternProperties (json_schema_patterns.c): the key-value rule of the
+ * keys the patterns add to an object with `props` and `additional`
+ * (additionalProperties, NULL when absent), "" when there are no
+ * patterns, NULL after js_fail (where it cannot be compiled exactly). */
+const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
+                          const cJSON *additional, const char *name, const char *ptr,
+                          js_visit_fn visit);
+
 #endif
