@@ -149,22 +149,33 @@ typedef struct prop {
     bool required;
 } prop;
 
-static void optional_chain(js_conv *c, sp_strbuf *o, const prop *props, int n,
-                           bool first_optional, const char *name) {
-    const char *kv = props[0].kv;
-    bool star = props[0].key == NULL;
-    if (first_optional) sp_strbuf_printf(o, "( \",\" space %s )%s", kv, star ? "*" : "?");
-    else sp_strbuf_printf(o, "%s%s", kv, star ? " ( \",\" space " : "");
-    if (!first_optional && star) sp_strbuf_printf(o, "%s )*", kv);
-    if (n > 1) {
-        sp_strbuf rest = {0};
-        optional_chain(c, &rest, props + 1, n - 1, true, name);
+/* One optional property of a chain: `( "," space kv )?` after an earlier
+ * one, else kv itself; the additional keys (key NULL) repeat. */
+static void chain_link(sp_strbuf *o, const prop *p, bool after_another) {
+    bool star = p->key == NULL;
+    if (after_another) sp_strbuf_printf(o, "( \",\" space %s )%s", p->kv, star ? "*" : "?");
+    else if (star) sp_strbuf_printf(o, "%s ( \",\" space %s )*", p->kv, p->kv);
+    else sp_strbuf_printf(o, "%s", p->kv);
+}
+
+/* rests[k] (0 < k < n; rests[n] NULL): the rule for optional properties
+ * k.. after an earlier one, each optional, in order. Built once from the
+ * last, so that n optional properties cost n rules (a schema may list
+ * over a thousand), not a chain per alternative. */
+static const char **optional_rests(js_conv *c, const prop *props, int n,
+                                   const char *name) {
+    const char **rests = calloc((size_t)n + 1, sizeof *rests);
+    if (!rests) return js_fail(c, NULL, "out of memory"), NULL;
+    for (int k = n - 1; k >= 1 && !c->failed; k--) {
+        sp_strbuf body = {0};
+        chain_link(&body, &props[k], true);
+        if (rests[k + 1]) sp_strbuf_printf(&body, " %s", rests[k + 1]);
         char rn[200];
         snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
-                 props[0].key ? props[0].key : "additional");
-        const char *r = rule_from(c, rn, &rest);
-        if (r) sp_strbuf_printf(o, " %s", r);
+                 props[k - 1].key ? props[k - 1].key : "additional");
+        rests[k] = rule_from(c, rn, &body);
     }
+    return rests;
 }
 
 /* An object: the listed properties in order (required ones, then the
@@ -243,10 +254,13 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
     if (n_opt > 0) {
         sp_strbuf_add(&o, " (", 2);
         if (n_req) sp_strbuf_add(&o, " \",\" space ( ", 13);
-        for (int i = 0; i < n_opt; i++) {
+        const char **rests = optional_rests(c, opt, n_opt, name);
+        for (int i = 0; rests && i < n_opt; i++) {
             if (i) sp_strbuf_add(&o, " | ", 3);
-            optional_chain(c, &o, opt + i, n_opt - i, false, name);
+            chain_link(&o, &opt[i], false);
+            if (rests[i + 1]) sp_strbuf_printf(&o, " %s", rests[i + 1]);
         }
+        free(rests);
         if (n_req) sp_strbuf_add(&o, " )", 2);
         sp_strbuf_add(&o, " )?", 3);
     }

@@ -67,3 +67,21 @@ def test_keyword_walks_validate(path):
     finally:
         h.close()
     assert done >= 2, f"{done} walks completed"
+
+
+def test_many_optional_properties_compile_in_linear_time(tmp_path):
+    """An object listing 3,000 optional properties (SchemaStore's
+    megalinter schema lists 1,472) compiles in well under a second of
+    CPU: each optional property's rest-of-chain rule is built once, not
+    once per alternative (which took tens of seconds)."""
+    require(QWEN3)
+    props = {f"option_{i}": {"type": "boolean"} for i in range(3000)}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"type": "object", "properties": props}))
+    h = Harness(QWEN3, "json_schema", f)
+    try:
+        words = h.ask("compile").split()
+    finally:
+        h.close()
+    assert words[0] == "compile", words
+    assert int(words[2]) < 5e9, f"{int(words[2]) / 1e9:.1f} s of CPU"
