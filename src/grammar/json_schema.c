@@ -84,10 +84,12 @@ static void repetition(sp_strbuf *o, const char *item, long min, long max,
     if (min == 0) sp_strbuf_add(o, ")?", 2);
 }
 
-static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
-    if (strncmp(ref, "#", 1))
-        return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
-    const cJSON *target = c->root;
+/* The schema a local $ref ("#" then a JSON pointer) names in root: false
+ * when ref is no such pointer; *out NULL when it points at nothing. */
+static bool pointer_target(const cJSON *root, const char *ref, const cJSON **out) {
+    *out = NULL;
+    if (ref[0] != '#') return false;
+    const cJSON *target = root;
     const char *p = ref + 1;
     char seg[256];
     while (*p == '/') {
@@ -113,10 +115,21 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
         else if (cJSON_IsArray(target))
             target = index ? cJSON_GetArrayItem(target, (int)strtol(seg, NULL, 10)) : NULL;
         else target = cJSON_GetObjectItemCaseSensitive(target, seg);
-        if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
+        if (!target) return true;
         p += n;
     }
-    if (*p) return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
+    if (*p) return false;
+    *out = target;
+    return true;
+}
+
+static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
+    if (strncmp(ref, "#", 1))
+        return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
+    const cJSON *target = NULL;
+    if (!pointer_target(c->root, ref, &target))
+        return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
+    if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ref, ref)) return c->rules[c->refs[i].rule].name;
     if (c->n_refs >= JS_MAX_REFS)
@@ -319,44 +332,90 @@ static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
+/* Keywords an allOf member may carry besides properties / required /
+ * type object / additionalProperties true or false: ones that constrain
+ * the value in a way the merge below does not carry over. */
+static const char *const UNMERGED[] = {
+    "anyOf", "oneOf", "allOf", "enum", "const", "items", "prefixItems",
+    "additionalItems", "minItems", "maxItems", "pattern", "format",
+    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "nullable", "patternProperties"};
+
+/* One allOf member (a local $ref followed): refused, naming the keyword,
+ * unless the merge takes all it asks. */
+static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
+    const cJSON *ref = get(t, "$ref"), *it;
+    if (cJSON_IsString(ref)) {
+        const cJSON *target = NULL;
+        if (!pointer_target(c->root, ref->valuestring, &target) || !target)
+            return js_fail(c, ptr, "$ref '%s' of an allOf member is not a local pointer to a "
+                           "schema", ref->valuestring), NULL;
+        if (cJSON_GetArraySize((cJSON *)t) > 1)
+            return js_fail(c, ptr, "an allOf member with $ref and other keywords is not merged"), NULL;
+        t = target;
+    }
+    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
+    cJSON_ArrayForEach(it, t) {
+        bool unmerged = refused_keyword(it->string);
+        for (size_t i = 0; i < sizeof UNMERGED / sizeof *UNMERGED; i++)
+            unmerged = unmerged || !strcmp(UNMERGED[i], it->string);
+        if (unmerged) return js_fail(c, ptr, "keyword '%s' in an allOf member is not merged", it->string), NULL;
+    }
+    if (!cJSON_IsObject(get(t, "properties")))
+        return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
+    const cJSON *type = get(t, "type"), *add = get(t, "additionalProperties");
+    if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "object")))
+        return js_fail(c, ptr, "allOf is supported only over objects (type '%s')",
+                       cJSON_IsString(type) ? type->valuestring : "list"), NULL;
+    if (add && !cJSON_IsBool(add))
+        return js_fail(c, ptr, "additionalProperties as a schema in an allOf member is not merged"), NULL;
+    return t;
+}
+
+/* allOf over objects: the members' properties merged in order (a property
+ * two members list must have the same schema in both), required if any
+ * member, or the schema itself, requires it. */
 static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
-    const cJSON *all = get(s, "allOf"), *t;
+    const cJSON *all = get(s, "allOf"), *t, *p, *r;
     if (cJSON_GetArraySize(all) == 1) return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
-    /* llama.cpp's subset: objects whose properties are merged (anyOf
-     * members contribute optional ones). */
     cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    cJSON_ArrayForEach(r, get(s, "required"))
+        if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
+    char p2[512], idx[16];
+    int i = 0;
     cJSON_ArrayForEach(t, all) {
-        const cJSON *ref = get(t, "$ref");
-        const cJSON *any = get(t, "anyOf");
-        for (int k = 0; k < (any ? cJSON_GetArraySize(any) : 1); k++) {
-            const cJSON *comp = any ? cJSON_GetArrayItem(any, k) : t;
-            ref = get(comp, "$ref");
-            if (cJSON_IsString(ref) && !strncmp(ref->valuestring, "#/", 2)) {
-                const cJSON *tg = c->root;
-                char buf[256];
-                snprintf(buf, sizeof buf, "%s", ref->valuestring + 2);
-                for (char *seg = strtok(buf, "/"); seg && tg; seg = strtok(NULL, "/"))
-                    tg = get(tg, seg);
-                if (tg) comp = tg;
-            }
-            const cJSON *p, *pp = get(comp, "properties");
-            if (!cJSON_IsObject(pp)) {
-                cJSON_Delete(props);
-                cJSON_Delete(req);
-                return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
-            }
-            cJSON_ArrayForEach(p, pp) {
-                if (!get(props, p->string))
-                    cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-                const cJSON *r;
-                cJSON_ArrayForEach(r, get(comp, "required"))
-                    if (!any && cJSON_IsString(r) && !strcmp(r->valuestring, p->string))
-                        cJSON_AddItemToArray(req, cJSON_CreateString(p->string));
+        snprintf(idx, sizeof idx, "%d", i++);
+        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
+        const cJSON *comp = all_of_member(c, t, p2);
+        if (!comp) break;
+        cJSON_ArrayForEach(p, get(comp, "properties")) {
+            const cJSON *had = get(props, p->string);
+            if (!had) cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
+            else if (!cJSON_Compare(had, p, true)) {
+                js_fail(c, p2, "property '%s' has different schemas in two allOf members", p->string);
+                break;
             }
         }
+        cJSON_ArrayForEach(r, get(comp, "required"))
+            if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
     }
-    const char *res = object_rule(c, s, name, ptr, props, req, NULL);
+    /* A member closed by additionalProperties false admits no property the
+     * others add. */
+    i = 0;
+    cJSON_ArrayForEach(t, all) {
+        snprintf(idx, sizeof idx, "%d", i++);
+        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
+        const cJSON *comp = c->failed ? NULL : all_of_member(c, t, p2);
+        if (!comp || !cJSON_IsFalse(get(comp, "additionalProperties"))) continue;
+        cJSON_ArrayForEach(p, props)
+            if (!get(get(comp, "properties"), p->string)) {
+                js_fail(c, p2, "additionalProperties false excludes property '%s' of another "
+                        "allOf member", p->string);
+                break;
+            }
+    }
+    const char *res = c->failed ? NULL : object_rule(c, s, name, ptr, props, req, NULL);
     cJSON_Delete(props);
     cJSON_Delete(req);
     return res;

@@ -1,13 +1,14 @@
 """Keywords compiled beyond llama.cpp's subset (schemas/keywords):
-patternProperties, draft 4's additionalItems, and keywords outside JSON
+patternProperties, draft 4's additionalItems, allOf merged exactly (the
+schema's own `required` kept), and keywords outside JSON
 Schema's vocabulary (markdownDescription, draft 4's id, ...) read as the
 annotations validators take them for.
 
 - masks on random walks equal llguidance's for the same schema (its
   `%json` embedding, with Spindle's whitespace rule as its whitespace
   pattern and general \\u escapes on, as Spindle's strings allow them);
-  pattern_properties_closed is left out: without additionalProperties
-  Spindle closes an object (llama.cpp's reading, tighter than the
+  pattern_properties_closed and allof_required_beside are left out:
+  without additionalProperties Spindle closes an object (llama.cpp's reading, tighter than the
   schema) where llguidance admits any other key;
 - complete random walks validate with Python's jsonschema."""
 import json
@@ -20,7 +21,7 @@ from test_masks import compare_walks
 from test_schemas import complete_walk
 
 KEYWORDS = sorted((SCHEMAS / "keywords").glob("*.json"))
-OPEN_IN_LLGUIDANCE = {"pattern_properties_closed"}
+OPEN_IN_LLGUIDANCE = {"pattern_properties_closed", "allof_required_beside"}
 
 # Spindle's space rule as a regex: llguidance matches it at most once
 # wherever JSON allows whitespace, which is where Spindle's rules put it.
