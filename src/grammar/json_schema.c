@@ -191,6 +191,14 @@ static const char **optional_rests(js_conv *c, const prop *props, int n,
     return rests;
 }
 
+/* Whether the array `list` holds the string s. */
+static bool js_in_list(const cJSON *list, const char *s) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, list)
+        if (cJSON_IsString(r) && !strcmp(r->valuestring, s)) return true;
+    return false;
+}
+
 /* An object: the listed properties in order (required ones, then the
  * optional ones as nested alternatives), then any number of the keys
  * patternProperties (of s) or additionalProperties add. */
@@ -206,6 +214,9 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
     cJSON_ArrayForEach(it, props_obj) {
         sub_name(nm, sizeof nm, name, it->string);
         child_ptr(p2, sizeof p2, ptr, "properties", it->string);
+        /* The schema false: the property must not appear, so it is left
+         * out (and unsatisfiable if required). */
+        if (cJSON_IsFalse(it) && !js_in_list(required, it->string)) continue;
         const char *value = visit(c, it, nm, p2);
         if (!value) break;
         sp_strbuf kv = {0};
@@ -217,10 +228,7 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
         snprintf(kvn, sizeof kvn, "%s-kv", nm);
         props[np].kv = rule_from(c, kvn, &kv);
         props[np].key = it->string;
-        props[np].required = false;
-        const cJSON *r;
-        cJSON_ArrayForEach(r, required)
-            if (cJSON_IsString(r) && !strcmp(r->valuestring, it->string)) props[np].required = true;
+        props[np].required = js_in_list(required, it->string);
         np++;
     }
     const cJSON *patterns = s ? cJSON_GetObjectItemCaseSensitive(s, "patternProperties") : NULL;
