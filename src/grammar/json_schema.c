@@ -356,10 +356,10 @@ static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
     if (cJSON_IsString(ref)) {
         const cJSON *target = NULL;
         if (!pointer_target(c->root, ref->valuestring, &target) || !target)
-            return js_fail(c, ptr, "$ref '%s' of an allOf member is not a local pointer to a "
+            return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
                            "schema", ref->valuestring), NULL;
         if (cJSON_GetArraySize((cJSON *)t) > 1)
-            return js_fail(c, ptr, "an allOf member with $ref and other keywords is not merged"), NULL;
+            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged"), NULL;
         t = target;
     }
     if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
@@ -367,7 +367,7 @@ static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
         bool unmerged = refused_keyword(it->string);
         for (size_t i = 0; i < sizeof UNMERGED / sizeof *UNMERGED; i++)
             unmerged = unmerged || !strcmp(UNMERGED[i], it->string);
-        if (unmerged) return js_fail(c, ptr, "keyword '%s' in an allOf member is not merged", it->string), NULL;
+        if (unmerged) return js_fail(c, ptr, "allOf: keyword '%s' in a member is not merged", it->string), NULL;
     }
     if (!cJSON_IsObject(get(t, "properties")))
         return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
@@ -376,7 +376,7 @@ static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
         return js_fail(c, ptr, "allOf is supported only over objects (type '%s')",
                        cJSON_IsString(type) ? type->valuestring : "list"), NULL;
     if (add && !cJSON_IsBool(add))
-        return js_fail(c, ptr, "additionalProperties as a schema in an allOf member is not merged"), NULL;
+        return js_fail(c, ptr, "allOf: additionalProperties as a schema in a member is not merged"), NULL;
     return t;
 }
 
@@ -401,7 +401,7 @@ static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
             const cJSON *had = get(props, p->string);
             if (!had) cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
             else if (!cJSON_Compare(had, p, true)) {
-                js_fail(c, p2, "property '%s' has different schemas in two allOf members", p->string);
+                js_fail(c, p2, "allOf: property '%s' has different schemas in two members", p->string);
                 break;
             }
         }
@@ -418,8 +418,8 @@ static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
         if (!comp || !cJSON_IsFalse(get(comp, "additionalProperties"))) continue;
         cJSON_ArrayForEach(p, props)
             if (!get(get(comp, "properties"), p->string)) {
-                js_fail(c, p2, "additionalProperties false excludes property '%s' of another "
-                        "allOf member", p->string);
+                js_fail(c, p2, "allOf: additionalProperties false excludes property '%s' of "
+                        "another member", p->string);
                 break;
             }
     }

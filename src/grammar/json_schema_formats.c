@@ -123,7 +123,7 @@ static const char *shaped_format_rule(js_conv *c, const char *f, long min, long 
     }
     if (n == 0) {
         sp_strbuf_free(&o);
-        return js_fail(c, ptr, "no '%s' string has a length within minLength/maxLength", f), NULL;
+        return js_fail(c, ptr, "format '%s': no such string has a length within minLength/maxLength", f), NULL;
     }
     sp_strbuf body = {0};
     sp_strbuf_printf(&body, "\"\\\"\" ( %s ) \"\\\"\" space", o.p);

@@ -88,7 +88,7 @@ const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
             if (!pattern_matches(it->string, prop->string, &hit, &e)) break;
             if (hit) {
                 sp_strbuf_free(&key);
-                return js_fail(c, p2, "pattern '%s' matches property '%s' (its key would be "
+                return js_fail(c, p2, "patternProperties: pattern '%s' matches property '%s' (its key would be "
                                "written twice)", it->string, prop->string), NULL;
             }
         }

@@ -29,21 +29,23 @@ def corpus():
 
 
 def keyword_of(message):
-    """The keyword a refusal's message names first ('other' if none)."""
+    """The keyword a refusal names ('other' if none): Spindle's "keyword
+    'X'", llguidance's "Unimplemented keys: ["X"]", a message that starts
+    with the keyword ("allOf is supported only ...", "pattern: ..."), a
+    format, or a $ref that does not resolve."""
     if message is None:
         return None
     # Spindle's place ("json schema at '/properties/x': ...") is no keyword.
     message = re.sub(r"json schema at '[^']*': ", "", message)
     if re.search(r"Resource '|not local|Pointer '|points at nothing", message):
         return "$ref"
-    best = None
-    for k in KEYWORDS:
-        m = re.search(r"(?<![A-Za-z$])" + re.escape(k) + r"(?![A-Za-z])", message)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), k)
-    if best is None and re.search(r"[Ff]ormat", message):
+    m = re.search(r"(?:keyword '|keys: \[\")([$\w]+)", message)
+    if m and m.group(1) in KEYWORDS:
+        return m.group(1)
+    if re.match(r"Unknown format|format '", message):
         return "format"
-    return best[1] if best else "other"
+    first = re.match(r"[$\w]+", message.replace("min/max", "min"))
+    return first.group(0) if first and first.group(0) in KEYWORDS else "other"
 
 
 def llguidance_error(text):
