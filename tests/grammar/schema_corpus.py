@@ -32,12 +32,14 @@ def keyword_of(message):
     """The keyword a refusal names ('other' if none): Spindle's "keyword
     'X'", llguidance's "Unimplemented keys: ["X"]", a message that starts
     with the keyword ("allOf is supported only ...", "pattern: ..."), a
-    format, or a $ref that does not resolve."""
+    format, a $ref that does not resolve, or llama.cpp's converter's
+    pattern and key errors."""
     if message is None:
         return None
     # Spindle's place ("json schema at '/properties/x': ...") is no keyword.
     message = re.sub(r"json schema at '[^']*': ", "", message)
-    if re.search(r"Resource '|not local|Pointer '|points at nothing", message):
+    if re.search(r"Resource '|not local|Pointer '|points at nothing|remote schemas|"
+                 r"Unsupported ref|KeyError: '#", message):
         return "$ref"
     m = re.search(r"(?:keyword '|keys: \[\")([$\w]+)", message)
     if m and m.group(1) in KEYWORDS:
@@ -45,7 +47,13 @@ def keyword_of(message):
     if re.match(r"Unknown format|format '", message):
         return "format"
     first = re.match(r"[$\w]+", message.replace("min/max", "min"))
-    return first.group(0) if first and first.group(0) in KEYWORDS else "other"
+    if first and first.group(0) in KEYWORDS:
+        return first.group(0)
+    # llama.cpp's converter: "Pattern must start with ...", "KeyError: 'prefixItems'"
+    m = re.match(r"\w+Error: (?:'([$\w]+)'|(Pattern|Unsupported pattern))", message)
+    if m:
+        return m.group(1) if m.group(1) in KEYWORDS else "pattern" if m.group(2) else "other"
+    return "other"
 
 
 def llguidance_error(text):
