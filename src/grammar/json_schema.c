@@ -84,9 +84,7 @@ static void repetition(sp_strbuf *o, const char *item, long min, long max,
     if (min == 0) sp_strbuf_add(o, ")?", 2);
 }
 
-/* The schema a local $ref ("#" then a JSON pointer) names in root: false
- * when ref is no such pointer; *out NULL when it points at nothing. */
-static bool pointer_target(const cJSON *root, const char *ref, const cJSON **out) {
+bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out) {
     *out = NULL;
     if (ref[0] != '#') return false;
     const cJSON *target = root;
@@ -127,7 +125,7 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     if (strncmp(ref, "#", 1))
         return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
     const cJSON *target = NULL;
-    if (!pointer_target(c->root, ref, &target))
+    if (!js_pointer_target(c->root, ref, &target))
         return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
     if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
     for (int i = 0; i < c->n_refs; i++)
@@ -355,7 +353,7 @@ static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
     const cJSON *ref = get(t, "$ref"), *it;
     if (cJSON_IsString(ref)) {
         const cJSON *target = NULL;
-        if (!pointer_target(c->root, ref->valuestring, &target) || !target)
+        if (!js_pointer_target(c->root, ref->valuestring, &target) || !target)
             return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
                            "schema", ref->valuestring), NULL;
         if (cJSON_GetArraySize((cJSON *)t) > 1)
@@ -706,6 +704,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
     const cJSON *any = get(s, "oneOf") ? get(s, "oneOf") : get(s, "anyOf");
     if (any) {
         if (!cJSON_IsArray(any)) return js_fail(c, ptr, "anyOf/oneOf must be an array"), NULL;
+        if (get(s, "oneOf") && !js_one_of_disjoint(c, s, any, ptr)) return NULL;
         return union_rule(c, any, name, ptr, get(s, "oneOf") ? "oneOf" : "anyOf");
     }
     if (get(s, "const") || get(s, "enum")) return constant_rule(c, s, name, ptr);

@@ -92,4 +92,12 @@ const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
                           const cJSON *additional, const char *name, const char *ptr,
                           js_visit_fn visit);
 
+/* The schema a local $ref ("#" then a JSON pointer) names in root: false
+ * when ref is no such pointer; *out NULL when it points at nothing. */
+bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out);
+/* Whether oneOf's alternatives `alts` (of schema s) provably exclude each
+ * other, so that it may be compiled as anyOf (json_schema_oneof.c);
+ * js_fail naming two that may overlap when not. */
+bool js_one_of_disjoint(js_conv *c, const cJSON *s, const cJSON *alts, const char *ptr);
+
 #endif
