@@ -347,8 +347,12 @@ static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
 static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
     const cJSON *all = get(s, "allOf"), *t, *p, *r;
-    if (cJSON_GetArraySize(all) == 1) return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
+    if (cJSON_GetArraySize(all) == 1 && !get(s, "properties") && !get(s, "required"))
+        return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
+    /* The schema's own properties come first, as a member's would. */
     cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    cJSON_ArrayForEach(p, get(s, "properties"))
+        cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
     cJSON_ArrayForEach(r, get(s, "required"))
         if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
     char p2[512], idx[16];
@@ -384,6 +388,11 @@ static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
                 break;
             }
     }
+    bool closed = cJSON_IsFalse(get(s, "additionalProperties"));
+    cJSON_ArrayForEach(p, props)
+        if (closed && !c->failed && !get(get(s, "properties"), p->string))
+            js_fail(c, ptr, "allOf: additionalProperties false excludes property '%s' of a "
+                    "member", p->string);
     const char *res = c->failed ? NULL : object_rule(c, s, name, ptr, props, req, NULL);
     cJSON_Delete(props);
     cJSON_Delete(req);
@@ -612,7 +621,7 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     bool object = !type || !strcmp(type, "object");
     /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
      * false} for an empty object. */
-    if (object && get(s, "allOf") && !props) return all_of_rule(c, s, name, ptr);
+    if (object && get(s, "allOf")) return all_of_rule(c, s, name, ptr);
     if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add))))
         return object_rule(c, s, name, ptr, props, get(s, "required"), add);
     if (get(s, "allOf")) {

@@ -8,7 +8,7 @@ annotations validators take them for.
 - masks on random walks equal llguidance's for the same schema (its
   `%json` embedding, with Spindle's whitespace rule as its whitespace
   pattern and general \\u escapes on, as Spindle's strings allow them);
-  pattern_properties_closed and allof_required_beside are left out:
+  pattern_properties_closed and the allof_* ones are left out:
   without additionalProperties Spindle closes an object (llama.cpp's reading, tighter than the
   schema) where llguidance admits any other key;
 - complete random walks validate with Python's jsonschema."""
@@ -22,7 +22,8 @@ from test_masks import compare_walks
 from test_schemas import complete_walk
 
 KEYWORDS = sorted((SCHEMAS / "keywords").glob("*.json"))
-OPEN_IN_LLGUIDANCE = {"pattern_properties_closed", "allof_required_beside"}
+OPEN_IN_LLGUIDANCE = {"pattern_properties_closed", "allof_required_beside",
+                      "allof_beside_properties"}
 
 # Spindle's space rule as a regex: llguidance matches it at most once
 # wherever JSON allows whitespace, which is where Spindle's rules put it.
