@@ -16,23 +16,23 @@
 static const char *visit(js_conv *c, const cJSON *s, const char *name,
                          const char *ptr);
 
-/* Keywords that only annotate, or that the branches below read. */
-static const char *const KNOWN[] = {
-    "$schema", "$id", "$comment", "title", "description", "default",
-    "examples", "deprecated", "readOnly", "writeOnly", "$defs",
-    "definitions", "type", "properties", "required", "additionalProperties",
-    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "items",
-    "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "strict", "name", "discriminator",
-    "contentMediaType", "contentEncoding", "$anchor", "unevaluatedItems",
-    "multipleOf"};
+/* JSON Schema's assertion and applicator keywords that the converter
+ * does not compile: a schema using one is refused, naming it, since
+ * leaving it out would admit values it rejects. Every other keyword
+ * either is read by the branches below or does not constrain the value
+ * (annotations such as title, vendor keywords such as x-... or
+ * markdownDescription, draft 4's id), as validators treat unknown
+ * keywords. */
+static const char *const REFUSED[] = {
+    "not", "if", "then", "else", "propertyNames", "dependentRequired",
+    "dependentSchemas", "dependencies", "minProperties", "maxProperties",
+    "unevaluatedProperties", "uniqueItems", "contains", "minContains",
+    "maxContains", "$dynamicRef", "$recursiveRef"};
 
-static bool known_keyword(const char *k) {
-    for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
-        if (!strcmp(KNOWN[i], k)) return true;
-    /* Vendor extensions (x-...) are annotations too. */
-    return !strncmp(k, "x-", 2);
+static bool refused_keyword(const char *k) {
+    for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
+        if (!strcmp(REFUSED[i], k)) return true;
+    return false;
 }
 
 static void child_ptr(char *out, size_t cap, const char *ptr, const char *a,
@@ -87,36 +87,10 @@ static void repetition(sp_strbuf *o, const char *item, long min, long max,
 static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     if (strncmp(ref, "#", 1))
         return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
-    const cJSON *target = c->root;
-    const char *p = ref + 1;
-    char seg[256];
-    while (*p == '/') {
-        p++;
-        size_t n = strcspn(p, "/");
-        size_t k = 0, i = 0;
-        for (; i < n && k + 1 < sizeof seg; i++) {
-            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
-                seg[k++] = p[i + 1] == '0' ? '~' : '/';
-                i++;
-            } else {
-                seg[k++] = p[i];
-            }
-        }
-        seg[k] = 0;
-        /* An array index is digits without a leading zero (RFC 6901), read
-         * only when short enough for an int: atoi("1x") is 1, and atoi of
-         * a longer number is undefined. A truncated segment names
-         * nothing. */
-        size_t digits = strspn(seg, "0123456789");
-        bool index = digits == k && k >= 1 && k <= 9 && (seg[0] != '0' || k == 1);
-        if (i < n) target = NULL;
-        else if (cJSON_IsArray(target))
-            target = index ? cJSON_GetArrayItem(target, (int)strtol(seg, NULL, 10)) : NULL;
-        else target = cJSON_GetObjectItemCaseSensitive(target, seg);
-        if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
-        p += n;
-    }
-    if (*p) return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
+    const cJSON *target = NULL;
+    if (!js_pointer_target(c->root, ref, &target))
+        return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
+    if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ref, ref)) return c->rules[c->refs[i].rule].name;
     if (c->n_refs >= JS_MAX_REFS)
@@ -149,24 +123,46 @@ typedef struct prop {
     bool required;
 } prop;
 
-static void optional_chain(js_conv *c, sp_strbuf *o, const prop *props, int n,
-                           bool first_optional, const char *name) {
-    const char *kv = props[0].kv;
-    bool star = props[0].key == NULL;
-    if (first_optional) sp_strbuf_printf(o, "( \",\" space %s )%s", kv, star ? "*" : "?");
-    else sp_strbuf_printf(o, "%s%s", kv, star ? " ( \",\" space " : "");
-    if (!first_optional && star) sp_strbuf_printf(o, "%s )*", kv);
-    if (n > 1) {
-        sp_strbuf rest = {0};
-        optional_chain(c, &rest, props + 1, n - 1, true, name);
-        char rn[200];
-        snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
-                 props[0].key ? props[0].key : "additional");
-        const char *r = rule_from(c, rn, &rest);
-        if (r) sp_strbuf_printf(o, " %s", r);
-    }
+/* One optional property of a chain: `( "," space kv )?` after an earlier
+ * one, else kv itself; the additional keys (key NULL) repeat. */
+static void chain_link(sp_strbuf *o, const prop *p, bool after_another) {
+    bool star = p->key == NULL;
+    if (after_another) sp_strbuf_printf(o, "( \",\" space %s )%s", p->kv, star ? "*" : "?");
+    else if (star) sp_strbuf_printf(o, "%s ( \",\" space %s )*", p->kv, p->kv);
+    else sp_strbuf_printf(o, "%s", p->kv);
 }
 
+/* rests[k] (0 < k < n; rests[n] NULL): the rule for optional properties
+ * k.. after an earlier one, each optional, in order. Built once from the
+ * last, so that n optional properties cost n rules (a schema may list
+ * over a thousand), not a chain per alternative. */
+static const char **optional_rests(js_conv *c, const prop *props, int n,
+                                   const char *name) {
+    const char **rests = calloc((size_t)n + 1, sizeof *rests);
+    if (!rests) return js_fail(c, NULL, "out of memory"), NULL;
+    for (int k = n - 1; k >= 1 && !c->failed; k--) {
+        sp_strbuf body = {0};
+        chain_link(&body, &props[k], true);
+        if (rests[k + 1]) sp_strbuf_printf(&body, " %s", rests[k + 1]);
+        char rn[200];
+        snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
+                 props[k - 1].key ? props[k - 1].key : "additional");
+        rests[k] = rule_from(c, rn, &body);
+    }
+    return rests;
+}
+
+/* Whether the array `list` holds the string s. */
+static bool js_in_list(const cJSON *list, const char *s) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, list)
+        if (cJSON_IsString(r) && !strcmp(r->valuestring, s)) return true;
+    return false;
+}
+
+/* An object: the listed properties in order (required ones, then the
+ * optional ones as nested alternatives), then any number of the keys
+ * patternProperties (of s) or additionalProperties add. */
 static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr, const cJSON *props_obj,
                                const cJSON *required, const cJSON *additional) {
@@ -179,6 +175,9 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
     cJSON_ArrayForEach(it, props_obj) {
         sub_name(nm, sizeof nm, name, it->string);
         child_ptr(p2, sizeof p2, ptr, "properties", it->string);
+        /* The schema false: the property must not appear, so it is left
+         * out (and unsatisfiable if required). */
+        if (cJSON_IsFalse(it) && !js_in_list(required, it->string)) continue;
         const char *value = visit(c, it, nm, p2);
         if (!value) break;
         sp_strbuf kv = {0};
@@ -190,13 +189,12 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
         snprintf(kvn, sizeof kvn, "%s-kv", nm);
         props[np].kv = rule_from(c, kvn, &kv);
         props[np].key = it->string;
-        props[np].required = false;
-        const cJSON *r;
-        cJSON_ArrayForEach(r, required)
-            if (cJSON_IsString(r) && !strcmp(r->valuestring, it->string)) props[np].required = true;
+        props[np].required = js_in_list(required, it->string);
         np++;
     }
-    (void)s;
+    const cJSON *patterns = s ? cJSON_GetObjectItemCaseSensitive(s, "patternProperties") : NULL;
+    const char *pattern_kv = patterns && !c->failed
+        ? js_pattern_kv(c, patterns, props_obj, additional, name, ptr, visit) : "";
     if (!c->failed && additional && !cJSON_IsFalse(additional)) {
         char an[256];
         sub_name(an, sizeof an, name, "additional");
@@ -214,7 +212,11 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_printf(&kv, "%s \":\" space %s", key ? key : "string", value ? value : "value");
         char kvn[300];
         snprintf(kvn, sizeof kvn, "%s-kv", an);
+        if (pattern_kv && *pattern_kv) sp_strbuf_printf(&kv, " | %s", pattern_kv);
         props[np].kv = rule_from(c, kvn, &kv);
+        props[np++].key = NULL;
+    } else if (pattern_kv && *pattern_kv) {
+        props[np].kv = pattern_kv;
         props[np++].key = NULL;
     }
     if (c->failed) {
@@ -234,10 +236,13 @@ static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
     if (n_opt > 0) {
         sp_strbuf_add(&o, " (", 2);
         if (n_req) sp_strbuf_add(&o, " \",\" space ( ", 13);
-        for (int i = 0; i < n_opt; i++) {
+        const char **rests = optional_rests(c, opt, n_opt, name);
+        for (int i = 0; rests && i < n_opt; i++) {
             if (i) sp_strbuf_add(&o, " | ", 3);
-            optional_chain(c, &o, opt + i, n_opt - i, false, name);
+            chain_link(&o, &opt[i], false);
+            if (rests[i + 1]) sp_strbuf_printf(&o, " %s", rests[i + 1]);
         }
+        free(rests);
         if (n_req) sp_strbuf_add(&o, " )", 2);
         sp_strbuf_add(&o, " )?", 3);
     }
@@ -296,44 +301,99 @@ static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
+/* Keywords an allOf member may carry besides properties / required /
+ * type object / additionalProperties true or false: ones that constrain
+ * the value in a way the merge below does not carry over. */
+static const char *const UNMERGED[] = {
+    "anyOf", "oneOf", "allOf", "enum", "const", "items", "prefixItems",
+    "additionalItems", "minItems", "maxItems", "pattern", "format",
+    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "nullable", "patternProperties"};
+
+/* One allOf member (a local $ref followed): refused, naming the keyword,
+ * unless the merge takes all it asks. */
+static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
+    const cJSON *ref = get(t, "$ref"), *it;
+    if (cJSON_IsString(ref)) {
+        const cJSON *target = NULL;
+        if (!js_pointer_target(c->root, ref->valuestring, &target) || !target)
+            return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
+                           "schema", ref->valuestring), NULL;
+        if (cJSON_GetArraySize((cJSON *)t) > 1)
+            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged"), NULL;
+        t = target;
+    }
+    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
+    cJSON_ArrayForEach(it, t) {
+        bool unmerged = refused_keyword(it->string);
+        for (size_t i = 0; i < sizeof UNMERGED / sizeof *UNMERGED; i++)
+            unmerged = unmerged || !strcmp(UNMERGED[i], it->string);
+        if (unmerged) return js_fail(c, ptr, "allOf: keyword '%s' in a member is not merged", it->string), NULL;
+    }
+    if (!cJSON_IsObject(get(t, "properties")))
+        return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
+    const cJSON *type = get(t, "type"), *add = get(t, "additionalProperties");
+    if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "object")))
+        return js_fail(c, ptr, "allOf is supported only over objects (type '%s')",
+                       cJSON_IsString(type) ? type->valuestring : "list"), NULL;
+    if (add && !cJSON_IsBool(add))
+        return js_fail(c, ptr, "allOf: additionalProperties as a schema in a member is not merged"), NULL;
+    return t;
+}
+
+/* allOf over objects: the members' properties merged in order (a property
+ * two members list must have the same schema in both), required if any
+ * member, or the schema itself, requires it. */
 static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
-    const cJSON *all = get(s, "allOf"), *t;
-    if (cJSON_GetArraySize(all) == 1) return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
-    /* llama.cpp's subset: objects whose properties are merged (anyOf
-     * members contribute optional ones). */
+    const cJSON *all = get(s, "allOf"), *t, *p, *r;
+    if (cJSON_GetArraySize(all) == 1 && !get(s, "properties") && !get(s, "required"))
+        return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
+    /* The schema's own properties come first, as a member's would. */
     cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    cJSON_ArrayForEach(p, get(s, "properties"))
+        cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
+    cJSON_ArrayForEach(r, get(s, "required"))
+        if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
+    char p2[512], idx[16];
+    int i = 0;
     cJSON_ArrayForEach(t, all) {
-        const cJSON *ref = get(t, "$ref");
-        const cJSON *any = get(t, "anyOf");
-        for (int k = 0; k < (any ? cJSON_GetArraySize(any) : 1); k++) {
-            const cJSON *comp = any ? cJSON_GetArrayItem(any, k) : t;
-            ref = get(comp, "$ref");
-            if (cJSON_IsString(ref) && !strncmp(ref->valuestring, "#/", 2)) {
-                const cJSON *tg = c->root;
-                char buf[256];
-                snprintf(buf, sizeof buf, "%s", ref->valuestring + 2);
-                for (char *seg = strtok(buf, "/"); seg && tg; seg = strtok(NULL, "/"))
-                    tg = get(tg, seg);
-                if (tg) comp = tg;
-            }
-            const cJSON *p, *pp = get(comp, "properties");
-            if (!cJSON_IsObject(pp)) {
-                cJSON_Delete(props);
-                cJSON_Delete(req);
-                return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
-            }
-            cJSON_ArrayForEach(p, pp) {
-                if (!get(props, p->string))
-                    cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-                const cJSON *r;
-                cJSON_ArrayForEach(r, get(comp, "required"))
-                    if (!any && cJSON_IsString(r) && !strcmp(r->valuestring, p->string))
-                        cJSON_AddItemToArray(req, cJSON_CreateString(p->string));
+        snprintf(idx, sizeof idx, "%d", i++);
+        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
+        const cJSON *comp = all_of_member(c, t, p2);
+        if (!comp) break;
+        cJSON_ArrayForEach(p, get(comp, "properties")) {
+            const cJSON *had = get(props, p->string);
+            if (!had) cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
+            else if (!cJSON_Compare(had, p, true)) {
+                js_fail(c, p2, "allOf: property '%s' has different schemas in two members", p->string);
+                break;
             }
         }
+        cJSON_ArrayForEach(r, get(comp, "required"))
+            if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
     }
-    const char *res = object_rule(c, s, name, ptr, props, req, NULL);
+    /* A member closed by additionalProperties false admits no property the
+     * others add. */
+    i = 0;
+    cJSON_ArrayForEach(t, all) {
+        snprintf(idx, sizeof idx, "%d", i++);
+        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
+        const cJSON *comp = c->failed ? NULL : all_of_member(c, t, p2);
+        if (!comp || !cJSON_IsFalse(get(comp, "additionalProperties"))) continue;
+        cJSON_ArrayForEach(p, props)
+            if (!get(get(comp, "properties"), p->string)) {
+                js_fail(c, p2, "allOf: additionalProperties false excludes property '%s' of "
+                        "another member", p->string);
+                break;
+            }
+    }
+    bool closed = cJSON_IsFalse(get(s, "additionalProperties"));
+    cJSON_ArrayForEach(p, props)
+        if (closed && !c->failed && !get(get(s, "properties"), p->string))
+            js_fail(c, ptr, "allOf: additionalProperties false excludes property '%s' of a "
+                    "member", p->string);
+    const char *res = c->failed ? NULL : object_rule(c, s, name, ptr, props, req, NULL);
     cJSON_Delete(props);
     cJSON_Delete(req);
     return res;
@@ -350,15 +410,18 @@ static long count_value(const cJSON *v, long dflt) {
 }
 
 /* prefixItems (or draft 4's items array): the tuple's members in order,
- * then members of `items` (a schema; false or absent: none, llama.cpp's
- * closed tuple), the count within minItems..maxItems. Without
+ * then members of `items` (draft 4: `additionalItems`; a schema; false or
+ * absent: none, llama.cpp's closed tuple), the count within
+ * minItems..maxItems. Without
  * minItems every tuple member is required, as llama.cpp writes tuples. */
 static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
                               const char *ptr) {
     const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems");
     const cJSON *mn = get(s, "minItems"), *mx = get(s, "maxItems");
     const cJSON *tuple = cJSON_IsArray(prefix) ? prefix : items, *it;
-    const cJSON *rest = tuple == prefix && items && !cJSON_IsFalse(items) ? items : NULL;
+    /* After the tuple: 2020-12's items, or draft 4's additionalItems. */
+    const cJSON *after = tuple == prefix ? items : get(s, "additionalItems");
+    const cJSON *rest = after && !cJSON_IsFalse(after) ? after : NULL;
     long n = cJSON_GetArraySize(tuple);
     long max = count_value(mx, rest ? -1 : n);
     long min = count_value(mn, max >= 0 && max < n ? max : n);
@@ -382,7 +445,7 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     const char *more = NULL;
     if (rest && (max < 0 || max > n)) {
         sub_name(nm, sizeof nm, name, "item");
-        child_ptr(p2, sizeof p2, ptr, "items", NULL);
+        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
         if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
     }
     js_add_primitive(c, "space");
@@ -430,51 +493,6 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
-/* A string of format f (date, time, date-time, uuid, email) whose length
- * is in [min, max] (max < 0: no bound). The date and time formats are a
- * few shapes of fixed length each, so the bound picks shapes; an email's
- * length is a sum of parts (js_email_rule). */
-static const char *format_rule(js_conv *c, const char *f, long min, long max,
-                               const char *name, const char *ptr) {
-    char prim[64];
-    snprintf(prim, sizeof prim, "%s-string", f);
-    bool bounded = min > 0 || max >= 0;
-    if (!bounded || !strcmp(f, "uuid")) {
-        if (!strcmp(f, "uuid") && (min > 36 || (max >= 0 && max < 36)))
-            return js_fail(c, ptr, "format 'uuid' is 36 characters, outside minLength/maxLength"), NULL;
-        const char *r = js_add_primitive(c, !strcmp(f, "uuid") ? "uuid" : prim);
-        return r ? js_add_rule(c, name, r) : NULL;
-    }
-    if (!strcmp(f, "email")) return js_email_rule(c, min, max, name, ptr);
-    bool date = !strcmp(f, "date"), with_date = !strcmp(f, "date-time");
-    sp_strbuf o = {0};
-    int n = 0;
-    js_add_primitive(c, "space");
-    if (date) {
-        if (min <= 10 && (max < 0 || max >= 10)) sp_strbuf_printf(&o, "%s", js_add_primitive(c, "date"));
-        n = o.len > 0;
-    } else {
-        const char *d = with_date ? js_add_primitive(c, "date") : NULL;
-        const char *hms = js_add_primitive(c, "time-hms"), *off = js_add_primitive(c, "time-offset");
-        for (int ms = 0; ms < 2 && hms && off; ms++)
-            for (int zulu = 0; zulu < 2; zulu++) {
-                long len = (with_date ? 11 : 0) + 8 + 4 * ms + (zulu ? 1 : 6);
-                if (len < min || (max >= 0 && len > max)) continue;
-                sp_strbuf_printf(&o, "%s%s%s%s%s %s", n++ ? " | " : "", d ? d : "",
-                                 d ? " \"T\" " : "", hms, ms ? " \".\" [0-9]{3}" : "",
-                                 zulu ? "\"Z\"" : off);
-            }
-    }
-    if (n == 0) {
-        sp_strbuf_free(&o);
-        return js_fail(c, ptr, "no '%s' string has a length within minLength/maxLength", f), NULL;
-    }
-    sp_strbuf body = {0};
-    sp_strbuf_printf(&body, "\"\\\"\" ( %s ) \"\\\"\" space", o.p);
-    sp_strbuf_free(&o);
-    return rule_from(c, name, &body);
-}
-
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
     const cJSON *pat = get(s, "pattern"), *fmt = get(s, "format");
@@ -493,20 +511,15 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
         return rule_from(c, name, &o);
     }
-    if (cJSON_IsString(fmt)) {
-        const char *f = fmt->valuestring;
-        bool uuid = !strncmp(f, "uuid", 4) && (!f[4] || (f[4] >= '1' && f[4] <= '5' && !f[5]));
-        if (uuid || !strcmp(f, "date") || !strcmp(f, "time") || !strcmp(f, "date-time") ||
-            !strcmp(f, "email")) {
-            long min = count_value(mn, 0), max = count_value(mx, -1);
-            if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-                return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
-                               SP_GRAMMAR_MAX_REPEAT), NULL;
-            return format_rule(c, uuid ? "uuid" : f, min, max, name, ptr);
-        }
-        /* Other formats (uri, hostname, ...) only annotate here, as in
-         * llama.cpp: the value is any string. */
+    if (cJSON_IsString(fmt) && js_format_checked(fmt->valuestring)) {
+        long min = count_value(mn, 0), max = count_value(mx, -1);
+        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+                           SP_GRAMMAR_MAX_REPEAT), NULL;
+        return js_format_rule(c, fmt->valuestring, min, max, name, ptr);
     }
+    /* Formats JSON Schema does not define (int64, password, ...) only
+     * annotate: validators ignore them, so the value is any string. */
     if (mn || mx) {
         long min = count_value(mn, 0);
         long max = count_value(mx, -1);
@@ -608,8 +621,8 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     bool object = !type || !strcmp(type, "object");
     /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
      * false} for an empty object. */
-    if (object && get(s, "allOf") && !props) return all_of_rule(c, s, name, ptr);
-    if (object && (props || (add && !cJSON_IsTrue(add))))
+    if (object && get(s, "allOf")) return all_of_rule(c, s, name, ptr);
+    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add))))
         return object_rule(c, s, name, ptr, props, get(s, "required"), add);
     if (get(s, "allOf")) {
         if (cJSON_GetArraySize(get(s, "allOf")) == 1)
@@ -652,7 +665,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     const cJSON *it;
     cJSON_ArrayForEach(it, s)
-        if (!known_keyword(it->string))
+        if (refused_keyword(it->string))
             return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
     const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
     if (ref) {
@@ -663,6 +676,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
     const cJSON *any = get(s, "oneOf") ? get(s, "oneOf") : get(s, "anyOf");
     if (any) {
         if (!cJSON_IsArray(any)) return js_fail(c, ptr, "anyOf/oneOf must be an array"), NULL;
+        if (get(s, "oneOf") && !js_one_of_disjoint(c, s, any, ptr)) return NULL;
         return union_rule(c, any, name, ptr, get(s, "oneOf") ? "oneOf" : "anyOf");
     }
     if (get(s, "const") || get(s, "enum")) return constant_rule(c, s, name, ptr);

@@ -53,6 +53,14 @@ void js_uint_range(sp_strbuf *out, unsigned long long lo, long long hi);
  * [min, max] (max < 0: none), as rule `name`; NULL after js_fail. */
 const char *js_email_rule(js_conv *c, long min, long max, const char *name,
                           const char *ptr);
+/* Whether f is a format JSON Schema defines (a validator checks it):
+ * js_format_rule compiles it or refuses it by name. Other formats only
+ * annotate. */
+bool js_format_checked(const char *f);
+/* A string of format f whose length is in [min, max] (max < 0: none), as
+ * rule `name` (json_schema_formats.c); NULL after js_fail. */
+const char *js_format_rule(js_conv *c, const char *f, long min, long max,
+                           const char *name, const char *ptr);
 /* Integers divisible by multipleOf (a whole number up to
  * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
  * rule `name`; NULL after js_fail. */
@@ -69,5 +77,27 @@ typedef struct js_bound {
  * bounded numbers too) whose decimal value lies in the bounds, exactly.
  * False when no such number exists. */
 bool js_number_range(sp_strbuf *out, const js_bound *lo, const js_bound *hi);
+
+/* The converter's schema walk (json_schema.c's visit): a rule for schema
+ * s named after `name`, errors at JSON pointer ptr. */
+typedef const char *(*js_visit_fn)(js_conv *c, const cJSON *s, const char *name,
+                                   const char *ptr);
+/* Whether schema s admits every value (true, {} or annotations only). */
+bool js_schema_unconstrained(const cJSON *s);
+/* patternProperties (json_schema_patterns.c): the key-value rule of the
+ * keys the patterns add to an object with `props` and `additional`
+ * (additionalProperties, NULL when absent), "" when there are no
+ * patterns, NULL after js_fail (where it cannot be compiled exactly). */
+const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
+                          const cJSON *additional, const char *name, const char *ptr,
+                          js_visit_fn visit);
+
+/* The schema a local $ref ("#" then a JSON pointer) names in root: false
+ * when ref is no such pointer; *out NULL when it points at nothing. */
+bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out);
+/* Whether oneOf's alternatives `alts` (of schema s) provably exclude each
+ * other, so that it may be compiled as anyOf (json_schema_oneof.c);
+ * js_fail naming two that may overlap when not. */
+bool js_one_of_disjoint(js_conv *c, const cJSON *s, const cJSON *alts, const char *ptr);
 
 #endif

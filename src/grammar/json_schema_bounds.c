@@ -280,7 +280,7 @@ const char *js_email_rule(js_conv *c, long min, long max, const char *name,
             if (!next[s][n]) return NULL;
         }
     if (!next[EM_LOCAL][1])
-        return js_fail(c, ptr, "no 'email' string has a length within minLength/maxLength"), NULL;
+        return js_fail(c, ptr, "format 'email': no such string has a length within minLength/maxLength"), NULL;
     const char *space = js_add_primitive(c, "space");
     sp_strbuf o = {0};
     sp_strbuf_printf(&o, "\"\\\"\" %s %s \"\\\"\" %s", EM_LOCAL_CHAR, next[EM_LOCAL][1],

@@ -1,7 +1,8 @@
 /* The converter's building blocks: llama.cpp's built-in rules
  * (json-schema-to-grammar.cpp PRIMITIVE_RULES and STRING_FORMAT_RULES,
  * with its whitespace rule), JSON literals as GBNF strings, rule naming,
- * and integer ranges as digit patterns. */
+ * integer ranges as digit patterns, and the JSON pointer walk of local
+ * $refs. */
 #include "grammar/json_schema.h"
 
 #include <stdarg.h>
@@ -269,3 +270,41 @@ bool js_int_range(sp_strbuf *out, bool has_min, long long min, bool has_max,
     return sp_strbuf_addc(out, ')');
 }
 
+/* ------------------------------------------------------- local $refs */
+
+bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out) {
+    *out = NULL;
+    if (ref[0] != '#') return false;
+    const cJSON *target = root;
+    const char *p = ref + 1;
+    char seg[256];
+    while (*p == '/') {
+        p++;
+        size_t n = strcspn(p, "/");
+        size_t k = 0, i = 0;
+        for (; i < n && k + 1 < sizeof seg; i++) {
+            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                seg[k++] = p[i + 1] == '0' ? '~' : '/';
+                i++;
+            } else {
+                seg[k++] = p[i];
+            }
+        }
+        seg[k] = 0;
+        /* An array index is digits without a leading zero (RFC 6901), read
+         * only when short enough for an int: atoi("1x") is 1, and atoi of
+         * a longer number is undefined. A truncated segment names
+         * nothing. */
+        size_t digits = strspn(seg, "0123456789");
+        bool index = digits == k && k >= 1 && k <= 9 && (seg[0] != '0' || k == 1);
+        if (i < n) target = NULL;
+        else if (cJSON_IsArray(target))
+            target = index ? cJSON_GetArrayItem(target, (int)strtol(seg, NULL, 10)) : NULL;
+        else target = cJSON_GetObjectItemCaseSensitive(target, seg);
+        if (!target) return true;
+        p += n;
+    }
+    if (*p) return false;
+    *out = target;
+    return true;
+}

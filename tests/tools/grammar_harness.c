@@ -14,6 +14,10 @@
  *
  *   grammar_harness TOKENIZER (gbnf|json_schema|json_object) FILE
  *                   [--print | --mask-slots N]
+ *   grammar_harness TOKENIZER (gbnf|json_schema) --batch
+ * --batch reads one grammar file path a line from stdin and answers each
+ * with "ok <cpu_ns>" (it compiled, in that much thread CPU time) or
+ * "error: <message>" (a corpus pass loads the tokenizer once).
  * --print writes the GBNF the grammar was built from and exits.
  * --mask-slots N gives the grammar's mask cache N slots (256 by default),
  * so that a short walk evicts and recomputes masks.
@@ -43,6 +47,29 @@ static char *read_file(const char *path, size_t *len) {
     return s;
 }
 
+static int batch(spindle_grammar_vocab *vocab, spindle_grammar_kind kind) {
+    static char path[4096];
+    while (fgets(path, sizeof path, stdin)) {
+        path[strcspn(path, "\n")] = 0;
+        size_t len = 0;
+        char *text = read_file(path, &len);
+        spindle_error err = {0};
+        spindle_grammar *g = NULL;
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+        spindle_status st = text ? spindle_grammar_new(vocab, kind, text, len, &g, &err)
+                                 : SPINDLE_ERR_IO;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        if (st) printf("error: %s\n", text ? err.message : "cannot read the grammar file");
+        else
+            printf("ok %lld\n", (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
+        fflush(stdout);
+        spindle_grammar_free(g);
+        free(text);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bool print = argc == 5 && !strcmp(argv[4], "--print");
     if (argc == 6 && !strcmp(argv[4], "--mask-slots")) sp_gauto_mask_slots = atoi(argv[5]);
@@ -62,6 +89,12 @@ int main(int argc, char **argv) {
     spindle_grammar_kind kind = !strcmp(argv[2], "gbnf") ? SPINDLE_GRAMMAR_GBNF
                                 : !strcmp(argv[2], "json_schema") ? SPINDLE_GRAMMAR_JSON_SCHEMA
                                                                   : SPINDLE_GRAMMAR_JSON_OBJECT;
+    if (!strcmp(argv[3], "--batch")) {
+        int rc = batch(vocab, kind);
+        spindle_grammar_vocab_free(vocab);
+        spindle_tokenizer_free(tok);
+        return rc;
+    }
     size_t len = 0;
     char *text = read_file(argv[3], &len);
     spindle_grammar *g = NULL;
