@@ -116,8 +116,10 @@ def measure(label, model, gguf, ctx, chunks, exe, llama_exe, rows):
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(QWEN_TOKENIZER / name, model / name)
     base = WORK / (re.sub(r"[^A-Za-z0-9]+", "-", label) + ".kld")
+    if all(m in rows for m in MODES) and (not gguf or "llama.cpp" in rows):
+        return rows                     # measured before: --out's file
     if base.is_file() and all(m in rows for m in MODES):
-        return measure_llama(label, model, gguf, ctx, llama_exe, base, rows)
+        return measure_llama(label, model, gguf, ctx, llama_exe, base, rows, exe)
     ref, dt = spindle(exe, "exact", "-m", model, "-f", TEXT, "--ctx", ctx,
                       "--chunks", chunks, "--kl-divergence-base", base)
     n_tok = tokens_of(base)
@@ -130,15 +132,32 @@ def measure(label, model, gguf, ctx, chunks, exe, llama_exe, rows):
                                           "same_top", "ppl")}
         rows[mode]["tok_s"] = n_tok / dt
         print(f"{label}: {mode} {rows[mode]}", file=sys.stderr)
-    return measure_llama(label, model, gguf, ctx, llama_exe, base, rows)
+    return measure_llama(label, model, gguf, ctx, llama_exe, base, rows, exe)
 
 
-def measure_llama(label, model, gguf, ctx, llama_exe, base, rows):
+def measure_llama(label, model, gguf, ctx, llama_exe, base, rows, exe):
+    """llama.cpp's default run, both ways: llama-perplexity reads Spindle's
+    exact base ("llama.cpp, by llama-perplexity": its KL printed to 6
+    decimals), and writes its own base, which Spindle exact reads
+    ("llama.cpp": KL(llama.cpp || exact) in significant digits, which the
+    random-weight models need; tests/cli/test_llama_perplexity.py checks
+    that the two directions agree)."""
     if gguf and llama_exe:
         got, dt = llama(llama_exe, model, base, ctx)
         got["tok_s"] = tokens_of(base) / dt
-        rows["llama.cpp"] = got
-        print(f"{label}: llama.cpp {got}", file=sys.stderr)
+        rows["llama.cpp, by llama-perplexity"] = got
+        own = base.with_suffix(".llama.kld")
+        timed([llama_exe, "-m", model, "-t", THREADS, "-c", str(ctx), "-b", str(ctx),
+               "-f", TEXT, "--chunks", str(rows["chunks"]),
+               "--kl-divergence-base", own])
+        back, _ = spindle(exe, "exact", "-m", model, "--kl-divergence",
+                          "--kl-divergence-base", own)
+        rows["llama.cpp"] = {k: back[k] for k in ("kld_mean", "kld_err", "kld_p99",
+                                                  "same_top")}
+        rows["llama.cpp"].update(ppl=back["ppl_base"], tok_s=got["tok_s"])
+        own.unlink()
+        print(f"{label}: llama.cpp {rows['llama.cpp']}, by llama-perplexity {got}",
+              file=sys.stderr)
     if (gguf is None or llama_exe) and not KEEP:
         base.unlink()
     return rows
@@ -148,7 +167,7 @@ def table(results):
     print("| model | run | mean KLD | p99 KLD | same top | PPL | tok/s |")
     print("|---|---|---|---|---|---|---|")
     for label, rows in results.items():
-        for run in ("exact", *MODES, "llama.cpp"):
+        for run in ("exact", *MODES, "llama.cpp", "llama.cpp, by llama-perplexity"):
             r = rows.get(run)
             if r is None:
                 continue
