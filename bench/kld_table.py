@@ -175,8 +175,8 @@ def table(results):
                 print(f"| {label} | {run} | (reference) | | | {r['ppl']:.3f} "
                       f"| {r['tok_s']:.0f} |")
                 continue
-            print(f"| {label} | {run} | {r['kld_mean']:.6f} ± {r['kld_err']:.6f} "
-                  f"| {r['kld_p99']:.5f} | {100 * r['same_top']:.2f} % "
+            print(f"| {label} | {run} | {r['kld_mean']:.3g} ± {r['kld_err']:.2g} "
+                  f"| {r['kld_p99']:.3g} | {100 * r['same_top']:.2f} % "
                   f"| {r['ppl']:.3f} | {r['tok_s']:.0f} |")
 
 
