@@ -96,8 +96,8 @@ sp_precision sp_mm_precision(void);
 int sp_mm_act_levels(void);
 /* The int8 parts per activation block of MLX affine products: as
  * sp_mm_act_levels(), but high's 3 while SPINDLE_PRECISION is unset and no
- * _force call chose a mode (one part costs MLX affine weights about ten
- * times llama.cpp's KL divergence on the same weights as Q4_0). */
+ * _force call chose a mode (one part costs MLX affine weights several
+ * times llama.cpp's KL divergence on the same weights as Q4_0 / Q8_0). */
 int sp_mm_affine_act_levels(void);
 /* Tests and benchmarks: switch the mode (not during a kernel). */
 void sp_mm_precision_force(sp_precision p);

@@ -2,8 +2,8 @@
 KL divergence from exact math is no larger than llama.cpp's own default
 run on that format (docs/performance.md, "KL divergence of the precision
 modes"): `fast` for GGUF block formats and bf16, `high`'s three activation
-parts for MLX affine weights (one part costs them about ten times
-llama.cpp's divergence on the same weights as Q4_0). This suite's
+parts for MLX affine weights (one part costs them several times
+llama.cpp's divergence on the same weights as Q4_0 / Q8_0). This suite's
 conftest pins `high` for the other tests; here the variable is removed.
 
 The last logits of one prompt, from `spindle run --dump-logits`: the
