@@ -19,7 +19,7 @@ public-domain book that scripts/setup.sh unpacks from the sentencepiece
   their statistical error (KL is nearly symmetric at these sizes). Each
   tool reads its own file back at a KLD of the 16-bit storage's noise.
 
-Slow: a cold build of llama-perplexity takes ~15 minutes on 2 cores.
+Slow: a cold build of llama-perplexity takes 15-20 minutes on 2 idle cores.
 Environment: SPINDLE_BIN (default build/spindle), SPINDLE_THREADS (2).
 """
 import importlib.util
