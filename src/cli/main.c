@@ -37,10 +37,11 @@ static void usage(FILE *out) {
     fprintf(out, "\n'spindle <command> --help' describes a command's options.\n\n"
                  "environment:\n"
                  "  SPINDLE_PRECISION=fast|high|exact  numerics of the matrix products\n"
-                 "      (default fast: activations rounded as llama.cpp rounds them, whose\n"
-                 "      KL divergence from exact math is no larger than llama.cpp's own\n"
-                 "      on every weight format measured; high: within ~2^-21 of exact,\n"
-                 "      for parity work; exact: f32 throughout)\n"
+                 "      (default, per weight format, the fastest mode whose KL divergence\n"
+                 "      from exact math is no larger than llama.cpp's own: fast, which\n"
+                 "      rounds activations as llama.cpp does, for GGUF and bf16 weights;\n"
+                 "      high, within ~2^-21 of exact, for MLX affine weights. exact:\n"
+                 "      f32 throughout. Setting the variable applies that mode to all)\n"
                  "  SPINDLE_SIMD=scalar|avx2|avxvnni|avx512 (AArch64: neon|dotprod|i8mm)\n"
                  "      caps the kernels' instruction set level\n");
 }
