@@ -9,6 +9,10 @@
 # usage: bench/build_llama.sh [PYTHON]     prints the llama-bench path
 #        (llama-batched-bench is beside it)
 #
+# LLAMA_PERPLEXITY=1 builds only llama-perplexity (the anchor for
+# `spindle perplexity`, tests/cli/test_llama_perplexity.py) and prints its
+# path instead: the tests need no benches, and each tool costs build time.
+#
 # LLAMA_ISA=avx2 builds for AVX2 + FMA + F16C only (no AVX-512, no AVX-VNNI)
 # into llama-build-VERSION-avx2: the anchor for SPINDLE_SIMD=avx2 on a
 # machine that has more (how an AVX2-only CPU is measured without one).
@@ -35,6 +39,11 @@ BATCHED_BIN="$BUILD/bin/llama-batched-bench"
 JOBS="${JOBS:-2}"
 TARGETS=(llama-bench llama-batched-bench)
 SERVER=OFF
+if [[ "${LLAMA_PERPLEXITY:-0}" == 1 ]]; then
+    BIN="$BUILD/bin/llama-perplexity"
+    BATCHED_BIN="$BIN"
+    TARGETS=(llama-perplexity)
+fi
 if [[ "${LLAMA_SERVER:-0}" == 1 ]]; then
     TARGETS+=(llama-server)
     SERVER=ON

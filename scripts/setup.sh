@@ -65,6 +65,24 @@ PY
     exit 1
   fi
 fi
+# A public-domain book for `spindle perplexity` and the KL-divergence
+# table (tests/cli/test_llama_perplexity.py, bench/kld_table.py): Botchan
+# (Natsume Soseki, Project Gutenberg's English translation, ~65k tokens),
+# which the sentencepiece 0.2.3 source distribution ships as test data.
+botchan=tests/.work/text/botchan.txt
+botchan_sha=464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7
+if [ ! -f $botchan ]; then
+  echo "setup: unpacking Botchan (sentencepiece 0.2.3 sdist) into $botchan"
+  mkdir -p tests/.work/text
+  .venv/bin/pip download -q --no-deps --no-binary :all: sentencepiece==0.2.3 -d tests/.work/text/dl
+  tar -xzf tests/.work/text/dl/sentencepiece-0.2.3.tar.gz -O sentencepiece-0.2.3/test/botchan.txt > $botchan.tmp
+  if ! echo "$botchan_sha  $botchan.tmp" | sha256sum -c --quiet; then
+    echo "setup: sentencepiece 0.2.3's test/botchan.txt is not the expected text" >&2
+    exit 1
+  fi
+  mv $botchan.tmp $botchan
+  rm -rf tests/.work/text/dl
+fi
 # The source distribution is kept: it also carries the chat templates of
 # public models that llama.cpp collects (models/templates), which the
 # template parity suite renders.

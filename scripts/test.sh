@@ -66,7 +66,8 @@ run_suite() {   # $1 build dir, $2 extra cmake flags, $3 exact-mode test paths
       -R "test_ggml_dot|test_matmul\$|test_matmul_ggml|test_matmul_vnni\$"
   fi
   # The mlx-lm parity suites once more with f32 activations everywhere (the
-  # default mode's int8 kernels are held to the same tolerances above). The
+  # pass below runs them in high, which tests/parity/conftest.py pins, so
+  # its int8 kernels are held to the same tolerances). The
   # GGUF, engine, speculation and sequence-state tests choose their precision themselves
   # or do not depend on it, so they run once.
   if [ -n "$exact" ]; then
@@ -104,7 +105,7 @@ run_suite build "-DCMAKE_BUILD_TYPE=Release" "$EXACT" "${SELECT[@]}"
 
 # The tree builds with clang as well (its own warnings and its code
 # generation for the SIMD kernels): its C tests and the mlx-lm parity suites
-# whose kernels differ, in the default precision: the base set (the full
+# whose kernels differ, in high (their conftest's pin): the base set (the full
 # pass adds the hybrid's DeltaNet and gpt-oss's MXFP4).
 stage "building build-clang (clang-16, Release)"
 CC=clang-16 cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -206,11 +206,13 @@ static void print_kld_summary(ppl_run *r, bool json) {
     double top_err = n > 1 ? sqrt(top * (1 - top) / (n - 1)) : 0;
     double ratio_err = sqrt(fmax(lpe * lpe + lbe * lbe - 2 * cov, 0));
     if (json) {
+        /* The KLD in significant digits: near-uniform distributions (random
+         * weights) diverge by 1e-7 and less, below a fixed 6 decimals. */
         printf("{\"chunks\": %d, \"ctx\": %d, \"tokens_scored\": %zu, "
                "\"ppl\": %.6f, \"ppl_err\": %.6f, \"ppl_base\": %.6f, "
                "\"ppl_base_err\": %.6f, \"ln_ppl_ratio\": %.6f, "
-               "\"ln_ppl_ratio_err\": %.6f, \"kld_mean\": %.6f, \"kld_err\": %.6f, "
-               "\"kld_median\": %.6f, \"kld_p99\": %.6f, \"kld_max\": %.6f, "
+               "\"ln_ppl_ratio_err\": %.6f, \"kld_mean\": %.6g, \"kld_err\": %.6g, "
+               "\"kld_median\": %.6g, \"kld_p99\": %.6g, \"kld_max\": %.6g, "
                "\"dp_mean\": %.6f, \"dp_err\": %.6f, \"dp_median\": %.6f, "
                "\"dp_min\": %.6f, \"dp_max\": %.6f, \"dp_rms\": %.6f, "
                "\"same_top\": %.6f, \"same_top_err\": %.6f}\n",

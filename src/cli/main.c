@@ -35,7 +35,16 @@ static void usage(FILE *out) {
             SPINDLE_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n'spindle <command> --help' describes a command's options.\n");
+    fprintf(out, "\n'spindle <command> --help' describes a command's options.\n\n"
+                 "environment:\n"
+                 "  SPINDLE_PRECISION=fast|high|exact  numerics of the matrix products\n"
+                 "      (default, per weight format, the fastest mode whose KL divergence\n"
+                 "      from exact math is no larger than llama.cpp's own: fast, which\n"
+                 "      rounds activations as llama.cpp does, for GGUF and bf16 weights;\n"
+                 "      high, within ~2^-21 of exact, for MLX affine weights. exact:\n"
+                 "      f32 throughout. Setting the variable applies that mode to all)\n"
+                 "  SPINDLE_SIMD=scalar|avx2|avxvnni|avx512 (AArch64: neon|dotprod|i8mm)\n"
+                 "      caps the kernels' instruction set level\n");
 }
 
 void sp_cli_log(spindle_log_level level, const char *message, void *user) {

@@ -18,7 +18,7 @@ architecture's own GGUF form:
 Weights are F32 (llama.cpp's f32 kernels: both sides exact up to summation
 order) and, for two models, Q8_0. On Q8_0 llama.cpp rounds the
 activations of every product to Q8_0 blocks (measured here: 0.05-0.10 of
-the logit std), Spindle's default precision does not (exact-equivalent),
+the logit std), Spindle's precision high (this suite's conftest pins it) does not (exact-equivalent),
 so a Q8_0 file is held to llama.cpp on its exact twin, an F32 file of the
 same dequantized values (gguf_writer's `dequantized`), and to llama.cpp on
 the Q8_0 file itself only within Q8_0_LOOSE.

@@ -15,7 +15,7 @@ llama.cpp on the exact F32 twin, greedy tokens up to a near-tie. The
 100-token prompt runs both engines' chunked delta rule over two chunks.
 
 On Q8_0 / Q4_0 files llama.cpp also rounds every product's activations to
-Q8_0 blocks, which Spindle's default precision does not: against llama.cpp
+Q8_0 blocks, which Spindle in precision high (the suite's pin) does not: against llama.cpp
 on the quantized file itself Spindle is held to LOOSE only (measured
 0.07-0.2 of the logit std; llama.cpp on the quantized file is that far
 from mlx-lm too, while Spindle and llama.cpp on the exact twin agree to
