@@ -190,3 +190,36 @@ bool sp_arg_pooling(const char *opt, const char *s, spindle_pooling *out) {
             strcmp(s, "none") ? "" : " (per-token rows are not supported)");
     return false;
 }
+
+char **sp_read_stdin_lines(bool skip_empty, char **buf, int *n) {
+    size_t cap = 1 << 16, len = 0;
+    char *s = malloc(cap);
+    for (size_t r; s && (r = fread(s + len, 1, cap - len - 1, stdin)) > 0;) {
+        len += r;
+        if (len + 1 >= cap) {
+            char *g = realloc(s, cap *= 2);
+            if (!g) free(s);
+            s = g;
+        }
+    }
+    *buf = s;
+    *n = 0;
+    if (!s) return NULL;
+    s[len] = '\0';
+    int lines = 1;
+    for (size_t i = 0; i < len; i++) lines += s[i] == '\n';
+    char **out = calloc((size_t)lines, sizeof *out);
+    for (char *p = s; out && p < s + len;) {
+        char *end = strchr(p, '\n');
+        if (end) *end = '\0';
+        size_t l = strlen(p);
+        if (l && p[l - 1] == '\r') p[--l] = '\0';
+        if (l || !skip_empty) out[(*n)++] = p;
+        p = end ? end + 1 : s + len;
+    }
+    if (!out) {
+        free(s);
+        *buf = NULL;
+    }
+    return out;
+}

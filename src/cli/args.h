@@ -69,4 +69,10 @@ bool sp_arg_id_list(const char *opt, const char *s, int32_t **ids, int *n);
 bool sp_arg_count_list(const char *opt, const char *s, long hi, int32_t **v,
                        int *n);
 
+/* Standard input split into lines (a trailing '\r' dropped; with
+ * skip_empty, empty lines left out): a malloc'd array of *n pointers into
+ * *buf, which owns the text; the caller frees both. NULL when stdin cannot
+ * be read or memory runs out (*buf is then freed and NULL). */
+char **sp_read_stdin_lines(bool skip_empty, char **buf, int *n);
+
 #endif

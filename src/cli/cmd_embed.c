@@ -82,31 +82,10 @@ static int parse_opts(int argc, char **argv, embed_opts *o) {
 
 /* stdin's lines (without their line ends) as inputs; *buf owns them. */
 static spindle_embed_input *read_lines(char **buf, int *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + len, 1, cap - len - 1, stdin)) > 0;) {
-        len += r;
-        if (len + 1 >= cap) {
-            char *g = realloc(s, cap *= 2);
-            if (!g) free(s);
-            s = g;
-        }
-    }
-    *buf = s;
-    *n = 0;
-    if (!s) return NULL;
-    s[len] = '\0';
-    int lines = 1;
-    for (size_t i = 0; i < len; i++) lines += s[i] == '\n';
-    spindle_embed_input *in = calloc((size_t)lines, sizeof *in);
-    for (char *p = s; in && p < s + len;) {
-        char *end = strchr(p, '\n');
-        if (end) *end = '\0';
-        size_t l = strlen(p);
-        if (l && p[l - 1] == '\r') p[l - 1] = '\0';
-        in[(*n)++].text = p;
-        p = end ? end + 1 : s + len;
-    }
+    char **lines = sp_read_stdin_lines(false, buf, n);
+    spindle_embed_input *in = lines ? calloc((size_t)(*n > 0 ? *n : 1), sizeof *in) : NULL;
+    for (int i = 0; in && i < *n; i++) in[i].text = lines[i];
+    free(lines);
     return in;
 }
 

@@ -72,31 +72,8 @@ static int parse_opts(int argc, char **argv, rerank_opts *o) {
 /* stdin's non-empty lines (without their line ends) as documents, pointing
  * into *buf. */
 static bool read_docs(rerank_opts *o, char **buf) {
-    size_t cap = 1 << 16, len = 0;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + len, 1, cap - len - 1, stdin)) > 0;) {
-        len += r;
-        if (len + 1 >= cap) {
-            char *g = realloc(s, cap *= 2);
-            if (!g) free(s);
-            s = g;
-        }
-    }
-    *buf = s;
-    if (!s) return false;
-    s[len] = '\0';
-    int lines = 1;
-    for (size_t i = 0; i < len; i++) lines += s[i] == '\n';
     free(o->docs);
-    o->docs = calloc((size_t)lines, sizeof *o->docs);
-    for (char *p = s; o->docs && p < s + len;) {
-        char *end = strchr(p, '\n');
-        if (end) *end = '\0';
-        size_t l = strlen(p);
-        if (l && p[l - 1] == '\r') p[--l] = '\0';
-        if (l) o->docs[o->n_docs++] = p;
-        p = end ? end + 1 : s + len;
-    }
+    o->docs = (const char **)sp_read_stdin_lines(true, buf, &o->n_docs);
     return o->docs != NULL;
 }
 
