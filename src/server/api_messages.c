@@ -25,7 +25,9 @@ static bool take_image(const cJSON *part, const char *param, const sp_api_limits
                                              : image;   /* a bare string, as some clients send */
     if (!cJSON_IsString(url))
         return sp_api_bad(err, param, "'%s.image_url.url' must be a string", param);
-    if (!limits || !limits->image_marker)
+    if (!limits)   /* a route that renders without a model's encoder */
+        return sp_api_bad(err, param, "'%s': image parts are not taken by this route", param);
+    if (!limits->image_marker)
         return sp_api_bad(err, param, "this model takes no images ('%s')", param);
     const char *u = url->valuestring;
     if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8))
