@@ -20,7 +20,7 @@ import pytest
 from vision_common import SPINDLE_BIN, save, synthetic, tiny_vlm  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from server_common import Server, model_dir  # noqa: E402
+from server_common import Server, model_dir, post_json  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
@@ -132,6 +132,12 @@ def test_truncated_image_is_400(client, images):
 def test_marker_typed_in_text_is_400(client, images):
     msg = user_turn(data_url(images[0]), text="<start_of_image> twice?")
     assert "image markers" in bad_request(client, [msg])
+
+
+def test_apply_template_refuses_image_parts(server, images):
+    status, _, out = post_json(server.port, "/apply-template",
+                               {"messages": [user_turn(data_url(images[0]))]})
+    assert status == 400 and "not taken by this route" in out["error"]["message"], out
 
 
 def test_model_without_vision_refuses_images(images):
