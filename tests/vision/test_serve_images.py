@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vision_common import SPINDLE_BIN, save, synthetic, tiny_vlm  # noqa: F401
@@ -72,21 +73,31 @@ def chat(client, messages, **kw):
         extra_body={"ignore_eos": True}, **kw)
 
 
-def cli_reply(mdir, image):
+def cli_reply(mdir, image, tmp_path):
+    """spindle run --image's tokens and its first step's log-probabilities
+    (the last prompt position's logits, log-softmaxed)."""
+    logits = tmp_path / "logits.npy"
     r = subprocess.run([str(SPINDLE_BIN), "run", "-m", str(mdir), "--chat", "-p", PROMPT,
                         "--image", str(image), "-n", str(N_TOKENS), "--temp", "0",
-                        "--ignore-eos", "--json"],
+                        "--ignore-eos", "--json", "--dump-logits", str(logits)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    x = np.load(logits).astype(np.float64).reshape(-1)
+    return json.loads(r.stdout), x - x.max() - np.log(np.exp(x - x.max()).sum())
 
 
-def test_reply_equals_spindle_run(client, tiny_vlm, images):
-    want = cli_reply(tiny_vlm, images[0])
-    got = chat(client, [user_turn(data_url(images[0]))])
+def test_reply_equals_spindle_run(client, tiny_vlm, images, tmp_path):
+    """The tiny model's text is mostly bytes that are no UTF-8, so beyond
+    the text the first step's top log-probabilities pin the image's rows."""
+    want, logprobs = cli_reply(tiny_vlm, images[0], tmp_path)
+    got = chat(client, [user_turn(data_url(images[0]))], logprobs=True, top_logprobs=5)
     assert got.usage.prompt_tokens == len(want["prompt_tokens"])
     assert got.usage.completion_tokens == len(want["tokens"])
     assert got.choices[0].message.content == want["text"]
+    first = got.choices[0].logprobs.content[0]
+    assert first.logprob == pytest.approx(logprobs[want["tokens"][0]], abs=1e-4)
+    assert sorted(t.logprob for t in first.top_logprobs) == \
+        pytest.approx(np.sort(logprobs)[-5:].tolist(), abs=1e-4)
 
 
 def test_same_image_reuses_prefix_different_image_does_not(client, images):
