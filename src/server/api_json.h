@@ -22,12 +22,17 @@ bool sp_api_parse_generation_root(sp_api_kind kind, const cJSON *root,
 bool sp_api_read_long(const cJSON *v, const char *param, long lo, long hi,
                       long *out, sp_api_error *err);
 
-/* `messages` (NULL when absent) as the JSON text spindle_chat_render takes:
- * an array of objects with a string role; content a string, null, or an
- * array of {"type": "text", "text"} parts, which are joined (other part
- * types are refused); tool-call arguments given as JSON strings become
- * objects, as chat templates expect (mlx_lm.server does the same). */
-bool sp_api_messages_json(const cJSON *messages, char **out, sp_api_error *err);
+/* `messages` (NULL when absent) as the JSON text spindle_chat_render takes
+ * into r->messages_json: an array of objects with a string role; content a
+ * string, null, or an array of {"type": "text", "text"} parts, which are
+ * joined, and {"type": "image_url", "image_url": {"url"}} parts with a
+ * base64 data URL, each of which leaves limits->image_marker in the text
+ * and its decoded file in r->images (limits NULL or without a marker: the
+ * model takes no images, a 400); other part types are refused. Tool-call
+ * arguments given as JSON strings become objects, as chat templates
+ * expect (mlx_lm.server does the same). */
+bool sp_api_messages_json(const cJSON *messages, const sp_api_limits *limits,
+                          sp_api_request *r, sp_api_error *err);
 
 /* `v` (NULL when absent) printed as JSON text into *out when it is of
  * cJSON type `type` (cJSON_Array, cJSON_Object); else a 400 naming it. */

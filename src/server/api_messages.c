@@ -2,10 +2,12 @@
  * (api_json.h).
  * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c. */
 #include "server/api_json.h"
+#include "server/data_url.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_MESSAGES 65536
 
@@ -13,33 +15,82 @@ static bool out_of_memory(sp_api_error *err) {
     return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
 }
 
-/* Replace an array of content parts by the concatenation of its texts. */
-static bool join_text_parts(cJSON *msg, cJSON *content, int index, sp_api_error *err) {
+/* An image_url part's URL into r->images; the text it leaves is the
+ * model's image marker (*text). Remote URLs would make the server fetch
+ * what a client names (a request forgery risk): refused. */
+static bool take_image(const cJSON *part, const char *param, const sp_api_limits *limits,
+                       sp_api_request *r, const char **text, sp_api_error *err) {
+    const cJSON *image = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    const cJSON *url = cJSON_IsObject(image) ? cJSON_GetObjectItemCaseSensitive(image, "url")
+                                             : image;   /* a bare string, as some clients send */
+    if (!cJSON_IsString(url))
+        return sp_api_bad(err, param, "'%s.image_url.url' must be a string", param);
+    if (!limits)   /* a route that renders without a model's encoder */
+        return sp_api_bad(err, param, "'%s': image parts are not taken by this route", param);
+    if (!limits->image_marker)
+        return sp_api_bad(err, param, "this model takes no images ('%s')", param);
+    const char *u = url->valuestring;
+    if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8))
+        return sp_api_bad(err, param, "'%s': http(s) image URLs are not fetched "
+                          "(--allow-remote-media is not implemented); send a base64 data URL",
+                          param);
+    if (r->n_images == SP_API_MAX_IMAGES)
+        return sp_api_bad(err, param, "'%s': a request takes at most %d images", param,
+                          SP_API_MAX_IMAGES);
+    const size_t max = limits->max_image_bytes ? limits->max_image_bytes : (size_t)20 << 20;
+    char why[200];
+    if (!sp_data_url_image(u, strlen(u), max, &r->images[r->n_images],
+                           &r->image_bytes[r->n_images], why, sizeof why))
+        return sp_api_bad(err, param, "'%s.image_url.url': %s", param, why);
+    r->n_images++;
+    *text = limits->image_marker;
+    return true;
+}
+
+/* The text one content part contributes (borrowed), or false with a 400. */
+static bool part_text(const cJSON *part, const char *param, const sp_api_limits *limits,
+                      sp_api_request *r, const char **text, sp_api_error *err) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+        return sp_api_bad(err, param, "'%s' must be an object with a string 'type'", param);
+    if (!strcmp(type->valuestring, "image_url"))
+        return take_image(part, param, limits, r, text, err);
+    if (strcmp(type->valuestring, "text"))
+        return sp_api_bad(err, param, "content parts of type '%.40s' are not supported "
+                                      "(only 'text' and 'image_url')", type->valuestring);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+    if (!cJSON_IsString(t)) return sp_api_bad(err, param, "'%s.text' must be a string", param);
+    *text = t->valuestring;
+    return true;
+}
+
+/* Replace an array of content parts by the concatenation of its texts,
+ * an image part's text being the image marker. */
+static bool join_parts(cJSON *msg, cJSON *content, int index, const sp_api_limits *limits,
+                       sp_api_request *r, sp_api_error *err) {
     char param[64];
+    const int n = cJSON_GetArraySize(content);
+    const char **texts = calloc((size_t)n + 1, sizeof *texts);
     size_t total = 1;
     int j = 0;
     const cJSON *part;
+    if (!texts) return out_of_memory(err);
     cJSON_ArrayForEach(part, content) {
-        snprintf(param, sizeof param, "messages[%d].content[%d]", index, j++);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-            return sp_api_bad(err, param, "'%s' must be an object with a string 'type'", param);
-        if (strcmp(type->valuestring, "text"))
-            return sp_api_bad(err, param, "content parts of type '%.40s' are not supported "
-                                          "(only 'text')", type->valuestring);
-        if (!cJSON_IsString(text))
-            return sp_api_bad(err, param, "'%s.text' must be a string", param);
-        total += strlen(text->valuestring);
+        snprintf(param, sizeof param, "messages[%d].content[%d]", index, j);
+        if (!part_text(part, param, limits, r, &texts[j], err)) {
+            free(texts);
+            return false;
+        }
+        total += strlen(texts[j++]);
     }
     char *joined = malloc(total), *at = joined;
-    if (!joined) return out_of_memory(err);
-    cJSON_ArrayForEach(part, content) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        size_t n = strlen(t);
-        memcpy(at, t, n);
-        at += n;
+    for (int i = 0; joined && i < j; i++) {
+        size_t len = strlen(texts[i]);
+        memcpy(at, texts[i], len);
+        at += len;
     }
+    free(texts);
+    if (!joined) return out_of_memory(err);
     *at = '\0';
     cJSON *s = cJSON_CreateString(joined);
     free(joined);
@@ -108,7 +159,8 @@ static bool check_role(const cJSON *msg, const char *role, const char *param,
                       strcmp(role, "assistant") ? "" : " without tool_calls");
 }
 
-static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
+static bool normalize_message(cJSON *msg, int index, const sp_api_limits *limits,
+                              sp_api_request *r, sp_api_error *err) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", index);
     if (!cJSON_IsObject(msg)) return sp_api_bad(err, param, "'%s' must be an object", param);
@@ -120,9 +172,9 @@ static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
     if (!check_role(msg, role->valuestring, param, err)) return false;
     cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
     if (cJSON_IsArray(content)) {
-        if (!join_text_parts(msg, content, index, err)) return false;
+        if (!join_parts(msg, content, index, limits, r, err)) return false;
     } else if (content && !cJSON_IsString(content) && !cJSON_IsNull(content)) {
-        return sp_api_bad(err, param, "'%s.content' must be a string, an array of text "
+        return sp_api_bad(err, param, "'%s.content' must be a string, an array of content "
                                       "parts or null", param);
     }
     parse_tool_arguments(msg);
@@ -138,7 +190,9 @@ static bool normalize_message(cJSON *msg, int index, sp_api_error *err) {
     return true;
 }
 
-bool sp_api_messages_json(const cJSON *messages, char **out, sp_api_error *err) {
+bool sp_api_messages_json(const cJSON *messages, const sp_api_limits *limits,
+                          sp_api_request *r, sp_api_error *err) {
+    char **out = &r->messages_json;
     *out = NULL;
     if (!messages) return sp_api_bad(err, "messages", "'messages' is required");
     if (!cJSON_IsArray(messages))
@@ -153,7 +207,7 @@ bool sp_api_messages_json(const cJSON *messages, char **out, sp_api_error *err) 
     int i = 0;
     cJSON *msg;
     cJSON_ArrayForEach(msg, copy) {
-        if (!(ok = normalize_message(msg, i++, err))) break;
+        if (!(ok = normalize_message(msg, i++, limits, r, err))) break;
     }
     if (ok && !(*out = cJSON_PrintUnformatted(copy))) ok = out_of_memory(err);
     cJSON_Delete(copy);

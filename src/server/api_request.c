@@ -409,8 +409,9 @@ static bool read_completion_only(const cJSON *root, sp_api_error *err) {
     return true;
 }
 
-static bool read_chat_inputs(const cJSON *root, sp_api_request *r, sp_api_error *err) {
-    return sp_api_messages_json(field(root, "messages"), &r->messages_json, err) &&
+static bool read_chat_inputs(const cJSON *root, const sp_api_limits *limits,
+                             sp_api_request *r, sp_api_error *err) {
+    return sp_api_messages_json(field(root, "messages"), limits, r, err) &&
            sp_api_optional_json(field(root, "tools"), "tools", cJSON_Array,
                                 &r->tools_json, err) &&
            sp_api_optional_json(field(root, "chat_template_kwargs"),
@@ -440,7 +441,7 @@ bool sp_api_parse_generation_root(sp_api_kind kind, const cJSON *root,
     out->kind = kind;
     out->gen = spindle_gen_defaults();
     bool ok = read_model(root, limits, out, err) &&
-              (kind == SP_API_CHAT ? read_chat_inputs(root, out, err)
+              (kind == SP_API_CHAT ? read_chat_inputs(root, limits, out, err)
                                    : read_prompt(root, limits, out, err) &&
                                          read_completion_only(root, err)) &&
               read_stream(root, out, err) && read_max_tokens(root, limits, out, err) &&
@@ -460,6 +461,7 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->messages_json);
     free(r->tools_json);
     free(r->template_kwargs_json);
+    for (int i = 0; i < r->n_images; i++) free(r->images[i]);
     free(r->prompt_text);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -541,7 +543,7 @@ bool sp_api_parse_apply_template(const char *body, size_t len,
     memset(out, 0, sizeof *out);
     cJSON *root = sp_api_parse_object(body, len, err);
     if (!root) return false;
-    bool ok = read_chat_inputs(root, out, err);
+    bool ok = read_chat_inputs(root, NULL, out, err);
     cJSON_Delete(root);
     if (!ok) sp_api_request_free(out);
     return ok;

@@ -54,7 +54,14 @@ typedef struct sp_api_limits {
     int n_model_names;
     int default_max_tokens;        /* when the request gives none */
     int n_slots;                   /* id_slot must be below it */
+    /* The chat template's image marker text (Gemma 3: <start_of_image>)
+     * an image_url part becomes; NULL: the model takes no images. */
+    const char *image_marker;
+    size_t max_image_bytes;        /* an image's decoded bytes; 0: 20 MiB */
 } sp_api_limits;
+
+/* The most images one request may carry. */
+#define SP_API_MAX_IMAGES 16
 
 /* `model` of a request body (NULL when absent, *model borrowed from root):
  * a string naming the served model, else 400 / 404. */
@@ -105,6 +112,11 @@ typedef struct sp_api_request {
     char *messages_json;
     char *tools_json;
     char *template_kwargs_json;
+    /* chat: the image_url parts' decoded files, in the order of the image
+     * markers they left in messages_json */
+    unsigned char *images[SP_API_MAX_IMAGES];
+    size_t image_bytes[SP_API_MAX_IMAGES];
+    int n_images;
     sp_api_tool_choice tool_choice;
     /* completion: prompt text, or token ids (prompt_ids non-NULL) */
     char *prompt_text;

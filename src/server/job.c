@@ -256,6 +256,7 @@ static void job_release(sp_job *j) {
     spindle_seq_free(j->seq);
     sp_strbuf_free(&j->out);
     sp_responses_stream_free(&j->responses);
+    sp_image_prompt_free(&j->images);
     spindle_free(j->prompt);
     sp_api_request_free(&j->req);
     pthread_cond_destroy(&j->cv);
@@ -428,6 +429,12 @@ static spindle_status choice_submit(sp_job *j, sp_choice *c, spindle_error *err)
                           .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
                           .params = &c->gen, .top_logprobs = j->req.top_logprobs,
                           .on_token = on_token, .on_finish = on_finish, .user = c};
+    if (j->images.n_spans) {   /* no slot: image_prompt refuses id_slot */
+        rq.prompt = NULL;
+        rq.n_prompt = 0;
+        rq.spans = j->images.spans;
+        rq.n_spans = j->images.n_spans;
+    }
     spindle_request_id id = 0;
     spindle_status st = spindle_engine_submit(j->srv->engine, &rq, &id, err);
     if (!st) {
@@ -453,8 +460,9 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
                                      &j->choices[i].detok, &err);
     if (!st && j->durable.resume) replay_generated(j);
     if (!j->req.seed_given) j->req.gen.sampler.seed = fresh_seed(s);
-    /* A checkpoint continues one sequence (n > 1 has none). */
-    if (j->n_choices == 1) sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
+    /* A checkpoint continues one sequence (n > 1 has none) of token ids
+     * (a prompt with images has spans). */
+    if (j->n_choices == 1 && !j->images.n_spans) sp_durable_arm(s, &j->durable, j->id_text, &j->req, &j->req.gen);
     j->req.gen.stop_ids = s->stop_ids;
     j->req.gen.n_stop_ids = s->n_stop_ids;
     if (!st && !job_spec(j, e)) {
@@ -552,6 +560,7 @@ typedef struct gen_setup {
     int32_t *ids;              /* the prompt */
     int n;
     char *prompt_text;         /* the rendered chat prompt */
+    sp_image_prompt images;    /* its spans, with images */
 } gen_setup;
 
 static void gen_setup_free(gen_setup *g) {
@@ -559,6 +568,7 @@ static void gen_setup_free(gen_setup *g) {
     sp_api_request_free(&g->req);
     spindle_free(g->ids);
     spindle_free(g->prompt_text);
+    sp_image_prompt_free(&g->images);
 }
 
 /* The server is ready, and its model generates. */
@@ -599,7 +609,8 @@ static bool gen_prompt(sp_server *s, gen_setup *g, sp_api_error *e) {
     if (g->durable.resume) {   /* the checkpoint's prompt, not the body's */
         if (!sp_durable_prompt(&g->durable, &g->ids, &g->n))
             return sp_api_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    } else if (!sp_server_prompt_ids(s, &g->req, &g->ids, &g->n, &g->prompt_text, e)) {
+    } else if (!sp_server_prompt_ids(s, &g->req, &g->ids, &g->n, &g->prompt_text, &g->images,
+                                           e)) {
         return false;
     }
     return sp_server_compile_tool_grammar(s, &g->req, sp_reply_opens_think(g->prompt_text), e);
@@ -617,6 +628,8 @@ static sp_job *gen_job(sp_server *s, struct MHD_Connection *c, gen_setup *g, sp_
     j->prompt = g->ids;
     j->n_prompt = g->n;
     g->ids = NULL;
+    j->images = g->images;   /* its spans borrow j->prompt */
+    memset(&g->images, 0, sizeof g->images);
     return j;
 }
 

@@ -13,6 +13,7 @@
 #include "server/api_responses.h"
 #include "server/api_response.h"
 #include "server/durable.h"
+#include "server/images.h"
 #include "server/reply.h"
 #include "server/slots.h"
 #include "server/state.h"
@@ -56,6 +57,7 @@ struct sp_job {
     sp_api_request req;
     int32_t *prompt;
     int n_prompt;
+    sp_image_prompt images;       /* the prompt as spans when it has images */
     char id_text[48];
     sp_api_head head;
     sp_job_durable durable;       /* resume_id, --checkpoint-dir */

@@ -1,6 +1,7 @@
 /* A generation request's prompt as token ids: a chat's messages through
  * the chat template, a completion's text or ids; checked against the
  * context (job.c and count_tokens use it). */
+#include "server/images.h"
 #include "server/reply.h"
 #include "server/state.h"
 
@@ -41,11 +42,24 @@ bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int3
     return !st;
 }
 
+/* A chat with images: its slot's and its checkpoint's state are token ids
+ * only, and would lose the images. */
+static bool image_prompt(sp_server *s, const sp_api_request *r, int32_t **ids, int *n,
+                         char **rendered, sp_image_prompt *images, sp_api_error *e) {
+    if (r->id_slot >= 0)
+        return sp_api_bad(e, "id_slot", "'id_slot' cannot be given with images");
+    if (r->resume_id)
+        return sp_api_bad(e, "resume_id", "'resume_id' cannot be given with images");
+    return sp_reply_render_chat(s, r, rendered, e) &&
+           sp_images_prompt(s, r, *rendered, ids, n, images, e) && prompt_fits(s, r, *n, e);
+}
+
 bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
-                          char **rendered, sp_api_error *e) {
+                          char **rendered, sp_image_prompt *images, sp_api_error *e) {
     spindle_error err = {0};
     spindle_status st = SPINDLE_OK;
     size_t count = 0;
+    if (r->n_images) return image_prompt(s, r, ids, n, rendered, images, e);
     if (r->kind == SP_API_CHAT) {
         if (!sp_server_chat_prompt_ids(s, r, ids, &count, rendered, e)) return false;
     } else if (r->prompt_ids) {

@@ -3,6 +3,7 @@
  * in order: stop accepting, let requests in flight finish until the
  * deadline, cancel the rest, close the connections, free the engine. */
 #include "server/http.h"
+#include "server/images.h"
 #include "server/slots.h"
 #include "server/reply.h"
 #include "server/state.h"
@@ -139,6 +140,7 @@ static bool load(sp_server *s) {
         return false;
     }
     if (!sp_embeddings_load(s) || !sp_rerank_load(s)) return false;
+    if (s->engine && !sp_images_load(s)) return false;
     if (!s->engine && !s->embedder && !s->reranker) {
         sp_log(SPINDLE_LOG_ERROR, "%s", s->embed_refusal);
         return false;
@@ -204,6 +206,7 @@ static void drain(sp_server *s) {
 static void server_free(sp_server *s) {
     sp_http_stop(s);
     spindle_engine_free(s->engine);
+    sp_images_unload(s);   /* borrows the model */
     sp_slots_free(s->slots);     /* their snapshots go before the model */
     sp_adapters_free(&s->adapters);
     sp_responses_store_free(&s->responses);

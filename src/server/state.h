@@ -54,6 +54,10 @@ typedef struct sp_server {
      * reranker (or a decoder without --rerank), with the reason. */
     spindle_reranker *reranker;
     char rerank_refusal[256];
+    /* The vision encoder (images.c): NULL when the model takes no images;
+     * one encode at a time, under vision_lock. */
+    spindle_vision *vision;
+    pthread_mutex_t vision_lock;
     atomic_int phase;
     sp_api_limits limits;
     const char *model_names[2];
@@ -152,9 +156,11 @@ bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int3
                                size_t *n, char **rendered, sp_api_error *e);
 /* The prompt of a chat or completion request (a completion's given ids
  * taken from r), with room in the context for it and at least one token
- * (and all of max_tokens when the request gave it): else a 400 in *e. */
+ * (and all of max_tokens when the request gave it): else a 400 in *e. A
+ * chat with images also gets its spans in *images (images.h). */
+struct sp_image_prompt;
 bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
-                          char **rendered, sp_api_error *e);
+                          char **rendered, struct sp_image_prompt *images, sp_api_error *e);
 
 /* ---- embeddings.c: POST /v1/embeddings (sp_handle_embeddings) */
 /* The embedder of s->model, or the reason it is none (unsupported) in

@@ -703,7 +703,22 @@ def tool_grammar_seeds():
         put("fuzz_tool_grammar", name, bytes([options]) + js(body).encode())
 
 
+def data_url_seeds():
+    """fuzz_data_url: an image_url part's URL, one per accepted media type,
+    and the near misses the parser names (padding, media type, parameters)."""
+    import base64
+    heads = {"png": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "jpeg": b"\xff\xd8\xff\xe0\0\x10JFIF",
+             "webp": b"RIFF\x1a\0\0\0WEBPVP8L", "gif": b"GIF89a\x01\0\x01\0\x80\0\0"}
+    for kind, head in heads.items():
+        put("fuzz_data_url", kind, f"data:image/{kind};base64,".encode() + base64.b64encode(head))
+    put("fuzz_data_url", "unpadded", b"data:image/gif;base64," + base64.b64encode(heads["gif"] + b"x").rstrip(b"="))
+    put("fuzz_data_url", "params", b"DATA:Image/PNG;name=a.png;base64," + base64.b64encode(heads["png"]))
+    put("fuzz_data_url", "wrong-mime", b"data:image/png;base64," + base64.b64encode(heads["jpeg"]))
+    put("fuzz_data_url", "not-base64", b"data:image/png,%89PNG")
+
+
 def main():
+    data_url_seeds()
     tool_grammar_seeds()
     reply_seeds()
     server_seeds()

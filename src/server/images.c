@@ -1,0 +1,98 @@
+/* Images in a chat request (images.h): the image_url parts' files, which
+ * the request parser decoded from their data URLs, through the model's
+ * vision encoder into embeddings spans, the chat template's markers
+ * expanded as spindle run --image expands them (spindle_vision_*). */
+#include "server/images.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+bool sp_images_load(sp_server *s) {
+    spindle_error err = {0};
+    spindle_status st = spindle_vision_new(s->model, NULL, &s->vision, &err);
+    if (st == SPINDLE_ERR_UNSUPPORTED) {
+        s->vision = NULL;
+        return true;
+    }
+    if (st) {
+        sp_log(SPINDLE_LOG_ERROR, "vision encoder: %s", err.message);
+        return false;
+    }
+    spindle_vision_info info;
+    spindle_vision_describe(s->vision, &info);
+    s->limits.image_marker = spindle_tokenizer_id_to_token(s->tok, info.begin_token);
+    pthread_mutex_init(&s->vision_lock, NULL);
+    return true;
+}
+
+void sp_images_unload(sp_server *s) {
+    if (!s->vision) return;
+    spindle_vision_free(s->vision);
+    pthread_mutex_destroy(&s->vision_lock);
+    s->vision = NULL;
+}
+
+static bool encode_images(sp_server *s, const sp_api_request *r,
+                          unsigned char (*digests)[SPINDLE_SPAN_DIGEST_BYTES],
+                          sp_image_prompt *out, sp_api_error *e) {
+    spindle_error err = {0};
+    spindle_status st = SPINDLE_OK;
+    /* One encode at a time: the encoder's thread pool and scratch are its
+     * own, and requests arrive on the HTTP threads. */
+    pthread_mutex_lock(&s->vision_lock);
+    for (int i = 0; i < r->n_images && !st; i++) {
+        st = spindle_vision_encode(s->vision, r->images[i], r->image_bytes[i], &out->rows[i],
+                                   digests[i], &err);
+        if (!st) out->n_images = i + 1;
+        else {
+            char msg[sizeof err.message];
+            snprintf(msg, sizeof msg, "image %d: %.400s", i + 1, err.message);
+            memcpy(err.message, msg, sizeof msg);
+        }
+    }
+    pthread_mutex_unlock(&s->vision_lock);
+    if (st) sp_api_error_from_status(e, st, "messages", err.message);
+    return !st;
+}
+
+bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e) {
+    memset(out, 0, sizeof *out);
+    *ids = NULL;
+    *n = 0;
+    spindle_error err = {0};
+    char *expanded = NULL;
+    int found = 0;
+    size_t count = 0;
+    spindle_status st = spindle_vision_expand_text(s->vision, s->tok, rendered, &expanded,
+                                                   &found, &err);
+    if (!st && found != r->n_images) {
+        spindle_free(expanded);
+        /* A marker typed in a text part is one the model cannot tell apart. */
+        return sp_api_bad(e, "messages", "the messages have %d image markers for %d images "
+                          "(image_url parts)", found, r->n_images);
+    }
+    /* The template wrote the special tokens itself. */
+    if (!st) st = spindle_tokenizer_encode(s->tok, expanded, strlen(expanded), false, ids,
+                                           &count, &err);
+    spindle_free(expanded);
+    if (st) {
+        sp_api_error_from_status(e, st, "messages", err.message);
+        return false;
+    }
+    *n = (int)count;
+    unsigned char digests[SP_API_MAX_IMAGES][SPINDLE_SPAN_DIGEST_BYTES];
+    if (!encode_images(s, r, digests, out, e)) return false;
+    st = spindle_vision_prompt_spans(s->vision, *ids, *n, out->rows,
+                                     (const unsigned char(*)[SPINDLE_SPAN_DIGEST_BYTES])digests,
+                                     out->n_images, &out->spans, &out->n_spans, &err);
+    if (st) sp_api_error_from_status(e, st, "messages", err.message);
+    return !st;
+}
+
+void sp_image_prompt_free(sp_image_prompt *p) {
+    for (int i = 0; i < p->n_images; i++) spindle_free(p->rows[i]);
+    spindle_free(p->spans);
+    memset(p, 0, sizeof *p);
+}
