@@ -350,6 +350,18 @@ static spindle_status text_prompt(run_options *o, const spindle_tokenizer *tok,
     return st;
 }
 
+/* The text's end, then the run's statistics line on stderr. */
+static void print_stats(const spindle_gen_stats *stats) {
+    printf("\n");
+    fflush(stdout);   /* the text ends before the statistics line */
+    fprintf(stderr,
+            "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
+            "| peak RSS %.1f MiB | stop: %s\n",
+            stats->prompt_tokens, stats->prefill_tps, stats->generated_tokens,
+            stats->decode_tps, stats->peak_rss_bytes / 1048576.0,
+            spindle_stop_reason_name(stats->stop_reason));
+}
+
 int sp_cmd_run(int argc, char **argv) {
     run_options o;
     memset(&o, 0, sizeof o);
@@ -458,14 +470,7 @@ int sp_cmd_run(int argc, char **argv) {
                    tok ? (stream.text ? stream.text + text_from : "") : NULL,
                    &stats);
     } else {
-        printf("\n");
-        fflush(stdout);   /* the text ends before the statistics line */
-        fprintf(stderr,
-                "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s "
-                "| peak RSS %.1f MiB | stop: %s\n",
-                stats.prompt_tokens, stats.prefill_tps, stats.generated_tokens,
-                stats.decode_tps, stats.peak_rss_bytes / 1048576.0,
-                spindle_stop_reason_name(stats.stop_reason));
+        print_stats(&stats);
     }
     free(logits);
     spindle_free(toks);
