@@ -278,18 +278,7 @@ SP_INLINE void kv_micro(const kq_args *a, const bool six, const int mt, int t0) 
             out[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][1]), _mm512_mul_ps(dw1, dx), out[t][1]);
         }
     }
-    const int lo = a->nr < 16 ? a->nr : 16, hi = a->nr - lo;
-    const __mmask16 m0 = (__mmask16)((1u << lo) - 1u);
-    const __mmask16 m1 = (__mmask16)((1u << hi) - 1u);
-    for (int t = 0; t < mt; t++) {
-        float *o = a->y + (int64_t)(t0 + t) * a->ldy;
-        if (a->accumulate) {
-            out[t][0] = _mm512_add_ps(out[t][0], _mm512_maskz_loadu_ps(m0, o));
-            out[t][1] = _mm512_add_ps(out[t][1], _mm512_maskz_loadu_ps(m1, o + 16));
-        }
-        _mm512_mask_storeu_ps(o, m0, out[t][0]);
-        _mm512_mask_storeu_ps(o + 16, m1, out[t][1]);
-    }
+    sp_vnni_store_tile(out, mt, a->y + (int64_t)t0 * a->ldy, a->ldy, a->nr, a->accumulate);
 }
 
 SP_INLINE void kv_tokens_of(const kq_args *a, const bool six, int nt) {

@@ -7,6 +7,7 @@
 #define SP_COMPUTE_MATMUL_VNNI_STEP_H
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +33,25 @@ sp_vnni_step(__m512i (*acc)[2], const int mt, __m512i w0, __m512i w1,
         const __m512i b = _mm512_set1_epi32(q4);
         acc[t][0] = sp_vnni_dpbusd(acc[t][0], w0, b);
         acc[t][1] = sp_vnni_dpbusd(acc[t][1], w1, b);
+    }
+}
+
+/* y[t * ldy + r] (+)= out[t][r / 16][r % 16] for t < mt, r < nr (<= 32):
+ * a 32-row f32 tile written back, rows past nr left alone. */
+static inline __attribute__((always_inline)) void
+sp_vnni_store_tile(__m512 (*out)[2], const int mt, float *y, int64_t ldy, int nr,
+                   bool accumulate) {
+    const int lo = nr < 16 ? nr : 16, hi = nr - lo;
+    const __mmask16 m0 = (__mmask16)((1u << lo) - 1u);
+    const __mmask16 m1 = (__mmask16)((1u << hi) - 1u);
+    for (int t = 0; t < mt; t++) {
+        float *o = y + (int64_t)t * ldy;
+        if (accumulate) {
+            out[t][0] = _mm512_add_ps(out[t][0], _mm512_maskz_loadu_ps(m0, o));
+            out[t][1] = _mm512_add_ps(out[t][1], _mm512_maskz_loadu_ps(m1, o + 16));
+        }
+        _mm512_mask_storeu_ps(o, m0, out[t][0]);
+        _mm512_mask_storeu_ps(o + 16, m1, out[t][1]);
     }
 }
 
