@@ -41,6 +41,13 @@ const char *spindle_status_name(spindle_status status);
  * fine. Thread-safe. */
 void spindle_free(void *ptr);
 
+/* A one-line message naming the variable and its accepted values when
+ * SPINDLE_PRECISION or SPINDLE_SIMD is set to a value this build does not
+ * know (the library then runs as if it were unset); NULL when both are unset
+ * or valid. A level the CPU lacks is not an error: SPINDLE_SIMD is a cap.
+ * The string is static. Thread-safe. */
+const char *spindle_environment_error(void);
+
 /* --------------------------------------------------------------------- log
  * The library never writes to stdout or stderr. What it has to tell a
  * person and cannot return as an error (a prompt-cache file it refused and

@@ -74,6 +74,11 @@ int main(int argc, char **argv) {
         printf("spindle %s\n", SPINDLE_VERSION);
         return 0;
     }
+    const char *env_error = spindle_environment_error();
+    if (env_error) {
+        fprintf(stderr, "spindle: %s\n", env_error);
+        return 2;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

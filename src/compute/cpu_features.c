@@ -3,10 +3,12 @@
  * both ship) rather than through __builtin_cpu_supports, whose feature
  * names differ between the compilers. */
 #include "compute/cpu_features.h"
+#include "spindle/base.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +28,9 @@ static _Atomic int sp_precision_now = SP_PRECISION_FAST;
 static _Atomic bool sp_precision_chosen = false;
 static _Atomic bool sp_int8_on = false;
 static _Atomic bool sp_bf16_on = false;
+/* A one-line message when SPINDLE_PRECISION or SPINDLE_SIMD names no mode /
+ * level this build knows (written once, by sp_cpu_init); "" otherwise. */
+static char sp_env_error[192];
 
 #if defined(__x86_64__)
 /* XCR0: which register states the OS saves on a context switch. (xgetbv is
@@ -147,25 +152,42 @@ static void sp_cpu_init(void) {
      * and exact stay for parity work; MLX affine keeps high's parts). */
     int precision = SP_PRECISION_FAST;
     const char *prec = getenv("SPINDLE_PRECISION");
-    if (prec)
+    if (prec) {
         for (int p = SP_PRECISION_EXACT; p <= SP_PRECISION_FAST; p++)
             if (strcmp(prec, sp_mm_precision_name((sp_precision)p)) == 0) {
                 precision = p;
                 atomic_store(&sp_precision_chosen, true);
             }
+        if (!atomic_load(&sp_precision_chosen))
+            snprintf(sp_env_error, sizeof sp_env_error,
+                     "SPINDLE_PRECISION='%.40s' is not a precision mode "
+                     "(fast, high or exact)", prec);
+    }
     sp_apply_precision(precision);
 
     sp_simd_level want = sp_simd_cpu;
     const char *env = getenv("SPINDLE_SIMD");
+    bool known_level = env == NULL;
     if (env)
-        for (int l = 0; l < SP_SIMD_COUNT; l++)
-            if (strcmp(env, sp_simd_name((sp_simd_level)l)) == 0 &&
-                l < (int)want && sp_level_runs(l, sp_simd_cpu, &sp_cpu))
+        for (int l = 0; l < SP_SIMD_COUNT; l++) {
+            if (strcmp(env, sp_simd_name((sp_simd_level)l)) != 0) continue;
+            known_level = true;
+            if (l < (int)want && sp_level_runs(l, sp_simd_cpu, &sp_cpu))
                 want = (sp_simd_level)l;
+        }
+    if (!known_level && !sp_env_error[0])
+        snprintf(sp_env_error, sizeof sp_env_error,
+                 "SPINDLE_SIMD='%.40s' is not an instruction set level "
+                 "(scalar, avx2, avxvnni, avx512, neon, dotprod, i8mm)", env);
     atomic_store(&sp_simd_level_now, (int)want);
 }
 
 static void sp_cpu_ready(void) { pthread_once(&sp_cpu_once, sp_cpu_init); }
+
+const char *spindle_environment_error(void) {
+    sp_cpu_ready();
+    return sp_env_error[0] ? sp_env_error : NULL;
+}
 
 const sp_cpu_features *sp_cpu_features_get(void) {
     sp_cpu_ready();
