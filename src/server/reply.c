@@ -83,7 +83,9 @@ void sp_job_reply_plan(const sp_server *s, const sp_api_request *r, const char *
     sp_reply_options opt = {.format = s->tool_format, .tools = tools, .reasoning = reasoning,
                             .starts_in_reasoning = reasoning && sp_reply_opens_think(prompt),
                             .single_call = c->single_call,
-                            .calls_only = sp_server_tool_grammar_applies(s, r)};
+                            .calls_only = sp_server_tool_grammar_applies(s, r),
+                            .call_id_prefix =
+                                r->dialect == SP_API_ANTHROPIC ? "toolu_" : NULL};
     jr->structured = tools || reasoning;
     jr->keep_special = jr->structured && sp_tool_format_needs_special(s->tool_format) &&
                        (tools || harmony);

@@ -61,6 +61,8 @@ typedef struct sp_reply_options {
                                  "required" or a named function): from the first
                                  call marker on, nothing is content (a marker cut
                                  short by the token limit included) */
+    const char *call_id_prefix; /* static; NULL: OpenAI's "call_" (Anthropic's
+                                 clients expect "toolu_") */
 } sp_reply_options;
 
 typedef struct sp_tool_call {

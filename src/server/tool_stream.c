@@ -14,12 +14,14 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-void sp_tool_call_id(sp_tool_format f, uint64_t seed, int index, char out[SP_TOOL_ID_SIZE]) {
+void sp_tool_call_id(sp_tool_format f, const char *prefix, uint64_t seed, int index,
+                     char out[SP_TOOL_ID_SIZE]) {
     bool mistral = f == SP_TOOLS_MISTRAL;
     size_t at = 0, want = mistral ? 9 : 24;
     if (!mistral) {
-        memcpy(out, "call_", 5);
-        at = 5;
+        if (!prefix) prefix = "call_";
+        at = strnlen(prefix, 7);
+        memcpy(out, prefix, at);
     }
     uint64_t x = mix(seed ^ mix((uint64_t)index + 1));
     for (size_t k = 0; k < want; k++) {
@@ -70,7 +72,7 @@ bool sp_reply_cursor_next(sp_reply_cursor *st, const char *text, size_t len, boo
     for (int k = 0; k < p->n_calls; k++) {
         const char *args;
         if (k >= st->calls_sent) {
-            sp_tool_call_id(st->opt.format, st->id_seed, k, st->ids[k]);
+            sp_tool_call_id(st->opt.format, st->opt.call_id_prefix, st->id_seed, k, st->ids[k]);
             st->args_sent[k] = 0;
             d->tools[d->n_tools++] = (sp_tool_delta){.index = k, .id = st->ids[k],
                                                      .name = p->calls[k].name, .arguments = ""};

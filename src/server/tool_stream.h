@@ -11,13 +11,15 @@
 
 #include "server/tool_calls.h"
 
-/* Room for "call_" and 24 characters. */
+/* Room for a prefix of up to 7 characters ("call_", "toolu_") and 24 more. */
 #define SP_TOOL_ID_SIZE 32
 
 /* The id of call `index` of a request: Mistral's nine alphanumerics (its
- * templates refuse any other), else "call_" and 24 of them; a function of
- * (seed, index), so a request's stream and whole answer agree. */
-void sp_tool_call_id(sp_tool_format f, uint64_t seed, int index, char out[SP_TOOL_ID_SIZE]);
+ * templates refuse any other), else `prefix` (NULL: "call_", at most 7
+ * characters) and 24 of them; a function of (seed, index), so a request's
+ * stream and whole answer agree. */
+void sp_tool_call_id(sp_tool_format f, const char *prefix, uint64_t seed, int index,
+                     char out[SP_TOOL_ID_SIZE]);
 
 /* One tool-call entry of a delta: a new call (id and name set, arguments
  * from the start) or more arguments of call `index` (id, name NULL). */

@@ -10,6 +10,7 @@ error shape, and a forced tool gives a schema-valid tool_use block.
 The server runs with --api-key: the Anthropic SDK sends it as x-api-key,
 the OpenAI SDK as a bearer token."""
 import json
+import re
 
 import pytest
 
@@ -248,13 +249,17 @@ def test_errors_are_typed(claude, server):
 
 
 def test_forced_tool_gives_tool_use(claude):
+    """A forced tool gives one tool_use block, whole and streamed, whose id
+    has the form Anthropic's clients expect ("toolu_" and 24 base-62
+    characters, not the chat route's "call_")."""
     ask_weather = [{"role": "user", "content": "Weather in Paris for three days?"}]
     m = claude.messages.create(model=ALIAS, messages=ask_weather, max_tokens=400,
                                tools=[TOOL], tool_choice=FORCED,
                                extra_body={"temperature": 1.0})
     uses = [b for b in m.content if b.type == "tool_use"]
     assert m.stop_reason == "tool_use" and len(uses) == 1, m
-    assert uses[0].name == "get_weather" and uses[0].id
+    assert uses[0].name == "get_weather"
+    assert re.fullmatch(r"toolu_[0-9A-Za-z]{24}", uses[0].id), uses[0].id
     jsonschema.validate(uses[0].input, WEATHER)
     # Streamed: a tool_use block whose input arrives as input_json_delta.
     with claude.messages.stream(model=ALIAS, messages=ask_weather, max_tokens=400,
@@ -266,6 +271,7 @@ def test_forced_tool_gives_tool_use(claude):
                for e in events)
     uses = [b for b in final.content if b.type == "tool_use"]
     assert final.stop_reason == "tool_use" and uses and uses[0].name == "get_weather"
+    assert re.fullmatch(r"toolu_[0-9A-Za-z]{24}", uses[0].id), uses[0].id
     jsonschema.validate(uses[0].input, WEATHER)
 
 
