@@ -44,7 +44,7 @@ struct sp_kv_events {
     kv_record *ring;
     int head, count;
     bool stopping;
-    uint64_t sent, dropped;
+    uint64_t queued, sent, dropped;
     /* the publisher thread's own */
     bool subscribed;
     uint64_t seq;
@@ -57,6 +57,7 @@ static void push(sp_kv_events *e, const kv_record *r) {
         e->dropped++;
     } else {
         e->ring[(e->head + e->count) % QUEUE_EVENTS] = *r;
+        e->queued++;
         if (e->count++ == 0) pthread_cond_signal(&e->wake);
     }
     pthread_mutex_unlock(&e->lock);
@@ -315,18 +316,21 @@ static void label_value(sp_strbuf *out, const char *s) {
 void sp_kv_events_render_metrics(sp_kv_events *e, uint64_t hash_root,
                                  sp_strbuf *out) {
     pthread_mutex_lock(&e->lock);
-    const unsigned long long sent = e->sent, dropped = e->dropped;
+    const unsigned long long queued = e->queued, sent = e->sent,
+                             dropped = e->dropped;
     pthread_mutex_unlock(&e->lock);
     sp_strbuf_printf(out,
-        "# HELP spindle_kv_events_total KV-cache events (blocks stored or "
-        "removed, clears) sent to subscribers, or dropped on a full queue.\n"
+        "# HELP spindle_kv_events_total KV-cache events, one per block "
+        "stored or removed and per clear: queued for the publisher, sent to "
+        "subscribers, or dropped on a full queue.\n"
         "# TYPE spindle_kv_events_total counter\n"
+        "spindle_kv_events_total{outcome=\"queued\"} %llu\n"
         "spindle_kv_events_total{outcome=\"sent\"} %llu\n"
         "spindle_kv_events_total{outcome=\"dropped\"} %llu\n"
         "# HELP spindle_kv_events_info The KV-event publisher (value 1): its "
         "endpoint, topic and the block hash chain's root (docs/deploy.md).\n"
         "# TYPE spindle_kv_events_info gauge\n"
-        "spindle_kv_events_info{endpoint=\"", sent, dropped);
+        "spindle_kv_events_info{endpoint=\"", queued, sent, dropped);
     label_value(out, e->endpoint);
     sp_strbuf_printf(out, "\",topic=\"");
     label_value(out, e->topic);
