@@ -26,6 +26,7 @@ from server_common import Server, model_dir, post_json, request
 
 zmq = pytest.importorskip("zmq")
 msgspec = pytest.importorskip("msgspec")
+msgpack = pytest.importorskip("msgpack")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 
@@ -122,6 +123,11 @@ class Indexer:
         assert len(seq) == 8 and int.from_bytes(seq, "big") == self.next_seq, \
             (int.from_bytes(seq, "big"), self.next_seq)
         self.next_seq += 1
+        # vLLM's array form, which llm-d's Go decoder reads positionally:
+        # [ts, [[tag, field, ...], ...], data_parallel_rank].
+        raw = msgpack.unpackb(payload)
+        assert isinstance(raw, list) and len(raw) == 3, raw
+        assert all(isinstance(e, list) and isinstance(e[0], str) for e in raw[1]), raw
         batch = self.decoder.decode(payload)
         assert batch.data_parallel_rank == 0 and batch.ts > 1.6e9, batch
         for ev in batch.events:
