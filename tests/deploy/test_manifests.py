@@ -145,6 +145,9 @@ def test_manifests_fit_together():
     # Probes on /health (503 while loading and draining).
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+    # SIGTERM drains for --shutdown-timeout before the kubelet kills.
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > \
+        int(args["--shutdown-timeout"])
     # KV events: bound on every address, on the declared port, topic kv@POD@MODEL.
     m = re.fullmatch(r"tcp://\*:(\d+)", args["--kv-events"])
     assert m and ports["kv-events"] == int(m.group(1))

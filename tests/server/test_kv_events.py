@@ -279,3 +279,15 @@ def test_disk_tier_loads_are_announced(tmp_path, indexer):
         assert m[("spindle_kv_prefix_blocks", ())] == 3
     finally:
         srv.stop_cleanly()
+
+
+def test_bad_endpoint_is_refused_in_one_line():
+    import subprocess
+    from server_common import SPINDLE_BIN
+    model = model_dir()
+    out = subprocess.run([str(SPINDLE_BIN), "serve", "-m", str(model), "--port", "0",
+                          "--kv-events", "tcp://nowhere"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    errors = [l for l in out.stderr.splitlines() if "--kv-events" in l]
+    assert len(errors) == 1 and "tcp://nowhere" in errors[0], out.stderr
