@@ -86,7 +86,11 @@ static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
         return SPINDLE_ERR_UNSUPPORTED;
     }
     if (s->opts.spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
-    spindle_status st = spindle_model_load(s->opts.draft_path, lo, &s->draft_model, err);
+    /* The draft model's blocks are not the served model's: no events. */
+    spindle_load_options draft = *lo;
+    draft.kv_events = NULL;
+    draft.kv_events_user = NULL;
+    spindle_status st = spindle_model_load(s->opts.draft_path, &draft, &s->draft_model, err);
     if (!st) st = spindle_spec_check_draft(s->model, s->draft_model, err);
     if (!st && spindle_model_vocab_size(s->draft_model) != spindle_model_vocab_size(s->model))
         sp_log(SPINDLE_LOG_WARN, "the draft model's vocabulary (%d) differs "

@@ -291,3 +291,21 @@ def test_bad_endpoint_is_refused_in_one_line():
     assert out.returncode == 1, out.stderr
     errors = [l for l in out.stderr.splitlines() if "--kv-events" in l]
     assert len(errors) == 1 and "tcp://nowhere" in errors[0], out.stderr
+
+
+def test_draft_model_blocks_are_not_announced(indexer):
+    """--spec draft: the draft model has its own pool (here over the same
+    files, so the same hashes); only the served model's blocks are events."""
+    model = model_dir()
+    srv = Server(model, "--spec", "draft", "--draft-model", model,
+                 "--kv-events", indexer.endpoint)
+    try:
+        indexer.sync(srv)
+        prompt = prompt_of(11)
+        assert complete(srv, prompt) == 0
+        indexer.sync(srv)
+        root = hash_root(srv)
+        assert set(indexer.blocks) == set(chain(root, prompt))
+        assert metrics(srv)[("spindle_kv_prefix_blocks", ())] == 3
+    finally:
+        srv.stop_cleanly()
