@@ -11,7 +11,8 @@
 - and what ties them together: the pool selects the Deployment's pods on
   their serving port, the route points at the pool, the probes ask /health,
   the pods carry llm-d's labels and publish KV events on the port they
-  declare, and the resources cover the threads and the KV budget.
+  declare, and the resources cover the threads and the KV budget;
+- and the container's arguments start `spindle serve` (on the test model).
 
 Each validator is also shown a broken copy, so that a pass means something.
 """
@@ -159,3 +160,31 @@ def test_manifests_fit_together():
     assert int(res["requests"]["cpu"]) == int(args["--threads"])
     assert quantity_bytes(res["requests"]["memory"]) >= \
         quantity_bytes(args["--kv-budget"]) + (1 << 30)
+
+
+
+def test_deployment_args_start_spindle(tmp_path):
+    """The container's arguments as `spindle serve` parses them: every option
+    exists and takes its value, and the server gets ready. Run on the test
+    model on loopback: the model path, --host, --port, --threads, the
+    events' address and topic and the cache folder replaced, the rest (the
+    KV type and budget, --parallel, the disk budget, the shutdown timeout)
+    as written."""
+    import sys
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from server_common import Server, model_dir
+    model = model_dir()
+    c, _ = container_args(by_kind("Deployment"))
+    args = list(c["args"])
+    assert args[0] == "serve"
+    local = {"-m": str(model), "--host": "127.0.0.1", "--port": "0", "--threads": "1",
+             "--kv-events": "tcp://127.0.0.1:*", "--kv-events-topic": "kv@127.0.0.1@test",
+             "--prompt-cache-dir": str(tmp_path)}
+    for i, a in enumerate(args[:-1]):
+        if a in local:
+            args[i + 1] = local[a]
+    srv = Server(model, *args[1:])
+    try:
+        assert "KV events on tcp://127.0.0.1:*" in srv.stderr()
+    finally:
+        srv.stop_cleanly()
