@@ -132,6 +132,15 @@ cmake --build build-tsan -j "$JOBS" --target engine_embed_race 2>&1 | grep -E "e
 cmake --build build-tsan -j "$JOBS" --target engine_embed_race >/dev/null
 TSAN_OPTIONS=halt_on_error=1 build-tsan/engine_embed_race "$HYBRID_MODEL"
 
+# `serve --kv-events` under ThreadSanitizer: the pool's hook on the step
+# thread, the queue, the publisher thread and /metrics reading its counters.
+stage "ThreadSanitizer: serve --kv-events (build-tsan)"
+cmake --build build-tsan -j "$JOBS" --target spindle 2>&1 | grep -E "error|warning" || true
+cmake --build build-tsan -j "$JOBS" --target spindle >/dev/null
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+  SPINDLE_BIN="$PWD/build-tsan/spindle" .venv/bin/python -m pytest -q -p no:cacheprovider \
+  tests/server/test_kv_events.py
+
 # The parsers under libFuzzer (tests/fuzz): each harness once over its
 # committed corpus (seeds and bug reproducers), then a fixed number of
 # inputs from seed 1 (tests/fuzz/ci_runs.txt); FUZZ_SECONDS=N fuzzes each

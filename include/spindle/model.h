@@ -25,6 +25,36 @@ typedef enum spindle_kv_type {
     SPINDLE_KV_F16
 } spindle_kv_type;
 
+/* A change of a model's prefix index (the KV pool's published blocks),
+ * for an external indexer that routes requests to the replica holding a
+ * prompt's blocks (vLLM's KV-cache events). A block is published when a
+ * sequence fills it (or it is read back from the on-disk prompt cache) and
+ * removed when the pool evicts it for a new one. */
+typedef enum spindle_kv_event_kind {
+    SPINDLE_KV_BLOCK_STORED = 1,
+    SPINDLE_KV_BLOCK_REMOVED
+} spindle_kv_event_kind;
+
+typedef struct spindle_kv_event {
+    spindle_kv_event_kind kind;
+    uint64_t hash;          /* the block's chained hash (docs/deploy.md) */
+    /* STORED only: the previous block's hash, or when `first` the chain's
+     * root (spindle_kv_pool_info.hash_root for the base model) */
+    uint64_t parent;
+    bool first;             /* the first block of its prompt */
+    uint32_t adapter_id;    /* the hash namespace: 0 the base model, else a
+                             * LoRA adapter's (process-local) */
+    const int32_t *tokens;  /* STORED: the block's n_tokens token ids */
+    int n_tokens;
+} spindle_kv_event;
+
+/* Called on whichever thread changes the index (the engine's stepping
+ * thread, mostly), while the pool's lock is held: it must only copy the
+ * event (the tokens are borrowed for the call) and return, and never call
+ * back into the model. Events come in the order of the changes. */
+typedef void (*spindle_kv_event_fn)(const spindle_kv_event *event,
+                                    void *user);
+
 typedef struct spindle_load_options {
     int n_threads;        /* worker threads for compute; <= 0: all cores */
     int max_context;      /* 0: the model's own context length */
@@ -77,6 +107,10 @@ typedef struct spindle_load_options {
      * least recently used deleted first (0:
      * SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES). */
     size_t prompt_cache_disk_bytes;
+    /* Non-NULL: every change of the prefix index is reported to it, with
+     * kv_events_user (spindle_kv_event_fn). */
+    spindle_kv_event_fn kv_events;
+    void *kv_events_user;
 } spindle_load_options;
 
 #define SPINDLE_DEFAULT_PROMPT_CACHE_DISK_BYTES ((size_t)4 << 30)
@@ -93,6 +127,10 @@ typedef struct spindle_kv_pool_info {
     int used;                /* referenced by a sequence */
     int cached;              /* unreferenced prefix-index blocks (LRU) */
     int free;                /* the rest */
+    int indexed;             /* published in the prefix index (cached, or
+                              * used and reusable): the blocks KV events
+                              * announce */
+    uint64_t hash_root;      /* the base model's chain root (docs/deploy.md) */
     /* The on-disk prompt cache (all 0 without one): its budget, what its
      * files take, and since the load: files (blocks, and boundary states of
      * hybrid and sliding-window models) read back, written, refused

@@ -47,6 +47,11 @@ static const char *serve_usage =
     "                          logits (Qwen3-Reranker; --reranking too); a\n"
     "                          cross-encoder serves it without\n"
     SP_ARG_PROMPT_CACHE_HELP
+    "  --kv-events ENDPOINT    publish the prefix cache's blocks stored / removed as\n"
+    "                          vLLM's KV-cache events (ZeroMQ, msgpack): tcp://*:PORT\n"
+    "                          binds, tcp://HOST:PORT connects (default off)\n"
+    "  --kv-events-topic T     the events' topic frame, e.g. kv@POD@MODEL for\n"
+    "                          llm-d (default empty)\n"
     SP_ARG_SPEC_HELP
     "                          (requests may change K: num_draft_tokens or\n"
     "                          speculative.n_max, and speculative.n_min)\n"
@@ -122,6 +127,8 @@ static int parse(int argc, char **argv, sp_server_options *o) {
             VALUE(); ok = int_opt(a, v, 1, 1 << 24, &o->checkpoint_every);
         } else if (IS("--slot-save-path")) { VALUE(); o->slot_save_path = v;
         } else if (IS("--lora-dir")) { VALUE(); o->lora_dir = v;
+        } else if (IS("--kv-events")) { VALUE(); o->kv_events_endpoint = v;
+        } else if (IS("--kv-events-topic")) { VALUE(); o->kv_events_topic = v;
         } else if (IS("--verbose")) { o->log_requests = true;
         } else if ((rc = sp_arg_prompt_cache(argc, argv, &i, &cache)) != 0) {
             if (rc < 0) return 2;

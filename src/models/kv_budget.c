@@ -73,8 +73,14 @@ static spindle_status init_pool(spindle_model *m, const spindle_load_options *op
     if (!bytes)
         bytes = default_budget(m, block, sequences ? sequences : SPINDLE_DEFAULT_KV_SEQUENCES);
     m->kv_budget = bytes;
-    return sp_kv_pool_new(m->state_desc, m->cfg.n_layers, m->kv_type, bytes,
-                          model_fingerprint(m, files), &m->kv_pool, err);
+    spindle_status st = sp_kv_pool_new(m->state_desc, m->cfg.n_layers,
+                                       m->kv_type, bytes,
+                                       model_fingerprint(m, files),
+                                       &m->kv_pool, err);
+    if (!st && options && options->kv_events)
+        sp_kv_pool_set_events(m->kv_pool, options->kv_events,
+                              options->kv_events_user);
+    return st;
 }
 
 spindle_status sp_model_init_kv_pool(spindle_model *m,
@@ -110,7 +116,9 @@ spindle_status spindle_model_kv_pool_info(const spindle_model *model,
         .block_bytes = sp_kv_pool_block_bytes(model->kv_pool),
         .block_tokens = SP_KV_BLOCK_TOKENS,
         .blocks = sp_kv_pool_capacity(model->kv_pool),
-        .used = c.used, .cached = c.cached, .free = c.free};
+        .used = c.used, .cached = c.cached, .free = c.free,
+        .indexed = c.indexed,
+        .hash_root = sp_kv_pool_root_hash(model->kv_pool, 0)};
     sp_prefix_disk_stats d;
     if (sp_prefix_disk_stats_get(model->kv_pool, &d)) {
         out->disk_budget_bytes = d.budget_bytes;

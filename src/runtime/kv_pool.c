@@ -47,6 +47,8 @@ struct sp_kv_pool {
     int *buckets;            /* [n_buckets] first indexed block or -1 */
     uint64_t bucket_mask;
     sp_prefix_disk *disk;    /* the on-disk tier, or NULL */
+    spindle_kv_event_fn on_event;  /* the index's changes, or NULL */
+    void *event_user;
 };
 
 size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
@@ -191,6 +193,10 @@ void sp_kv_pool_set_disk(sp_kv_pool *p, sp_prefix_disk *disk) {
     p->disk = disk;
 }
 sp_prefix_disk *sp_kv_pool_disk(const sp_kv_pool *p) { return p->disk; }
+void sp_kv_pool_set_events(sp_kv_pool *p, spindle_kv_event_fn fn, void *user) {
+    p->on_event = fn;
+    p->event_user = user;
+}
 
 void sp_kv_pool_counts_get(sp_kv_pool *p, sp_kv_pool_counts *c) {
     pthread_mutex_lock(&p->lock);
@@ -239,6 +245,11 @@ static void unindex(sp_kv_pool *p, int b) {
     *link = p->meta[b].hash_next;
     p->meta[b].indexed = false;
     p->n_indexed--;
+    if (p->on_event) {
+        const spindle_kv_event ev = {.kind = SPINDLE_KV_BLOCK_REMOVED,
+                                     .hash = p->meta[b].hash};
+        p->on_event(&ev, p->event_user);
+    }
 }
 
 static int find(const sp_kv_pool *p, uint64_t hash, uint64_t parent,
@@ -351,7 +362,8 @@ int sp_kv_pool_lookup(sp_kv_pool *p, uint64_t hash, uint64_t parent,
 }
 
 void sp_kv_pool_publish(sp_kv_pool *p, int block, uint64_t hash,
-                        uint64_t parent, const int32_t *tokens) {
+                        uint64_t parent, const int32_t *tokens,
+                        uint32_t adapter_id) {
     pthread_mutex_lock(&p->lock);
     block_meta *m = &p->meta[block];
     if (!m->indexed && m->refs > 0 && find(p, hash, parent, NULL) < 0) {
@@ -363,6 +375,14 @@ void sp_kv_pool_publish(sp_kv_pool *p, int block, uint64_t hash,
         m->hash_next = *bucket;
         *bucket = block;
         p->n_indexed++;
+        if (p->on_event) {
+            const spindle_kv_event ev = {
+                .kind = SPINDLE_KV_BLOCK_STORED, .hash = hash,
+                .parent = parent,
+                .first = parent == sp_kv_pool_root_hash(p, adapter_id),
+                .adapter_id = adapter_id, .tokens = tokens, .n_tokens = B};
+            p->on_event(&ev, p->event_user);
+        }
     }
     pthread_mutex_unlock(&p->lock);
 }

@@ -67,6 +67,10 @@ spindle_status sp_kv_pool_new(const sp_layer_state_desc *layers, int n_layers,
 /* Every reference must have been released. */
 void sp_kv_pool_free(sp_kv_pool *p);
 
+/* Report every change of the prefix index to fn (spindle_kv_event_fn:
+ * called under the pool's lock). Set before any sequence uses the pool. */
+void sp_kv_pool_set_events(sp_kv_pool *p, spindle_kv_event_fn fn, void *user);
+
 /* Bytes of one block over every full-KV layer (0: no full-KV layer). */
 size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
                                   int n_layers, sp_kv_dtype type);
@@ -130,11 +134,12 @@ uint64_t sp_kv_pool_chain_hash_keyed(uint64_t parent, const int32_t *tokens,
  * more reference (moved out of the LRU when it had none), or -1. (locked) */
 int sp_kv_pool_lookup(sp_kv_pool *p, uint64_t hash, uint64_t parent,
                       const int32_t *tokens);
-/* Publish full block `block` (referenced by the caller) under `hash`;
- * nothing when that hash is already published or the block already is.
- * (locked) */
+/* Publish full block `block` (referenced by the caller) under `hash` in
+ * namespace `adapter_id` (the one sp_kv_pool_root_hash roots); nothing
+ * when that hash is already published or the block already is. (locked) */
 void sp_kv_pool_publish(sp_kv_pool *p, int block, uint64_t hash,
-                        uint64_t parent, const int32_t *tokens);
+                        uint64_t parent, const int32_t *tokens,
+                        uint32_t adapter_id);
 
 /* ---- invariants (SQLite's sanity walkers: the test builds call them
  * after every engine step, SPINDLE_INVARIANTS) ---- */

@@ -569,7 +569,7 @@ int sp_prefix_disk_load(sp_kv_pool *p, uint64_t hash, uint64_t parent,
     const int block = sp_kv_pool_alloc(p);
     if (block >= 0) {
         sp_kv_pool_block_copy_in(p, block, payload);
-        sp_kv_pool_publish(p, block, hash, parent, tokens);
+        sp_kv_pool_publish(p, block, hash, parent, tokens, 0); /* base model */
         count_loaded(d, path);
     }
     free(data);

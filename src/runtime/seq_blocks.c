@@ -137,7 +137,7 @@ static void publish_full(sp_seq_state *s, int length) {
         s->hashes[i] = sp_kv_pool_chain_hash_keyed(parent, tokens,
                                                    s->keys + (size_t)i * B);
         sp_kv_pool_publish(s->pool, s->blocks[i], s->hashes[i], parent,
-                           tokens);
+                           tokens, s->opt.adapter_id);
         /* Only the base model's namespace is stable across processes. */
         if (!s->opt.adapter_id)
             sp_prefix_disk_offer(s->pool, s->blocks[i], s->hashes[i], parent,

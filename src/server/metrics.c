@@ -116,6 +116,9 @@ void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
                           "spindle_kv_blocks{state=\"cached\"} %d\n"
                           "spindle_kv_blocks{state=\"free\"} %d\n",
                      kv->used, kv->cached, kv->free);
+    scalar(out, "spindle_kv_prefix_blocks", "gauge",
+           "Blocks published in the prefix index (cached, or used and "
+           "reusable): the blocks KV events announce.", kv->indexed);
     if (!kv->disk_budget_bytes) return;
     scalar(out, "spindle_prompt_cache_disk_bytes", "gauge",
            "Bytes of the on-disk prompt cache's files (KV blocks, and for "

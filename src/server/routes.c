@@ -4,6 +4,7 @@
  * Anthropic's POST /v1/messages/count_tokens. */
 #include "server/api_response.h"
 #include "server/reply.h"
+#include "server/kv_events.h"
 #include "server/state.h"
 
 #include <cjson/cJSON.h>
@@ -84,8 +85,10 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c, const 
     sp_metrics_render(&s->metrics, queued, running, &out);
     spindle_kv_pool_info kv;
     spindle_error err = {0};
-    if (s->engine && !spindle_model_kv_pool_info(s->model, &kv, &err))
+    if (s->engine && !spindle_model_kv_pool_info(s->model, &kv, &err)) {
         sp_metrics_render_kv(&kv, &out);
+        if (s->kv_events) sp_kv_events_render_metrics(s->kv_events, kv.hash_root, &out);
+    }
     sp_adapters_render_metrics(s, &out);
     enum MHD_Result rc = sp_reply(s, c, SP_ROUTE_METRICS, out.oom ? 503 : 200,
                                   "text/plain; version=0.0.4; charset=utf-8",

@@ -3,6 +3,7 @@
  * in order: stop accepting, let requests in flight finish until the
  * deadline, cancel the rest, close the connections, free the engine. */
 #include "server/http.h"
+#include "server/kv_events.h"
 #include "server/images.h"
 #include "server/slots.h"
 #include "server/reply.h"
@@ -85,7 +86,11 @@ static spindle_status load_draft(sp_server *s, const spindle_load_options *lo,
         return SPINDLE_ERR_UNSUPPORTED;
     }
     if (s->opts.spec.mode != SPINDLE_SPEC_DRAFT) return SPINDLE_OK;
-    spindle_status st = spindle_model_load(s->opts.draft_path, lo, &s->draft_model, err);
+    /* The draft model's blocks are not the served model's: no events. */
+    spindle_load_options draft = *lo;
+    draft.kv_events = NULL;
+    draft.kv_events_user = NULL;
+    spindle_status st = spindle_model_load(s->opts.draft_path, &draft, &s->draft_model, err);
     if (!st) st = spindle_spec_check_draft(s->model, s->draft_model, err);
     if (!st && spindle_model_vocab_size(s->draft_model) != spindle_model_vocab_size(s->model))
         sp_log(SPINDLE_LOG_WARN, "the draft model's vocabulary (%d) differs "
@@ -122,6 +127,19 @@ static bool load(sp_server *s) {
                                .prompt_cache_dir = o->prompt_cache_dir,
                                .prompt_cache_disk_bytes =
                                    o->prompt_cache_disk_bytes};
+    if (o->kv_events_endpoint) {
+        char why[512];
+        s->kv_events = sp_kv_events_start(o->kv_events_endpoint,
+                                          o->kv_events_topic, why, sizeof why);
+        if (!s->kv_events) {
+            sp_log(SPINDLE_LOG_ERROR, "%s", why);
+            return false;
+        }
+        lo.kv_events = sp_kv_events_hook;
+        lo.kv_events_user = s->kv_events;
+        sp_log(SPINDLE_LOG_INFO, "KV events on %s (topic \"%s\")",
+               o->kv_events_endpoint, o->kv_events_topic ? o->kv_events_topic : "");
+    }
     spindle_engine_options eo = spindle_engine_defaults();
     eo.max_seqs = o->parallel;
     if (o->max_batch_tokens) eo.max_batch_tokens = o->max_batch_tokens;
@@ -218,6 +236,7 @@ static void server_free(sp_server *s) {
     spindle_mtp_head_free(s->opts.spec.mtp_head);  /* borrows the model */
     spindle_model_free(s->model);
     spindle_model_free(s->draft_model);
+    sp_kv_events_stop(s->kv_events);   /* after the model, its only caller */
     sp_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);

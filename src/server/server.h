@@ -39,6 +39,11 @@ typedef struct sp_server_options {
     const char *slot_save_path; /* POST /slots/{id}?action=...; NULL: off */
     const char *prompt_cache_dir;   /* the on-disk prompt cache; NULL: off */
     size_t prompt_cache_disk_bytes; /* its budget (0: the default) */
+    /* --kv-events ENDPOINT: the prefix index's changes as vLLM's KV-cache
+     * events (kv_events.h); NULL: off. --kv-events-topic: the messages'
+     * first frame (default empty, as vLLM's) */
+    const char *kv_events_endpoint;
+    const char *kv_events_topic;
     /* speculative decoding for every request (--spec, --num-draft-tokens,
      * ...; draft_model is set by the server once it loaded draft_path);
      * a request may change K and the minimum draft (job.c) */

@@ -86,6 +86,7 @@ typedef struct sp_server {
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
     sp_adapters adapters;
     sp_responses_store responses;  /* POST /v1/responses' kept responses */
+    struct sp_kv_events *kv_events;  /* --kv-events' publisher, or NULL */
 } sp_server;
 
 /* How many responses the store keeps, and their JSON's bytes at most. */

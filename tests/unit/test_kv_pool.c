@@ -3,7 +3,8 @@
  * unreferenced published blocks, lookups that compare the tokens and the
  * parent, exhaustion, and copy-on-write: two sequences sharing published
  * blocks, one truncated into a shared block and rewritten, the other still
- * reading its own values. The invariant walkers (sp_kv_pool_check,
+ * reading its own values. The index's changes reach the event hook
+ * (stored, removed on eviction) exactly once each. The invariant walkers (sp_kv_pool_check,
  * sp_seq_state_check) find every state reached here sound, and name each
  * reference count corrupted on purpose. */
 #include <setjmp.h>
@@ -55,8 +56,8 @@ static void test_lru_and_lookup(void **state) {
     const uint64_t h1 = sp_kv_pool_chain_hash(root, t1);
     const uint64_t h2 = sp_kv_pool_chain_hash(root, t2);
     int a = sp_kv_pool_alloc(p), b = sp_kv_pool_alloc(p);
-    sp_kv_pool_publish(p, a, h1, root, t1);
-    sp_kv_pool_publish(p, b, h2, root, t2);
+    sp_kv_pool_publish(p, a, h1, root, t1, 0);
+    sp_kv_pool_publish(p, b, h2, root, t2, 0);
     assert_true(sp_kv_pool_must_copy(p, a));
     sp_kv_pool_release(p, a);          /* a cached first: evicted first */
     sp_kv_pool_release(p, b);
@@ -78,6 +79,58 @@ static void test_lru_and_lookup(void **state) {
     sp_kv_pool_release(p, c);
     sp_kv_pool_release(p, d);
     expect_counts(p, 2, 1, 0);
+    sp_kv_pool_free(p);
+}
+
+/* The prefix index's changes, as the event hook reports them. */
+typedef struct recorded {
+    int n;
+    spindle_kv_event ev[8];
+    int32_t first_token[8];
+} recorded;
+
+static void record(const spindle_kv_event *ev, void *user) {
+    recorded *r = user;
+    assert_true(r->n < 8);
+    r->first_token[r->n] = ev->tokens ? ev->tokens[0] : -1;
+    r->ev[r->n] = *ev;
+    r->ev[r->n++].tokens = NULL;   /* borrowed for the call only */
+}
+
+/* A block published is STORED once (first: its parent is the namespace's
+ * root), a second publish of the same hash reports nothing, and the LRU
+ * eviction of an allocation is REMOVED under the same hash. */
+static void test_index_events(void **state) {
+    (void)state;
+    sp_kv_pool *p = new_pool(2);
+    recorded r = {0};
+    sp_kv_pool_set_events(p, record, &r);
+    int32_t t1[BT], t2[BT];
+    for (int i = 0; i < BT; i++) t1[i] = 7 + i, t2[i] = 300 + i;
+    const uint64_t root = sp_kv_pool_root_hash(p, 3);
+    const uint64_t h1 = sp_kv_pool_chain_hash(root, t1);
+    const uint64_t h2 = sp_kv_pool_chain_hash(h1, t2);
+    int a = sp_kv_pool_alloc(p), b = sp_kv_pool_alloc(p);
+    sp_kv_pool_publish(p, a, h1, root, t1, 3);
+    sp_kv_pool_publish(p, b, h2, h1, t2, 3);
+    sp_kv_pool_publish(p, b, h2, h1, t2, 3);   /* already published */
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.ev[0].kind, SPINDLE_KV_BLOCK_STORED);
+    assert_true(r.ev[0].hash == h1 && r.ev[0].parent == root && r.ev[0].first);
+    assert_int_equal(r.ev[0].adapter_id, 3);
+    assert_int_equal(r.ev[0].n_tokens, BT);
+    assert_int_equal(r.first_token[0], 7);
+    assert_true(r.ev[1].hash == h2 && r.ev[1].parent == h1 && !r.ev[1].first);
+    assert_int_equal(r.first_token[1], 300);
+    sp_kv_pool_release(p, a);
+    sp_kv_pool_release(p, b);
+    const int c = sp_kv_pool_alloc(p);        /* evicts a, the older */
+    assert_int_equal(c, a);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.ev[2].kind, SPINDLE_KV_BLOCK_REMOVED);
+    assert_true(r.ev[2].hash == h1);
+    sp_kv_pool_release(p, c);
+    expect_sound(p);
     sp_kv_pool_free(p);
 }
 
@@ -239,6 +292,7 @@ static void test_walkers_catch_corrupt_counts(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lru_and_lookup),
+        cmocka_unit_test(test_index_events),
         cmocka_unit_test(test_keyed_chain_hash),
         cmocka_unit_test(test_copy_on_write),
         cmocka_unit_test(test_walkers_catch_corrupt_counts),

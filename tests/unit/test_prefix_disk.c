@@ -69,7 +69,7 @@ static uint64_t offer(sp_kv_pool *p, int salt) {
         }
     const uint64_t root = sp_kv_pool_root_hash(p, 0);
     const uint64_t h = sp_kv_pool_chain_hash(root, t);
-    sp_kv_pool_publish(p, b, h, root, t);
+    sp_kv_pool_publish(p, b, h, root, t, 0);
     sp_prefix_disk_offer(p, b, h, root, t);
     sp_kv_pool_release(p, b);
     return h;
