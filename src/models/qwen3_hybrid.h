@@ -28,6 +28,7 @@
 #define SP_MODELS_QWEN3_HYBRID_H
 
 #include "models/blocks.h"
+#include "models/moe.h"
 
 /* One DeltaNet layer's weights. The input projections are either split
  * (qkv, z; b, a) or fused per key head (qkvz; ba), decided by the tensors
@@ -60,6 +61,34 @@ typedef struct sp_hybrid_options {
      * h % n_k_heads): llama.cpp's qwen35 converter reorders them so. */
     bool heads_tiled;
 } sp_hybrid_options;
+
+/* The family data of a hybrid family with routed experts (Qwen3-Next,
+ * Qwen3.5 MoE; the dense Qwen3.5 too, its moe NULL): the hybrid layers,
+ * then the MoE layers' experts. */
+typedef struct sp_hybrid_moe {
+    sp_hybrid hybrid;  /* first: the shared hooks read it */
+    sp_moe *moe;       /* [n_layers] or NULL; unbound (zeroed) on dense layers */
+    int n_layers;
+} sp_hybrid_moe;
+
+/* A zeroed sp_hybrid_moe in m->family (moe allocated when with_moe), and
+ * its free_family hook. */
+spindle_status sp_hybrid_moe_new(spindle_model *m, bool with_moe,
+                                 sp_hybrid_moe **out, spindle_error *err);
+void sp_hybrid_moe_free(void *family);
+
+/* The Qwen MoE spec (sp_moe_qwen_spec) with the sigmoid-gated shared
+ * expert of shared_expert_intermediate_size both families have. */
+spindle_status sp_hybrid_moe_spec(spindle_model *m, sp_moe_spec *spec,
+                                  spindle_error *err);
+
+/* Every layer's MLP under "<layers>.N.mlp": the experts of `spec` where
+ * is_moe[l] (q->moe[l], sp_layer.moe pointing at it), else the dense SwiGLU
+ * of intermediate_size (is_moe NULL: every layer dense). */
+spindle_status sp_hybrid_bind_mlps(spindle_model *m, sp_hybrid_moe *q,
+                                   const char *layers, const bool *is_moe,
+                                   const sp_moe_spec *spec,
+                                   spindle_error *err);
 
 /* Read the linear-attention config keys (linear_num_key_heads, ...,
  * full_attention_interval or layer_types; GGUF files carry them under
