@@ -354,6 +354,27 @@ def _qwen3next_tensors(cfg, hf, arr):
             (base + "in_proj_z.weight", flat(z))]
 
 
+def _qwen35moe_keys(w, cfg):
+    _qwen35_keys(w, cfg)
+    _qwen3_moe_keys(w, cfg)
+    w.add_expert_shared_feed_forward_length(
+        cfg["shared_expert_intermediate_size"])
+
+
+def _qwen35moe_check(cfg):
+    if not cfg.get("norm_topk_prob", True):
+        raise WriterError("llama.cpp's qwen35moe always renormalizes the "
+                          "top-k weights (norm_topk_prob true only)")
+
+
+def _qwen35moe_tensors(cfg, hf, arr):
+    """Qwen3.5's tensors (value heads tiled) and the shared expert's gate
+    as a vector, as Qwen3NextModel writes it."""
+    if hf.endswith("shared_expert_gate.weight"):
+        return [(hf, arr.reshape(-1))]
+    return [(hf, _hybrid_tensor(cfg, hf, arr, True))]
+
+
 def _qwen3_moe_keys(w, cfg):
     w.add_expert_count(cfg["num_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -441,6 +462,14 @@ ARCHS = {
                          keys=_qwen35_keys, rope_block="rope_parameters",
                          theta_in_block=True, f32_names=("ssm_conv1d.weight",),
                          tensors=lambda c, hf, a: [(hf, _hybrid_tensor(c, hf, a, True))]),
+    "qwen3_5_moe_text": Arch("qwen35moe",
+                             layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
+                                          **_SHARED_EXPERT_NAMES},
+                             keys=_qwen35moe_keys, check=_qwen35moe_check,
+                             rope_block="rope_parameters", theta_in_block=True,
+                             f32_names=("ssm_conv1d.weight",
+                                        "ffn_gate_inp.weight"),
+                             tensors=_qwen35moe_tensors),
     "qwen3_next": Arch("qwen3next",
                        layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
                                     **_SHARED_EXPERT_NAMES},
@@ -483,7 +512,8 @@ def _common_keys(w, cfg, arch, ftype, context_length):
                                                    4096))
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
+    if "intermediate_size" in cfg:  # absent where every layer is MoE
+        w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg.get("num_key_value_heads",
                                 cfg["num_attention_heads"]))

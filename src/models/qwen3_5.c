@@ -12,10 +12,10 @@
  * [channels, 1, kernel]) hold their norms as w of (1 + w), which mlx-lm's
  * sanitize turns into 1 + w.
  *
- * GGUF (llama.cpp's "qwen35"): the DeltaNet tensors are ssm_* and
- * attn_qkv / attn_gate, the pre-MLP norm post_attention_norm, and where key
- * and value heads differ in number the converter tiles the value heads
- * (_LinearAttentionVReorderBase). */
+ * GGUF (llama.cpp's "qwen35", "qwen35moe"): the DeltaNet tensors are ssm_*
+ * and attn_qkv / attn_gate, the pre-MLP norm post_attention_norm, and where
+ * key and value heads differ in number the converter tiles the value heads
+ * (_LinearAttentionVReorderBase); the MoE tensors are Qwen3-Next's. */
 #include "models/qwen3_hybrid.h"
 #include "base/error.h"
 
@@ -182,6 +182,30 @@ static const sp_gguf_family qwen35_gguf = {
     .keys = qwen35_keys,
 };
 
+/* llama.cpp's qwen35moe: qwen35's layers (value heads tiled) with
+ * Qwen3-Next's MoE tensors in every layer. */
+static const sp_gguf_name_map qwen35moe_names[] = {
+    SP_QWEN_HYBRID_GGUF_NAMES,
+    {"ssm_beta", "linear_attn.in_proj_b"},
+    {"ssm_alpha", "linear_attn.in_proj_a"},
+    SP_QWEN_HYBRID_MOE_GGUF_NAMES,
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map qwen35moe_keys[] = {
+    SP_QWEN_HYBRID_GGUF_KEYS,
+    SP_QWEN_HYBRID_MOE_GGUF_KEYS,
+    {NULL, NULL, 0},
+};
+
+static const sp_gguf_family qwen35moe_gguf = {
+    .arch = "qwen35moe",
+    .model_type = "qwen3_5_moe_text",
+    .hf_class = "Qwen3_5MoeForCausalLM",
+    .layer_names = qwen35moe_names,
+    .keys = qwen35moe_keys,
+};
+
 const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
                                       .gguf = &qwen35_gguf,
                                       .load = qwen3_5_load,
@@ -206,6 +230,7 @@ const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
 /* Qwen3.5 MoE: the same hooks; the multimodal type stands for the text
  * one as above. */
 const sp_arch sp_arch_qwen3_5_moe_text = {.model_type = "qwen3_5_moe_text",
+                                          .gguf = &qwen35moe_gguf,
                                           .load = qwen3_5_load,
                                           .layer = sp_hybrid_layer,
                                           .free_family = sp_hybrid_moe_free,

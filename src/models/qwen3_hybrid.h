@@ -136,6 +136,26 @@ bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l);
     {"ssm_out", "linear_attn.out_proj"},                                      \
     {"post_attention_norm", "post_attention_layernorm"}
 
+/* llama.cpp's names of the MoE layers both MoE families have (every layer
+ * MoE: the router, the stacked experts, the shared expert and its gate, a
+ * vector), and their sizes' keys. */
+#define SP_QWEN_HYBRID_MOE_GGUF_NAMES                                         \
+    {"ffn_gate_inp", "mlp.gate"},                                             \
+    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},                            \
+    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},                                \
+    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},                            \
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},                        \
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},                            \
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},                        \
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}
+#define SP_QWEN_HYBRID_MOE_GGUF_KEYS                                          \
+    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},                       \
+    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},          \
+    {"expert_feed_forward_length", "moe_intermediate_size",                   \
+     SP_GGUF_KEY_COUNT},                                                      \
+    {"expert_shared_feed_forward_length", "shared_expert_intermediate_size",  \
+     SP_GGUF_KEY_COUNT}
+
 /* Release what sp_hybrid_config and sp_hybrid_bind allocated in h (not h
  * itself). */
 void sp_hybrid_release(sp_hybrid *h);

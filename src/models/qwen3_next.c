@@ -49,24 +49,13 @@ static spindle_status qwen3_next_load(spindle_model *m, spindle_error *err) {
 static const sp_gguf_name_map qwen3next_names[] = {
     SP_QWEN_HYBRID_GGUF_NAMES,
     {"ssm_ba", "linear_attn.in_proj_ba"},
-    {"ffn_gate_inp", "mlp.gate"},
-    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
-    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
-    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},
-    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
-    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
-    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
-    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+    SP_QWEN_HYBRID_MOE_GGUF_NAMES,
     {NULL, NULL},
 };
 
 static const sp_gguf_key_map qwen3next_keys[] = {
     SP_QWEN_HYBRID_GGUF_KEYS,
-    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},
-    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},
-    {"expert_feed_forward_length", "moe_intermediate_size", SP_GGUF_KEY_COUNT},
-    {"expert_shared_feed_forward_length", "shared_expert_intermediate_size",
-     SP_GGUF_KEY_COUNT},
+    SP_QWEN_HYBRID_MOE_GGUF_KEYS,
     {NULL, NULL, 0},
 };
 
