@@ -18,8 +18,13 @@
  * is always the embeddings. The MLP's width is block_ff_dim (else
  * intermediate_size), adjusted as mlx-lm's MLP does when
  * block_auto_adjust_ff_dim. Hugging Face checkpoints store the conv weight
- * [C, 1, K], MLX ones [C, K, 1]: the same floats. */
+ * [C, 1, K], MLX ones [C, K, 1]: the same floats.
+ *
+ * GGUF (llama.cpp's "lfm2"): shortconv.{conv,in_proj,out_proj}, the final
+ * norm token_embd_norm, the conv layers those whose entry of the per-layer
+ * attention.head_count_kv is 0, the MLP width already adjusted. */
 #include "models/blocks.h"
+#include "artifacts/gguf_model.h"
 #include "base/error.h"
 #include "compute/linear_attention/linear_attention.h"
 
@@ -391,7 +396,103 @@ static int lfm2_layer_extra(const spindle_model *m, int l,
     return 2;
 }
 
+/* ---------------------------------------------------------------- GGUF */
+
+static spindle_status set_json(cJSON *json, const char *key, cJSON *item,
+                               spindle_error *err) {
+    if (!item) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    cJSON_DeleteItemFromObjectCaseSensitive(json, key);
+    if (!cJSON_AddItemToObject(json, key, item)) {
+        cJSON_Delete(item);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    return SPINDLE_OK;
+}
+
+/* LFM2Model.set_gguf_parameters' spelling back into config.json keys:
+ * layer_types and num_key_value_heads from the per-layer KV head counts,
+ * norm_eps from the RMS epsilon, the width as it stands. */
+static spindle_status lfm2_gguf_config(const sp_gguf_weights *w, cJSON *json,
+                                       spindle_error *err) {
+    const sp_gguf *g = sp_gguf_weights_file(w);
+    const int n = (int)cJSON_GetNumberValue(
+        cJSON_GetObjectItemCaseSensitive(json, "num_hidden_layers"));
+    const sp_gguf_value *v =
+        sp_gguf_arch_value(g, "lfm2", "attention.head_count_kv");
+    if (!v || v->type != SP_GGUF_ARRAY || sp_gguf_array_count(v) != (uint64_t)n)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: 'lfm2.attention.head_count_kv' must give each of "
+                       "the %d layers' KV heads (0: a conv layer)",
+                       sp_gguf_path(g), n);
+    cJSON *types = cJSON_CreateArray();
+    double kv = 0;
+    for (int l = 0; l < n && types; l++) {
+        sp_gguf_value e;
+        double d = -1;
+        if (!sp_gguf_array_at(v, (uint64_t)l, &e) ||
+            !sp_gguf_value_number(&e, &d) || d != floor(d) || d < 0 ||
+            d > 4096 || (d > 0 && kv > 0 && d != kv)) {
+            cJSON_Delete(types);
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "%s: 'lfm2.attention.head_count_kv'[%d] is not "
+                           "0 or the attention layers' KV head count",
+                           sp_gguf_path(g), l);
+        }
+        if (d > 0) kv = d;
+        if (!cJSON_AddItemToArray(types, cJSON_CreateString(
+                                             d > 0 ? "full_attention" : "conv")))
+            break;
+    }
+    spindle_status st = set_json(json, "layer_types", types, err);
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(json, "rms_norm_eps");
+    if (!st && cJSON_IsNumber(eps))
+        st = set_json(json, "norm_eps", cJSON_CreateNumber(eps->valuedouble),
+                      err);
+    if (!st && kv > 0)
+        st = set_json(json, "num_key_value_heads", cJSON_CreateNumber(kv), err);
+    if (!st)
+        st = set_json(json, "block_auto_adjust_ff_dim", cJSON_CreateFalse(),
+                      err);
+    return st;
+}
+
+static const sp_gguf_name_map lfm2_gguf_layers[] = {
+    {"shortconv.conv", "conv.conv"},
+    {"shortconv.in_proj", "conv.in_proj"},
+    {"shortconv.out_proj", "conv.out_proj"},
+    {"attn_norm", "operator_norm"},
+    {"ffn_norm", "ffn_norm"},
+    {"attn_output", "self_attn.out_proj"},
+    {"attn_q_norm", "self_attn.q_layernorm"},
+    {"attn_k_norm", "self_attn.k_layernorm"},
+    {"ffn_gate", "feed_forward.w1"},
+    {"ffn_up", "feed_forward.w3"},
+    {"ffn_down", "feed_forward.w2"},
+    {NULL, NULL},
+};
+
+static const sp_gguf_name_map lfm2_gguf_globals[] = {
+    {"token_embd_norm", "model.embedding_norm"},
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map lfm2_gguf_keys[] = {
+    {"shortconv.l_cache", "conv_L_cache", SP_GGUF_KEY_COUNT},
+    {NULL, NULL, SP_GGUF_KEY_COUNT},
+};
+
+static const sp_gguf_family lfm2_gguf = {
+    .arch = "lfm2",
+    .model_type = "lfm2",
+    .hf_class = "Lfm2ForCausalLM",
+    .layer_names = lfm2_gguf_layers,
+    .global_names = lfm2_gguf_globals,
+    .keys = lfm2_gguf_keys,
+    .config = lfm2_gguf_config,
+};
+
 const sp_arch sp_arch_lfm2 = {.model_type = "lfm2",
+                              .gguf = &lfm2_gguf,
                               .load = lfm2_load,
                               .layer = lfm2_layer,
                               .final_norm = "model.embedding_norm.weight",
