@@ -33,7 +33,7 @@ import make_hybrid_moe_models as qm  # noqa: E402  (cheap: no mlx at import)
 import parity_common as tp  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 from test_hybrid_parity import (NORMS_PLUS_ONE, _copy_with_config,  # noqa: E402
-                                _harness)
+                                _harness, file_parameters)
 
 OUT = Path(os.environ.get("SPINDLE_HYBRID_MOE_PARITY_DIR", qm.DEFAULT_OUT))
 N_TOKENS = qm.MAX_TOKENS
@@ -89,6 +89,20 @@ def test_qwen3_5_moe_rollback_and_snapshot(spindle_bin, moe_models,  # noqa: F81
     assert out["failures"] == [] and rc == 0, out["failures"]
     assert out["recurrent_refused"] > 0 and out["beyond_k_accepted"] == 0
     assert out["checks"] > 100
+
+
+def test_qwen3_5_moe_info(spindle_bin, moe_models):  # noqa: F811
+    """spindle info: the state kinds, every parameter of the f32 files, and
+    fewer active ones (4 of 16 experts a token)."""
+    d = moe_models / "qwen3_5_moe-wide-f32"
+    r = subprocess.run([str(spindle_bin), "info", "-m", str(d)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["state"] == {
+        "full_kv": 2, "window_kv": 0, "recurrent": 4, "max_rollback": 8}
+    assert info["parameters"] == file_parameters(d)
+    assert 0 < info["active_parameters"] < info["parameters"]
 
 
 def test_qwen3_5_moe_hf_layout(spindle_bin, moe_models, tmp_path):  # noqa: F811

@@ -33,7 +33,8 @@ sys.path.insert(0, str(HERE))
 import make_lfm2_models as lm  # noqa: E402  (cheap: no mlx at import)
 import parity_common as tp  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
-from test_hybrid_parity import _copy_with_config, _harness  # noqa: E402
+from test_hybrid_parity import (_copy_with_config, _harness,  # noqa: E402
+                                file_parameters)
 
 OUT = Path(os.environ.get("SPINDLE_LFM2_PARITY_DIR", lm.DEFAULT_OUT))
 N_TOKENS = lm.MAX_TOKENS
@@ -113,13 +114,7 @@ def test_lfm2_info(spindle_bin, lfm2_models):  # noqa: F811
     info = json.loads(r.stdout)
     assert info["state"] == {
         "full_kv": 2, "window_kv": 0, "recurrent": 3, "max_rollback": 8}
-    total = 0
-    for f in d.glob("*.safetensors"):
-        raw = f.read_bytes()
-        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
-        total += sum(int(np.prod(t["shape"])) for k, t in header.items()
-                     if k != "__metadata__")
-    assert info["parameters"] == total
+    assert info["parameters"] == file_parameters(d)
 
 
 def test_lfm2_hf_layout(spindle_bin, lfm2_models, tmp_path):  # noqa: F811
