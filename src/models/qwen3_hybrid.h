@@ -1,5 +1,5 @@
-/* What the hybrid families Qwen3.5 (qwen3_5.c) and Qwen3-Next
- * (qwen3_next.c) share, as mlx-lm's qwen3_next.py and qwen3_5.py compute
+/* What the hybrid families Qwen3.5 (qwen3_5.c, dense and MoE) and
+ * Qwen3-Next (qwen3_next.c) share, as mlx-lm's qwen3_next.py and qwen3_5.py compute
  * them: most layers mix tokens with a gated DeltaNet (linear attention with
  * a recurrent state, compute/linear_attention/), every
  * full_attention_interval-th one (or those layer_types names
