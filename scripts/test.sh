@@ -177,6 +177,7 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
     ASAN_SELECT=(tests/server tests/cli tests/malformed tests/embeddings
       tests/grammar tests/templates tests/tokenizer/test_tokenizer_components.py
       tests/parity/test_parity.py tests/parity/test_hybrid_parity.py
+      tests/parity/test_hybrid_moe_parity.py tests/parity/test_lfm2_parity.py
       tests/parity/test_engine.py tests/parity/test_engine_prefix.py
       tests/parity/test_engine_prefix_hybrid.py tests/parity/test_seq_state.py
       tests/parity/test_spec.py tests/parity/test_spec_resume.py

@@ -354,6 +354,27 @@ def _qwen3next_tensors(cfg, hf, arr):
             (base + "in_proj_z.weight", flat(z))]
 
 
+def _qwen35moe_keys(w, cfg):
+    _qwen35_keys(w, cfg)
+    _qwen3_moe_keys(w, cfg)
+    w.add_expert_shared_feed_forward_length(
+        cfg["shared_expert_intermediate_size"])
+
+
+def _qwen35moe_check(cfg):
+    if not cfg.get("norm_topk_prob", True):
+        raise WriterError("llama.cpp's qwen35moe always renormalizes the "
+                          "top-k weights (norm_topk_prob true only)")
+
+
+def _qwen35moe_tensors(cfg, hf, arr):
+    """Qwen3.5's tensors (value heads tiled) and the shared expert's gate
+    as a vector, as Qwen3NextModel writes it."""
+    if hf.endswith("shared_expert_gate.weight"):
+        return [(hf, arr.reshape(-1))]
+    return [(hf, _hybrid_tensor(cfg, hf, arr, True))]
+
+
 def _qwen3_moe_keys(w, cfg):
     w.add_expert_count(cfg["num_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -389,6 +410,62 @@ def _gpt_oss_keys(w, cfg):
     w.add_expert_count(cfg["num_local_experts"])
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_expert_feed_forward_length(cfg["intermediate_size"])
+
+
+# LFM2 (llama.cpp's "lfm2", conversion's LFM2Model, src/models/lfm2.cpp):
+# the short convolution as shortconv.*, the final norm token_embd_norm.
+_LFM2_NAMES = {
+    "operator_norm.weight": "attn_norm.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    "conv.conv.weight": "shortconv.conv.weight",
+    "conv.in_proj.weight": "shortconv.in_proj.weight",
+    "conv.out_proj.weight": "shortconv.out_proj.weight",
+    "self_attn.out_proj.weight": "attn_output.weight",
+    "self_attn.q_layernorm.weight": "attn_q_norm.weight",
+    "self_attn.k_layernorm.weight": "attn_k_norm.weight",
+    "feed_forward.w1.weight": "ffn_gate.weight",
+    "feed_forward.w3.weight": "ffn_up.weight",
+    "feed_forward.w2.weight": "ffn_down.weight",
+}
+
+
+def _lfm2_ff_dim(cfg):
+    """LFM2Model._add_feed_forward_length: mlx-lm's MLP width."""
+    ff = cfg.get("block_ff_dim") or cfg["intermediate_size"]
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        ff = int(2 * ff / 3)
+        if cfg.get("block_ffn_dim_multiplier") is not None:
+            ff = int(cfg["block_ffn_dim_multiplier"] * ff)
+        m = cfg.get("block_multiple_of", 256)
+        ff = m * ((ff + m - 1) // m)
+    return ff
+
+
+def _lfm2_check(cfg):
+    if cfg.get("conv_bias"):
+        raise WriterError("llama.cpp's lfm2 has no conv biases")
+
+
+def _lfm2_keys(w, cfg, ftype, context_length):
+    """LFM2Model.set_gguf_parameters: the KV heads per layer, 0 for the
+    conv layers; the conv's L; norm_eps; the adjusted MLP width."""
+    n = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types") or [
+        "full_attention" if i in cfg["full_attn_idxs"] else "conv"
+        for i in range(n)]
+    w.add_context_length(context_length or cfg.get("max_position_embeddings",
+                                                   4096))
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(n)
+    w.add_feed_forward_length(_lfm2_ff_dim(cfg))
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv([cfg["num_key_value_heads"] if t == "full_attention"
+                         else 0 for t in types])
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 1000000.0)))
+    w.add_layer_norm_rms_eps(float(cfg["norm_eps"]))
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_shortconv_l_cache(cfg["conv_L_cache"])
+    w.add_file_type(ftype)
 
 
 @dataclass
@@ -441,6 +518,22 @@ ARCHS = {
                          keys=_qwen35_keys, rope_block="rope_parameters",
                          theta_in_block=True, f32_names=("ssm_conv1d.weight",),
                          tensors=lambda c, hf, a: [(hf, _hybrid_tensor(c, hf, a, True))]),
+    "qwen3_5_moe_text": Arch("qwen35moe",
+                             layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
+                                          **_SHARED_EXPERT_NAMES},
+                             keys=_qwen35moe_keys, check=_qwen35moe_check,
+                             rope_block="rope_parameters", theta_in_block=True,
+                             f32_names=("ssm_conv1d.weight",
+                                        "ffn_gate_inp.weight"),
+                             tensors=_qwen35moe_tensors),
+    "lfm2": Arch("lfm2", layer_names=_LFM2_NAMES, keys=_lfm2_keys,
+                 check=_lfm2_check, common_keys=False,
+                 f32_names=("shortconv.conv.weight",),
+                 global_names={"model.embedding_norm.weight":
+                               "token_embd_norm.weight"},
+                 tensors=lambda c, hf, a: [(hf, a.reshape(a.shape[0], -1)
+                                            if hf.endswith("conv.conv.weight")
+                                            else a)]),
     "qwen3_next": Arch("qwen3next",
                        layer_names={**_HYBRID_NAMES, **_QWEN3_MOE_NAMES,
                                     **_SHARED_EXPERT_NAMES},
@@ -483,7 +576,8 @@ def _common_keys(w, cfg, arch, ftype, context_length):
                                                    4096))
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
+    if "intermediate_size" in cfg:  # absent where every layer is MoE
+        w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg.get("num_key_value_heads",
                                 cfg["num_attention_heads"]))

@@ -341,6 +341,18 @@ static spindle_status load_json(const char *path, cJSON **out,
     return SPINDLE_OK;
 }
 
+/* The key of the dense MLP's width. Configs without intermediate_size
+ * name it otherwise: LFM2's block_ff_dim (which its family adjusts), or,
+ * where every layer is routed experts (Qwen3.5 MoE), only the experts'
+ * moe_intermediate_size, which then sizes the MLP scratch. */
+static const char *ffn_width_key(const sp_model_config *cfg) {
+    static const char *const keys[] = {"intermediate_size", "block_ff_dim",
+                                       "moe_intermediate_size"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (get(cfg, keys[i])) return keys[i];
+    return keys[0];
+}
+
 static spindle_status parse_fields(sp_model_config *cfg, const char *path,
                                    spindle_error *err) {
     const cJSON *mt = get(cfg, "model_type");
@@ -352,7 +364,7 @@ static spindle_status parse_fields(sp_model_config *cfg, const char *path,
     spindle_status st;
     if ((st = need_int(cfg, path, "hidden_size", 1 << 20, &cfg->hidden_size, err)) ||
         (st = need_int(cfg, path, "num_hidden_layers", 4096, &cfg->n_layers, err)) ||
-        (st = need_int(cfg, path, "intermediate_size", 1 << 22, &cfg->intermediate_size, err)) ||
+        (st = need_int(cfg, path, ffn_width_key(cfg), 1 << 22, &cfg->intermediate_size, err)) ||
         (st = need_int(cfg, path, "num_attention_heads", 4096, &cfg->n_heads, err)) ||
         (st = need_int(cfg, path, "vocab_size", 1 << 24, &cfg->vocab_size, err)))
         return st;

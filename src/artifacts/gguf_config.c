@@ -275,9 +275,12 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
     if (!cJSON_AddStringToObject(json, "model_type", family->model_type) ||
         !cJSON_AddNumberToObject(json, "vocab_size", (double)emb->shape[0]))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* feed_forward_length is optional as in llama.cpp: a converter whose
+     * config has no dense width (Qwen3.5 MoE) writes none, and the config
+     * reader then takes the experts' (config.c). */
     if ((st = put_int(m, json, "embedding_length", "hidden_size", true, &hidden)) ||
         (st = put_int(m, json, "block_count", "num_hidden_layers", true, NULL)) ||
-        (st = put_int(m, json, "feed_forward_length", "intermediate_size", true, NULL)) ||
+        (st = put_int(m, json, "feed_forward_length", "intermediate_size", false, NULL)) ||
         (st = put_int(m, json, "attention.head_count", "num_attention_heads", true, &heads)) ||
         (st = put_int(m, json, "attention.head_count_kv", "num_key_value_heads", false, NULL)) ||
         (st = put_int(m, json, "attention.key_length", "head_dim", false, &head_dim)) ||

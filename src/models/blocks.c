@@ -232,6 +232,21 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap) {
 
 /* ----------------------------------------------------------------- MLP */
 
+void sp_recurrent_runs(sp_forward *f, int l, sp_recurrent_run_fn run,
+                       void *ctx) {
+    for (int s = 0; s < f->n_seqs && !f->status; s++) {
+        const sp_forward_seq *sq = &f->seqs[s];
+        const sp_recurrent_state rs = sp_seq_state_recurrent(sq->state, l);
+        const int first = sp_seq_state_first_checkpoint(sq->state);
+        for (int t = 0; t < sq->n_rows && !f->status;) {
+            const int n = t == 0 ? first + 1 : 1;
+            f->status = run(f, ctx, &rs, sq->first_row + t, n);
+            t += n;
+            sp_seq_state_checkpoint(sq->state, l, t - 1);
+        }
+    }
+}
+
 void sp_mlp_swiglu(sp_forward *f, int l) {
     const sp_layer *L = &f->m->layers[l];
     sp_linear_forward(f, &L->gate, f->xn, f->gate);

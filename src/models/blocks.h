@@ -102,6 +102,18 @@ void sp_attention_block(sp_forward *f, int l, float scale, float softcap);
  * differently (Qwen3-Next's gated attention). */
 void sp_attention_core(sp_forward *f, int l, float scale, float softcap);
 
+/* A recurrent layer's work on rows row0 .. row0 + n - 1 of one sequence,
+ * continuing that sequence's state rs. */
+typedef spindle_status (*sp_recurrent_run_fn)(sp_forward *f, void *ctx,
+                                              const sp_recurrent_state *rs,
+                                              int row0, int n);
+/* Recurrent layer l (SP_STATE_RECURRENT) over every sequence of the pass:
+ * one run up to the sequence's first checkpoint, then one token at a time,
+ * each followed by its checkpoint, so that truncation back to any of them
+ * restores that state exactly. The first failure goes to f->status. */
+void sp_recurrent_runs(sp_forward *f, int l, sp_recurrent_run_fn run,
+                       void *ctx);
+
 /* SwiGLU MLP: out = down(silu(gate(xn)) * up(xn)). */
 void sp_mlp_swiglu(sp_forward *f, int l);
 /* GeGLU MLP with tanh-approximated GELU (Gemma). */

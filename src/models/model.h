@@ -144,6 +144,9 @@ typedef struct sp_arch {
     void (*layer)(sp_forward *f, int l);
 
     /* Optional hooks; NULL means the plain decoder's behaviour. */
+    /* The final norm's tensor (default "model.norm.weight"; LFM2's is
+     * "model.embedding_norm.weight"). */
+    const char *final_norm;
     /* Transform the embedding rows x[n_rows][hidden] just looked up
      * (default: used as stored). */
     void (*embed_rows)(const spindle_model *m, float *x, int n_rows);

@@ -293,3 +293,69 @@ const sp_linear *sp_hybrid_lora_linear(const spindle_model *m, int l,
     const sp_linear *lin = by_module[mod - SP_LORA_LINEAR_FIRST];
     return lin->w.rows ? lin : NULL;
 }
+
+/* ------------------------------------------------------------------- MLPs */
+
+spindle_status sp_hybrid_moe_new(spindle_model *m, bool with_moe,
+                                 sp_hybrid_moe **out, spindle_error *err) {
+    sp_hybrid_moe *q = calloc(1, sizeof *q);
+    if (!q) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    m->family = q;
+    *out = q;
+    if (!with_moe) return SPINDLE_OK;
+    q->moe = calloc((size_t)m->cfg.n_layers, sizeof *q->moe);
+    if (!q->moe) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    q->n_layers = m->cfg.n_layers;
+    return SPINDLE_OK;
+}
+
+void sp_hybrid_moe_free(void *family) {
+    sp_hybrid_moe *q = family;
+    if (!q) return;
+    sp_hybrid_release(&q->hybrid);
+    for (int l = 0; l < q->n_layers && q->moe; l++) sp_moe_free(&q->moe[l]);
+    free(q->moe);
+    free(q);
+}
+
+spindle_status sp_hybrid_moe_spec(spindle_model *m, sp_moe_spec *spec,
+                                  spindle_error *err) {
+    spindle_status st = sp_moe_qwen_spec(m, spec, err);
+    if (st) return st;
+    double shared = 0;
+    if ((st = sp_model_positive(m, "shared_expert_intermediate_size", NAN,
+                                &shared, err)))
+        return st;
+    if (shared > (double)(1 << 30))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: 'shared_expert_intermediate_size' "
+                       "is too large", m->dir);
+    spec->shared_inter = (int64_t)shared;
+    spec->shared = "shared_expert";
+    spec->shared_gate = "shared_expert_gate";
+    return SPINDLE_OK;
+}
+
+spindle_status sp_hybrid_bind_mlps(spindle_model *m, sp_hybrid_moe *q,
+                                   const char *layers, const bool *is_moe,
+                                   const sp_moe_spec *spec,
+                                   spindle_error *err) {
+    const int64_t d = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
+    char p[128];
+    spindle_status st = SPINDLE_OK;
+    for (int l = 0; l < m->cfg.n_layers && !st; l++) {
+        sp_layer *L = &m->layers[l];
+        if (is_moe && is_moe[l]) {
+            snprintf(p, sizeof p, "%s.%d.mlp", layers, l);
+            if (!(st = sp_moe_bind(m, p, spec, &q->moe[l], err)))
+                L->moe = &q->moe[l];
+            continue;
+        }
+#define NAME(s) (snprintf(p, sizeof p, "%s.%d.mlp." s, layers, l), p)
+        if (!(st = sp_bind_linear(m, NAME("gate_proj"), inter, d, false, &L->gate, err)) &&
+            !(st = sp_bind_linear(m, NAME("up_proj"), inter, d, false, &L->up, err)))
+            st = sp_bind_linear(m, NAME("down_proj"), d, inter, false, &L->down, err);
+#undef NAME
+    }
+    return st;
+}

@@ -1,5 +1,5 @@
-/* What the hybrid families Qwen3.5 (qwen3_5.c) and Qwen3-Next
- * (qwen3_next.c) share, as mlx-lm's qwen3_next.py and qwen3_5.py compute
+/* What the hybrid families Qwen3.5 (qwen3_5.c, dense and MoE) and
+ * Qwen3-Next (qwen3_next.c) share, as mlx-lm's qwen3_next.py and qwen3_5.py compute
  * them: most layers mix tokens with a gated DeltaNet (linear attention with
  * a recurrent state, compute/linear_attention/), every
  * full_attention_interval-th one (or those layer_types names
@@ -28,6 +28,7 @@
 #define SP_MODELS_QWEN3_HYBRID_H
 
 #include "models/blocks.h"
+#include "models/moe.h"
 
 /* One DeltaNet layer's weights. The input projections are either split
  * (qkv, z; b, a) or fused per key head (qkvz; ba), decided by the tensors
@@ -60,6 +61,34 @@ typedef struct sp_hybrid_options {
      * h % n_k_heads): llama.cpp's qwen35 converter reorders them so. */
     bool heads_tiled;
 } sp_hybrid_options;
+
+/* The family data of a hybrid family with routed experts (Qwen3-Next,
+ * Qwen3.5 MoE; the dense Qwen3.5 too, its moe NULL): the hybrid layers,
+ * then the MoE layers' experts. */
+typedef struct sp_hybrid_moe {
+    sp_hybrid hybrid;  /* first: the shared hooks read it */
+    sp_moe *moe;       /* [n_layers] or NULL; unbound (zeroed) on dense layers */
+    int n_layers;
+} sp_hybrid_moe;
+
+/* A zeroed sp_hybrid_moe in m->family (moe allocated when with_moe), and
+ * its free_family hook. */
+spindle_status sp_hybrid_moe_new(spindle_model *m, bool with_moe,
+                                 sp_hybrid_moe **out, spindle_error *err);
+void sp_hybrid_moe_free(void *family);
+
+/* The Qwen MoE spec (sp_moe_qwen_spec) with the sigmoid-gated shared
+ * expert of shared_expert_intermediate_size both families have. */
+spindle_status sp_hybrid_moe_spec(spindle_model *m, sp_moe_spec *spec,
+                                  spindle_error *err);
+
+/* Every layer's MLP under "<layers>.N.mlp": the experts of `spec` where
+ * is_moe[l] (q->moe[l], sp_layer.moe pointing at it), else the dense SwiGLU
+ * of intermediate_size (is_moe NULL: every layer dense). */
+spindle_status sp_hybrid_bind_mlps(spindle_model *m, sp_hybrid_moe *q,
+                                   const char *layers, const bool *is_moe,
+                                   const sp_moe_spec *spec,
+                                   spindle_error *err);
 
 /* Read the linear-attention config keys (linear_num_key_heads, ...,
  * full_attention_interval or layer_types; GGUF files carry them under
@@ -106,6 +135,26 @@ bool sp_hybrid_hf_conv(const spindle_model *m, const sp_hybrid *h, int l);
     {"ssm_norm", "linear_attn.norm"},                                         \
     {"ssm_out", "linear_attn.out_proj"},                                      \
     {"post_attention_norm", "post_attention_layernorm"}
+
+/* llama.cpp's names of the MoE layers both MoE families have (every layer
+ * MoE: the router, the stacked experts, the shared expert and its gate, a
+ * vector), and their sizes' keys. */
+#define SP_QWEN_HYBRID_MOE_GGUF_NAMES                                         \
+    {"ffn_gate_inp", "mlp.gate"},                                             \
+    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},                            \
+    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},                                \
+    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},                            \
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},                        \
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},                            \
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},                        \
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}
+#define SP_QWEN_HYBRID_MOE_GGUF_KEYS                                          \
+    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},                       \
+    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},          \
+    {"expert_feed_forward_length", "moe_intermediate_size",                   \
+     SP_GGUF_KEY_COUNT},                                                      \
+    {"expert_shared_feed_forward_length", "shared_expert_intermediate_size",  \
+     SP_GGUF_KEY_COUNT}
 
 /* Release what sp_hybrid_config and sp_hybrid_bind allocated in h (not h
  * itself). */

@@ -144,11 +144,21 @@ static void delta_projections(sp_forward *f, const sp_hybrid *h,
     }
 }
 
+/* What delta_run reads besides the pass. */
+typedef struct delta_ctx {
+    const sp_hybrid *h;
+    hybrid_rows *r;
+    const sp_delta_net *D;
+} delta_ctx;
+
 /* Rows r0 .. r0 + n - 1 (of one sequence) through the convolution and the
- * delta rule, continuing its conv window and state. */
-static spindle_status delta_run(sp_forward *f, const sp_hybrid *h,
-                                hybrid_rows *r, const sp_delta_net *D,
+ * delta rule, continuing its conv window and state (sp_recurrent_run_fn). */
+static spindle_status delta_run(sp_forward *f, void *ctx,
                                 const sp_recurrent_state *rs, int r0, int n) {
+    const delta_ctx *c = ctx;
+    const sp_hybrid *h = c->h;
+    hybrid_rows *r = c->r;
+    const sp_delta_net *D = c->D;
     const int64_t C = h->conv_dim, hv = h->n_v_heads;
     float *conv = r->conv_out + r0 * C;
     const sp_conv1d_args ca = {
@@ -177,18 +187,8 @@ static void delta_net(sp_forward *f, int l, const sp_hybrid *h,
                       hybrid_rows *r) {
     const sp_delta_net *D = &h->delta[l];
     delta_projections(f, h, r, D);
-    for (int s = 0; s < f->n_seqs && !f->status; s++) {
-        const sp_forward_seq *sq = &f->seqs[s];
-        const sp_recurrent_state rs = sp_seq_state_recurrent(sq->state, l);
-        /* One run up to the first checkpoint, then token by token. */
-        const int first = sp_seq_state_first_checkpoint(sq->state);
-        for (int t = 0; t < sq->n_rows && !f->status;) {
-            const int n = t == 0 ? first + 1 : 1;
-            f->status = delta_run(f, h, r, D, &rs, sq->first_row + t, n);
-            t += n;
-            sp_seq_state_checkpoint(sq->state, l, t - 1);
-        }
-    }
+    delta_ctx ctx = {.h = h, .r = r, .D = D};
+    sp_recurrent_runs(f, l, delta_run, &ctx);
     if (f->status) return;
     const float eps = f->m->cfg.rms_norm_eps;
     for (int64_t t = 0; t < f->n_rows; t++) {

@@ -13,27 +13,10 @@
  * the experts stacked as ffn_*_exps and the shared expert as
  * ffn_*_shexp, its gate ffn_gate_inp_shexp a vector; every layer MoE. */
 #include "models/qwen3_hybrid.h"
-#include "models/moe.h"
 #include "base/error.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-/* spindle_model.family: the hybrid layers, then the MoE layers' experts. */
-typedef struct qwen3_next {
-    sp_hybrid hybrid;  /* first: the shared hooks read it */
-    sp_moe *moe;       /* [n_layers]; unbound (zeroed) on dense layers */
-    int n_layers;
-} qwen3_next;
-
-static void qwen3_next_free(void *family) {
-    qwen3_next *q = family;
-    sp_hybrid_release(&q->hybrid);
-    for (int l = 0; l < q->n_layers && q->moe; l++) sp_moe_free(&q->moe[l]);
-    free(q->moe);
-    free(q);
-}
 
 /* mlx-lm's sanitize runs (and shifts the norms by 1) when the files hold
  * the experts one by one. */
@@ -46,53 +29,19 @@ static bool hf_checkpoint(const spindle_model *m) {
     return false;
 }
 
-static spindle_status bind_mlps(spindle_model *m, qwen3_next *q,
-                                const bool *is_moe, spindle_error *err) {
-    sp_moe_spec spec;
-    spindle_status st = sp_moe_qwen_spec(m, &spec, err);
-    if (st) return st;
-    double shared = 0;
-    if ((st = sp_model_positive(m, "shared_expert_intermediate_size", NAN,
-                                &shared, err)))
-        return st;
-    spec.shared_inter = (int64_t)shared;
-    spec.shared = "shared_expert";
-    spec.shared_gate = "shared_expert_gate";
-    const int64_t d = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
-    char p[96];
-    for (int l = 0; l < m->cfg.n_layers && !st; l++) {
-        sp_layer *L = &m->layers[l];
-        if (is_moe[l]) {
-            snprintf(p, sizeof p, "model.layers.%d.mlp", l);
-            if (!(st = sp_moe_bind(m, p, &spec, &q->moe[l], err)))
-                L->moe = &q->moe[l];
-            continue;
-        }
-#define NAME(s) (snprintf(p, sizeof p, "model.layers.%d.mlp." s, l), p)
-        if (!(st = sp_bind_linear(m, NAME("gate_proj"), inter, d, false, &L->gate, err)) &&
-            !(st = sp_bind_linear(m, NAME("up_proj"), inter, d, false, &L->up, err)))
-            st = sp_bind_linear(m, NAME("down_proj"), d, inter, false, &L->down, err);
-#undef NAME
-    }
-    return st;
-}
-
 static spindle_status qwen3_next_load(spindle_model *m, spindle_error *err) {
-    const int n = m->cfg.n_layers;
-    qwen3_next *q = calloc(1, sizeof *q);
-    if (!q) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    m->family = q;
-    q->moe = calloc((size_t)n, sizeof *q->moe);
-    bool *is_moe = calloc((size_t)n, sizeof *is_moe);
-    spindle_status st = SPINDLE_OK;
-    if (!q->moe || !is_moe)
-        st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    q->n_layers = n;
+    sp_hybrid_moe *q = NULL;
+    spindle_status st = sp_hybrid_moe_new(m, true, &q, err);
+    if (st) return st;
+    bool *is_moe = calloc((size_t)m->cfg.n_layers, sizeof *is_moe);
+    if (!is_moe) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     const sp_hybrid_options opt = {.norms_plus_one = hf_checkpoint(m)};
-    if (!st) st = sp_hybrid_config(m, &q->hybrid, err);
-    if (!st) st = sp_hybrid_bind(m, &q->hybrid, &opt, err);
-    if (!st) st = sp_moe_qwen_layers(m, is_moe, err);
-    if (!st) st = bind_mlps(m, q, is_moe, err);
+    sp_moe_spec spec;
+    if (!(st = sp_hybrid_config(m, &q->hybrid, err)) &&
+        !(st = sp_hybrid_bind(m, &q->hybrid, &opt, err)) &&
+        !(st = sp_moe_qwen_layers(m, is_moe, err)) &&
+        !(st = sp_hybrid_moe_spec(m, &spec, err)))
+        st = sp_hybrid_bind_mlps(m, q, "model.layers", is_moe, &spec, err);
     free(is_moe);
     return st;
 }
@@ -100,24 +49,13 @@ static spindle_status qwen3_next_load(spindle_model *m, spindle_error *err) {
 static const sp_gguf_name_map qwen3next_names[] = {
     SP_QWEN_HYBRID_GGUF_NAMES,
     {"ssm_ba", "linear_attn.in_proj_ba"},
-    {"ffn_gate_inp", "mlp.gate"},
-    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
-    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
-    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},
-    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
-    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
-    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
-    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"},
+    SP_QWEN_HYBRID_MOE_GGUF_NAMES,
     {NULL, NULL},
 };
 
 static const sp_gguf_key_map qwen3next_keys[] = {
     SP_QWEN_HYBRID_GGUF_KEYS,
-    {"expert_count", "num_experts", SP_GGUF_KEY_COUNT},
-    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},
-    {"expert_feed_forward_length", "moe_intermediate_size", SP_GGUF_KEY_COUNT},
-    {"expert_shared_feed_forward_length", "shared_expert_intermediate_size",
-     SP_GGUF_KEY_COUNT},
+    SP_QWEN_HYBRID_MOE_GGUF_KEYS,
     {NULL, NULL, 0},
 };
 
@@ -133,7 +71,7 @@ const sp_arch sp_arch_qwen3_next = {.model_type = "qwen3_next",
                                     .gguf = &qwen3next_gguf,
                                     .load = qwen3_next_load,
                                     .layer = sp_hybrid_layer,
-                                    .free_family = qwen3_next_free,
+                                    .free_family = sp_hybrid_moe_free,
                                     .layer_state = sp_hybrid_layer_state,
                                     .layer_extra = sp_hybrid_layer_extra,
                                     .lora_linear = sp_hybrid_lora_linear};

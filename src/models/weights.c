@@ -494,8 +494,9 @@ spindle_status sp_bind_embeddings_and_head(spindle_model *m,
     spindle_status st = bind_matrix(m, "model.embed_tokens", s, &m->embed,
                                     err);
     if (st) return st;
-    if ((st = sp_bind_vector(m, "model.norm.weight", c->hidden_size,
-                             &m->final_norm, err)))
+    const char *norm = m->arch->final_norm ? m->arch->final_norm
+                                           : "model.norm.weight";
+    if ((st = sp_bind_vector(m, norm, c->hidden_size, &m->final_norm, err)))
         return st;
     /* A decoder reranker's GGUF (llama.cpp's rank pooling): its converter
      * stores the lm_head rows of "yes" and "no", in that order, as

@@ -1,7 +1,7 @@
 """Durable generations: `spindle run --checkpoint/--resume` and the model
 fingerprint, on the tiny mlx-lm parity models (dense make_models, hybrid
 make_hybrid_models: gated DeltaNet layers, whose recurrent state cannot be
-rewound, so a resume has to restore it).
+rewound, so a resume has to restore it; LFM2's conv windows likewise).
 
 Checks:
   * kill -9 mid-generation, then --resume: what the killed run printed up
@@ -38,12 +38,14 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_hybrid_models as hm  # noqa: E402
+import make_lfm2_models as lm  # noqa: E402
 import make_models as mm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 
 DENSE_OUT = Path(os.environ.get("SPINDLE_PARITY_DIR", mm.DEFAULT_OUT))
 HYBRID_OUT = Path(os.environ.get("SPINDLE_HYBRID_DIR", hm.DEFAULT_OUT))
+LFM2_OUT = Path(os.environ.get("SPINDLE_LFM2_PARITY_DIR", lm.DEFAULT_OUT))
 N_TOKENS = 32          # the references' max_tokens
 PROMPT = "len7"
 PAUSE_ENV = "SPINDLE_TEST_CHECKPOINT_PAUSE_MS"
@@ -60,6 +62,10 @@ def hybrid(spindle_bin):  # noqa: F811
 
 
 def model_dir(dense, hybrid, kind):
+    """kind "conv": LFM2, whose short-convolution windows a resume has to
+    restore."""
+    if kind == "conv":
+        return pc.ensure_models(LFM2_OUT, lm) / "lfm2-f32"
     return dense / "qwen3-f32" if kind == "dense" else hybrid / "qwen3_5-f32"
 
 
@@ -135,7 +141,7 @@ def check_joined(full, printed, resumed):
 
 
 @pytest.mark.parametrize("sampling", ["greedy", "seeded"])
-@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+@pytest.mark.parametrize("kind", ["dense", "hybrid", "conv"])
 def test_kill_during_checkpoint_write_then_resume(dense, hybrid, kind,
                                                   sampling, tmp_path):
     model = model_dir(dense, hybrid, kind)
@@ -158,7 +164,7 @@ def test_kill_during_checkpoint_write_then_resume(dense, hybrid, kind,
         "the half-written checkpoint replaced the good one"
 
 
-@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+@pytest.mark.parametrize("kind", ["dense", "hybrid", "conv"])
 def test_random_kills_chained_resumes(dense, hybrid, kind, tmp_path):
     """Kill at random points (some inside a checkpoint write), resume with
     checkpoints still on and kill again, a bounded number of rounds; every

@@ -1,6 +1,7 @@
 """The prefix index on models whose layers are not all full KV, through the
 step engine (tests/tools/engine_harness): the hybrid gated-DeltaNet
-families (qwen3_5, qwen3_next: recurrent conv + delta-rule state beside
+families (qwen3_5, qwen3_5_moe, qwen3_next: recurrent conv + delta-rule
+state beside full attention), LFM2 (a recurrent conv window only beside
 full attention) and the sliding-window ones (gemma3, gpt-oss: window-8
 layers beside full attention), on the tiny mlx-lm parity models.
 
@@ -28,6 +29,8 @@ sys.path.insert(0, str(HERE))
 import make_gemma3_models as gm  # noqa: E402
 import make_gptoss_models as om  # noqa: E402
 import make_hybrid_models as hm  # noqa: E402
+import make_hybrid_moe_models as qm  # noqa: E402
+import make_lfm2_models as lm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 from test_engine import (HARNESS, assert_close_logits,  # noqa: E402
@@ -39,6 +42,8 @@ from test_engine_prefix import (assert_pool_accounted,  # noqa: E402
 SETS = {
     "qwen3_5-f32": (hm, "SPINDLE_HYBRID_PARITY_DIR"),
     "qwen3_next-f32": (hm, "SPINDLE_HYBRID_PARITY_DIR"),
+    "qwen3_5_moe-f32": (qm, "SPINDLE_HYBRID_MOE_PARITY_DIR"),
+    "lfm2-f32": (lm, "SPINDLE_LFM2_PARITY_DIR"),
     "gemma3-f32": (gm, "SPINDLE_GEMMA3_PARITY_DIR"),
     "gptoss-f32": (om, "SPINDLE_GPTOSS_PARITY_DIR"),
 }

@@ -161,6 +161,18 @@ def test_hybrid_rollback_and_snapshot(spindle_bin, hybrid_models,  # noqa: F811
     assert out["checks"] > 100
 
 
+def file_parameters(d):
+    """Every tensor element of the safetensors files in d, read from their
+    headers."""
+    total = 0
+    for f in d.glob("*.safetensors"):
+        raw = f.read_bytes()
+        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+        total += sum(int(np.prod(t["shape"])) for k, t in header.items()
+                     if k != "__metadata__")
+    return total
+
+
 def test_hybrid_info(spindle_bin, hybrid_models):  # noqa: F811
     """spindle info: the state kind of every layer, and parameters counting
     the DeltaNet weights the family keeps (every element of the f32
@@ -172,13 +184,7 @@ def test_hybrid_info(spindle_bin, hybrid_models):  # noqa: F811
     info = json.loads(r.stdout)
     assert info["state"] == {
         "full_kv": 2, "window_kv": 0, "recurrent": 4, "max_rollback": 8}
-    total = 0
-    for f in d.glob("*.safetensors"):
-        raw = f.read_bytes()
-        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
-        total += sum(int(np.prod(t["shape"])) for k, t in header.items()
-                     if k != "__metadata__")
-    assert info["parameters"] == total
+    assert info["parameters"] == file_parameters(d)
 
 
 NORMS_PLUS_ONE = (".input_layernorm.weight", ".post_attention_layernorm.weight",

@@ -1,6 +1,7 @@
 """The on-disk prompt cache (`--prompt-cache-dir` on `spindle run`) for the
 models whose layers are not all full KV: the hybrid gated-DeltaNet
-families (qwen3_5, qwen3_next) and the sliding-window ones (gemma3,
+families (qwen3_5, qwen3_next), LFM2 (a conv window beside attention) and
+the sliding-window ones (gemma3,
 gpt-oss), on the tiny mlx-lm parity models.
 
 Beside the full KV blocks (DIR/<hash>.kvb), such a model needs the other
@@ -39,6 +40,7 @@ sys.path.insert(0, str(HERE))
 import make_gemma3_models as gm  # noqa: E402
 import make_gptoss_models as om  # noqa: E402
 import make_hybrid_models as hm  # noqa: E402
+import make_lfm2_models as lm  # noqa: E402
 import parity_common as pc  # noqa: E402
 from parity_common import spindle_bin  # noqa: E402,F401  (fixture)
 from test_prompt_cache_disk import B, CORRUPTIONS, prompt_of, run  # noqa: E402
@@ -46,6 +48,7 @@ from test_prompt_cache_disk import B, CORRUPTIONS, prompt_of, run  # noqa: E402
 SETS = {
     "qwen3_5-f32": (hm, "SPINDLE_HYBRID_PARITY_DIR"),
     "qwen3_next-f32": (hm, "SPINDLE_HYBRID_PARITY_DIR"),
+    "lfm2-f32": (lm, "SPINDLE_LFM2_PARITY_DIR"),
     "gemma3-f32": (gm, "SPINDLE_GEMMA3_PARITY_DIR"),
     "gptoss-f32": (om, "SPINDLE_GPTOSS_PARITY_DIR"),
 }

@@ -288,7 +288,8 @@ static void test_delta_split_runs(void **s) {
 
 /* ---------------------------------------------------------- convolution */
 
-static void ref_conv(const sp_conv1d_args *a, const float *window0,
+/* silu: sp_conv1d_silu's; else sp_conv1d's (a->bias, no activation). */
+static void ref_conv(const sp_conv1d_args *a, const float *window0, bool silu,
                      double *out, double *window_after_all) {
     const int K = a->kernel, C = a->channels, T = a->n_tokens;
     /* rows of window0 ++ x */
@@ -303,7 +304,8 @@ static void ref_conv(const sp_conv1d_args *a, const float *window0,
             double s = 0;
             for (int j = 0; j < K; j++)
                 s += (double)a->w_t[j * C + c] * in[(t + j) * C + c];
-            out[t * C + c] = s / (1 + exp(-s));
+            if (!silu && a->bias) s += a->bias[c];
+            out[t * C + c] = silu ? s / (1 + exp(-s)) : s;
         }
     /* window after token t: rows t + 1 .. t + K - 1 of the concatenation */
     for (int t = 0; t < T; t++)
@@ -314,7 +316,8 @@ static void ref_conv(const sp_conv1d_args *a, const float *window0,
     free(in);
 }
 
-static void run_conv(int T, int C, int K, int n_snapshots, sp_pool *pool) {
+static void run_conv_kind(int T, int C, int K, int n_snapshots, bool silu,
+                          sp_pool *pool) {
     const int64_t stride = C + 3;
     float *x = nan_buffer((size_t)T * stride), *out = nan_buffer((size_t)T * stride);
     float *w = nan_buffer((size_t)K * C);
@@ -324,6 +327,8 @@ static void run_conv(int T, int C, int K, int n_snapshots, sp_pool *pool) {
     fill_uniform(w, K * C, -1, 1);
     fill_uniform(window, (K - 1) * C, -2, 2);
     memcpy(window0, window, sizeof(float) * (size_t)(K - 1) * C);
+    float *bias = nan_buffer((size_t)C);
+    fill_uniform(bias, C, -1, 1);
     float *snaps[8];
     for (int i = 0; i < n_snapshots; i++) snaps[i] = nan_buffer((size_t)(K - 1) * C);
     double *ref = malloc(sizeof(double) * (size_t)T * C);
@@ -331,11 +336,12 @@ static void run_conv(int T, int C, int K, int n_snapshots, sp_pool *pool) {
     const sp_conv1d_args a = {
         .n_tokens = T, .channels = C, .kernel = K, .x = x, .x_stride = stride,
         .w_t = w, .window = window, .out = out, .out_stride = stride,
-        .window_snapshots = snaps, .n_snapshots = n_snapshots};
-    ref_conv(&a, window0, ref, ref_windows);
+        .window_snapshots = snaps, .n_snapshots = n_snapshots,
+        .bias = silu ? NULL : bias};
+    ref_conv(&a, window0, silu, ref, ref_windows);
     spindle_error err = {0};
-    if (sp_conv1d_silu(pool, &a, &err) != SPINDLE_OK)
-        fail_msg("sp_conv1d_silu: %s", err.message);
+    if ((silu ? sp_conv1d_silu : sp_conv1d)(pool, &a, &err) != SPINDLE_OK)
+        fail_msg("sp_conv1d: %s", err.message);
     for (int t = 0; t < T; t++) {
         for (int c = 0; c < C; c++)
             assert_close(out[t * stride + c], ref[t * C + c], 1e-6, 1e-5,
@@ -356,8 +362,13 @@ static void run_conv(int T, int C, int K, int n_snapshots, sp_pool *pool) {
     free(w);
     free(window);
     free(window0);
+    free(bias);
     free(ref);
     free(ref_windows);
+}
+
+static void run_conv(int T, int C, int K, int n_snapshots, sp_pool *pool) {
+    run_conv_kind(T, C, K, n_snapshots, true, pool);
 }
 
 static void test_conv1d(void **s) {
@@ -369,6 +380,17 @@ static void test_conv1d(void **s) {
     run_conv(50, 1000, 4, 4, pool);  /* parallel channel blocks */
     run_conv(9, 17, 2, 0, NULL);
     run_conv(5, 8, 1, 0, pool);      /* kernel 1: no window at all */
+    sp_pool_destroy(pool);
+}
+
+/* sp_conv1d: LFM2's short convolution, with a bias and no SiLU. */
+static void test_conv1d_plain(void **s) {
+    (void)s;
+    sp_pool *pool = sp_pool_create(2);
+    run_conv_kind(1, 40, 3, 1, false, NULL);
+    run_conv_kind(2, 40, 3, 2, false, pool);
+    run_conv_kind(50, 1000, 3, 4, false, pool);
+    run_conv_kind(7, 17, 4, 0, false, NULL);
     sp_pool_destroy(pool);
 }
 
@@ -498,6 +520,7 @@ int main(void) {
         cmocka_unit_test(test_delta_rule),
         cmocka_unit_test(test_delta_split_runs),
         cmocka_unit_test(test_conv1d),
+        cmocka_unit_test(test_conv1d_plain),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_rmsnorm_gated),
         cmocka_unit_test(test_invalid_arguments),

@@ -38,8 +38,15 @@ static void conv_window_after(const sp_conv1d_args *a, float *dst, int t,
     }
 }
 
+/* One convolution for the pool: its arguments and whether SiLU follows. */
+typedef struct conv_job {
+    const sp_conv1d_args *a;
+    bool silu;
+} conv_job;
+
 static void conv_channels(void *ctx, int64_t c0, int64_t c1, int thread_id) {
-    const sp_conv1d_args *a = ctx;
+    const conv_job *job = ctx;
+    const sp_conv1d_args *a = job->a;
     const int64_t n = c1 - c0;
     for (int t = 0; t < a->n_tokens; t++) {
         float *o = a->out + t * a->out_stride + c0;
@@ -50,8 +57,11 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int thread_id) {
             w = a->w_t + (int64_t)j * a->channels + c0;
             for (int64_t c = 0; c < n; c++) o[c] += w[c] * row[c];
         }
+        if (a->bias && !job->silu)
+            for (int64_t c = 0; c < n; c++) o[c] += a->bias[c0 + c];
         /* expf(-v) overflows to inf for v < -88: v / inf = -0, the limit. */
-        for (int64_t c = 0; c < n; c++) o[c] = o[c] / (1.0f + expf(-o[c]));
+        if (job->silu)
+            for (int64_t c = 0; c < n; c++) o[c] = o[c] / (1.0f + expf(-o[c]));
     }
     /* Snapshots first: the final update overwrites rows they may read. */
     const int first = a->n_tokens - a->n_snapshots;
@@ -61,8 +71,8 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int thread_id) {
     (void)thread_id;
 }
 
-spindle_status sp_conv1d_silu(sp_pool *pool, const sp_conv1d_args *a,
-                              spindle_error *err) {
+static spindle_status conv1d_run(sp_pool *pool, const sp_conv1d_args *a,
+                                 bool silu, spindle_error *err) {
     if (!a || !a->x || !a->w_t || !a->out || (a->kernel > 1 && !a->window))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "conv1d: NULL buffer");
     if (a->n_tokens < 1 || a->channels < 1 || a->kernel < 1)
@@ -82,9 +92,20 @@ spindle_status sp_conv1d_silu(sp_pool *pool, const sp_conv1d_args *a,
             return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                            "conv1d: window snapshot %d is NULL", i);
     const int64_t work = (int64_t)a->n_tokens * a->channels * a->kernel;
+    conv_job job = {.a = a, .silu = silu};
     sp_pool_for(work < SP_CONV_SERIAL_WORK ? NULL : pool, a->channels,
-                SP_CONV_GRAIN, conv_channels, (void *)a);
+                SP_CONV_GRAIN, conv_channels, &job);
     return SPINDLE_OK;
+}
+
+spindle_status sp_conv1d_silu(sp_pool *pool, const sp_conv1d_args *a,
+                              spindle_error *err) {
+    return conv1d_run(pool, a, true, err);
+}
+
+spindle_status sp_conv1d(sp_pool *pool, const sp_conv1d_args *a,
+                         spindle_error *err) {
+    return conv1d_run(pool, a, false, err);
 }
 
 /* ------------------------------------------------- inputs of the delta rule */

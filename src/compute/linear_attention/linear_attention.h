@@ -41,7 +41,10 @@
  *
  * window_snapshots[i] (n_snapshots <= T of them, [kernel-1][channels]
  * each) receives the window as it stands after token T - n_snapshots + i,
- * for rolling the sequence back to that point. */
+ * for rolling the sequence back to that point.
+ *
+ * sp_conv1d is the same convolution plus `bias` and without the SiLU
+ * (LFM2's short convolution, whose gates are outside it). */
 typedef struct sp_conv1d_args {
     int n_tokens;            /* T >= 1 */
     int channels;
@@ -55,6 +58,7 @@ typedef struct sp_conv1d_args {
     int64_t out_stride;
     float *const *window_snapshots;
     int n_snapshots;
+    const float *bias;       /* [channels] or NULL; sp_conv1d only */
 } sp_conv1d_args;
 
 /* Fails with SPINDLE_ERR_ARGUMENT (one line, nothing written) on NULL
@@ -62,6 +66,8 @@ typedef struct sp_conv1d_args {
  * count. Parallel over channel blocks. */
 spindle_status sp_conv1d_silu(sp_pool *pool, const sp_conv1d_args *args,
                               spindle_error *err);
+spindle_status sp_conv1d(sp_pool *pool, const sp_conv1d_args *args,
+                         spindle_error *err);
 
 /* ---- inputs of the delta rule ---- */
 
