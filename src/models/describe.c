@@ -113,13 +113,13 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON_AddNumberToObject(o, "context_length", m->max_context);
     /* Each layer's sequence state kind (runtime/seq_state.h). */
     static const char *const kind_keys[] = {"full_kv", "window_kv",
-                                            "recurrent", "none"};
-    int kinds[4] = {0};
+                                            "recurrent", "none", "latent_kv"};
+    int kinds[5] = {0};
     for (int l = 0; l < c->n_layers; l++)
-        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 4)
+        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 5)
             kinds[m->state_desc[l].kind]++;
     cJSON *state = cJSON_AddObjectToObject(o, "state");
-    for (int k = 0; state && k < 4; k++)
+    for (int k = 0; state && k < 5; k++)
         if (k < 3 || kinds[k])
             cJSON_AddNumberToObject(state, kind_keys[k], kinds[k]);
     if (state) cJSON_AddNumberToObject(state, "max_rollback", m->max_rollback);
