@@ -206,6 +206,13 @@ static void deepseek_layer(sp_forward *f, int l) {
     sp_add_rows(f, f->x, f->out);
 }
 
+static int deepseek_extra(const spindle_model *m, int l,
+                          const sp_linear **out, int max,
+                          int64_t *vector_floats) {
+    const deepseek *d = m->family;
+    return sp_mla_matrices(&d->mla, &d->attn[l], out, max, vector_floats);
+}
+
 static void deepseek_state(const spindle_model *m, int l,
                            sp_layer_state_desc *out) {
     const deepseek *d = m->family;
@@ -216,10 +223,12 @@ const sp_arch sp_arch_deepseek_v3 = {.model_type = "deepseek_v3",
                                      .load = deepseek_load,
                                      .layer = deepseek_layer,
                                      .free_family = deepseek_free,
-                                     .layer_state = deepseek_state};
+                                     .layer_state = deepseek_state,
+                                     .layer_extra = deepseek_extra};
 
 const sp_arch sp_arch_glm4_moe_lite = {.model_type = "glm4_moe_lite",
                                        .load = glm4_moe_lite_load,
                                        .layer = deepseek_layer,
                                        .free_family = deepseek_free,
-                                       .layer_state = deepseek_state};
+                                       .layer_state = deepseek_state,
+                                     .layer_extra = deepseek_extra};

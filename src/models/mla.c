@@ -152,7 +152,7 @@ int sp_mla_matrices(const sp_mla_config *c, const sp_mla_layer *L,
         if (fixed[i]->w.rows && n < max) out[n++] = fixed[i];
     for (int h = 0; h < 2 * c->n_heads && n < max; h++)
         out[n++] = &L->embed_q[h];   /* unembed_out follows in the array */
-    *vector_floats = c->kv_lora_rank + (L->q_a_norm ? c->q_lora_rank : 0);
+    *vector_floats += c->kv_lora_rank + (L->q_a_norm ? c->q_lora_rank : 0);
     return n;
 }
 

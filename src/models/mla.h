@@ -85,7 +85,8 @@ void sp_mla_attention(sp_forward *f, int l, const sp_mla_config *c,
                       const sp_mla_layer *L);
 
 /* Up to max of the layer's matrices into out (their number returned), for
- * `spindle info`'s counts; *vector_floats the elements of its norms. */
+ * `spindle info`'s counts; *vector_floats grows by the elements of its
+ * norms. */
 int sp_mla_matrices(const sp_mla_config *c, const sp_mla_layer *L,
                     const sp_linear **out, int max, int64_t *vector_floats);
 

@@ -80,11 +80,16 @@ def test_mla_prefill_chunks(spindle_bin, mla_models, tmp_path, model):  # noqa: 
                           f"{model}/len40 chunked")
 
 
-def test_mla_info_state(spindle_bin, mla_models):  # noqa: F811
-    """`spindle info`: every layer keeps latent KV."""
-    r = subprocess.run([str(spindle_bin), "info", "-m",
-                        str(mla_models / "dsv3-f32")],
+@pytest.mark.parametrize("model", ["dsv3-f32", "dsv3-plain-yarn-f32",
+                                   "dsv3-f32-hf"])
+def test_mla_info(spindle_bin, mla_models, model):  # noqa: F811
+    """`spindle info`: every layer keeps latent KV, and the parameters are
+    every tensor's (the Hugging Face kv_b_proj counted once)."""
+    import test_moe_parity as tmp
+    d = mla_models / model
+    r = subprocess.run([str(spindle_bin), "info", "-m", str(d)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    state = json.loads(r.stdout)["state"]
-    assert state["latent_kv"] == 3 and state["full_kv"] == 0, state
+    info = json.loads(r.stdout)
+    assert info["state"]["latent_kv"] == 3 and info["state"]["full_kv"] == 0
+    assert info["parameters"] == sum(tmp._safetensors_elements(d).values())
