@@ -1,5 +1,5 @@
-/* DeepSeek-V3 (model_type "deepseek_v3": DeepSeek-V3 / R1, Kimi K2-style
- * checkpoints) as mlx-lm's deepseek_v3 computes it: pre-norm layers of
+/* DeepSeek-V3 (model_type "deepseek_v3": DeepSeek-V3 / R1; "kimi_k2",
+ * which mlx-lm maps to the same class) as mlx-lm's deepseek_v3 computes it: pre-norm layers of
  * multi-head latent attention (models/mla.h) and an MLP that is dense
  * (intermediate_size) on the first first_k_dense_replace layers and on
  * layers l with l % moe_layer_freq != 0, and otherwise routed experts
@@ -232,3 +232,10 @@ const sp_arch sp_arch_glm4_moe_lite = {.model_type = "glm4_moe_lite",
                                        .free_family = deepseek_free,
                                        .layer_state = deepseek_state,
                                      .layer_extra = deepseek_extra};
+
+const sp_arch sp_arch_kimi_k2 = {.model_type = "kimi_k2",
+                                 .load = deepseek_load,
+                                 .layer = deepseek_layer,
+                                 .free_family = deepseek_free,
+                                 .layer_state = deepseek_state,
+                                 .layer_extra = deepseek_extra};

@@ -20,8 +20,8 @@ The set covers q_lora_rank present and null, group-limited routing (8
 experts in 4 groups, 2 groups kept) and plain top-k, norm_topk_prob true
 and false, routed_scaling_factor, a shared expert, first_k_dense_replace,
 YaRN with mscale / mscale_all_dim (a scale on the scores and on cos/sin),
-f32 / bf16 / MLX 4-bit, and glm4_moe_lite (its latent norms take
-rms_norm_eps).
+f32 / bf16 / MLX 4-bit, glm4_moe_lite (its latent norms take
+rms_norm_eps) and kimi_k2 (deepseek_v3 under another name).
 
 Usage: python tests/parity/make_mla_models.py [--out DIR] [--only NAME ...]
 """
@@ -58,6 +58,9 @@ _COMMON = dict(
 BASE = {
     "deepseek_v3": dict(model_type="deepseek_v3",
                         architectures=["DeepseekV3ForCausalLM"], **_COMMON),
+    # mlx-lm maps model_type kimi_k2 to its deepseek_v3 class
+    "kimi_k2": dict(model_type="kimi_k2",
+                    architectures=["DeepseekV3ForCausalLM"], **_COMMON),
     "glm4_moe_lite": dict(model_type="glm4_moe_lite",
                           architectures=["Glm4MoeLiteForCausalLM"],
                           **{**_COMMON, "rms_norm_eps": 1e-5}),
@@ -86,6 +89,7 @@ SPECS = [
     _spec("dsv3-bf16", "deepseek_v3", "bfloat16"),
     _spec("dsv3-q4g64", "deepseek_v3", "bfloat16", quant=mm._q(4, 64)),
     _spec("glm-lite-f32", "glm4_moe_lite", "float32"),
+    _spec("kimi-k2-f32", "kimi_k2", "float32", cfg=PLAIN),
 ]
 
 
