@@ -12,6 +12,7 @@ everything full KV does must hold for them.
     with whole shared blocks mapped (cached_tokens);
   * copy-on-write: a sequence truncated into a block it shares, then
     continued, leaves the other requests' results unchanged;
+  * durable checkpoints: kill -9, then --resume continues the run;
   * the on-disk prompt cache: a second process reads the prompt's blocks
     back and prints what a cold run prints, mlx-lm's tokens.
 The parity of these models with mlx-lm is test_mla_parity.py's.
@@ -142,3 +143,19 @@ def test_prompt_cache_on_disk(spindle_bin, mla_models, tmp_path):  # noqa: F811
     assert again["stats"]["cached_tokens"] == B
     assert again["tokens"] == first["tokens"]
     pc.assert_greedy_tokens(again, ref, entry)
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+def test_kill_then_resume_from_checkpoint(mla_models, tmp_path, sampling):
+    """kill -9 after a checkpoint: the resume continues with the tokens of
+    the uninterrupted run (the latent rows restored from the file)."""
+    import test_durable as td
+    model = mla_models / "dsv3-q4g64"
+    cmd = td.gen_cmd(model, sampling)
+    full = td.ids(td.run_ok(cmd).stdout)
+    ckpt = tmp_path / "run.ckpt"
+    # each checkpoint write held 0.3 s, so the kill lands after the second
+    printed = td.run_until_killed(cmd + ["--checkpoint", str(ckpt),
+                                        "--checkpoint-every", "8"], 12, 300)
+    resumed = td.resume(model, ckpt)
+    assert td.check_joined(full, printed, resumed) >= 8
