@@ -161,21 +161,23 @@ int sp_mla_matrices(const sp_mla_config *c, const sp_mla_layer *L,
 /* The pass's rows (sp_forward.family_scratch), cap_rows of each width. */
 typedef struct mla_rows {
     int cap_rows;
-    size_t cap_q, cap_lat, cap_full, cap_out;
     float *qa;      /* [T][q_lora_rank] */
     float *q;       /* [T][heads][qk_nope + qk_rope] */
     float *ckv;     /* [T][kv_lora_rank + qk_rope]: the cache rows */
     float *head_in; /* [T][max(qk_nope, kv_lora_rank)]: one head's input */
     float *head_out;/* [T][max(kv_lora_rank, v_head_dim)] */
     float *qfull;   /* [T][heads][kv_lora_rank + qk_rope] absorbed queries */
-    float *ofull;   /* [T][heads][kv_lora_rank + qk_rope] their outputs */
+    float *olat;    /* [T][heads][kv_lora_rank] their latent outputs */
     float *o;       /* [T][heads * v_head_dim] */
+    float *partials;/* the attention's per-unit state, cap_partials floats */
+    size_t cap_partials;
 } mla_rows;
 
 static void rows_free(void *p) {
     mla_rows *r = p;
     free(r->qa); free(r->q); free(r->ckv); free(r->head_in);
-    free(r->head_out); free(r->qfull); free(r->ofull); free(r->o);
+    free(r->head_out); free(r->qfull); free(r->olat); free(r->o);
+    free(r->partials);
     free(r);
 }
 
@@ -203,7 +205,7 @@ static mla_rows *reserve(sp_forward *f, const sp_mla_config *c) {
              grow(&r->ckv, T * kd) &&
              grow(&r->head_in, T * max_sz(R, (size_t)c->qk_nope)) &&
              grow(&r->head_out, T * max_sz(R, (size_t)c->v_head_dim)) &&
-             grow(&r->qfull, T * H * kd) && grow(&r->ofull, T * H * kd) &&
+             grow(&r->qfull, T * H * kd) && grow(&r->olat, T * H * R) &&
              grow(&r->o, T * H * (size_t)c->v_head_dim);
         if (ok) r->cap_rows = (int)T;
     }
@@ -271,15 +273,14 @@ static void absorb_queries(sp_forward *f, const sp_mla_config *c,
     }
 }
 
-/* o[t][h] = unembed_out[h] (the latent part of ofull[t][h]). */
+/* o[t][h] = unembed_out[h] olat[t][h]. */
 static void unabsorb_outputs(sp_forward *f, const sp_mla_config *c,
                              const sp_mla_layer *L, mla_rows *r) {
     const size_t T = (size_t)f->n_rows, H = (size_t)c->n_heads,
-                 R = (size_t)c->kv_lora_rank, kd = R + (size_t)c->qk_rope,
-                 dv = (size_t)c->v_head_dim;
+                 R = (size_t)c->kv_lora_rank, dv = (size_t)c->v_head_dim;
     for (size_t h = 0; h < H; h++) {
         for (size_t t = 0; t < T; t++)
-            memcpy(r->head_in + t * R, r->ofull + (t * H + h) * kd,
+            memcpy(r->head_in + t * R, r->olat + (t * H + h) * R,
                    R * sizeof(float));
         sp_linear_rows(f->pool, &L->unembed_out[h], r->head_in, (int)T,
                        r->head_out);
@@ -309,27 +310,42 @@ void sp_mla_attention(sp_forward *f, int l, const sp_mla_config *c,
     const size_t qw = (size_t)c->n_heads * kd;
     for (int s = 0; s < f->n_seqs && !f->status; s++) {
         const sp_forward_seq *sq = &f->seqs[s];
+        if (sq->sees_ahead) {
+            f->status = sp_fail(f->err, SPINDLE_ERR_UNSUPPORTED,
+                                "layer %d: latent attention takes no "
+                                "bidirectional spans", l);
+            return;
+        }
         for (int i = 0; i < sq->n_rows; i++)
             sp_seq_state_kv_store(sq->state, l, sq->first_pos + i,
                                   r->ckv + (size_t)(sq->first_row + i) * kd,
                                   NULL);
-        /* One KV head whose values are its keys: the weighted sum of the
-         * rows, whose latent part is the attention's latent output. */
-        sp_kv_view kv = sp_seq_state_kv_view(sq->state, l);
-        kv.v = kv.k;
         sp_attention_args a = {
             .q = r->qfull + (size_t)sq->first_row * qw,
-            .out = r->ofull + (size_t)sq->first_row * qw,
+            .out = r->olat + (size_t)sq->first_row * c->n_heads *
+                                 (size_t)c->kv_lora_rank,
             .n_q = sq->n_rows,
             .first_pos = sq->first_pos,
             .n_heads = c->n_heads,
             .n_kv_heads = 1,
             .head_dim = kd,
-            .kv = kv,
+            .kv = sp_seq_state_kv_view(sq->state, l),
             .scale = c->scale,
-            .ahead = sq->sees_ahead ? f->ahead + sq->first_row : NULL,
         };
-        f->status = sp_attention(f->pool, &a, f->err);
+        const size_t need = sp_attention_latent_partials(&a, c->kv_lora_rank);
+        if (need > r->cap_partials) {
+            const size_t cap = need > 2 * r->cap_partials ? need
+                                                          : 2 * r->cap_partials;
+            if (!grow(&r->partials, cap)) {
+                f->status = sp_fail(f->err, SPINDLE_ERR_MEMORY,
+                                    "out of memory for a forward pass of %d "
+                                    "tokens", f->n_rows);
+                return;
+            }
+            r->cap_partials = cap;
+        }
+        f->status = sp_attention_latent(f->pool, &a, c->kv_lora_rank,
+                                        r->partials, f->err);
     }
     if (f->status) return;
     unabsorb_outputs(f, c, L, r);

@@ -14,9 +14,9 @@
  * row of kv_lora_rank + qk_rope_head_dim elements), and every pass, prefill
  * and decode alike, attends in that absorbed form: queries are projected
  * into the latent space per head (embed_q = W_uk^T), the rows are read
- * once for all heads (one KV head, the ordinary attention kernel, whose
- * values are the same rows: the rotary tail of its output is dropped), and
- * the latent output goes through unembed_out = W_uv per head.
+ * once per token for all heads (sp_attention_latent: one KV head whose
+ * rows' latent part is also the values), and the latent output goes
+ * through unembed_out = W_uv per head.
  *
  * Weights: mlx-lm's layout (its sanitize splits kv_b_proj into
  * self_attn.embed_q [heads][kv_lora_rank][qk_nope_head_dim] and
