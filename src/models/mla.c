@@ -252,13 +252,50 @@ static void project_latents(sp_forward *f, const sp_mla_config *c,
     }
 }
 
-/* qfull[t][h] = [embed_q[h] q_nope[t][h] ; q_pe[t][h]], one product per
- * head over all rows. */
+/* A pass of at most this many rows runs the per-head products of
+ * embed_q and unembed_out in parallel over heads, row by row, each product
+ * on one thread: a decode step would otherwise open one pool region per
+ * head and matrix (256 for DeepSeek-V3's 128 heads), each too small to
+ * spread. Larger passes gather a head's rows and use the whole pool. */
+#define FEW_ROWS 8
+
+/* y[t] = w[h] x[t] for every row t and head h: x[t][h] at
+ * x + t * x_row + h * x_head, y[t][h] at y + t * y_row + h * y_head. */
+typedef struct head_products {
+    const sp_linear *w;
+    const float *x;
+    float *y;
+    size_t x_row, x_head, y_row, y_head;
+    int n_rows;
+} head_products;
+
+static void heads_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const head_products *p = ctx;
+    for (int64_t h = begin; h < end; h++)
+        for (int t = 0; t < p->n_rows; t++)
+            sp_linear_rows(NULL, &p->w[h],
+                           p->x + (size_t)t * p->x_row + (size_t)h * p->x_head,
+                           1, p->y + (size_t)t * p->y_row +
+                                  (size_t)h * p->y_head);
+}
+
+/* qfull[t][h] = [embed_q[h] q_nope[t][h] ; q_pe[t][h]]. */
 static void absorb_queries(sp_forward *f, const sp_mla_config *c,
                            const sp_mla_layer *L, mla_rows *r) {
     const size_t T = (size_t)f->n_rows, H = (size_t)c->n_heads,
                  dn = (size_t)c->qk_nope, dr = (size_t)c->qk_rope,
                  R = (size_t)c->kv_lora_rank, qhd = dn + dr, kd = R + dr;
+    if (T <= FEW_ROWS) {
+        head_products p = {L->embed_q, r->q, r->qfull, H * qhd, qhd,
+                           H * kd, kd, (int)T};
+        sp_pool_for(f->pool, (int64_t)H, 1, heads_range, &p);
+        for (size_t t = 0; t < T; t++)
+            for (size_t h = 0; h < H; h++)
+                memcpy(r->qfull + (t * H + h) * kd + R,
+                       r->q + (t * H + h) * qhd + dn, dr * sizeof(float));
+        return;
+    }
     for (size_t h = 0; h < H; h++) {
         for (size_t t = 0; t < T; t++)
             memcpy(r->head_in + t * dn, r->q + (t * H + h) * qhd,
@@ -278,6 +315,12 @@ static void unabsorb_outputs(sp_forward *f, const sp_mla_config *c,
                              const sp_mla_layer *L, mla_rows *r) {
     const size_t T = (size_t)f->n_rows, H = (size_t)c->n_heads,
                  R = (size_t)c->kv_lora_rank, dv = (size_t)c->v_head_dim;
+    if (T <= FEW_ROWS) {
+        head_products p = {L->unembed_out, r->olat, r->o, H * R, R, H * dv,
+                           dv, (int)T};
+        sp_pool_for(f->pool, (int64_t)H, 1, heads_range, &p);
+        return;
+    }
     for (size_t h = 0; h < H; h++) {
         for (size_t t = 0; t < T; t++)
             memcpy(r->head_in + t * R, r->olat + (t * H + h) * R,
