@@ -172,4 +172,18 @@ typedef struct sp_attention_args {
 spindle_status sp_attention(sp_pool *pool, const sp_attention_args *args,
                             spindle_error *err);
 
+/* Multi-head latent attention's absorbed form (attention_latent.c): the
+ * n_heads query heads of args (head_dim each) attend the rows of one KV
+ * head (n_kv_heads 1, kv.k paged; kv.v is not read), whose first v_dim
+ * elements are also the values; out is [n_q][n_heads][v_dim]. Causal
+ * only: no window, sinks, soft-capping or bidirectional rows
+ * (SPINDLE_ERR_UNSUPPORTED). Each query token reads its rows once for all
+ * heads. `partials` holds sp_attention_latent_partials(args, v_dim)
+ * floats of per-unit state; the bits do not depend on the thread count. */
+size_t sp_attention_latent_partials(const sp_attention_args *args,
+                                    int v_dim);
+spindle_status sp_attention_latent(sp_pool *pool,
+                                   const sp_attention_args *args, int v_dim,
+                                   float *partials, spindle_error *err);
+
 #endif

@@ -40,3 +40,50 @@ void sp_route(float *logits, int n, int k, sp_route_mode mode, bool renorm,
     for (int j = 0; j < k; j++) weight[j] = logits[idx[j]];
     sp_softmax(weight, k);
 }
+
+/* The two largest of v[n] summed (mlx's topk(scores, 2).sum()); n >= 2. */
+static float top2_sum(const float *v, int n) {
+    int idx[2];
+    top_k(v, n, 2, idx);
+    return v[idx[0]] + v[idx[1]];
+}
+
+/* Zero the choice values of the n_group - topk_group groups with the
+ * lowest sums (mlx's argpartition order: of equal sums the higher index
+ * counts as lower). */
+static void drop_groups(float *choice, int n, const sp_route_groups *g,
+                        float *sums) {
+    const int per = n / g->n_group;
+    bool *dropped = (bool *)(sums + g->n_group);
+    for (int j = 0; j < g->n_group; j++) {
+        sums[j] = top2_sum(choice + j * per, per);
+        dropped[j] = false;
+    }
+    for (int d = 0; d < g->n_group - g->topk_group; d++) {
+        int low = -1;
+        for (int j = 0; j < g->n_group; j++)
+            if (!dropped[j] &&
+                (low < 0 || ranks_above(sums[low], low, sums[j], j)))
+                low = j;
+        dropped[low] = true;
+        for (int i = 0; i < per; i++) choice[low * per + i] = 0.0f;
+    }
+}
+
+void sp_route_grouped(float *logits, int n, int k, const sp_route_groups *g,
+                      bool renorm, float *work, int *idx, float *weight) {
+    float *choice = work;
+    for (int i = 0; i < n; i++) {
+        logits[i] = 1.0f / (1.0f + expf(-logits[i]));
+        choice[i] = logits[i] + g->bias[i];
+    }
+    if (g->n_group > 1 && n / g->n_group >= 2)
+        drop_groups(choice, n, g, work + n);
+    top_k(choice, n, k, idx);
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += weight[j] = logits[idx[j]];
+    for (int j = 0; j < k; j++) {
+        if (renorm && k > 1) weight[j] /= sum;
+        weight[j] *= g->scale;
+    }
+}

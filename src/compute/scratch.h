@@ -14,6 +14,7 @@ typedef enum sp_scratch_slot {
     SP_SCRATCH_GGML_ACTS,   /* ggml_gemm_vnni.c: every token, quantized */
     SP_SCRATCH_GGML_SPLIT,  /* matmul_ggml.c: activation parts, part sums */
     SP_SCRATCH_GGML_PREFILL_PARTS, /* ggml_gemm_vnni.c: one token's parts */
+    SP_SCRATCH_LATENT_TILE, /* attention_latent.c: a tile of rows in f32 */
     SP_SCRATCH_SLOTS
 } sp_scratch_slot;
 

@@ -70,8 +70,9 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
         for (size_t i = 0; i < sizeof norms / sizeof *norms; i++)
             if (norms[i]) vec += c->hidden_size;
         if (m->arch->layer_extra) {
-            const sp_linear *extra[16];
-            int n = m->arch->layer_extra(m, l, extra, 16, &vec);
+            /* (room for a latent attention's per-head matrices) */
+            const sp_linear *extra[1024];
+            int n = m->arch->layer_extra(m, l, extra, 1024, &vec);
             for (int i = 0; i < n; i++) count_linear(&t, extra[i], &vec);
         }
         if (L->q_norm)
@@ -85,6 +86,7 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
                                          &moe->shared_expert_gate};
             for (size_t i = 0; i < sizeof always / sizeof *always; i++)
                 count_linear(&t, always[i], &vec);
+            if (moe->score_bias) vec += moe->spec.n_experts;
             for (int e = 0; e < moe->spec.n_experts; e++) {
                 count_linear(&t, &moe->gate[e], &vec);
                 count_linear(&t, &moe->up[e], &vec);
@@ -113,13 +115,13 @@ spindle_status spindle_model_describe(const spindle_model *m, char **json,
     cJSON_AddNumberToObject(o, "context_length", m->max_context);
     /* Each layer's sequence state kind (runtime/seq_state.h). */
     static const char *const kind_keys[] = {"full_kv", "window_kv",
-                                            "recurrent", "none"};
-    int kinds[4] = {0};
+                                            "recurrent", "none", "latent_kv"};
+    int kinds[5] = {0};
     for (int l = 0; l < c->n_layers; l++)
-        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 4)
+        if ((int)m->state_desc[l].kind >= 0 && (int)m->state_desc[l].kind < 5)
             kinds[m->state_desc[l].kind]++;
     cJSON *state = cJSON_AddObjectToObject(o, "state");
-    for (int k = 0; state && k < 4; k++)
+    for (int k = 0; state && k < 5; k++)
         if (k < 3 || kinds[k])
             cJSON_AddNumberToObject(state, kind_keys[k], kinds[k]);
     if (state) cJSON_AddNumberToObject(state, "max_rollback", m->max_rollback);

@@ -89,6 +89,11 @@ static spindle_status bind_router_scales(spindle_model *m, const char *prefix,
         snprintf(name, sizeof name, "%s.%s", prefix, s->expert_scale);
         st = sp_bind_vector(m, name, s->n_experts, &moe->expert_scale, err);
     }
+    if (!st && s->score_bias) {
+        snprintf(name, sizeof name, "%s.%s", prefix, s->score_bias);
+        st = sp_bind_vector(m, name, s->n_experts, &moe->score_bias, err);
+        moe->spec.groups.bias = moe->score_bias;
+    }
     if (st || !s->router_norm) return st;
     const float *w = NULL;
     snprintf(name, sizeof name, "%s.%s", prefix, s->router_norm);
@@ -182,6 +187,7 @@ typedef struct unit {
 struct sp_moe_scratch {
     size_t cap_rows, cap_experts, cap_x, cap_h;
     float *logits;   /* [T][n_experts] router logits; [T] shared gates */
+    float *route_work; /* [2 n_experts] sp_route_grouped's */
     int *idx;        /* [T][k] chosen experts, best first */
     float *weight;   /* [T][k] their weights */
     int *order;      /* [T*k] assignment t*k+j at each grouped position */
@@ -197,7 +203,7 @@ struct sp_moe_scratch {
 
 void sp_moe_scratch_free(sp_moe_scratch *s) {
     if (!s) return;
-    free(s->logits); free(s->idx); free(s->weight); free(s->order);
+    free(s->logits); free(s->route_work); free(s->idx); free(s->weight); free(s->order);
     free(s->pos); free(s->first); free(s->fill); free(s->x);
     free(s->gate); free(s->up); free(s->fused); free(s->units);
     free(s);
@@ -223,7 +229,8 @@ static spindle_status reserve(sp_forward *f, const sp_moe *moe) {
     if (rows > s->cap_rows || E > s->cap_experts) {
         if (rows < s->cap_rows) rows = s->cap_rows;
         if (E < s->cap_experts) E = s->cap_experts;
-        if (!GROW(s->logits, rows * E) || !GROW(s->idx, rows) ||
+        if (!GROW(s->logits, rows * E) || !GROW(s->route_work, 2 * E) ||
+            !GROW(s->idx, rows) ||
             !GROW(s->weight, rows) || !GROW(s->order, rows) ||
             !GROW(s->pos, rows) || !GROW(s->first, E + 1) ||
             !GROW(s->fill, E))
@@ -443,7 +450,12 @@ static void route_rows(sp_forward *f, const sp_moe *moe, const float *router_in)
     for (int t = 0; t < T; t++) {
         int *idx = s->idx + (size_t)t * k;
         float *w = s->weight + (size_t)t * k;
-        sp_route(s->logits + (size_t)t * E, E, k, sp->routing, sp->norm_topk, idx, w);
+        if (sp->routing == SP_ROUTE_SIGMOID_GROUPED)
+            sp_route_grouped(s->logits + (size_t)t * E, E, k, &sp->groups,
+                             sp->norm_topk, s->route_work, idx, w);
+        else
+            sp_route(s->logits + (size_t)t * E, E, k, sp->routing,
+                     sp->norm_topk, idx, w);
         if (moe->expert_scale)
             for (int j = 0; j < k; j++) w[j] *= moe->expert_scale[idx[j]];
     }

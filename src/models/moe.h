@@ -48,6 +48,11 @@ typedef struct sp_moe_spec {
      * [n_experts] (NULL: none). */
     const char *router_norm;
     const char *expert_scale;
+    /* SP_ROUTE_SIGMOID_GROUPED: <score_bias> [n_experts] (DeepSeek-V3's
+     * "gate.e_score_correction_bias") and the groups (compute/routing.h;
+     * groups.bias is bound by sp_moe_bind). */
+    const char *score_bias;
+    sp_route_groups groups;
     /* Stacked experts: <stacked>.{gate,up,down}_proj.weight (3-D), e.g.
      * "switch_mlp"; when absent, the per-expert layout
      * <per_expert>.N.{gate,up,down}_proj.weight (NULL: none), e.g.
@@ -85,6 +90,7 @@ typedef struct sp_moe {
     sp_linear shared_expert_gate;    /* rows 0: none */
     float *router_norm;              /* [hidden] owned, pre-scaled; or NULL */
     const float *expert_scale;       /* [n_experts] or NULL */
+    const float *score_bias;         /* [n_experts] or NULL */
 } sp_moe;
 
 /* Bind the layer's router and experts under `prefix` (m->cfg.hidden_size

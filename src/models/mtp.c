@@ -76,7 +76,7 @@ static spindle_status head_pool(spindle_model *h, const spindle_model *t,
                                 spindle_error *err) {
     int full = 1;
     for (int l = 0; l < t->cfg.n_layers; l++)
-        full += t->state_desc[l].kind == SP_STATE_FULL_KV;
+        full += sp_state_kind_paged(t->state_desc[l].kind);
     const spindle_load_options lo = {.kv_bytes = t->kv_budget / (size_t)full};
     return sp_model_init_kv_pool(h, &lo, err);
 }

@@ -15,8 +15,10 @@
 typedef struct pool_layer {
     int slab;              /* -1: not full KV */
     int n_kv_heads, head_dim;
+    bool values;           /* false: latent KV, keys only */
     size_t half_bytes;     /* of one block's keys (or values) */
-    unsigned char *k, *v;  /* block 0 of the layer's keys / values */
+    unsigned char *k, *v;  /* block 0 of the layer's keys / values (v NULL
+                            * without values) */
 } pool_layer;
 
 typedef struct block_meta {
@@ -55,8 +57,9 @@ size_t sp_kv_pool_block_bytes_for(const sp_layer_state_desc *layers,
                                   int n_layers, sp_kv_dtype type) {
     size_t n = 0;
     for (int l = 0; l < n_layers; l++)
-        if (layers[l].kind == SP_STATE_FULL_KV)
-            n += 2 * (size_t)layers[l].n_kv_heads * B *
+        if (sp_state_kind_paged(layers[l].kind))
+            n += (layers[l].kind == SP_STATE_FULL_KV ? 2 : 1) *
+                 (size_t)layers[l].n_kv_heads * B *
                  (size_t)layers[l].head_dim * sp_kv_elem_size(type);
     return n;
 }
@@ -104,6 +107,7 @@ static spindle_status pool_map(sp_kv_pool *p, spindle_error *err) {
         if (L->slab < 0) continue;
         L->k = at;
         at += L->half_bytes * (size_t)p->n_blocks;
+        if (!L->values) continue;
         L->v = at;
         at += L->half_bytes * (size_t)p->n_blocks;
     }
@@ -134,8 +138,9 @@ spindle_status sp_kv_pool_new(const sp_layer_state_desc *layers, int n_layers,
     for (int l = 0; l < n_layers; l++) {
         pool_layer *L = &p->layers[l];
         L->slab = -1;
-        if (layers[l].kind == SP_STATE_FULL_KV) {
+        if (sp_state_kind_paged(layers[l].kind)) {
             L->slab = slabs++;
+            L->values = layers[l].kind == SP_STATE_FULL_KV;
             L->n_kv_heads = layers[l].n_kv_heads;
             L->head_dim = layers[l].head_dim;
             L->half_bytes = (size_t)L->n_kv_heads * B * L->head_dim * es;
@@ -318,7 +323,7 @@ void sp_kv_pool_copy_rows(sp_kv_pool *p, int dst, int src, int rows) {
             const size_t d = L->half_bytes * (size_t)dst + h * head;
             const size_t s = L->half_bytes * (size_t)src + h * head;
             memcpy(L->k + d, L->k + s, (size_t)rows * rb);
-            memcpy(L->v + d, L->v + s, (size_t)rows * rb);
+            if (L->values) memcpy(L->v + d, L->v + s, (size_t)rows * rb);
         }
     }
 }
@@ -412,14 +417,15 @@ void sp_kv_pool_store(sp_kv_pool *p, int layer, const int32_t *table,
     for (int h = 0; h < L->n_kv_heads; h++) {
         const size_t at = row_at(p, L, table, h, pos);
         sp_kv_convert(L->k + at, k + h * hd, hd, p->type);
-        sp_kv_convert(L->v + at, v + h * hd, hd, p->type);
+        if (L->values) sp_kv_convert(L->v + at, v + h * hd, hd, p->type);
     }
 }
 
 size_t sp_kv_pool_rows_bytes(const sp_kv_pool *p, int layer, int from,
                              int to) {
     const pool_layer *L = &p->layers[layer];
-    return to > from ? 2 * (size_t)L->n_kv_heads * (size_t)(to - from) *
+    return to > from ? (L->values ? 2 : 1) * (size_t)L->n_kv_heads *
+                           (size_t)(to - from) *
                            L->head_dim * p->elem_size
                      : 0;
 }
@@ -430,7 +436,7 @@ static void copy_flat(const sp_kv_pool *p, int layer, const int32_t *table,
                       int from, int to, unsigned char *flat, bool to_flat) {
     const pool_layer *L = &p->layers[layer];
     const size_t rb = (size_t)L->head_dim * p->elem_size;
-    for (int kv = 0; kv < 2; kv++) {
+    for (int kv = 0; kv < (L->values ? 2 : 1); kv++) {
         unsigned char *slab = kv ? L->v : L->k;
         for (int h = 0; h < L->n_kv_heads; h++)
             for (int pos = from; pos < to;) {

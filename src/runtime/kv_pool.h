@@ -157,16 +157,19 @@ int sp_kv_pool_refs(sp_kv_pool *p, int block);
  * which corrupts a pool on purpose. (locked) */
 void sp_kv_pool_debug_set_refs(sp_kv_pool *p, int block, int refs);
 
-/* ---- addresses (layer: a model layer of kind full KV) ---- */
+/* ---- addresses (layer: a model layer of kind full or latent KV) ---- */
 
-/* The attention view of `layer` over a table of n_blocks blocks. */
+/* The attention view of `layer` over a table of n_blocks blocks (v NULL
+ * for latent KV). */
 sp_kv_view sp_kv_pool_view(const sp_kv_pool *p, int layer,
                            const int32_t *table, int n_blocks);
-/* Store position pos (its block table[pos / SP_KV_BLOCK_TOKENS]). */
+/* Store position pos (its block table[pos / SP_KV_BLOCK_TOKENS]); v is
+ * not read for latent KV. */
 void sp_kv_pool_store(sp_kv_pool *p, int layer, const int32_t *table,
                       int pos, const float *k, const float *v);
 /* Positions [from, to) as raw bytes in the snapshot form of
- * sp_kv_buffer_read: [2 (k, v)][n_kv_heads][to - from][head_dim]. */
+ * sp_kv_buffer_read: [2 (k, v)][n_kv_heads][to - from][head_dim] (latent
+ * KV: the keys only). */
 size_t sp_kv_pool_rows_bytes(const sp_kv_pool *p, int layer, int from, int to);
 void sp_kv_pool_read(const sp_kv_pool *p, int layer, const int32_t *table,
                      int from, int to, void *dst);

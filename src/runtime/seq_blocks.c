@@ -43,7 +43,7 @@ static spindle_status table_room(sp_seq_state *s, int n, spindle_error *err) {
 
 spindle_status sp_blocks_init(sp_seq_state *s, spindle_error *err) {
     for (int l = 0; l < s->n_layers; l++)
-        s->has_full |= s->layers[l].d.kind == SP_STATE_FULL_KV;
+        s->has_full |= sp_state_kind_paged(s->layers[l].d.kind);
     if (!s->has_full) return SPINDLE_OK;
     s->hashable = true;
     s->pool = s->opt.pool;

@@ -9,10 +9,10 @@
 #include <string.h>
 
 static const char *const kind_names[] = {"full KV", "window KV", "recurrent",
-                                         "none"};
+                                         "none", "latent KV"};
 
 const char *sp_state_kind_name(sp_state_kind kind) {
-    return (int)kind >= 0 && (int)kind < 4 ? kind_names[kind] : NULL;
+    return (int)kind >= 0 && (int)kind < 5 ? kind_names[kind] : NULL;
 }
 
 /* Elements of one recurrent slot past which sizes are refused (16 GiB). */
@@ -26,6 +26,12 @@ spindle_status sp_layer_state_desc_check(const sp_layer_state_desc *d,
             return sp_fail(err, SPINDLE_ERR_FORMAT,
                            "layer %d: window KV state with window %d", layer,
                            d->window);
+        /* fall through */
+    case SP_STATE_LATENT_KV:
+        if (d->kind == SP_STATE_LATENT_KV && d->n_kv_heads != 1)
+            return sp_fail(err, SPINDLE_ERR_FORMAT,
+                           "layer %d: latent KV state of %d heads (one row "
+                           "per position)", layer, d->n_kv_heads);
         /* fall through */
     case SP_STATE_FULL_KV:
         if (d->n_kv_heads <= 0 || d->head_dim <= 0 ||
@@ -60,7 +66,7 @@ int64_t sp_recurrent_conv_floats(const sp_layer_state_desc *d) {
 }
 
 bool sp_layer_is_kv(const sp_layer_state *L) {
-    return L->d.kind == SP_STATE_FULL_KV || L->d.kind == SP_STATE_WINDOW_KV;
+    return sp_state_kind_paged(L->d.kind) || L->d.kind == SP_STATE_WINDOW_KV;
 }
 
 /* ------------------------------------------------------- recurrent slots */
@@ -267,6 +273,7 @@ spindle_status sp_seq_state_reserve(sp_seq_state *s, int n_new,
         sp_layer_state *L = &s->layers[l];
         switch (L->d.kind) {
         case SP_STATE_FULL_KV: break;
+        case SP_STATE_LATENT_KV: break;
         case SP_STATE_WINDOW_KV: st = sp_window_fit(s, L, end, 0, err); break;
         case SP_STATE_RECURRENT:
             st = reserve_recurrent(s, L, l, n_new, err);
@@ -280,14 +287,14 @@ spindle_status sp_seq_state_reserve(sp_seq_state *s, int n_new,
 
 void sp_seq_state_kv_store(sp_seq_state *s, int layer, int pos,
                            const float *k, const float *v) {
-    if (s->layers[layer].d.kind == SP_STATE_FULL_KV)
+    if (sp_state_kind_paged(s->layers[layer].d.kind))
         sp_kv_pool_store(s->pool, layer, s->blocks, pos, k, v);
     else
         sp_kv_buffer_store(&s->layers[layer].kv, pos, k, v);
 }
 
 sp_kv_view sp_seq_state_kv_view(const sp_seq_state *s, int layer) {
-    if (s->layers[layer].d.kind == SP_STATE_FULL_KV)
+    if (sp_state_kind_paged(s->layers[layer].d.kind))
         return sp_kv_pool_view(s->pool, layer, s->blocks, s->n_blocks);
     return sp_kv_buffer_view(&s->layers[layer].kv);
 }

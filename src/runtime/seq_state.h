@@ -28,6 +28,13 @@
  *                      both zero at length 0. Truncation: to a length whose
  *                      state the last forward pass kept (below), or to 0.
  *  SP_STATE_NONE       nothing (a layer without sequence state).
+ *  SP_STATE_LATENT_KV  full KV's blocks, truncation, sharing and prefix
+ *                      reuse, but one key row per position (n_kv_heads 1,
+ *                      head_dim elements) and no values: multi-head latent
+ *                      attention stores the compressed latent and the
+ *                      rotary key of each token, and reads its values from
+ *                      the latent part of those rows. (After NONE, so that
+ *                      the kinds' numbers in snapshot records stay.)
  *
  * The calls of a forward pass, per sequence:
  *   sp_seq_state_reserve(s, n_new)   before any layer runs (this is where
@@ -72,6 +79,7 @@
 #ifndef SP_RUNTIME_SEQ_STATE_H
 #define SP_RUNTIME_SEQ_STATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,15 +91,22 @@ typedef enum sp_state_kind {
     SP_STATE_WINDOW_KV,
     SP_STATE_RECURRENT,
     SP_STATE_NONE,
+    SP_STATE_LATENT_KV,
 } sp_state_kind;
 
-/* "full KV", "window KV", "recurrent", "none"; NULL outside the enum. */
+/* "full KV", "window KV", "recurrent", "none", "latent KV"; NULL outside
+ * the enum. */
 const char *sp_state_kind_name(sp_state_kind kind);
+
+/* Whether a kind keeps its rows in the pool's blocks (full and latent KV). */
+static inline bool sp_state_kind_paged(sp_state_kind kind) {
+    return kind == SP_STATE_FULL_KV || kind == SP_STATE_LATENT_KV;
+}
 
 typedef struct sp_layer_state_desc {
     sp_state_kind kind;
     /* FULL_KV, WINDOW_KV: keys and values of n_kv_heads heads of head_dim
-     * elements each. */
+     * elements each; LATENT_KV: keys only, n_kv_heads 1. */
     int n_kv_heads;
     int head_dim;
     /* WINDOW_KV: the token at position p attends to p - window + 1 .. p. */

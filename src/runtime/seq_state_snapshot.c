@@ -40,6 +40,14 @@ static int kv_first_kept(const sp_seq_state *s, const sp_layer_state *L) {
     return (int)from;
 }
 
+/* Bytes of positions [from, to) of layer l (a KV kind). */
+static size_t kv_rows_bytes(const sp_seq_state *s, int l, int from, int to) {
+    const sp_layer_state *L = &s->layers[l];
+    return sp_state_kind_paged(L->d.kind)
+               ? sp_kv_pool_rows_bytes(s->pool, l, from, to)
+               : sp_kv_rows_bytes(&L->kv, from, to);
+}
+
 static size_t align_up(size_t n) {
     return (n + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
 }
@@ -68,12 +76,12 @@ static spindle_status take_snapshot(const sp_seq_state *s, bool tail,
         const sp_layer_state *L = &s->layers[l];
         snapshot_layer *r = &recs[l];
         describe(r, &L->d);
-        if (tail && L->d.kind == SP_STATE_FULL_KV) {
+        if (tail && sp_state_kind_paged(L->d.kind)) {
             r->first_pos = s->length;
         } else if (sp_layer_is_kv(L)) {
             r->first_pos = kv_first_kept(s, L);
             r->n_positions = s->length - r->first_pos;
-            r->bytes = sp_kv_rows_bytes(&L->kv, r->first_pos, s->length);
+            r->bytes = kv_rows_bytes(s, l, r->first_pos, s->length);
         } else if (L->d.kind == SP_STATE_RECURRENT) {
             r->bytes = L->floats * sizeof(float);
         }
@@ -95,9 +103,9 @@ static spindle_status take_snapshot(const sp_seq_state *s, bool tail,
     for (int l = 0; l < s->n_layers; l++) {
         const sp_layer_state *L = &s->layers[l];
         const snapshot_layer *r = &snap->layers[l];
-        if (L->d.kind == SP_STATE_FULL_KV && tail)
+        if (sp_state_kind_paged(L->d.kind) && tail)
             continue;
-        if (L->d.kind == SP_STATE_FULL_KV)
+        if (sp_state_kind_paged(L->d.kind))
             sp_kv_pool_read(s->pool, l, s->blocks, 0, s->length,
                             base + r->offset);
         else if (sp_layer_is_kv(L))
@@ -150,15 +158,15 @@ static const char *record_problem(const sp_seq_state *s,
         r->state_floats != want.state_floats)
         return "a different state layout";
     uint64_t bytes = 0;
-    if (tail && L->d.kind == SP_STATE_FULL_KV) {
+    if (tail && sp_state_kind_paged(L->d.kind)) {
         if (r->n_positions != 0) return "rows of a full-KV layer";
     } else if (sp_layer_is_kv(L)) {
         int64_t first = snap->length - (int64_t)L->d.window + 1;
-        if (L->d.kind == SP_STATE_FULL_KV || first < 0) first = 0;
+        if (sp_state_kind_paged(L->d.kind) || first < 0) first = 0;
         if (r->first_pos < 0 || r->first_pos > first ||
             r->n_positions != snap->length - r->first_pos)
             return "KV positions that do not cover its length";
-        bytes = sp_kv_rows_bytes(&L->kv, r->first_pos, snap->length);
+        bytes = kv_rows_bytes(s, l, r->first_pos, snap->length);
     } else if (L->d.kind == SP_STATE_RECURRENT) {
         bytes = L->floats * sizeof(float);
     }
@@ -208,7 +216,7 @@ static void write_layers(sp_seq_state *s, const sp_state_snapshot *snap,
     for (int l = 0; l < s->n_layers; l++) {
         sp_layer_state *L = &s->layers[l];
         const snapshot_layer *r = &snap->layers[l];
-        if (L->d.kind == SP_STATE_FULL_KV) {
+        if (sp_state_kind_paged(L->d.kind)) {
             if (full_kv)
                 sp_kv_pool_write(s->pool, l, s->blocks, 0, snap->length,
                                  base + r->offset);

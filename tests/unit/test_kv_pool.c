@@ -210,6 +210,77 @@ static void test_copy_on_write(void **state) {
     sp_kv_pool_free(p);
 }
 
+/* Latent KV (multi-head latent attention): a full-KV layer and a latent
+ * one share each block; the latent layer has keys only (its block bytes,
+ * its view without values, its snapshot rows), and its rows survive
+ * truncation, copy-on-write and a snapshot restored into another state. */
+static void test_latent_kv(void **state) {
+    (void)state;
+    enum { LD = 6 };
+    const sp_layer_state_desc layers[2] = {
+        FULL, {.kind = SP_STATE_LATENT_KV, .n_kv_heads = 1, .head_dim = LD}};
+    const size_t block = sp_kv_pool_block_bytes_for(layers, 2, SP_KV_F32);
+    assert_int_equal(block, (size_t)(2 * HEADS * HD + LD) * BT * 4);
+    sp_kv_pool *p = NULL;
+    spindle_error err = {0};
+    assert_int_equal(sp_kv_pool_new(layers, 2, SP_KV_F32, 6 * block, 7, &p,
+                                    &err), SPINDLE_OK);
+    const sp_seq_state_options opt = {.kv_type = SP_KV_F32, .max_length = 100,
+                                      .pool = p};
+    sp_seq_state *a, *b;
+    assert_int_equal(sp_seq_state_new(layers, 2, &opt, &a, &err), SPINDLE_OK);
+    assert_int_equal(sp_seq_state_new(layers, 2, &opt, &b, &err), SPINDLE_OK);
+    int32_t tok[70];
+    for (int i = 0; i < 70; i++) tok[i] = i % 11;
+    assert_int_equal(sp_seq_state_reserve(a, 70, &err), SPINDLE_OK);
+    sp_seq_state_set_pending_tokens(a, tok);
+    float k[HEADS * HD], row[LD];
+    for (int t = 0; t < 70; t++) {
+        for (int i = 0; i < HEADS * HD; i++) k[i] = value(tok[t], t, i);
+        for (int i = 0; i < LD; i++) row[i] = value(tok[t], t, 100 + i);
+        sp_seq_state_kv_store(a, 0, t, k, k);
+        sp_seq_state_kv_store(a, 1, t, row, NULL);
+    }
+    sp_seq_state_commit(a);
+    const sp_kv_view v = sp_seq_state_kv_view(a, 1);
+    assert_null(v.v);
+    /* b maps a's two published blocks, rolls back into the second one and
+     * writes there: a's latent rows stay. */
+    assert_int_equal(sp_seq_state_map_prefix(b, tok, 70), 2 * BT);
+    assert_int_equal(sp_seq_state_truncate(b, 40, &err), SPINDLE_OK);
+    assert_int_equal(sp_seq_state_reserve(b, 1, &err), SPINDLE_OK);
+    for (int i = 0; i < LD; i++) row[i] = -1.0f;
+    sp_seq_state_kv_store(b, 1, 40, row, NULL);
+    sp_seq_state_kv_store(b, 0, 40, k, k);
+    sp_seq_state_commit(b);
+    sp_state_snapshot *snap = NULL;
+    assert_int_equal(sp_seq_state_snapshot(a, &snap, &err), SPINDLE_OK);
+    assert_true(sp_state_snapshot_bytes(snap) >=
+                (size_t)70 * (2 * HEADS * HD + LD) * 4);
+    assert_true(sp_state_snapshot_bytes(snap) <
+                (size_t)70 * (2 * HEADS * HD + 2 * LD) * 4);
+    sp_seq_state_free(b);
+    assert_int_equal(sp_seq_state_new(layers, 2, &opt, &b, &err), SPINDLE_OK);
+    assert_int_equal(sp_seq_state_restore(b, snap, &err), SPINDLE_OK);
+    for (const sp_seq_state *s = a;; s = b) {
+        const sp_kv_view w = sp_seq_state_kv_view(s, 1);
+        for (int pos = 0; pos < 70; pos++) {
+            int run;
+            const int64_t at = sp_kv_view_row(&w, 0, pos, LD, &run);
+            for (int d = 0; d < LD; d++)
+                assert_true(((const float *)w.k)[at + d] ==
+                            value(tok[pos], pos, 100 + d));
+        }
+        if (s == b) break;
+    }
+    expect_values(b, tok, 70);
+    sp_state_snapshot_free(snap);
+    sp_seq_state_free(a);
+    sp_seq_state_free(b);
+    expect_sound(p);
+    sp_kv_pool_free(p);
+}
+
 /* An embeddings span's positions enter the block hash by their keys: other
  * digests, rows or flags, the same placeholder ids, another hash; no key (or
  * all-zero keys) hashes as the plain token chain. */
@@ -295,6 +366,7 @@ int main(void) {
         cmocka_unit_test(test_index_events),
         cmocka_unit_test(test_keyed_chain_hash),
         cmocka_unit_test(test_copy_on_write),
+        cmocka_unit_test(test_latent_kv),
         cmocka_unit_test(test_walkers_catch_corrupt_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
