@@ -17,9 +17,8 @@ from router_cluster import (Router, chat_turn, free_port, router_binary, start_r
                             wait_until, workload)
 from server_common import ALIAS, assert_api_error, post_json, request, running
 
-TENANTS, CONVERSATIONS, TURNS = 3, 2, 3
-MAX_TOKENS = 12
-KILLED = 1   # the replica killed and restarted
+TENANTS, CONVERSATIONS, TURNS = 3, 2, 4
+MAX_TOKENS = 24
 
 # The router checks health every second and acts on one result, so that
 # the test sees it take the replica out and back within seconds; its
@@ -48,11 +47,12 @@ def cluster(server_model, tmp_path_factory):
             r.stop()
 
 
-def run_turn(client, convs, turn):
+def run_turn(client, convs, turn, stream=False):
     """Turn `turn` of every conversation at once (a thread each); every
     request must succeed."""
     with concurrent.futures.ThreadPoolExecutor(len(convs)) as pool:
-        futures = [pool.submit(chat_turn, client, ALIAS, c, turn, MAX_TOKENS) for c in convs]
+        futures = [pool.submit(chat_turn, client, ALIAS, c, turn, MAX_TOKENS, stream)
+                   for c in convs]
         return [f.result(timeout=300) for f in futures]
 
 
@@ -61,20 +61,24 @@ def generations(replica):
     return float(data.split("\nspindle_generations_total ", 1)[1].split("\n", 1)[0])
 
 
-def kill_and_restart(replicas, router, server_model):
-    """SIGKILL the replica (once a request runs on it, within bounds), see
-    the router take it out, restart it on its port, see /health 503 while
-    it loads and the router keep it out, then 200 and the router take it
-    back. The new replica replaces the old in `replicas`; returns the
-    restarted replica's first /health status."""
-    victim = replicas[KILLED]
+def kill_and_restart(replicas, killed, router, server_model, workload):
+    """SIGKILL replica `killed` once a request of `workload` (a future)
+    runs on it, see the router take it out, restart it on its port, see
+    /health 503 while it loads and the router keep it out, then 200 and
+    the router take it back. The new replica replaces the old in
+    `replicas`; returns the restarted replica's first /health status."""
+    victim = replicas[killed]
     url = victim.base_url
-    wait_until(lambda: running(victim) > 0, 60, "a request running on the replica", 0.01)
+    while running(victim) == 0:
+        if workload.done():
+            workload.result()   # a failed request's exception first
+            raise AssertionError("no request ran on the replica while the workload ran")
+        time.sleep(0.005)
     victim.signal(signal.SIGKILL)
     victim.wait_exit(10)
     wait_until(lambda: not router.workers()[url], 20, "the router to mark the killed replica down")
     fresh = start_replica(server_model, victim.port, ALIAS, wait_ready=False)
-    replicas[KILLED] = fresh
+    replicas[killed] = fresh
     # While it loads, /health is 503 and the router (checking every
     # second) keeps it out.
     first = request(fresh.port, "GET", "/health")[0]
@@ -101,12 +105,18 @@ def test_replicas_behind_router_answer_as_one_server_through_a_restart(
     with openai.OpenAI(base_url=router.base_url + "/v1", api_key="unused", timeout=300,
                        max_retries=0) as via_router:
         run_turn(via_router, routed, 0)
-        # Turn 2 runs while the replica is killed and restarted.
+        # The replica that served most of the first turn holds those
+        # conversations' prefixes: cache_aware sends their next turns back
+        # to it, and it is killed under them.
+        killed = max(range(len(replicas)), key=lambda i: generations(replicas[i]))
+        # Turns 2 and 3 run while it is killed and restarted.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            second = pool.submit(run_turn, via_router, routed, 1)
-            first_health = kill_and_restart(replicas, router, server_model)
-            second.result(timeout=300)
-        run_turn(via_router, routed, 2)
+            middle = pool.submit(lambda: [run_turn(via_router, routed, t) for t in (1, 2)])
+            first_health = kill_and_restart(replicas, killed, router, server_model, middle)
+            middle.result(timeout=300)
+        # The last turn with the restarted replica back in the pool,
+        # streamed (the router relays the SSE chunks).
+        run_turn(via_router, routed, 3, stream=True)
 
     assert first_health == 503, "the restarted replica's /health was not 503 while loading"
     for want, got in zip(reference, routed):
