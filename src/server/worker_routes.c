@@ -4,7 +4,6 @@
  * shapes), the replica's load (GET /get_load), its identity and KV block
  * size (GET /get_server_info, /get_model_info). The health routes are in
  * routes.c. */
-#include "server/images.h"
 #include "server/reply.h"
 #include "server/state.h"
 
@@ -103,8 +102,9 @@ static bool known_model(sp_server *s, sp_api_request *r, sp_api_error *e) {
 }
 
 /* The prompt ids the generation route would compute for the same body
- * (chat template, images' placeholders, the context check), without
- * generating: a cache-aware router places requests by them. vLLM answers
+ * (chat template, images' placeholder tokens, the context check), without
+ * generating or encoding the images: a cache-aware router places requests
+ * by them. vLLM answers
  * a chat with one object and a completion with a list (one per prompt). */
 enum MHD_Result sp_handle_render(sp_server *s, struct MHD_Connection *c,
                                  const sp_http_call *call) {
@@ -117,14 +117,11 @@ enum MHD_Result sp_handle_render(sp_server *s, struct MHD_Connection *c,
     int32_t *ids = NULL;
     int n = 0;
     char *text = NULL;
-    sp_image_prompt images;
-    memset(&images, 0, sizeof images);
     bool ok = loaded(s, &e) &&
               sp_api_parse_generation(kind, call->body, call->len, &limits, &r, &e) &&
               known_model(s, &r, &e) &&
-              sp_server_prompt_ids(s, &r, &ids, &n, &text, &images, &e);
+              sp_server_prompt_ids(s, &r, &ids, &n, &text, NULL, &e);
     sp_api_request_free(&r);
-    sp_image_prompt_free(&images);
     spindle_free(text);
     if (!ok) {
         spindle_free(ids);
