@@ -104,8 +104,8 @@ static bool known_model(sp_server *s, sp_api_request *r, sp_api_error *e) {
 /* The prompt ids the generation route would compute for the same body
  * (chat template, images' placeholder tokens, the context check), without
  * generating or encoding the images: a cache-aware router places requests
- * by them. vLLM answers
- * a chat with one object and a completion with a list (one per prompt). */
+ * by them. vLLM answers a chat with one object and a completion with a
+ * list (one per prompt). */
 enum MHD_Result sp_handle_render(sp_server *s, struct MHD_Connection *c,
                                  const sp_http_call *call) {
     sp_api_error e;
