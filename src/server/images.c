@@ -56,9 +56,8 @@ static bool encode_images(sp_server *s, const sp_api_request *r,
     return !st;
 }
 
-bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
-                      int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e) {
-    memset(out, 0, sizeof *out);
+bool sp_images_prompt_ids(sp_server *s, const sp_api_request *r, const char *rendered,
+                          int32_t **ids, int *n, sp_api_error *e) {
     *ids = NULL;
     *n = 0;
     spindle_error err = {0};
@@ -82,11 +81,19 @@ bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendere
         return false;
     }
     *n = (int)count;
+    return true;
+}
+
+bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e) {
+    memset(out, 0, sizeof *out);
+    if (!sp_images_prompt_ids(s, r, rendered, ids, n, e)) return false;
     unsigned char digests[SP_API_MAX_IMAGES][SPINDLE_SPAN_DIGEST_BYTES];
     if (!encode_images(s, r, digests, out, e)) return false;
-    st = spindle_vision_prompt_spans(s->vision, *ids, *n, out->rows,
-                                     (const unsigned char(*)[SPINDLE_SPAN_DIGEST_BYTES])digests,
-                                     out->n_images, &out->spans, &out->n_spans, &err);
+    spindle_error err = {0};
+    spindle_status st = spindle_vision_prompt_spans(
+        s->vision, *ids, *n, out->rows, (const unsigned char(*)[SPINDLE_SPAN_DIGEST_BYTES])digests,
+        out->n_images, &out->spans, &out->n_spans, &err);
     if (st) sp_api_error_from_status(e, st, "messages", err.message);
     return !st;
 }

@@ -27,6 +27,10 @@ void sp_images_unload(sp_server *s);
  * and image counts that differ, an image that does not decode. */
 bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
                       int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e);
+/* Its ids only (the markers expanded and tokenized, no image encoded):
+ * what the render routes answer. */
+bool sp_images_prompt_ids(sp_server *s, const sp_api_request *r, const char *rendered,
+                          int32_t **ids, int *n, sp_api_error *e);
 void sp_image_prompt_free(sp_image_prompt *p);
 
 #endif

@@ -50,8 +50,10 @@ static bool image_prompt(sp_server *s, const sp_api_request *r, int32_t **ids, i
         return sp_api_bad(e, "id_slot", "'id_slot' cannot be given with images");
     if (r->resume_id)
         return sp_api_bad(e, "resume_id", "'resume_id' cannot be given with images");
-    return sp_reply_render_chat(s, r, rendered, e) &&
-           sp_images_prompt(s, r, *rendered, ids, n, images, e) && prompt_fits(s, r, *n, e);
+    if (!sp_reply_render_chat(s, r, rendered, e)) return false;
+    bool made = images ? sp_images_prompt(s, r, *rendered, ids, n, images, e)
+                       : sp_images_prompt_ids(s, r, *rendered, ids, n, e);
+    return made && prompt_fits(s, r, *n, e);
 }
 
 bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,

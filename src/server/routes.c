@@ -22,7 +22,7 @@ static bool ready(sp_server *s, sp_api_error *e) {
 enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     int phase = atomic_load(&s->phase);
     if (phase == SP_PHASE_READY)
-        return sp_reply(s, c, SP_ROUTE_HEALTH, 200, "application/json",
+        return sp_reply(s, c, call->route, 200, "application/json",
                         "{\"status\":\"ok\"}", 15);
     /* llama-server's body while loading; the same shape while draining. */
     const char *body = phase == SP_PHASE_LOADING
@@ -30,7 +30,7 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c, const s
                              "\"type\":\"unavailable_error\"}}"
                            : "{\"error\":{\"code\":503,\"message\":\"Shutting down\","
                              "\"type\":\"unavailable_error\"}}";
-    return sp_reply(s, c, SP_ROUTE_HEALTH, 503, "application/json", body, strlen(body));
+    return sp_reply(s, c, call->route, 503, "application/json", body, strlen(body));
 }
 
 static cJSON *base_model(sp_server *s) {

@@ -158,7 +158,8 @@ bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int3
 /* The prompt of a chat or completion request (a completion's given ids
  * taken from r), with room in the context for it and at least one token
  * (and all of max_tokens when the request gave it): else a 400 in *e. A
- * chat with images also gets its spans in *images (images.h). */
+ * chat with images also gets its spans in *images (images.h); with images
+ * NULL, its ids only (no image encoded: the render routes). */
 struct sp_image_prompt;
 bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,
                           char **rendered, struct sp_image_prompt *images, sp_api_error *e);

@@ -159,3 +159,14 @@ def test_model_without_vision_refuses_images(images):
             assert "takes no images" in bad_request(c, [user_turn(data_url(images[0]))])
     finally:
         srv.stop_cleanly()
+
+
+def test_render_gives_spindle_runs_prompt_ids(server, tiny_vlm, images, tmp_path):
+    """vLLM's render route (what a cache-aware router places requests by):
+    a chat with an image answers the prompt ids of `spindle run --image`
+    (pinned to mlx-vlm), the image's placeholder tokens among them."""
+    want, _ = cli_reply(tiny_vlm, images[0], tmp_path)
+    status, _, body = post_json(server.port, "/v1/chat/completions/render",
+                                {"messages": [user_turn(data_url(images[0]))]})
+    assert status == 200, body
+    assert body["token_ids"] == want["prompt_tokens"]
