@@ -3,7 +3,7 @@
  * both ship) rather than through __builtin_cpu_supports, whose feature
  * names differ between the compilers. */
 #include "compute/cpu_features.h"
-#include "spindle/base.h"
+#include "spindle.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
