@@ -56,15 +56,13 @@ static bool encode_images(sp_server *s, const sp_api_request *r,
     return !st;
 }
 
-bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
-                      int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e) {
-    memset(out, 0, sizeof *out);
+bool sp_images_tokens(const sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, size_t *n, sp_api_error *e) {
     *ids = NULL;
     *n = 0;
     spindle_error err = {0};
     char *expanded = NULL;
     int found = 0;
-    size_t count = 0;
     spindle_status st = spindle_vision_expand_text(s->vision, s->tok, rendered, &expanded,
                                                    &found, &err);
     if (!st && found != r->n_images) {
@@ -74,14 +72,22 @@ bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendere
                           "(image_url parts)", found, r->n_images);
     }
     /* The template wrote the special tokens itself. */
-    if (!st) st = spindle_tokenizer_encode(s->tok, expanded, strlen(expanded), false, ids,
-                                           &count, &err);
+    if (!st) st = spindle_tokenizer_encode(s->tok, expanded, strlen(expanded), false, ids, n,
+                                           &err);
     spindle_free(expanded);
-    if (st) {
-        sp_api_error_from_status(e, st, "messages", err.message);
-        return false;
-    }
+    if (st) sp_api_error_from_status(e, st, "messages", err.message);
+    return !st;
+}
+
+bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e) {
+    memset(out, 0, sizeof *out);
+    *n = 0;
+    size_t count = 0;
+    if (!sp_images_tokens(s, r, rendered, ids, &count, e)) return false;
     *n = (int)count;
+    spindle_error err = {0};
+    spindle_status st;
     unsigned char digests[SP_API_MAX_IMAGES][SPINDLE_SPAN_DIGEST_BYTES];
     if (!encode_images(s, r, digests, out, e)) return false;
     st = spindle_vision_prompt_spans(s->vision, *ids, *n, out->rows,

@@ -20,6 +20,13 @@ typedef struct sp_image_prompt {
 bool sp_images_load(sp_server *s);
 void sp_images_unload(sp_server *s);
 
+/* The rendered chat text of r (which has images) with its markers
+ * expanded as the model's processor does, tokenized into *ids
+ * (spindle_free): what the prompt's length is, without encoding. False
+ * with a 400 in *e when the marker and image counts differ. Thread-safe. */
+bool sp_images_tokens(const sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, size_t *n, sp_api_error *e);
+
 /* The rendered chat text of r (which has images) with its markers expanded
  * as the model's processor does, tokenized into *ids, each image encoded
  * (one at a time: the encoder is shared under s->vision_lock) and split

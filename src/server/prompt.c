@@ -33,11 +33,12 @@ bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int3
                                size_t *n, char **rendered, sp_api_error *e) {
     char *text = NULL;
     if (!sp_reply_render_chat(s, r, &text, e)) return false;
+    *rendered = text;
+    if (r->n_images) return sp_images_tokens(s, r, text, ids, n, e);
     spindle_error err = {0};
     /* The template wrote the special tokens itself (as mlx-lm and
      * transformers' apply_chat_template(tokenize=True) do). */
     spindle_status st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, n, &err);
-    *rendered = text;
     if (st) sp_api_error_from_status(e, st, "messages", err.message);
     return !st;
 }

@@ -151,7 +151,8 @@ void sp_cancel_all_jobs(sp_server *s);
 
 /* ---- prompt.c: a generation request's prompt */
 /* A chat request's messages rendered by the chat template (*rendered,
- * spindle_free) and tokenized (*ids, spindle_free). False with a 400 in *e. */
+ * spindle_free) and tokenized (*ids, spindle_free), image markers expanded
+ * to the positions their images take. False with a 400 in *e. */
 bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int32_t **ids,
                                size_t *n, char **rendered, sp_api_error *e);
 /* The prompt of a chat or completion request (a completion's given ids
