@@ -22,14 +22,12 @@ bool sp_images_load(sp_server *s) {
     spindle_vision_info info;
     spindle_vision_describe(s->vision, &info);
     s->limits.image_marker = spindle_tokenizer_id_to_token(s->tok, info.begin_token);
-    pthread_mutex_init(&s->vision_lock, NULL);
     return true;
 }
 
 void sp_images_unload(sp_server *s) {
     if (!s->vision) return;
     spindle_vision_free(s->vision);
-    pthread_mutex_destroy(&s->vision_lock);
     s->vision = NULL;
 }
 
@@ -38,9 +36,8 @@ static bool encode_images(sp_server *s, const sp_api_request *r,
                           sp_image_prompt *out, sp_api_error *e) {
     spindle_error err = {0};
     spindle_status st = SPINDLE_OK;
-    /* One encode at a time: the encoder's thread pool and scratch are its
-     * own, and requests arrive on the HTTP threads. */
-    pthread_mutex_lock(&s->vision_lock);
+    /* The encoder runs one encode at a time itself; an image in its cache
+     * (sent earlier) comes back without waiting for it. */
     for (int i = 0; i < r->n_images && !st; i++) {
         st = spindle_vision_encode(s->vision, r->images[i], r->image_bytes[i], &out->rows[i],
                                    digests[i], &err);
@@ -51,7 +48,6 @@ static bool encode_images(sp_server *s, const sp_api_request *r,
             memcpy(err.message, msg, sizeof msg);
         }
     }
-    pthread_mutex_unlock(&s->vision_lock);
     if (st) sp_api_error_from_status(e, st, "messages", err.message);
     return !st;
 }

@@ -29,8 +29,8 @@ bool sp_images_tokens(const sp_server *s, const sp_api_request *r, const char *r
 
 /* The rendered chat text of r (which has images) with its markers expanded
  * as the model's processor does, tokenized into *ids, each image encoded
- * (one at a time: the encoder is shared under s->vision_lock) and split
- * into spans (*out, sp_image_prompt_free). False with a 4xx in *e: marker
+ * (the shared encoder is thread-safe, and a cached image is not encoded
+ * again) and split into spans (*out, sp_image_prompt_free). False with a 4xx in *e: marker
  * and image counts that differ, an image that does not decode. */
 bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
                       int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e);

@@ -55,9 +55,9 @@ typedef struct sp_server {
     spindle_reranker *reranker;
     char rerank_refusal[256];
     /* The vision encoder (images.c): NULL when the model takes no images;
-     * one encode at a time, under vision_lock. */
+     * thread-safe (it runs one encode at a time, and keeps encoded images
+     * in its cache). */
     spindle_vision *vision;
-    pthread_mutex_t vision_lock;
     atomic_int phase;
     sp_api_limits limits;
     const char *model_names[2];

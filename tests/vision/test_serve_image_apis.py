@@ -138,3 +138,32 @@ def test_responses_file_id_and_tool_output_images_are_400s(client, images):
         {"type": "function_call_output", "call_id": "c1",
          "output": [{"type": "input_image", "image_url": data_url(images[0])}]}])
     assert "'input_image' are not supported" in body["message"], body
+
+
+def image_counters(server):
+    from server_common import request
+    status, _, body = request(server.port, "GET", "/metrics")
+    assert status == 200
+    values = dict(line.rsplit(" ", 1) for line in body.decode().splitlines()
+                  if line.startswith("spindle_image_"))
+    return {k: float(v) for k, v in values.items()}
+
+
+def test_resent_image_is_not_encoded_again(server, client, tmp_path):
+    """A chat's second turn re-sends the first turn's image: the encoded-
+    image cache answers it (the encoder runs once), whichever route."""
+    from vision_common import save, synthetic
+    fresh = save(synthetic("RGB", 123, 77, 42), tmp_path / "fresh.png", "PNG")
+    before = image_counters(server)
+    first = chat_reply(client, data_url(fresh))
+    follow = [user_turn(data_url(fresh)),
+              {"role": "assistant", "content": first.choices[0].message.content},
+              {"role": "user", "content": "And its colours?"}]
+    client.chat.completions.create(model=MODEL, messages=follow, max_tokens=2)
+    client.responses.create(model=MODEL, input=responses_turn(data_url(fresh)),
+                            max_output_tokens=2)
+    after = image_counters(server)
+    assert after["spindle_image_encodes_total"] - before["spindle_image_encodes_total"] == 1
+    assert after["spindle_image_cache_hits_total"] - \
+        before["spindle_image_cache_hits_total"] == 2
+    assert 0 < after["spindle_image_cache_bytes"] <= 256 << 20
