@@ -1,11 +1,14 @@
 /* Images in a chat request (images.h): the image_url parts' files, which
- * the request parser decoded from their data URLs, through the model's
+ * the request parser decoded from their data URLs or which are fetched
+ * here from their http(s) URLs (remote_media.h), through the model's
  * vision encoder into embeddings spans, the chat template's markers
  * expanded as spindle run --image expands them (spindle_vision_*). */
 #include "server/images.h"
 #include "base/log.h"
+#include "server/remote_media.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool sp_images_load(sp_server *s) {
@@ -22,13 +25,39 @@ bool sp_images_load(sp_server *s) {
     spindle_vision_info info;
     spindle_vision_describe(s->vision, &info);
     s->limits.image_marker = spindle_tokenizer_id_to_token(s->tok, info.begin_token);
+    if (s->opts.remote_media_hosts && !sp_remote_media_init()) {
+        sp_log(SPINDLE_LOG_ERROR, "--allow-remote-media: libcurl did not start");
+        return false;
+    }
     return true;
 }
 
 void sp_images_unload(sp_server *s) {
     if (!s->vision) return;
+    if (s->opts.remote_media_hosts) sp_remote_media_cleanup();
     spindle_vision_free(s->vision);
     s->vision = NULL;
+}
+
+/* Image i's file: the request's, or fetched from its URL into *fetched
+ * (free it). False with the reason in err. */
+static bool image_file(const sp_server *s, const sp_api_request *r, int i,
+                       unsigned char **fetched, const unsigned char **bytes, size_t *n,
+                       spindle_error *err) {
+    *fetched = NULL;
+    *bytes = r->images[i];
+    *n = r->image_bytes[i];
+    if (!r->image_urls[i]) return true;
+    const sp_remote_media_policy policy = {
+        .hosts = s->opts.remote_media_hosts,
+        .max_bytes = s->limits.max_image_bytes ? s->limits.max_image_bytes
+                                                : SP_API_IMAGE_BYTES_DEFAULT,
+        .timeout_s = s->opts.remote_media_timeout_s};
+    if (!sp_remote_media_fetch(r->image_urls[i], &policy, fetched, n, err->message,
+                               sizeof err->message))
+        return false;
+    *bytes = *fetched;
+    return true;
 }
 
 static bool encode_images(sp_server *s, const sp_api_request *r,
@@ -39,8 +68,12 @@ static bool encode_images(sp_server *s, const sp_api_request *r,
     /* The encoder runs one encode at a time itself; an image in its cache
      * (sent earlier) comes back without waiting for it. */
     for (int i = 0; i < r->n_images && !st; i++) {
-        st = spindle_vision_encode(s->vision, r->images[i], r->image_bytes[i], &out->rows[i],
-                                   digests[i], &err);
+        unsigned char *fetched = NULL;
+        const unsigned char *bytes = NULL;
+        size_t n = 0;
+        if (!image_file(s, r, i, &fetched, &bytes, &n, &err)) st = SPINDLE_ERR_ARGUMENT;
+        else st = spindle_vision_encode(s->vision, bytes, n, &out->rows[i], digests[i], &err);
+        free(fetched);
         if (!st) out->n_images = i + 1;
         else {
             char msg[sizeof err.message];
