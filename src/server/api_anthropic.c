@@ -186,16 +186,12 @@ static bool add_turn(cJSON *msgs, const cJSON *m, int index, sp_api_image_names 
     bool has_calls = ok && cJSON_GetArraySize(calls) > 0;
     /* A user turn of tool results only is those tool messages. */
     if (ok && (!sp_api_content_empty(&text) || has_calls || n_results == 0)) {
-        cJSON *turn = cJSON_CreateObject(), *taken = sp_api_content_take(&text);
-        if (!turn || !taken || !cJSON_AddStringToObject(turn, "role", role->valuestring) ||
-            !cJSON_AddItemToObject(turn, "content", taken)) {
-            cJSON_Delete(turn);
-            cJSON_Delete(taken);
+        cJSON *turn = sp_api_content_message(msgs, role->valuestring, &text);
+        if (!turn) {
             ok = out_of_memory(err);
-        } else {
-            cJSON_AddItemToArray(msgs, turn);
-            if (has_calls) cJSON_AddItemToObject(turn, "tool_calls", calls);
-            calls = has_calls ? NULL : calls;
+        } else if (has_calls) {
+            cJSON_AddItemToObject(turn, "tool_calls", calls);
+            calls = NULL;
         }
     }
     cJSON_Delete(calls);

@@ -76,6 +76,9 @@ bool sp_api_content_empty(const sp_api_content *c);
  * image came, else the array of text and image_url parts; NULL when out
  * of memory. The caller owns it; free `c` after. */
 cJSON *sp_api_content_take(sp_api_content *c);
+/* {"role", "content": the content taken} appended to `msgs`; NULL when out
+ * of memory. */
+cJSON *sp_api_content_message(cJSON *msgs, const char *role, sp_api_content *c);
 void sp_api_content_free(sp_api_content *c);
 
 /* `source` appended to `names` (NULL: nothing); past the limit the names

@@ -61,6 +61,18 @@ cJSON *sp_api_content_take(sp_api_content *c) {
     return out;
 }
 
+cJSON *sp_api_content_message(cJSON *msgs, const char *role, sp_api_content *c) {
+    cJSON *m = cJSON_CreateObject(), *content = sp_api_content_take(c);
+    if (!m || !content || !cJSON_AddStringToObject(m, "role", role) ||
+        !cJSON_AddItemToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        cJSON_Delete(content);
+        return NULL;
+    }
+    cJSON_AddItemToArray(msgs, m);
+    return m;
+}
+
 bool sp_api_content_empty(const sp_api_content *c) {
     return !c->text.len && !c->parts;
 }

@@ -6,8 +6,9 @@
  * messages, function_call items as an assistant turn's tool_calls,
  * function_call_output items as tool messages, flat function tools as
  * chat functions, input_image parts as image_url parts (api_media.c),
- * text.format as response_format, max_output_tokens as max_tokens. previous_response_id's conversation (the store's, through
- * the caller's lookup) comes between the instructions and the input; the
+ * text.format as response_format, max_output_tokens as max_tokens.
+ * previous_response_id's conversation (the store's, through the caller's
+ * lookup) comes between the instructions and the input; the
  * instructions are not part of what a later response continues, as in
  * OpenAI's API.
  * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c. */
@@ -120,15 +121,7 @@ static bool add_message_item(cJSON *msgs, const cJSON *item, const char *param,
     if (!content) return sp_api_bad(err, where, "'%s' is required", where);
     sp_api_content c = {.names = names};
     bool ok = add_content(content, where, true, &c, err);
-    cJSON *m = ok ? cJSON_CreateObject() : NULL, *taken = ok ? sp_api_content_take(&c) : NULL;
-    if (ok && (!m || !taken || !cJSON_AddStringToObject(m, "role", role) ||
-               !cJSON_AddItemToObject(m, "content", taken))) {
-        cJSON_Delete(m);
-        cJSON_Delete(taken);
-        ok = out_of_memory(err);
-    } else if (ok) {
-        cJSON_AddItemToArray(msgs, m);
-    }
+    if (ok && !sp_api_content_message(msgs, role, &c)) ok = out_of_memory(err);
     sp_api_content_free(&c);
     return ok;
 }
@@ -174,8 +167,7 @@ static bool add_function_output(cJSON *msgs, const cJSON *item, const char *para
     snprintf(where, sizeof where, "%s.output", param);
     sp_api_content text = {0};
     bool ok = add_content(output, where, false, &text, err);
-    cJSON *m = ok && !text.text.oom ? add_message(msgs, "tool", text.text.p ? text.text.p : "")
-                                    : NULL;
+    cJSON *m = ok ? sp_api_content_message(msgs, "tool", &text) : NULL;
     if (ok && (!m || !cJSON_AddStringToObject(m, "tool_call_id", call_id)))
         ok = out_of_memory(err);
     sp_api_content_free(&text);
