@@ -26,10 +26,12 @@ bool sp_api_read_long(const cJSON *v, const char *param, long lo, long hi,
 /* `messages` (NULL when absent) as the JSON text spindle_chat_render takes
  * into r->messages_json: an array of objects with a string role; content a
  * string, null, or an array of {"type": "text", "text"} parts, which are
- * joined, and {"type": "image_url", "image_url": {"url"}} parts with a
- * base64 data URL, each of which leaves limits->image_marker in the text
- * and its decoded file in r->images (limits NULL or without a marker: the
- * model takes no images, a 400); other part types are refused. Tool-call
+ * joined, and {"type": "image_url", "image_url": {"url"}} parts, each of
+ * which leaves limits->image_marker in the text and its file in r->images
+ * (a base64 data URL, decoded) or its URL in r->image_urls (an http(s)
+ * URL, when limits->allow_remote_media; else a 400 naming the option);
+ * limits NULL or without a marker: the model takes no images, a 400;
+ * other part types are refused. Tool-call
  * arguments given as JSON strings become objects, as chat templates
  * expect (mlx_lm.server does the same). */
 bool sp_api_messages_json(const cJSON *messages, const sp_api_limits *limits,
