@@ -1,13 +1,14 @@
 /* The encoded-image cache (src/vision/image_cache.h): rows come back as
  * put, under their digest only; the least recently used (put or got) goes
  * first when the byte budget is full; rows over the whole budget are not
- * kept; the counters say so. */
+ * kept; the counters say so; threads sharing it see whole rows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,11 +100,36 @@ static void test_over_budget_is_not_kept(void **state) {
     sp_image_cache_free(c);
 }
 
+/* Each thread puts and gets images 0-7 in a cache that holds 3: every
+ * row that comes back is whole (kept() checks each value). */
+static void *churn(void *arg) {
+    sp_image_cache *c = arg;
+    for (int i = 0; i < 2000; i++) {
+        put(c, i % 8);
+        (void)kept(c, (i * 5) % 8);
+    }
+    return NULL;
+}
+
+static void test_threads_share_it(void **state) {
+    (void)state;
+    sp_image_cache *c = sp_image_cache_new(3 * N * sizeof(float));
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, churn, c), 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    sp_image_cache_stats st;
+    sp_image_cache_stats_get(c, &st);
+    assert_int_equal(st.hits + st.misses, 4 * 2000);
+    assert_true(st.entries <= 3 && st.bytes == (size_t)st.entries * N * sizeof(float));
+    sp_image_cache_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_what_was_put),
         cmocka_unit_test(test_least_recently_used_goes_first),
         cmocka_unit_test(test_over_budget_is_not_kept),
+        cmocka_unit_test(test_threads_share_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
