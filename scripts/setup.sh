@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev libmicrohttpd-dev libxxhash-dev \
   libzmq3-dev libmsgpack-dev \
+  libcurl4-openssl-dev \
   libwebp-dev libturbojpeg0-dev libpng-dev libstb-dev \
   clang-16 libclang-rt-16-dev
 

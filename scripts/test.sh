@@ -194,6 +194,7 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_mtp_companion.py tests/parity/test_durable.py
       tests/parity/test_spans.py tests/parity/test_mla_state.py
       tests/vision/test_image_preprocess.py tests/vision/test_serve_images.py
+      tests/vision/test_serve_image_apis.py tests/vision/test_serve_remote_images.py
       tests/parity/test_prompt_cache_disk.py
       tests/parity/test_prompt_cache_disk_states.py tests/parity/test_lora.py
       tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py

@@ -26,7 +26,12 @@ typedef struct spindle_vision_options {
     size_t max_image_bytes;   /* 0: 20 MiB */
     int64_t max_image_pixels; /* 0: 40 megapixels (as the header declares
                                  them: bombs are refused before decoding) */
+    int64_t cache_bytes;      /* the encoded-image cache (an image sent
+                                 again is not encoded again): 0: 256 MiB;
+                                 < 0: none */
 } spindle_vision_options;
+
+#define SPINDLE_VISION_CACHE_BYTES_DEFAULT ((size_t)256 << 20)
 
 /* Binds the encoder of `model` (borrowed: free the encoder first);
  * SPINDLE_ERR_UNSUPPORTED, one line, for a model without one. options may
@@ -51,12 +56,26 @@ void spindle_vision_describe(const spindle_vision *v, spindle_vision_info *out);
  * (*rows: spindle_free) and the span digest of the bytes and this encoder
  * (spindle_span_digest). A file that is no image of the four kinds, a
  * damaged one, or one over a limit fails with one line naming the problem
- * (SPINDLE_ERR_FORMAT / SPINDLE_ERR_ARGUMENT). One call at a time per
- * encoder (its pool and scratch); safe beside other calls on the model. */
+ * (SPINDLE_ERR_FORMAT / SPINDLE_ERR_ARGUMENT). An image whose digest the
+ * encoded-image cache holds is a copy of its rows, not encoded again.
+ * Thread-safe: encodes run one at a time (the encoder's pool and scratch),
+ * a cache hit does not wait for them; safe beside other calls on the
+ * model. */
 spindle_status spindle_vision_encode(spindle_vision *v, const void *image,
                                      size_t n_bytes, float **rows,
                                      unsigned char digest[SPINDLE_SPAN_DIGEST_BYTES],
                                      spindle_error *err);
+
+typedef struct spindle_vision_stats {
+    uint64_t encodes;          /* images run through the encoder */
+    uint64_t cache_hits;       /* images answered from the cache */
+    uint64_t cache_evictions;  /* images dropped for the cache's budget */
+    size_t cache_bytes;        /* rows the cache holds now */
+    int cache_entries;
+} spindle_vision_stats;
+
+/* The encoder's counters since spindle_vision_new. Thread-safe. */
+void spindle_vision_get_stats(spindle_vision *v, spindle_vision_stats *out);
 
 /* The prompt text with every image marker (the begin token's text, as the
  * chat template writes it) replaced by the image's whole sequence, as the

@@ -28,6 +28,10 @@ static const char *serve_usage =
     "                          requests pick by model NAME (repeatable, at most 64)\n"
     "  --lora-dir DIR          let POST /v1/load_lora_adapter load adapters from DIR\n"
     "                          (lora_path relative to it) and unload them (default off)\n"
+    "  --allow-remote-media HOSTS  fetch http(s) image URLs on these hosts (comma-\n"
+    "                          separated, or '*' for any; default: refused). The\n"
+    "                          server then reaches what clients name: list hosts\n"
+    "  --remote-media-timeout S    a remote image's whole fetch (default 10)\n"
     "  --max-body BYTES        largest request body, else 413 (default 8388608)\n"
     "  --max-header BYTES      header memory per connection (default 65536)\n"
     "  --max-connections N     open connections at most (default 128)\n"
@@ -129,6 +133,9 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         } else if (IS("--lora-dir")) { VALUE(); o->lora_dir = v;
         } else if (IS("--kv-events")) { VALUE(); o->kv_events_endpoint = v;
         } else if (IS("--kv-events-topic")) { VALUE(); o->kv_events_topic = v;
+        } else if (IS("--allow-remote-media")) { VALUE(); o->remote_media_hosts = v;
+        } else if (IS("--remote-media-timeout")) {
+            VALUE(); ok = int_opt(a, v, 1, 3600, &o->remote_media_timeout_s);
         } else if (IS("--verbose")) { o->log_requests = true;
         } else if ((rc = sp_arg_prompt_cache(argc, argv, &i, &cache)) != 0) {
             if (rc < 0) return 2;

@@ -1,7 +1,8 @@
 /* Anthropic's Messages API body -> the server's chat request (api_request.h).
  *
  * The body is translated into the OpenAI chat body that means the same
- * (system prompt first, tool_use blocks as an assistant turn's tool_calls,
+ * (system prompt first, image blocks as image_url parts where they stand
+ * (api_media.c), tool_use blocks as an assistant turn's tool_calls,
  * tool_result blocks as tool messages, tools as functions, tool_choice's
  * auto / any / tool / none as auto / required / a named function / none),
  * which the chat route's parser then reads: one validation and one path
@@ -103,19 +104,50 @@ static bool add_tool_result(cJSON *msgs, const cJSON *b, const char *param,
     return true;
 }
 
-/* One block of message `index`'s content: text into `text`, tool_use into
- * `calls` (assistant), tool_result into `msgs` (user; they come before the
- * turn's text, as the tool messages answering the previous turn). */
-static bool add_block(cJSON *msgs, cJSON *calls, sp_strbuf *text, const cJSON *b,
+/* An image block's source as the URL of a chat image_url part: base64
+ * {media_type, data} as a data URL, {url} as it is. */
+static bool add_image(sp_api_content *c, const cJSON *b, const char *param, sp_api_error *err) {
+    const cJSON *source = field(b, "source");
+    const char *type = block_type(source);
+    const cJSON *media = field(source, "media_type"), *data = field(source, "data");
+    const cJSON *url = field(source, "url");
+    char where[112];
+    snprintf(where, sizeof where, "%s.source", param);
+    if (type && !strcmp(type, "url")) {
+        if (!cJSON_IsString(url))
+            return sp_api_bad(err, where, "'%s.url' must be a string", where);
+        return sp_api_content_image(c, url->valuestring, where, err);
+    }
+    if (!type || strcmp(type, "base64"))
+        return sp_api_bad(err, where, "'%s' must be {\"type\": \"base64\", \"media_type\", "
+                          "\"data\"} or {\"type\": \"url\", \"url\"}", where);
+    if (!cJSON_IsString(media) || !cJSON_IsString(data))
+        return sp_api_bad(err, where, "'%s' (base64) needs a string 'media_type' and 'data'",
+                          where);
+    sp_strbuf data_url = {0};
+    sp_strbuf_printf(&data_url, "data:%s;base64,", media->valuestring);
+    sp_strbuf_add(&data_url, data->valuestring, strlen(data->valuestring));
+    bool ok = !data_url.oom ? sp_api_content_image(c, data_url.p, where, err)
+                            : out_of_memory(err);
+    sp_strbuf_free(&data_url);
+    return ok;
+}
+
+/* One block of message `index`'s content: text and images into `content`,
+ * tool_use into `calls` (assistant), tool_result into `msgs` (user; they
+ * come before the turn's text, as the tool messages answering the
+ * previous turn). */
+static bool add_block(cJSON *msgs, cJSON *calls, sp_api_content *content, const cJSON *b,
                       bool assistant, const char *param, sp_api_error *err) {
     const char *type = block_type(b);
     if (!type) return sp_api_bad(err, param, "'%s' must be an object with a string 'type'", param);
     const cJSON *t = field(b, "text");
     if (!strcmp(type, "text")) {
         if (!cJSON_IsString(t)) return sp_api_bad(err, param, "'%s.text' must be a string", param);
-        sp_strbuf_add(text, t->valuestring, strlen(t->valuestring));
+        sp_api_content_text(content, t->valuestring);
         return true;
     }
+    if (!strcmp(type, "image") && !assistant) return add_image(content, b, param, err);
     if (!strcmp(type, "tool_use") && assistant) return add_tool_call(calls, b, param, err);
     if (!strcmp(type, "tool_result") && !assistant) return add_tool_result(msgs, b, param, err);
     /* Earlier reasoning is not shown to the template again. */
@@ -125,7 +157,8 @@ static bool add_block(cJSON *msgs, cJSON *calls, sp_strbuf *text, const cJSON *b
                       "message", type, assistant ? "n assistant" : " user");
 }
 
-static bool add_turn(cJSON *msgs, const cJSON *m, int index, sp_api_error *err) {
+static bool add_turn(cJSON *msgs, const cJSON *m, int index, sp_api_image_names *names,
+                     sp_api_error *err) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", index);
     const cJSON *role = field(m, "role"), *content = field(m, "content");
@@ -139,7 +172,7 @@ static bool add_turn(cJSON *msgs, const cJSON *m, int index, sp_api_error *err) 
     if (!cJSON_IsArray(content))
         return sp_api_bad(err, param, "'%s.content' must be a string or an array of content "
                           "blocks", param);
-    sp_strbuf text = {0};
+    sp_api_content text = {.names = names};
     cJSON *calls = cJSON_CreateArray();
     bool ok = calls != NULL || out_of_memory(err);
     int j = 0, n_results = cJSON_GetArraySize(msgs);
@@ -151,23 +184,23 @@ static bool add_turn(cJSON *msgs, const cJSON *m, int index, sp_api_error *err) 
     }
     n_results = cJSON_GetArraySize(msgs) - n_results;
     bool has_calls = ok && cJSON_GetArraySize(calls) > 0;
-    cJSON *turn = NULL;
-    if (ok && text.oom) ok = out_of_memory(err);
     /* A user turn of tool results only is those tool messages. */
-    if (ok && (text.len || has_calls || n_results == 0)) {
-        turn = add_message(msgs, role->valuestring, text.p ? text.p : "");
-        ok = turn != NULL || out_of_memory(err);
-    }
-    if (ok && has_calls) {
-        cJSON_AddItemToObject(turn, "tool_calls", calls);
-        calls = NULL;
+    if (ok && (!sp_api_content_empty(&text) || has_calls || n_results == 0)) {
+        cJSON *turn = sp_api_content_message(msgs, role->valuestring, &text);
+        if (!turn) {
+            ok = out_of_memory(err);
+        } else if (has_calls) {
+            cJSON_AddItemToObject(turn, "tool_calls", calls);
+            calls = NULL;
+        }
     }
     cJSON_Delete(calls);
-    sp_strbuf_free(&text);
+    sp_api_content_free(&text);
     return ok;
 }
 
-static bool add_messages(cJSON *body, const cJSON *root, sp_api_error *err) {
+static bool add_messages(cJSON *body, const cJSON *root, sp_api_image_names *names,
+                         sp_api_error *err) {
     cJSON *msgs = cJSON_AddArrayToObject(body, "messages");
     if (!msgs) return out_of_memory(err);
     const cJSON *system = field(root, "system");
@@ -186,7 +219,7 @@ static bool add_messages(cJSON *body, const cJSON *root, sp_api_error *err) {
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
-        if (!add_turn(msgs, m, i++, err)) return false;
+        if (!add_turn(msgs, m, i++, names, err)) return false;
     }
     return true;
 }
@@ -318,11 +351,13 @@ bool sp_api_parse_anthropic(const char *body, size_t len, const sp_api_limits *l
     cJSON *root = sp_api_parse_object(body, len, err);
     if (!root) return false;
     cJSON *chat = cJSON_CreateObject();
+    sp_api_image_names names = {0};
     bool ok = (chat != NULL || out_of_memory(err)) &&
-              copy_fields(chat, root, count_only, err) && add_messages(chat, root, err) &&
+              copy_fields(chat, root, count_only, err) && add_messages(chat, root, &names, err) &&
               add_tools(chat, root, err) && add_tool_choice(chat, root, err) &&
-              add_stop(chat, root, err) && add_thinking(chat, root, err) &&
-              sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err);
+              add_stop(chat, root, err) && add_thinking(chat, root, err);
+    if (ok && !(ok = sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err)))
+        sp_api_name_image_error(err, cJSON_GetObjectItemCaseSensitive(chat, "messages"), &names);
     cJSON_Delete(chat);
     cJSON_Delete(root);
     out->dialect = SP_API_ANTHROPIC;

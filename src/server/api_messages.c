@@ -15,9 +15,11 @@ static bool out_of_memory(sp_api_error *err) {
     return sp_api_fail(err, 503, "server_error", NULL, NULL, "out of memory");
 }
 
-/* An image_url part's URL into r->images; the text it leaves is the
- * model's image marker (*text). Remote URLs would make the server fetch
- * what a client names (a request forgery risk): refused. */
+/* An image_url part's URL into r->images (a data URL, decoded) or
+ * r->image_urls (an http(s) URL, fetched later); the text it leaves is the
+ * model's image marker (*text). Remote URLs make the server fetch what a
+ * client names (a request forgery risk): refused unless the server allows
+ * them. */
 static bool take_image(const cJSON *part, const char *param, const sp_api_limits *limits,
                        sp_api_request *r, const char **text, sp_api_error *err) {
     const cJSON *image = cJSON_GetObjectItemCaseSensitive(part, "image_url");
@@ -30,14 +32,21 @@ static bool take_image(const cJSON *part, const char *param, const sp_api_limits
     if (!limits->image_marker)
         return sp_api_bad(err, param, "this model takes no images ('%s')", param);
     const char *u = url->valuestring;
-    if (!strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8))
-        return sp_api_bad(err, param, "'%s': http(s) image URLs are not fetched "
-                          "(--allow-remote-media is not implemented); send a base64 data URL",
+    const bool remote = !strncasecmp(u, "http://", 7) || !strncasecmp(u, "https://", 8);
+    if (remote && !limits->allow_remote_media)
+        return sp_api_bad(err, param, "'%s': http(s) image URLs are fetched only when the "
+                          "server runs with --allow-remote-media; send a base64 data URL",
                           param);
     if (r->n_images == SP_API_MAX_IMAGES)
         return sp_api_bad(err, param, "'%s': a request takes at most %d images", param,
                           SP_API_MAX_IMAGES);
-    const size_t max = limits->max_image_bytes ? limits->max_image_bytes : (size_t)20 << 20;
+    if (remote) {
+        if (!(r->image_urls[r->n_images++] = strdup(u))) return out_of_memory(err);
+        *text = limits->image_marker;
+        return true;
+    }
+    const size_t max = limits->max_image_bytes ? limits->max_image_bytes
+                                                : SP_API_IMAGE_BYTES_DEFAULT;
     char why[200];
     if (!sp_data_url_image(u, strlen(u), max, &r->images[r->n_images],
                            &r->image_bytes[r->n_images], why, sizeof why))

@@ -461,7 +461,10 @@ void sp_api_request_free(sp_api_request *r) {
     free(r->messages_json);
     free(r->tools_json);
     free(r->template_kwargs_json);
-    for (int i = 0; i < r->n_images; i++) free(r->images[i]);
+    for (int i = 0; i < r->n_images; i++) {
+        free(r->images[i]);
+        free(r->image_urls[i]);
+    }
     free(r->prompt_text);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);

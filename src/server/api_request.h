@@ -57,8 +57,13 @@ typedef struct sp_api_limits {
     /* The chat template's image marker text (Gemma 3: <start_of_image>)
      * an image_url part becomes; NULL: the model takes no images. */
     const char *image_marker;
-    size_t max_image_bytes;        /* an image's decoded bytes; 0: 20 MiB */
+    size_t max_image_bytes;        /* an image's bytes; 0: SP_API_IMAGE_BYTES_DEFAULT */
+    /* http(s) image URLs are taken (and fetched later, remote_media.h);
+     * false: they are refused with a 400 naming --allow-remote-media. */
+    bool allow_remote_media;
 } sp_api_limits;
+
+#define SP_API_IMAGE_BYTES_DEFAULT ((size_t)20 << 20)
 
 /* The most images one request may carry. */
 #define SP_API_MAX_IMAGES 16
@@ -113,9 +118,11 @@ typedef struct sp_api_request {
     char *tools_json;
     char *template_kwargs_json;
     /* chat: the image_url parts' decoded files, in the order of the image
-     * markers they left in messages_json */
+     * markers they left in messages_json; a remote image's file is NULL
+     * and image_urls holds its URL (fetched when the job encodes it) */
     unsigned char *images[SP_API_MAX_IMAGES];
     size_t image_bytes[SP_API_MAX_IMAGES];
+    char *image_urls[SP_API_MAX_IMAGES];
     int n_images;
     sp_api_tool_choice tool_choice;
     /* completion: prompt text, or token ids (prompt_ids non-NULL) */

@@ -5,9 +5,10 @@
  * then reads: instructions as the system message, message items as
  * messages, function_call items as an assistant turn's tool_calls,
  * function_call_output items as tool messages, flat function tools as
- * chat functions, text.format as response_format, max_output_tokens as
- * max_tokens. previous_response_id's conversation (the store's, through
- * the caller's lookup) comes between the instructions and the input; the
+ * chat functions, input_image parts as image_url parts (api_media.c),
+ * text.format as response_format, max_output_tokens as max_tokens.
+ * previous_response_id's conversation (the store's, through the caller's
+ * lookup) comes between the instructions and the input; the
  * instructions are not part of what a later response continues, as in
  * OpenAI's API.
  * Pure functions, fuzzed by tests/fuzz/fuzz_server_request.c. */
@@ -38,12 +39,33 @@ static bool copy_to(cJSON *obj, const char *key, const cJSON *v, sp_api_error *e
     return cJSON_AddItemToObject(obj, key, cJSON_Duplicate(v, true)) || out_of_memory(err);
 }
 
+/* An input_image part as a chat image_url part: image_url a data URL or
+ * a remote URL (the chat parser checks which it may take). detail is
+ * taken and changes nothing: the encoder has one input size. */
+static bool add_image(sp_api_content *c, const cJSON *part, const char *param,
+                      sp_api_error *err) {
+    const cJSON *url = field(part, "image_url"), *detail = field(part, "detail");
+    char where[112];
+    snprintf(where, sizeof where, "%s.image_url", param);
+    if (field(part, "file_id"))
+        return sp_api_bad(err, param, "'%s.file_id': file inputs are not supported; send "
+                          "image_url", param);
+    if (!cJSON_IsString(url))
+        return sp_api_bad(err, where, "'%s' must be a string (a data URL)", where);
+    if (detail && (!cJSON_IsString(detail) ||
+                   (strcmp(detail->valuestring, "auto") && strcmp(detail->valuestring, "low") &&
+                    strcmp(detail->valuestring, "high"))))
+        return sp_api_bad(err, param, "'%s.detail' must be \"auto\", \"low\" or \"high\"",
+                          param);
+    return sp_api_content_image(c, url->valuestring, where, err);
+}
+
 /* A message's content: a string, or an array of input_text / output_text
- * parts, joined into `text`. */
-static bool add_content_text(const cJSON *content, const char *param, sp_strbuf *text,
-                             sp_api_error *err) {
+ * parts, and input_image parts where `images` (else refused), into `c`. */
+static bool add_content(const cJSON *content, const char *param, bool images,
+                        sp_api_content *c, sp_api_error *err) {
     if (cJSON_IsString(content)) {
-        sp_strbuf_add(text, content->valuestring, strlen(content->valuestring));
+        sp_api_content_text(c, content->valuestring);
         return true;
     }
     if (!cJSON_IsArray(content))
@@ -54,15 +76,20 @@ static bool add_content_text(const cJSON *content, const char *param, sp_strbuf 
     cJSON_ArrayForEach(part, content) {
         const char *type = string_field(part, "type");
         const char *t = string_field(part, "text");
+        char where[96];
+        snprintf(where, sizeof where, "%s[%d]", param, i++);
         if (!type)
-            return sp_api_bad(err, param, "'%s[%d]' must be an object with a string 'type'",
-                              param, i);
+            return sp_api_bad(err, where, "'%s' must be an object with a string 'type'", where);
+        if (images && !strcmp(type, "input_image")) {
+            if (!add_image(c, part, where, err)) return false;
+            continue;
+        }
         if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text"))
-            return sp_api_bad(err, param, "'%s[%d]': content parts of type '%.40s' are not "
-                              "supported (only input_text and output_text)", param, i, type);
-        if (!t) return sp_api_bad(err, param, "'%s[%d].text' must be a string", param, i);
-        sp_strbuf_add(text, t, strlen(t));
-        i++;
+            return sp_api_bad(err, where, "'%s': content parts of type '%.40s' are not "
+                              "supported (only input_text, output_text%s)", where, type,
+                              images ? " and input_image" : "");
+        if (!t) return sp_api_bad(err, where, "'%s.text' must be a string", where);
+        sp_api_content_text(c, t);
     }
     return true;
 }
@@ -79,7 +106,7 @@ static cJSON *add_message(cJSON *msgs, const char *role, const char *text) {
 }
 
 static bool add_message_item(cJSON *msgs, const cJSON *item, const char *param,
-                             sp_api_error *err) {
+                             sp_api_image_names *names, sp_api_error *err) {
     static const char *const roles[] = {"user", "assistant", "system", "developer"};
     const char *role = string_field(item, "role");
     bool known = false;
@@ -92,11 +119,10 @@ static bool add_message_item(cJSON *msgs, const cJSON *item, const char *param,
     snprintf(where, sizeof where, "%s.content", param);
     const cJSON *content = field(item, "content");
     if (!content) return sp_api_bad(err, where, "'%s' is required", where);
-    sp_strbuf text = {0};
-    bool ok = add_content_text(content, where, &text, err);
-    if (ok && (text.oom || !add_message(msgs, role, text.p ? text.p : "")))
-        ok = out_of_memory(err);
-    sp_strbuf_free(&text);
+    sp_api_content c = {.names = names};
+    bool ok = add_content(content, where, true, &c, err);
+    if (ok && !sp_api_content_message(msgs, role, &c)) ok = out_of_memory(err);
+    sp_api_content_free(&c);
     return ok;
 }
 
@@ -139,16 +165,17 @@ static bool add_function_output(cJSON *msgs, const cJSON *item, const char *para
                           "and an 'output'", param);
     char where[96];
     snprintf(where, sizeof where, "%s.output", param);
-    sp_strbuf text = {0};
-    bool ok = add_content_text(output, where, &text, err);
-    cJSON *m = ok && !text.oom ? add_message(msgs, "tool", text.p ? text.p : "") : NULL;
+    sp_api_content text = {0};
+    bool ok = add_content(output, where, false, &text, err);
+    cJSON *m = ok ? sp_api_content_message(msgs, "tool", &text) : NULL;
     if (ok && (!m || !cJSON_AddStringToObject(m, "tool_call_id", call_id)))
         ok = out_of_memory(err);
-    sp_strbuf_free(&text);
+    sp_api_content_free(&text);
     return ok;
 }
 
-static bool add_item(cJSON *msgs, const cJSON *item, int index, sp_api_error *err) {
+static bool add_item(cJSON *msgs, const cJSON *item, int index, sp_api_image_names *names,
+                     sp_api_error *err) {
     char param[48];
     snprintf(param, sizeof param, "input[%d]", index);
     if (!cJSON_IsObject(item)) return sp_api_bad(err, param, "'%s' must be an object", param);
@@ -157,7 +184,7 @@ static bool add_item(cJSON *msgs, const cJSON *item, int index, sp_api_error *er
         return sp_api_bad(err, param, "'%s.type' must be a string", param);
     /* An item without a type is a message (the SDK's EasyInputMessage). */
     const char *type = type_v ? type_v->valuestring : "message";
-    if (!strcmp(type, "message")) return add_message_item(msgs, item, param, err);
+    if (!strcmp(type, "message")) return add_message_item(msgs, item, param, names, err);
     if (!strcmp(type, "function_call")) return add_function_call(msgs, item, param, err);
     if (!strcmp(type, "function_call_output"))
         return add_function_output(msgs, item, param, err);
@@ -169,7 +196,7 @@ static bool add_item(cJSON *msgs, const cJSON *item, int index, sp_api_error *er
 
 /* previous_response_id's conversation, then the input, onto `conv`. */
 static bool add_conversation(cJSON *conv, const cJSON *root, sp_api_history_fn history,
-                             void *ctx, sp_api_error *err) {
+                             void *ctx, sp_api_image_names *names, sp_api_error *err) {
     const cJSON *prev = field(root, "previous_response_id");
     if (prev && !cJSON_IsString(prev))
         return sp_api_bad(err, "previous_response_id", "'previous_response_id' must be a "
@@ -185,7 +212,11 @@ static bool add_conversation(cJSON *conv, const cJSON *root, sp_api_history_fn h
                                "'%.100s' not found.", prev->valuestring);
         }
         cJSON *m;
-        while ((m = cJSON_DetachItemFromArray(earlier, 0))) cJSON_AddItemToArray(conv, m);
+        while ((m = cJSON_DetachItemFromArray(earlier, 0))) {
+            for (int k = sp_api_count_image_parts(m); k > 0; k--)
+                sp_api_image_name(names, "previous_response_id");
+            cJSON_AddItemToArray(conv, m);
+        }
         cJSON_Delete(earlier);
     }
     const cJSON *input = field(root, "input");
@@ -197,7 +228,7 @@ static bool add_conversation(cJSON *conv, const cJSON *root, sp_api_history_fn h
     int i = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, input) {
-        if (!add_item(conv, item, i++, err)) return false;
+        if (!add_item(conv, item, i++, names, err)) return false;
     }
     if (cJSON_GetArraySize(conv) == 0) return sp_api_bad(err, "input", "'input' is empty");
     return true;
@@ -343,22 +374,9 @@ static bool keep_echo(const cJSON *root, sp_api_request *out, sp_api_error *err)
     return ok;
 }
 
-/* An error of the chat parser about `chat_name` names the Responses
- * field it came from instead. */
-static void name_as(sp_api_error *err, const char *chat_name, const char *name) {
-    if (strcmp(err->param, chat_name)) return;
-    snprintf(err->param, sizeof err->param, "%s", name);
-    const char *at = strstr(err->message, chat_name);
-    if (!at) return;
-    char msg[sizeof err->message];
-    snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - err->message), err->message, name,
-             at + strlen(chat_name));
-    memcpy(err->message, msg, sizeof msg);
-}
-
 static bool build_chat(cJSON *chat, const cJSON *root, cJSON *conv, sp_api_history_fn history,
-                       void *ctx, sp_api_error *err) {
-    return copy_fields(chat, root, err) && add_conversation(conv, root, history, ctx, err) &&
+                       void *ctx, sp_api_image_names *names, sp_api_error *err) {
+    return copy_fields(chat, root, err) && add_conversation(conv, root, history, ctx, names, err) &&
            add_messages(chat, root, conv, err) && add_tools(chat, root, err) &&
            add_tool_choice(chat, root, err) && add_text_format(chat, root, err);
 }
@@ -373,10 +391,12 @@ bool sp_api_parse_responses(const char *body, size_t len, const sp_api_limits *l
     if (!root) return false;
     cJSON *chat = cJSON_CreateObject(), *conv = cJSON_CreateArray();
     bool ok = (chat && conv) || out_of_memory(err);
-    ok = ok && build_chat(chat, root, conv, history, ctx, err);
+    sp_api_image_names names = {0};
+    ok = ok && build_chat(chat, root, conv, history, ctx, &names, err);
     if (ok && !(ok = sp_api_parse_generation_root(SP_API_CHAT, chat, limits, out, err))) {
-        name_as(err, "max_tokens", "max_output_tokens");
-        name_as(err, "response_format", "text.format");
+        sp_api_rename_param(err, "max_tokens", "max_output_tokens");
+        sp_api_rename_param(err, "response_format", "text.format");
+        sp_api_name_image_error(err, cJSON_GetObjectItemCaseSensitive(chat, "messages"), &names);
     }
     out->dialect = SP_API_RESPONSES;
     if (ok && out->grammar_text) out->grammar_param = "text.format";

@@ -20,17 +20,20 @@ typedef struct sp_image_prompt {
 bool sp_images_load(sp_server *s);
 void sp_images_unload(sp_server *s);
 
+/* The rendered chat text of r (which has images) with its markers
+ * expanded as the model's processor does, tokenized into *ids
+ * (spindle_free): what the prompt's length is, without encoding. False
+ * with a 400 in *e when the marker and image counts differ. Thread-safe. */
+bool sp_images_tokens(const sp_server *s, const sp_api_request *r, const char *rendered,
+                      int32_t **ids, size_t *n, sp_api_error *e);
+
 /* The rendered chat text of r (which has images) with its markers expanded
  * as the model's processor does, tokenized into *ids, each image encoded
- * (one at a time: the encoder is shared under s->vision_lock) and split
- * into spans (*out, sp_image_prompt_free). False with a 4xx in *e: marker
+ * (the shared encoder is thread-safe, and a cached image is not encoded
+ * again) and split into spans (*out, sp_image_prompt_free). False with a 4xx in *e: marker
  * and image counts that differ, an image that does not decode. */
 bool sp_images_prompt(sp_server *s, const sp_api_request *r, const char *rendered,
                       int32_t **ids, int *n, sp_image_prompt *out, sp_api_error *e);
-/* Its ids only (the markers expanded and tokenized, no image encoded):
- * what the render routes answer. */
-bool sp_images_prompt_ids(sp_server *s, const sp_api_request *r, const char *rendered,
-                          int32_t **ids, int *n, sp_api_error *e);
 void sp_image_prompt_free(sp_image_prompt *p);
 
 #endif

@@ -143,6 +143,19 @@ void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
                          ev[i].event, ev[i].n);
 }
 
+void sp_metrics_render_vision(const spindle_vision_stats *v, sp_strbuf *out) {
+    scalar(out, "spindle_image_encodes_total", "counter",
+           "Images run through the vision encoder.", (double)v->encodes);
+    scalar(out, "spindle_image_cache_hits_total", "counter",
+           "Images whose rows came from the encoded-image cache instead of the "
+           "encoder.", (double)v->cache_hits);
+    scalar(out, "spindle_image_cache_evictions_total", "counter",
+           "Images dropped from the encoded-image cache for its budget.",
+           (double)v->cache_evictions);
+    scalar(out, "spindle_image_cache_bytes", "gauge",
+           "Bytes of image rows the encoded-image cache holds.", (double)v->cache_bytes);
+}
+
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
     pthread_mutex_lock(&m->lock);
     render_requests(m, out);

@@ -50,6 +50,9 @@ void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
                                  int n_generated);
 /* The exposition text into `out`; queued/running from the engine. */
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out);
+/* The vision encoder's counters: images encoded, answered from the
+ * encoded-image cache, evicted from it, and its bytes. */
+void sp_metrics_render_vision(const spindle_vision_stats *v, sp_strbuf *out);
 /* The KV block pool's gauges: the share of blocks in use (0-1) and the
  * cache config info metric, under Spindle's names and vLLM's (the series
  * the Gateway API Inference Extension's endpoint picker reads); the blocks

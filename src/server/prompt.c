@@ -5,6 +5,7 @@
 #include "server/reply.h"
 #include "server/state.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* Room for the prompt and at least one generated token, and for all of
@@ -33,11 +34,12 @@ bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int3
                                size_t *n, char **rendered, sp_api_error *e) {
     char *text = NULL;
     if (!sp_reply_render_chat(s, r, &text, e)) return false;
+    *rendered = text;
+    if (r->n_images) return sp_images_tokens(s, r, text, ids, n, e);
     spindle_error err = {0};
     /* The template wrote the special tokens itself (as mlx-lm and
      * transformers' apply_chat_template(tokenize=True) do). */
     spindle_status st = spindle_tokenizer_encode(s->tok, text, strlen(text), false, ids, n, &err);
-    *rendered = text;
     if (st) sp_api_error_from_status(e, st, "messages", err.message);
     return !st;
 }
@@ -51,9 +53,12 @@ static bool image_prompt(sp_server *s, const sp_api_request *r, int32_t **ids, i
     if (r->resume_id)
         return sp_api_bad(e, "resume_id", "'resume_id' cannot be given with images");
     if (!sp_reply_render_chat(s, r, rendered, e)) return false;
-    bool made = images ? sp_images_prompt(s, r, *rendered, ids, n, images, e)
-                       : sp_images_prompt_ids(s, r, *rendered, ids, n, e);
-    return made && prompt_fits(s, r, *n, e);
+    if (images)
+        return sp_images_prompt(s, r, *rendered, ids, n, images, e) && prompt_fits(s, r, *n, e);
+    size_t count = 0;   /* the render routes: the ids only, no image encoded */
+    if (!sp_images_tokens(s, r, *rendered, ids, &count, e)) return false;
+    *n = count > INT_MAX ? INT_MAX : (int)count;
+    return prompt_fits(s, r, *n, e);
 }
 
 bool sp_server_prompt_ids(sp_server *s, sp_api_request *r, int32_t **ids, int *n,

@@ -89,6 +89,11 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c, const 
         sp_metrics_render_kv(&kv, &out);
         if (s->kv_events) sp_kv_events_render_metrics(s->kv_events, kv.hash_root, &out);
     }
+    if (s->vision) {
+        spindle_vision_stats vs;
+        spindle_vision_get_stats(s->vision, &vs);
+        sp_metrics_render_vision(&vs, &out);
+    }
     sp_adapters_render_metrics(s, &out);
     enum MHD_Result rc = sp_reply(s, c, SP_ROUTE_METRICS, out.oom ? 503 : 200,
                                   "text/plain; version=0.0.4; charset=utf-8",

@@ -29,6 +29,7 @@ void sp_server_defaults(sp_server_options *o) {
     o->idle_timeout_s = 60;
     o->read_timeout_s = 30;
     o->shutdown_timeout_s = 10;
+    o->remote_media_timeout_s = 10;
     o->checkpoint_every = 64;
 }
 
@@ -255,7 +256,8 @@ int sp_server_run(const sp_server_options *o) {
     s->model_names[1] = o->model_path;
     s->limits = (sp_api_limits){.model_names = s->model_names, .n_model_names = 2,
                                 .default_max_tokens = o->default_max_tokens,
-                                .n_slots = o->parallel};
+                                .n_slots = o->parallel,
+                                .allow_remote_media = o->remote_media_hosts != NULL};
     atomic_init(&s->phase, SP_PHASE_LOADING);
     atomic_init(&s->next_id, 1);
     pthread_mutex_init(&s->lock, NULL);

@@ -63,6 +63,10 @@ typedef struct sp_server_options {
     const char *const *loras;
     int n_loras;
     const char *lora_dir;       /* --lora-dir: the load route's folder; NULL: off */
+    /* --allow-remote-media HOSTS: http(s) image URLs on these hosts
+     * (comma-separated, or "*") are fetched; NULL: refused */
+    const char *remote_media_hosts;
+    int remote_media_timeout_s; /* --remote-media-timeout (default 10) */
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);

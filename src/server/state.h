@@ -55,9 +55,9 @@ typedef struct sp_server {
     spindle_reranker *reranker;
     char rerank_refusal[256];
     /* The vision encoder (images.c): NULL when the model takes no images;
-     * one encode at a time, under vision_lock. */
+     * thread-safe (it runs one encode at a time, and keeps encoded images
+     * in its cache). */
     spindle_vision *vision;
-    pthread_mutex_t vision_lock;
     atomic_int phase;
     sp_api_limits limits;
     const char *model_names[2];
@@ -152,7 +152,8 @@ void sp_cancel_all_jobs(sp_server *s);
 
 /* ---- prompt.c: a generation request's prompt */
 /* A chat request's messages rendered by the chat template (*rendered,
- * spindle_free) and tokenized (*ids, spindle_free). False with a 400 in *e. */
+ * spindle_free) and tokenized (*ids, spindle_free), image markers expanded
+ * to the positions their images take. False with a 400 in *e. */
 bool sp_server_chat_prompt_ids(const sp_server *s, const sp_api_request *r, int32_t **ids,
                                size_t *n, char **rendered, sp_api_error *e);
 /* The prompt of a chat or completion request (a completion's given ids

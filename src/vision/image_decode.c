@@ -94,6 +94,22 @@ static spindle_status decode_webp(const unsigned char *p, size_t n,
     return SPINDLE_OK;
 }
 
+/* TurboJPEG's CMYK pixels (as stored) to RGBA as PIL gives them: PIL
+ * reads every CMYK JPEG as Adobe's inverted CMYK ("CMYK;I", c = 255 -
+ * stored) and Image.convert("RGB") computes nk - c * nk / 255 (rounded)
+ * with nk = 255 - k, its cmyk2rgb. */
+static void cmyk_to_rgba(uint8_t *px, size_t n_pixels) {
+    for (size_t i = 0; i < n_pixels; i++, px += 4) {
+        const int nk = px[3];
+        for (int ch = 0; ch < 3; ch++) {
+            const int t = (255 - px[ch]) * nk + 128;
+            const int v = nk - (((t >> 8) + t) >> 8);
+            px[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+        px[3] = 255;
+    }
+}
+
 static spindle_status decode_jpeg(const unsigned char *p, size_t n,
                                   const sp_image_limits *lim, sp_image *out,
                                   spindle_error *err) {
@@ -111,10 +127,12 @@ static spindle_status decode_jpeg(const unsigned char *p, size_t n,
     /* TurboJPEG's defaults are libjpeg's (and PIL's): the accurate integer
      * IDCT and fancy upsampling. A warning (a truncated file whose start
      * decodes) fails too: PIL refuses truncated images. */
+    const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
     if (!st && tjDecompress2(tj, p, (unsigned long)n, out->rgba, w, 0, h,
-                             TJPF_RGBA, TJFLAG_STOPONWARNING))
+                             cmyk ? TJPF_CMYK : TJPF_RGBA, TJFLAG_STOPONWARNING))
         st = sp_fail(err, SPINDLE_ERR_FORMAT, "JPEG image is damaged or "
                      "truncated (%s)", tjGetErrorStr2(tj));
+    if (!st && cmyk) cmyk_to_rgba(out->rgba, (size_t)w * h);
     tjDestroy(tj);
     out->width = w;
     out->height = h;
@@ -146,6 +164,57 @@ static spindle_status decode_png(const unsigned char *p, size_t n,
     return st;
 }
 
+/* A GIF's transparency: where the first image's Graphic Control
+ * Extension keeps its flag (bit 0; 0 when the flag is not set) and the
+ * colour its transparent index has in the image's palette (the local one,
+ * else the global one). The blocks before the first image descriptor are
+ * walked within n bytes. */
+typedef struct gif_transparency {
+    size_t flag_at;
+    bool has_colour;
+    uint8_t rgb[3];
+} gif_transparency;
+
+static gif_transparency gif_find_transparency(const unsigned char *p, size_t n) {
+    gif_transparency t = {0};
+    if (n < 13) return t;
+    size_t at = 13, palette = 0, colours = 0;
+    if (p[10] & 0x80) {
+        palette = 13;
+        colours = (size_t)2 << (p[10] & 7);
+        at += 3 * colours;
+    }
+    int index = -1;
+    while (at + 1 < n && p[at] == 0x21) {   /* extensions, up to the image (0x2c) */
+        if (p[at + 1] == 0xf9 && at + 6 < n && p[at + 2] == 4) {
+            t.flag_at = p[at + 3] & 1 ? at + 3 : 0;
+            index = t.flag_at ? p[at + 6] : -1;
+        }
+        at += 2;
+        while (at < n && p[at]) at += 1 + (size_t)p[at];   /* sub-blocks */
+        at++;
+    }
+    if (at + 9 < n && p[at] == 0x2c && (p[at + 9] & 0x80)) {
+        palette = at + 10;
+        colours = (size_t)2 << (p[at + 9] & 7);
+    }
+    if (index >= 0 && (size_t)index < colours && palette + 3 * (size_t)index + 3 <= n) {
+        t.has_colour = true;
+        memcpy(t.rgb, p + palette + 3 * (size_t)index, 3);
+    }
+    return t;
+}
+
+/* What transformers' image processors (convert_to_rgb) make of a GIF
+ * with a transparent index: Image.convert("RGB") gives every pixel its
+ * palette colour and keeps the transparent index's colour as the image's
+ * transparency, and the processor then composites that colour, wherever
+ * it is, onto white. */
+static void gif_transparent_to_white(uint8_t *rgba, size_t n_pixels, const uint8_t rgb[3]) {
+    for (size_t i = 0; i < n_pixels; i++, rgba += 4)
+        if (!memcmp(rgba, rgb, 3)) memset(rgba, 255, 3);
+}
+
 static spindle_status decode_stb(const unsigned char *p, size_t n,
                                  image_kind kind, const sp_image_limits *lim,
                                  sp_image *out, spindle_error *err) {
@@ -156,8 +225,20 @@ static spindle_status decode_stb(const unsigned char *p, size_t n,
                        name, n > INT32_MAX ? "too large" : stbi_failure_reason());
     spindle_status st = check_pixels(w, h, name, lim, err);
     if (st) return st;
-    /* A GIF decodes to its first frame. */
+    /* A GIF decodes to its first frame. Its transparent pixels take their
+     * palette colour first (stb_image would leave them black): the
+     * transparency flag is cleared in a copy. */
+    const gif_transparency t = kind == KIND_GIF ? gif_find_transparency(p, n)
+                                                : (gif_transparency){0};
+    unsigned char *opaque = t.flag_at ? malloc(n) : NULL;
+    if (t.flag_at && !opaque) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (opaque) {
+        memcpy(opaque, p, n);
+        opaque[t.flag_at] &= (unsigned char)~1u;
+        p = opaque;
+    }
     unsigned char *px = stbi_load_from_memory(p, (int)n, &w, &h, &comp, 4);
+    free(opaque);
     if (!px)
         return sp_fail(err, SPINDLE_ERR_FORMAT, "%s image is damaged or "
                        "truncated (%s)", name, stbi_failure_reason());
@@ -165,6 +246,7 @@ static spindle_status decode_stb(const unsigned char *p, size_t n,
     if (out->rgba) memcpy(out->rgba, px, (size_t)w * h * 4);
     stbi_image_free(px);
     if (!out->rgba) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    if (t.has_colour) gif_transparent_to_white(out->rgba, (size_t)w * h, t.rgb);
     out->width = w;
     out->height = h;
     return SPINDLE_OK;

@@ -5,11 +5,13 @@
 #include "spindle.h"
 #include "vision/gemma3_projector.h"
 #include "vision/image.h"
+#include "vision/image_cache.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "base/strbuf.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,11 @@ struct spindle_vision {
     sp_pool *pool;
     spindle_vision_info info;
     char identity[80];   /* the encoder's name and weights, for digests */
+    /* One encode at a time (the pool and the tower's scratch); the cache
+     * has its own lock, so a hit does not wait for another image. */
+    pthread_mutex_t encode_lock;
+    uint64_t encodes;     /* under encode_lock */
+    sp_image_cache *cache;
 };
 
 static const cJSON *item(const cJSON *o, const char *key) {
@@ -140,7 +147,12 @@ spindle_status spindle_vision_new(spindle_model *model,
     v->limits = (sp_image_limits){
         o.max_image_bytes ? o.max_image_bytes : SP_IMAGE_MAX_BYTES_DEFAULT,
         o.max_image_pixels > 0 ? o.max_image_pixels : SP_IMAGE_MAX_PIXELS_DEFAULT};
-    spindle_status st = bind(v, err);
+    pthread_mutex_init(&v->encode_lock, NULL);
+    const size_t cache_bytes = o.cache_bytes < 0 ? 0
+                               : o.cache_bytes ? (size_t)o.cache_bytes
+                                               : SPINDLE_VISION_CACHE_BYTES_DEFAULT;
+    v->cache = sp_image_cache_new(cache_bytes);
+    spindle_status st = v->cache ? bind(v, err) : sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     char fp[SPINDLE_FINGERPRINT_LEN + 1] = "";
     if (!st) st = spindle_model_fingerprint(model, fp, err);
     if (!st) {
@@ -159,6 +171,8 @@ spindle_status spindle_vision_new(spindle_model *model,
 void spindle_vision_free(spindle_vision *v) {
     if (!v) return;
     sp_pool_destroy(v->pool);
+    sp_image_cache_free(v->cache);
+    pthread_mutex_destroy(&v->encode_lock);
     sp_gemma3_projector_free(&v->proj);
     sp_siglip_free(&v->tower);
     sp_vision_weights_free(&v->vw);
@@ -169,14 +183,10 @@ void spindle_vision_describe(const spindle_vision *v, spindle_vision_info *out) 
     if (out) *out = v ? v->info : (spindle_vision_info){0};
 }
 
-spindle_status spindle_vision_encode(spindle_vision *v, const void *image,
-                                     size_t n_bytes, float **rows,
-                                     unsigned char digest[SPINDLE_SPAN_DIGEST_BYTES],
-                                     spindle_error *err) {
-    sp_error_clear(err);
-    if (!v || !rows || !digest || (!image && n_bytes))
-        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
-    *rows = NULL;
+/* The rows of one image: decode, pre-process, tower, projector. Under
+ * encode_lock. */
+static spindle_status encode_rows(spindle_vision *v, const void *image, size_t n_bytes,
+                                  float **rows, spindle_error *err) {
     sp_image img;
     spindle_status st = sp_image_decode(image, n_bytes, &v->limits, &img, err);
     if (st) return st;
@@ -197,9 +207,49 @@ spindle_status spindle_vision_encode(spindle_vision *v, const void *image,
         free(out);
         return st;
     }
-    spindle_span_digest(image, n_bytes, v->identity, digest);
+    v->encodes++;
     *rows = out;
     return SPINDLE_OK;
+}
+
+spindle_status spindle_vision_encode(spindle_vision *v, const void *image,
+                                     size_t n_bytes, float **rows,
+                                     unsigned char digest[SPINDLE_SPAN_DIGEST_BYTES],
+                                     spindle_error *err) {
+    sp_error_clear(err);
+    if (!v || !rows || !digest || (!image && n_bytes))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "NULL argument");
+    *rows = NULL;
+    const size_t n_floats = (size_t)v->info.tokens_per_image * v->info.hidden_size;
+    /* The digest names the bytes and the encoder, so equal digests are
+     * equal rows: the cache's key. */
+    spindle_span_digest(image, n_bytes, v->identity, digest);
+    if (sp_image_cache_get(v->cache, digest, n_floats, rows)) return SPINDLE_OK;
+    pthread_mutex_lock(&v->encode_lock);
+    /* Another call may have encoded the same image while this one waited. */
+    spindle_status st = SPINDLE_OK;
+    if (!sp_image_cache_get(v->cache, digest, n_floats, rows)) {
+        st = encode_rows(v, image, n_bytes, rows, err);
+        /* Kept before the lock is let go, so that a call waiting with the
+         * same image finds it. */
+        if (!st) sp_image_cache_put(v->cache, digest, *rows, n_floats);
+    }
+    pthread_mutex_unlock(&v->encode_lock);
+    return st;
+}
+
+void spindle_vision_get_stats(spindle_vision *v, spindle_vision_stats *out) {
+    *out = (spindle_vision_stats){0};
+    if (!v) return;
+    sp_image_cache_stats cs;
+    sp_image_cache_stats_get(v->cache, &cs);
+    pthread_mutex_lock(&v->encode_lock);
+    out->encodes = v->encodes;
+    pthread_mutex_unlock(&v->encode_lock);
+    out->cache_hits = cs.hits;
+    out->cache_evictions = cs.evictions;
+    out->cache_bytes = cs.bytes;
+    out->cache_entries = cs.entries;
 }
 
 spindle_status spindle_vision_expand_text(const spindle_vision *v,

@@ -33,7 +33,7 @@
 static const char *const names[] = {"tiny", "/models/tiny"};
 static const sp_api_limits limits = {.vocab_size = VOCAB, .model_names = names,
                                      .n_model_names = 2, .default_max_tokens = 16,
-                                     .n_slots = 4};
+                                     .n_slots = 4, .image_marker = "<start_of_image>"};
 
 static void check_error(const sp_api_error *e) {
     if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "rejected (%d): %s\n", e->http_status, e->message);

@@ -634,6 +634,20 @@ def server_seeds():
     put("fuzz_server_request", "responses-schema", b"\x0a" + js({
         "input": "x", "text": {"format": {"type": "json_schema", "name": "w", "strict": True,
                                           "schema": {"type": "object"}}}}).encode())
+    png = "iVBORw0KGgoAAAANSUhEUg=="   # a PNG's signature and IHDR tag
+    put("fuzz_server_request", "chat-image", b"\0" + js({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "x"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}]}]}).encode())
+    put("fuzz_server_request", "anthropic-image", b"\x08" + js({
+        "max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.org/a.png"}}]}]}).encode())
+    put("fuzz_server_request", "responses-image", b"\x0a" + js({
+        "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "x"},
+            {"type": "input_image", "image_url": "data:image/png;base64," + png,
+             "detail": "auto"}]}]}).encode())
     put("fuzz_server_request", "chat-lora", b"\0" + js({
         "messages": [{"role": "user", "content": "x"}], "adapters": "/a",
         "lora": [{"id": 0, "scale": 0}, {"id": 3, "scale": 0.5}]}).encode())

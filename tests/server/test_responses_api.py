@@ -249,8 +249,11 @@ MALFORMED = [
     ({"input": [{"type": "web_search_call"}]}, "input[0]"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0]"),
     ({"input": [{"role": "user"}]}, "input[0].content"),
+    # A text model takes no images (tests/vision for a vision model's).
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-     "input[0].content"),
+     "input[0].content[0].image_url"),
+    ({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+     "input[0].content[0]"),
     ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0]"),
     ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0]"),
     ({"input": "x", "instructions": 3}, "instructions"),

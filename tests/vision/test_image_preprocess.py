@@ -105,3 +105,34 @@ def test_malformed_image_one_line_error(harness, tmp_path, name):
     path.write_bytes(data)
     rc, err = run_harness(harness, "pixels", path, 8, 8, 2, tmp_path / "o")
     assert rc == 1 and "\n" not in err and want in err, err
+
+
+@pytest.mark.parametrize("size", [(61, 47), (896, 896)])
+def test_cmyk_jpeg_as_load_image(harness, tmp_path, size):
+    """A CMYK JPEG (as Photoshop writes them: Adobe's inverted CMYK, which
+    PIL assumes for every CMYK JPEG) converted to RGB as PIL converts it."""
+    path = tmp_path / "cmyk.jpg"
+    img = synthetic("RGB", 83, 59, 7).convert("CMYK")
+    img.save(path, "JPEG", quality=90)
+    assert load_image_mode(path) == "CMYK"
+    want = reference(load_image(str(path)), *size, 2)
+    got = ours(harness, path, *size, 2, tmp_path)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("size", [(61, 47), (40, 30)])
+def test_transparent_gif_as_load_image(harness, tmp_path, size):
+    """A GIF's transparent pixels take their palette colour, as
+    Image.convert("RGB") gives them (not black)."""
+    img = synthetic("P", 40, 30, 11)
+    path = tmp_path / "transparent.gif"
+    img.save(path, "GIF", transparency=3)
+    want = reference(load_image(str(path)), *size, 2)
+    got = ours(harness, path, *size, 2, tmp_path)
+    assert np.array_equal(got, want)
+
+
+def load_image_mode(path):
+    from PIL import Image
+    with Image.open(path) as im:
+        return im.mode
