@@ -493,6 +493,14 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     return rule_from(c, name, &o);
 }
 
+/* A minLength-style count that no string reaches past (a length over
+ * a billion is as good as none): dflt when absent, -2 when not a count. */
+static long length_value(const cJSON *v, long dflt) {
+    if (!v) return dflt;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) return -2;
+    return v->valuedouble > 1e9 ? (dflt < 0 ? -1 : 1000000000L) : (long)v->valuedouble;
+}
+
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
                                const char *ptr) {
     const cJSON *pat = get(s, "pattern"), *fmt = get(s, "format");
@@ -501,10 +509,13 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     js_add_primitive(c, "space");
     if (pat) {
         if (!cJSON_IsString(pat)) return js_fail(c, ptr, "pattern must be a string"), NULL;
-        if (mn || mx || fmt) return js_fail(c, ptr, "pattern with minLength/maxLength/format is not supported"), NULL;
+        if (fmt) return js_fail(c, ptr, "pattern with format is not supported"), NULL;
+        long min = length_value(mn, 0), max = length_value(mx, -1);
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
         spindle_error e = {0};
-        if (sp_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring), &o, &e)) {
+        if (sp_regex_to_gbnf_lengths(pat->valuestring, strlen(pat->valuestring), min, max, &o, &e)) {
             sp_strbuf_free(&o);
             return js_fail(c, ptr, "pattern: %s", e.message), NULL;
         }
