@@ -22,20 +22,20 @@ static const char *visit(js_conv *c, const cJSON *s, const char *name,
  * either is read by the branches below or does not constrain the value
  * (annotations such as title, vendor keywords such as x-... or
  * markdownDescription, draft 4's id), as validators treat unknown
- * keywords. */
+ * keywords, or acts only beside a keyword refused here: `then` / `else`
+ * without `if`, `minContains` / `maxContains` without `contains`. */
 static const char *const REFUSED[] = {
-    "not", "if", "then", "else", "propertyNames", "dependentRequired",
-    "dependentSchemas", "dependencies", "minProperties", "maxProperties",
-    "unevaluatedProperties", "uniqueItems", "contains", "minContains",
-    "maxContains", "$dynamicRef", "$recursiveRef"};
+    "not", "if", "propertyNames", "dependentRequired", "dependentSchemas",
+    "dependencies", "unevaluatedProperties", "uniqueItems", "contains",
+    "$dynamicRef", "$recursiveRef"};
 
-static bool refused_keyword(const char *k) {
+bool js_refused_keyword(const char *k) {
     for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
         if (!strcmp(REFUSED[i], k)) return true;
     return false;
 }
 
-static void child_ptr(char *out, size_t cap, const char *ptr, const char *a,
+void js_child_ptr(char *out, size_t cap, const char *ptr, const char *a,
                       const char *b) {
     snprintf(out, cap, "%s/%s%s%s", ptr, a, b ? "/" : "", b ? b : "");
 }
@@ -48,7 +48,7 @@ static char *take(sp_strbuf *b) {
     return b->p ? b->p : calloc(1, 1);
 }
 
-static const char *rule_from(js_conv *c, const char *name, sp_strbuf *body) {
+const char *js_rule_from(js_conv *c, const char *name, sp_strbuf *body) {
     char *text = take(body);
     if (!text) {
         js_fail(c, NULL, "out of memory");
@@ -59,7 +59,7 @@ static const char *rule_from(js_conv *c, const char *name, sp_strbuf *body) {
     return r;
 }
 
-static void sub_name(char *out, size_t cap, const char *name, const char *part) {
+void js_sub_name(char *out, size_t cap, const char *name, const char *part) {
     snprintf(out, cap, "%s%s%s", name, *name ? "-" : "", part);
 }
 
@@ -117,141 +117,6 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     return c->rules[slot].name;
 }
 
-typedef struct prop {
-    const char *key;
-    const char *kv;  /* the key-value rule */
-    bool required;
-} prop;
-
-/* One optional property of a chain: `( "," space kv )?` after an earlier
- * one, else kv itself; the additional keys (key NULL) repeat. */
-static void chain_link(sp_strbuf *o, const prop *p, bool after_another) {
-    bool star = p->key == NULL;
-    if (after_another) sp_strbuf_printf(o, "( \",\" space %s )%s", p->kv, star ? "*" : "?");
-    else if (star) sp_strbuf_printf(o, "%s ( \",\" space %s )*", p->kv, p->kv);
-    else sp_strbuf_printf(o, "%s", p->kv);
-}
-
-/* rests[k] (0 < k < n; rests[n] NULL): the rule for optional properties
- * k.. after an earlier one, each optional, in order. Built once from the
- * last, so that n optional properties cost n rules (a schema may list
- * over a thousand), not a chain per alternative. */
-static const char **optional_rests(js_conv *c, const prop *props, int n,
-                                   const char *name) {
-    const char **rests = calloc((size_t)n + 1, sizeof *rests);
-    if (!rests) return js_fail(c, NULL, "out of memory"), NULL;
-    for (int k = n - 1; k >= 1 && !c->failed; k--) {
-        sp_strbuf body = {0};
-        chain_link(&body, &props[k], true);
-        if (rests[k + 1]) sp_strbuf_printf(&body, " %s", rests[k + 1]);
-        char rn[200];
-        snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
-                 props[k - 1].key ? props[k - 1].key : "additional");
-        rests[k] = rule_from(c, rn, &body);
-    }
-    return rests;
-}
-
-/* Whether the array `list` holds the string s. */
-static bool js_in_list(const cJSON *list, const char *s) {
-    const cJSON *r;
-    cJSON_ArrayForEach(r, list)
-        if (cJSON_IsString(r) && !strcmp(r->valuestring, s)) return true;
-    return false;
-}
-
-/* An object: the listed properties in order (required ones, then the
- * optional ones as nested alternatives), then any number of the keys
- * patternProperties (of s) or additionalProperties add. */
-static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
-                               const char *ptr, const cJSON *props_obj,
-                               const cJSON *required, const cJSON *additional) {
-    int n = cJSON_GetArraySize(props_obj) + 1;
-    prop *props = calloc((size_t)n, sizeof *props);
-    if (!props) return js_fail(c, ptr, "out of memory"), NULL;
-    int np = 0;
-    char nm[256], p2[512];
-    const cJSON *it;
-    cJSON_ArrayForEach(it, props_obj) {
-        sub_name(nm, sizeof nm, name, it->string);
-        child_ptr(p2, sizeof p2, ptr, "properties", it->string);
-        /* The schema false: the property must not appear, so it is left
-         * out (and unsatisfiable if required). */
-        if (cJSON_IsFalse(it) && !js_in_list(required, it->string)) continue;
-        const char *value = visit(c, it, nm, p2);
-        if (!value) break;
-        sp_strbuf kv = {0};
-        cJSON *ks = cJSON_CreateString(it->string);
-        if (!ks || !js_const_rule(&kv, ks)) kv.oom = true;
-        cJSON_Delete(ks);
-        sp_strbuf_printf(&kv, " space \":\" space %s", value);
-        char kvn[300];
-        snprintf(kvn, sizeof kvn, "%s-kv", nm);
-        props[np].kv = rule_from(c, kvn, &kv);
-        props[np].key = it->string;
-        props[np].required = js_in_list(required, it->string);
-        np++;
-    }
-    const cJSON *patterns = s ? cJSON_GetObjectItemCaseSensitive(s, "patternProperties") : NULL;
-    const char *pattern_kv = patterns && !c->failed
-        ? js_pattern_kv(c, patterns, props_obj, additional, name, ptr, visit) : "";
-    if (!c->failed && additional && !cJSON_IsFalse(additional)) {
-        char an[256];
-        sub_name(an, sizeof an, name, "additional");
-        const char *value;
-        if (cJSON_IsObject(additional)) {
-            char vn[300];
-            snprintf(vn, sizeof vn, "%s-value", an);
-            child_ptr(p2, sizeof p2, ptr, "additionalProperties", NULL);
-            value = visit(c, additional, vn, p2);
-        } else {
-            value = js_add_primitive(c, "value");
-        }
-        const char *key = js_add_primitive(c, "string");
-        sp_strbuf kv = {0};
-        sp_strbuf_printf(&kv, "%s \":\" space %s", key ? key : "string", value ? value : "value");
-        char kvn[300];
-        snprintf(kvn, sizeof kvn, "%s-kv", an);
-        if (pattern_kv && *pattern_kv) sp_strbuf_printf(&kv, " | %s", pattern_kv);
-        props[np].kv = rule_from(c, kvn, &kv);
-        props[np++].key = NULL;
-    } else if (pattern_kv && *pattern_kv) {
-        props[np].kv = pattern_kv;
-        props[np++].key = NULL;
-    }
-    if (c->failed) {
-        free(props);
-        return NULL;
-    }
-    js_add_primitive(c, "space");
-    sp_strbuf o = {0};
-    sp_strbuf_add(&o, "\"{\" space ", 10);
-    int n_req = 0;
-    for (int i = 0; i < np; i++)
-        if (props[i].required) sp_strbuf_printf(&o, "%s%s", n_req++ ? " \",\" space " : "", props[i].kv);
-    prop *opt = calloc((size_t)np + 1, sizeof *opt);
-    int n_opt = 0;
-    for (int i = 0; opt && i < np; i++)
-        if (!props[i].required) opt[n_opt++] = props[i];
-    if (n_opt > 0) {
-        sp_strbuf_add(&o, " (", 2);
-        if (n_req) sp_strbuf_add(&o, " \",\" space ( ", 13);
-        const char **rests = optional_rests(c, opt, n_opt, name);
-        for (int i = 0; rests && i < n_opt; i++) {
-            if (i) sp_strbuf_add(&o, " | ", 3);
-            chain_link(&o, &opt[i], false);
-            if (rests[i + 1]) sp_strbuf_printf(&o, " %s", rests[i + 1]);
-        }
-        free(rests);
-        if (n_req) sp_strbuf_add(&o, " )", 2);
-        sp_strbuf_add(&o, " )?", 3);
-    }
-    sp_strbuf_add(&o, " \"}\" space", 10);
-    free(opt);
-    free(props);
-    return rule_from(c, name, &o);
-}
-
 static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
                               const char *ptr, const char *kw) {
     sp_strbuf o = {0};
@@ -262,7 +127,7 @@ static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
     cJSON_ArrayForEach(it, alts) {
         snprintf(idx, sizeof idx, "%d", i);
         snprintf(nm, sizeof nm, "%s%s%d", name, *name ? "-" : "alternative-", i);
-        child_ptr(p2, sizeof p2, ptr, kw, idx);
+        js_child_ptr(p2, sizeof p2, ptr, kw, idx);
         const char *r = visit(c, it, nm, p2);
         if (!r) {
             sp_strbuf_free(&o);
@@ -270,7 +135,7 @@ static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
         }
         sp_strbuf_printf(&o, "%s%s", i++ ? " | " : "", r);
     }
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 
@@ -298,105 +163,7 @@ static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_addc(&o, ')');
     }
     sp_strbuf_add(&o, " space", 6);
-    return rule_from(c, name, &o);
-}
-
-/* Keywords an allOf member may carry besides properties / required /
- * type object / additionalProperties true or false: ones that constrain
- * the value in a way the merge below does not carry over. */
-static const char *const UNMERGED[] = {
-    "anyOf", "oneOf", "allOf", "enum", "const", "items", "prefixItems",
-    "additionalItems", "minItems", "maxItems", "pattern", "format",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "nullable", "patternProperties"};
-
-/* One allOf member (a local $ref followed): refused, naming the keyword,
- * unless the merge takes all it asks. */
-static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
-    const cJSON *ref = get(t, "$ref"), *it;
-    if (cJSON_IsString(ref)) {
-        const cJSON *target = NULL;
-        if (!js_pointer_target(c->root, ref->valuestring, &target) || !target)
-            return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
-                           "schema", ref->valuestring), NULL;
-        if (cJSON_GetArraySize((cJSON *)t) > 1)
-            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged"), NULL;
-        t = target;
-    }
-    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
-    cJSON_ArrayForEach(it, t) {
-        bool unmerged = refused_keyword(it->string);
-        for (size_t i = 0; i < sizeof UNMERGED / sizeof *UNMERGED; i++)
-            unmerged = unmerged || !strcmp(UNMERGED[i], it->string);
-        if (unmerged) return js_fail(c, ptr, "allOf: keyword '%s' in a member is not merged", it->string), NULL;
-    }
-    if (!cJSON_IsObject(get(t, "properties")))
-        return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
-    const cJSON *type = get(t, "type"), *add = get(t, "additionalProperties");
-    if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "object")))
-        return js_fail(c, ptr, "allOf is supported only over objects (type '%s')",
-                       cJSON_IsString(type) ? type->valuestring : "list"), NULL;
-    if (add && !cJSON_IsBool(add))
-        return js_fail(c, ptr, "allOf: additionalProperties as a schema in a member is not merged"), NULL;
-    return t;
-}
-
-/* allOf over objects: the members' properties merged in order (a property
- * two members list must have the same schema in both), required if any
- * member, or the schema itself, requires it. */
-static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
-                               const char *ptr) {
-    const cJSON *all = get(s, "allOf"), *t, *p, *r;
-    if (cJSON_GetArraySize(all) == 1 && !get(s, "properties") && !get(s, "required"))
-        return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
-    /* The schema's own properties come first, as a member's would. */
-    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
-    cJSON_ArrayForEach(p, get(s, "properties"))
-        cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-    cJSON_ArrayForEach(r, get(s, "required"))
-        if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
-    char p2[512], idx[16];
-    int i = 0;
-    cJSON_ArrayForEach(t, all) {
-        snprintf(idx, sizeof idx, "%d", i++);
-        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
-        const cJSON *comp = all_of_member(c, t, p2);
-        if (!comp) break;
-        cJSON_ArrayForEach(p, get(comp, "properties")) {
-            const cJSON *had = get(props, p->string);
-            if (!had) cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-            else if (!cJSON_Compare(had, p, true)) {
-                js_fail(c, p2, "allOf: property '%s' has different schemas in two members", p->string);
-                break;
-            }
-        }
-        cJSON_ArrayForEach(r, get(comp, "required"))
-            if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
-    }
-    /* A member closed by additionalProperties false admits no property the
-     * others add. */
-    i = 0;
-    cJSON_ArrayForEach(t, all) {
-        snprintf(idx, sizeof idx, "%d", i++);
-        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
-        const cJSON *comp = c->failed ? NULL : all_of_member(c, t, p2);
-        if (!comp || !cJSON_IsFalse(get(comp, "additionalProperties"))) continue;
-        cJSON_ArrayForEach(p, props)
-            if (!get(get(comp, "properties"), p->string)) {
-                js_fail(c, p2, "allOf: additionalProperties false excludes property '%s' of "
-                        "another member", p->string);
-                break;
-            }
-    }
-    bool closed = cJSON_IsFalse(get(s, "additionalProperties"));
-    cJSON_ArrayForEach(p, props)
-        if (closed && !c->failed && !get(get(s, "properties"), p->string))
-            js_fail(c, ptr, "allOf: additionalProperties false excludes property '%s' of a "
-                    "member", p->string);
-    const char *res = c->failed ? NULL : object_rule(c, s, name, ptr, props, req, NULL);
-    cJSON_Delete(props);
-    cJSON_Delete(req);
-    return res;
+    return js_rule_from(c, name, &o);
 }
 
 /* A minItems/maxLength-style count as a long. A non-number is dflt; a
@@ -437,15 +204,15 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     int i = 0;
     cJSON_ArrayForEach(it, tuple) {
         snprintf(idx, sizeof idx, "tuple-%d", i);
-        sub_name(nm, sizeof nm, name, idx);
+        js_sub_name(nm, sizeof nm, name, idx);
         snprintf(idx, sizeof idx, "%d", i);
-        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
+        js_child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
         if (!(member[i++] = visit(c, it, nm, p2))) return free(member), NULL;
     }
     const char *more = NULL;
     if (rest && (max < 0 || max > n)) {
-        sub_name(nm, sizeof nm, name, "item");
-        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
+        js_sub_name(nm, sizeof nm, name, "item");
+        js_child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
         if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
     }
     js_add_primitive(c, "space");
@@ -467,7 +234,7 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     free(member);
     for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
     sp_strbuf_add(&o, " \"]\" space", 10);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
@@ -483,14 +250,14 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
         return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
                        SP_GRAMMAR_MAX_REPEAT), NULL;
-    sub_name(nm, sizeof nm, name, "item");
-    child_ptr(p2, sizeof p2, ptr, "items", NULL);
+    js_sub_name(nm, sizeof nm, name, "item");
+    js_child_ptr(p2, sizeof p2, ptr, "items", NULL);
     const char *item = items ? visit(c, items, nm, p2) : js_add_primitive(c, "value");
     if (!item) return NULL;
     sp_strbuf_add(&o, "\"[\" space ", 10);
     repetition(&o, item, min, max, "\",\" space");
     sp_strbuf_add(&o, " \"]\" space", 10);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 /* A minLength-style count that no string reaches past (a length over
@@ -520,7 +287,7 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
             return js_fail(c, ptr, "pattern: %s", e.message), NULL;
         }
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     if (cJSON_IsString(fmt) && js_format_checked(fmt->valuestring)) {
         long min = count_value(mn, 0), max = count_value(mx, -1);
@@ -541,7 +308,7 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
         repetition(&o, ch ? ch : "char", min, max, NULL);
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     const char *r = js_add_primitive(c, "string");
     return r && strcmp(name, "root") ? r : r ? js_add_rule(c, name, r) : NULL;
@@ -589,7 +356,7 @@ static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
         return js_fail(c, ptr, "integer bounds are empty or beyond 15 digits"), NULL;
     }
     sp_strbuf_add(&o, " space", 6);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 /* The tighter of `minimum`-style k and `exclusiveMinimum`-style xk (a
@@ -623,7 +390,7 @@ static const char *number_rule(js_conv *c, const cJSON *s, const char *name,
         return js_fail(c, ptr, "no number satisfies minimum/maximum (the bounds are empty)"), NULL;
     }
     sp_strbuf_add(&o, ") space", 7);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 static const char *typed(js_conv *c, const cJSON *s, const char *type,
@@ -632,9 +399,16 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     bool object = !type || !strcmp(type, "object");
     /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
      * false} for an empty object. */
-    if (object && get(s, "allOf")) return all_of_rule(c, s, name, ptr);
-    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add))))
-        return object_rule(c, s, name, ptr, props, get(s, "required"), add);
+    if (object && get(s, "allOf")) return js_all_of_rule(c, s, name, ptr, visit);
+    bool counted = get(s, "minProperties") || get(s, "maxProperties");
+    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add)) || counted)) {
+        long lo, hi;
+        if (!js_property_counts(c, s, ptr, &lo, &hi)) return NULL;
+        /* Nothing listed: any keys, as the object built-in takes them. */
+        static const cJSON any = {.type = cJSON_True};
+        const cJSON *extra = add ? add : !props && !get(s, "patternProperties") ? &any : NULL;
+        return js_object_rule(c, s, name, ptr, props, get(s, "required"), extra, lo, hi, visit);
+    }
     if (get(s, "allOf")) {
         if (cJSON_GetArraySize(get(s, "allOf")) == 1)
             return visit(c, cJSON_GetArrayItem(get(s, "allOf"), 0), name, ptr);
@@ -676,7 +450,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     const cJSON *it;
     cJSON_ArrayForEach(it, s)
-        if (refused_keyword(it->string))
+        if (js_refused_keyword(it->string))
             return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
     const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
     if (ref) {
@@ -704,7 +478,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
             if (!t) break;
         }
         if (cJSON_IsTrue(get(s, "nullable"))) sp_strbuf_printf(&o, " | %s", js_add_primitive(c, "null"));
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     if (type && !cJSON_IsString(type)) return js_fail(c, ptr, "type must be a string or an array of strings"), NULL;
     return typed(c, s, type ? type->valuestring : NULL, name, ptr);

@@ -92,6 +92,29 @@ const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
                           const cJSON *additional, const char *name, const char *ptr,
                           js_visit_fn visit);
 
+/* What json_schema.c's walk shares with the files beside it. */
+bool js_refused_keyword(const char *k);
+/* Whether keyword k only annotates (title, description, default, ...). */
+bool js_annotation_keyword(const char *k);
+bool js_in_list(const cJSON *list, const char *s);
+void js_child_ptr(char *out, size_t cap, const char *ptr, const char *a, const char *b);
+void js_sub_name(char *out, size_t cap, const char *name, const char *part);
+/* Rule `name` with body's text (body freed); NULL after js_fail. */
+const char *js_rule_from(js_conv *c, const char *name, sp_strbuf *body);
+/* An object (json_schema_object.c): props (a properties object, NULL for
+ * none) in order, those `required` lists required, then the keys
+ * patternProperties (of s) and `additional` add (NULL: none); the count
+ * of properties within min_props..max_props (-1: no bound). */
+const char *js_object_rule(js_conv *c, const cJSON *s, const char *name, const char *ptr,
+                           const cJSON *props, const cJSON *required,
+                           const cJSON *additional, long min_props, long max_props,
+                           js_visit_fn visit);
+/* s's minProperties / maxProperties (-1: absent); false after js_fail. */
+bool js_property_counts(js_conv *c, const cJSON *s, const char *ptr, long *min, long *max);
+/* allOf over objects merged into one object rule. */
+const char *js_all_of_rule(js_conv *c, const cJSON *s, const char *name, const char *ptr,
+                           js_visit_fn visit);
+
 /* The schema a local $ref ("#" then a JSON pointer) names in root: false
  * when ref is no such pointer; *out NULL when it points at nothing. */
 bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out);

@@ -32,6 +32,47 @@ CASES = {
                                            WORDS),
 }
 
+# Objects over the keys a, b, c, d in order (listed ones first), values
+# of each kind. Spindle writes required properties first, then the
+# optional ones in the order listed (llama.cpp's layout): the schemas
+# below list their required ones first, so the order is the schema's.
+OBJECTS = [{}]
+for keys in ["a", "b", "c", "ab", "ac", "bc", "abc", "abcd", "ad", "d", "de", "cd", "bcd", "abcde"]:
+    for v in [1, "s", True, {"x": 1}, {"y": "t"}, {"x": 2, "y": "u"}]:
+        OBJECTS.append({k: v for k in keys})
+OBJECTS += [{"a": 1, "b": "s"}, {"a": 1, "b": "s", "c": True}, {"b": "s", "c": True},
+            {"a": {"x": 1, "y": "t"}, "b": "s"}, {"a": {"y": "t"}}, {"a": {"x": 1}}]
+
+ABC = {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}}
+CASES.update({
+    "min_properties_one": ({"type": "object", "properties": ABC, "additionalProperties": False,
+                            "minProperties": 1}, OBJECTS),
+    "min_max_properties": ({"type": "object", "properties": ABC, "additionalProperties": False,
+                            "minProperties": 2, "maxProperties": 2}, OBJECTS),
+    "max_properties_with_required": ({"type": "object", "properties": ABC, "required": ["a"],
+                                      "additionalProperties": False, "maxProperties": 2}, OBJECTS),
+    "max_properties_map": ({"type": "object", "patternProperties": {"^[a-d]$": {"type": "integer"}},
+                            "additionalProperties": False, "minProperties": 1, "maxProperties": 3},
+                           OBJECTS),
+    "min_properties_additional": ({"type": "object", "properties": {"a": {"type": "integer"}},
+                                   "additionalProperties": {"type": "integer"},
+                                   "minProperties": 3}, OBJECTS),
+    "min_properties_any_object": ({"type": "object", "minProperties": 2, "maxProperties": 3},
+                                  OBJECTS),
+    "allof_nested_and_required_only": ({"allOf": [
+        {"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {"type": "string"}}}]},
+        {"type": "object", "required": ["a"]},
+        {"properties": {"a": {"description": "annotated again"}, "b": {}}},
+        {"additionalProperties": False, "properties": {"a": {}, "b": {}}}]}, OBJECTS),
+    "allof_property_in_two_members": ({"allOf": [
+        {"properties": {"a": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+         "additionalProperties": False},
+        {"properties": {"a": {"properties": {"y": {"type": "string"}}, "required": ["x"]}},
+         "required": ["a"]}]}, OBJECTS),
+    "allof_min_properties": ({"allOf": [{"properties": ABC, "additionalProperties": False},
+                                        {"minProperties": 2}]}, OBJECTS),
+})
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_accepts_exactly_what_jsonschema_validates(name, tmp_path):
