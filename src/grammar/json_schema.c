@@ -63,24 +63,50 @@ void js_sub_name(char *out, size_t cap, const char *name, const char *part) {
     snprintf(out, cap, "%s%s%s", name, *name ? "-" : "", part);
 }
 
+/* unit{lo,hi} (hi < 0: no cap), unit one GBNF symbol. Counts past the
+ * GBNF limit go through a block of SP_GRAMMAR_MAX_REPEAT units: lo as
+ * whole blocks then the rest, and up to hi - lo more as fewer than q
+ * blocks then under a block, or q blocks then up to r (hi - lo = qB + r),
+ * which together are each count once. */
+static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi) {
+    const long B = SP_GRAMMAR_MAX_REPEAT;
+    if (lo <= B && hi <= B) {
+        if (hi < 0) sp_strbuf_printf(o, "%s{%ld,}", unit, lo);
+        else sp_strbuf_printf(o, "%s{%ld,%ld}", unit, lo, hi);
+        return;
+    }
+    if (lo > B * B || hi > B * B) {
+        js_fail(c, NULL, "a length or item count past %ld", B * B);
+        return;
+    }
+    char bn[300];
+    snprintf(bn, sizeof bn, "%s-block", unit[0] == '(' ? "group" : unit);
+    sp_strbuf body = {0};
+    sp_strbuf_printf(&body, "%s{%ld}", unit, B);
+    const char *block = js_rule_from(c, bn, &body);
+    if (!block) return;
+    sp_strbuf_printf(o, "( %s{%ld} %s{%ld} ", block, lo / B, unit, lo % B);
+    long n = hi < 0 ? -1 : hi - lo, q = n / B, r = n % B;
+    if (n < 0) sp_strbuf_printf(o, "%s* )", unit);
+    else if (n <= B) sp_strbuf_printf(o, "%s{0,%ld} )", unit, n);
+    else sp_strbuf_printf(o, "( %s{0,%ld} %s{0,%ld} | %s{%ld} %s{0,%ld} ) )", block, q - 1, unit, B - 1,
+                          block, q, unit, r);
+}
+
 /* item (sep item){min-1..max-1}: llama.cpp's build_repetition. */
-static void repetition(sp_strbuf *o, const char *item, long min, long max,
+static void repetition(js_conv *c, sp_strbuf *o, const char *item, long min, long max,
                        const char *sep) {
     if (max == 0) return;
     if (min == 0 && max == 1) {
         sp_strbuf_printf(o, "%s?", item);
         return;
     }
-    if (!sep) {
-        if (max < 0) sp_strbuf_printf(o, "%s{%ld,}", item, min);
-        else sp_strbuf_printf(o, "%s{%ld,%ld}", item, min, max);
-        return;
-    }
+    if (!sep) return counted(c, o, item, min, max);
     if (min == 0) sp_strbuf_addc(o, '(');
-    sp_strbuf_printf(o, "%s (%s %s)", item, sep, item);
-    long rmin = min > 0 ? min - 1 : 0, rmax = max < 0 ? -1 : max - 1;
-    if (rmax < 0) sp_strbuf_printf(o, "{%ld,}", rmin);
-    else sp_strbuf_printf(o, "{%ld,%ld}", rmin, rmax);
+    sp_strbuf_printf(o, "%s ", item);
+    char unit[300];
+    snprintf(unit, sizeof unit, "(%s %s)", sep, item);
+    counted(c, o, unit, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
     if (min == 0) sp_strbuf_add(o, ")?", 2);
 }
 
@@ -166,14 +192,13 @@ static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
     return js_rule_from(c, name, &o);
 }
 
-/* A minItems/maxLength-style count as a long. A non-number is dflt; a
- * value outside 0..SP_GRAMMAR_MAX_REPEAT (huge, negative, NaN) maps to one
- * that the caller's range check refuses, where a plain cast would be UB. */
+/* A minItems/maxLength-style count as a long: dflt when absent; a value
+ * that is no whole number in 0..1e9 maps to -2 (refused by the caller's
+ * range check, where a plain cast would be UB). */
 static long count_value(const cJSON *v, long dflt) {
     if (!cJSON_IsNumber(v)) return dflt;
     double d = v->valuedouble;
-    if (d >= 0 && d <= SP_GRAMMAR_MAX_REPEAT) return (long)d;
-    return d < 0 ? -2 : SP_GRAMMAR_MAX_REPEAT + 1L;
+    return d >= 0 && d <= 1e9 && d == floor(d) ? (long)d : -2;
 }
 
 /* prefixItems (or draft 4's items array): the tuple's members in order,
@@ -192,9 +217,8 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     long n = cJSON_GetArraySize(tuple);
     long max = count_value(mx, rest ? -1 : n);
     long min = count_value(mn, max >= 0 && max < n ? max : n);
-    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
-                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (min < 0 || max < -1 || (max >= 0 && max < min))
+        return js_fail(c, ptr, "minItems/maxItems must be whole numbers with min <= max"), NULL;
     if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
     if (!rest && min > n)
         return js_fail(c, ptr, "minItems %ld is more than the %ld items the tuple allows", min, n), NULL;
@@ -227,9 +251,10 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     }
     if (more) {
         long lo = min > n ? min - n : 0;
-        if (n == 0) repetition(&o, more, lo, max, "\",\" space");
-        else if (max < 0) sp_strbuf_printf(&o, "( \",\" space %s ){%ld,}", more, lo);
-        else sp_strbuf_printf(&o, "( \",\" space %s ){%ld,%ld}", more, lo, max - n);
+        char unit[300];
+        snprintf(unit, sizeof unit, "( \",\" space %s )", more);
+        if (n == 0) repetition(c, &o, more, lo, max, "\",\" space");
+        else counted(c, &o, unit, lo, max < 0 ? -1 : max - n);
     }
     free(member);
     for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
@@ -247,25 +272,16 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) return tuple_rule(c, s, name, ptr);
     long min = count_value(mn, 0);
     long max = count_value(mx, -1);
-    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
-                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (min < 0 || max < -1 || (max >= 0 && max < min))
+        return js_fail(c, ptr, "minItems/maxItems must be whole numbers with min <= max"), NULL;
     js_sub_name(nm, sizeof nm, name, "item");
     js_child_ptr(p2, sizeof p2, ptr, "items", NULL);
     const char *item = items ? visit(c, items, nm, p2) : js_add_primitive(c, "value");
     if (!item) return NULL;
     sp_strbuf_add(&o, "\"[\" space ", 10);
-    repetition(&o, item, min, max, "\",\" space");
+    repetition(c, &o, item, min, max, "\",\" space");
     sp_strbuf_add(&o, " \"]\" space", 10);
     return js_rule_from(c, name, &o);
-}
-
-/* A minLength-style count that no string reaches past (a length over
- * a billion is as good as none): dflt when absent, -2 when not a count. */
-static long length_value(const cJSON *v, long dflt) {
-    if (!v) return dflt;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) return -2;
-    return v->valuedouble > 1e9 ? (dflt < 0 ? -1 : 1000000000L) : (long)v->valuedouble;
 }
 
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
@@ -277,7 +293,7 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     if (pat) {
         if (!cJSON_IsString(pat)) return js_fail(c, ptr, "pattern must be a string"), NULL;
         if (fmt) return js_fail(c, ptr, "pattern with format is not supported"), NULL;
-        long min = length_value(mn, 0), max = length_value(mx, -1);
+        long min = count_value(mn, 0), max = count_value(mx, -1);
         if (min < 0 || max < -1 || (max >= 0 && max < min))
             return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
@@ -291,8 +307,10 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     }
     if (cJSON_IsString(fmt) && js_format_checked(fmt->valuestring)) {
         long min = count_value(mn, 0), max = count_value(mx, -1);
-        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
+        if (min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+            return js_fail(c, ptr, "format with minLength/maxLength past %d is not supported",
                            SP_GRAMMAR_MAX_REPEAT), NULL;
         return js_format_rule(c, fmt->valuestring, min, max, name, ptr);
     }
@@ -301,12 +319,11 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     if (mn || mx) {
         long min = count_value(mn, 0);
         long max = count_value(mx, -1);
-        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
-                           SP_GRAMMAR_MAX_REPEAT), NULL;
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         const char *ch = js_add_primitive(c, "char");
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
-        repetition(&o, ch ? ch : "char", min, max, NULL);
+        repetition(c, &o, ch ? ch : "char", min, max, NULL);
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
         return js_rule_from(c, name, &o);
     }
@@ -340,6 +357,29 @@ static bool bound(const cJSON *s, const char *k, const char *xk, bool upper,
     return have;
 }
 
+/* The multiples of k in [min, max], listed: bounds with multipleOf are
+ * compiled where that leaves at most JS_MAX_LISTED_MULTIPLES values. */
+#define JS_MAX_LISTED_MULTIPLES 1000
+static const char *multiples_in_range(js_conv *c, const cJSON *k, bool has_min, long long min,
+                                      bool has_max, long long max, const char *name,
+                                      const char *ptr) {
+    double kd = k->valuedouble;
+    if (kd != floor(kd) || kd > 1e15)
+        return js_fail(c, ptr, "multipleOf on an integer must be a whole number"), NULL;
+    long long kk = (long long)kd;
+    long long first = has_min ? (min >= 0 ? (min + kk - 1) / kk : -((-min) / kk)) * kk : 0;
+    long long last = has_max ? (max >= 0 ? max / kk : -((-max + kk - 1) / kk)) * kk : 0;
+    if (!has_min || !has_max || (last - first) / kk >= JS_MAX_LISTED_MULTIPLES)
+        return js_fail(c, ptr, "multipleOf with minimum/maximum is supported where they leave at "
+                       "most %d values", JS_MAX_LISTED_MULTIPLES), NULL;
+    if (last < first) return js_fail(c, ptr, "no multiple of multipleOf lies within minimum/maximum"), NULL;
+    sp_strbuf o = {0};
+    sp_strbuf_addc(&o, '(');
+    for (long long v = first; v <= last; v += kk) sp_strbuf_printf(&o, "%s\"%lld\"", v > first ? " | " : "", v);
+    sp_strbuf_add(&o, ") space", 7);
+    return js_rule_from(c, name, &o);
+}
+
 static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     long long min = 0, max = 0;
@@ -351,6 +391,8 @@ static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
     }
     sp_strbuf o = {0};
     js_add_primitive(c, "space");
+    const cJSON *mult = get(s, "multipleOf");
+    if (mult) return multiples_in_range(c, mult, has_min, min, has_max, max, name, ptr);
     if (!js_int_range(&o, has_min, min, has_max, max)) {
         sp_strbuf_free(&o);
         return js_fail(c, ptr, "integer bounds are empty or beyond 15 digits"), NULL;
@@ -424,10 +466,14 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
                    get(s, "exclusiveMaximum");
     const cJSON *mult = get(s, "multipleOf");
     if (mult && (!type || !strcmp(type, "integer") || !strcmp(type, "number"))) {
-        if (!cJSON_IsNumber(mult) || !type || strcmp(type, "integer") || bounded)
-            return js_fail(c, ptr, "multipleOf is supported only on an integer without "
-                           "minimum/maximum"), NULL;
-        return js_multiple_rule(c, mult, name, ptr);
+        bool number = type && !strcmp(type, "number");
+        if (!cJSON_IsNumber(mult) || !(mult->valuedouble > 0))
+            return js_fail(c, ptr, "multipleOf must be a number above 0"), NULL;
+        if (!type || (bounded && number))
+            return js_fail(c, ptr, "multipleOf is supported on an integer, or on a number "
+                           "without minimum/maximum"), NULL;
+        if (bounded) return integer_rule(c, s, name, ptr);
+        return js_multiple_rule(c, mult, number, name, ptr);
     }
     if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
     if (type && !strcmp(type, "number") && bounded) return number_rule(c, s, name, ptr);

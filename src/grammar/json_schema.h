@@ -62,10 +62,12 @@ bool js_format_checked(const char *f);
 const char *js_format_rule(js_conv *c, const char *f, long min, long max,
                            const char *name, const char *ptr);
 /* Integers divisible by multipleOf (a whole number up to
- * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
- * rule `name`; NULL after js_fail. */
+ * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), or
+ * for a number (`number`) also such integers written with zero decimals,
+ * or the decimals that are multiples of a multipleOf 10^-e (0.1, 0.01
+ * ...), as rule `name`; NULL after js_fail. */
 #define JS_MAX_MULTIPLE 100
-const char *js_multiple_rule(js_conv *c, const cJSON *k, const char *name,
+const char *js_multiple_rule(js_conv *c, const cJSON *k, bool number, const char *name,
                              const char *ptr);
 /* A bound of a number: its value, and whether it is exclusive. */
 typedef struct js_bound {

@@ -8,10 +8,13 @@ are written compactly, so each decides by its value alone.
   the pattern's lengths already meet them or one repeated part takes the
   cut."""
 import json
+import re
+from decimal import Decimal
 
 import pytest
 
-from test_schema_bounds import harness_accepts_all
+from grammar_common import QWEN3, Harness, llg_tokenizer, require
+from test_schema_bounds import accepts, harness_accepts_all
 
 WORDS = ["", "a", "in", "out", "inn", "xin", "outx", "lin", "linux", "xlnx", "lnx", "alnx",
          "vms", "avms", "vmsz", "@", "a@b", "ab", "abc", "a_1", "A1", "1a", "a-b", "abcdefgh",
@@ -73,6 +76,26 @@ CASES.update({
                                         {"minProperties": 2}]}, OBJECTS),
 })
 
+LONG = ["a" * n for n in [0, 1, 999, 1000, 1001, 1999, 2000, 2001, 2499, 2500, 2501, 3001]]
+MANY = [[1] * n for n in [0, 1, 999, 1000, 1001, 1002, 2000, 2001, 2002]] + [[1] * 1000 + ["x"]]
+CASES.update({
+    "max_length_past_1000": ({"type": "string", "minLength": 1000, "maxLength": 2500}, LONG),
+    "min_length_past_1000": ({"type": "string", "minLength": 2001}, LONG),
+    "max_items_past_1000": ({"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                             "maxItems": 2001}, MANY),
+    "tuple_min_items_past_1000": ({"type": "array", "prefixItems": [{"type": "integer"}],
+                                   "items": {"type": "integer"}, "minItems": 1001}, MANY),
+})
+
+INTEGERS = [0, 1, -1, 7, -7, 14, 16, -16, 21, 28, -2032, -2033, -2016, 2016, 2031, 2032, 2048, 100,
+            -14, -21, 3, 5, 10, 35]
+CASES.update({
+    "multiple_of_with_bounds": ({"type": "integer", "minimum": -2032, "maximum": 2031,
+                                 "multipleOf": 16}, INTEGERS),
+    "multiple_of_exclusive_bounds": ({"type": "integer", "exclusiveMinimum": -14,
+                                      "exclusiveMaximum": 28, "multipleOf": 7}, INTEGERS),
+})
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_accepts_exactly_what_jsonschema_validates(name, tmp_path):
@@ -84,3 +107,27 @@ def test_accepts_exactly_what_jsonschema_validates(name, tmp_path):
     got = harness_accepts_all(schema, values, tmp_path, raw=True)
     wrong = [(t, ok) for t, ok in got.items() if ok != validator.is_valid(json.loads(t))]
     assert not wrong, f"(text, Spindle accepts) where jsonschema disagrees: {wrong[:8]}"
+
+
+NUMBER = re.compile(r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?")
+NUMBER_TEXTS = ["0", "-0", "1", "-1", "0.1", "0.3", "-0.3", "0.30", "0.35", "1.25", "12.5", "12.50",
+                "12.5000000000000001", "0.0000000000000001", "7", "10", "15", "25.0", "25.00", "25.5",
+                "-35", "35.0000", "0.01", "0.011", "3.14", "1e1", "2.0E1", "100.1", "99.99"]
+
+
+@pytest.mark.parametrize("k", ["0.1", "0.01", "5", "1"])
+def test_number_multiple_of_exact(k, tmp_path):
+    """multipleOf on a number: the exponent-free number texts whose
+    decimal value is a multiple of k."""
+    require(QWEN3)
+    _, hf = llg_tokenizer(QWEN3)
+    f = tmp_path / "n.json"
+    f.write_text(json.dumps({"type": "number", "multipleOf": json.loads(k)}))
+    h = Harness(QWEN3, "json_schema", f)
+    try:
+        wrong = [(t, want) for t in NUMBER_TEXTS
+                 for want in [bool(NUMBER.fullmatch(t)) and Decimal(t) % Decimal(k) == 0]
+                 if accepts(h, hf, t) != want]
+    finally:
+        h.close()
+    assert not wrong, f"(text, a multiple) decided wrongly: {wrong[:8]}"
