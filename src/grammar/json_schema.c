@@ -451,11 +451,7 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
         const cJSON *extra = add ? add : !props && !get(s, "patternProperties") ? &any : NULL;
         return js_object_rule(c, s, name, ptr, props, get(s, "required"), extra, lo, hi, visit);
     }
-    if (get(s, "allOf")) {
-        if (cJSON_GetArraySize(get(s, "allOf")) == 1)
-            return visit(c, cJSON_GetArrayItem(get(s, "allOf"), 0), name, ptr);
-        return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
-    }
+    if (get(s, "allOf")) return js_all_of_rule(c, s, name, ptr, visit);
     if ((!type || !strcmp(type, "array")) && (get(s, "items") || get(s, "prefixItems") ||
                                                get(s, "minItems") || get(s, "maxItems")))
         return array_rule(c, s, name, ptr);

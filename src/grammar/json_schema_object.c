@@ -301,18 +301,25 @@ static bool merge_counts(js_conv *c, merge *m, const cJSON *t, const char *ptr) 
 
 /* Member t of allOf (at ptr) and the members of its own allOf into m;
  * refused, naming the keyword, unless the merge takes all it asks. */
-static bool add_member(js_conv *c, merge *m, const cJSON *t, const char *ptr, int depth) {
-    const cJSON *ref = get(t, "$ref"), *it;
+/* An allOf member with its local $ref followed; NULL after js_fail. */
+static const cJSON *member_target(js_conv *c, const cJSON *t, const char *ptr) {
+    const cJSON *ref = get(t, "$ref");
     if (cJSON_IsString(ref)) {
         const cJSON *target = NULL;
         if (!js_pointer_target(c->root, ref->valuestring, &target) || !target)
             return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
-                           "schema", ref->valuestring);
+                           "schema", ref->valuestring), NULL;
         if (cJSON_GetArraySize((cJSON *)t) > 1)
-            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged");
+            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged"), NULL;
         t = target;
     }
-    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects");
+    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over schema objects"), NULL;
+    return t;
+}
+
+static bool add_member(js_conv *c, merge *m, const cJSON *t, const char *ptr, int depth) {
+    const cJSON *it;
+    if (!(t = member_target(c, t, ptr))) return false;
     if (depth > JS_MAX_DEPTH || m->n >= JS_MAX_MEMBERS)
         return js_fail(c, ptr, "allOf: more than %d members, or nested past %d", JS_MAX_MEMBERS,
                        JS_MAX_DEPTH);
@@ -390,6 +397,143 @@ static void merge_property(cJSON *props, const cJSON *p) {
     }
 }
 
+/* ----------------------------------------------- allOf over non-objects */
+
+static const char *const OBJECT_KEYWORDS[] = {"properties", "required", "additionalProperties",
+                                              "patternProperties", "minProperties", "maxProperties"};
+
+/* Whether schema t (a member, $ref followed, and its own allOf) says
+ * anything of objects; false after js_fail too. */
+static bool about_objects(js_conv *c, const cJSON *t, const char *ptr, int depth) {
+    if (!(t = member_target(c, t, ptr)) || depth > JS_MAX_DEPTH) return false;
+    const cJSON *type = get(t, "type"), *it;
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "object")) return true;
+    for (size_t i = 0; i < sizeof OBJECT_KEYWORDS / sizeof *OBJECT_KEYWORDS; i++)
+        if (get(t, OBJECT_KEYWORDS[i])) return true;
+    cJSON_ArrayForEach(it, get(t, "allOf"))
+        if (about_objects(c, it, ptr, depth + 1)) return true;
+    return false;
+}
+
+/* JSON Schema's types as bits; integer within number. */
+static int type_bits(const cJSON *type) {
+    static const char *const NAMES[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
+    int bits = 0;
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t; t = cJSON_IsArray(type) ? t->next : NULL)
+        for (int i = 0; i < 7; i++)
+            if (cJSON_IsString(t) && !strcmp(t->valuestring, NAMES[i])) bits |= i == 4 ? 0x50 : 1 << i;
+    return bits;
+}
+
+static cJSON *type_of_bits(int bits) {
+    static const char *const NAMES[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
+    if (bits & 0x10) bits &= ~0x40;  /* number holds integer */
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < 7; i++)
+        if (bits & (1 << i)) cJSON_AddItemToArray(list, cJSON_CreateString(NAMES[i]));
+    return list;
+}
+
+/* The type bit a value has (integer: a number with no fraction). */
+static int value_bits(const cJSON *v) {
+    if (cJSON_IsNull(v)) return 1;
+    if (cJSON_IsBool(v)) return 2;
+    if (cJSON_IsObject(v)) return 4;
+    if (cJSON_IsArray(v)) return 8;
+    if (cJSON_IsString(v)) return 0x20;
+    return v->valuedouble == floor(v->valuedouble) ? 0x50 : 0x10;
+}
+
+/* Keyword k = v of one member into the union u: a new keyword joins; type
+ * takes the types both allow, enum / const the values both list; any
+ * other keyword in two members must be the same. */
+static bool union_keyword(js_conv *c, cJSON *u, const char *k, const cJSON *v, const char *ptr) {
+    bool is_const = !strcmp(k, "const");
+    if (is_const) k = "enum";
+    cJSON *had = cJSON_GetObjectItemCaseSensitive(u, k);
+    if (!strcmp(k, "enum")) {
+        if (!is_const && !cJSON_IsArray(v)) return js_fail(c, ptr, "enum must be an array");
+        cJSON *list = cJSON_CreateArray();
+        const cJSON *x, *y;
+        if (is_const) cJSON_AddItemReferenceToArray(list, (cJSON *)v);
+        else cJSON_ArrayForEach(x, v) cJSON_AddItemReferenceToArray(list, (cJSON *)x);
+        if (!had) return cJSON_AddItemToObject(u, k, list), true;
+        cJSON *both = cJSON_CreateArray();
+        cJSON_ArrayForEach(y, had) {
+            bool in = false;
+            cJSON_ArrayForEach(x, list) in = in || cJSON_Compare(x, y, true);
+            if (in) cJSON_AddItemReferenceToArray(both, (cJSON *)y);
+        }
+        cJSON_Delete(list);
+        cJSON_ReplaceItemInObjectCaseSensitive(u, k, both);
+        return true;
+    }
+    if (!had) return cJSON_AddItemReferenceToObject(u, k, (cJSON *)v), true;
+    if (!strcmp(k, "type")) {
+        cJSON_ReplaceItemInObjectCaseSensitive(u, k, type_of_bits(type_bits(had) & type_bits(v)));
+        return true;
+    }
+    if (!cJSON_Compare(had, v, true))
+        return js_fail(c, ptr, "allOf: keyword '%s' differs in two members (not merged)", k);
+    return true;
+}
+
+/* Member t's keywords (and its allOf's members') into u. */
+static bool union_member(js_conv *c, cJSON *u, const cJSON *t, const char *ptr, int depth) {
+    const cJSON *it;
+    if (depth > JS_MAX_DEPTH) return js_fail(c, ptr, "allOf nests past %d", JS_MAX_DEPTH);
+    cJSON_ArrayForEach(it, t) {
+        /* Annotations, and what holds or names schemas without applying. */
+        static const char *const SKIP[] = {"$schema", "$id", "id", "$ref", "$defs", "definitions",
+                                           "$anchor"};
+        bool skip = js_annotation_keyword(it->string);
+        for (size_t i = 0; i < sizeof SKIP / sizeof *SKIP; i++) skip = skip || !strcmp(SKIP[i], it->string);
+        if (skip) continue;
+        if (!strcmp(it->string, "allOf")) {
+            const cJSON *m;
+            cJSON_ArrayForEach(m, it) {
+                const cJSON *target = member_target(c, m, ptr);
+                if (!target || !union_member(c, u, target, ptr, depth + 1)) return false;
+            }
+        } else if (!union_keyword(c, u, it->string, it, ptr)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* allOf whose members say nothing of objects: one schema with every
+ * member's keywords (exact, since each keyword then holds once); values
+ * listed by enum / const kept where their type is allowed, and refused
+ * beside other keywords (the value rule does not check them). */
+static const char *all_of_scalars(js_conv *c, const cJSON *s, const char *name, const char *ptr,
+                                  js_visit_fn visit) {
+    cJSON *u = cJSON_CreateObject();
+    const cJSON *it;
+    bool ok = u && union_member(c, u, s, ptr, 0);
+    cJSON *values = cJSON_GetObjectItemCaseSensitive(u, "enum");
+    cJSON_ArrayForEach(it, u) {
+        if (!values || !ok || !strcmp(it->string, "enum") || !strcmp(it->string, "type")) continue;
+        ok = js_fail(c, ptr, "allOf: keyword '%s' beside enum/const in another member is not merged",
+                     it->string);
+    }
+    if (ok && values && get(u, "type")) {
+        int bits = type_bits(get(u, "type"));
+        cJSON *kept = cJSON_CreateArray(), *v;
+        cJSON_ArrayForEach(v, values)
+            if (value_bits(v) & bits) cJSON_AddItemReferenceToArray(kept, v);
+        cJSON_ReplaceItemInObjectCaseSensitive(u, "enum", kept);
+        values = kept;
+    }
+    if (ok && values && !cJSON_GetArraySize(values))
+        ok = js_fail(c, ptr, "allOf: no value is in every member's enum/const and type");
+    if (ok && cJSON_IsArray(get(u, "type")) && !cJSON_GetArraySize(get(u, "type")))
+        ok = js_fail(c, ptr, "allOf: the members' types have none in common");
+    const char *r = ok ? visit(c, u, name, ptr) : NULL;
+    cJSON_Delete(u);
+    return r;
+}
+
 /* allOf over objects: the members' properties merged in order, required
  * if any member, or the schema itself, requires it; minProperties /
  * maxProperties the tightest any of them sets. */
@@ -399,6 +543,7 @@ const char *js_all_of_rule(js_conv *c, const cJSON *s, const char *name, const c
     if (cJSON_GetArraySize(all) == 1 && !get(s, "properties") && !get(s, "required") &&
         !get(s, "minProperties") && !get(s, "maxProperties"))
         return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
+    if (!about_objects(c, s, ptr, 0)) return c->failed ? NULL : all_of_scalars(c, s, name, ptr, visit);
     merge *m = calloc(1, sizeof *m);
     if (!m) return js_fail(c, ptr, "out of memory"), NULL;
     m->min_props = m->max_props = -1;

@@ -96,6 +96,18 @@ CASES.update({
                                       "exclusiveMaximum": 28, "multipleOf": 7}, INTEGERS),
 })
 
+SCALARS = ["a", "b", "c", "abc", "abcdef", "xyz", 1, 2, 3, 2.5, -4, True, None, [], {}]
+CASES.update({
+    "allof_enum_and_const": ({"$defs": {"kind": {"type": "string", "enum": ["a", "b", 1]}},
+                              "allOf": [{"$ref": "#/$defs/kind"}, {"const": "b"}]}, SCALARS),
+    "allof_types_and_bounds": ({"allOf": [{"type": ["integer", "string"]},
+                                          {"type": "number", "minimum": 2}]}, SCALARS),
+    "allof_string_keywords": ({"type": "string", "allOf": [{"minLength": 2}, {"maxLength": 3},
+                                                           {"description": "a note"}]}, SCALARS),
+    "allof_enums_intersected": ({"allOf": [{"enum": ["a", "b", 1, 2]}, {"enum": [2, "b", "c"]},
+                                           {"type": "integer"}]}, SCALARS),
+})
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_accepts_exactly_what_jsonschema_validates(name, tmp_path):
