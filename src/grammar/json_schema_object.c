@@ -566,21 +566,20 @@ const char *js_all_of_rule(js_conv *c, const cJSON *s, const char *name, const c
             if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
     }
     /* A member closed by additionalProperties false admits no property the
-     * others add. */
-    for (int k = 0; k < m->n && !c->failed; k++) {
-        if (!cJSON_IsFalse(get(m->member[k], "additionalProperties"))) continue;
-        cJSON_ArrayForEach(p, props)
-            if (!get(get(m->member[k], "properties"), p->string)) {
-                js_fail(c, m->where[k], "allOf: additionalProperties false excludes property '%s' "
-                        "of another member", p->string);
-                break;
-            }
+     * others add: such a property is left out (unsatisfiable if required). */
+    for (int k = -1; k < m->n && !c->failed; k++) {
+        const cJSON *closer = k < 0 ? s : m->member[k];
+        if (!cJSON_IsFalse(get(closer, "additionalProperties"))) continue;
+        for (cJSON *q = props->child, *next; q && !c->failed; q = next) {
+            next = q->next;
+            if (get(get(closer, "properties"), q->string)) continue;
+            if (js_in_list(req, q->string))
+                js_fail(c, k < 0 ? ptr : m->where[k], "allOf: additionalProperties false excludes "
+                        "property '%s', which another member requires", q->string);
+            else
+                cJSON_DeleteItemFromObjectCaseSensitive(props, q->string);
+        }
     }
-    bool closed = cJSON_IsFalse(get(s, "additionalProperties"));
-    cJSON_ArrayForEach(p, props)
-        if (closed && !c->failed && !get(get(s, "properties"), p->string))
-            js_fail(c, ptr, "allOf: additionalProperties false excludes property '%s' of a "
-                    "member", p->string);
     const char *res = c->failed ? NULL : js_object_rule(c, s, name, ptr, props, req, NULL,
                                                         m->min_props, m->max_props, visit);
     cJSON_Delete(props);

@@ -72,6 +72,9 @@ CASES.update({
          "additionalProperties": False},
         {"properties": {"a": {"properties": {"y": {"type": "string"}}, "required": ["x"]}},
          "required": ["a"]}]}, OBJECTS),
+    "allof_closed_member_drops_optional": ({"allOf": [
+        {"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
+        {"properties": {"a": {}, "c": {"type": "boolean"}}, "additionalProperties": False}]}, OBJECTS),
     "allof_min_properties": ({"allOf": [{"properties": ABC, "additionalProperties": False},
                                         {"minProperties": 2}]}, OBJECTS),
 })
