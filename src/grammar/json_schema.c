@@ -26,8 +26,7 @@ static const char *visit(js_conv *c, const cJSON *s, const char *name,
  * without `if`, `minContains` / `maxContains` without `contains`. */
 static const char *const REFUSED[] = {
     "not", "if", "propertyNames", "dependentRequired", "dependentSchemas",
-    "dependencies", "unevaluatedProperties", "uniqueItems", "contains",
-    "$dynamicRef", "$recursiveRef"};
+    "dependencies", "unevaluatedProperties", "uniqueItems", "contains"};
 
 bool js_refused_keyword(const char *k) {
     for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
@@ -114,7 +113,9 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     if (strncmp(ref, "#", 1))
         return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
     const cJSON *target = NULL;
-    if (!js_pointer_target(c->root, ref, &target))
+    bool anchor = ref[1] && ref[1] != '/';
+    if (anchor) target = js_anchor_target(c->root, ref + 1);
+    else if (!js_pointer_target(c->root, ref, &target))
         return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
     if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
     for (int i = 0; i < c->n_refs; i++)
@@ -495,6 +496,17 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
         if (js_refused_keyword(it->string))
             return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
     const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
+    /* In a document that is one resource (no subschema sets its own $id),
+     * the dynamic scope holds that resource alone: $recursiveRef "#" is
+     * its root and $dynamicRef finds the one $dynamicAnchor, as $ref
+     * would. */
+    const char *dyn = get(s, "$dynamicRef") ? "$dynamicRef" : get(s, "$recursiveRef") ? "$recursiveRef" : NULL;
+    if (!ref && dyn) {
+        if (js_has_nested_resource(c->root))
+            return js_fail(c, ptr, "%s in a document with embedded resources ($id) is not supported",
+                           dyn), NULL;
+        ref = get(s, dyn);
+    }
     if (ref) {
         if (!cJSON_IsString(ref)) return js_fail(c, ptr, "$ref must be a string"), NULL;
         const char *r = resolve_ref(c, ref->valuestring, ptr);

@@ -120,6 +120,10 @@ const char *js_all_of_rule(js_conv *c, const cJSON *s, const char *name, const c
 /* The schema a local $ref ("#" then a JSON pointer) names in root: false
  * when ref is no such pointer; *out NULL when it points at nothing. */
 bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out);
+/* The subschema whose $anchor or $dynamicAnchor is name, NULL if none. */
+const cJSON *js_anchor_target(const cJSON *root, const char *name);
+/* Whether a subschema of root sets its own $id (an embedded resource). */
+bool js_has_nested_resource(const cJSON *root);
 /* Whether oneOf's alternatives `alts` (of schema s) provably exclude each
  * other, so that it may be compiled as anyOf (json_schema_oneof.c);
  * js_fail naming two that may overlap when not. */

@@ -111,6 +111,24 @@ CASES.update({
                                            {"type": "integer"}]}, SCALARS),
 })
 
+TREES = [{"v": 1}, {"v": 1, "kids": []}, {"v": 1, "kids": [{"v": 2}]}, {"v": 1, "kids": [{"w": 2}]},
+         {"v": 1, "kids": [{"v": 2, "kids": [{"v": "x"}]}]}, {"v": 1, "next": {"v": 2}},
+         {"v": 1, "next": {"next": {"v": "y"}}}, {"kids": []}, [1, 2], [0], [3, -1], []]
+CASES.update({
+    "dynamic_ref": ({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                     "$dynamicAnchor": "node", "type": "object",
+                     "properties": {"v": {"type": "integer"},
+                                    "kids": {"type": "array", "items": {"$dynamicRef": "#node"}}},
+                     "required": ["v"], "additionalProperties": False}, TREES),
+    "recursive_ref": ({"$schema": "https://json-schema.org/draft/2019-09/schema",
+                       "$recursiveAnchor": True, "type": "object",
+                       "properties": {"v": {"type": "integer"}, "next": {"$recursiveRef": "#"}},
+                       "additionalProperties": False},
+                      TREES),
+    "ref_to_anchor": ({"$defs": {"x": {"$anchor": "pos", "type": "integer", "minimum": 1}},
+                       "type": "array", "items": {"$ref": "#pos"}}, TREES),
+})
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_accepts_exactly_what_jsonschema_validates(name, tmp_path):
