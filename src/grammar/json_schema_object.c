@@ -473,6 +473,16 @@ static bool union_keyword(js_conv *c, cJSON *u, const char *k, const cJSON *v, c
         cJSON_ReplaceItemInObjectCaseSensitive(u, k, type_of_bits(type_bits(had) & type_bits(v)));
         return true;
     }
+    /* Two item schemas: every item must meet both, their allOf. */
+    if (!strcmp(k, "items") && cJSON_IsObject(had) && cJSON_IsObject(v) && !cJSON_Compare(had, v, true)) {
+        if (!(had->type & cJSON_IsReference))  /* already an allOf of ours */
+            return cJSON_AddItemReferenceToArray(cJSON_GetObjectItemCaseSensitive(had, "allOf"), (cJSON *)v), true;
+        cJSON *both = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(both, "allOf");
+        cJSON_AddItemToArray(list, reference_to(had));
+        cJSON_AddItemReferenceToArray(list, (cJSON *)v);
+        cJSON_ReplaceItemInObjectCaseSensitive(u, k, both);
+        return true;
+    }
     if (!cJSON_Compare(had, v, true))
         return js_fail(c, ptr, "allOf: keyword '%s' differs in two members (not merged)", k);
     return true;

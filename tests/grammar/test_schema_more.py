@@ -107,6 +107,9 @@ CASES.update({
                                           {"type": "number", "minimum": 2}]}, SCALARS),
     "allof_string_keywords": ({"type": "string", "allOf": [{"minLength": 2}, {"maxLength": 3},
                                                            {"description": "a note"}]}, SCALARS),
+    "allof_items_merged": ({"allOf": [{"type": "array", "items": {"type": "integer"}},
+                                      {"items": {"minimum": 2}}, {"items": {"maximum": 5}}]},
+                           [[], [2], [5], [1], [6], [2, 3, 4], [2, 9], [2.5], ["a"], 3]),
     "allof_enums_intersected": ({"allOf": [{"enum": ["a", "b", 1, 2]}, {"enum": [2, "b", "c"]},
                                            {"type": "integer"}]}, SCALARS),
 })
