@@ -67,7 +67,7 @@ void js_sub_name(char *out, size_t cap, const char *name, const char *part) {
  * whole blocks then the rest, and up to hi - lo more as fewer than q
  * blocks then under a block, or q blocks then up to r (hi - lo = qB + r),
  * which together are each count once. */
-static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi) {
+static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi, const char *ptr) {
     const long B = SP_GRAMMAR_MAX_REPEAT;
     if (lo <= B && hi <= B) {
         if (hi < 0) sp_strbuf_printf(o, "%s{%ld,}", unit, lo);
@@ -75,7 +75,7 @@ static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi
         return;
     }
     if (lo > B * B || hi > B * B) {
-        js_fail(c, NULL, "a length or item count past %ld", B * B);
+        js_fail(c, ptr, "minLength/maxLength/minItems/maxItems past %ld are not supported", B * B);
         return;
     }
     char bn[300];
@@ -94,18 +94,18 @@ static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi
 
 /* item (sep item){min-1..max-1}: llama.cpp's build_repetition. */
 static void repetition(js_conv *c, sp_strbuf *o, const char *item, long min, long max,
-                       const char *sep) {
+                       const char *sep, const char *ptr) {
     if (max == 0) return;
     if (min == 0 && max == 1) {
         sp_strbuf_printf(o, "%s?", item);
         return;
     }
-    if (!sep) return counted(c, o, item, min, max);
+    if (!sep) return counted(c, o, item, min, max, ptr);
     if (min == 0) sp_strbuf_addc(o, '(');
     sp_strbuf_printf(o, "%s ", item);
     char unit[300];
     snprintf(unit, sizeof unit, "(%s %s)", sep, item);
-    counted(c, o, unit, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
+    counted(c, o, unit, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1, ptr);
     if (min == 0) sp_strbuf_add(o, ")?", 2);
 }
 
@@ -254,8 +254,8 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
         long lo = min > n ? min - n : 0;
         char unit[300];
         snprintf(unit, sizeof unit, "( \",\" space %s )", more);
-        if (n == 0) repetition(c, &o, more, lo, max, "\",\" space");
-        else counted(c, &o, unit, lo, max < 0 ? -1 : max - n);
+        if (n == 0) repetition(c, &o, more, lo, max, "\",\" space", ptr);
+        else counted(c, &o, unit, lo, max < 0 ? -1 : max - n, ptr);
     }
     free(member);
     for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
@@ -280,7 +280,7 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     const char *item = items ? visit(c, items, nm, p2) : js_add_primitive(c, "value");
     if (!item) return NULL;
     sp_strbuf_add(&o, "\"[\" space ", 10);
-    repetition(c, &o, item, min, max, "\",\" space");
+    repetition(c, &o, item, min, max, "\",\" space", ptr);
     sp_strbuf_add(&o, " \"]\" space", 10);
     return js_rule_from(c, name, &o);
 }
@@ -324,7 +324,7 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
             return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         const char *ch = js_add_primitive(c, "char");
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
-        repetition(c, &o, ch ? ch : "char", min, max, NULL);
+        repetition(c, &o, ch ? ch : "char", min, max, NULL, ptr);
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
         return js_rule_from(c, name, &o);
     }
