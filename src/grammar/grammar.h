@@ -71,6 +71,13 @@ spindle_status sp_json_schema_to_gbnf(const char *schema, size_t len,
  * expression appended to `out`. Fails naming the offset and why. */
 spindle_status sp_regex_to_gbnf(const char *re, size_t len, sp_strbuf *out,
                                 spindle_error *err);
+/* The same, cut to strings of min_len..max_len characters (max_len < 0:
+ * no cap) where that is exact without intersecting languages: the
+ * pattern's own lengths are within the range, or it is anchored (^...$)
+ * with one repeated part of fixed width, whose count is cut. Fails
+ * otherwise, saying so. */
+spindle_status sp_regex_to_gbnf_lengths(const char *re, size_t len, long min_len,
+                                        long max_len, sp_strbuf *out, spindle_error *err);
 
 /* ------------------------------------------------------ vocabulary trie */
 

@@ -22,20 +22,19 @@ static const char *visit(js_conv *c, const cJSON *s, const char *name,
  * either is read by the branches below or does not constrain the value
  * (annotations such as title, vendor keywords such as x-... or
  * markdownDescription, draft 4's id), as validators treat unknown
- * keywords. */
+ * keywords, or acts only beside a keyword refused here: `then` / `else`
+ * without `if`, `minContains` / `maxContains` without `contains`. */
 static const char *const REFUSED[] = {
-    "not", "if", "then", "else", "propertyNames", "dependentRequired",
-    "dependentSchemas", "dependencies", "minProperties", "maxProperties",
-    "unevaluatedProperties", "uniqueItems", "contains", "minContains",
-    "maxContains", "$dynamicRef", "$recursiveRef"};
+    "not", "if", "propertyNames", "dependentRequired", "dependentSchemas",
+    "dependencies", "unevaluatedProperties", "uniqueItems", "contains"};
 
-static bool refused_keyword(const char *k) {
+bool js_refused_keyword(const char *k) {
     for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
         if (!strcmp(REFUSED[i], k)) return true;
     return false;
 }
 
-static void child_ptr(char *out, size_t cap, const char *ptr, const char *a,
+void js_child_ptr(char *out, size_t cap, const char *ptr, const char *a,
                       const char *b) {
     snprintf(out, cap, "%s/%s%s%s", ptr, a, b ? "/" : "", b ? b : "");
 }
@@ -48,7 +47,7 @@ static char *take(sp_strbuf *b) {
     return b->p ? b->p : calloc(1, 1);
 }
 
-static const char *rule_from(js_conv *c, const char *name, sp_strbuf *body) {
+const char *js_rule_from(js_conv *c, const char *name, sp_strbuf *body) {
     char *text = take(body);
     if (!text) {
         js_fail(c, NULL, "out of memory");
@@ -59,28 +58,54 @@ static const char *rule_from(js_conv *c, const char *name, sp_strbuf *body) {
     return r;
 }
 
-static void sub_name(char *out, size_t cap, const char *name, const char *part) {
+void js_sub_name(char *out, size_t cap, const char *name, const char *part) {
     snprintf(out, cap, "%s%s%s", name, *name ? "-" : "", part);
 }
 
+/* unit{lo,hi} (hi < 0: no cap), unit one GBNF symbol. Counts past the
+ * GBNF limit go through a block of SP_GRAMMAR_MAX_REPEAT units: lo as
+ * whole blocks then the rest, and up to hi - lo more as fewer than q
+ * blocks then under a block, or q blocks then up to r (hi - lo = qB + r),
+ * which together are each count once. */
+static void counted(js_conv *c, sp_strbuf *o, const char *unit, long lo, long hi, const char *ptr) {
+    const long B = SP_GRAMMAR_MAX_REPEAT;
+    if (lo <= B && hi <= B) {
+        if (hi < 0) sp_strbuf_printf(o, "%s{%ld,}", unit, lo);
+        else sp_strbuf_printf(o, "%s{%ld,%ld}", unit, lo, hi);
+        return;
+    }
+    if (lo > B * B || hi > B * B) {
+        js_fail(c, ptr, "minLength/maxLength/minItems/maxItems past %ld are not supported", B * B);
+        return;
+    }
+    char bn[300];
+    snprintf(bn, sizeof bn, "%s-block", unit[0] == '(' ? "group" : unit);
+    sp_strbuf body = {0};
+    sp_strbuf_printf(&body, "%s{%ld}", unit, B);
+    const char *block = js_rule_from(c, bn, &body);
+    if (!block) return;
+    sp_strbuf_printf(o, "( %s{%ld} %s{%ld} ", block, lo / B, unit, lo % B);
+    long n = hi < 0 ? -1 : hi - lo, q = n / B, r = n % B;
+    if (n < 0) sp_strbuf_printf(o, "%s* )", unit);
+    else if (n <= B) sp_strbuf_printf(o, "%s{0,%ld} )", unit, n);
+    else sp_strbuf_printf(o, "( %s{0,%ld} %s{0,%ld} | %s{%ld} %s{0,%ld} ) )", block, q - 1, unit, B - 1,
+                          block, q, unit, r);
+}
+
 /* item (sep item){min-1..max-1}: llama.cpp's build_repetition. */
-static void repetition(sp_strbuf *o, const char *item, long min, long max,
-                       const char *sep) {
+static void repetition(js_conv *c, sp_strbuf *o, const char *item, long min, long max,
+                       const char *sep, const char *ptr) {
     if (max == 0) return;
     if (min == 0 && max == 1) {
         sp_strbuf_printf(o, "%s?", item);
         return;
     }
-    if (!sep) {
-        if (max < 0) sp_strbuf_printf(o, "%s{%ld,}", item, min);
-        else sp_strbuf_printf(o, "%s{%ld,%ld}", item, min, max);
-        return;
-    }
+    if (!sep) return counted(c, o, item, min, max, ptr);
     if (min == 0) sp_strbuf_addc(o, '(');
-    sp_strbuf_printf(o, "%s (%s %s)", item, sep, item);
-    long rmin = min > 0 ? min - 1 : 0, rmax = max < 0 ? -1 : max - 1;
-    if (rmax < 0) sp_strbuf_printf(o, "{%ld,}", rmin);
-    else sp_strbuf_printf(o, "{%ld,%ld}", rmin, rmax);
+    sp_strbuf_printf(o, "%s ", item);
+    char unit[300];
+    snprintf(unit, sizeof unit, "(%s %s)", sep, item);
+    counted(c, o, unit, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1, ptr);
     if (min == 0) sp_strbuf_add(o, ")?", 2);
 }
 
@@ -88,7 +113,9 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     if (strncmp(ref, "#", 1))
         return js_fail(c, ptr, "$ref '%s' is not local (only '#...' refs)", ref), NULL;
     const cJSON *target = NULL;
-    if (!js_pointer_target(c->root, ref, &target))
+    bool anchor = ref[1] && ref[1] != '/';
+    if (anchor) target = js_anchor_target(c->root, ref + 1);
+    else if (!js_pointer_target(c->root, ref, &target))
         return js_fail(c, ptr, "$ref '%s' is not a JSON pointer", ref), NULL;
     if (!target) return js_fail(c, ptr, "$ref '%s' points at nothing", ref), NULL;
     for (int i = 0; i < c->n_refs; i++)
@@ -117,141 +144,6 @@ static const char *resolve_ref(js_conv *c, const char *ref, const char *ptr) {
     return c->rules[slot].name;
 }
 
-typedef struct prop {
-    const char *key;
-    const char *kv;  /* the key-value rule */
-    bool required;
-} prop;
-
-/* One optional property of a chain: `( "," space kv )?` after an earlier
- * one, else kv itself; the additional keys (key NULL) repeat. */
-static void chain_link(sp_strbuf *o, const prop *p, bool after_another) {
-    bool star = p->key == NULL;
-    if (after_another) sp_strbuf_printf(o, "( \",\" space %s )%s", p->kv, star ? "*" : "?");
-    else if (star) sp_strbuf_printf(o, "%s ( \",\" space %s )*", p->kv, p->kv);
-    else sp_strbuf_printf(o, "%s", p->kv);
-}
-
-/* rests[k] (0 < k < n; rests[n] NULL): the rule for optional properties
- * k.. after an earlier one, each optional, in order. Built once from the
- * last, so that n optional properties cost n rules (a schema may list
- * over a thousand), not a chain per alternative. */
-static const char **optional_rests(js_conv *c, const prop *props, int n,
-                                   const char *name) {
-    const char **rests = calloc((size_t)n + 1, sizeof *rests);
-    if (!rests) return js_fail(c, NULL, "out of memory"), NULL;
-    for (int k = n - 1; k >= 1 && !c->failed; k--) {
-        sp_strbuf body = {0};
-        chain_link(&body, &props[k], true);
-        if (rests[k + 1]) sp_strbuf_printf(&body, " %s", rests[k + 1]);
-        char rn[200];
-        snprintf(rn, sizeof rn, "%s%s%s-rest", name, *name ? "-" : "",
-                 props[k - 1].key ? props[k - 1].key : "additional");
-        rests[k] = rule_from(c, rn, &body);
-    }
-    return rests;
-}
-
-/* Whether the array `list` holds the string s. */
-static bool js_in_list(const cJSON *list, const char *s) {
-    const cJSON *r;
-    cJSON_ArrayForEach(r, list)
-        if (cJSON_IsString(r) && !strcmp(r->valuestring, s)) return true;
-    return false;
-}
-
-/* An object: the listed properties in order (required ones, then the
- * optional ones as nested alternatives), then any number of the keys
- * patternProperties (of s) or additionalProperties add. */
-static const char *object_rule(js_conv *c, const cJSON *s, const char *name,
-                               const char *ptr, const cJSON *props_obj,
-                               const cJSON *required, const cJSON *additional) {
-    int n = cJSON_GetArraySize(props_obj) + 1;
-    prop *props = calloc((size_t)n, sizeof *props);
-    if (!props) return js_fail(c, ptr, "out of memory"), NULL;
-    int np = 0;
-    char nm[256], p2[512];
-    const cJSON *it;
-    cJSON_ArrayForEach(it, props_obj) {
-        sub_name(nm, sizeof nm, name, it->string);
-        child_ptr(p2, sizeof p2, ptr, "properties", it->string);
-        /* The schema false: the property must not appear, so it is left
-         * out (and unsatisfiable if required). */
-        if (cJSON_IsFalse(it) && !js_in_list(required, it->string)) continue;
-        const char *value = visit(c, it, nm, p2);
-        if (!value) break;
-        sp_strbuf kv = {0};
-        cJSON *ks = cJSON_CreateString(it->string);
-        if (!ks || !js_const_rule(&kv, ks)) kv.oom = true;
-        cJSON_Delete(ks);
-        sp_strbuf_printf(&kv, " space \":\" space %s", value);
-        char kvn[300];
-        snprintf(kvn, sizeof kvn, "%s-kv", nm);
-        props[np].kv = rule_from(c, kvn, &kv);
-        props[np].key = it->string;
-        props[np].required = js_in_list(required, it->string);
-        np++;
-    }
-    const cJSON *patterns = s ? cJSON_GetObjectItemCaseSensitive(s, "patternProperties") : NULL;
-    const char *pattern_kv = patterns && !c->failed
-        ? js_pattern_kv(c, patterns, props_obj, additional, name, ptr, visit) : "";
-    if (!c->failed && additional && !cJSON_IsFalse(additional)) {
-        char an[256];
-        sub_name(an, sizeof an, name, "additional");
-        const char *value;
-        if (cJSON_IsObject(additional)) {
-            char vn[300];
-            snprintf(vn, sizeof vn, "%s-value", an);
-            child_ptr(p2, sizeof p2, ptr, "additionalProperties", NULL);
-            value = visit(c, additional, vn, p2);
-        } else {
-            value = js_add_primitive(c, "value");
-        }
-        const char *key = js_add_primitive(c, "string");
-        sp_strbuf kv = {0};
-        sp_strbuf_printf(&kv, "%s \":\" space %s", key ? key : "string", value ? value : "value");
-        char kvn[300];
-        snprintf(kvn, sizeof kvn, "%s-kv", an);
-        if (pattern_kv && *pattern_kv) sp_strbuf_printf(&kv, " | %s", pattern_kv);
-        props[np].kv = rule_from(c, kvn, &kv);
-        props[np++].key = NULL;
-    } else if (pattern_kv && *pattern_kv) {
-        props[np].kv = pattern_kv;
-        props[np++].key = NULL;
-    }
-    if (c->failed) {
-        free(props);
-        return NULL;
-    }
-    js_add_primitive(c, "space");
-    sp_strbuf o = {0};
-    sp_strbuf_add(&o, "\"{\" space ", 10);
-    int n_req = 0;
-    for (int i = 0; i < np; i++)
-        if (props[i].required) sp_strbuf_printf(&o, "%s%s", n_req++ ? " \",\" space " : "", props[i].kv);
-    prop *opt = calloc((size_t)np + 1, sizeof *opt);
-    int n_opt = 0;
-    for (int i = 0; opt && i < np; i++)
-        if (!props[i].required) opt[n_opt++] = props[i];
-    if (n_opt > 0) {
-        sp_strbuf_add(&o, " (", 2);
-        if (n_req) sp_strbuf_add(&o, " \",\" space ( ", 13);
-        const char **rests = optional_rests(c, opt, n_opt, name);
-        for (int i = 0; rests && i < n_opt; i++) {
-            if (i) sp_strbuf_add(&o, " | ", 3);
-            chain_link(&o, &opt[i], false);
-            if (rests[i + 1]) sp_strbuf_printf(&o, " %s", rests[i + 1]);
-        }
-        free(rests);
-        if (n_req) sp_strbuf_add(&o, " )", 2);
-        sp_strbuf_add(&o, " )?", 3);
-    }
-    sp_strbuf_add(&o, " \"}\" space", 10);
-    free(opt);
-    free(props);
-    return rule_from(c, name, &o);
-}
-
 static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
                               const char *ptr, const char *kw) {
     sp_strbuf o = {0};
@@ -262,7 +154,7 @@ static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
     cJSON_ArrayForEach(it, alts) {
         snprintf(idx, sizeof idx, "%d", i);
         snprintf(nm, sizeof nm, "%s%s%d", name, *name ? "-" : "alternative-", i);
-        child_ptr(p2, sizeof p2, ptr, kw, idx);
+        js_child_ptr(p2, sizeof p2, ptr, kw, idx);
         const char *r = visit(c, it, nm, p2);
         if (!r) {
             sp_strbuf_free(&o);
@@ -270,7 +162,7 @@ static const char *union_rule(js_conv *c, const cJSON *alts, const char *name,
         }
         sp_strbuf_printf(&o, "%s%s", i++ ? " | " : "", r);
     }
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 
@@ -298,115 +190,16 @@ static const char *constant_rule(js_conv *c, const cJSON *s, const char *name,
         sp_strbuf_addc(&o, ')');
     }
     sp_strbuf_add(&o, " space", 6);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
-/* Keywords an allOf member may carry besides properties / required /
- * type object / additionalProperties true or false: ones that constrain
- * the value in a way the merge below does not carry over. */
-static const char *const UNMERGED[] = {
-    "anyOf", "oneOf", "allOf", "enum", "const", "items", "prefixItems",
-    "additionalItems", "minItems", "maxItems", "pattern", "format",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "nullable", "patternProperties"};
-
-/* One allOf member (a local $ref followed): refused, naming the keyword,
- * unless the merge takes all it asks. */
-static const cJSON *all_of_member(js_conv *c, const cJSON *t, const char *ptr) {
-    const cJSON *ref = get(t, "$ref"), *it;
-    if (cJSON_IsString(ref)) {
-        const cJSON *target = NULL;
-        if (!js_pointer_target(c->root, ref->valuestring, &target) || !target)
-            return js_fail(c, ptr, "allOf: $ref '%s' of a member is not a local pointer to a "
-                           "schema", ref->valuestring), NULL;
-        if (cJSON_GetArraySize((cJSON *)t) > 1)
-            return js_fail(c, ptr, "allOf: a member with $ref and other keywords is not merged"), NULL;
-        t = target;
-    }
-    if (!cJSON_IsObject(t)) return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
-    cJSON_ArrayForEach(it, t) {
-        bool unmerged = refused_keyword(it->string);
-        for (size_t i = 0; i < sizeof UNMERGED / sizeof *UNMERGED; i++)
-            unmerged = unmerged || !strcmp(UNMERGED[i], it->string);
-        if (unmerged) return js_fail(c, ptr, "allOf: keyword '%s' in a member is not merged", it->string), NULL;
-    }
-    if (!cJSON_IsObject(get(t, "properties")))
-        return js_fail(c, ptr, "allOf is supported only over objects with properties"), NULL;
-    const cJSON *type = get(t, "type"), *add = get(t, "additionalProperties");
-    if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "object")))
-        return js_fail(c, ptr, "allOf is supported only over objects (type '%s')",
-                       cJSON_IsString(type) ? type->valuestring : "list"), NULL;
-    if (add && !cJSON_IsBool(add))
-        return js_fail(c, ptr, "allOf: additionalProperties as a schema in a member is not merged"), NULL;
-    return t;
-}
-
-/* allOf over objects: the members' properties merged in order (a property
- * two members list must have the same schema in both), required if any
- * member, or the schema itself, requires it. */
-static const char *all_of_rule(js_conv *c, const cJSON *s, const char *name,
-                               const char *ptr) {
-    const cJSON *all = get(s, "allOf"), *t, *p, *r;
-    if (cJSON_GetArraySize(all) == 1 && !get(s, "properties") && !get(s, "required"))
-        return visit(c, cJSON_GetArrayItem(all, 0), name, ptr);
-    /* The schema's own properties come first, as a member's would. */
-    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
-    cJSON_ArrayForEach(p, get(s, "properties"))
-        cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-    cJSON_ArrayForEach(r, get(s, "required"))
-        if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
-    char p2[512], idx[16];
-    int i = 0;
-    cJSON_ArrayForEach(t, all) {
-        snprintf(idx, sizeof idx, "%d", i++);
-        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
-        const cJSON *comp = all_of_member(c, t, p2);
-        if (!comp) break;
-        cJSON_ArrayForEach(p, get(comp, "properties")) {
-            const cJSON *had = get(props, p->string);
-            if (!had) cJSON_AddItemReferenceToObject(props, p->string, (cJSON *)p);
-            else if (!cJSON_Compare(had, p, true)) {
-                js_fail(c, p2, "allOf: property '%s' has different schemas in two members", p->string);
-                break;
-            }
-        }
-        cJSON_ArrayForEach(r, get(comp, "required"))
-            if (cJSON_IsString(r)) cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring));
-    }
-    /* A member closed by additionalProperties false admits no property the
-     * others add. */
-    i = 0;
-    cJSON_ArrayForEach(t, all) {
-        snprintf(idx, sizeof idx, "%d", i++);
-        child_ptr(p2, sizeof p2, ptr, "allOf", idx);
-        const cJSON *comp = c->failed ? NULL : all_of_member(c, t, p2);
-        if (!comp || !cJSON_IsFalse(get(comp, "additionalProperties"))) continue;
-        cJSON_ArrayForEach(p, props)
-            if (!get(get(comp, "properties"), p->string)) {
-                js_fail(c, p2, "allOf: additionalProperties false excludes property '%s' of "
-                        "another member", p->string);
-                break;
-            }
-    }
-    bool closed = cJSON_IsFalse(get(s, "additionalProperties"));
-    cJSON_ArrayForEach(p, props)
-        if (closed && !c->failed && !get(get(s, "properties"), p->string))
-            js_fail(c, ptr, "allOf: additionalProperties false excludes property '%s' of a "
-                    "member", p->string);
-    const char *res = c->failed ? NULL : object_rule(c, s, name, ptr, props, req, NULL);
-    cJSON_Delete(props);
-    cJSON_Delete(req);
-    return res;
-}
-
-/* A minItems/maxLength-style count as a long. A non-number is dflt; a
- * value outside 0..SP_GRAMMAR_MAX_REPEAT (huge, negative, NaN) maps to one
- * that the caller's range check refuses, where a plain cast would be UB. */
+/* A minItems/maxLength-style count as a long: dflt when absent; a value
+ * that is no whole number in 0..1e9 maps to -2 (refused by the caller's
+ * range check, where a plain cast would be UB). */
 static long count_value(const cJSON *v, long dflt) {
     if (!cJSON_IsNumber(v)) return dflt;
     double d = v->valuedouble;
-    if (d >= 0 && d <= SP_GRAMMAR_MAX_REPEAT) return (long)d;
-    return d < 0 ? -2 : SP_GRAMMAR_MAX_REPEAT + 1L;
+    return d >= 0 && d <= 1e9 && d == floor(d) ? (long)d : -2;
 }
 
 /* prefixItems (or draft 4's items array): the tuple's members in order,
@@ -425,9 +218,8 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     long n = cJSON_GetArraySize(tuple);
     long max = count_value(mx, rest ? -1 : n);
     long min = count_value(mn, max >= 0 && max < n ? max : n);
-    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
-                       SP_GRAMMAR_MAX_REPEAT), NULL;
+    if (min < 0 || max < -1 || (max >= 0 && max < min))
+        return js_fail(c, ptr, "minItems/maxItems must be whole numbers with min <= max"), NULL;
     if (n > SP_GRAMMAR_MAX_REPEAT) return js_fail(c, ptr, "more than %d prefixItems", SP_GRAMMAR_MAX_REPEAT), NULL;
     if (!rest && min > n)
         return js_fail(c, ptr, "minItems %ld is more than the %ld items the tuple allows", min, n), NULL;
@@ -437,15 +229,15 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     int i = 0;
     cJSON_ArrayForEach(it, tuple) {
         snprintf(idx, sizeof idx, "tuple-%d", i);
-        sub_name(nm, sizeof nm, name, idx);
+        js_sub_name(nm, sizeof nm, name, idx);
         snprintf(idx, sizeof idx, "%d", i);
-        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
+        js_child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "prefixItems" : "items", idx);
         if (!(member[i++] = visit(c, it, nm, p2))) return free(member), NULL;
     }
     const char *more = NULL;
     if (rest && (max < 0 || max > n)) {
-        sub_name(nm, sizeof nm, name, "item");
-        child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
+        js_sub_name(nm, sizeof nm, name, "item");
+        js_child_ptr(p2, sizeof p2, ptr, tuple == prefix ? "items" : "additionalItems", NULL);
         if (!(more = visit(c, rest, nm, p2))) return free(member), NULL;
     }
     js_add_primitive(c, "space");
@@ -460,14 +252,15 @@ static const char *tuple_rule(js_conv *c, const cJSON *s, const char *name,
     }
     if (more) {
         long lo = min > n ? min - n : 0;
-        if (n == 0) repetition(&o, more, lo, max, "\",\" space");
-        else if (max < 0) sp_strbuf_printf(&o, "( \",\" space %s ){%ld,}", more, lo);
-        else sp_strbuf_printf(&o, "( \",\" space %s ){%ld,%ld}", more, lo, max - n);
+        char unit[300];
+        snprintf(unit, sizeof unit, "( \",\" space %s )", more);
+        if (n == 0) repetition(c, &o, more, lo, max, "\",\" space", ptr);
+        else counted(c, &o, unit, lo, max < 0 ? -1 : max - n, ptr);
     }
     free(member);
     for (long k = 0; k < opened; k++) sp_strbuf_add(&o, " )?", 3);
     sp_strbuf_add(&o, " \"]\" space", 10);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
@@ -480,17 +273,16 @@ static const char *array_rule(js_conv *c, const cJSON *s, const char *name,
     if (cJSON_IsArray(prefix) || cJSON_IsArray(items)) return tuple_rule(c, s, name, ptr);
     long min = count_value(mn, 0);
     long max = count_value(mx, -1);
-    if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-        return js_fail(c, ptr, "minItems/maxItems must be 0..%d with min <= max",
-                       SP_GRAMMAR_MAX_REPEAT), NULL;
-    sub_name(nm, sizeof nm, name, "item");
-    child_ptr(p2, sizeof p2, ptr, "items", NULL);
+    if (min < 0 || max < -1 || (max >= 0 && max < min))
+        return js_fail(c, ptr, "minItems/maxItems must be whole numbers with min <= max"), NULL;
+    js_sub_name(nm, sizeof nm, name, "item");
+    js_child_ptr(p2, sizeof p2, ptr, "items", NULL);
     const char *item = items ? visit(c, items, nm, p2) : js_add_primitive(c, "value");
     if (!item) return NULL;
     sp_strbuf_add(&o, "\"[\" space ", 10);
-    repetition(&o, item, min, max, "\",\" space");
+    repetition(c, &o, item, min, max, "\",\" space", ptr);
     sp_strbuf_add(&o, " \"]\" space", 10);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
@@ -501,20 +293,25 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     js_add_primitive(c, "space");
     if (pat) {
         if (!cJSON_IsString(pat)) return js_fail(c, ptr, "pattern must be a string"), NULL;
-        if (mn || mx || fmt) return js_fail(c, ptr, "pattern with minLength/maxLength/format is not supported"), NULL;
+        if (fmt) return js_fail(c, ptr, "pattern with format is not supported"), NULL;
+        long min = count_value(mn, 0), max = count_value(mx, -1);
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
         spindle_error e = {0};
-        if (sp_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring), &o, &e)) {
+        if (sp_regex_to_gbnf_lengths(pat->valuestring, strlen(pat->valuestring), min, max, &o, &e)) {
             sp_strbuf_free(&o);
             return js_fail(c, ptr, "pattern: %s", e.message), NULL;
         }
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     if (cJSON_IsString(fmt) && js_format_checked(fmt->valuestring)) {
         long min = count_value(mn, 0), max = count_value(mx, -1);
-        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
+        if (min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
+            return js_fail(c, ptr, "format with minLength/maxLength past %d is not supported",
                            SP_GRAMMAR_MAX_REPEAT), NULL;
         return js_format_rule(c, fmt->valuestring, min, max, name, ptr);
     }
@@ -523,14 +320,13 @@ static const char *string_rule(js_conv *c, const cJSON *s, const char *name,
     if (mn || mx) {
         long min = count_value(mn, 0);
         long max = count_value(mx, -1);
-        if (min < 0 || (mx && max < min) || min > SP_GRAMMAR_MAX_REPEAT || max > SP_GRAMMAR_MAX_REPEAT)
-            return js_fail(c, ptr, "minLength/maxLength must be 0..%d with min <= max",
-                           SP_GRAMMAR_MAX_REPEAT), NULL;
+        if (min < 0 || max < -1 || (max >= 0 && max < min))
+            return js_fail(c, ptr, "minLength/maxLength must be whole numbers with min <= max"), NULL;
         const char *ch = js_add_primitive(c, "char");
         sp_strbuf_add(&o, "\"\\\"\" ", 5);
-        repetition(&o, ch ? ch : "char", min, max, NULL);
+        repetition(c, &o, ch ? ch : "char", min, max, NULL, ptr);
         sp_strbuf_add(&o, " \"\\\"\" space", 11);
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     const char *r = js_add_primitive(c, "string");
     return r && strcmp(name, "root") ? r : r ? js_add_rule(c, name, r) : NULL;
@@ -562,6 +358,29 @@ static bool bound(const cJSON *s, const char *k, const char *xk, bool upper,
     return have;
 }
 
+/* The multiples of k in [min, max], listed: bounds with multipleOf are
+ * compiled where that leaves at most JS_MAX_LISTED_MULTIPLES values. */
+#define JS_MAX_LISTED_MULTIPLES 1000
+static const char *multiples_in_range(js_conv *c, const cJSON *k, bool has_min, long long min,
+                                      bool has_max, long long max, const char *name,
+                                      const char *ptr) {
+    double kd = k->valuedouble;
+    if (kd != floor(kd) || kd > 1e15)
+        return js_fail(c, ptr, "multipleOf on an integer must be a whole number"), NULL;
+    long long kk = (long long)kd;
+    long long first = has_min ? (min >= 0 ? (min + kk - 1) / kk : -((-min) / kk)) * kk : 0;
+    long long last = has_max ? (max >= 0 ? max / kk : -((-max + kk - 1) / kk)) * kk : 0;
+    if (!has_min || !has_max || (last - first) / kk >= JS_MAX_LISTED_MULTIPLES)
+        return js_fail(c, ptr, "multipleOf with minimum/maximum is supported where they leave at "
+                       "most %d values", JS_MAX_LISTED_MULTIPLES), NULL;
+    if (last < first) return js_fail(c, ptr, "no multiple of multipleOf lies within minimum/maximum"), NULL;
+    sp_strbuf o = {0};
+    sp_strbuf_addc(&o, '(');
+    for (long long v = first; v <= last; v += kk) sp_strbuf_printf(&o, "%s\"%lld\"", v > first ? " | " : "", v);
+    sp_strbuf_add(&o, ") space", 7);
+    return js_rule_from(c, name, &o);
+}
+
 static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     long long min = 0, max = 0;
@@ -573,12 +392,14 @@ static const char *integer_rule(js_conv *c, const cJSON *s, const char *name,
     }
     sp_strbuf o = {0};
     js_add_primitive(c, "space");
+    const cJSON *mult = get(s, "multipleOf");
+    if (mult) return multiples_in_range(c, mult, has_min, min, has_max, max, name, ptr);
     if (!js_int_range(&o, has_min, min, has_max, max)) {
         sp_strbuf_free(&o);
         return js_fail(c, ptr, "integer bounds are empty or beyond 15 digits"), NULL;
     }
     sp_strbuf_add(&o, " space", 6);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 /* The tighter of `minimum`-style k and `exclusiveMinimum`-style xk (a
@@ -612,7 +433,7 @@ static const char *number_rule(js_conv *c, const cJSON *s, const char *name,
         return js_fail(c, ptr, "no number satisfies minimum/maximum (the bounds are empty)"), NULL;
     }
     sp_strbuf_add(&o, ") space", 7);
-    return rule_from(c, name, &o);
+    return js_rule_from(c, name, &o);
 }
 
 static const char *typed(js_conv *c, const cJSON *s, const char *type,
@@ -621,14 +442,17 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
     bool object = !type || !strcmp(type, "object");
     /* allOf first: llama.cpp would take {"allOf": ..., "additionalProperties":
      * false} for an empty object. */
-    if (object && get(s, "allOf")) return all_of_rule(c, s, name, ptr);
-    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add))))
-        return object_rule(c, s, name, ptr, props, get(s, "required"), add);
-    if (get(s, "allOf")) {
-        if (cJSON_GetArraySize(get(s, "allOf")) == 1)
-            return visit(c, cJSON_GetArrayItem(get(s, "allOf"), 0), name, ptr);
-        return js_fail(c, ptr, "allOf is supported only over objects"), NULL;
+    if (object && get(s, "allOf")) return js_all_of_rule(c, s, name, ptr, visit);
+    bool counted = get(s, "minProperties") || get(s, "maxProperties");
+    if (object && (props || get(s, "patternProperties") || (add && !cJSON_IsTrue(add)) || counted)) {
+        long lo, hi;
+        if (!js_property_counts(c, s, ptr, &lo, &hi)) return NULL;
+        /* Nothing listed: any keys, as the object built-in takes them. */
+        static const cJSON any = {.type = cJSON_True};
+        const cJSON *extra = add ? add : !props && !get(s, "patternProperties") ? &any : NULL;
+        return js_object_rule(c, s, name, ptr, props, get(s, "required"), extra, lo, hi, visit);
     }
+    if (get(s, "allOf")) return js_all_of_rule(c, s, name, ptr, visit);
     if ((!type || !strcmp(type, "array")) && (get(s, "items") || get(s, "prefixItems") ||
                                                get(s, "minItems") || get(s, "maxItems")))
         return array_rule(c, s, name, ptr);
@@ -639,10 +463,14 @@ static const char *typed(js_conv *c, const cJSON *s, const char *type,
                    get(s, "exclusiveMaximum");
     const cJSON *mult = get(s, "multipleOf");
     if (mult && (!type || !strcmp(type, "integer") || !strcmp(type, "number"))) {
-        if (!cJSON_IsNumber(mult) || !type || strcmp(type, "integer") || bounded)
-            return js_fail(c, ptr, "multipleOf is supported only on an integer without "
-                           "minimum/maximum"), NULL;
-        return js_multiple_rule(c, mult, name, ptr);
+        bool number = type && !strcmp(type, "number");
+        if (!cJSON_IsNumber(mult) || !(mult->valuedouble > 0))
+            return js_fail(c, ptr, "multipleOf must be a number above 0"), NULL;
+        if (!type || (bounded && number))
+            return js_fail(c, ptr, "multipleOf is supported on an integer, or on a number "
+                           "without minimum/maximum"), NULL;
+        if (bounded) return integer_rule(c, s, name, ptr);
+        return js_multiple_rule(c, mult, number, name, ptr);
     }
     if ((!type || !strcmp(type, "integer")) && bounded) return integer_rule(c, s, name, ptr);
     if (type && !strcmp(type, "number") && bounded) return number_rule(c, s, name, ptr);
@@ -665,9 +493,20 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
                                 const char *ptr) {
     const cJSON *it;
     cJSON_ArrayForEach(it, s)
-        if (refused_keyword(it->string))
+        if (js_refused_keyword(it->string))
             return js_fail(c, ptr, "keyword '%s' is not supported", it->string), NULL;
     const cJSON *ref = get(s, "$ref"), *type = get(s, "type");
+    /* In a document that is one resource (no subschema sets its own $id),
+     * the dynamic scope holds that resource alone: $recursiveRef "#" is
+     * its root and $dynamicRef finds the one $dynamicAnchor, as $ref
+     * would. */
+    const char *dyn = get(s, "$dynamicRef") ? "$dynamicRef" : get(s, "$recursiveRef") ? "$recursiveRef" : NULL;
+    if (!ref && dyn) {
+        if (js_has_nested_resource(c->root))
+            return js_fail(c, ptr, "%s in a document with embedded resources ($id) is not supported",
+                           dyn), NULL;
+        ref = get(s, dyn);
+    }
     if (ref) {
         if (!cJSON_IsString(ref)) return js_fail(c, ptr, "$ref must be a string"), NULL;
         const char *r = resolve_ref(c, ref->valuestring, ptr);
@@ -693,7 +532,7 @@ static const char *visit_object(js_conv *c, const cJSON *s, const char *name,
             if (!t) break;
         }
         if (cJSON_IsTrue(get(s, "nullable"))) sp_strbuf_printf(&o, " | %s", js_add_primitive(c, "null"));
-        return rule_from(c, name, &o);
+        return js_rule_from(c, name, &o);
     }
     if (type && !cJSON_IsString(type)) return js_fail(c, ptr, "type must be a string or an array of strings"), NULL;
     return typed(c, s, type ? type->valuestring : NULL, name, ptr);

@@ -62,10 +62,12 @@ bool js_format_checked(const char *f);
 const char *js_format_rule(js_conv *c, const char *f, long min, long max,
                            const char *name, const char *ptr);
 /* Integers divisible by multipleOf (a whole number up to
- * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), as
- * rule `name`; NULL after js_fail. */
+ * JS_MAX_MULTIPLE: the grammar has a rule per remainder and digit), or
+ * for a number (`number`) also such integers written with zero decimals,
+ * or the decimals that are multiples of a multipleOf 10^-e (0.1, 0.01
+ * ...), as rule `name`; NULL after js_fail. */
 #define JS_MAX_MULTIPLE 100
-const char *js_multiple_rule(js_conv *c, const cJSON *k, const char *name,
+const char *js_multiple_rule(js_conv *c, const cJSON *k, bool number, const char *name,
                              const char *ptr);
 /* A bound of a number: its value, and whether it is exclusive. */
 typedef struct js_bound {
@@ -92,9 +94,36 @@ const char *js_pattern_kv(js_conv *c, const cJSON *patterns, const cJSON *props,
                           const cJSON *additional, const char *name, const char *ptr,
                           js_visit_fn visit);
 
+/* What json_schema.c's walk shares with the files beside it. */
+bool js_refused_keyword(const char *k);
+/* Whether keyword k only annotates (title, description, default, ...). */
+bool js_annotation_keyword(const char *k);
+bool js_in_list(const cJSON *list, const char *s);
+void js_child_ptr(char *out, size_t cap, const char *ptr, const char *a, const char *b);
+void js_sub_name(char *out, size_t cap, const char *name, const char *part);
+/* Rule `name` with body's text (body freed); NULL after js_fail. */
+const char *js_rule_from(js_conv *c, const char *name, sp_strbuf *body);
+/* An object (json_schema_object.c): props (a properties object, NULL for
+ * none) in order, those `required` lists required, then the keys
+ * patternProperties (of s) and `additional` add (NULL: none); the count
+ * of properties within min_props..max_props (-1: no bound). */
+const char *js_object_rule(js_conv *c, const cJSON *s, const char *name, const char *ptr,
+                           const cJSON *props, const cJSON *required,
+                           const cJSON *additional, long min_props, long max_props,
+                           js_visit_fn visit);
+/* s's minProperties / maxProperties (-1: absent); false after js_fail. */
+bool js_property_counts(js_conv *c, const cJSON *s, const char *ptr, long *min, long *max);
+/* allOf over objects merged into one object rule. */
+const char *js_all_of_rule(js_conv *c, const cJSON *s, const char *name, const char *ptr,
+                           js_visit_fn visit);
+
 /* The schema a local $ref ("#" then a JSON pointer) names in root: false
  * when ref is no such pointer; *out NULL when it points at nothing. */
 bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out);
+/* The subschema whose $anchor or $dynamicAnchor is name, NULL if none. */
+const cJSON *js_anchor_target(const cJSON *root, const char *name);
+/* Whether a subschema of root sets its own $id (an embedded resource). */
+bool js_has_nested_resource(const cJSON *root);
 /* Whether oneOf's alternatives `alts` (of schema s) provably exclude each
  * other, so that it may be compiled as anyOf (json_schema_oneof.c);
  * js_fail naming two that may overlap when not. */

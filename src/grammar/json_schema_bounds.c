@@ -294,14 +294,41 @@ const char *js_email_rule(js_conv *c, long min, long max, const char *name,
 /* ------------------------------------------------- multipleOf integers */
 
 /* Integers (llama.cpp's integer rule: "-"? and up to 16 digits, no
- * leading zero) divisible by k: the digits read left to right keep the
+ * leading zero; on a number, then optionally "." and zeros) divisible
+ * by k, or on a number a multiple of 10^-e (decimal_multiple_rule): the digits read left to right keep the
  * remainder mod k, one rule per (remainder, digits so far). */
-const char *js_multiple_rule(js_conv *c, const cJSON *k_json, const char *name,
+/* A number (without exponent, as bounded numbers) whose value is a
+ * multiple of 10^-e: no nonzero digit past the e-th decimal. */
+static const char *decimal_multiple_rule(js_conv *c, int e, const char *name, const char *ptr) {
+    const char *ip = js_add_primitive(c, "integral-part"), *space = js_add_primitive(c, "space");
+    sp_strbuf o = {0};
+    sp_strbuf_printf(&o, "\"-\"? %s ( \".\" ( [0-9]{1,%d}", ip ? ip : "integral-part", e);
+    if (e < 16) sp_strbuf_printf(&o, " | [0-9]{%d} \"0\"{1,%d}", e, 16 - e);
+    sp_strbuf_printf(&o, " ) )? %s", space ? space : "space");
+    if (o.oom) return js_fail(c, ptr, "out of memory"), NULL;
+    const char *r = js_add_rule(c, name, o.p);
+    sp_strbuf_free(&o);
+    return r;
+}
+
+/* e with k = 10^-e (1 <= e <= 16), else 0. */
+static int decimal_power(double k) {
+    double p = 1;
+    for (int e = 1; e <= 16; e++) {
+        p *= 10;
+        if (fabs(k * p - 1) < 1e-9) return e;
+    }
+    return 0;
+}
+
+const char *js_multiple_rule(js_conv *c, const cJSON *k_json, bool number, const char *name,
                              const char *ptr) {
     double kd = k_json->valuedouble;
+    int e = number ? decimal_power(kd) : 0;
+    if (e) return decimal_multiple_rule(c, e, name, ptr);
     if (!(kd >= 1 && kd <= JS_MAX_MULTIPLE) || kd != floor(kd))
-        return js_fail(c, ptr, "multipleOf on an integer must be a whole number 1..%d",
-                       JS_MAX_MULTIPLE), NULL;
+        return js_fail(c, ptr, "multipleOf must be a whole number 1..%d%s", JS_MAX_MULTIPLE,
+                       number ? " or, on a number, a power of ten such as 0.01" : ""), NULL;
     int k = (int)kd;
     const char *next[JS_MAX_MULTIPLE][17];
     char rn[300];
@@ -341,7 +368,8 @@ const char *js_multiple_rule(js_conv *c, const cJSON *k_json, const char *name,
         if (to) sp_strbuf_printf(&o, " | \"%d\"%s%s", dg, *to ? " " : "", to);
     }
     const char *space = js_add_primitive(c, "space");
-    sp_strbuf_printf(&o, " ) %s", space ? space : "space");
+    /* A number that is a whole multiple may be written with zero decimals. */
+    sp_strbuf_printf(&o, " )%s %s", number ? " ( \".\" \"0\"{1,16} )?" : "", space ? space : "space");
     if (o.oom) return js_fail(c, ptr, "out of memory"), NULL;
     const char *r = js_add_rule(c, name, o.p);
     sp_strbuf_free(&o);

@@ -49,18 +49,22 @@ static bool pattern_matches(const char *pattern, const char *key, bool *matches,
     return ok;
 }
 
+bool js_annotation_keyword(const char *k) {
+    static const char *const NOTES[] = {"title", "description", "$comment", "default",
+                                        "examples", "deprecated", "readOnly", "writeOnly",
+                                        "markdownDescription"};
+    if (!strncmp(k, "x-", 2)) return true;
+    for (size_t i = 0; i < sizeof NOTES / sizeof *NOTES; i++)
+        if (!strcmp(NOTES[i], k)) return true;
+    return false;
+}
+
 bool js_schema_unconstrained(const cJSON *s) {
     if (cJSON_IsTrue(s)) return true;
     if (!cJSON_IsObject(s)) return false;
-    static const char *const NOTES[] = {"title", "description", "$comment", "default",
-                                        "examples", "deprecated", "readOnly", "writeOnly"};
     const cJSON *it;
-    cJSON_ArrayForEach(it, s) {
-        bool note = !strncmp(it->string, "x-", 2);
-        for (size_t i = 0; i < sizeof NOTES / sizeof *NOTES; i++)
-            note = note || !strcmp(NOTES[i], it->string);
-        if (!note) return false;
-    }
+    cJSON_ArrayForEach(it, s)
+        if (!js_annotation_keyword(it->string)) return false;
     return true;
 }
 

@@ -308,3 +308,33 @@ bool js_pointer_target(const cJSON *root, const char *ref, const cJSON **out) {
     *out = target;
     return true;
 }
+
+static const cJSON *anchor_in(const cJSON *s, const char *name, int depth) {
+    if (depth > 256 || !(cJSON_IsObject(s) || cJSON_IsArray(s))) return NULL;
+    const cJSON *a = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, "$anchor") : NULL;
+    const cJSON *d = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, "$dynamicAnchor") : NULL;
+    if ((cJSON_IsString(a) && !strcmp(a->valuestring, name)) ||
+        (cJSON_IsString(d) && !strcmp(d->valuestring, name)))
+        return s;
+    const cJSON *it, *hit = NULL;
+    cJSON_ArrayForEach(it, s)
+        if (!hit) hit = anchor_in(it, name, depth + 1);
+    return hit;
+}
+
+const cJSON *js_anchor_target(const cJSON *root, const char *name) {
+    return anchor_in(root, name, 0);
+}
+
+static bool nested_id(const cJSON *s, int depth) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, s) {
+        if (depth > 0 && it->string && !strcmp(it->string, "$id") && cJSON_IsString(it)) return true;
+        if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && depth < 256 && nested_id(it, depth + 1)) return true;
+    }
+    return false;
+}
+
+bool js_has_nested_resource(const cJSON *root) {
+    return nested_id(root, 0);
+}

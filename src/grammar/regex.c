@@ -18,13 +18,37 @@
 #define RX_MAX_DEPTH 64
 #define RX_MAX_RANGES 512
 
+/* Lengths count characters (code points, as minLength does); RX_INF is
+ * no upper bound. */
+#define RX_INF (-1L)
+
+/* What the top level (outside every group) looked like, for cutting the
+ * pattern to a length range. */
+typedef struct rx_top {
+    int alts;             /* top-level alternatives */
+    bool anchored;        /* the first one starts with ^ and ends with $ */
+    int atoms;            /* the first alternative's atoms */
+    int variable;         /* its one atom of variable length, -1: none, -2: more */
+    long width;           /* that atom's length per repetition (fixed) */
+    long rep_min, rep_max;  /* and its quantifier's counts */
+} rx_top;
+
 typedef struct rx {
     const char *s, *p, *end;
     sp_strbuf *out;
     int depth;
     spindle_error *err;
     bool failed;
+    rx_top top;
+    /* Emitting: the top-level atom whose quantifier is replaced (-1:
+     * none) and the counts it gets. */
+    int cut_atom;
+    long cut_min, cut_max;
 } rx;
+
+static long len_add(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a + b; }
+static long len_mul(long a, long k) { return a == 0 || k == 0 ? 0 : a == RX_INF || k == RX_INF ? RX_INF : a * k; }
+static long len_max(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a > b ? a : b; }
 
 static bool rx_fail(rx *r, const char *why) {
     if (!r->failed)
@@ -236,13 +260,17 @@ static bool parse_class(rx *r) {
     return emit_ranges(r, ranges, n, negate);
 }
 
-static bool parse_alt(rx *r);
-
-static bool parse_quantifier(rx *r) {
+/* A quantifier: its counts into *qmin / *qmax; written as they are, or as
+ * the cut's counts where `cut` (the top-level atom being cut). */
+static bool parse_quantifier(rx *r, long *qmin, long *qmax, bool cut) {
     char c = *r->p;
+    sp_strbuf real = {0}, *out = r->out;
+    if (cut) r->out = &real;
     if (c == '*' || c == '+' || c == '?') {
         r->p++;
         sp_strbuf_addc(r->out, c);
+        *qmin = c == '+' ? 1 : 0;
+        *qmax = c == '?' ? 1 : RX_INF;
     } else {
         const char *at = r->p++;
         long m = 0, n = -1;
@@ -269,6 +297,14 @@ static bool parse_quantifier(rx *r) {
             return rx_fail(r, "repetition counts must be 0..1000 with min <= max");
         if (n < 0) sp_strbuf_printf(r->out, "{%ld,}", m);
         else sp_strbuf_printf(r->out, "{%ld,%ld}", m, n);
+        *qmin = m;
+        *qmax = n < 0 ? RX_INF : n;
+    }
+    if (cut) {
+        sp_strbuf_free(&real);
+        r->out = out;
+        if (r->cut_max == RX_INF) sp_strbuf_printf(r->out, "{%ld,}", r->cut_min);
+        else sp_strbuf_printf(r->out, "{%ld,%ld}", r->cut_min, r->cut_max);
     }
     if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
     if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{'))
@@ -276,18 +312,40 @@ static bool parse_quantifier(rx *r) {
     return true;
 }
 
-static bool parse_atom(rx *r) {
+static bool parse_alt(rx *r, long *lo, long *hi);
+
+/* After "(?": a non-capturing group's ':' or a named group's "<name>"
+ * (both match what a plain group does); lookaround is refused. */
+static bool group_prefix(rx *r) {
+    if (r->end - r->p >= 2 && r->p[1] == ':') {
+        r->p += 2;
+        return true;
+    }
+    if (r->end - r->p >= 3 && r->p[1] == '<' && r->p[2] != '=' && r->p[2] != '!') {
+        const char *q = r->p + 2;
+        while (q < r->end && (*q == '_' || *q == '$' || ((*q | 0x20) >= 'a' && (*q | 0x20) <= 'z') ||
+                              (*q >= '0' && *q <= '9')))
+            q++;
+        if (q > r->p + 2 && q < r->end && *q == '>') {
+            r->p = q + 1;
+            return true;
+        }
+        return rx_fail(r, "a named group's name must be letters, digits, _ or $");
+    }
+    return rx_fail(r, "lookaround is not supported");
+}
+
+/* One atom; its length range into *lo / *hi. */
+static bool parse_atom(rx *r, long *lo, long *hi) {
     char c = *r->p;
     uint32_t cp;
+    *lo = *hi = 1;
     if (c == '(') {
         r->p++;
-        if (r->p < r->end && *r->p == '?') {
-            if (r->end - r->p >= 2 && r->p[1] == ':') r->p += 2;
-            else return rx_fail(r, "lookaround and named groups are not supported");
-        }
+        if (r->p < r->end && *r->p == '?' && !group_prefix(r)) return false;
         if (++r->depth > RX_MAX_DEPTH) return rx_fail(r, "groups nest too deeply");
         sp_strbuf_addc(r->out, '(');
-        if (!parse_alt(r)) return false;
+        if (!parse_alt(r, lo, hi)) return false;
         if (r->p >= r->end || *r->p != ')') return rx_fail(r, "group is not closed");
         r->p++;
         r->depth--;
@@ -317,55 +375,132 @@ static bool parse_atom(rx *r) {
     return true;
 }
 
-static bool parse_seq(rx *r) {
-    bool empty = true;
+/* Any JSON string content: what an unanchored side of a pattern admits. */
+static const char ANY[] = "([^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4}))*";
+
+/* One alternative: atoms and their quantifiers. At the top level (outside
+ * groups) ^ may start it and $ end it, anchoring that alternative alone
+ * (a pattern is a search: an unanchored side admits any text). */
+static bool parse_seq(rx *r, long *lo, long *hi) {
+    bool empty = true, top = r->depth == 0, first_top = top && r->top.alts++ == 0;
+    bool anchor_start = top && r->p < r->end && *r->p == '^', anchor_end = false;
+    if (anchor_start) r->p++;
+    else if (top) sp_strbuf_printf(r->out, "%s ", ANY);
+    *lo = 0;
+    *hi = top && !anchor_start ? RX_INF : 0;
+    int atom = 0;
     while (!r->failed && r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '^' || *r->p == '$') {
-            if (!((*r->p == '^' && r->p == r->s) || (*r->p == '$' && r->p + 1 == r->end)))
-                return rx_fail(r, "anchors are supported only at the start and end");
+            if (!(top && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')))
+                return rx_fail(r, "anchors are supported only at the start and end of the pattern "
+                               "or of its top-level alternatives");
+            anchor_end = true;
             r->p++;
             continue;
         }
         if (!empty) sp_strbuf_addc(r->out, ' ');
-        if (!parse_atom(r)) return false;
+        long alo, ahi, qmin = 1, qmax = 1;
+        if (!parse_atom(r, &alo, &ahi)) return false;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?' || *r->p == '{') &&
-            !parse_quantifier(r))
+            !parse_quantifier(r, &qmin, &qmax, top && r->cut_atom == atom))
             return false;
+        if (first_top && len_mul(alo, qmin) != len_mul(ahi, qmax)) {
+            r->top.variable = r->top.variable == -1 && alo == ahi ? atom : -2;
+            r->top.width = alo;
+            r->top.rep_min = qmin;
+            r->top.rep_max = qmax;
+        }
+        *lo = len_add(*lo, len_mul(alo, qmin));
+        *hi = len_add(*hi, len_mul(ahi, qmax));
+        atom++;
         empty = false;
     }
     if (empty) sp_strbuf_add(r->out, "\"\"", 2);
+    if (top && !anchor_end) {
+        sp_strbuf_printf(r->out, " %s", ANY);
+        *hi = RX_INF;
+    }
+    if (first_top) {
+        r->top.anchored = anchor_start && anchor_end;
+        r->top.atoms = atom;
+    }
     return !r->failed;
 }
 
-static bool parse_alt(rx *r) {
-    if (!parse_seq(r)) return false;
+static bool parse_alt(rx *r, long *lo, long *hi) {
+    if (!parse_seq(r, lo, hi)) return false;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
         sp_strbuf_add(r->out, " | ", 3);
-        if (!parse_seq(r)) return false;
+        long alo, ahi;
+        if (!parse_seq(r, &alo, &ahi)) return false;
+        *lo = alo < *lo ? alo : *lo;
+        *hi = len_max(*hi, ahi);
     }
     return true;
 }
 
-spindle_status sp_regex_to_gbnf(const char *re, size_t len, sp_strbuf *out,
-                                spindle_error *err) {
-    if (len > SP_GRAMMAR_MAX_SOURCE)
+/* The pattern into out; its length range into *lo / *hi. */
+static spindle_status regex_emit(rx *r, long *lo, long *hi) {
+    spindle_error *err = r->err;
+    if (r->end - r->s > SP_GRAMMAR_MAX_SOURCE)
         return sp_fail(err, SPINDLE_ERR_LIMIT, "regex: over the size limit");
-    if (!sp_utf8_valid(re, len)) return sp_fail(err, SPINDLE_ERR_FORMAT, "regex: invalid UTF-8");
-    rx r = {.s = re, .p = re, .end = re + len, .out = out, .err = err};
-    bool anchored_start = len > 0 && re[0] == '^';
-    bool anchored_end = len > 0 && re[len - 1] == '$' && (len < 2 || re[len - 2] != '\\');
-    /* Unanchored ends: any JSON string content may come before / after. */
-    const char *any = "([^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4}))*";
-    if (!anchored_start) sp_strbuf_printf(out, "%s ", any);
-    sp_strbuf_addc(out, '(');
-    if (!parse_alt(&r)) return err ? err->status : SPINDLE_ERR_FORMAT;
-    if (r.p < r.end) {
-        rx_fail(&r, "unbalanced ')'");
+    if (!sp_utf8_valid(r->s, (size_t)(r->end - r->s)))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "regex: invalid UTF-8");
+    r->top.variable = -1;
+    sp_strbuf_addc(r->out, '(');
+    if (!parse_alt(r, lo, hi)) return err ? err->status : SPINDLE_ERR_FORMAT;
+    if (r->p < r->end) {
+        rx_fail(r, "unbalanced ')'");
         return err ? err->status : SPINDLE_ERR_FORMAT;
     }
-    sp_strbuf_addc(out, ')');
-    if (!anchored_end) sp_strbuf_printf(out, " %s", any);
-    if (out->oom) return sp_fail(err, SPINDLE_ERR_MEMORY, "regex: out of memory");
+    sp_strbuf_addc(r->out, ')');
+    if (r->out->oom) return sp_fail(err, SPINDLE_ERR_MEMORY, "regex: out of memory");
     return SPINDLE_OK;
+}
+
+spindle_status sp_regex_to_gbnf(const char *re, size_t len, sp_strbuf *out,
+                                spindle_error *err) {
+    return sp_regex_to_gbnf_lengths(re, len, 0, -1, out, err);
+}
+
+static long ceil_div(long a, long b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+spindle_status sp_regex_to_gbnf_lengths(const char *re, size_t len, long min_len,
+                                        long max_len, sp_strbuf *out, spindle_error *err) {
+    sp_strbuf first = {0};
+    rx r = {.s = re, .p = re, .end = re + len, .out = &first, .err = err, .cut_atom = -1};
+    long lo, hi;
+    spindle_status st = regex_emit(&r, &lo, &hi);
+    /* Bounds the pattern's own lengths already meet change nothing. */
+    bool within = lo >= min_len && (max_len < 0 || (hi != RX_INF && hi <= max_len));
+    if (st || within) {
+        if (!st) sp_strbuf_add(out, first.p, first.len);
+        sp_strbuf_free(&first);
+        return st ? st : out->oom ? sp_fail(err, SPINDLE_ERR_MEMORY, "regex: out of memory") : SPINDLE_OK;
+    }
+    sp_strbuf_free(&first);
+    /* An anchored pattern with one repeated part of fixed width and the
+     * rest fixed: the length range is that part's count range. */
+    rx_top t = r.top;
+    if (t.alts != 1 || !t.anchored || t.variable < 0 || t.width < 1)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "with minLength/maxLength, a pattern is compiled "
+                       "only where its lengths already meet them or it is ^...$ with one repeated "
+                       "part (other cuts need an intersection of languages)");
+    long fixed = lo - t.width * t.rep_min;
+    long cmin = ceil_div(min_len - fixed, t.width), cmax = t.rep_max;
+    if (cmin < t.rep_min) cmin = t.rep_min;
+    if (max_len >= 0) {
+        long m = max_len < fixed ? -1 : (max_len - fixed) / t.width;
+        cmax = cmax == RX_INF || m < cmax ? m : cmax;
+    }
+    if (cmax != RX_INF && cmax < cmin)
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "no string of the pattern has a length within "
+                       "minLength/maxLength");
+    if (cmin > SP_GRAMMAR_MAX_REPEAT || cmax > SP_GRAMMAR_MAX_REPEAT)
+        return sp_fail(err, SPINDLE_ERR_LIMIT, "with minLength/maxLength, the pattern's repeated "
+                       "part would repeat past %d times", SP_GRAMMAR_MAX_REPEAT);
+    rx cut = {.s = re, .p = re, .end = re + len, .out = out, .err = err,
+              .cut_atom = t.variable, .cut_min = cmin, .cut_max = cmax};
+    return regex_emit(&cut, &lo, &hi);
 }

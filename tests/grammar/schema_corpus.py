@@ -11,7 +11,7 @@ from grammar_common import HARNESS, QWEN3
 
 
 # The keywords a refusal is filed under: the first one its message names.
-KEYWORDS = ["$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+KEYWORDS = ["$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
             "patternProperties", "additionalProperties", "propertyNames",
             "dependentRequired", "dependentSchemas", "dependencies",
             "minProperties", "maxProperties", "unevaluatedProperties",

@@ -12,12 +12,11 @@ from schema_corpus import corpus, keyword_of, measure
 
 REFUSABLE = {
     # no rule
-    "not", "if", "then", "else", "propertyNames", "dependentRequired", "dependentSchemas",
-    "dependencies", "minProperties", "maxProperties", "unevaluatedProperties", "uniqueItems",
-    "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
+    "not", "if", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedProperties", "uniqueItems", "contains",
     # compiled where exact
     "patternProperties", "allOf", "oneOf", "pattern", "format", "multipleOf", "$ref",
-    "minLength", "maxLength", "minItems", "maxItems"}
+    "$dynamicRef", "$recursiveRef"}
 
 
 def test_corpus_sample_compiles_or_names_a_refusable_keyword():
@@ -32,6 +31,6 @@ def test_corpus_sample_compiles_or_names_a_refusable_keyword():
     assert not unnamed, f"{len(unnamed)} refusals name no refusable keyword: {unnamed[:5]}"
     compiled = sum(1 for _, llg, sp, _ in rows if llg is None and sp is None)
     llg_compiled = sum(1 for _, llg, _, _ in rows if llg is None)
-    # Today Spindle compiles 118 of llguidance's 131 here; a drop means a
+    # Today Spindle compiles 126 of llguidance's 132 here; a drop means a
     # regression in what the converter takes.
-    assert compiled >= llg_compiled - 15, (compiled, llg_compiled)
+    assert compiled >= llg_compiled - 8, (compiled, llg_compiled)
