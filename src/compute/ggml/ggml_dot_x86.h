@@ -84,42 +84,6 @@ SP_INLINE __m256i nibbles_one(const uint8_t *p) {
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-/* The prefill GEMMs' next weight panel, fetched into L2 while the current
- * one runs: a panel's rows are as many separate streams, more than the
- * hardware prefetcher follows, so without it the packing of each panel
- * waited on DRAM for about a third of a Q8_0 prefill's GEMM time. The
- * lines are asked for a few at a time between micro-kernel calls (all at
- * once would fill the miss queue and stall). */
-typedef struct sp_panel_prefetch {
-    const uint8_t *first; /* the next panel's first row's first byte */
-    size_t row_bytes;     /* stride between its rows */
-    int rows, lines;      /* rows, 64-byte lines per row */
-    int step;             /* lines per sp_panel_prefetch_step */
-    int done;             /* lines asked for so far (row-major) */
-} sp_panel_prefetch;
-
-/* The panel of rows [r, r + nr) and bytes [off, off + len) of each row,
- * spread over `calls` steps (nr 0: nothing to fetch). */
-SP_INLINE sp_panel_prefetch sp_panel_prefetch_at(const uint8_t *data, size_t row_bytes,
-                                                 int64_t r, int nr, size_t off,
-                                                 size_t len, int calls) {
-    const uint8_t *first = data + (size_t)r * row_bytes + off;
-    const size_t skew = (uintptr_t)first % 64;
-    const int lines = (int)((len + skew + 63) / 64);
-    calls = calls < 1 ? 1 : calls;
-    return (sp_panel_prefetch){.first = first - skew, .row_bytes = row_bytes,
-                               .rows = nr, .lines = lines,
-                               .step = (nr * lines + calls - 1) / calls};
-}
-
-/* The next step's lines of the panel. */
-SP_INLINE void sp_panel_prefetch_step(sp_panel_prefetch *p) {
-    for (int n = p->step; n > 0 && p->done < p->rows * p->lines; n--, p->done++)
-        _mm_prefetch((const char *)(p->first + (size_t)(p->done / p->lines) * p->row_bytes +
-                                    (size_t)(p->done % p->lines) * 64),
-                     _MM_HINT_T1);
-}
-
 #include "compute/simd_reduce_avx2.h"
 
 /* Calls call(n) with the token count nt (1..SP_MM_DECODE_TOKENS) as a constant, so that the

@@ -41,6 +41,7 @@
 #if defined(__x86_64__) /* (up to the entry points) */
 #include <immintrin.h>
 
+#include "compute/ggml/ggml_panel_prefetch.h"
 #include "compute/simd_target.h"
 
 #define KC_K 512 /* columns per panel: two super-blocks */
@@ -158,6 +159,7 @@ typedef struct kq_args {
     int64_t ldy;
     int nr;
     bool accumulate;
+    sp_panel_prefetch *pf; /* the next panel's weights, a step per call */
 } kq_args;
 
 /* Token t's activation sums that pair p of super-block s's correction
@@ -175,13 +177,14 @@ static inline int32_t kq_act_pair(const kq_args *a, int kind, int t, int s, int 
 }
 
 /* The panels of rows r0..r1, each packed by `pack` (the level's
- * nibble-lane layout, `mp` rows) and run through `tokens` for every token. */
+ * nibble-lane layout, `mp` rows) and run through `tokens` for every token
+ * (mt per micro-kernel call). */
 typedef void (*kq_pack_fn)(int kind, const uint8_t *data, size_t row_bytes,
                            int64_t r, int nr, int64_t sb0, int nsb, uint8_t *panel);
 typedef void (*kq_tokens_fn)(const kq_args *a, int kind, int nt);
 
 static void kq_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
-                    int64_t r0, int64_t r1, int mp, kq_pack_fn pack,
+                    int64_t r0, int64_t r1, int mp, int mt, kq_pack_fn pack,
                     kq_tokens_fn tokens, bool pairs, uint8_t *panel,
                     int32_t *sc, int32_t *cpair, float *dw, float *dmw) {
     const int kind = kq_kind(w->ggml_type);
@@ -205,6 +208,10 @@ static void kq_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
             a.y = y + r;
             a.nr = nr;
             a.accumulate = sb0 > 0;
+            sp_panel_prefetch pf = sp_panel_prefetch_next(
+                w->data, row_bytes, r, r1, mp, sb0, nsb_row, SB_PER_PANEL,
+                kq_block_bytes(kind), x->n_tokens / mt);
+            a.pf = &pf;
             tokens(&a, kind, x->n_tokens);
         }
     }
@@ -373,7 +380,10 @@ SP_INLINE void kv_micro(const kq_args *a, const int kind, const int mt, int t0) 
 
 SP_INLINE void kv_tokens_of(const kq_args *a, const int kind, int nt) {
     int t = 0;
-    for (; t + KV_MT <= nt; t += KV_MT) kv_micro(a, kind, KV_MT, t);
+    for (; t + KV_MT <= nt; t += KV_MT) {
+        kv_micro(a, kind, KV_MT, t);
+        sp_panel_prefetch_step(a->pf);
+    }
     switch (nt - t) {
     case 3: kv_micro(a, kind, 3, t); break;
     case 2: kv_micro(a, kind, 2, t); break;
@@ -398,7 +408,7 @@ static void kv_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
     _Alignas(64) int32_t sc[SB_PER_PANEL * KQ_GROUPS_MAX * KV_MP];
     _Alignas(64) int32_t cpair[SB_PER_PANEL * KQ_GROUPS_MAX / 2 * KV_MP];
     _Alignas(64) float dw[SB_PER_PANEL * KV_MP], dmw[SB_PER_PANEL * KV_MP];
-    kq_rows(w, x, y, r0, r1, KV_MP, kv_pack, kv_tokens, false, panel, sc,
+    kq_rows(w, x, y, r0, r1, KV_MP, KV_MT, kv_pack, kv_tokens, false, panel, sc,
             cpair, dw, dmw);
 }
 SP_TARGET_END
@@ -576,7 +586,10 @@ ka_micro(const kq_args *a, const int kind, const int mt, int t0) {
 static inline __attribute__((always_inline)) void
 ka_tokens_of(const kq_args *a, const int kind, int nt) {
     int t = 0;
-    for (; t + KA_MT <= nt; t += KA_MT) ka_micro(a, kind, KA_MT, t);
+    for (; t + KA_MT <= nt; t += KA_MT) {
+        ka_micro(a, kind, KA_MT, t);
+        sp_panel_prefetch_step(a->pf);
+    }
     if (t < nt) ka_micro(a, kind, 1, t);
 }
 
@@ -596,7 +609,7 @@ static void ka_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
     _Alignas(64) int32_t sc[SB_PER_PANEL * KQ_GROUPS_MAX * KA_MP];
     _Alignas(64) int32_t cpair[SB_PER_PANEL * KQ_GROUPS_MAX / 2 * KA_MP];
     _Alignas(64) float dw[SB_PER_PANEL * KA_MP], dmw[SB_PER_PANEL * KA_MP];
-    kq_rows(w, x, y, r0, r1, KA_MP, ka_pack, ka_tokens, true, panel, sc,
+    kq_rows(w, x, y, r0, r1, KA_MP, KA_MT, ka_pack, ka_tokens, true, panel, sc,
             cpair, dw, dmw);
 }
 SP_TARGET_END

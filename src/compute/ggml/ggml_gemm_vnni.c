@@ -147,6 +147,7 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
 
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
+#include "compute/ggml/ggml_panel_prefetch.h"
 #include "compute/matmul/matmul_transpose.h"
 #include "compute/matmul/matmul_vnni_step.h"
 
@@ -374,15 +375,8 @@ SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
         for (int64_t b0 = 0; b0 < nb; b0 += GG_PB) {
             const int nblk = nb - b0 < GG_PB ? (int)(nb - b0) : GG_PB;
             gg_pack(w->data, row_bytes, bs, kind, r, nr, b0, nblk, panel, dw, mw);
-            /* the next panel: the same rows' next columns, or the next rows */
-            const int64_t nr_b0 = b0 + GG_PB < nb ? b0 + GG_PB : 0;
-            const int64_t nr_r = nr_b0 || r + GG_MP >= r1 ? r : r + GG_MP;
-            const int next_rows = nr_r == r && !nr_b0 ? 0 /* the last */
-                                  : r1 - nr_r < GG_MP ? (int)(r1 - nr_r) : GG_MP;
-            const int64_t next_blk = nb - nr_b0 < GG_PB ? nb - nr_b0 : GG_PB;
-            sp_panel_prefetch pf = sp_panel_prefetch_at(
-                w->data, row_bytes, nr_r, next_rows, (size_t)nr_b0 * bs,
-                (size_t)next_blk * bs, calls);
+            sp_panel_prefetch pf = sp_panel_prefetch_next(
+                w->data, row_bytes, r, r1, GG_MP, b0, nb, GG_PB, bs, calls);
             a.nblk = nblk;
             a.q = x->q + 32 * b0;
             a.d = x->d + b0;
