@@ -526,8 +526,9 @@ static void test_gemm_int8_few_rows(void **s) {
 }
 
 /* (d) the k-quants' prefill GEMM (ggml_gemm_kquants.c) at every level
- * that has one, precision fast: through sp_matmul from 17 tokens (below,
- * the decode kernels), and called directly for 1..9 tokens (the
+ * that has one, for each of Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (all five must
+ * be covered there), precision fast: through sp_matmul from 17 tokens
+ * (below, the decode kernels), and called directly for 1..9 tokens (the
  * micro-kernels' token tails). Rows not multiples of the 16- and 32-row panels, one
  * super-block, an odd count (a half-filled second panel), several panels,
  * token counts around the 2- and 4-token micro-kernels, 1 and 2 threads.
@@ -541,8 +542,16 @@ static void test_prefill_kquants(void **s) {
     assert_non_null(pools[1]);
     int checked = 0;
     sp_mm_precision_force(SP_PRECISION_FAST);
+    static const uint32_t kquants[] = {SP_GGML_Q2_K, SP_GGML_Q3_K, SP_GGML_Q4_K,
+                                       SP_GGML_Q5_K, SP_GGML_Q6_K};
     for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
         if (!sp_simd_available(levels[lv])) continue;
+        /* (the AVX-512 kernel needs VNNI, as the block GEMM does) */
+        if (levels[lv] != SP_SIMD_AVX512 || sp_ggml_gemm_covered(SP_GGML_Q4_0, 256))
+            for (size_t k = 0; k < sizeof kquants / sizeof *kquants; k++)
+                if (!sp_ggml_gemm_kquants_covered(kquants[k], 1024, levels[lv]))
+                    fail_msg("%s has no prefill GEMM at %s",
+                             sp_ggml_traits(kquants[k])->name, sp_simd_name(levels[lv]));
         assert_true(sp_simd_force(levels[lv]));
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
             if (!sp_ggml_gemm_kquants_covered(types[i].type, 1024, levels[lv])) continue;

@@ -290,13 +290,6 @@ static float dot_q2_K(const void *row, const sp_ggml_act *a, int64_t nb) {
     return sumf;
 }
 
-/* 6-bit scale j (0..15) of a q3_K block, as ggml unpacks it. */
-static int q3_K_scale(const uint8_t *s, int j) {
-    const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
-    const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 static float dot_q3_K(const void *row, const sp_ggml_act *a, int64_t nb) {
     const sp_block_q3_K *x = row;
     float sumf = 0;
@@ -314,7 +307,7 @@ static float dot_q3_K(const void *row, const sp_ggml_act *a, int64_t nb) {
                 const int hb = (x[i].hmask[l] >> (4 * n + s)) & 1;
                 sub += q8[e] * (lo - (hb ? 0 : 4));
             }
-            isum += q3_K_scale(x[i].scales, sb) * sub;
+            isum += sp_get_scale_k3(x[i].scales, sb) * sub;
         }
         sumf += f16(x[i].d) * a->d[i] * isum;
     }

@@ -216,7 +216,7 @@ bool sp_ggml_gemm_avxvnni(const sp_weight *w, const sp_ggml_acts *x, float *y,
 /* ---- prefill of the k-quants: ggml_gemm_kquants.c ---- */
 
 /* Whether sp_ggml_gemm_kquants takes `type` with `cols` columns at `level`
- * on this CPU: Q4_K and Q6_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
+ * on this CPU: Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, at SP_SIMD_AVX512 with VNNI, SP_SIMD_AVXVNNI or
  * SP_SIMD_AVX2 (the last two share the AVX2 kernel). */
 bool sp_ggml_gemm_kquants_covered(uint32_t type, int64_t cols,
                                   sp_simd_level level);

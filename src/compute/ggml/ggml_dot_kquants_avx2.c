@@ -140,7 +140,7 @@ SP_INLINE void unpack_q2_K(const uint8_t *blk, k_block *kb) {
 
 /* q3_K: column 128n + 32s + l is bits 2s, 2s + 1 of qs[32n + l] plus bit
  * 4n + s of hmask[l] as bit 2 (codes q + 4); 6-bit scales (s - 32) packed as
- * q3_K_scale in ggml_dot.c unpacks them, four at a time here. */
+ * sp_get_scale_k3 (ggml_quants.h) unpacks them, four at a time here. */
 SP_INLINE void unpack_q3_K(const uint8_t *blk, k_block *kb) {
     const sp_block_q3_K *b = (const sp_block_q3_K *)blk;
     kb->d = f16_at((const uint8_t *)&b->d);

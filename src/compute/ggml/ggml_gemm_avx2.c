@@ -53,6 +53,7 @@
 
 SP_TARGET_BEGIN(GA_TARGET)
 #include "compute/ggml/ggml_dot_x86.h"
+#include "compute/ggml/ggml_panel_prefetch.h"
 #include "compute/simd_transpose_avx2.h"
 
 #define GA_MP 16  /* rows per panel: two vectors of int32 lanes */
@@ -270,15 +271,22 @@ SP_INLINE void ga_micro(const ga_args *a, const int kind, const int levels,
 }
 
 /* Every token through micro-kernel calls: one part, GA_MT tokens per call
- * (then 2 or 1); several, one token per call. */
+ * (then 2 or 1); several, one token per call; the next panel's weights
+ * fetched meanwhile (pf). */
 #define GA_TOKENS(kind, levels)                                          \
     do {                                                                 \
         int t = 0;                                                       \
         if ((levels) > 1) {                                              \
-            for (; t < nt; t++) ga_micro(a, kind, levels, 1, t);         \
+            for (; t < nt; t++) {                                        \
+                ga_micro(a, kind, levels, 1, t);                         \
+                sp_panel_prefetch_step(&pf);                             \
+            }                                                            \
             break;                                                       \
         }                                                                \
-        for (; t + GA_MT <= nt; t += GA_MT) ga_micro(a, kind, 1, GA_MT, t); \
+        for (; t + GA_MT <= nt; t += GA_MT) {                            \
+            ga_micro(a, kind, 1, GA_MT, t);                              \
+            sp_panel_prefetch_step(&pf);                                 \
+        }                                                                \
         if (nt - t == 2) ga_micro(a, kind, 1, 2, t);                     \
         else if (nt - t == 1) ga_micro(a, kind, 1, 1, t);                \
     } while (0)
@@ -300,6 +308,9 @@ SP_INLINE void ga_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
         for (int64_t b0 = 0; b0 < nb; b0 += GA_PB) {
             const int nblk = nb - b0 < GA_PB ? (int)(nb - b0) : GA_PB;
             ga_pack(w->data, row_bytes, bs, kind, r, nr, b0, nblk, panel, dw, mw);
+            sp_panel_prefetch pf = sp_panel_prefetch_next(
+                w->data, row_bytes, r, r1, GA_MP, b0, nb, GA_PB, bs,
+                levels > 1 ? nt : nt / GA_MT);
             args.nblk = nblk;
             args.q = x->q + 32 * b0;
             args.d = x->d + b0;

@@ -147,6 +147,7 @@ bool sp_ggml_quantize_acts(sp_pool *pool, uint32_t act_type, const float *x,
 
 SP_TARGET_BEGIN(SP_TARGET_AVX512_VNNI)
 #include "compute/ggml/ggml_dot_x86.h"
+#include "compute/ggml/ggml_panel_prefetch.h"
 #include "compute/matmul/matmul_transpose.h"
 #include "compute/matmul/matmul_vnni_step.h"
 
@@ -279,8 +280,9 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
 #pragma GCC unroll 8
             for (int t = 0; t < mt; t++) {
                 const int64_t i = bo + t * a->ldb + l * a->ldlb + b;
-                /* several parts: the weights' offset share starts the sum */
-                acc[t][0] = levels == 1 || KIND_MIN(kind)
+                /* the weights' offset share starts the sum (a broadcast
+                 * in place of the zeroing, not two subtractions after) */
+                acc[t][0] = KIND_MIN(kind)
                     ? _mm512_setzero_si512()
                     : _mm512_set1_epi32(-a->sum32[i] * gg_offset(kind));
                 acc[t][1] = acc[t][0];
@@ -300,11 +302,6 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
                         part[t][h] = l == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t][h]), dx)
                                             : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][h]), dx, part[t][h]);
                     continue;
-                }
-                if (!KIND_MIN(kind)) { /* the weights' offset share */
-                    const __m512i off = _mm512_set1_epi32(a->sum32[i] * gg_offset(kind));
-                    acc[t][0] = _mm512_sub_epi32(acc[t][0], off);
-                    acc[t][1] = _mm512_sub_epi32(acc[t][1], off);
                 }
                 out[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t][0]),
                                             _mm512_mul_ps(dw0, dx), out[t][0]);
@@ -337,7 +334,10 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
 #define GG_TOKENS(kind, levels, step)                                   \
     do {                                                                \
         int t = 0;                                                      \
-        for (; t + (step) <= nt; t += (step)) gg_micro(a, kind, levels, step, t); \
+        for (; t + (step) <= nt; t += (step)) {                         \
+            gg_micro(a, kind, levels, step, t);                         \
+            sp_panel_prefetch_step(pf);                                 \
+        }                                                               \
         switch (nt - t) {                                               \
         case 0: break;                                                  \
         case 1: gg_micro(a, kind, levels, 1, t); break;                 \
@@ -349,8 +349,10 @@ SP_INLINE void gg_micro(const gg_args *a, const int kind, const int levels,
     } while (0)
 
 /* Every token against one packed panel: one part (precision fast) with the
- * part loop gone, or a->levels parts. */
-SP_INLINE void gg_panel_tokens(const gg_args *a, const int kind, int nt) {
+ * part loop gone, or a->levels parts; the next panel's weights fetched
+ * meanwhile (pf). */
+SP_INLINE void gg_panel_tokens(const gg_args *a, const int kind, int nt,
+                               sp_panel_prefetch *pf) {
     if (a->levels == 1) GG_TOKENS(kind, 1, GG_MT);
     else GG_TOKENS(kind, a->levels, GG_MT_PARTS);
 }
@@ -367,11 +369,14 @@ SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
                  .ldq = levels * x->cols, .ldb = levels * nb,
                  .ldlq = x->cols, .ldlb = nb, .levels = levels,
                  .ldy = w->rows};
+    const int calls = x->n_tokens / (levels == 1 ? GG_MT : GG_MT_PARTS);
     for (int64_t r = r0; r < r1; r += GG_MP) {
         const int nr = r1 - r < GG_MP ? (int)(r1 - r) : GG_MP;
         for (int64_t b0 = 0; b0 < nb; b0 += GG_PB) {
             const int nblk = nb - b0 < GG_PB ? (int)(nb - b0) : GG_PB;
             gg_pack(w->data, row_bytes, bs, kind, r, nr, b0, nblk, panel, dw, mw);
+            sp_panel_prefetch pf = sp_panel_prefetch_next(
+                w->data, row_bytes, r, r1, GG_MP, b0, nb, GG_PB, bs, calls);
             a.nblk = nblk;
             a.q = x->q + 32 * b0;
             a.d = x->d + b0;
@@ -380,7 +385,7 @@ SP_INLINE void gg_rows(const sp_weight *w, const sp_ggml_acts *x, float *y,
             a.y = y + r;
             a.nr = nr;
             a.accumulate = b0 > 0;
-            gg_panel_tokens(&a, kind, x->n_tokens);
+            gg_panel_tokens(&a, kind, x->n_tokens, &pf);
         }
     }
 }

@@ -146,14 +146,6 @@ void sp_dequantize_row_q2_K(const void *vx, float *y, int64_t k) {
     }
 }
 
-/* 6-bit scale j (0..15) of a q3_K block: low 4 bits in bytes 0..7 (low
- * nibbles first), high 2 bits in bytes 8..11. */
-static int q3_K_scale(const uint8_t *s, int j) {
-    const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
-    const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 void sp_dequantize_row_q3_K(const void *vx, float *y, int64_t k) {
     const sp_block_q3_K *x = vx;
     const int64_t nb = k / SP_QK_K;
@@ -166,7 +158,7 @@ void sp_dequantize_row_q3_K(const void *vx, float *y, int64_t k) {
         for (int n = 0; n < SP_QK_K; n += 128) {
             for (int shift = 0; shift < 8; shift += 2) {
                 for (int half = 0; half < 2; half++) {
-                    const float dl = d_all * q3_K_scale(x[i].scales, is++);
+                    const float dl = d_all * sp_get_scale_k3(x[i].scales, is++);
                     const uint8_t *qq = q + 16 * half;
                     const uint8_t *hh = hm + 16 * half;
                     for (int l = 0; l < 16; l++)

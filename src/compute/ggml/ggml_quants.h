@@ -232,6 +232,14 @@ static inline void sp_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d,
     }
 }
 
+/* 6-bit scale j (0..15) of a q3_K block, as a signed value (s - 32): low
+ * 4 bits in bytes 0..7 (low nibbles first), high 2 bits in bytes 8..11. */
+static inline int sp_get_scale_k3(const uint8_t *s, int j) {
+    const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+    const int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
 /* AVX2 versions of seven of the reference dequantizers below, bit for bit
  * (ggml_dequant_avx2.c; x86 only). The type table calls them when an x86
  * SIMD level is in use; callers never need to. */

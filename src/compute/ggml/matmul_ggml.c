@@ -25,7 +25,7 @@
  * per-block values in panels of rows (gg_use_gemm: on AVX2 / AVX-VNNI at
  * precision high only 2..5 tokens, a speculative verify or a small batch,
  * where one pass of its 3 parts beats the decode kernels' several).
- * Q4_K and Q6_K at precision fast from 2 SP_MM_DECODE_TOKENS + 1 tokens: the
+ * The k-quants (Q2_K .. Q6_K) at precision fast from 2 SP_MM_DECODE_TOKENS + 1 tokens: the
  * activations quantized to q8_K once per call and ggml_gemm_kquants.c's
  * panels (AVX-512 VNNI, AVX-VNNI and AVX2).
  * Otherwise (prefill): each pool chunk is a contiguous block of rows,
