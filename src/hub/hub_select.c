@@ -107,13 +107,15 @@ static bool gguf_is_model(const char *path) {
 }
 
 /* NAME-00002-of-00005.gguf: the shared prefix (up to "-00002"), index,
- * count; a file that is not split is part 1 of 1 with the whole stem. */
+ * count; a file that is not split is part 1 of 1 with the whole stem, and
+ * a name that is not a .gguf is part 0 of 0. */
 typedef struct split_info {
     size_t prefix_len;
     int index, count;
 } split_info;
 
 static split_info gguf_split(const char *path) {
+    if (!ends_with(path, ".gguf")) return (split_info){0, 0, 0}; /* no part of anything */
     size_t n = strlen(path) - 5; /* without ".gguf" */
     split_info s = {n, 1, 1};
     /* "-DDDDD-of-DDDDD" is 15 characters */
