@@ -122,24 +122,36 @@ static bool names_hub_model(int argc, char **argv) {
     return false;
 }
 
-int sp_cli_resolve_hub_models(int *argc, char **argv) {
-    if (!names_hub_model(*argc, argv)) return 0;
+static bool has_option(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return true;
+    return false;
+}
+
+int sp_cli_resolve_hub_models(int *argc, char ***argv_io) {
+    char **given = *argv_io;
+    if (!names_hub_model(*argc, given)) return 0;
+    /* a copy with room for "--alias NAME": it lives as long as the process */
+    char **argv = calloc((size_t)*argc + 3, sizeof *argv);
+    if (!argv) {
+        fprintf(stderr, "spindle: out of memory\n");
+        return 1;
+    }
     bool offline = false;
     int kept = 0;
     for (int i = 0; i < *argc; i++) {
-        if (i > 0 && !strcmp(argv[i], "--offline")) offline = true;
-        else argv[kept++] = argv[i];
+        if (i > 0 && !strcmp(given[i], "--offline")) offline = true;
+        else argv[kept++] = given[i];
     }
-    *argc = kept;
-    argv[kept] = NULL;
-    for (int i = 1; i + 1 < *argc; i++) {
+    const char *alias = NULL;
+    int hub_models = 0;
+    for (int i = 1; i + 1 < kept; i++) {
         if (strcmp(argv[i], "-m") && strcmp(argv[i], "--model")) continue;
         size_t name_len = 0;
         const char *ref = hub_ref_in(argv[i + 1], &name_len);
         if (!ref) continue;
         char *path = NULL;
         if (pull(ref, offline, false, &path)) return 1;
-        /* lives as long as argv: the process */
         char *value = malloc(name_len + strlen(path) + 1);
         if (!value) {
             free(path);
@@ -149,7 +161,19 @@ int sp_cli_resolve_hub_models(int *argc, char **argv) {
         memcpy(value, argv[i + 1], name_len);
         strcpy(value + name_len, path);
         free(path);
+        hub_models++;
+        if (name_len == 0) alias = ref + 5;
         argv[++i] = value;
     }
+    /* The server names its model as given: ORG/NAME[:QUANT], as llama-server
+     * names a -hf model, rather than the snapshot's path. */
+    if (!strcmp(argv[0], "serve") && hub_models == 1 && alias &&
+        !has_option(kept, argv, "--alias")) {
+        argv[kept++] = "--alias";
+        argv[kept++] = (char *)alias;
+    }
+    argv[kept] = NULL;
+    *argc = kept;
+    *argv_io = argv;
     return 0;
 }

@@ -83,10 +83,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
         int sub_argc = argc - 1;
+        char **sub_argv = argv + 1;
         if (commands[i].run != sp_cmd_pull &&
-            sp_cli_resolve_hub_models(&sub_argc, argv + 1))
+            sp_cli_resolve_hub_models(&sub_argc, &sub_argv))
             return 1;
-        return commands[i].run(sub_argc, argv + 1);
+        return commands[i].run(sub_argc, sub_argv);
     }
     fprintf(stderr, "spindle: unknown command '%s' (see 'spindle --help')\n",
             argv[1]);

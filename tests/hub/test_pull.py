@@ -229,3 +229,32 @@ def test_malformed_references(ref, tmp_path):
     assert ref.split(":")[0] in line
     line = one_line_error(spindle(env_for(None, tmp_path), "info", "-m", "hf://" + ref))
     assert "Hub repository" in line or "quant tag" in line
+
+
+CHAT = WORK / "server" / "qwen3-chat"
+
+
+@pytest.mark.skipif(not (CHAT / "reference.json").is_file(),
+                    reason="the server suite's chat model (scripts/setup.sh) missing")
+def test_serve_from_hub_answers_as_mlx_lm(tmp_path):
+    """`spindle serve -m hf://...` through the OpenAI SDK: the model is named
+    ORG/NAME and its greedy reply is mlx-lm's for the same checkpoint."""
+    openai = pytest.importorskip("openai")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from server_common import Server  # noqa: E402
+    ref = json.loads((CHAT / "reference.json").read_text())["chats"]["hello"]
+    files = {p.name: p.read_bytes() for p in CHAT.iterdir()
+             if p.name.endswith((".json", ".safetensors")) and p.name != "reference.json"}
+    with HubMock() as hub:
+        hub.add("tiny-org/qwen3-chat", files)
+        server = Server("hf://tiny-org/qwen3-chat", env=env_for(hub, tmp_path))
+    try:
+        with openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused",
+                           timeout=120, max_retries=0) as client:
+            assert [m.id for m in client.models.list().data] == ["tiny-org/qwen3-chat"]
+            reply = client.chat.completions.create(
+                model="tiny-org/qwen3-chat", messages=ref["messages"],
+                max_tokens=len(ref["tokens"]), temperature=0)
+        assert reply.choices[0].message.content == ref["text"]
+    finally:
+        assert server.stop() == 0, server.stderr()
