@@ -1,8 +1,9 @@
 /* The Hub's HTTP requests over libcurl. Redirects are not followed for
  * metadata (the Hub's answer carries the headers that matter, and the
  * redirect target is the content's location) and are followed for bodies.
- * curl drops a custom Authorization header when a redirect leaves the host,
- * so the token never reaches a content server. */
+ * The caller sends no token to a content host (sp_hub_same_host), and curl
+ * drops a custom Authorization header when a followed redirect leaves the
+ * host, so the token never reaches a content server. */
 #include "hub/hub_http.h"
 
 #include "base/error.h"
@@ -12,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* Repository info is a few kilobytes per file; a larger answer is wrong. */
@@ -162,6 +164,30 @@ spindle_status sp_hub_http_meta(const char *url, const char *token, bool head,
     curl_slist_free_all(headers);
     if (st != SPINDLE_OK) sp_hub_reply_free(reply);
     return st;
+}
+
+/* host:port of an absolute URL, malloc'd; NULL when it cannot be parsed */
+static char *host_and_port(const char *url) {
+    CURLU *u = curl_url();
+    char *host = NULL, *port = NULL, *out = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+        out = malloc(strlen(host) + strlen(port) + 2);
+        if (out) sprintf(out, "%s:%s", host, port);
+    }
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+    return out;
+}
+
+bool sp_hub_same_host(const char *a, const char *b) {
+    char *ha = host_and_port(a), *hb = host_and_port(b);
+    bool same = ha && hb && !strcasecmp(ha, hb);
+    free(ha);
+    free(hb);
+    return same;
 }
 
 typedef struct body_state {

@@ -27,6 +27,11 @@ void sp_hub_reply_free(sp_hub_reply *r);
 spindle_status sp_hub_http_meta(const char *url, const char *token, bool head,
                                 sp_hub_reply *reply, spindle_error *err);
 
+/* Whether two absolute URLs name the same host and port. A file's content
+ * on another host (the Hub's CDN, a signed URL) gets no token, as
+ * huggingface_hub sends it none. */
+bool sp_hub_same_host(const char *a, const char *b);
+
 /* Append `url`'s body to `file` (open for read/write, positioned at its end,
  * holding `have` bytes), asking for the rest with a Range request when
  * `have` > 0 and starting over if the server sends the whole body.

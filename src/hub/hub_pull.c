@@ -229,8 +229,10 @@ static spindle_status fetch_file(const pull_ctx *c, const char *name,
     if (!url) return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     sp_hub_reply meta;
     spindle_status st = sp_hub_http_meta(url, c->token, true, &meta, err);
-    free(url);
-    if (st != SPINDLE_OK) return st;
+    if (st != SPINDLE_OK) {
+        free(url);
+        return st;
+    }
     char *blob = NULL;
     if (meta.status >= 400 || meta.status < 200) {
         st = http_status_error(meta.status, name, c->token && *c->token, err);
@@ -239,11 +241,13 @@ static spindle_status fetch_file(const pull_ctx *c, const char *name,
     } else if (!(blob = str_printf("%s/blobs/%s", c->repo_dir, meta.etag))) {
         st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
     } else if (!file_exists(blob)) {
-        st = download_blob(meta.location, c->token, blob, meta.etag, meta.size, name,
+        const char *token = sp_hub_same_host(url, meta.location) ? c->token : NULL;
+        st = download_blob(meta.location, token, blob, meta.etag, meta.size, name,
                            c->opts, err);
     }
     if (st == SPINDLE_OK) st = link_snapshot(c->snapshot, name, meta.etag, err);
     free(blob);
+    free(url);
     sp_hub_reply_free(&meta);
     return st;
 }

@@ -41,7 +41,7 @@ class HubMock:
         self.rate_limited = set()
         self.cut_once = set()      # (repo, file): first body transfer cut
         self.corrupt = set()       # (repo, file): body altered
-        self.requests = []         # (method, path, Range header) in order
+        self.requests = []         # (method, path, Range, Authorization) in order
         self.content = {}          # sha256 -> (repo, file)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
@@ -109,7 +109,8 @@ class HubMock:
 
             def route(self, head):
                 path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-                hub.requests.append((self.command, path, self.headers.get("Range")))
+                hub.requests.append((self.command, path, self.headers.get("Range"),
+                                     self.headers.get("Authorization")))
                 parts = path.strip("/").split("/")
                 if parts[:2] == ["api", "models"] and "revision" in parts:
                     i = parts.index("revision")

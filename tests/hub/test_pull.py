@@ -13,7 +13,8 @@ huggingface_hub itself as the judge of the cache it leaves:
   * a corrupted body is refused and nothing of it stays in the cache;
   * --offline / HF_HUB_OFFLINE=1 use the cache only, and fail cleanly
     when it is empty;
-  * 401 without HF_TOKEN and success with it; 404 and 429 as one line;
+  * 401 without HF_TOKEN and success with it (the token never sent to the
+    content host); 404 and 429 as one line;
     malformed repository names and quant tags as one line.
 """
 import hashlib
@@ -59,7 +60,9 @@ def hub():
     with HubMock() as h:
         h.add(REPO, model_files())
         h.add("tiny-org/model-GGUF", GGUF_FILES)
-        h.add("tiny-org/gated", {"config.json": b'{"gated": true}\n'}, token="hf_secret")
+        h.add("tiny-org/gated", {"config.json": b'{"gated": true}\n',
+                                 "model.safetensors": b"gated weights" * 10},
+              token="hf_secret")
         h.rate_limited.add("tiny-org/busy")
         yield h
 
@@ -218,6 +221,11 @@ def test_token_and_hub_errors(hub, tmp_path):
     p = spindle(env_for(hub, tmp_path, HF_TOKEN="hf_secret"), "pull", "tiny-org/gated")
     assert p.returncode == 0, p.stderr
     assert (Path(p.stdout.strip()) / "config.json").read_bytes() == b'{"gated": true}\n'
+    assert (Path(p.stdout.strip()) / "model.safetensors").read_bytes() == b"gated weights" * 10
+    # the token goes to the Hub, never to the content host it redirects to
+    hub_auth = {r[3] for r in hub.requests if not r[1].startswith("/cdn/")}
+    cdn_auth = {r[3] for r in hub.requests if r[1].startswith("/cdn/")}
+    assert "Bearer hf_secret" in hub_auth and cdn_auth == {None}
     assert "404" in one_line_error(spindle(env_for(hub, tmp_path), "pull", "tiny-org/none"))
     assert "429" in one_line_error(spindle(env_for(hub, tmp_path), "pull", "tiny-org/busy"))
 
