@@ -15,7 +15,9 @@ huggingface_hub itself as the judge of the cache it leaves:
     when it is empty;
   * 401 without HF_TOKEN and success with it (the token never sent to the
     content host); 404 and 429 as one line;
-    malformed repository names and quant tags as one line.
+    malformed repository names and quant tags as one line;
+  * `serve -m hf://` names the model ORG/NAME and answers as mlx-lm does;
+  * a progress bar on a terminal, nothing on a pipe.
 """
 import hashlib
 import json
@@ -266,3 +268,24 @@ def test_serve_from_hub_answers_as_mlx_lm(tmp_path):
         assert reply.choices[0].message.content == ref["text"]
     finally:
         assert server.stop() == 0, server.stderr()
+
+
+def test_progress_bar_only_on_a_terminal(hub, tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run([SPINDLE_BIN, "pull", REPO], stdout=subprocess.PIPE, stderr=slave,
+                           env=env_for(hub, tmp_path), timeout=120)
+        os.close(slave)
+        drawn = b""
+        try:
+            while chunk := os.read(master, 65536):
+                drawn += chunk
+        except OSError:   # the terminal's other end is closed: all read
+            pass
+    finally:
+        os.close(master)
+    assert p.returncode == 0
+    assert b"model-00001-of-00003.safetensors" in drawn and b"] " in drawn and b" MB" in drawn
+    quiet = spindle(env_for(hub, tmp_path / "quiet"), "pull", REPO)
+    assert quiet.returncode == 0 and quiet.stderr == ""
