@@ -22,7 +22,7 @@ LAYERS = (
     ("base",),
     ("compute",),
     ("artifacts",),
-    ("tokenizer", "template", "runtime"),
+    ("tokenizer", "template", "runtime", "hub"),
     ("models",),
     ("convert", "generation", "grammar", "embedding", "vision"),
     ("cli", "server"),
@@ -40,14 +40,16 @@ PEER_HEADERS = {
 # over the converter's internal API, and `spindle template` reads its JSON
 # files with base's whole-file reader, and `spindle tokenize` decodes its own
 # JSON string lines (cJSON cannot keep \u0000) with base's UTF-8 encoder;
-# `spindle serve` starts the server through server/'s one entry header.
+# `spindle serve` starts the server through server/'s one entry header;
+# `spindle pull` and `-m hf://` fetch models through hub/'s one header.
 # The server keeps request bodies, held-back stop text and its SSE output in
 # base's growable string (sp_strbuf), the project's one such buffer, and
 # checks its jobs' state transitions with base's SP_DEBUG_CHECK, and sends
 # its messages to the library's log handler (base/log.h), which `spindle
 # serve` installs, so that they reach stderr as the library's do.
 FRONT_END_HEADERS = {
-    "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h", "server/server.h"),
+    "cli": ("convert/convert.h", "base/mapped_file.h", "base/utf8.h", "server/server.h",
+            "hub/hub.h"),
     "server": ("base/strbuf.h", "base/check.h", "base/log.h"),
 }
 

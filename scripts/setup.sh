@@ -6,9 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev libmicrohttpd-dev libxxhash-dev \
+scripts/apt_install.sh setup build-essential cmake pkg-config libcjson-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libutf8proc-dev libcmocka-dev libmicrohttpd-dev libxxhash-dev \
   libzmq3-dev libmsgpack-dev \
-  libcurl4-openssl-dev \
   libwebp-dev libturbojpeg0-dev libpng-dev libstb-dev \
   clang-16 libclang-rt-16-dev
 

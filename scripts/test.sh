@@ -198,7 +198,12 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_prompt_cache_disk.py
       tests/parity/test_prompt_cache_disk_states.py tests/parity/test_lora.py
       tests/parity/test_lora_engine.py tests/parity/test_lora_moe.py
-      tests/parity/test_lora_hybrid.py -m "not slow"
+      tests/parity/test_lora_hybrid.py
+      # the Hub client's C parsing: references, GGUF names, headers, resumes
+      tests/hub/test_pull.py::test_gguf_quant_selection
+      tests/hub/test_pull.py::test_dropped_connection_resumes
+      tests/hub/test_pull.py::test_corrupted_body_is_refused
+      tests/hub/test_pull.py::test_token_and_hub_errors -m "not slow"
       # What they check is numerics against llama.cpp and pool sizes, which
       # the release pass covers; under ASan they took three minutes.
       --ignore=tests/server/test_kv_default.py

@@ -95,4 +95,8 @@ bool sp_config_bool(const sp_model_config *cfg, const char *key, bool dflt);
 spindle_status sp_resolve_model_path(const char *arg, char **dir,
                                      spindle_error *err);
 
+/* The HF cache's hub folder (HF_HUB_CACHE, else HF_HOME/hub, else
+ * ~/.cache/huggingface/hub), malloc'd; NULL when none can be named. */
+char *sp_hub_cache_dir(void);
+
 #endif

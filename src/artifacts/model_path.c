@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *hub_cache_dir(void) {
+char *sp_hub_cache_dir(void) {
     const char *v = getenv("HF_HUB_CACHE");
     if (v && *v) return strdup(v);
     v = getenv("HF_HOME");
@@ -43,7 +43,7 @@ spindle_status sp_resolve_model_path(const char *arg, char **dir,
     if (!looks_like_repo_id(arg))
         return sp_fail(err, SPINDLE_ERR_IO, "%s: no such model directory", arg);
 
-    char *hub = hub_cache_dir();
+    char *hub = sp_hub_cache_dir();
     if (!hub) return sp_fail(err, SPINDLE_ERR_IO,
                              "%s: not a directory, and no HF cache location "
                              "(set HF_HUB_CACHE or HF_HOME)", arg);

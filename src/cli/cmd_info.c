@@ -19,6 +19,7 @@ int sp_cmd_info(int argc, char **argv) {
         } else if (sp_arg_is_help(argv[i])) {
             puts("usage: spindle info -m MODEL [--json] [--fingerprint]\n"
                  "  -m, --model PATH  model directory, .gguf file or Hugging Face repo id\n"
+                 "                    (hf://ORG/NAME[:QUANT] downloads it first)\n"
                  "  --fingerprint     print only the model's fingerprint (the identity\n"
                  "                    checkpoints and saved slots carry)\n"
                  "Prints the parsed configuration, weight types and sizes as JSON.");

@@ -21,6 +21,8 @@ static const char *run_usage =
     "usage: spindle run -m MODEL (-p TEXT | --prompt-tokens IDS |\n"
     "                            --prompts FILE [--parallel N]) [options]\n"
     "  -m, --model PATH        model directory or Hugging Face repo id\n"
+    "                          (hf://ORG/NAME[:QUANT] downloads it first; --offline:\n"
+    "                          from the HF cache only)\n"
     "  -p, --prompt TEXT       text prompt (special tokens added per the tokenizer)\n"
     "  --chat                  wrap the prompt in the model's chat template\n"
     "  --system TEXT           system message for --chat\n"

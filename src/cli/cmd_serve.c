@@ -11,6 +11,8 @@
 static const char *serve_usage =
     "usage: spindle serve -m MODEL [options]\n"
     "  -m, --model PATH        model directory, .gguf file or Hugging Face repo id\n"
+    "                          (hf://ORG/NAME[:QUANT] downloads it first; --offline:\n"
+    "                          from the HF cache only)\n"
     "  --alias NAME            the model's name in the API (default: MODEL as given)\n"
     "  --host ADDR             listen address (default 127.0.0.1)\n"
     "  --port N                listen port (default 8080; 0: any free port)\n"

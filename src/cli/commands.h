@@ -16,6 +16,16 @@ int sp_cmd_serve(int argc, char **argv);
 int sp_cmd_embed(int argc, char **argv);
 int sp_cmd_rerank(int argc, char **argv);
 int sp_cmd_perplexity(int argc, char **argv);
+int sp_cmd_pull(int argc, char **argv);
+
+/* Every `-m` / `--model` value "hf://ORG/NAME[:QUANT]" (or "NAME=hf://...")
+ * of a command's arguments (argv[0] is the command) is pulled into the HF
+ * cache and replaced by the local path; a `--offline` argument is taken out
+ * and makes the pull use only the cache; `serve` without --alias names its
+ * one Hub model ORG/NAME[:QUANT]. *argv may be replaced by a new array that
+ * lives as long as the process. Returns 0, or the exit status after
+ * printing the error. */
+int sp_cli_resolve_hub_models(int *argc, char ***argv);
 
 #include "spindle.h"
 

@@ -27,6 +27,7 @@ static const command commands[] = {
      "perplexity and KL divergence over a text file (llama-perplexity)"},
     {"convert", sp_cmd_convert, "convert a GGUF file to a Hugging Face directory"},
     {"serve", sp_cmd_serve, "serve an OpenAI-compatible HTTP API"},
+    {"pull", sp_cmd_pull, "download a model from the Hugging Face Hub into its cache"},
 };
 
 static void usage(FILE *out) {
@@ -79,9 +80,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "spindle: %s\n", env_error);
         return 2;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        int sub_argc = argc - 1;
+        char **sub_argv = argv + 1;
+        if (commands[i].run != sp_cmd_pull &&
+            sp_cli_resolve_hub_models(&sub_argc, &sub_argv))
+            return 1;
+        return commands[i].run(sub_argc, sub_argv);
+    }
     fprintf(stderr, "spindle: unknown command '%s' (see 'spindle --help')\n",
             argv[1]);
     return 2;
