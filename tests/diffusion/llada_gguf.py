@@ -43,6 +43,10 @@ RMS_EPS = 1e-5
 BOS, EOS, MASK = 300, 301, 310
 SPECIALS = {BOS: "<|startoftext|>", EOS: "<|endoftext|>",
             MASK: "<|mdm_mask|>"}
+# llama-diffusion-cli always renders the prompt through the chat template
+# (the chatml fallback when the file has none); this one renders the user
+# text alone, so that both engines see the same tokens for `-p TEXT`.
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 # Logits of a random model are flat; this scale on the output matrix makes
 # them spread over a few units, as a trained model's are, so that the
 # remasking algorithms' confidences differ from position to position.
@@ -95,6 +99,7 @@ def write(path):
     w.add_diffusion_shift_logits(False)
     add_tokenizer(w, VOCAB, BOS, EOS, SPECIALS)
     w.add_mask_token_id(MASK)
+    w.add_chat_template(CHAT_TEMPLATE)
     for name, arr in weights().items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
