@@ -82,8 +82,8 @@ def weights(seed=37):
     return w
 
 
-def write(path):
-    w = gguf.GGUFWriter(str(path), "llada")
+def write(path, arch="llada"):
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name("llada-tiny-random")
     w.add_context_length(CTX)
     w.add_embedding_length(HIDDEN)
@@ -108,14 +108,16 @@ def write(path):
     w.close()
 
 
-def ensure(out_dir=WORK):
-    """The cached file's path, writing it first when missing."""
+def ensure(out_dir=WORK, arch="llada"):
+    """The cached file's path, writing it first when missing; arch "llama"
+    gives the same weights as an autoregressive model (the tests' model
+    that is not a diffusion model)."""
     stamp = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    out = Path(out_dir) / f"llada-tiny-{stamp}.gguf"
+    out = Path(out_dir) / f"{arch}-tiny-{stamp}.gguf"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        write(tmp)
+        write(tmp, arch)
         os.replace(tmp, out)
     return out
 

@@ -3,6 +3,8 @@ any other engine: the canvas forward's logits against the numpy reference
 of diffusion_ref.py, the schedule's statistics, and the one-line errors of
 malformed settings. Token-for-token parity with llama-diffusion-cli is
 test_llama_diffusion.py's."""
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,19 @@ def test_malformed_settings(run_llada, args, message, tmp_path):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_autoregressive_model_refuses_diffusion_options(spindle_bin):
+    """The same weights as a Llama file: the diffusion options are refused
+    by name, and without them it generates token by token."""
+    model = llada_gguf.ensure(arch="llama")
+    base = [str(spindle_bin), "run", "-m", str(model), "--prompt-tokens",
+            "97,98,99", "-n", "4", "-t", "2"]
+    r = subprocess.run(base + ["--remasking", "margin"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.strip() == ("spindle: --diffusion-steps, --block-length "
+                                "and --remasking need a diffusion model")
+    r = subprocess.run(base + ["--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
