@@ -50,6 +50,11 @@ typedef struct spindle_diffusion_params {
     /* The canvas is denoised in blocks of this many positions, left to
      * right (the last may be shorter); 0: one block. */
     int block_length;
+    /* > 0 (block_length 0): Dream's timestep schedule instead: step s of
+     * S commits (int)(masked * (1 - t(s + 1) / t(s))) positions, with
+     * t(s) = 1 - s / S * (1 - eps), and the last step all that are left
+     * (llama.cpp's --diffusion-eps). 0: the block schedule. */
+    float eps;
     spindle_remasking remasking;
     /* Token choice at a masked position, as llama.cpp's diffusion
      * sampler chain: top-k (0: off), top-p (0 or 1: off), temperature (0:
@@ -86,7 +91,8 @@ typedef struct spindle_diffusion_stats {
  * shift_logits model). stats: NULL, or filled (free stats->committed).
  * Errors: SPINDLE_ERR_ARGUMENT for a model that is not a diffusion model
  * or malformed parameters (no steps, steps not a multiple of the blocks, a
- * block longer than the canvas, an unknown remasking, sampling ranges),
+ * block longer than the canvas, eps outside [0, 1) or with blocks, an
+ * unknown remasking, sampling ranges),
  * SPINDLE_ERR_LIMIT when prompt + canvas exceed the context, each with a
  * one-line message. Thread-safety: as spindle_forward (one generation at a
  * time per model). */

@@ -357,7 +357,8 @@ static spindle_status diffusion_mode(run_options *o, spindle_model *model,
     if (!spindle_model_diffusion_info(model, NULL)) {
         if (!o->diffusion.given) return SPINDLE_OK;
         snprintf(err->message, sizeof err->message, "--diffusion-steps, "
-                 "--block-length and --remasking need a diffusion model");
+                 "--block-length, --diffusion-eps and --remasking need a "
+                 "diffusion model");
         return SPINDLE_ERR_ARGUMENT;
     }
     const char *clash = o->prompts_file ? "--prompts"

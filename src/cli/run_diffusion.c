@@ -12,7 +12,7 @@ int sp_arg_diffusion(int argc, char **argv, int *i, sp_diffusion_args *o) {
     const char *a = argv[*i], *v;
     long n;
     if (strcmp(a, "--diffusion-steps") && strcmp(a, "--block-length") &&
-        strcmp(a, "--remasking"))
+        strcmp(a, "--diffusion-eps") && strcmp(a, "--remasking"))
         return 0;
     if (!(v = sp_arg_value(argc, argv, i))) return -1;
     o->given = true;
@@ -26,6 +26,8 @@ int sp_arg_diffusion(int argc, char **argv, int *i, sp_diffusion_args *o) {
         o->remasking = v;
         return 1;
     }
+    if (!strcmp(a, "--diffusion-eps"))
+        return sp_arg_float(a, v, 0.0, 0.999999, &o->eps) ? 1 : -1;
     if (!sp_arg_int(a, v, 1, 1 << 24, &n)) return -1;
     if (!strcmp(a, "--diffusion-steps")) o->steps = (int)n;
     else o->block_length = (int)n;
@@ -37,6 +39,7 @@ static spindle_diffusion_params params_of(const sp_diffusion_run *r) {
     p.canvas = r->gen->max_tokens;
     p.steps = r->args->steps ? r->args->steps : p.canvas;
     p.block_length = r->args->block_length;
+    p.eps = (float)r->args->eps;
     if (r->args->remasking) spindle_remasking_parse(r->args->remasking, &p.remasking);
     p.temperature = r->gen->sampler.temperature;
     p.top_k = r->gen->sampler.top_k;

@@ -12,6 +12,8 @@
     "                          of -n tokens (default: one per token)\n" \
     "  --block-length N        diffusion: denoise the canvas in blocks of N\n" \
     "                          (default: one block)\n" \
+    "  --diffusion-eps F       diffusion: Dream's timestep schedule over the\n" \
+    "                          whole canvas instead of blocks (e.g. 0.001)\n" \
     "  --remasking ALG         diffusion: confidence (low-confidence, MaskGIT+;\n" \
     "                          default), margin (top-k margin), entropy, origin,\n" \
     "                          random; top-k 1 is greedy, --temp 0 is not\n"
@@ -19,6 +21,7 @@
 typedef struct sp_diffusion_args {
     int steps;              /* 0: the canvas length */
     int block_length;
+    double eps;
     const char *remasking;  /* NULL: confidence */
     bool given;             /* some option above was given */
 } sp_diffusion_args;

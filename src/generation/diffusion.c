@@ -95,6 +95,9 @@ static spindle_status check_params(const diffusion_run *r,
     if (!(p->temperature >= 0.0f) || p->top_k < 0 || !(p->top_p >= 0.0f && p->top_p <= 1.0f))
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "diffusion: temperature must be >= 0, top_k >= 0, top_p in [0, 1]");
+    if (!(p->eps >= 0.0f && p->eps < 1.0f) || (p->eps > 0.0f && p->block_length > 0))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "diffusion: eps must be in [0, 1) and excludes a block length");
     if (p->steps % r->blocks)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "diffusion: %d steps are not a multiple of the %d blocks",
@@ -174,6 +177,16 @@ static const float *logits_for(const diffusion_run *r, int pos) {
     return r->logits + (size_t)pos * (size_t)r->vocab;
 }
 
+/* calculate_transfer_count's timestep schedule, in its float arithmetic. */
+static int timestep_count(const diffusion_run *r, int step, int masked) {
+    const int steps = r->steps_per_block;
+    const float eps = r->sampler.params.eps;
+    const float t = 1.0f - (float)step / (float)steps * (1.0f - eps);
+    const float s = 1.0f - (float)(step + 1) / (float)steps * (1.0f - eps);
+    const float share = step < steps - 1 ? 1.0f - s / t : 1.0f;
+    return (int)((float)masked * share);
+}
+
 /* get_num_transfer_tokens: the block's masks spread over its steps, the
  * first (masks % steps) steps taking one more. */
 static void plan_transfers(diffusion_run *r, int masks) {
@@ -240,10 +253,12 @@ static spindle_status denoise_block(diffusion_run *r, int b, float *first_logits
                        logits_for(r, i), (size_t)r->vocab * sizeof *first_logits);
         const int n = masked_in(r, lo, hi);
         if (!n) break;
+        const int count = r->sampler.params.eps > 0.0f ? timestep_count(r, s, n)
+                                                       : r->transfer[s];
         r->stats.committed[r->stats.n_steps++] =
             r->sampler.params.remasking == SPINDLE_REMASK_ORIGIN
-                ? commit_origin(r, n, r->transfer[s])
-                : commit_confident(r, n, r->transfer[s]);
+                ? commit_origin(r, n, count)
+                : commit_confident(r, n, count);
     }
     return SPINDLE_OK;
 }

@@ -11,14 +11,19 @@
 #include "models/blocks.h"
 #include "base/error.h"
 
-static spindle_status llada_load(spindle_model *m, spindle_error *err) {
+spindle_status sp_diffusion_check_mask(const spindle_model *m, spindle_error *err) {
     const int mask = sp_config_int(&m->cfg, "mask_token_id", -1);
     if (mask < 0 || mask >= m->cfg.vocab_size)
         return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "llada: no mask token id in the vocabulary "
-                       "(tokenizer.ggml.mask_token_id)");
+                       "%s: no mask token id in the vocabulary "
+                       "(tokenizer.ggml.mask_token_id)", m->arch->model_type);
+    return SPINDLE_OK;
+}
+
+static spindle_status llada_load(spindle_model *m, spindle_error *err) {
     sp_decoder_options opt = {.o_bias = false};
-    return sp_bind_decoder_layers(m, &opt, err);
+    spindle_status st = sp_diffusion_check_mask(m, err);
+    return st ? st : sp_bind_decoder_layers(m, &opt, err);
 }
 
 static const sp_gguf_family llada_gguf = {

@@ -152,7 +152,8 @@ bool spindle_model_diffusion_info(const spindle_model *m,
     if (!m || !m->arch->diffusion) return false;
     if (out) {
         out->mask_token = sp_config_int(&m->cfg, "mask_token_id", -1);
-        out->shift_logits = sp_config_bool(&m->cfg, "diffusion_shift_logits", false);
+        out->shift_logits = sp_config_bool(&m->cfg, "diffusion_shift_logits",
+                                           m->arch->diffusion_shifted);
     }
     return true;
 }

@@ -145,6 +145,10 @@ typedef struct sp_arch {
      * (spindle_model_diffusion_info) and the autoregressive engine refuses
      * it (generation/diffusion.c generates). */
     bool diffusion;
+    /* A diffusion family whose position i's logits predict token i + 1
+     * when the file does not say (diffusion.shift_logits): Dream, as
+     * llama-diffusion-cli assumes for a file without the key. */
+    bool diffusion_shifted;
     /* Validate family-specific config keys and bind every weight. */
     spindle_status (*load)(spindle_model *m, spindle_error *err);
     /* Transform the residual stream f->x of all batch tokens by layer l. */

@@ -14,7 +14,7 @@ extern const sp_arch sp_arch_llama, sp_arch_mistral, sp_arch_qwen2,
     sp_arch_phi3, sp_arch_olmo2, sp_arch_olmo3, sp_arch_granite,
     sp_arch_ministral3, sp_arch_mistral3, sp_arch_qwen3_5_text,
     sp_arch_qwen3_5, sp_arch_qwen3_next, sp_arch_gpt_oss, sp_arch_bert,
-    sp_arch_xlm_roberta, sp_arch_llada;
+    sp_arch_xlm_roberta, sp_arch_llada, sp_arch_dream;
 
 static const sp_arch *const archs[] = {
     &sp_arch_llama, &sp_arch_mistral, &sp_arch_qwen2, &sp_arch_qwen3,
@@ -23,7 +23,7 @@ static const sp_arch *const archs[] = {
     &sp_arch_olmo2, &sp_arch_olmo3, &sp_arch_granite, &sp_arch_ministral3,
     &sp_arch_mistral3, &sp_arch_qwen3_5_text, &sp_arch_qwen3_5,
     &sp_arch_qwen3_next, &sp_arch_gpt_oss, &sp_arch_bert,
-    &sp_arch_xlm_roberta, &sp_arch_llada,
+    &sp_arch_xlm_roberta, &sp_arch_llada, &sp_arch_dream,
 };
 #define N_ARCHS (sizeof archs / sizeof *archs)
 

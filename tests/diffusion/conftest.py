@@ -31,11 +31,17 @@ def llada(spindle_bin):
 
 
 @pytest.fixture(scope="session")
-def run_llada(spindle_bin, llada):
+def run_llada(run_gguf, llada):
     """spindle run -m LLADA ARGS...: the CompletedProcess, and with --json
     its parsed object as .out."""
-    def run(*args, check=True):
-        r = subprocess.run([str(spindle_bin), "run", "-m", str(llada), "-t",
+    return lambda *args, check=True: run_gguf(llada, *args, check=check)
+
+
+@pytest.fixture(scope="session")
+def run_gguf(spindle_bin):
+    """spindle run -m MODEL ARGS..., as run_llada."""
+    def run(model, *args, check=True):
+        r = subprocess.run([str(spindle_bin), "run", "-m", str(model), "-t",
                             THREADS, *map(str, args)], capture_output=True,
                            text=True, timeout=120)
         if check:

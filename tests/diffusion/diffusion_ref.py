@@ -2,7 +2,7 @@
 straight from a GGUF file (gguf.GGUFReader): llama.cpp's llada graph
 (src/models/llada.cpp) in float64: RMSNorm, q/k/v without bias, llama.cpp's
 "normal" RoPE (consecutive pairs rotated, as the q/k rows are stored),
-grouped-query attention with a mask that is bidirectional (every position
+(Dream: Qwen2's rotate-half RoPE and q/k/v biases), grouped-query attention with a mask that is bidirectional (every position
 sees every other) or, to show what a causal canvas would give instead,
 causal; SwiGLU; the final norm and the output matrix.
 
@@ -27,23 +27,32 @@ def load(path):
         "attention.layer_norm_rms_epsilon")}
     w = {t.name: np.array(t.data, dtype=np.float64).reshape(
         [int(x) for x in reversed(t.shape)]) for t in r.tensors}
+    cfg["neox"] = arch == "dream"
     return cfg, w
+
+
+def _proj(h, w, name):
+    y = h @ w[name + ".weight"].T
+    return y + w[name + ".bias"] if name + ".bias" in w else y
 
 
 def _rms(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
 
 
-def _rope(x, base):
-    """x: [T][heads][d], pairs (2i, 2i + 1) rotated by pos * base^(-2i/d)."""
+def _rope(x, base, neox):
+    """x: [T][heads][d]; pair i, rotated by pos * base^(-2i/d), is (2i,
+    2i + 1) ("normal") or (i, i + d/2) (neox, rotate-half)."""
     t, _, d = x.shape
     inv = base ** (-np.arange(0, d, 2) / d)
     ang = np.arange(t)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    a, b = x[..., 0::2], x[..., 1::2]
+    ia, ib = (np.arange(d // 2), np.arange(d // 2) + d // 2) if neox else \
+        (np.arange(0, d, 2), np.arange(1, d, 2))
+    a, b = x[..., ia], x[..., ib]
     out = np.empty_like(x)
-    out[..., 0::2] = a * cos - b * sin
-    out[..., 1::2] = a * sin + b * cos
+    out[..., ia] = a * cos - b * sin
+    out[..., ib] = a * sin + b * cos
     return out
 
 
@@ -58,9 +67,10 @@ def forward(cfg, w, ids, causal=False):
     for i in range(cfg["block_count"]):
         p = f"blk.{i}."
         h = _rms(x, w[p + "attn_norm.weight"], eps)
-        q = _rope((h @ w[p + "attn_q.weight"].T).reshape(t, nh, hd), cfg["rope.freq_base"])
-        k = _rope((h @ w[p + "attn_k.weight"].T).reshape(t, nkv, hd), cfg["rope.freq_base"])
-        v = (h @ w[p + "attn_v.weight"].T).reshape(t, nkv, hd)
+        base, neox = cfg["rope.freq_base"], cfg["neox"]
+        q = _rope(_proj(h, w, p + "attn_q").reshape(t, nh, hd), base, neox)
+        k = _rope(_proj(h, w, p + "attn_k").reshape(t, nkv, hd), base, neox)
+        v = _proj(h, w, p + "attn_v").reshape(t, nkv, hd)
         k, v = (np.repeat(a, nh // nkv, axis=1) for a in (k, v))
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
         s = np.exp(s - s.max(-1, keepdims=True))

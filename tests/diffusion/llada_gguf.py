@@ -2,7 +2,10 @@
 writer (the `gguf` package) the way its converter (LLaDAModel in
 convert_hf_to_gguf.py) spells the architecture: general.architecture
 "llada", llama.cpp's common tensor names, tokenizer.ggml.mask_token_id and
-diffusion.shift_logits false. Both llama-diffusion-cli and Spindle read
+diffusion.shift_logits false. arch "dream" writes the same shape as its
+converter's DreamModel does (Qwen2's q/k/v biases, no shift_logits key:
+llama.cpp then shifts), arch "llama" the LLaDA weights as an
+autoregressive model. Both llama-diffusion-cli and Spindle read
 this one file, and diffusion_ref.py reads its weights back for the numpy
 reference forward.
 
@@ -53,7 +56,7 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 HEAD_SCALE = 4.0
 
 
-def weights(seed=37):
+def weights(arch="llada", seed=37):
     """{gguf name: float32 array in row-major (out, in) order}."""
     rng = np.random.default_rng(seed)
 
@@ -72,6 +75,10 @@ def weights(seed=37):
         w[p + "attn_q.weight"] = mat(HEADS * HEAD_DIM, HIDDEN)
         w[p + "attn_k.weight"] = mat(KV_HEADS * HEAD_DIM, HIDDEN)
         w[p + "attn_v.weight"] = mat(KV_HEADS * HEAD_DIM, HIDDEN)
+        if arch == "dream":
+            for x, n in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
+                w[p + f"attn_{x}.bias"] = (0.3 * rng.standard_normal(
+                    n * HEAD_DIM)).astype(np.float32)
         w[p + "attn_output.weight"] = mat(HIDDEN, HEADS * HEAD_DIM)
         w[p + "ffn_norm.weight"] = norm(HIDDEN)
         w[p + "ffn_gate.weight"] = mat(FFN, HIDDEN)
@@ -96,11 +103,12 @@ def write(path, arch="llada"):
     w.add_layer_norm_rms_eps(RMS_EPS)
     w.add_vocab_size(VOCAB)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_diffusion_shift_logits(False)
+    if arch != "dream":
+        w.add_diffusion_shift_logits(False)
     add_tokenizer(w, VOCAB, BOS, EOS, SPECIALS)
     w.add_mask_token_id(MASK)
     w.add_chat_template(CHAT_TEMPLATE)
-    for name, arr in weights().items():
+    for name, arr in weights(arch).items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()

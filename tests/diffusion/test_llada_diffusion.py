@@ -1,7 +1,7 @@
-"""Masked-diffusion generation (LLaDA) on the tiny random GGUF, without
-any other engine: the canvas forward's logits against the numpy reference
-of diffusion_ref.py, the schedule's statistics, and the one-line errors of
-malformed settings. Token-for-token parity with llama-diffusion-cli is
+"""Masked-diffusion generation (LLaDA, Dream) on the tiny random GGUFs,
+without any other engine: the canvas forward's logits against the numpy
+reference of diffusion_ref.py, the schedules' statistics, and the one-line
+errors of malformed settings. Token-for-token parity with llama-diffusion-cli is
 test_llama_diffusion.py's."""
 import subprocess
 
@@ -15,28 +15,27 @@ PROMPT = [97, 98, 99, 100, 101]
 TOL = 1e-4          # max |spindle - reference| / std(reference); ~2e-6 seen
 
 
-@pytest.fixture(scope="module")
-def reference(llada):
-    return diffusion_ref.load(llada)
-
-
+@pytest.mark.parametrize("arch", ["llada", "dream"])
 @pytest.mark.parametrize("prompt", [PROMPT, [7], [120, 5, 250, 31, 9, 44, 3]])
-def test_canvas_logits_are_bidirectional(run_llada, reference, prompt, tmp_path):
+def test_canvas_logits_are_bidirectional(run_gguf, arch, prompt, tmp_path):
     """The first step's logits at every canvas position equal the reference
-    pass in which every position sees every other; the same reference with
-    a causal mask is far off, so a causal canvas cannot pass."""
+    pass in which every position sees every other (Dream: the row before
+    each position, its shifted logits); the same reference with a causal
+    mask is far off, so a causal canvas cannot pass."""
     canvas = 12
+    model = llada_gguf.ensure(arch=arch)
     dump = tmp_path / "logits.npy"
-    run_llada("--prompt-tokens", ",".join(map(str, prompt)), "-n", canvas,
-              "--diffusion-steps", canvas, "--dump-logits", dump, "--json")
+    run_gguf(model, "--prompt-tokens", ",".join(map(str, prompt)), "-n",
+             canvas, "--diffusion-steps", canvas, "--dump-logits", dump, "--json")
     got = np.load(dump)
     ids = prompt + [llada_gguf.MASK] * canvas
     assert got.shape == (canvas, llada_gguf.VOCAB)
-    cfg, w = reference
-    want = diffusion_ref.forward(cfg, w, ids)[len(prompt):]
+    cfg, w = diffusion_ref.load(model)
+    rows = np.arange(len(prompt), len(ids)) - (arch == "dream")
+    want = diffusion_ref.forward(cfg, w, ids)[rows]
     err = np.abs(got - want).max() / want.std()
     assert err <= TOL, f"canvas logits off the bidirectional reference by {err:.2e}"
-    causal = diffusion_ref.forward(cfg, w, ids, causal=True)[len(prompt):]
+    causal = diffusion_ref.forward(cfg, w, ids, causal=True)[rows]
     assert np.abs(got - causal).max() / causal.std() > 100 * TOL, \
         "the causal reference is as close: the test cannot tell the masks apart"
 
@@ -60,6 +59,26 @@ def test_schedule_stats(run_llada, remasking):
     assert sum(d["committed_per_step"]) <= 29
 
 
+def test_timestep_schedule(run_gguf):
+    """Dream's eps schedule over one block: (int)(masked * (1 - s / t)) per
+    step, the last step the rest."""
+    steps, canvas, eps = 8, 20, 0.001
+    r = run_gguf(llada_gguf.ensure(arch="dream"), "--prompt-tokens", "97,98,99",
+                 "-n", canvas, "--diffusion-steps", steps, "--diffusion-eps", eps,
+                 "--json")
+    want, masked = [], canvas
+    f32 = np.float32
+    for k in range(steps):
+        t = f32(1) - f32(k) / f32(steps) * (f32(1) - f32(eps))
+        s = f32(1) - f32(k + 1) / f32(steps) * (f32(1) - f32(eps))
+        share = f32(1) - s / t if k < steps - 1 else f32(1)
+        want.append(int(f32(masked) * share))
+        masked -= want[-1]
+    d = r.out["stats"]["diffusion"]
+    assert d["committed_per_step"] == want and d["blocks"] == 1
+    assert llada_gguf.MASK not in r.out["tokens"]
+
+
 def test_seeded_runs_repeat(run_llada):
     args = ("--prompt-tokens", "97,98,99", "-n", 16, "--diffusion-steps", 8,
             "--temp", 1.5, "--json")
@@ -74,6 +93,8 @@ def test_seeded_runs_repeat(run_llada):
      "7 steps are not a multiple of the 2 blocks"),
     (["--block-length", "17"], "block length 17 is outside 0..16"),
     (["--remasking", "sideways"], "--remasking expects confidence"),
+    (["--diffusion-eps", "0.01", "--block-length", "8"],
+     "eps must be in [0, 1) and excludes a block length"),
     (["-n", "126"], "prompt (3) + canvas (126) tokens exceed the context of 128"),
     (["--json-schema", "SCHEMA"], "a grammar does not apply to a diffusion model"),
 ])
@@ -99,8 +120,9 @@ def test_autoregressive_model_refuses_diffusion_options(spindle_bin):
     r = subprocess.run(base + ["--remasking", "margin"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode != 0
-    assert r.stderr.strip() == ("spindle: --diffusion-steps, --block-length "
-                                "and --remasking need a diffusion model")
+    assert r.stderr.strip() == ("spindle: --diffusion-steps, --block-length, "
+                                "--diffusion-eps and --remasking need a "
+                                "diffusion model")
     r = subprocess.run(base + ["--json"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
