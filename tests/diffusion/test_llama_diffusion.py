@@ -1,8 +1,10 @@
 """Masked-diffusion generation against llama.cpp's own `llama-diffusion-cli`
 (built from the llama-cpp-python sdist by `LLAMA_DIFFUSION=1
 bench/build_llama.sh`, cached under bench/.work/compare) on the same tiny
-LLaDA GGUF (llada_gguf.py): the committed canvas is the same, token for
-token, for every remasking algorithm and sampling setting below.
+GGUFs (llada_gguf.py: LLaDA, and Dream with its shifted logits): the
+committed canvas is the same, token for token, for every remasking
+algorithm and sampling setting below, with the block schedule and (Dream)
+the timestep schedule of --diffusion-eps.
 
 llama-diffusion-cli prints the canvas as text (common_detokenize without
 special tokens); the fixture's vocabulary makes that text a function of
@@ -17,7 +19,8 @@ runs compare as exactly as the greedy one (--top-k 1).
 
 Layout: prompt "abc" (3 tokens) and -ub 32, so the canvas is 29 tokens;
 llama.cpp's 32 / 8 = 4 blocks start after the prompt (8, 8, 8, 5), which is
-Spindle's -n 29 --block-length 8; 16 steps, 4 per block.
+Spindle's -n 29 --block-length 8; 16 steps, 4 per block. The eps schedule
+runs the 16 steps over the whole canvas.
 
 Slow to build (llama.cpp's common library and the tool, 15-20 minutes on 2
 cores): the test command's pass runs this only where the binary exists;
@@ -44,6 +47,14 @@ BUILT = sorted((ROOT / "bench" / ".work" / "compare")
 PROMPT = "abc"
 UBATCH, BLOCK, STEPS, SEED = 32, 8, 16, 11
 ALGORITHMS = ["origin", "entropy", "margin", "random", "confidence"]  # 0..4
+SCHEDULES = {   # name: (arch, llama.cpp's options, spindle's options)
+    "llada-blocks": ("llada", ["--diffusion-block-length", str(BLOCK)],
+                     ["--block-length", str(BLOCK)]),
+    "dream-blocks": ("dream", ["--diffusion-block-length", str(BLOCK)],
+                     ["--block-length", str(BLOCK)]),
+    "dream-eps": ("dream", ["--diffusion-eps", "0.001"],
+                  ["--diffusion-eps", "0.001"]),
+}
 SAMPLING = {
     "temp0": ("0", "0", "1"),           # --temp 0: unscaled, still drawn
     "greedy": ("0", "1", "1"),          # top-k 1
@@ -77,11 +88,11 @@ def render(ids):
     return out
 
 
-def llama_canvas(binary, model, algorithm, temp, top_k, top_p):
+def llama_canvas(binary, model, schedule, algorithm, temp, top_k, top_p):
     r = subprocess.run(
         [binary, "-m", str(model), "-p", PROMPT, "-ub", str(UBATCH), "-b",
          str(UBATCH), "-c", "64", "--diffusion-steps", str(STEPS),
-         "--diffusion-block-length", str(BLOCK), "--diffusion-algorithm",
+         *schedule, "--diffusion-algorithm",
          str(ALGORITHMS.index(algorithm)), "--temp", temp, "--top-k", top_k,
          "--top-p", top_p, "--seed", str(SEED), "-t", THREADS, "-fa", "off"],
         capture_output=True, timeout=300)
@@ -96,16 +107,21 @@ def llama_canvas(binary, model, algorithm, temp, top_k, top_p):
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling", sorted(SAMPLING))
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_committed_tokens_equal_llama_diffusion_cli(llama_diffusion, run_llada,
-                                                     llada, algorithm, sampling):
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_committed_tokens_equal_llama_diffusion_cli(llama_diffusion, run_gguf,
+                                                     schedule, algorithm,
+                                                     sampling):
     temp, top_k, top_p = SAMPLING[sampling]
-    r = run_llada("-p", PROMPT, "-n", UBATCH - 3, "--diffusion-steps", STEPS,
-                  "--block-length", BLOCK, "--remasking", algorithm, "--temp",
-                  temp, "--top-k", top_k, "--top-p", top_p, "--seed", SEED,
-                  "--json")
+    arch, llama_opts, spindle_opts = SCHEDULES[schedule]
+    model = llada_gguf.ensure(arch=arch)
+    r = run_gguf(model, "-p", PROMPT, "-n", UBATCH - 3, "--diffusion-steps",
+                 STEPS, *spindle_opts, "--remasking", algorithm, "--temp", temp,
+                 "--top-k", top_k, "--top-p", top_p, "--seed", SEED, "--json")
     assert r.out["prompt_tokens"] == [97, 98, 99]
-    want = llama_canvas(llama_diffusion, llada, algorithm, temp, top_k, top_p)
+    want = llama_canvas(llama_diffusion, model, llama_opts, algorithm, temp,
+                        top_k, top_p)
     got = render(r.out["tokens"]) + b"\n"
     assert want[:len(got)] == got, (
-        f"{algorithm} {sampling}: canvas differs from llama-diffusion-cli's\n"
+        f"{schedule} {algorithm} {sampling}: canvas differs from "
+        f"llama-diffusion-cli's\n"
         f"  spindle: {got!r}\n  llama:   {want[:len(got)]!r}")
