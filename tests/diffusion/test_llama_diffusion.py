@@ -128,7 +128,8 @@ def test_committed_tokens_equal_llama_diffusion_cli(llama_diffusion, run_gguf,
                  STEPS, *spindle_opts, "--remasking", algorithm, "--temp", temp,
                  "--top-k", top_k, "--top-p", top_p, "--seed", SEED, "--json")
     assert r.out["prompt_tokens"] == [97, 98, 99]
-    got = render(r.out["tokens"]) + b"\n"
+    # the tool prints the text with "%s\n": a NUL byte (token 0) ends it
+    got = render(r.out["tokens"]).split(b"\0")[0] + b"\n"
     want = llama_canvas(llama_diffusion, model, llama_opts, algorithm, temp,
                         top_k, top_p, len(got))
     assert want[:len(got)] == got, (
