@@ -10,7 +10,8 @@ llama-diffusion-cli prints the canvas as text (common_detokenize without
 special tokens); the fixture's vocabulary makes that text a function of
 the ids (byte tokens are their byte, filler tokens "[tokN]", control
 tokens nothing), so Spindle's token ids are rendered the same way here
-and compared with llama.cpp's bytes.
+and compared with llama.cpp's bytes, up to a NUL byte (token 0), where its
+"%s" output ends.
 
 Its sampler chain draws even at --temp 0 (a temperature of 0 only leaves
 the logits unscaled), from a std::mt19937 seeded with --seed; Spindle
