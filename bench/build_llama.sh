@@ -13,6 +13,10 @@
 # `spindle perplexity`, tests/cli/test_llama_perplexity.py) and prints its
 # path instead: the tests need no benches, and each tool costs build time.
 #
+# LLAMA_DIFFUSION=1 builds only llama-diffusion-cli (the anchor for masked
+# diffusion generation, tests/cli/test_llama_diffusion.py) and prints its
+# path; it lives among llama.cpp's examples, so those are configured too.
+#
 # LLAMA_ISA=avx2 builds for AVX2 + FMA + F16C only (no AVX-512, no AVX-VNNI)
 # into llama-build-VERSION-avx2: the anchor for SPINDLE_SIMD=avx2 on a
 # machine that has more (how an AVX2-only CPU is measured without one).
@@ -39,10 +43,17 @@ BATCHED_BIN="$BUILD/bin/llama-batched-bench"
 JOBS="${JOBS:-2}"
 TARGETS=(llama-bench llama-batched-bench)
 SERVER=OFF
+EXAMPLES=OFF
 if [[ "${LLAMA_PERPLEXITY:-0}" == 1 ]]; then
     BIN="$BUILD/bin/llama-perplexity"
     BATCHED_BIN="$BIN"
     TARGETS=(llama-perplexity)
+fi
+if [[ "${LLAMA_DIFFUSION:-0}" == 1 ]]; then
+    BIN="$BUILD/bin/llama-diffusion-cli"
+    BATCHED_BIN="$BIN"
+    TARGETS=(llama-diffusion-cli)
+    EXAMPLES=ON
 fi
 if [[ "${LLAMA_SERVER:-0}" == 1 ]]; then
     TARGETS+=(llama-server)
@@ -78,7 +89,7 @@ cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=$SERVER -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_EXAMPLES=$EXAMPLES -DLLAMA_BUILD_SERVER=$SERVER -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON \
     >"$BUILD.log" 2>&1
 echo "build_llama: building ${TARGETS[*]} with -j$JOBS (several minutes on 2 cores)" >&2

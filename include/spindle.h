@@ -51,5 +51,6 @@
 #include "spindle/embed.h"
 #include "spindle/rerank.h"
 #include "spindle/vision.h"
+#include "spindle/diffusion.h"
 
 #endif /* SPINDLE_H */

@@ -159,6 +159,17 @@ static spindle_status special_ids(const meta *m, cJSON *json) {
     if (v && sp_gguf_value_i64(v, &id) && id >= 0 &&
         !cJSON_AddNumberToObject(json, "bos_token_id", (double)id))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* a masked-diffusion model's mask token (LLaDA's <|mdm_mask|>) */
+    v = sp_gguf_find(m->g, "tokenizer.ggml.mask_token_id");
+    if (v && sp_gguf_value_i64(v, &id) && id >= 0 &&
+        !cJSON_AddNumberToObject(json, "mask_token_id", (double)id))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* whether position i's logits predict token i + 1 (Dream) */
+    bool shift;
+    v = sp_gguf_find(m->g, "diffusion.shift_logits");
+    if (v && sp_gguf_value_bool(v, &shift) &&
+        !cJSON_AddBoolToObject(json, "diffusion_shift_logits", shift))
+        return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
     cJSON *eos = cJSON_AddArrayToObject(json, "eos_token_id");
     if (!eos) return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");
     static const char *const id_keys[] = {"tokenizer.ggml.eos_token_id",

@@ -3,11 +3,13 @@
 #include "cli/chat_template_args.h"
 #include "cli/commands.h"
 #include "cli/lora_args.h"
+#include "cli/npy.h"
 #include "cli/grammar_file.h"
 #include "cli/prompt.h"
 #include "cli/run_checkpoint.h"
 #include "cli/run_prompts.h"
 #include "cli/run_images.h"
+#include "cli/run_diffusion.h"
 #include "cli/spec_args.h"
 #include "spindle.h"
 
@@ -51,6 +53,7 @@ static const char *run_usage =
     "                          forward (auto, the default: at temperature 0)\n"
     "  --json                  print one JSON object with tokens and stats\n"
     "  --dump-logits FILE      write the last prompt position's logits (.npy)\n"
+    SP_ARG_DIFFUSION_HELP
     SP_ARG_IMAGE_HELP
     SP_ARG_PROMPT_CACHE_HELP
     SP_RUN_DURABLE_HELP;
@@ -82,6 +85,7 @@ typedef struct run_options {
     sp_lora_args lora;
     sp_spec_args spec;
     sp_run_images images;
+    sp_diffusion_args diffusion;
 } run_options;
 
 /* --prompts FILE replaces -p / --prompt-tokens and runs without the
@@ -100,8 +104,9 @@ static bool prompts_options_ok(run_options *o) {
     return true;
 }
 
-/* Not a status of the library: --prompts ran and printed everything. */
-#define SP_RUN_PROMPTS_DONE ((spindle_status)-1)
+/* Not a status of the library: --prompts, or a diffusion model's run,
+ * ran and printed everything. */
+#define SP_RUN_DONE ((spindle_status)-1)
 
 static bool options_ok(run_options *o);
 
@@ -204,6 +209,8 @@ static int parse(int argc, char **argv, run_options *o) {
             o->json = true;
         } else if (!strcmp(a, "--dump-logits")) {
             VALUE(); o->dump_logits = v;
+        } else if ((rc = sp_arg_diffusion(argc, argv, &i, &o->diffusion)) != 0) {
+            if (rc < 0) return 2;
         } else if ((n = sp_arg_spec(argc, argv, &i, &o->spec)) != 0) {
             if (n < 0) return 2;
         } else if (!strcmp(a, "--grammar")) {
@@ -256,27 +263,6 @@ static bool options_ok(run_options *o) {
         return false;
     }
     return true;
-}
-
-/* A 1-D float32 .npy file, as numpy.save writes it. */
-static bool write_npy(const char *path, const float *x, int n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    char header[128];
-    int len = snprintf(header, sizeof header,
-                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }",
-                       n);
-    int total = 10 + len + 1;
-    int pad = (64 - total % 64) % 64;
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    unsigned short hl = (unsigned short)(len + pad + 1);
-    unsigned char hl_le[2] = {(unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
-    fwrite(hl_le, 1, 2, f);
-    fwrite(header, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    fwrite(x, sizeof(float), (size_t)n, f);   /* x86-64 and arm64 are little-endian */
-    return fclose(f) == 0;
 }
 
 static bool print_token(int32_t token, void *user) {
@@ -364,6 +350,38 @@ static void print_stats(const spindle_gen_stats *stats) {
             spindle_stop_reason_name(stats->stop_reason));
 }
 
+/* A diffusion model denoises a canvas of -n tokens instead; the options
+ * of token-by-token decoding are refused by name. Other models refuse the
+ * diffusion options. Returns SP_RUN_DONE when it ran. */
+static spindle_status diffusion_mode(run_options *o, spindle_model *model,
+                                     const spindle_tokenizer *tok,
+                                     spindle_error *err) {
+    if (!spindle_model_diffusion_info(model, NULL)) {
+        if (!o->diffusion.given) return SPINDLE_OK;
+        snprintf(err->message, sizeof err->message, "--diffusion-steps, "
+                 "--block-length, --diffusion-eps and --remasking need a "
+                 "diffusion model");
+        return SPINDLE_ERR_ARGUMENT;
+    }
+    const char *clash = o->prompts_file ? "--prompts"
+                      : o->grammar_file || o->schema_file ? "a grammar"
+                      : o->images.n ? "--image"
+                      : o->gen.spec.mode ? "--spec"
+                      : o->gen.adapter ? "--lora"
+                      : o->durable.checkpoint_path || o->durable.resume_path
+                          ? "--checkpoint / --resume" : NULL;
+    if (clash) {
+        snprintf(err->message, sizeof err->message,
+                 "%s does not apply to a diffusion model", clash);
+        return SPINDLE_ERR_ARGUMENT;
+    }
+    sp_diffusion_run r = {.prompt = o->prompt, .n_prompt = o->n_prompt,
+                          .gen = &o->gen, .args = &o->diffusion, .tok = tok,
+                          .json = o->json, .dump_logits = o->dump_logits};
+    spindle_status st = sp_run_diffusion(model, &r, err);
+    return st ? st : SP_RUN_DONE;
+}
+
 int sp_cmd_run(int argc, char **argv) {
     run_options o;
     memset(&o, 0, sizeof o);
@@ -423,6 +441,7 @@ int sp_cmd_run(int argc, char **argv) {
                                   &o.n_prompt, &err);
     else if (!st && o.text)
         st = text_prompt(&o, tok, &err);
+    if (!st) st = diffusion_mode(&o, model, tok, &err);
     if (!st && tok) {
         o.gen.n_stop_ids = sp_tokenizer_stop_ids(tok, stop, 4);
         o.gen.stop_ids = stop;
@@ -434,7 +453,7 @@ int sp_cmd_run(int argc, char **argv) {
                                   .chat_kwargs = o.tmpl.kwargs};
         st = sp_run_prompts(model, tok, &o.gen, &pa, &err);
         o.json = false;   /* printed; nothing below runs */
-        if (!st) st = SP_RUN_PROMPTS_DONE;
+        if (!st) st = SP_RUN_DONE;
     }
     if (!st && tok) {
         st = sp_text_stream_init(&stream, tok, o.json ? NULL : stdout, &err);
@@ -457,11 +476,11 @@ int sp_cmd_run(int argc, char **argv) {
                               &stats, &err);
     if (!st && tok) sp_text_stream_finish(&stream);
     if (!st && o.dump_logits &&
-        !write_npy(o.dump_logits, logits, spindle_model_vocab_size(model))) {
+        !sp_write_npy(o.dump_logits, logits, 0, spindle_model_vocab_size(model))) {
         st = SPINDLE_ERR_IO;
         snprintf(err.message, sizeof err.message, "%s: cannot write", o.dump_logits);
     }
-    if (st == SP_RUN_PROMPTS_DONE) {
+    if (st == SP_RUN_DONE) {
         st = SPINDLE_OK;
     } else if (st) {
         fprintf(stderr, "spindle: %s\n",

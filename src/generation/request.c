@@ -62,6 +62,11 @@ static spindle_status check_request(const spindle_engine *e,
     if (!r->prompt || r->n_prompt < 1)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "the prompt must hold at least one token");
+    /* its passes attend both ways: token-by-token decoding means nothing */
+    if (spindle_model_diffusion_info(e->model, NULL))
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "a diffusion model generates by denoising "
+                       "(spindle_diffusion_generate), not token by token");
     if (g->max_tokens < 0)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT, "max_tokens is negative");
     if (r->top_logprobs < 0 || r->top_logprobs > SPINDLE_MAX_TOP_LOGPROBS)

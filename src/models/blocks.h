@@ -228,4 +228,8 @@ void sp_gemma_logits(const spindle_model *m, float *logits, size_t n);
 spindle_status sp_gemma_check_head_dim(const spindle_model *m,
                                        spindle_error *err);
 
+/* A diffusion family's load: fails unless config's mask_token_id is in
+ * the vocabulary (models/llada.c). */
+spindle_status sp_diffusion_check_mask(const spindle_model *m, spindle_error *err);
+
 #endif

@@ -147,7 +147,25 @@ int spindle_model_eos_ids(const spindle_model *m, const int32_t **ids) {
     return m ? m->cfg.n_eos : 0;
 }
 
+bool spindle_model_diffusion_info(const spindle_model *m,
+                                  spindle_diffusion_info *out) {
+    if (!m || !m->arch->diffusion) return false;
+    if (out) {
+        out->mask_token = sp_config_int(&m->cfg, "mask_token_id", -1);
+        out->shift_logits = sp_config_bool(&m->cfg, "diffusion_shift_logits",
+                                           m->arch->diffusion_shifted);
+    }
+    return true;
+}
+
 /* --------------------------------------------------------------- forward */
+
+/* A diffusion model's pass: each of the n rows from `row` on also sees the
+ * rows after it (the whole pass is one bidirectional span). */
+static bool rows_see_each_other(sp_forward *f, int row, int n) {
+    for (int t = 0; t < n; t++) f->ahead[row + t] = n - 1 - t;
+    return n > 1;
+}
 
 static spindle_status check_batch(spindle_model *m, spindle_batch_entry *e,
                                   int n, int *rows, spindle_error *err) {
@@ -257,6 +275,7 @@ spindle_status sp_forward_prepare(spindle_model *m, sp_forward **fwd,
         s->adapter_scale = e[i].adapter_scale != 0.0f ? e[i].adapter_scale : 1.0f;
         if (s->adapter) f->any_adapter = true;
         s->sees_ahead = sp_entry_fill_rows(m, f, &e[i], row);
+        if (m->arch->diffusion) s->sees_ahead = rows_see_each_other(f, row, s->n_rows);
         /* The pass's ids and keys, for the blocks it fills (borrowed from
          * the scratch until the commit). */
         sp_seq_state_set_pending_tokens(s->state, f->tokens + row);

@@ -138,6 +138,17 @@ typedef struct sp_arch {
      * family's load binds spindle_model.embed, spindle_forward refuses it
      * and spindle_embed runs its layers (models/embed.c). */
     bool encoder;
+    /* A masked-diffusion family (LLaDA): every row of a forward pass
+     * attends to all the other rows of its sequence in that pass, later
+     * ones included (llama.cpp's causal_attn false), since a denoising
+     * step reads the whole canvas at once; the model carries a mask token
+     * (spindle_model_diffusion_info) and the autoregressive engine refuses
+     * it (generation/diffusion.c generates). */
+    bool diffusion;
+    /* A diffusion family whose position i's logits predict token i + 1
+     * when the file does not say (diffusion.shift_logits): Dream, as
+     * llama-diffusion-cli assumes for a file without the key. */
+    bool diffusion_shifted;
     /* Validate family-specific config keys and bind every weight. */
     spindle_status (*load)(spindle_model *m, spindle_error *err);
     /* Transform the residual stream f->x of all batch tokens by layer l. */
