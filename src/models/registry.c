@@ -33,7 +33,7 @@ static const sp_arch *const archs[] = {
 
 /* Derived once (the library may be entered from several threads). */
 static const sp_gguf_family *gguf_families[N_ARCHS + 1];
-static char supported[512];
+static char supported[1024];
 static pthread_once_t derived_once = PTHREAD_ONCE_INIT;
 
 static void derive(void) {
