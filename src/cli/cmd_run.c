@@ -382,6 +382,38 @@ static spindle_status diffusion_mode(run_options *o, spindle_model *model,
     return st ? st : SP_RUN_DONE;
 }
 
+/* What one run produced, for report_run. */
+typedef struct run_output {
+    const int32_t *toks;
+    int n;
+    const float *logits;          /* --dump-logits' row, else NULL */
+    const spindle_gen_stats *stats;
+    const char *text;             /* the answer's text; NULL without a tokenizer */
+} run_output;
+
+/* The end of a run: --dump-logits' file, then the error, the JSON or the
+ * statistics line. SP_RUN_DONE (--prompts printed its own) becomes OK. */
+static spindle_status report_run(run_options *o, const spindle_model *model,
+                                 const run_output *out, spindle_status st,
+                                 spindle_error *err) {
+    if (!st && o->dump_logits &&
+        !sp_write_npy(o->dump_logits, out->logits, 0, spindle_model_vocab_size(model))) {
+        st = SPINDLE_ERR_IO;
+        snprintf(err->message, sizeof err->message, "%s: cannot write", o->dump_logits);
+    }
+    if (st == SP_RUN_DONE) return SPINDLE_OK;
+    if (st) {
+        fprintf(stderr, "spindle: %s\n",
+                err->message[0] ? err->message : spindle_status_name(st));
+    } else if (o->json) {
+        int skip = sp_run_durable_skip(&o->durable);
+        print_json(o, model, out->toks + skip, out->n - skip, out->text, out->stats);
+    } else {
+        print_stats(out->stats);
+    }
+    return st;
+}
+
 int sp_cmd_run(int argc, char **argv) {
     run_options o;
     memset(&o, 0, sizeof o);
@@ -475,24 +507,9 @@ int sp_cmd_run(int argc, char **argv) {
                               tok ? (void *)&stream : NULL, &toks, &n, logits,
                               &stats, &err);
     if (!st && tok) sp_text_stream_finish(&stream);
-    if (!st && o.dump_logits &&
-        !sp_write_npy(o.dump_logits, logits, 0, spindle_model_vocab_size(model))) {
-        st = SPINDLE_ERR_IO;
-        snprintf(err.message, sizeof err.message, "%s: cannot write", o.dump_logits);
-    }
-    if (st == SP_RUN_DONE) {
-        st = SPINDLE_OK;
-    } else if (st) {
-        fprintf(stderr, "spindle: %s\n",
-                err.message[0] ? err.message : spindle_status_name(st));
-    } else if (o.json) {
-        int skip = sp_run_durable_skip(&o.durable);
-        print_json(&o, model, toks + skip, n - skip,
-                   tok ? (stream.text ? stream.text + text_from : "") : NULL,
-                   &stats);
-    } else {
-        print_stats(&stats);
-    }
+    const run_output out = {.toks = toks, .n = n, .logits = logits, .stats = &stats,
+                            .text = tok ? (stream.text ? stream.text + text_from : "") : NULL};
+    st = report_run(&o, model, &out, st, &err);
     free(logits);
     spindle_free(toks);
     sp_text_stream_free(&stream);

@@ -206,41 +206,22 @@ static const sp_gguf_family qwen35moe_gguf = {
     .keys = qwen35moe_keys,
 };
 
-const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text",
-                                      .gguf = &qwen35_gguf,
-                                      .load = qwen3_5_load,
-                                      .layer = sp_hybrid_layer,
-                                      .free_family = sp_hybrid_moe_free,
-                                      .layer_state = sp_hybrid_layer_state,
-                                      .layer_extra = sp_hybrid_layer_extra,
-                                      .lora_linear = sp_hybrid_lora_linear,
-                                      .mtp_load = qwen3_5_mtp_load};
+/* Every Qwen3.5 type runs on the hybrid layer's hooks. */
+#define QWEN3_5_HOOKS                                                        \
+    .load = qwen3_5_load, .layer = sp_hybrid_layer,                          \
+    .free_family = sp_hybrid_moe_free, .layer_state = sp_hybrid_layer_state, \
+    .layer_extra = sp_hybrid_layer_extra, .lora_linear = sp_hybrid_lora_linear
+
+const sp_arch sp_arch_qwen3_5_text = {.model_type = "qwen3_5_text", .gguf = &qwen35_gguf,
+                                      QWEN3_5_HOOKS, .mtp_load = qwen3_5_mtp_load};
 
 /* A text-only config may name the multimodal type itself (mlx-lm then
  * reads the whole config as the text config). */
-const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5",
-                                 .load = qwen3_5_load,
-                                 .layer = sp_hybrid_layer,
-                                 .free_family = sp_hybrid_moe_free,
-                                 .layer_state = sp_hybrid_layer_state,
-                                 .layer_extra = sp_hybrid_layer_extra,
-                                 .lora_linear = sp_hybrid_lora_linear,
+const sp_arch sp_arch_qwen3_5 = {.model_type = "qwen3_5", QWEN3_5_HOOKS,
                                  .mtp_load = qwen3_5_mtp_load};
 
 /* Qwen3.5 MoE: the same hooks; the multimodal type stands for the text
  * one as above. */
 const sp_arch sp_arch_qwen3_5_moe_text = {.model_type = "qwen3_5_moe_text",
-                                          .gguf = &qwen35moe_gguf,
-                                          .load = qwen3_5_load,
-                                          .layer = sp_hybrid_layer,
-                                          .free_family = sp_hybrid_moe_free,
-                                          .layer_state = sp_hybrid_layer_state,
-                                          .layer_extra = sp_hybrid_layer_extra,
-                                          .lora_linear = sp_hybrid_lora_linear};
-const sp_arch sp_arch_qwen3_5_moe = {.model_type = "qwen3_5_moe",
-                                     .load = qwen3_5_load,
-                                     .layer = sp_hybrid_layer,
-                                     .free_family = sp_hybrid_moe_free,
-                                     .layer_state = sp_hybrid_layer_state,
-                                     .layer_extra = sp_hybrid_layer_extra,
-                                     .lora_linear = sp_hybrid_lora_linear};
+                                          .gguf = &qwen35moe_gguf, QWEN3_5_HOOKS};
+const sp_arch sp_arch_qwen3_5_moe = {.model_type = "qwen3_5_moe", QWEN3_5_HOOKS};
