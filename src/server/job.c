@@ -132,7 +132,7 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
     sp_choice *c = user;
     sp_job *j = c->job;
     (void)id;
-    sp_metrics_count_generation(&j->srv->metrics, &r->stats, r->n_tokens);
+    sp_metrics_count_generation(j->srv->metrics, &r->stats, r->n_tokens);
     pthread_mutex_lock(&j->mu);
     const char *piece = NULL;
     if (!c->stop.matched &&
