@@ -240,8 +240,6 @@ static void job_release(sp_job *j) {
             *p = j->next;
             break;
         }
-    if (admitted) s->in_flight--;
-    pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     for (int i = 0; j->choices && i < j->n_choices; i++) {
         sp_choice *c = &j->choices[i];
@@ -262,6 +260,13 @@ static void job_release(sp_job *j) {
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
+    /* Counted out only now: the job's sequence and grammar belong to the
+     * model, which a server of several models may free once nothing of
+     * its is in flight. */
+    pthread_mutex_lock(&s->lock);
+    if (admitted) s->in_flight--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
 }
 
 static bool listed(const sp_strbuf *list, const char *name, size_t n) {
