@@ -76,6 +76,12 @@ static void render_requests(const sp_metrics *m, sp_strbuf *out) {
                              (unsigned long long)m->requests[r][i].count);
 }
 
+void sp_metrics_render_requests(sp_metrics *m, sp_strbuf *out) {
+    pthread_mutex_lock(&m->lock);
+    render_requests(m, out);
+    pthread_mutex_unlock(&m->lock);
+}
+
 static void render_ttft(const sp_metrics *m, sp_strbuf *out) {
     const char *h = "spindle_time_to_first_token_seconds";
     family(out, h, "histogram", "Time from a request's arrival to its first generated token.");

@@ -50,6 +50,9 @@ void sp_metrics_count_generation(sp_metrics *m, const spindle_request_stats *s,
                                  int n_generated);
 /* The exposition text into `out`; queued/running from the engine. */
 void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out);
+/* Only spindle_requests_total (the front of a server of several models,
+ * which runs no generation). */
+void sp_metrics_render_requests(sp_metrics *m, sp_strbuf *out);
 /* The KV block pool's gauges: the share of blocks in use (0-1) and the
  * cache config info metric, under Spindle's names and vLLM's (the series
  * the Gateway API Inference Extension's endpoint picker reads); the blocks

@@ -392,7 +392,7 @@ static enum MHD_Result render_metrics(sp_server *front, struct MHD_Connection *c
     }
     int queued_all = 0, running_all = 0;
     spindle_kv_pool_info all = {0};
-    sp_metrics_render(front->metrics, 0, 0, &texts[0]);
+    sp_metrics_render_requests(front->metrics, &texts[0]);
     pthread_mutex_lock(&ms->lock);
     for (int i = 0; i < ms->n; i++) {
         const model_entry *m = &ms->e[i];
@@ -418,7 +418,6 @@ static enum MHD_Result render_metrics(sp_server *front, struct MHD_Connection *c
         ptrs[i] = texts[i].p ? texts[i].p : "";
         oom |= texts[i].oom;
     }
-    /* the front's own series are its requests alone */
     sp_metrics_merge(ptrs, labels, ms->n + 1, "vllm:", &out);
     sp_metrics_render_gaie(queued_all, running_all, all.block_tokens ? &all : NULL, &out);
     enum MHD_Result rc = sp_reply(front, c, SP_ROUTE_METRICS, oom || out.oom ? 503 : 200,

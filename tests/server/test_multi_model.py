@@ -103,6 +103,16 @@ def test_concurrent_requests_get_each_models_answers(models, openai_client):
         assert len(re.findall(r"^vllm:num_requests_waiting", metrics, re.M)) == 1
         assert re.search(r"^vllm:num_requests_running 0$", metrics, re.M)
         assert metrics.count("# TYPE spindle_generations_total ") == 1
+        blocks = sum(int(v) for v in re.findall(
+            r'^spindle_kv_blocks\{model_name="[ab]",state="\w+"\} (\d+)$', metrics, re.M))
+        assert re.search(rf'^vllm:cache_config_info\{{block_size="32",num_gpu_blocks="{blocks}"\}} 1$',
+                         metrics, re.M), metrics
+        # series without the label: the front's own requests alone
+        unlabelled = {line.split("{")[0].split(" ")[0] for line in metrics.splitlines()
+                      if line and not line.startswith("#") and "model_name=" not in line}
+        assert unlabelled <= {"spindle_requests_total", "vllm:num_requests_waiting",
+                              "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                              "vllm:gpu_cache_usage_perc", "vllm:cache_config_info"}, unlabelled
     finally:
         s.stop_cleanly()
 
