@@ -183,7 +183,7 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
         j->choices[i].index = i;
         sp_stop_init(&j->choices[i].stop, j->req.stop, j->req.n_stop);
     }
-    uint64_t serial = atomic_fetch_add(&s->next_id, 1);
+    uint64_t serial = atomic_fetch_add(s->ids, 1);
     snprintf(j->id_text, sizeof j->id_text, "%s%llx%06llx",
              j->req.dialect == SP_API_ANTHROPIC   ? "msg_"
              : j->req.dialect == SP_API_RESPONSES ? "resp_"
@@ -383,7 +383,7 @@ static uint64_t fresh_seed(sp_server *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 (atomic_load(&s->next_id) * 0x9E3779B97F4A7C15ull);
+                 (atomic_load(s->ids) * 0x9E3779B97F4A7C15ull);
     x ^= x >> 31;
     return x * 0xBF58476D1CE4E5B9ull;
 }

@@ -219,6 +219,8 @@ static sp_server *load_model(sp_model_set *ms, model_entry *m) {
     sp_server *srv = sp_server_new(&o);
     if (!srv) return NULL;
     srv->metrics = &m->metrics;
+    srv->ids = &ms->front->next_id;
+    srv->started = ms->front->started;
     if (!sp_server_load(srv)) {
         sp_server_free(srv);
         return NULL;

@@ -262,6 +262,7 @@ sp_server *sp_server_new(const sp_server_options *o) {
                                 .n_slots = o->parallel};
     atomic_init(&s->phase, SP_PHASE_LOADING);
     atomic_init(&s->next_id, 1);
+    s->ids = &s->next_id;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     sp_adapters_init(&s->adapters);

@@ -85,6 +85,10 @@ typedef struct sp_server {
     sp_job *jobs;
     bool stop_requested;
     atomic_uint_fast64_t next_id;
+    /* The counter response ids take their serial from: next_id, or with
+     * several models the front's, so that no two models' ids (and
+     * --checkpoint-dir files) collide */
+    atomic_uint_fast64_t *ids;
     struct MHD_Daemon *daemon;
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
     sp_adapters adapters;

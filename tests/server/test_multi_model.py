@@ -48,10 +48,12 @@ def openai_client():
         c.close()
 
 
-def ask(client, name, ref):
+def ask(client, name, ref, ids=None):
     r = client.chat.completions.create(model=name, messages=ref["messages"],
                                        max_tokens=len(ref["tokens"]), temperature=0)
     assert r.model == name
+    if ids is not None:
+        ids.append(r.id)
     return r.choices[0].message.content
 
 
@@ -88,9 +90,11 @@ def test_concurrent_requests_get_each_models_answers(models, openai_client):
     try:
         client = openai_client(s)
         jobs = [(name, chat) for chat in CHATS for name in ("a", "b")] * 2
+        ids = []
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-            got = list(pool.map(lambda j: ask(client, j[0], models[j[0]][1]["chats"][j[1]]),
-                                jobs))
+            got = list(pool.map(lambda j: ask(client, j[0], models[j[0]][1]["chats"][j[1]],
+                                              ids), jobs))
+        assert len(set(ids)) == len(jobs)   # response ids unique across the models
         for (name, chat), text in zip(jobs, got):
             assert text == models[name][1]["chats"][chat]["text"], (name, chat)
         # the two models' answers differ: each request went to its own
