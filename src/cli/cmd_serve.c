@@ -10,10 +10,19 @@
 
 static const char *serve_usage =
     "usage: spindle serve -m MODEL [options]\n"
+    "       spindle serve -m NAME=PATH [-m NAME=PATH ...] [--model-dir DIR] [options]\n"
     "  -m, --model PATH        model directory, .gguf file or Hugging Face repo id\n"
     "                          (hf://ORG/NAME[:QUANT] downloads it first; --offline:\n"
     "                          from the HF cache only)\n"
     "  --alias NAME            the model's name in the API (default: MODEL as given)\n"
+    "  -m NAME=PATH            serve several models (repeatable); a request's\n"
+    "                          \"model\" picks one, loaded on first use\n"
+    "  --model-dir DIR         serve each subdirectory and .gguf file of DIR as a\n"
+    "                          model named by its file name\n"
+    "  --models-memory BYTES   (suffix K/M/G) unload the least recently used idle\n"
+    "                          model when the loaded ones' files and KV pools\n"
+    "                          would exceed this (default: no limit)\n"
+    "  --pin NAME              load model NAME at start and never unload it\n"
     "  --host ADDR             listen address (default 127.0.0.1)\n"
     "  --port N                listen port (default 8080; 0: any free port)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (not on /health, /)\n"
@@ -77,8 +86,16 @@ static bool size_opt(const char *a, const char *v, long lo, long hi, size_t *out
     return true;
 }
 
+/* Whether -m's value is NAME=PATH: a name before '=' with no '/' in it
+ * (a path that holds '=' stays a path). */
+static bool named_model(const char *v) {
+    const char *eq = strchr(v, '=');
+    return eq && eq > v && !memchr(v, '/', (size_t)(eq - v));
+}
+
 /* 0: parsed; 1: --help printed; 2: a usage error (printed). */
 static int parse(int argc, char **argv, sp_server_options *o) {
+    static const char *named[256], *pins[256];
     spindle_load_options cache = {0};
     int rc;
     sp_spec_args spec = {.spec = o->spec};
@@ -92,7 +109,20 @@ static int parse(int argc, char **argv, sp_server_options *o) {
         if (sp_arg_is_help(a)) {
             fputs(serve_usage, stdout);
             return 1;
-        } else if (IS("-m") || IS("--model")) { VALUE(); o->model_path = v;
+        } else if (IS("-m") || IS("--model")) {
+            VALUE();
+            if (!named_model(v)) o->model_path = v;
+            else if (!(ok = o->n_named_models < 256))
+                fprintf(stderr, "spindle serve: at most 256 -m NAME=PATH options\n");
+            else named[o->n_named_models++] = v;
+            o->named_models = named;
+        } else if (IS("--model-dir")) { VALUE(); o->model_dir = v;
+        } else if (IS("--models-memory")) { VALUE(); ok = sp_arg_bytes(a, v, &o->models_memory);
+        } else if (IS("--pin")) {
+            VALUE();
+            if (!(ok = o->n_pins < 256)) fprintf(stderr, "spindle serve: at most 256 --pin options\n");
+            else pins[o->n_pins++] = v;
+            o->pins = pins;
         } else if (IS("--alias")) { VALUE(); o->alias = v;
         } else if (IS("--host")) { VALUE(); o->host = v;
         } else if (IS("--port")) { VALUE(); ok = int_opt(a, v, 0, 65535, &o->port);
@@ -156,8 +186,14 @@ static int parse(int argc, char **argv, sp_server_options *o) {
 #undef IS
 #undef VALUE
     }
-    if (!o->model_path) {
-        fprintf(stderr, "spindle serve: -m MODEL is required\n");
+    if (!o->model_path && !o->n_named_models && !o->model_dir) {
+        fprintf(stderr, "spindle serve: -m MODEL (or -m NAME=PATH, --model-dir DIR) "
+                        "is required\n");
+        return 2;
+    }
+    if ((o->n_pins || o->models_memory) && !o->n_named_models && !o->model_dir) {
+        fprintf(stderr, "spindle serve: %s applies to several models (-m NAME=PATH, "
+                        "--model-dir DIR)\n", o->n_pins ? "--pin" : "--models-memory");
         return 2;
     }
     if (spec.spec.mode == SPINDLE_SPEC_DRAFT && !spec.draft_path) {

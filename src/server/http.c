@@ -5,6 +5,7 @@
 #include "server/api_anthropic.h"
 #include "server/api_response.h"
 #include "server/http.h"
+#include "server/model_set.h"
 #include "server/state.h"
 #include "base/log.h"
 
@@ -101,7 +102,7 @@ static enum MHD_Result queue(sp_server *s, struct MHD_Connection *c, sp_route ro
     add_common_headers(s, r, status);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    sp_metrics_count_request(&s->metrics, route, status);
+    sp_metrics_count_request(s->metrics, route, status);
     if (s->opts.log_requests)
         sp_log(SPINDLE_LOG_INFO, "%s %d", sp_route_name(route), status);
     return rc;
@@ -250,6 +251,7 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ro
     }
     const sp_http_call call = {.route = r->route, .url = url,
                                .body = rq->body.p ? rq->body.p : "", .len = rq->body.len};
+    if (s->models) return sp_model_set_dispatch(s, c, r->handler, &call);
     return r->handler(s, c, &call);
 }
 

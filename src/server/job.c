@@ -132,7 +132,7 @@ static void on_finish(spindle_request_id id, const spindle_request_result *r, vo
     sp_choice *c = user;
     sp_job *j = c->job;
     (void)id;
-    sp_metrics_count_generation(&j->srv->metrics, &r->stats, r->n_tokens);
+    sp_metrics_count_generation(j->srv->metrics, &r->stats, r->n_tokens);
     pthread_mutex_lock(&j->mu);
     const char *piece = NULL;
     if (!c->stop.matched &&
@@ -183,7 +183,7 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
         j->choices[i].index = i;
         sp_stop_init(&j->choices[i].stop, j->req.stop, j->req.n_stop);
     }
-    uint64_t serial = atomic_fetch_add(&s->next_id, 1);
+    uint64_t serial = atomic_fetch_add(s->ids, 1);
     snprintf(j->id_text, sizeof j->id_text, "%s%llx%06llx",
              j->req.dialect == SP_API_ANTHROPIC   ? "msg_"
              : j->req.dialect == SP_API_RESPONSES ? "resp_"
@@ -240,8 +240,6 @@ static void job_release(sp_job *j) {
             *p = j->next;
             break;
         }
-    if (admitted) s->in_flight--;
-    pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     for (int i = 0; j->choices && i < j->n_choices; i++) {
         sp_choice *c = &j->choices[i];
@@ -262,6 +260,13 @@ static void job_release(sp_job *j) {
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
+    /* Counted out only now: the job's sequence and grammar belong to the
+     * model, which a server of several models may free once nothing of
+     * its is in flight. */
+    pthread_mutex_lock(&s->lock);
+    if (admitted) s->in_flight--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
 }
 
 static bool listed(const sp_strbuf *list, const char *name, size_t n) {
@@ -378,7 +383,7 @@ static uint64_t fresh_seed(sp_server *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 (atomic_load(&s->next_id) * 0x9E3779B97F4A7C15ull);
+                 (atomic_load(s->ids) * 0x9E3779B97F4A7C15ull);
     x ^= x >> 31;
     return x * 0xBF58476D1CE4E5B9ull;
 }

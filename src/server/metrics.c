@@ -76,6 +76,12 @@ static void render_requests(const sp_metrics *m, sp_strbuf *out) {
                              (unsigned long long)m->requests[r][i].count);
 }
 
+void sp_metrics_render_requests(sp_metrics *m, sp_strbuf *out) {
+    pthread_mutex_lock(&m->lock);
+    render_requests(m, out);
+    pthread_mutex_unlock(&m->lock);
+}
+
 static void render_ttft(const sp_metrics *m, sp_strbuf *out) {
     const char *h = "spindle_time_to_first_token_seconds";
     family(out, h, "histogram", "Time from a request's arrival to its first generated token.");
@@ -93,11 +99,16 @@ static void scalar(sp_strbuf *out, const char *name, const char *type, const cha
     sp_strbuf_printf(out, "%s %.17g\n", name, value);
 }
 
-void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
+/* The Gateway API Inference Extension's series under vLLM's names. */
+static void render_queue_aliases(sp_strbuf *out, int queued, int running) {
+    scalar(out, "vllm:num_requests_waiting", "gauge",
+           "Alias of spindle_requests_waiting (Gateway API Inference Extension).", queued);
+    scalar(out, "vllm:num_requests_running", "gauge",
+           "Alias of spindle_requests_running (Gateway API Inference Extension).", running);
+}
+
+static void render_kv_aliases(sp_strbuf *out, const spindle_kv_pool_info *kv) {
     const double usage = kv->blocks > 0 ? (double)kv->used / kv->blocks : 0;
-    scalar(out, "spindle_kv_cache_usage_ratio", "gauge",
-           "Share of the KV pool's blocks held by sequences (0-1; cached "
-           "prefix blocks count as free).", usage);
     scalar(out, "vllm:kv_cache_usage_perc", "gauge",
            "Alias of spindle_kv_cache_usage_ratio (0-1).", usage);
     scalar(out, "vllm:gpu_cache_usage_perc", "gauge",
@@ -109,6 +120,14 @@ void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
     sp_strbuf_printf(out, "vllm:cache_config_info{block_size=\"%d\","
                           "num_gpu_blocks=\"%d\"} 1\n",
                      kv->block_tokens, kv->blocks);
+}
+
+void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out) {
+    const double usage = kv->blocks > 0 ? (double)kv->used / kv->blocks : 0;
+    scalar(out, "spindle_kv_cache_usage_ratio", "gauge",
+           "Share of the KV pool's blocks held by sequences (0-1; cached "
+           "prefix blocks count as free).", usage);
+    render_kv_aliases(out, kv);
     family(out, "spindle_kv_blocks", "gauge",
            "The KV pool's blocks: held by sequences, cached (unreferenced "
            "prefix blocks, reused or evicted LRU) and free.");
@@ -185,8 +204,68 @@ void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out) {
            "Generation requests queued, not yet running.", queued);
     scalar(out, "spindle_requests_running", "gauge", "Sequences running in the engine.",
            running);
-    scalar(out, "vllm:num_requests_waiting", "gauge",
-           "Alias of spindle_requests_waiting (Gateway API Inference Extension).", queued);
-    scalar(out, "vllm:num_requests_running", "gauge",
-           "Alias of spindle_requests_running (Gateway API Inference Extension).", running);
+    render_queue_aliases(out, queued, running);
+}
+
+void sp_metrics_render_gaie(int queued, int running, const spindle_kv_pool_info *kv,
+                            sp_strbuf *out) {
+    render_queue_aliases(out, queued, running);
+    if (kv) render_kv_aliases(out, kv);
+}
+
+/* The sample lines of `text` from `at` up to the next "# HELP", each with
+ * model_name="label" as its first label (label NULL: as they are). */
+static void copy_samples(const char *at, const char *label, sp_strbuf *out) {
+    while (*at && strncmp(at, "# HELP ", 7)) {
+        const char *eol = strchr(at, '\n');
+        size_t n = eol ? (size_t)(eol - at) + 1 : strlen(at);
+        if (*at == '#' || !label) {
+            sp_strbuf_add(out, at, n);
+            at += n;
+            continue;
+        }
+        size_t name = strcspn(at, "{ ");
+        sp_strbuf_add(out, at, name);
+        sp_strbuf_add(out, "{model_name=\"", 13);
+        for (const char *p = label; *p; p++)   /* Prometheus' label escapes */
+            if (*p == '"' || *p == '\\') sp_strbuf_printf(out, "\\%c", *p);
+            else if (*p == '\n') sp_strbuf_add(out, "\\n", 2);
+            else sp_strbuf_add(out, p, 1);
+        const bool more = at[name] == '{';   /* the line's own labels follow */
+        sp_strbuf_add(out, more ? "\"," : "\"}", 2);
+        const size_t rest = name + (more ? 1 : 0);
+        sp_strbuf_add(out, at + rest, n - rest);
+        at += n;
+    }
+}
+
+/* Where the family `name` starts in `text` ("# HELP name "), or NULL. */
+static const char *find_family(const char *text, const char *name, size_t len) {
+    for (const char *at = strstr(text, "# HELP "); at; at = strstr(at + 7, "# HELP "))
+        if (!strncmp(at + 7, name, len) && at[7 + len] == ' ') return at;
+    return NULL;
+}
+
+void sp_metrics_merge(const char *const *texts, const char *const *labels, int n,
+                      const char *skip_prefix, sp_strbuf *out) {
+    for (int i = 0; i < n; i++)
+        for (const char *at = strstr(texts[i], "# HELP "); at; at = strstr(at + 7, "# HELP ")) {
+            const char *name = at + 7;
+            size_t len = strcspn(name, " \n");
+            if (skip_prefix && !strncmp(name, skip_prefix, strlen(skip_prefix))) continue;
+            bool seen = false;   /* written with an earlier text's */
+            for (int k = 0; k < i && !seen; k++) seen = find_family(texts[k], name, len);
+            if (seen) continue;
+            /* the header: the HELP and TYPE lines */
+            const char *body = strchr(at, '\n');
+            body = body ? strchr(body + 1, '\n') : NULL;
+            if (!body) break;
+            sp_strbuf_add(out, at, (size_t)(body + 1 - at));
+            for (int k = i; k < n; k++) {
+                const char *f = find_family(texts[k], name, len);
+                const char *first = f ? strchr(f, '\n') : NULL;
+                first = first ? strchr(first + 1, '\n') : NULL;
+                if (first) copy_samples(first + 1, labels[k], out);
+            }
+        }
 }

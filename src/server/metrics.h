@@ -53,11 +53,24 @@ void sp_metrics_render(sp_metrics *m, int queued, int running, sp_strbuf *out);
 /* The vision encoder's counters: images encoded, answered from the
  * encoded-image cache, evicted from it, and its bytes. */
 void sp_metrics_render_vision(const spindle_vision_stats *v, sp_strbuf *out);
+/* Only spindle_requests_total (the front of a server of several models,
+ * which runs no generation). */
+void sp_metrics_render_requests(sp_metrics *m, sp_strbuf *out);
 /* The KV block pool's gauges: the share of blocks in use (0-1) and the
  * cache config info metric, under Spindle's names and vLLM's (the series
  * the Gateway API Inference Extension's endpoint picker reads); the blocks
  * by state; with an on-disk prompt cache, its size, budget and files, and
  * its blocks loaded, written, refused, evicted and dropped. */
 void sp_metrics_render_kv(const spindle_kv_pool_info *kv, sp_strbuf *out);
+/* Only the Gateway API Inference Extension's vllm: series (kv NULL: the
+ * queue's alone), for a server of several models that sums them. */
+void sp_metrics_render_gaie(int queued, int running, const spindle_kv_pool_info *kv,
+                            sp_strbuf *out);
+/* Several expositions as one: each family's HELP and TYPE once, then the
+ * samples of every text that has it, each given model_name="labels[i]" as
+ * its first label (labels[i] NULL: unchanged); families whose name starts
+ * with skip_prefix (NULL: none) are left out. */
+void sp_metrics_merge(const char *const *texts, const char *const *labels, int n,
+                      const char *skip_prefix, sp_strbuf *out);
 
 #endif

@@ -33,7 +33,7 @@ enum MHD_Result sp_handle_health(sp_server *s, struct MHD_Connection *c, const s
     return sp_reply(s, c, call->route, 503, "application/json", body, strlen(body));
 }
 
-static cJSON *base_model(sp_server *s) {
+cJSON *sp_server_model_json(sp_server *s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_names[0]);
     cJSON_AddStringToObject(m, "object", "model");
@@ -53,7 +53,7 @@ static cJSON *base_model(sp_server *s) {
  * answers to its alias and its path, as in requests). */
 enum MHD_Result sp_handle_model(sp_server *s, struct MHD_Connection *c, const sp_http_call *call) {
     const char *id = !strncmp(call->url, "/v1/models/", 11) ? call->url + 11 : call->url + 8;
-    cJSON *m = sp_is_base_model(s, id) ? base_model(s) : sp_adapters_model(s, id);
+    cJSON *m = sp_is_base_model(s, id) ? sp_server_model_json(s) : sp_adapters_model(s, id);
     if (!m) {
         sp_api_error e;
         sp_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
@@ -71,7 +71,7 @@ enum MHD_Result sp_handle_models(sp_server *s, struct MHD_Connection *c, const s
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, base_model(s));
+    cJSON_AddItemToArray(data, sp_server_model_json(s));
     sp_adapters_list_models(s, data);
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -82,7 +82,7 @@ enum MHD_Result sp_handle_metrics(sp_server *s, struct MHD_Connection *c, const 
     int queued = 0, running = 0;
     if (s->engine) spindle_engine_counts(s->engine, &queued, &running);
     sp_strbuf out = {0};
-    sp_metrics_render(&s->metrics, queued, running, &out);
+    sp_metrics_render(s->metrics, queued, running, &out);
     spindle_kv_pool_info kv;
     spindle_error err = {0};
     if (s->engine && !spindle_model_kv_pool_info(s->model, &kv, &err)) {

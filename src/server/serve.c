@@ -4,6 +4,7 @@
  * deadline, cancel the rest, close the connections, free the engine. */
 #include "server/http.h"
 #include "server/kv_events.h"
+#include "server/model_set.h"
 #include "server/images.h"
 #include "server/slots.h"
 #include "server/reply.h"
@@ -118,7 +119,7 @@ static void print_kv_pool(const sp_server *s, const spindle_kv_pool_info *kv) {
            kv->block_bytes, rule);
 }
 
-static bool load(sp_server *s) {
+bool sp_server_load(sp_server *s) {
     const sp_server_options *o = &s->opts;
     spindle_error err = {0};
     spindle_load_options lo = {.n_threads = o->threads, .max_context = o->ctx,
@@ -202,9 +203,13 @@ static struct timespec in_seconds(int secs) {
     return t;
 }
 
-static void drain(sp_server *s) {
+void sp_server_drain(sp_server *s) {
     atomic_store(&s->phase, SP_PHASE_DRAINING);
     sp_http_stop_listening(s);
+    if (s->models) {
+        sp_model_set_drain(s->models);
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     struct timespec deadline = in_seconds(s->opts.shutdown_timeout_s);
     bool done = wait_until(s, idle, &deadline);
@@ -222,8 +227,10 @@ static void drain(sp_server *s) {
     }
 }
 
-static void server_free(sp_server *s) {
+void sp_server_free(sp_server *s) {
+    if (!s) return;
     sp_http_stop(s);
+    sp_model_set_free(s->models);   /* after the connections that used them */
     spindle_engine_free(s->engine);
     sp_images_unload(s);   /* borrows the model */
     sp_slots_free(s->slots);     /* their snapshots go before the model */
@@ -238,18 +245,15 @@ static void server_free(sp_server *s) {
     spindle_model_free(s->model);
     spindle_model_free(s->draft_model);
     sp_kv_events_stop(s->kv_events);   /* after the model, its only caller */
-    sp_metrics_destroy(&s->metrics);
+    sp_metrics_destroy(&s->own_metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
-int sp_server_run(const sp_server_options *o) {
+sp_server *sp_server_new(const sp_server_options *o) {
     sp_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        sp_log(SPINDLE_LOG_ERROR, "out of memory");
-        return 1;
-    }
+    if (!s) return NULL;
     s->opts = *o;
     s->started = time(NULL);
     s->model_names[0] = o->alias ? o->alias : o->model_path;
@@ -260,29 +264,44 @@ int sp_server_run(const sp_server_options *o) {
                                 .allow_remote_media = o->remote_media_hosts != NULL};
     atomic_init(&s->phase, SP_PHASE_LOADING);
     atomic_init(&s->next_id, 1);
+    s->ids = &s->next_id;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     sp_adapters_init(&s->adapters);
     sp_responses_store_init(&s->responses, SP_SERVER_RESPONSES_KEPT, SP_SERVER_RESPONSES_BYTES);
-    sp_metrics_init(&s->metrics);
-
-    signal_watch w;
+    sp_metrics_init(&s->own_metrics);
+    s->metrics = &s->own_metrics;
     if (!(s->slots = sp_slots_new(o->parallel))) {
+        sp_server_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int sp_server_run(const sp_server_options *o) {
+    sp_server *s = sp_server_new(o);
+    if (!s) {
         sp_log(SPINDLE_LOG_ERROR, "out of memory");
-        server_free(s);
         return 1;
     }
+    char why[512] = "";
+    if (sp_model_set_wanted(o) && !(s->models = sp_model_set_new(s, why, sizeof why))) {
+        sp_log(SPINDLE_LOG_ERROR, "%s", why);
+        sp_server_free(s);
+        return 1;
+    }
+    signal_watch w;
     if (!start_signal_watch(&w, s)) {
         sp_log(SPINDLE_LOG_ERROR, "cannot start the signal thread");
-        server_free(s);
+        sp_server_free(s);
         return 1;
     }
     char bound[128];
     bool ok = sp_http_start(s, bound, sizeof bound);
     if (ok) {
         sp_log(SPINDLE_LOG_INFO, "listening on http://%s (loading %s)", bound,
-                o->model_path);
-        ok = load(s);
+                s->models ? "the pinned models" : o->model_path);
+        ok = s->models ? sp_model_set_load_pinned(s->models) : sp_server_load(s);
     }
     if (ok) {
         atomic_store(&s->phase, SP_PHASE_READY);
@@ -291,10 +310,10 @@ int sp_server_run(const sp_server_options *o) {
         while (!stop_requested(s)) pthread_cond_wait(&s->changed, &s->lock);
         pthread_mutex_unlock(&s->lock);
         sp_log(SPINDLE_LOG_INFO, "shutting down");
-        drain(s);
+        sp_server_drain(s);
     }
     stop_signal_watch(&w);
-    server_free(s);
+    sp_server_free(s);
     if (ok) sp_log(SPINDLE_LOG_INFO, "stopped");
     return ok ? 0 : 1;
 }

@@ -67,6 +67,17 @@ typedef struct sp_server_options {
      * (comma-separated, or "*") are fetched; NULL: refused */
     const char *remote_media_hosts;
     int remote_media_timeout_s; /* --remote-media-timeout (default 10) */
+    /* Several models (model_set.c): -m NAME=PATH (borrowed strings) and
+     * --model-dir DIR's entries, loaded on a request's first use and
+     * unloaded least recently used past --models-memory (0: no budget);
+     * --pin NAME loads one at start and never unloads it. No NAME=PATH and
+     * no --model-dir: the one model of model_path. */
+    const char *const *named_models;
+    int n_named_models;
+    const char *model_dir;
+    size_t models_memory;
+    const char *const *pins;
+    int n_pins;
 } sp_server_options;
 
 void sp_server_defaults(sp_server_options *o);

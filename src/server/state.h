@@ -68,7 +68,10 @@ typedef struct sp_server {
      * <think> is one token of the vocabulary (a reasoning model) */
     sp_tool_format tool_format;
     bool think_token;
-    sp_metrics metrics;
+    /* Where this server counts (its own_metrics, or with several models
+     * the model's entry's, which outlive an unload) */
+    sp_metrics *metrics;
+    sp_metrics own_metrics;
     time_t started;
     /* Generation jobs in flight (their count and a list, for shutdown's
      * cancellation), under `lock`; `changed` signals a job's end and a stop
@@ -82,12 +85,33 @@ typedef struct sp_server {
     sp_job *jobs;
     bool stop_requested;
     atomic_uint_fast64_t next_id;
+    /* The counter response ids take their serial from: next_id, or with
+     * several models the front's, so that no two models' ids (and
+     * --checkpoint-dir files) collide */
+    atomic_uint_fast64_t *ids;
     struct MHD_Daemon *daemon;
     struct sp_slots *slots;     /* --parallel slots (slots.h) */
     sp_adapters adapters;
     sp_responses_store responses;  /* POST /v1/responses' kept responses */
     struct sp_kv_events *kv_events;  /* --kv-events' publisher, or NULL */
+    /* With several models: the front server holds the HTTP daemon and the
+     * set (model_set.h), each loaded model is a server of its own (no
+     * daemon, models NULL) that the front hands requests to. */
+    struct sp_model_set *models;
 } sp_server;
+
+/* ---- serve.c: one model's server, apart from the HTTP daemon (the model
+ * set makes one per loaded model) */
+/* A server for o->model_path, not loaded yet: NULL when out of memory. */
+sp_server *sp_server_new(const sp_server_options *o);
+/* Load its model, tokenizer and engine: false after a logged line. */
+bool sp_server_load(sp_server *s);
+/* Answer 503 to new requests, let those in flight finish within
+ * --shutdown-timeout, then cancel the rest and wait for their ends. */
+void sp_server_drain(sp_server *s);
+/* Free a server whose connections have closed (its daemon, if any, is
+ * stopped first). */
+void sp_server_free(sp_server *s);
 
 /* How many responses the store keeps, and their JSON's bytes at most. */
 #define SP_SERVER_RESPONSES_KEPT 512
@@ -214,6 +238,10 @@ struct cJSON;
 void sp_adapters_list_models(sp_server *s, struct cJSON *data);
 /* The entry of the adapter mounted as `name`, or NULL. */
 struct cJSON *sp_adapters_model(sp_server *s, const char *name);
+/* ---- routes.c: the served model's /v1/models entry (id, object, created,
+ * owned_by, meta: context_length and vocab_size once loaded) */
+struct cJSON *sp_server_model_json(sp_server *s);
+
 /* Whether `model` names the served model itself. */
 bool sp_is_base_model(const sp_server *s, const char *model);
 
