@@ -13,12 +13,16 @@ The set covers partial rotary (half and a quarter of each head),
 attention_bias and use_qk_norm on and off, group-limited routing (8
 experts in 4 groups, 2 groups kept) and plain top-k, norm_topk_prob true
 and false, routed_scaling_factor, a shared expert and none,
-first_k_dense_replace 1 and 0, f32 / bf16 / MLX 4-bit.
+first_k_dense_replace 1 and 0, f32 / bf16 / MLX 4-bit, and ("-hf") the
+Hugging Face layout: one tensor per expert (mlp.experts.N.*, which
+mlx-lm's sanitize stacks) and a multi-token-prediction layer past
+num_hidden_layers (which its sanitize drops, as Spindle does not read it).
 
 Usage: python tests/parity/make_glm4moe_models.py [--out DIR] [--only NAME ...]
 """
 
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -52,13 +56,18 @@ PLAIN = {"partial_rotary_factor": 0.25, "attention_bias": False,
          "norm_topk_prob": False, "first_k_dense_replace": 0,
          "n_shared_experts": None}
 
+def _spec(name, dtype, quant=None, cfg=None, layout="mlx"):
+    s = mm._spec(name, "glm4_moe", dtype, tied=False, quant=quant, cfg=cfg)
+    s["layout"] = layout
+    return s
+
+
 SPECS = [
-    mm._spec("glm4moe-f32", "glm4_moe", "float32", tied=False),
-    mm._spec("glm4moe-plain-f32", "glm4_moe", "float32", tied=False,
-             cfg=PLAIN),
-    mm._spec("glm4moe-bf16", "glm4_moe", "bfloat16", tied=False),
-    mm._spec("glm4moe-q4g64", "glm4_moe", "bfloat16", tied=False,
-             quant=mm._q(4, 64)),
+    _spec("glm4moe-f32", "float32"),
+    _spec("glm4moe-f32-hf", "float32", layout="hf"),
+    _spec("glm4moe-plain-f32", "float32", cfg=PLAIN),
+    _spec("glm4moe-bf16", "bfloat16"),
+    _spec("glm4moe-q4g64", "bfloat16", quant=mm._q(4, 64)),
 ]
 
 
@@ -69,9 +78,36 @@ def source_hash():
     return h.hexdigest()
 
 
+def to_hf_layout(path):
+    """Rewrite the saved (float) model with each stacked
+    mlp.switch_mlp.*_proj split into mlp.experts.N.*_proj, plus an MTP
+    layer's tensors at layer num_hidden_layers."""
+    mx = mm.mx
+    weights, index = mm.take_saved_weights(path)
+    out = {}
+    for name, w in weights.items():
+        if ".mlp.switch_mlp." in name:
+            head, tail = name.split(".switch_mlp.")
+            for e in range(w.shape[0]):
+                out[f"{head}.experts.{e}.{tail}"] = w[e]
+        else:
+            out[name] = w
+    mtp = "model.layers.%d." % BASE["glm4_moe"]["num_hidden_layers"]
+    hidden = BASE["glm4_moe"]["hidden_size"]
+    out[mtp + "eh_proj.weight"] = mx.ones((hidden, 2 * hidden))
+    out[mtp + "enorm.weight"] = mx.ones((hidden,))
+    mx.save_safetensors(str(path / "model.safetensors"), out,
+                        metadata={"format": "pt"})
+    index["weight_map"] = {n: "model.safetensors" for n in sorted(out)}
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps(index, indent=4) + "\n")
+
+
 def build_one(spec, out):
+    rewrite = to_hf_layout if spec["layout"] == "hf" else None
     native = spec["dtype"] == "float32" or spec["quant"] is not None
-    return mm.build_one(spec, out, base=BASE, native=native)
+    return mm.build_one(spec, out, base=BASE, rewrite=rewrite,
+                        native=native)
 
 
 def main(argv=None):
