@@ -109,3 +109,20 @@ def test_glm4moe_bad_config(spindle_bin, glm_models, tmp_path, change, key):  # 
     assert r.returncode > 0, r.stderr  # failed, and not by a signal
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and key in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("model", ["glm4moe-f32", "glm4moe-plain-f32"])
+def test_glm4moe_info(spindle_bin, glm_models, model):  # noqa: F811
+    """`spindle info`: every layer keeps full KV, two MoE layers of 8
+    experts (one dense layer first unless first_k_dense_replace is 0), and
+    the parameters are every tensor's."""
+    import test_moe_parity as tmp
+    d = glm_models / model
+    r = subprocess.run([str(spindle_bin), "info", "-m", str(d)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["state"]["full_kv"] == 3
+    assert info["experts"]["count"] == 8
+    assert info["experts"]["moe_layers"] == (3 if "plain" in model else 2)
+    assert info["parameters"] == sum(tmp._safetensors_elements(d).values())
