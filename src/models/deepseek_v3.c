@@ -25,17 +25,17 @@
 
 /* What a family assumes for absent config keys (mlx-lm's ModelArgs). */
 typedef struct deepseek_defaults {
-    int n_routed, n_shared, top_k, first_dense;
-    double routed_scale;
+    sp_moe_grouped_defaults moe;
+    int first_dense;
     bool latent_eps_from_config;
 } deepseek_defaults;
 
 static const deepseek_defaults deepseek_v3_defaults = {
-    .n_routed = 0, .n_shared = 0, .top_k = 1, .first_dense = 0,
-    .routed_scale = 1.0};
+    .moe = {.n_routed = 0, .n_shared = 0, .top_k = 1, .routed_scale = 1.0},
+    .first_dense = 0};
 static const deepseek_defaults glm4_moe_lite_defaults = {
-    .n_routed = 64, .n_shared = 1, .top_k = 4, .first_dense = 1,
-    .routed_scale = 1.8, .latent_eps_from_config = true};
+    .moe = {.n_routed = 64, .n_shared = 1, .top_k = 4, .routed_scale = 1.8},
+    .first_dense = 1, .latent_eps_from_config = true};
 
 /* What spindle_model.family holds. */
 typedef struct deepseek {
@@ -55,69 +55,6 @@ static void deepseek_free(void *family) {
     free(d->attn);
     free(d->moe);
     free(d);
-}
-
-/* A config value that mlx-lm accepts only in one spelling. */
-static spindle_status expect_string(const spindle_model *m, const char *key,
-                                    const char *want, spindle_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
-    if (!v || cJSON_IsNull(v) ||
-        (cJSON_IsString(v) && !strcmp(v->valuestring, want)))
-        return SPINDLE_OK;
-    return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
-                   "%s/config.json: %s '%s' is not supported (only '%s')",
-                   m->dir, key, cJSON_IsString(v) ? v->valuestring : "?",
-                   want);
-}
-
-/* The routed experts' spec; spec->n_experts 0 when the config has none
- * (n_routed_experts absent or null: every layer dense). */
-static spindle_status moe_spec(const spindle_model *m,
-                               const deepseek_defaults *dflt,
-                               sp_moe_spec *spec, spindle_error *err) {
-    memset(spec, 0, sizeof *spec);
-    int experts, used = 0, inter = 0, shared, groups, topk_groups;
-    spindle_status st;
-    if ((st = sp_model_int(m, "n_routed_experts", false, dflt->n_routed, 1,
-                           1 << 16, &experts, err)) || !experts)
-        return st;
-    if ((st = sp_model_int(m, "num_experts_per_tok", false, dflt->top_k, 1,
-                           experts, &used, err)) ||
-        (st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
-                           &inter, err)) ||
-        (st = sp_model_int(m, "n_shared_experts", false, dflt->n_shared, 0,
-                           1 << 10, &shared, err)) ||
-        (st = sp_model_int(m, "n_group", false, 1, 1, experts, &groups,
-                           err)) ||
-        (st = sp_model_int(m, "topk_group", false, 1, 1, groups,
-                           &topk_groups, err)) ||
-        (st = expect_string(m, "topk_method", "noaux_tc", err)) ||
-        (st = expect_string(m, "scoring_func", "sigmoid", err)))
-        return st;
-    if (experts % groups || (groups > 1 && experts / groups < 2) ||
-        used > topk_groups * (experts / groups))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s/config.json: %d experts in n_group %d groups, "
-                       "topk_group %d, cannot give num_experts_per_tok %d",
-                       m->dir, experts, groups, topk_groups, used);
-    *spec = (sp_moe_spec){
-        .n_experts = experts,
-        .top_k = used,
-        .inter = inter,
-        .routing = SP_ROUTE_SIGMOID_GROUPED,
-        .norm_topk = sp_config_bool(&m->cfg, "norm_topk_prob", true),
-        .router = "gate",
-        .score_bias = "gate.e_score_correction_bias",
-        .groups = {.n_group = groups, .topk_group = topk_groups,
-                   .scale = (float)sp_config_num(&m->cfg,
-                                                 "routed_scaling_factor",
-                                                 dflt->routed_scale)},
-        .stacked = "switch_mlp",
-        .per_expert = "experts",
-        .shared_inter = (int64_t)shared * inter,
-        .shared = "shared_experts",
-    };
-    return SPINDLE_OK;
 }
 
 /* Layer l's norms and dense MLP, or its experts. */
@@ -169,7 +106,7 @@ static spindle_status load_with(spindle_model *m,
     int first_dense = 0, freq = 1;
     spindle_status st = sp_mla_config_read(m, &d->mla, err);
     if (dflt->latent_eps_from_config) d->mla.latent_eps = m->cfg.rms_norm_eps;
-    if (!st) st = moe_spec(m, dflt, &spec, err);
+    if (!st) st = sp_moe_grouped_spec(m, &dflt->moe, &spec, err);
     if (!st) st = sp_model_int(m, "first_k_dense_replace", false,
                                dflt->first_dense, 0, 1 << 20, &first_dense,
                                err);

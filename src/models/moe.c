@@ -552,3 +552,63 @@ spindle_status sp_moe_qwen_spec(const spindle_model *m, sp_moe_spec *spec,
     return SPINDLE_OK;
 }
 
+/* A config value that mlx-lm accepts only in one spelling. */
+static spindle_status expect_string(const spindle_model *m, const char *key,
+                                    const char *want, spindle_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->cfg.json, key);
+    if (!v || cJSON_IsNull(v) ||
+        (cJSON_IsString(v) && !strcmp(v->valuestring, want)))
+        return SPINDLE_OK;
+    return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                   "%s/config.json: %s '%s' is not supported (only '%s')",
+                   m->dir, key, cJSON_IsString(v) ? v->valuestring : "?",
+                   want);
+}
+
+spindle_status sp_moe_grouped_spec(const spindle_model *m,
+                                   const sp_moe_grouped_defaults *dflt,
+                                   sp_moe_spec *spec, spindle_error *err) {
+    memset(spec, 0, sizeof *spec);
+    int experts, used = 0, inter = 0, shared, groups, topk_groups;
+    spindle_status st;
+    if ((st = sp_model_int(m, "n_routed_experts", false, dflt->n_routed, 1,
+                           1 << 16, &experts, err)) || !experts)
+        return st;
+    if ((st = sp_model_int(m, "num_experts_per_tok", false, dflt->top_k, 1,
+                           experts, &used, err)) ||
+        (st = sp_model_int(m, "moe_intermediate_size", true, 0, 1, 1 << 30,
+                           &inter, err)) ||
+        (st = sp_model_int(m, "n_shared_experts", false, dflt->n_shared, 0,
+                           1 << 10, &shared, err)) ||
+        (st = sp_model_int(m, "n_group", false, 1, 1, experts, &groups,
+                           err)) ||
+        (st = sp_model_int(m, "topk_group", false, 1, 1, groups,
+                           &topk_groups, err)) ||
+        (st = expect_string(m, "topk_method", "noaux_tc", err)) ||
+        (st = expect_string(m, "scoring_func", "sigmoid", err)))
+        return st;
+    if (experts % groups || (groups > 1 && experts / groups < 2) ||
+        used > topk_groups * (experts / groups))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s/config.json: %d experts in n_group %d groups, "
+                       "topk_group %d, cannot give num_experts_per_tok %d",
+                       m->dir, experts, groups, topk_groups, used);
+    *spec = (sp_moe_spec){
+        .n_experts = experts,
+        .top_k = used,
+        .inter = inter,
+        .routing = SP_ROUTE_SIGMOID_GROUPED,
+        .norm_topk = sp_config_bool(&m->cfg, "norm_topk_prob", true),
+        .router = "gate",
+        .score_bias = "gate.e_score_correction_bias",
+        .groups = {.n_group = groups, .topk_group = topk_groups,
+                   .scale = (float)sp_config_num(&m->cfg,
+                                                 "routed_scaling_factor",
+                                                 dflt->routed_scale)},
+        .stacked = "switch_mlp",
+        .per_expert = "experts",
+        .shared_inter = (int64_t)shared * inter,
+        .shared = "shared_experts",
+    };
+    return SPINDLE_OK;
+}

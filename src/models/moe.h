@@ -133,6 +133,25 @@ spindle_status sp_moe_qwen_layers(const spindle_model *m, bool *is_moe,
 spindle_status sp_moe_qwen_spec(const spindle_model *m, sp_moe_spec *spec,
                                 spindle_error *err);
 
+/* The DeepSeek-V3 MoE config keys (mlx-lm's deepseek_v3, glm4_moe_lite,
+ * glm4_moe), with a family's values for absent keys: n_routed_experts
+ * (absent or null: spec->n_experts 0, every layer dense),
+ * num_experts_per_tok, moe_intermediate_size (required), n_shared_experts
+ * (one shared SwiGLU of n_shared * moe_intermediate_size),
+ * n_group / topk_group, norm_topk_prob (default true),
+ * routed_scaling_factor; topk_method only "noaux_tc", scoring_func only
+ * "sigmoid". Routing SP_ROUTE_SIGMOID_GROUPED with
+ * gate.e_score_correction_bias; experts stacked "switch_mlp" or
+ * per-expert "experts", shared "shared_experts". One-line errors naming
+ * the key, or the group arithmetic that cannot give the top-k. */
+typedef struct sp_moe_grouped_defaults {
+    int n_routed, n_shared, top_k;
+    double routed_scale;
+} sp_moe_grouped_defaults;
+spindle_status sp_moe_grouped_spec(const spindle_model *m,
+                                   const sp_moe_grouped_defaults *dflt,
+                                   sp_moe_spec *spec, spindle_error *err);
+
 /* The scratch sp_moe_block keeps in sp_forward.moe. */
 typedef struct sp_moe_scratch sp_moe_scratch;
 void sp_moe_scratch_free(sp_moe_scratch *s);

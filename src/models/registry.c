@@ -16,6 +16,7 @@ extern const sp_arch sp_arch_llama, sp_arch_mistral, sp_arch_qwen2,
     sp_arch_qwen3_5, sp_arch_qwen3_5_moe_text, sp_arch_qwen3_5_moe,
     sp_arch_qwen3_next, sp_arch_gpt_oss, sp_arch_lfm2, sp_arch_bert,
     sp_arch_xlm_roberta, sp_arch_deepseek_v3, sp_arch_glm4_moe_lite,
+    sp_arch_glm4_moe,
     sp_arch_kimi_k2, sp_arch_llada, sp_arch_dream;
 
 static const sp_arch *const archs[] = {
@@ -27,6 +28,7 @@ static const sp_arch *const archs[] = {
     &sp_arch_qwen3_5_moe_text, &sp_arch_qwen3_5_moe, &sp_arch_qwen3_next,
     &sp_arch_gpt_oss, &sp_arch_lfm2, &sp_arch_bert,
     &sp_arch_xlm_roberta, &sp_arch_deepseek_v3, &sp_arch_glm4_moe_lite,
+    &sp_arch_glm4_moe,
     &sp_arch_kimi_k2, &sp_arch_llada, &sp_arch_dream,
 };
 #define N_ARCHS (sizeof archs / sizeof *archs)
