@@ -177,6 +177,7 @@ static bool load(sp_server *s) {
                                  "index (no full-attention layer)");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
+    s->diffusion = spindle_model_diffusion_info(s->model, NULL);
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
     s->context_length = spindle_model_context_length(s->model);
     sp_reply_detect_format(s);
@@ -241,6 +242,7 @@ static void server_free(sp_server *s) {
     sp_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->diffusion_lock);
     free(s);
 }
 
@@ -261,6 +263,7 @@ int sp_server_run(const sp_server_options *o) {
     atomic_init(&s->phase, SP_PHASE_LOADING);
     atomic_init(&s->next_id, 1);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->diffusion_lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     sp_adapters_init(&s->adapters);
     sp_responses_store_init(&s->responses, SP_SERVER_RESPONSES_KEPT, SP_SERVER_RESPONSES_BYTES);
