@@ -164,3 +164,19 @@ def test_diffusion_fields_on_an_autoregressive_model_are_a_400():
             assert "diffusion_steps" in str(e.value)
     finally:
         s.stop_cleanly()
+
+
+def test_stop_string_ends_the_reply(client, run_llada):
+    """A stop string cuts the canvas's text where it first appears, as it
+    does an autoregressive reply (the tiny model's text shows its unnamed
+    token 317 as "[tok317]")."""
+    stop = "[tok317]"
+    for seed in range(3, 40):
+        want, _ = run_text(run_llada, seed)
+        if stop in want[1:]:
+            break
+    else:
+        pytest.skip("no canvas shows the stop string")
+    r = complete(client, seed, stop=[stop])
+    assert r.choices[0].text == want[:want.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
