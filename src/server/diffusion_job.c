@@ -114,8 +114,14 @@ static void *denoise(void *arg) {
     spindle_diffusion_stats ds = {0};
     pthread_mutex_lock(&s->diffusion_lock);   /* one generation per model */
     const double started = now_seconds();
-    spindle_status st = spindle_seq_new(s->model, &seq, &err);
-    if (!st)
+    spindle_status st = SPINDLE_OK;
+    if (cancelled(j)) {   /* gone, or shut down, while it waited its turn */
+        t->stopped = true;
+        t->stop_reason = SPINDLE_STOP_CANCELLED;
+    } else {
+        st = spindle_seq_new(s->model, &seq, &err);
+    }
+    if (!st && !t->stopped)
         st = spindle_diffusion_generate(s->model, seq, j->prompt, j->n_prompt, &t->params,
                                         &tokens, NULL, &ds, &err);
     spindle_seq_free(seq);
