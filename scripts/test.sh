@@ -192,7 +192,8 @@ if [ -z "${SPINDLE_SKIP_SANITIZERS:-}" ]; then
       tests/parity/test_engine_prefix_hybrid.py tests/parity/test_seq_state.py
       tests/parity/test_spec.py tests/parity/test_spec_resume.py
       tests/parity/test_mtp_companion.py tests/parity/test_durable.py
-      tests/parity/test_spans.py tests/parity/test_mla_state.py tests/diffusion
+      tests/parity/test_spans.py tests/parity/test_mla_state.py
+      tests/diffusion/test_llada_diffusion.py tests/diffusion/test_llama_diffusion.py
       tests/vision/test_image_preprocess.py tests/vision/test_serve_images.py
       tests/vision/test_serve_image_apis.py tests/vision/test_serve_remote_images.py
       tests/parity/test_prompt_cache_disk.py

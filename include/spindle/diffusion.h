@@ -65,6 +65,14 @@ typedef struct spindle_diffusion_params {
     int top_k;
     float top_p;
     uint32_t seed;       /* the draws' mt19937 seed, as llama.cpp's --seed */
+    /* NULL, or called on the calling thread after each block is denoised
+     * (the eps schedule's single block: at the end) with the canvas so far
+     * (params->canvas ids) and how many of its positions, from its start,
+     * are final. Returning false stops the generation there: it returns
+     * SPINDLE_OK with the later positions still the mask token. A server
+     * streams each block's text this way. */
+    bool (*on_block)(const int32_t *canvas, int n_final, void *user);
+    void *on_block_user;
 } spindle_diffusion_params;
 
 /* canvas 64, steps 64, one block, confidence, temperature 0, top-k 0,
@@ -81,6 +89,13 @@ typedef struct spindle_diffusion_stats {
     int n_steps;
     double seconds;        /* the whole generation */
 } spindle_diffusion_stats;
+
+/* Whether spindle_diffusion_generate would accept `params` for a prompt
+ * of n_prompt tokens: its errors below (but the prompt's ids), without
+ * generating. Thread-safe. */
+spindle_status spindle_diffusion_check(const spindle_model *model, int n_prompt,
+                                       const spindle_diffusion_params *params,
+                                       spindle_error *err);
 
 /* Denoise params->canvas tokens after `prompt` in `seq` (reset to empty
  * first; on return it holds prompt + canvas as the last step saw them).

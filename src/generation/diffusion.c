@@ -78,6 +78,9 @@ typedef struct diffusion_run {
 static spindle_status check_params(const diffusion_run *r,
                                    const spindle_diffusion_params *p,
                                    spindle_error *err) {
+    if (!spindle_model_diffusion_info(r->model, NULL))
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
+                       "diffusion: the model does not generate by denoising");
     const int ctx = spindle_model_context_length(r->model);
     if (p->canvas < 1)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
@@ -109,19 +112,32 @@ static spindle_status check_params(const diffusion_run *r,
     return SPINDLE_OK;
 }
 
+/* The block layout check_params needs. */
+static void plan_blocks(diffusion_run *r, const spindle_diffusion_params *p) {
+    r->block_length = p->block_length > 0 ? p->block_length : p->canvas;
+    r->blocks = p->canvas > 0 ? (p->canvas + r->block_length - 1) / r->block_length : 1;
+}
+
+spindle_status spindle_diffusion_check(const spindle_model *model, int n_prompt,
+                                       const spindle_diffusion_params *params,
+                                       spindle_error *err) {
+    if (!model || !params)
+        return sp_fail(err, SPINDLE_ERR_ARGUMENT, "diffusion: a model and parameters are required");
+    diffusion_run r = {.model = (spindle_model *)model, .n_prompt = n_prompt};
+    plan_blocks(&r, params);
+    return check_params(&r, params, err);
+}
+
 static spindle_status run_init(diffusion_run *r, const int32_t *prompt,
                                const spindle_diffusion_params *p,
                                spindle_error *err) {
-    if (!spindle_model_diffusion_info(r->model, &r->info))
-        return sp_fail(err, SPINDLE_ERR_ARGUMENT,
-                       "diffusion: the model does not generate by denoising");
     if (!prompt || r->n_prompt < 1 || !r->seq)
         return sp_fail(err, SPINDLE_ERR_ARGUMENT,
                        "diffusion: a sequence and a prompt of at least one token are required");
-    r->block_length = p->block_length > 0 ? p->block_length : p->canvas;
-    r->blocks = p->canvas > 0 ? (p->canvas + r->block_length - 1) / r->block_length : 1;
+    plan_blocks(r, p);
     spindle_status st = check_params(r, p, err);
     if (st) return st;
+    spindle_model_diffusion_info(r->model, &r->info);
     r->steps_per_block = p->steps / r->blocks;
     r->vocab = spindle_model_vocab_size(r->model);
     r->length = r->n_prompt + p->canvas;
@@ -283,7 +299,15 @@ spindle_status spindle_diffusion_generate(spindle_model *model, spindle_seq *seq
     const double t0 = now_seconds();
     diffusion_run r = {.model = model, .seq = seq, .n_prompt = n_prompt};
     spindle_status st = run_init(&r, prompt, params, err);
-    for (int b = 0; !st && b < r.blocks; b++) st = denoise_block(&r, b, first_logits, err);
+    bool go_on = true;
+    for (int b = 0; !st && go_on && b < r.blocks; b++) {
+        st = denoise_block(&r, b, first_logits, err);
+        if (!st && params->on_block) {
+            const int end = (b + 1) * r.block_length;
+            go_on = params->on_block(r.x + n_prompt, end < params->canvas ? end : params->canvas,
+                                     params->on_block_user);
+        }
+    }
     if (!st) {
         *tokens = malloc((size_t)params->canvas * sizeof **tokens);
         if (!*tokens) st = sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");

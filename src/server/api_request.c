@@ -302,6 +302,19 @@ static bool read_max_tokens(const cJSON *root, const sp_api_limits *limits,
            read_int(root, "max_completion_tokens", 1, 1 << 24, &r->max_tokens, err);
 }
 
+/* diffusion_steps, block_length and remasking: a diffusion model's
+ * settings (spindle run's --diffusion-steps, --block-length, --remasking);
+ * diffusion_job.c checks that the model denoises. */
+static bool read_diffusion(const cJSON *root, sp_api_request *r, sp_api_error *err) {
+    const cJSON *v = field(root, "remasking");
+    r->remasking_given = v != NULL;
+    if (v && !(cJSON_IsString(v) && spindle_remasking_parse(v->valuestring, &r->remasking)))
+        return sp_api_bad(err, "remasking", "'remasking' must be one of confidence, "
+                          "margin, entropy, origin, random");
+    return read_int(root, "diffusion_steps", 1, 1 << 24, &r->diffusion_steps, err) &&
+           read_int(root, "block_length", 1, 1 << 24, &r->block_length, err);
+}
+
 /* n: choices decoded side by side; choice i samples with seed + i. A
  * resume or a slot continues one sequence, so they take one choice. */
 static bool read_n(const cJSON *root, sp_api_request *r, sp_api_error *err) {
@@ -450,7 +463,8 @@ bool sp_api_parse_generation_root(sp_api_kind kind, const cJSON *root,
               read_logprobs(root, out, err) && read_speculative(root, out, err) &&
               sp_api_read_adapter_fields(root, out, err) &&
               sp_api_read_grammar(root, out, err) && read_resume_id(root, out, err) &&
-              read_id_slot(root, limits, out, err) && check_n(out, err);
+              read_id_slot(root, limits, out, err) && read_diffusion(root, out, err) &&
+              check_n(out, err);
     if (!ok) sp_api_request_free(out);
     else out->gen.max_tokens = out->max_tokens;
     return ok;

@@ -187,6 +187,11 @@ typedef struct sp_api_request {
     char *conversation_json;
     char *responses_echo_json;
     bool store;
+    /* A diffusion model's settings (diffusion_job.h): diffusion_steps and
+     * block_length, 0 when absent; remasking when remasking_given. */
+    int diffusion_steps, block_length;
+    spindle_remasking remasking;
+    bool remasking_given;
 } sp_api_request;
 
 /* api_lora.c: "adapters" and "lora" of a generation body (cJSON root). */

@@ -14,6 +14,7 @@
  * and decode in the same batches. Choice i samples with seed + i. */
 #include "base/check.h"
 #include "server/job.h"
+#include "server/diffusion_job.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +31,8 @@
  *   ADMITTED  -> SUBMITTED  job_submit(): the first choice handed to the
  *                           engine, whose callbacks may run from then on
  *   SUBMITTED -> FINISHED   choice_done(), when the last choice is done:
- *                           on_finish() on the engine's thread, or a choice
+ *                           on_finish() on the engine's thread (a
+ *                           diffusion model's: its own thread), or a choice
  *                           the engine refused or that was never submitted
  *                           (no callback runs for those)
  *   ADMITTED  -> FINISHED   job_submit(): refused before the engine (the
@@ -110,7 +112,7 @@ static bool wants_logprob(const sp_job *j, int32_t token) {
            !(j->req.kind == SP_API_CHAT && sp_server_is_end_token(j->srv, token));
 }
 
-static bool on_token(spindle_request_id id, const spindle_token_info *info, void *user) {
+bool sp_job_on_token(spindle_request_id id, const spindle_token_info *info, void *user) {
     sp_choice *c = user;
     sp_job *j = c->job;
     (void)id;
@@ -128,7 +130,7 @@ static bool on_token(spindle_request_id id, const spindle_token_info *info, void
     return !stopped;
 }
 
-static void on_finish(spindle_request_id id, const spindle_request_result *r, void *user) {
+void sp_job_on_finish(spindle_request_id id, const spindle_request_result *r, void *user) {
     sp_choice *c = user;
     sp_job *j = c->job;
     (void)id;
@@ -200,8 +202,11 @@ static sp_job *job_new(sp_server *s, struct MHD_Connection *c, sp_api_request *r
 
 /* Ask the engine to stop every submitted choice (once). */
 static void job_cancel(sp_job *j) {
-    if (j->cancelled) return;
+    pthread_mutex_lock(&j->mu);   /* a diffusion job's thread reads it */
+    const bool already = j->cancelled;
     j->cancelled = true;
+    pthread_mutex_unlock(&j->mu);
+    if (already) return;
     for (int i = 0; i < j->n_choices; i++)
         if (j->choices[i].id) spindle_engine_cancel(j->srv->engine, j->choices[i].id);
 }
@@ -433,7 +438,7 @@ static spindle_status choice_submit(sp_job *j, sp_choice *c, spindle_error *err)
     spindle_request rq = {.prompt = j->prompt + j->slot_reused,
                           .n_prompt = j->n_prompt - j->slot_reused, .seq = j->seq,
                           .params = &c->gen, .top_logprobs = j->req.top_logprobs,
-                          .on_token = on_token, .on_finish = on_finish, .user = c};
+                          .on_token = sp_job_on_token, .on_finish = sp_job_on_finish, .user = c};
     if (j->images.n_spans) {   /* no slot: image_prompt refuses id_slot */
         rq.prompt = NULL;
         rq.n_prompt = 0;
@@ -488,7 +493,8 @@ static bool job_submit(sp_job *j, sp_api_error *e) {
                                        j->seq);
     if (!st) {
         job_set_state(j, JOB_SUBMITTED);
-        st = choice_submit(j, &j->choices[0], &err);
+        st = s->diffusion ? sp_diffusion_job_start(j, &err)
+                          : choice_submit(j, &j->choices[0], &err);
         sp_adapters_unlock(s);
     }
     if (!st) return true;
@@ -662,7 +668,8 @@ enum MHD_Result sp_handle_generation(sp_server *s, struct MHD_Connection *c,
     sp_api_error e;
     gen_setup g = {0};
     sp_job *j = NULL;
-    bool ok = gen_accepting(s, &e) && gen_parse(s, call, &g, &e) && gen_prompt(s, &g, &e) &&
+    bool ok = gen_accepting(s, &e) && gen_parse(s, call, &g, &e) &&
+              sp_diffusion_job_check(s, &g.req, &e) && gen_prompt(s, &g, &e) &&
               (j = gen_job(s, c, &g, &e)) != NULL;
     gen_setup_free(&g);
     return ok ? gen_run(j, call->route) : sp_reply_error(s, c, call->route, &e);

@@ -89,6 +89,10 @@ bool sp_job_finished(const sp_job *j);
 /* Wait until ready(j), or until `quiet_ms` pass (> 0; 0: no limit); GONE
  * (every choice cancelled) when the client has gone meanwhile. */
 job_wait_result sp_job_wait_for(sp_job *j, sp_job_ready_fn ready, long quiet_ms);
+/* The engine's callbacks of a choice (user: the sp_choice); a diffusion
+ * job (diffusion_job.c) reports its tokens and its end through them too. */
+bool sp_job_on_token(spindle_request_id id, const spindle_token_info *info, void *user);
+void sp_job_on_finish(spindle_request_id id, const spindle_request_result *r, void *user);
 /* The choices after the first, submitted once the first has its first
  * token (so that they map its prompt from the prefix index); QUIET when it
  * has none after `quiet_ms` (0: no limit), GONE when the client has. */

@@ -178,6 +178,7 @@ bool sp_server_load(sp_server *s) {
                                  "index (no full-attention layer)");
     int32_t eos = spindle_tokenizer_eos_id(s->tok);
     if (eos >= 0) s->stop_ids[s->n_stop_ids++] = eos;
+    s->diffusion = spindle_model_diffusion_info(s->model, NULL);
     s->limits.vocab_size = spindle_model_vocab_size(s->model);
     s->context_length = spindle_model_context_length(s->model);
     sp_reply_detect_format(s);
@@ -248,6 +249,7 @@ void sp_server_free(sp_server *s) {
     sp_metrics_destroy(&s->own_metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->diffusion_lock);
     free(s);
 }
 
@@ -266,6 +268,7 @@ sp_server *sp_server_new(const sp_server_options *o) {
     atomic_init(&s->next_id, 1);
     s->ids = &s->next_id;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->diffusion_lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     sp_adapters_init(&s->adapters);
     sp_responses_store_init(&s->responses, SP_SERVER_RESPONSES_KEPT, SP_SERVER_RESPONSES_BYTES);

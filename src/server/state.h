@@ -45,6 +45,10 @@ typedef struct sp_server {
     sp_cached_grammar grammars[SP_SERVER_GRAMMARS];  /* (lock) */
     uint64_t grammar_clock;                          /* (lock) */
     spindle_engine *engine;       /* NULL for an encoder (no logits) */
+    /* A diffusion model (diffusion_job.h): its requests run outside the
+     * engine, one at a time under diffusion_lock. */
+    bool diffusion;
+    pthread_mutex_t diffusion_lock;
     spindle_model *draft_model;   /* --spec draft's (opts.spec points at it) */
     /* The embedding side (server/embeddings.c): NULL when the model is not
      * an embedding model, and then embed_refusal says why (for the 400). */

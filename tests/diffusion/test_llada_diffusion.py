@@ -4,8 +4,6 @@ reference of diffusion_ref.py, the schedules' statistics, and the one-line
 errors of malformed settings. Token-for-token parity with llama-diffusion-cli is
 test_llama_diffusion.py's."""
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +11,6 @@ import pytest
 import diffusion_ref
 import llada_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from server_common import Server  # noqa: E402
 
 PROMPT = [97, 98, 99, 100, 101]
 TOL = 1e-4          # max |spindle - reference| / std(reference); ~2e-6 seen
@@ -131,22 +127,3 @@ def test_autoregressive_model_refuses_diffusion_options(spindle_bin):
     r = subprocess.run(base + ["--json"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-
-
-def test_server_refuses_a_diffusion_model_clearly(llada):
-    """spindle serve does not denoise yet: a completion or chat request to
-    a diffusion model is a 400 naming why, through the openai SDK."""
-    openai = pytest.importorskip("openai")
-    s = Server(llada, "--alias", "llada")
-    try:
-        with openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused",
-                           timeout=60, max_retries=0) as c:
-            with pytest.raises(openai.BadRequestError) as e:
-                c.completions.create(model="llada", prompt="abc", max_tokens=4)
-            assert "a diffusion model generates by denoising" in str(e.value)
-            with pytest.raises(openai.BadRequestError):
-                c.chat.completions.create(
-                    model="llada", max_tokens=4,
-                    messages=[{"role": "user", "content": "abc"}])
-    finally:
-        s.stop_cleanly()
