@@ -128,12 +128,28 @@ static bool has_option(int argc, char **argv, const char *name) {
     return false;
 }
 
+/* The rewritten argument vector and the model paths put into it (each
+ * slot of hub_values NULL or a path of hub_argv): the command uses them
+ * until it returns, so they are freed at exit. */
+static char **hub_argv, **hub_values;
+static int hub_n_values;
+
+static void free_hub_argv(void) {
+    for (int i = 0; i < hub_n_values; i++) free(hub_values[i]);
+    free(hub_values);
+    free(hub_argv);
+}
+
 int sp_cli_resolve_hub_models(int *argc, char ***argv_io) {
     char **given = *argv_io;
     if (!names_hub_model(*argc, given)) return 0;
-    /* a copy with room for "--alias NAME": it lives as long as the process */
-    char **argv = calloc((size_t)*argc + 3, sizeof *argv);
-    if (!argv) {
+    /* a copy with room for "--alias NAME" */
+    char **argv = hub_argv = calloc((size_t)*argc + 3, sizeof *argv);
+    hub_values = calloc((size_t)*argc, sizeof *hub_values);
+    if (!argv || !hub_values || atexit(free_hub_argv)) {
+        free(argv);
+        free(hub_values);
+        hub_argv = hub_values = NULL;
         fprintf(stderr, "spindle: out of memory\n");
         return 1;
     }
@@ -163,7 +179,7 @@ int sp_cli_resolve_hub_models(int *argc, char ***argv_io) {
         free(path);
         hub_models++;
         if (name_len == 0) alias = ref + 5;
-        argv[++i] = value;
+        argv[++i] = hub_values[hub_n_values++] = value;
     }
     /* The server names its model as given: ORG/NAME[:QUANT], as llama-server
      * names a -hf model, rather than the snapshot's path. */
