@@ -11,7 +11,9 @@
  *     4-bit codes, 64 for 8-bit) with scale S moves each term s q_j x_j by
  *     at most |s q_j| S u, u = 1/2 (+2^-15 for the rounded 127 / max|x|)
  *     for one level, 2^-8 for two, 2^-15 for three (S is max|x| / 127 for
- *     one level, else the smallest power of two with 127 S >= max|x|);
+ *     one level, else the smallest power of two with 127 S >= max|x|); one
+ *     level sums X_g from the quantized activations, so there the bound is
+ *     |s q_j + b| S u per column;
  *   f32: the integer dot products are exact; what rounds is their
  *     conversion, the lane factors, the fma chain (cols / 64 + groups / 16
  *     steps), the 16-lane reduction and the f32 group sums X_g (gs terms):
@@ -246,7 +248,9 @@ static void check(const tw *t, const float *x, int nt, const float *y,
                     const double wsq = t->s[g] * t->codes[r * cols + c];
                     ref += (wsq + t->b[g]) * xt[c];
                     mag += (fabs(wsq) + fabs(t->b[g])) * fabs(xt[c]);
-                    sq += fabs(wsq);
+                    /* one level: the bias takes the quantized activations
+                     * too, so the error follows the weight s q + b */
+                    sq += fabs(levels == 1 ? wsq + t->b[g] : wsq);
                 }
                 rep += sq * block_scale(amax, levels) * unit;
             }
@@ -426,6 +430,48 @@ static void run_eight_as_two_fours(rows_fn *kernel) {
     }
 }
 
+/* MLX-shaped groups: codes around the middle of the range and the bias
+ * near -mid s, so that the weights s q + b are small while s q is not, and
+ * activations whose one-level rounding errors all have the same sign
+ * (x = n + 3/8 with a block maximum of 127, S = 1). The error of one level
+ * must follow the weights (check()'s bound), not s q: a bias term taken
+ * from the exact activations would be off by mid s sum (x~ - x), several
+ * times that bound here (scales all positive, so nothing cancels). */
+static void run_centered_groups(rows_fn *kernel) {
+    for (int bits = 4; bits <= 8; bits += 4) {
+        const int64_t rows = 9, cols = 1024, gs = 64, mid = 1 << (bits - 1);
+        tw t;
+        make_weight(&t, rows, cols, bits, gs, SP_DTYPE_BF16, 0);
+        uint8_t *codes = (uint8_t *)t.w.data;
+        memset(codes, 0, (size_t)(rows * cols * bits / 8));
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) {
+                const int q = (int)mid - 1 + (int)(rng_u32() % 3);
+                t.codes[r * cols + c] = (int16_t)q;
+                if (bits == 8) codes[r * cols + c] = (uint8_t)q;
+                else codes[(r * cols + c) / 2] |= (uint8_t)(q << (4 * (c % 2)));
+            }
+        for (int64_t g = 0; g < rows * (cols / gs); g++) { /* exact in bf16 */
+            t.s[g] = qparam_put(SP_DTYPE_BF16, (uint8_t *)t.w.scales, (size_t)g,
+                                (float)fabs(t.s[g]));
+            t.b[g] = qparam_put(SP_DTYPE_BF16, (uint8_t *)t.w.biases, (size_t)g,
+                                (float)(-(double)mid * t.s[g]));
+        }
+        const int64_t blk = bits == 4 ? 128 : 64;
+        float x[1024], y[9];
+        for (int64_t c = 0; c < cols; c++)
+            x[c] = c % blk == 0 ? 127.0f : (float)((int)(rng_u32() % 201) - 100) + 0.375f;
+        assert_true(kernel(&t.w, x, 1, y, 0, rows, 1));
+        check(&t, x, 1, y, 0, rows, 1);
+        free_weight(&t);
+    }
+}
+
+static void test_centered_groups(void **state) {
+    (void)state;
+    FOR_EACH_KERNEL(run_centered_groups(kernel););
+}
+
 static void test_eight_as_two_fours(void **state) {
     (void)state;
     FOR_EACH_KERNEL(run_eight_as_two_fours(kernel););
@@ -443,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_mxfp4),
         cmocka_unit_test(test_coverage_and_range),
         cmocka_unit_test(test_eight_as_two_fours),
+        cmocka_unit_test(test_centered_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

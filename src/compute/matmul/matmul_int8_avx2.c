@@ -140,6 +140,7 @@ static void sp_i8_quantize_token(const sp_weight *w, const float *x, int t,
             a = _mm256_add_ps(a, _mm256_loadu_ps(x + g * gs + j));
         xs[g] = sp_hsum8(a);
     }
+    if (levels == 1) sp_int8_quantized_group_sums(x, cols, gs, cpc, xs);
     for (int64_t g = gpr; g < xsum_stride; g++) xs[g] = 0.0f;
 }
 

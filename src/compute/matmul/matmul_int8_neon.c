@@ -100,6 +100,7 @@ static void sp_dp_quantize_token(const sp_weight *w, const float *x, int t,
         for (int64_t j = 0; j < gs; j += 4) a = vaddq_f32(a, vld1q_f32(x + g * gs + j));
         xs[g] = vaddvq_f32(a);
     }
+    if (levels == 1) sp_int8_quantized_group_sums(x, w->cols, gs, bc, xs);
 }
 
 /* The scale (and bias) of group i, as f32. */

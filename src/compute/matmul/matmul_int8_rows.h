@@ -10,6 +10,7 @@
 #define SP_COMPUTE_MATMUL_INT8_ROWS_H
 
 #include <float.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,6 +65,41 @@ static inline void sp_block_scale(float amax, int levels, float *s,
     if (amax > 127.0f * sp_f32_from_bits(e << 23)) e++;
     *s = sp_f32_from_bits(e << 23);
     *inv = sp_f32_from_bits((254u - e) << 23);
+}
+
+/* One level: X_g of each group re-summed from the quantized activations
+ * (S round(x / S) per block of `block` columns, as the kernel rounds them),
+ * replacing the exact sums in xs that are finite. Then the group's bias
+ * multiplies the same activations as its codes, and the product's error is
+ * sum_j (s q_j + b) e_j, which is llama.cpp's Q8 error of the dequantized
+ * weights (its q8_1 blocks carry the sum of the quantized values for the
+ * same reason). With the exact X_g it would be s sum_j q_j e_j: MLX's codes
+ * sit around the middle of their range, with b near -8 s (4 bits) or -128 s
+ * (8 bits), so that error is 2-3x larger and does not cancel. Several
+ * levels keep the exact sums (their e_j are 2^-14 smaller). A non-finite
+ * exact sum stays, so non-finite input still gives non-finite output. */
+static inline void sp_int8_quantized_group_sums(const float *x, int64_t cols,
+                                                int64_t gs, int64_t block,
+                                                float *xs) {
+    for (int64_t g = 0; g < cols / gs; g++)
+        if (xs[g] - xs[g] == 0.0f) xs[g] = 0.0f;
+    for (int64_t c0 = 0; c0 < cols; c0 += block) {
+        float amax = 0.0f;
+        for (int64_t c = c0; c < c0 + block; c++)
+            amax = fmaxf(amax, fabsf(x[c]));
+        float s, inv;
+        sp_block_scale(amax, 1, &s, &inv);
+        /* a block inside a group, or groups inside a block */
+        const int64_t seg = block < gs ? block : gs;
+        for (int64_t c1 = c0; c1 < c0 + block; c1 += seg) {
+            float *dst = xs + c1 / gs;
+            if (!(*dst - *dst == 0.0f)) continue;
+            int32_t isum = 0; /* |isum| <= 127 seg: exact */
+            for (int64_t c = c1; c < c1 + seg; c++)
+                isum += (int32_t)rintf(x[c] * inv);
+            *dst += s * (float)isum;
+        }
+    }
 }
 
 /* S's unit per level: S 2^-7(levels-1) scales the combined integers. */

@@ -126,6 +126,7 @@ static void sp_quantize_token(const sp_weight *w, const float *x, int t,
             a = _mm512_add_ps(a, _mm512_loadu_ps(x + g * gs + j));
         xs[g] = _mm512_reduce_add_ps(a);
     }
+    if (levels == 1) sp_int8_quantized_group_sums(x, cols, gs, cpc, xs);
     for (int64_t g = gpr; g < xsum_stride; g++) xs[g] = 0.0f;
 }
 

@@ -11,6 +11,9 @@
  *   a2 = round(128 r1),    r2 = 128 r1 - a2        |a2| <= 64
  *   a3 = round(128 r2)                             |a3| <= 64
  * so x = S (a1 + a2 / 2^7 + a3 / 2^14) up to |x err| <= S 2^(-7 (levels-1)) / 2.
+ * One level (precision fast) takes llama.cpp's Q8 scale S = max|x| / 127
+ * instead, and X_g = S sum_j a1_j, the sum of the quantized activations
+ * (matmul_int8_rows.h, sp_int8_quantized_group_sums, says why).
  * The integer dot of a group accumulates exactly in int32:
  *   d = dpbusd(0, q, a1); d <<= 7; d = dpbusd(d, q, a2); d <<= 7; ...
  * and y += (s S 2^(-7 l)) float(d) + b X_g, where l is the last level in d.
@@ -37,6 +40,7 @@
 #include <string.h>
 
 #include "compute/cpu_features.h"
+#include "compute/matmul/matmul_int8_rows.h"
 #include "compute/matmul/matmul_internal.h"
 #include "compute/scratch.h"
 #include "compute/simd_target.h"
@@ -139,8 +143,12 @@ static void gv_quantize(const float *x, int nt, int64_t cols, int gs,
             int k = e - 7;
             if (k < -100) k = -100;
             else if (amax > 127.0f * gv_pow2(k)) k++;
-            const __m512 inv = _mm512_set1_ps(gv_pow2(-k));
+            float inv_s = gv_pow2(-k);
             for (int l = 0; l < levels; l++) sg[l] = gv_pow2(k - 7 * l);
+            if (levels == 1) /* llama.cpp's Q8 rounding, as the row kernels */
+                sp_block_scale(amax, 1, &sg[0], &inv_s);
+            const __m512 inv = _mm512_set1_ps(inv_s);
+            __m512 qsum = _mm512_setzero_ps();
             for (int j = 0; j < nv; j++) {
                 __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xg + 16 * j), inv);
                 for (int l = 0; l < levels; l++) {
@@ -148,11 +156,15 @@ static void gv_quantize(const float *x, int nt, int64_t cols, int gs,
                         v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                     _mm_storeu_si128((__m128i *)(ag + l * ldl + 16 * j),
                                      _mm512_cvtsepi32_epi8(a));
+                    if (levels == 1) qsum = _mm512_add_ps(qsum, _mm512_cvtepi32_ps(a));
                     /* exact: v and its nearest integer are close */
                     v = _mm512_mul_ps(_mm512_sub_ps(v, _mm512_cvtepi32_ps(a)),
                                       _mm512_set1_ps(128.0f));
                 }
             }
+            /* one level: the bias multiplies the quantized activations, as
+             * sp_int8_quantized_group_sums says why (integers: exact) */
+            if (levels == 1) xs[t * gpr + g] = sg[0] * _mm512_reduce_add_ps(qsum);
         }
 }
 
