@@ -23,9 +23,6 @@ static sp_cpu_features sp_cpu;
 static sp_simd_level sp_simd_cpu = SP_SIMD_SCALAR;
 static _Atomic int sp_simd_level_now = SP_SIMD_SCALAR;
 static _Atomic int sp_precision_now = SP_PRECISION_FAST;
-/* Whether SPINDLE_PRECISION or sp_mm_precision_force chose the mode (else
- * each weight format gets its default: sp_mm_affine_act_levels). */
-static _Atomic bool sp_precision_chosen = false;
 static _Atomic bool sp_int8_on = false;
 static _Atomic bool sp_bf16_on = false;
 /* A one-line message when SPINDLE_PRECISION or SPINDLE_SIMD names no mode /
@@ -148,17 +145,18 @@ static void sp_cpu_init(void) {
 
     /* fast by default: the field judges numerics by the KL divergence of
      * the token distribution from exact math, and by that measure fast is
-     * no worse than llama.cpp's default on the GGUF and bf16 formats (high
-     * and exact stay for parity work; MLX affine keeps high's parts). */
+     * no worse than llama.cpp's default on the GGUF, bf16 and MLX affine
+     * formats (high and exact stay for parity work). */
     int precision = SP_PRECISION_FAST;
     const char *prec = getenv("SPINDLE_PRECISION");
     if (prec) {
+        bool known_mode = false;
         for (int p = SP_PRECISION_EXACT; p <= SP_PRECISION_FAST; p++)
             if (strcmp(prec, sp_mm_precision_name((sp_precision)p)) == 0) {
                 precision = p;
-                atomic_store(&sp_precision_chosen, true);
+                known_mode = true;
             }
-        if (!atomic_load(&sp_precision_chosen))
+        if (!known_mode)
             snprintf(sp_env_error, sizeof sp_env_error,
                      "SPINDLE_PRECISION='%.40s' is not a precision mode "
                      "(fast, high or exact)", prec);
@@ -295,14 +293,8 @@ int sp_mm_act_levels(void) {
     return 0;
 }
 
-int sp_mm_affine_act_levels(void) {
-    sp_cpu_ready();
-    return atomic_load(&sp_precision_chosen) ? sp_mm_act_levels() : 3;
-}
-
 void sp_mm_precision_force(sp_precision p) {
     sp_cpu_ready();
     if (p < SP_PRECISION_EXACT || p > SP_PRECISION_FAST) return;
-    atomic_store(&sp_precision_chosen, true);
     sp_apply_precision((int)p);
 }

@@ -76,10 +76,10 @@ bool sp_simd_avx2_active(void);
 bool sp_simd_neon_active(void);
 
 /* Numerics of the kernels, SPINDLE_PRECISION=exact|high|fast. Unset, the
- * mode is fast, except that MLX affine weights keep high's activation parts
- * (sp_mm_affine_act_levels): per weight format, the fastest mode whose KL
- * divergence from exact math is no larger than llama.cpp's own default run
- * on that format (docs/performance.md has the table):
+ * mode is fast: on every weight format (GGUF blocks, bf16, MLX affine) the
+ * fastest mode whose KL divergence from exact math is no larger than
+ * llama.cpp's own default run on that format (docs/performance.md has the
+ * table):
  *   exact  activations stay f32 in every product (results differ from a
  *          plain loop only by summation order);
  *   high   activations are split into `levels` = 3 int8 parts per block
@@ -94,11 +94,6 @@ typedef enum sp_precision {
 } sp_precision;
 sp_precision sp_mm_precision(void);
 int sp_mm_act_levels(void);
-/* The int8 parts per activation block of MLX affine products: as
- * sp_mm_act_levels(), but high's 3 while SPINDLE_PRECISION is unset and no
- * _force call chose a mode (one part costs MLX affine weights several
- * times llama.cpp's KL divergence on the same weights as Q4_0 / Q8_0). */
-int sp_mm_affine_act_levels(void);
 /* Tests and benchmarks: switch the mode (not during a kernel). */
 void sp_mm_precision_force(sp_precision p);
 const char *sp_mm_precision_name(sp_precision p);

@@ -1,10 +1,10 @@
 """Without SPINDLE_PRECISION each weight format runs the fastest mode whose
 KL divergence from exact math is no larger than llama.cpp's own default
 run on that format (docs/performance.md, "KL divergence of the precision
-modes"): `fast` for GGUF block formats and bf16, `high`'s three activation
-parts for MLX affine weights (one part costs them several times
-llama.cpp's divergence on the same weights as Q4_0 / Q8_0). This suite's
-conftest pins `high` for the other tests; here the variable is removed.
+modes"): `fast` for GGUF block formats, bf16 and MLX affine weights alike
+(one int8 activation part, whose KL divergence on MLX 4-/8-bit equals
+llama.cpp's on the same weights as Q4_0 / Q8_0). This suite's conftest
+pins `high` for the other tests; here the variable is removed.
 
 The last logits of one prompt, from `spindle run --dump-logits`: the
 default's must equal the named mode's to the bit and differ from the
@@ -48,8 +48,8 @@ def smollm2():
 
 
 @pytest.mark.parametrize("name,same,other", [
-    ("llama-q4g64", "high", "fast"),      # MLX affine 4-bit
-    ("qwen2-q8g64", "high", "fast"),      # MLX affine 8-bit
+    ("llama-q4g64", "fast", "high"),      # MLX affine 4-bit
+    ("qwen2-q8g64", "fast", "high"),      # MLX affine 8-bit
     ("smollm2", "fast", "high"),          # GGUF Q4_1
 ])
 def test_default_precision_per_format(spindle_bin, tmp_path, name, same, other):  # noqa: F811

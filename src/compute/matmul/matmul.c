@@ -294,7 +294,7 @@ void sp_matmul(sp_pool *pool, const sp_weight *w, const float *x,
                   ((uintptr_t)w->data % _Alignof(float)) == 0,
         .k = sp_mm_active(),
         /* (the int8 kernels forced on in the exact mode: one level) */
-        .levels = sp_mm_affine_act_levels() > 0 ? sp_mm_affine_act_levels() : 1,
+        .levels = sp_mm_act_levels() > 0 ? sp_mm_act_levels() : 1,
         .int8_rows = sp_mm_int8_rows(),
     };
     job.path = sp_mm_choose(w, n_tokens, job.k, job.levels);
