@@ -118,8 +118,7 @@ static spindle_status load_with(spindle_model *m,
     if (dflt->latent_eps_from_config || m->gguf)
         d->mla.latent_eps = m->cfg.rms_norm_eps;
     if (!st) st = sp_moe_grouped_spec(m, &dflt->moe, &spec, err);
-    /* llama.cpp's converter renames the bias (tensor_mapping.py) */
-    if (!st && m->gguf) spec.score_bias = "exp_probs_b.bias";
+    if (!st && m->gguf) spec.score_bias = SP_MOE_GGUF_SCORE_BIAS;
     if (!st) st = sp_model_int(m, "first_k_dense_replace", false,
                                dflt->first_dense, 0, 1 << 20, &first_dense,
                                err);
@@ -178,47 +177,16 @@ static const sp_gguf_name_map deepseek2_gguf_layers[] = {
     {"attn_kv_b", "self_attn.kv_b_proj"},
     {"attn_k_b", "self_attn.embed_q"},
     {"attn_v_b", "self_attn.unembed_out"},
-    {"ffn_gate_inp", "mlp.gate"},
-    {"exp_probs_b", "mlp.exp_probs_b"},
-    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},
-    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},
-    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},
-    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
-    {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
-    {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
+    SP_MOE_GROUPED_GGUF_LAYERS,
     {NULL, NULL},
 };
 
 static const sp_gguf_key_map deepseek2_gguf_keys[] = {
     {"attention.kv_lora_rank", "kv_lora_rank", SP_GGUF_KEY_COUNT},
     {"attention.q_lora_rank", "q_lora_rank", SP_GGUF_KEY_COUNT},
-    {"expert_count", "n_routed_experts", SP_GGUF_KEY_COUNT},
-    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},
-    {"expert_feed_forward_length", "moe_intermediate_size",
-     SP_GGUF_KEY_COUNT},
-    {"expert_group_count", "n_group", SP_GGUF_KEY_COUNT},
-    {"expert_group_used_count", "topk_group", SP_GGUF_KEY_COUNT},
-    {"expert_weights_scale", "routed_scaling_factor", SP_GGUF_KEY_REAL},
+    SP_MOE_GROUPED_GGUF_KEYS,
     {NULL, NULL, SP_GGUF_KEY_COUNT},
 };
-
-/* A count that may be 0 (`{arch}.key`, default dflt) into json[name]. */
-static spindle_status put_count0(const sp_gguf *g, const char *key,
-                                 const char *name, double dflt, cJSON *json,
-                                 spindle_error *err) {
-    double x = dflt;
-    bool found;
-    spindle_status st = sp_gguf_arch_real(g, "deepseek2", key, &x, &found,
-                                          err);
-    if (st) return st;
-    if (x != floor(x) || x < 0 || x > (double)(1 << 20))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: 'deepseek2.%s' is not a count", sp_gguf_path(g),
-                       key);
-    if (!cJSON_AddNumberToObject(json, name, x))
-        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    return SPINDLE_OK;
-}
 
 /* The MLA head sizes: the _mla keys where the file has them (then
  * key_length / value_length are the latent row's), else key_length /
@@ -252,51 +220,22 @@ static spindle_status mla_head_sizes(const sp_gguf *g, cJSON *json,
     return SPINDLE_OK;
 }
 
-static spindle_status replace_item(cJSON *json, const char *key, cJSON *item,
-                                   spindle_error *err) {
-    cJSON_DeleteItemFromObjectCaseSensitive(json, key);
-    if (!item || !cJSON_AddItemToObject(json, key, item)) {
-        cJSON_Delete(item);
-        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
-    }
-    return SPINDLE_OK;
-}
-
 /* sp_gguf_family.config: what deepseek2 files do not spell key for key. */
 static spindle_status deepseek2_gguf_config(const sp_gguf_weights *w,
                                             cJSON *json, spindle_error *err) {
     const sp_gguf *g = sp_gguf_weights_file(w);
-    const sp_gguf_value *v;
-    double gating = 0;
-    bool norm = false, found;
-    spindle_status st = mla_head_sizes(g, json, err);
-    if (!st) st = put_count0(g, "leading_dense_block_count",
-                             "first_k_dense_replace", 0, json, err);
-    if (!st) st = put_count0(g, "expert_shared_count", "n_shared_experts", 0,
-                             json, err);
-    if (!st) st = sp_gguf_arch_real(g, "deepseek2", "expert_gating_func",
-                                    &gating, &found, err);
-    if (st) return st;
-    /* llama.cpp's gating types: 1 softmax (also a file without the key),
-     * 2 sigmoid */
-    if ((v = sp_gguf_arch_value(g, "deepseek2", "expert_weights_norm")) &&
-        !sp_gguf_value_bool(v, &norm))
-        return sp_fail(err, SPINDLE_ERR_FORMAT,
-                       "%s: 'deepseek2.expert_weights_norm' is not a bool",
-                       sp_gguf_path(g));
     /* MLA is multi-head once decompressed (the file says 1 KV head: the
      * latent row) */
     const cJSON *heads = cJSON_GetObjectItemCaseSensitive(json,
                                                           "num_attention_heads");
-    if ((st = replace_item(json, "scoring_func",
-                           cJSON_CreateString(gating == 2 ? "sigmoid"
-                                                          : "softmax"), err)) ||
-        (st = replace_item(json, "norm_topk_prob", cJSON_CreateBool(norm),
-                           err)) ||
-        (st = replace_item(json, "num_key_value_heads",
-                           cJSON_CreateNumber(heads ? heads->valuedouble : 1),
-                           err)))
-        return st;
+    /* llama.cpp takes a file without expert_gating_func for DeepSeek-V2's
+     * softmax */
+    spindle_status st = mla_head_sizes(g, json, err);
+    if (!st) st = sp_moe_gguf_routing(g, "deepseek2", false, json, err);
+    if (!st) st = sp_json_replace(json, "num_key_value_heads",
+                                  cJSON_CreateNumber(heads ? heads->valuedouble
+                                                           : 1), err);
+    if (st) return st;
     /* llama.cpp's deepseek2 stores 0.1 mscale_all_dim as the YaRN log
      * multiplier and takes mscale to equal it */
     cJSON *rs = cJSON_GetObjectItemCaseSensitive(json, "rope_scaling");
