@@ -1,7 +1,8 @@
 """DeepSeek-V3-style MLA models as llama.cpp's converter writes them
 (conversion/deepseek.py DeepseekV2Model; loaded by src/models/deepseek2.cpp
-as architecture "deepseek2"). Registers ARCHS["deepseek_v3"] in
-tests/gguf_writer.py, which imports this module.
+as architecture "deepseek2"), and GLM-4.5-style MoE models (glm4moe,
+below). Registers ARCHS["deepseek_v3"], ["glm4_moe_lite"], ["kimi_k2"]
+and ["glm4_moe"] in tests/gguf_writer.py, which imports this module.
 
 From mlx-lm's sanitized layout (what the parity models hold):
   * self_attn.embed_q [heads][kv_lora_rank][qk_nope] is exactly the
@@ -99,3 +100,58 @@ for _model_type in ("deepseek_v3", "glm4_moe_lite", "kimi_k2"):
     gw.ARCHS[_model_type] = gw.Arch(
         "deepseek2", layer_names=LAYER_NAMES, keys=keys, check=check,
         common_keys=False, f32_names=("ffn_gate_inp.weight",))
+
+
+# GLM-4.5 / 4.6 / 4.7 (conversion/glm.py Glm4MoeModel; src/models/
+# glm4-moe.cpp as "glm4moe"): the common keys with block_count counting
+# the MTP layers too (nextn_predict_layers of them; llama.cpp's loader
+# finds the trunk without their tensors, which mlx-lm's layout has
+# dropped), the rotary part as rope.dimension_count (head_dim *
+# partial_rotary_factor), the expert keys as deepseek2's with gating
+# func sigmoid; tensors in the common spelling plus the experts'.
+GLM4MOE_NAMES = {k: v for k, v in LAYER_NAMES.items()
+                 if not k.startswith("self_attn.")}
+GLM4MOE_NAMES.update({
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    # the pre-MLP norm, as gguf-py's tensor map spells it for glm4moe
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+})
+
+
+def glm4moe_keys(w, cfg, ftype, context_length):
+    nextn = cfg.get("num_nextn_predict_layers") or 0
+    arch = gw.ARCHS["glm4_moe"]
+    gw._common_keys(w, {**cfg, "num_hidden_layers":
+                        cfg["num_hidden_layers"] + nextn},
+                    arch, ftype, context_length)
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_count(cfg.get("n_shared_experts") or 0)
+    w.add_leading_dense_block_count(cfg.get("first_k_dense_replace", 0))
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_weights_scale(float(cfg.get("routed_scaling_factor", 1.0)))
+    if cfg.get("norm_topk_prob") is not None:
+        w.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
+    w.add_expert_group_count(cfg.get("n_group") or 1)
+    w.add_expert_group_used_count(cfg.get("topk_group") or 1)
+    if nextn:
+        w.add_nextn_predict_layers(nextn)
+
+
+def glm4moe_check(cfg):
+    if not cfg.get("n_shared_experts"):
+        # glm4-moe.cpp builds the shared-expert FFN on every MoE layer
+        raise gw.WriterError("llama.cpp's glm4moe needs shared experts")
+    if cfg.get("scoring_func", "sigmoid") != "sigmoid":
+        raise gw.WriterError("llama.cpp's glm4moe routes by sigmoid")
+    if cfg.get("rope_scaling"):
+        raise gw.WriterError("glm4_moe applies no rope_scaling")
+
+
+gw.ARCHS["glm4_moe"] = gw.Arch(
+    "glm4moe", layer_names=GLM4MOE_NAMES, keys=glm4moe_keys,
+    check=glm4moe_check, common_keys=False,
+    f32_names=("ffn_gate_inp.weight",))
