@@ -4,7 +4,8 @@ as architecture "deepseek2"), and GLM-4.5-style MoE models (glm4moe,
 below). Registers ARCHS["deepseek_v3"], ["glm4_moe_lite"], ["kimi_k2"]
 and ["glm4_moe"] in tests/gguf_writer.py, which imports this module.
 
-From mlx-lm's sanitized layout (what the parity models hold):
+From mlx-lm's sanitized layout, or Hugging Face's kv_b_proj, split here
+as the converter splits it:
   * self_attn.embed_q [heads][kv_lora_rank][qk_nope] is exactly the
     converter's attn_k_b (kv_b_proj's key half, transposed per head), and
     self_attn.unembed_out [heads][v_head_dim][kv_lora_rank] its attn_v_b;
@@ -95,11 +96,26 @@ def check(cfg):
                              "for the layer counts of DeepSeek-V2-Lite")
 
 
+def split_kv_b(cfg, hf, arr):
+    """DeepseekV2Model.modify_tensors on Hugging Face's kv_b_proj
+    [heads * (qk_nope + v)][kv_lora_rank]: per head the key rows,
+    transposed (attn_k_b), and the value rows (attn_v_b)."""
+    if not hf.endswith("self_attn.kv_b_proj.weight"):
+        return [(hf, arr)]
+    nope, v = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    kv_b = arr.reshape(cfg["num_attention_heads"], nope + v, arr.shape[-1])
+    prefix = hf[:-len("kv_b_proj.weight")]
+    return [(prefix + "embed_q.weight",
+             kv_b[:, :nope, :].transpose(0, 2, 1).copy()),
+            (prefix + "unembed_out.weight", kv_b[:, nope:, :].copy())]
+
+
 # GLM-4.7-Flash (glm4_moe_lite) converts to the same architecture.
 for _model_type in ("deepseek_v3", "glm4_moe_lite", "kimi_k2"):
     gw.ARCHS[_model_type] = gw.Arch(
         "deepseek2", layer_names=LAYER_NAMES, keys=keys, check=check,
-        common_keys=False, f32_names=("ffn_gate_inp.weight",))
+        common_keys=False, f32_names=("ffn_gate_inp.weight",),
+        tensors=split_kv_b)
 
 
 # GLM-4.5 / 4.6 / 4.7 (conversion/glm.py Glm4MoeModel; src/models/

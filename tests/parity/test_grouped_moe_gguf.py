@@ -12,7 +12,12 @@ key_length / value_length, one KV head), the expert keys (group counts,
 expert_weights_scale / _norm, gating func sigmoid,
 leading_dense_block_count), kv_b split into attn_k_b / attn_v_b, the bias
 as exp_probs_b.bias; matrices F32 or Q8_0. llama.cpp runs in its f32
-configuration (tests/llama_cpp_ref.py).
+configuration (tests/llama_cpp_ref.py). dsv3-f32-hf adds YaRN (factor 4,
+mscale 1, mscale_all_dim 0.707) and Hugging Face's kv_b_proj, which the
+writer splits as the converter does; the file says only 0.1
+mscale_all_dim (yarn_log_multiplier), and llama.cpp's deepseek2 computes
+as if mscale were mscale_all_dim, so Spindle reads it so, and there it
+differs from the safetensors model by design.
 
 And make_glm4moe_models.py's glm4moe-f32 (q/k/v biases, q/k norms, half
 rotary, one dense layer, a shared expert, one MTP layer in its config
@@ -57,6 +62,7 @@ from llama_cpp_ref import f32_llama, greedy_reference  # noqa: E402
 
 # model name -> (generator module, environment override of its directory)
 SOURCES = {"dsv3-f32": (mla, "SPINDLE_MLA_PARITY_DIR"),
+           "dsv3-f32-hf": (mla, "SPINDLE_MLA_PARITY_DIR"),
            "glm-lite-f32": (mla, "SPINDLE_MLA_PARITY_DIR"),
            "glm4moe-f32": (glm, "SPINDLE_GLM4MOE_PARITY_DIR")}
 assert glm.PROMPTS == mla.PROMPTS and glm.MAX_TOKENS == mla.MAX_TOKENS
