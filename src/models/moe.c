@@ -649,16 +649,19 @@ spindle_status sp_moe_gguf_routing(const sp_gguf *g, const char *arch,
     if (!st) st = sp_gguf_arch_real(g, arch, "expert_gating_func", &gating,
                                     &found, err);
     if (st) return st;
+    if (gating != 2)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: '%s.expert_gating_func' %s is not supported "
+                       "(only 2, sigmoid)", sp_gguf_path(g), arch,
+                       found ? (gating == 1 ? "1 (softmax)" : "(other)")
+                             : "absent (softmax)");
     const sp_gguf_value *v = sp_gguf_arch_value(g, arch, "expert_weights_norm");
     if (v && !sp_gguf_value_bool(v, &norm))
         return sp_fail(err, SPINDLE_ERR_FORMAT,
                        "%s: '%s.expert_weights_norm' is not a bool",
                        sp_gguf_path(g), arch);
-    /* sp_moe_grouped_spec refuses anything but sigmoid by name */
     if ((st = sp_json_replace(json, "scoring_func",
-                              cJSON_CreateString(gating == 2 ? "sigmoid"
-                                                             : "softmax"),
-                              err)))
+                              cJSON_CreateString("sigmoid"), err)))
         return st;
     return sp_json_replace(json, "norm_topk_prob", cJSON_CreateBool(norm),
                            err);

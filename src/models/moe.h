@@ -179,8 +179,9 @@ spindle_status sp_moe_grouped_spec(const spindle_model *m,
  * do not map key for key, into its config.json object:
  * leading_dense_block_count and expert_shared_count (counts that may be
  * 0), expert_weights_norm (norm_topk_prob; absent: false, as llama.cpp)
- * and expert_gating_func (scoring_func: 2 sigmoid, 1 softmax; absent:
- * `absent_sigmoid` says which llama.cpp assumes for the architecture). */
+ * and expert_gating_func (scoring_func; only 2, sigmoid, is supported;
+ * absent: `absent_sigmoid` says whether llama.cpp assumes sigmoid or
+ * softmax for the architecture). */
 spindle_status sp_moe_gguf_routing(const sp_gguf *g, const char *arch,
                                    bool absent_sigmoid, cJSON *json,
                                    spindle_error *err);

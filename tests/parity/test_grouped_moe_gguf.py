@@ -47,6 +47,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
@@ -138,3 +139,43 @@ def test_mla_gguf_vs_llama_cpp(ggufs, llama_runs, source, qtype, prompt,
         f"{label}: token {stop} is {tokens[stop]}, llama.cpp "
         f"{ref_tokens[stop]} with margin {margins[stop]:.4g} (no near-tie)\n"
         f"  got      {tokens}\n  expected {ref_tokens}")
+
+
+class _KeyOverride:
+    """A GGUFWriter whose add_<name> calls write the given value instead
+    (a file llama.cpp's converter would not write, for the error paths)."""
+
+    def __init__(self, w, overrides):
+        self._w, self._overrides = w, overrides
+
+    def __getattr__(self, name):
+        if name in self._overrides:
+            value = self._overrides[name]
+            return lambda *_a, **_k: getattr(self._w, name)(value)
+        return getattr(self._w, name)
+
+
+@pytest.mark.parametrize("source,model_type,overrides,message", [
+    ("dsv3-f32", "deepseek_v3",
+     {"add_expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX},
+     "'deepseek2.expert_gating_func' 1 (softmax) is not supported"),
+    ("glm4moe-f32", "glm4_moe",
+     {"add_nextn_predict_layers": 4},
+     "'glm4moe.nextn_predict_layers' must be a count below block_count"),
+], ids=["deepseek2-softmax", "glm4moe-nextn"])
+def test_grouped_moe_gguf_bad_keys(spindle_bin, source, model_type,  # noqa: F811
+                                   overrides, message, monkeypatch,
+                                   tmp_path):
+    import dataclasses
+    import gguf_writer as gw
+    arch = gw.ARCHS[model_type]
+    monkeypatch.setitem(gw.ARCHS, model_type, dataclasses.replace(
+        arch, keys=lambda w, *a: arch.keys(_KeyOverride(w, overrides), *a)))
+    gen, env = SOURCES[source]
+    src = tp.ensure_models(Path(os.environ.get(env, gen.DEFAULT_OUT)), gen)
+    path = gw.write_gguf(str(src / source), str(tmp_path / "bad.gguf"))
+    r = subprocess.run([str(tp.SPINDLE_BIN), "run", "-m", path,
+                        "--prompt-tokens", "1,2", "-n", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
