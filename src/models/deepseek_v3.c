@@ -19,8 +19,8 @@
  * deepseek2.cpp): the MLA sizes come from kv_lora_rank, q_lora_rank,
  * rope.dimension_count and key_length_mla / value_length_mla (older files:
  * key_length / value_length, with a whole attn_kv_b, read in a float
- * type only); newer files carry
- * kv_b split as attn_k_b (mlx-lm's embed_q) and attn_v_b (unembed_out).
+ * type only); newer files carry kv_b split as attn_k_b (mlx-lm's embed_q)
+ * and attn_v_b (unembed_out).
  * llama.cpp applies rms_norm_eps to the latent norms too, and routes by
  * expert_gating_func (sigmoid only here; a file without it is DeepSeek-V2's
  * softmax, refused), renormalizing only when expert_weights_norm. */
