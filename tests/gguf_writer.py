@@ -752,3 +752,6 @@ def write_lora_gguf(base_src, peft_dir, out, qtype="f32", alpha=None,
 # Gemma 4 lives in its own module (its converter differs the most); it
 # registers ARCHS["gemma4_text"] on import.
 import gguf_writer_gemma4  # noqa: E402,F401
+# registers ARCHS["deepseek_v3"], ["glm4_moe_lite"], ["kimi_k2"] and
+# ["glm4_moe"] on import.
+import gguf_writer_mla  # noqa: E402,F401

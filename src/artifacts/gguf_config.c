@@ -294,7 +294,8 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
         (st = put_int(m, json, "feed_forward_length", "intermediate_size", false, NULL)) ||
         (st = put_int(m, json, "attention.head_count", "num_attention_heads", true, &heads)) ||
         (st = put_int(m, json, "attention.head_count_kv", "num_key_value_heads", false, NULL)) ||
-        (st = put_int(m, json, "attention.key_length", "head_dim", false, &head_dim)) ||
+        (st = put_int(m, family->own_head_dims ? NULL : json,
+                      "attention.key_length", "head_dim", false, &head_dim)) ||
         (st = put_int(m, json, "context_length", "max_position_embeddings", false, NULL)) ||
         (st = put_num(m, json, "attention.layer_norm_rms_epsilon", "rms_norm_eps")) ||
         (st = put_num(m, json, "rope.freq_base", "rope_theta")) ||
@@ -305,11 +306,13 @@ static spindle_status build(const sp_gguf_weights *w, const meta *m,
         (st = put_int(m, NULL, "rope.dimension_count", NULL, false, &rope_dim)) ||
         (st = check_head_dims(m, hidden, heads, &head_dim, rope_dim)))
         return st;
-    if (value_len && value_len != head_dim)
+    if (family->own_head_dims) {
+        /* the family's hook reads the sizes (below) */
+    } else if (value_len && value_len != head_dim)
         return sp_fail(m->err, SPINDLE_ERR_UNSUPPORTED,
                        "%s: value_length %lld differs from key_length %lld",
                        m->path, (long long)value_len, (long long)head_dim);
-    if (rope_dim && rope_dim != head_dim &&
+    else if (rope_dim && rope_dim != head_dim &&
         !cJSON_AddNumberToObject(json, "partial_rotary_factor",
                                  (double)rope_dim / (double)head_dim))
         return sp_fail(m->err, SPINDLE_ERR_MEMORY, "out of memory");

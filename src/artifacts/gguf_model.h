@@ -69,6 +69,11 @@ typedef struct sp_gguf_family {
      * for them (Qwen3-MoE: every layer MoE, top-k renormalized); `spindle
      * convert` writes them. NULL: none. */
     const char *implied_config;
+    /* The family's config hook derives the head sizes itself: the common
+     * reading writes no head_dim and no partial_rotary_factor, and accepts
+     * a value_length other than key_length (llama.cpp's deepseek2 stores
+     * MLA's latent sizes there). */
+    bool own_head_dims;
     /* llama.cpp permuted the q/k rows for its interleaved RoPE (Llama). */
     bool rope_interleaved;
     /* llama.cpp's converter stored norm weights with the 1 of a (1 + w)

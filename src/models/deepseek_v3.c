@@ -13,7 +13,17 @@
  * the same model with its own defaults for absent keys (64 routed experts,
  * one shared, 4 per token, routed_scaling_factor 1.8, one dense layer)
  * and rms_norm_eps in its latent norms; its MTP layers (past
- * num_hidden_layers) are not read. */
+ * num_hidden_layers) are not read.
+ *
+ * GGUF (llama.cpp's "deepseek2", conversion/deepseek.py, src/models/
+ * deepseek2.cpp): the MLA sizes come from kv_lora_rank, q_lora_rank,
+ * rope.dimension_count and key_length_mla / value_length_mla (older files:
+ * key_length / value_length, with a whole attn_kv_b, read in a float
+ * type only); newer files carry kv_b split as attn_k_b (mlx-lm's embed_q)
+ * and attn_v_b (unembed_out).
+ * llama.cpp applies rms_norm_eps to the latent norms too, and routes by
+ * expert_gating_func (sigmoid only here; a file without it is DeepSeek-V2's
+ * softmax, refused), renormalizing only when expert_weights_norm. */
 #include "models/blocks.h"
 #include "models/mla.h"
 #include "models/moe.h"
@@ -105,8 +115,10 @@ static spindle_status load_with(spindle_model *m,
     sp_moe_spec spec;
     int first_dense = 0, freq = 1;
     spindle_status st = sp_mla_config_read(m, &d->mla, err);
-    if (dflt->latent_eps_from_config) d->mla.latent_eps = m->cfg.rms_norm_eps;
+    if (dflt->latent_eps_from_config || m->gguf)
+        d->mla.latent_eps = m->cfg.rms_norm_eps;
     if (!st) st = sp_moe_grouped_spec(m, &dflt->moe, &spec, err);
+    if (!st && m->gguf) spec.score_bias = SP_MOE_GGUF_SCORE_BIAS;
     if (!st) st = sp_model_int(m, "first_k_dense_replace", false,
                                dflt->first_dense, 0, 1 << 20, &first_dense,
                                err);
@@ -156,7 +168,98 @@ static void deepseek_state(const spindle_model *m, int l,
     sp_mla_state(&d->mla, out);
 }
 
+static const sp_gguf_name_map deepseek2_gguf_layers[] = {
+    {"attn_q_a", "self_attn.q_a_proj"},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+    {"attn_q_b", "self_attn.q_b_proj"},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+    {"attn_kv_b", "self_attn.kv_b_proj"},
+    {"attn_k_b", "self_attn.embed_q"},
+    {"attn_v_b", "self_attn.unembed_out"},
+    SP_MOE_GROUPED_GGUF_LAYERS,
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map deepseek2_gguf_keys[] = {
+    {"attention.kv_lora_rank", "kv_lora_rank", SP_GGUF_KEY_COUNT},
+    {"attention.q_lora_rank", "q_lora_rank", SP_GGUF_KEY_COUNT},
+    SP_MOE_GROUPED_GGUF_KEYS,
+    {NULL, NULL, SP_GGUF_KEY_COUNT},
+};
+
+/* The MLA head sizes: the _mla keys where the file has them (then
+ * key_length / value_length are the latent row's), else key_length /
+ * value_length themselves. */
+static spindle_status mla_head_sizes(const sp_gguf *g, cJSON *json,
+                                     spindle_error *err) {
+    int64_t rope = 0, key = 0, value = 0;
+    const bool mla = sp_gguf_arch_value(g, "deepseek2", "attention.key_length_mla");
+    spindle_status st;
+    if ((st = sp_gguf_arch_count(g, "deepseek2", "rope.dimension_count", true,
+                                 &rope, err)) ||
+        (st = sp_gguf_arch_count(g, "deepseek2",
+                                 mla ? "attention.key_length_mla"
+                                     : "attention.key_length",
+                                 true, &key, err)) ||
+        (st = sp_gguf_arch_count(g, "deepseek2",
+                                 mla ? "attention.value_length_mla"
+                                     : "attention.value_length",
+                                 true, &value, err)))
+        return st;
+    if (key <= rope)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: the key length %lld leaves no room beside "
+                       "rope.dimension_count %lld", sp_gguf_path(g),
+                       (long long)key, (long long)rope);
+    if (!cJSON_AddNumberToObject(json, "qk_rope_head_dim", (double)rope) ||
+        !cJSON_AddNumberToObject(json, "qk_nope_head_dim",
+                                 (double)(key - rope)) ||
+        !cJSON_AddNumberToObject(json, "v_head_dim", (double)value))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    return SPINDLE_OK;
+}
+
+/* sp_gguf_family.config: what deepseek2 files do not spell key for key. */
+static spindle_status deepseek2_gguf_config(const sp_gguf_weights *w,
+                                            cJSON *json, spindle_error *err) {
+    const sp_gguf *g = sp_gguf_weights_file(w);
+    /* MLA is multi-head once decompressed (the file says 1 KV head: the
+     * latent row) */
+    const cJSON *heads = cJSON_GetObjectItemCaseSensitive(json,
+                                                          "num_attention_heads");
+    /* llama.cpp takes a file without expert_gating_func for DeepSeek-V2's
+     * softmax */
+    spindle_status st = mla_head_sizes(g, json, err);
+    if (!st) st = sp_moe_gguf_routing(g, "deepseek2", false, json, err);
+    if (!st) st = sp_json_replace(json, "num_key_value_heads",
+                                  cJSON_CreateNumber(heads ? heads->valuedouble
+                                                           : 1), err);
+    if (st) return st;
+    /* llama.cpp's deepseek2 stores 0.1 mscale_all_dim as the YaRN log
+     * multiplier and takes mscale to equal it */
+    cJSON *rs = cJSON_GetObjectItemCaseSensitive(json, "rope_scaling");
+    cJSON *all = cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim");
+    if (cJSON_IsNumber(all)) {
+        cJSON_SetNumberValue(all, all->valuedouble / 0.1);
+        if (!cJSON_AddNumberToObject(rs, "mscale", all->valuedouble))
+            return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    return SPINDLE_OK;
+}
+
+static const sp_gguf_family deepseek2_gguf = {
+    .arch = "deepseek2",
+    .model_type = "deepseek_v3",
+    .hf_class = "DeepseekV3ForCausalLM",
+    .layer_names = deepseek2_gguf_layers,
+    .keys = deepseek2_gguf_keys,
+    .config = deepseek2_gguf_config,
+    .own_head_dims = true,
+};
+
 const sp_arch sp_arch_deepseek_v3 = {.model_type = "deepseek_v3",
+                                     .gguf = &deepseek2_gguf,
                                      .load = deepseek_load,
                                      .layer = deepseek_layer,
                                      .free_family = deepseek_free,

@@ -13,13 +13,23 @@
  * generic default (1, full rotary) would silently give another model.
  * The multi-token-prediction layers (num_nextn_predict_layers, stored as
  * layers past num_hidden_layers) are not read, as mlx-lm's sanitize drops
- * them. */
+ * them.
+ *
+ * GGUF (llama.cpp's "glm4moe", conversion/glm.py, src/models/glm4-moe.cpp):
+ * block_count counts the MTP layers too (nextn_predict_layers of them,
+ * last; their tensors are not read); the rotary part is
+ * rope.dimension_count of key_length; q/k/v biases and the q/k norms are
+ * there when their tensors are; the pre-MLP norm is post_attention_norm;
+ * a file without expert_gating_func is
+ * sigmoid, as llama.cpp assumes for this architecture. */
 #include "models/blocks.h"
 #include "models/moe.h"
 #include "base/error.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* mlx-lm's ModelArgs requires every MoE key; none has a family default. */
 static const sp_moe_grouped_defaults glm4_moe_defaults = {
@@ -57,6 +67,7 @@ static spindle_status glm4_moe_load(spindle_model *m, spindle_error *err) {
     int first_dense = 0;
     spindle_status st = check_rope(m, err);
     if (!st) st = sp_moe_grouped_spec(m, &glm4_moe_defaults, &spec, err);
+    if (!st && m->gguf) spec.score_bias = SP_MOE_GGUF_SCORE_BIAS;
     if (!st) st = sp_model_int(m, "first_k_dense_replace", false, 0, 0,
                                1 << 20, &first_dense, err);
     if (st) return st;
@@ -89,7 +100,66 @@ static spindle_status glm4_moe_load(spindle_model *m, spindle_error *err) {
     return st;
 }
 
+static const sp_gguf_name_map glm4moe_gguf_layers[] = {
+    /* the pre-MLP norm (gguf-py's tensor map for this architecture) */
+    {"post_attention_norm", "post_attention_layernorm"},
+    SP_MOE_GROUPED_GGUF_LAYERS,
+    {NULL, NULL},
+};
+
+static const sp_gguf_key_map glm4moe_gguf_keys[] = {
+    SP_MOE_GROUPED_GGUF_KEYS,
+    {NULL, NULL, SP_GGUF_KEY_COUNT},
+};
+
+static bool has_tensor(const sp_gguf_weights *w, const char *name) {
+    return sp_gguf_weights_find(w, name) != NULL;
+}
+
+/* sp_gguf_family.config: what glm4moe files do not spell key for key. */
+static spindle_status glm4moe_gguf_config(const sp_gguf_weights *w,
+                                          cJSON *json, spindle_error *err) {
+    const sp_gguf *g = sp_gguf_weights_file(w);
+    double nextn = 0;
+    bool found;
+    spindle_status st = sp_gguf_arch_real(g, "glm4moe", "nextn_predict_layers",
+                                          &nextn, &found, err);
+    if (st) return st;
+    cJSON *layers = cJSON_GetObjectItemCaseSensitive(json, "num_hidden_layers");
+    if (nextn != floor(nextn) || nextn < 0 ||
+        !cJSON_IsNumber(layers) || nextn >= layers->valuedouble)
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: 'glm4moe.nextn_predict_layers' must be a count "
+                       "below block_count", sp_gguf_path(g));
+    cJSON_SetNumberValue(layers, layers->valuedouble - nextn);
+    if ((st = sp_moe_gguf_routing(g, "glm4moe", true, json, err)))
+        return st;
+    /* the common reading writes it only for a partial rotary part */
+    if (!cJSON_GetObjectItemCaseSensitive(json, "partial_rotary_factor") &&
+        !cJSON_AddNumberToObject(json, "partial_rotary_factor", 1.0))
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    /* GLM has q/k/v biases without an o bias (which the common reading
+     * looks for) */
+    bool bias = has_tensor(w, "model.layers.0.self_attn.q_proj.bias");
+    bool qk_norm = has_tensor(w, "model.layers.0.self_attn.q_norm.weight");
+    if ((st = sp_json_replace(json, "attention_bias", cJSON_CreateBool(bias),
+                              err)))
+        return st;
+    return sp_json_replace(json, "use_qk_norm", cJSON_CreateBool(qk_norm),
+                           err);
+}
+
+static const sp_gguf_family glm4moe_gguf = {
+    .arch = "glm4moe",
+    .model_type = "glm4_moe",
+    .hf_class = "Glm4MoeForCausalLM",
+    .layer_names = glm4moe_gguf_layers,
+    .keys = glm4moe_gguf_keys,
+    .config = glm4moe_gguf_config,
+};
+
 const sp_arch sp_arch_glm4_moe = {.model_type = "glm4_moe",
+                                  .gguf = &glm4moe_gguf,
                                   .load = glm4_moe_load,
                                   .layer = sp_prenorm_decoder_layer,
                                   .free_family = glm4_moe_free};

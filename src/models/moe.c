@@ -612,3 +612,57 @@ spindle_status sp_moe_grouped_spec(const spindle_model *m,
     };
     return SPINDLE_OK;
 }
+
+spindle_status sp_json_replace(cJSON *json, const char *key, cJSON *item,
+                               spindle_error *err) {
+    cJSON_DeleteItemFromObjectCaseSensitive(json, key);
+    if (!item || !cJSON_AddItemToObject(json, key, item)) {
+        cJSON_Delete(item);
+        return sp_fail(err, SPINDLE_ERR_MEMORY, "out of memory");
+    }
+    return SPINDLE_OK;
+}
+
+/* A count that may be 0 (`{arch}.key`, absent: 0) into json[name]. */
+static spindle_status put_count0(const sp_gguf *g, const char *arch,
+                                 const char *key, const char *name,
+                                 cJSON *json, spindle_error *err) {
+    double x = 0;
+    bool found;
+    spindle_status st = sp_gguf_arch_real(g, arch, key, &x, &found, err);
+    if (st) return st;
+    if (x != floor(x) || x < 0 || x > (double)(1 << 20))
+        return sp_fail(err, SPINDLE_ERR_FORMAT, "%s: '%s.%s' is not a count",
+                       sp_gguf_path(g), arch, key);
+    return sp_json_replace(json, name, cJSON_CreateNumber(x), err);
+}
+
+spindle_status sp_moe_gguf_routing(const sp_gguf *g, const char *arch,
+                                   bool absent_sigmoid, cJSON *json,
+                                   spindle_error *err) {
+    double gating = absent_sigmoid ? 2 : 1;
+    bool norm = false, found;
+    spindle_status st = put_count0(g, arch, "leading_dense_block_count",
+                                   "first_k_dense_replace", json, err);
+    if (!st) st = put_count0(g, arch, "expert_shared_count",
+                             "n_shared_experts", json, err);
+    if (!st) st = sp_gguf_arch_real(g, arch, "expert_gating_func", &gating,
+                                    &found, err);
+    if (st) return st;
+    if (gating != 2)
+        return sp_fail(err, SPINDLE_ERR_UNSUPPORTED,
+                       "%s: '%s.expert_gating_func' %s is not supported "
+                       "(only 2, sigmoid)", sp_gguf_path(g), arch,
+                       found ? (gating == 1 ? "1 (softmax)" : "(other)")
+                             : "absent (softmax)");
+    const sp_gguf_value *v = sp_gguf_arch_value(g, arch, "expert_weights_norm");
+    if (v && !sp_gguf_value_bool(v, &norm))
+        return sp_fail(err, SPINDLE_ERR_FORMAT,
+                       "%s: '%s.expert_weights_norm' is not a bool",
+                       sp_gguf_path(g), arch);
+    if ((st = sp_json_replace(json, "scoring_func",
+                              cJSON_CreateString("sigmoid"), err)))
+        return st;
+    return sp_json_replace(json, "norm_topk_prob", cJSON_CreateBool(norm),
+                           err);
+}

@@ -152,6 +152,44 @@ spindle_status sp_moe_grouped_spec(const spindle_model *m,
                                    const sp_moe_grouped_defaults *dflt,
                                    sp_moe_spec *spec, spindle_error *err);
 
+/* llama.cpp's spelling of sp_moe_grouped_spec's model in GGUF files
+ * (deepseek2, glm4moe): the rows of a family's sp_gguf_family.layer_names
+ * and .keys. The correction bias is blk.N.exp_probs_b.bias, so a GGUF
+ * family's spec names it SP_MOE_GGUF_SCORE_BIAS. */
+#define SP_MOE_GROUPED_GGUF_LAYERS                              \
+    {"ffn_gate_inp", "mlp.gate"},                               \
+    {"exp_probs_b", "mlp.exp_probs_b"},                         \
+    {"ffn_gate_exps", "mlp.switch_mlp.gate_proj"},              \
+    {"ffn_up_exps", "mlp.switch_mlp.up_proj"},                  \
+    {"ffn_down_exps", "mlp.switch_mlp.down_proj"},              \
+    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},         \
+    {"ffn_up_shexp", "mlp.shared_experts.up_proj"},             \
+    {"ffn_down_shexp", "mlp.shared_experts.down_proj"}
+#define SP_MOE_GROUPED_GGUF_KEYS                                          \
+    {"expert_count", "n_routed_experts", SP_GGUF_KEY_COUNT},              \
+    {"expert_used_count", "num_experts_per_tok", SP_GGUF_KEY_COUNT},      \
+    {"expert_feed_forward_length", "moe_intermediate_size",               \
+     SP_GGUF_KEY_COUNT},                                                  \
+    {"expert_group_count", "n_group", SP_GGUF_KEY_COUNT},                 \
+    {"expert_group_used_count", "topk_group", SP_GGUF_KEY_COUNT},         \
+    {"expert_weights_scale", "routed_scaling_factor", SP_GGUF_KEY_REAL}
+#define SP_MOE_GGUF_SCORE_BIAS "exp_probs_b.bias"
+
+/* The routing keys of a grouped-MoE GGUF file of architecture `arch` that
+ * do not map key for key, into its config.json object:
+ * leading_dense_block_count and expert_shared_count (counts that may be
+ * 0), expert_weights_norm (norm_topk_prob; absent: false, as llama.cpp)
+ * and expert_gating_func (scoring_func; only 2, sigmoid, is supported;
+ * absent: `absent_sigmoid` says whether llama.cpp assumes sigmoid or
+ * softmax for the architecture). */
+spindle_status sp_moe_gguf_routing(const sp_gguf *g, const char *arch,
+                                   bool absent_sigmoid, cJSON *json,
+                                   spindle_error *err);
+
+/* Replace json[key] by item (taking it; NULL: out of memory). */
+spindle_status sp_json_replace(cJSON *json, const char *key, cJSON *item,
+                               spindle_error *err);
+
 /* The scratch sp_moe_block keeps in sp_forward.moe. */
 typedef struct sp_moe_scratch sp_moe_scratch;
 void sp_moe_scratch_free(sp_moe_scratch *s);
