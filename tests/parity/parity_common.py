@@ -146,6 +146,23 @@ def run_case(bin_path, models, model, prompt, tmp_dir, n_tokens):
     return ref, entry, out, dump
 
 
+def assert_prefill_chunks(bin_path, models, model, n_tokens, tmp_dir, chunk=16,
+                          prompt="len40"):
+    """Prompt `prompt` of `model` in prefill chunks of `chunk` tokens: the
+    reference's tokens and last logits, as in one pass."""
+    ref = load_ref(models, model)
+    entry = ref["prompts"][prompt]
+    dump = tmp_dir / "chunked.npy"
+    cmd = [str(bin_path), "run", "-m", str(models / model),
+           "--prompt-tokens", ",".join(map(str, entry["prompt_tokens"])),
+           "-n", str(n_tokens), "--json", "--prefill-chunk", str(chunk),
+           "--dump-logits", str(dump)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert_greedy_tokens(json.loads(r.stdout), ref, entry)
+    assert_last_logits(dump, models / model, ref, entry, f"{model}/{prompt} chunked")
+
+
 def native_tol(ref):
     return max(NATIVE_FACTOR * ref["gap_rel_native_vs_f32"], TOL_F32_REL)
 

@@ -35,16 +35,7 @@ N_TOKENS = gen.MAX_TOKENS
 CASES, IDS = tp.parity_cases(gen)
 
 
-@pytest.fixture(scope="session")
-def glm_models(spindle_bin):  # noqa: F811
-    """The model set, rebuilt when its generator or mlx changed."""
-    return tp.ensure_models(OUT, gen)
-
-
-@pytest.fixture
-def case(spindle_bin, glm_models, tmp_path_factory, model, prompt):  # noqa: F811
-    return tp.run_case(spindle_bin, glm_models, model, prompt,
-                       tmp_path_factory.getbasetemp(), N_TOKENS)
+glm_models, case = tp.parity_fixtures(gen, OUT, "glm_models")
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
@@ -64,18 +55,7 @@ def test_glm4moe_last_logits(case, glm_models, model, prompt):
 def test_glm4moe_prefill_chunks(spindle_bin, glm_models, tmp_path, model):  # noqa: F811
     """The 40-token prompt in chunks of 16: the reference's tokens and
     logits, as in one pass."""
-    ref = tp.load_ref(glm_models, model)
-    entry = ref["prompts"]["len40"]
-    dump = tmp_path / "chunked.npy"
-    cmd = [str(spindle_bin), "run", "-m", str(glm_models / model),
-           "--prompt-tokens", ",".join(map(str, entry["prompt_tokens"])),
-           "-n", str(N_TOKENS), "--json", "--prefill-chunk", "16",
-           "--dump-logits", str(dump)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    tp.assert_greedy_tokens(json.loads(r.stdout), ref, entry)
-    tp.assert_last_logits(dump, glm_models / model, ref, entry,
-                          f"{model}/len40 chunked")
+    tp.assert_prefill_chunks(spindle_bin, glm_models, model, N_TOKENS, tmp_path)
 
 
 BAD_CONFIGS = [

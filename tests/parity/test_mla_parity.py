@@ -23,7 +23,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -37,16 +36,7 @@ N_TOKENS = gen.MAX_TOKENS
 CASES, IDS = tp.parity_cases(gen)
 
 
-@pytest.fixture(scope="session")
-def mla_models(spindle_bin):  # noqa: F811
-    """The model set, rebuilt when its generator or mlx changed."""
-    return tp.ensure_models(OUT, gen)
-
-
-@pytest.fixture
-def case(spindle_bin, mla_models, tmp_path_factory, model, prompt):  # noqa: F811
-    return tp.run_case(spindle_bin, mla_models, model, prompt,
-                       tmp_path_factory.getbasetemp(), N_TOKENS)
+mla_models, case = tp.parity_fixtures(gen, OUT, "mla_models")
 
 
 @pytest.mark.parametrize("model,prompt", CASES, ids=IDS)
@@ -66,18 +56,7 @@ def test_mla_last_logits(case, mla_models, model, prompt):
 def test_mla_prefill_chunks(spindle_bin, mla_models, tmp_path, model):  # noqa: F811
     """The 40-token prompt in chunks of 16: the reference's tokens and
     logits, as in one pass."""
-    ref = tp.load_ref(mla_models, model)
-    entry = ref["prompts"]["len40"]
-    dump = tmp_path / "chunked.npy"
-    cmd = [str(spindle_bin), "run", "-m", str(mla_models / model),
-           "--prompt-tokens", ",".join(map(str, entry["prompt_tokens"])),
-           "-n", str(N_TOKENS), "--json", "--prefill-chunk", "16",
-           "--dump-logits", str(dump)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    tp.assert_greedy_tokens(json.loads(r.stdout), ref, entry)
-    tp.assert_last_logits(dump, mla_models / model, ref, entry,
-                          f"{model}/len40 chunked")
+    tp.assert_prefill_chunks(spindle_bin, mla_models, model, N_TOKENS, tmp_path)
 
 
 @pytest.mark.parametrize("model", ["dsv3-f32", "dsv3-plain-yarn-f32",
