@@ -179,11 +179,20 @@ def init_weights(model, seed, text):
     model.update(mm.tree_unflatten(new))
 
 
-def build_model(spec, path):
-    cfg = make_config(spec)
+def build_model(spec, path, cfg=None, init=None):
+    """The spec's model (config `cfg`, default make_config(spec)) built by
+    mlx-lm's class, its weights set by `init(model, seed)` (default this
+    family's init_weights), cast and quantized (spec["quant"]: (bits, group)
+    or None) and saved in `path`; returns the in-memory model. The hybrid
+    MoE and LFM2 generators build theirs here too."""
+    cfg = cfg if cfg is not None else make_config(spec)
     model_cls, args_cls = mm.get_model_classes(cfg)
     model = model_cls(args_cls.from_dict(cfg))
-    init_weights(model, zlib.crc32(spec["name"].encode()), TEXT[spec["base"]])
+    seed = zlib.crc32(spec["name"].encode())
+    if init is None:
+        init_weights(model, seed, TEXT[spec["base"]])
+    else:
+        init(model, seed)
     mm.cast_like_convert(model, spec["dtype"])
     if spec["quant"]:
         bits, group = spec["quant"]

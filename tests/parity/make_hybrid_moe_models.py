@@ -24,7 +24,6 @@ Usage: python tests/parity/make_hybrid_moe_models.py [--out DIR] [--only NAME ..
 import hashlib
 import json
 import sys
-import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -98,19 +97,9 @@ def make_config(spec):
 
 
 def build_model(spec, path):
-    cfg = make_config(spec)
-    model_cls, args_cls = mm.get_model_classes(cfg)
-    model = model_cls(args_cls.from_dict(cfg))
-    hm.init_weights(model, zlib.crc32(spec["name"].encode()),
-                    TEXT[spec["base"]])
-    mm.cast_like_convert(model, spec["dtype"])
-    if spec["quant"]:
-        bits, group = spec["quant"]
-        model, cfg = mm.mlu.quantize_model(model, cfg, group, bits)
-    mm.mx.eval(model.parameters())
-    mm.mlu.save_model(path, model)
-    mm.mlu.save_config(dict(cfg), path / "config.json")
-    return model
+    return hm.build_model(spec, path, make_config(spec),
+                          lambda model, seed: hm.init_weights(
+                              model, seed, TEXT[spec["base"]]))
 
 
 def build_one(spec, out):

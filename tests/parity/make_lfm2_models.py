@@ -24,12 +24,12 @@ Usage: python tests/parity/make_lfm2_models.py [--out DIR] [--only NAME ...]
 import hashlib
 import json
 import sys
-import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import make_models as mm  # noqa: E402  (cheap: no mlx at import time)
+import make_hybrid_models as hm  # noqa: E402  (cheap: no mlx at import time)
+import make_models as mm  # noqa: E402
 
 DEFAULT_OUT = HERE.parents[0] / ".work" / "parity-lfm2"
 STAMP_FILE = mm.STAMP_FILE
@@ -75,6 +75,7 @@ SPECS = [
 def source_hash():
     """Identity of this generator and of the helpers it borrows."""
     h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(Path(hm.__file__).read_bytes())
     h.update(Path(mm.__file__).read_bytes())
     return h.hexdigest()
 
@@ -107,18 +108,7 @@ def init_weights(model, seed):
 
 
 def build_model(spec, path):
-    cfg = make_config(spec)
-    model_cls, args_cls = mm.get_model_classes(cfg)
-    model = model_cls(args_cls.from_dict(cfg))
-    init_weights(model, zlib.crc32(spec["name"].encode()))
-    mm.cast_like_convert(model, spec["dtype"])
-    if spec["quant"]:
-        bits, group = spec["quant"]
-        model, cfg = mm.mlu.quantize_model(model, cfg, group, bits)
-    mm.mx.eval(model.parameters())
-    mm.mlu.save_model(path, model)
-    mm.mlu.save_config(dict(cfg), path / "config.json")
-    return model
+    return hm.build_model(spec, path, make_config(spec), init_weights)
 
 
 def build_one(spec, out):
